@@ -1,0 +1,227 @@
+"""What every entry-point class shares: the selector gate, the output buffer, the missing-package error.
+
+A kernel path runs only where the selector says its backend is usable for the layer at hand:
+``Backend.check`` builds (or takes) a selector decision and raises :class:`BackendUnavailable`,
+with every reason (rule, message, source) the selector gave, unless the backend's candidate
+status is ``selected``, ``eligible`` or ``opt_in``. Paths whose kernels are not installed here
+raise :class:`BackendUnavailable` naming the missing distribution; none returns a made-up result.
+
+Imports neither torch nor flashinfer at module import.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata as md
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+USABLE = ("selected", "eligible", "opt_in")
+DEFAULT_OVERRIDES: Tuple[str, ...] = ("platform=auto",)
+
+# reference/FlashInfer activation names -> the selector's layer vocabulary
+_SELECTOR_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16",
+                    "torch.float32": "float32"}
+
+
+class BackendUnavailable(RuntimeError):
+    """A backend cannot run this layer here; ``reasons`` lists (rule, message, source) triples."""
+
+    def __init__(self, backend: str, op: str, reasons: Iterable[Tuple[str, str, str]],
+                 status: str = "rejected", detail: str = ""):
+        self.backend = backend
+        self.op = op
+        self.status = status
+        self.reasons = [tuple(r) for r in reasons]
+        lines = [f"backend {backend!r} cannot run this {op} layer here (status: {status})"]
+        if detail:
+            lines[0] += f": {detail}"
+        lines += [f"  - [{rule}] {message} (source: {source})" for rule, message, source in self.reasons]
+        super().__init__("\n".join(lines))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_selector(overrides: Tuple[str, ...]):
+    import selector
+    return selector.load(overrides=list(overrides))
+
+
+def decide(op: str, layer: Dict[str, Any], overrides: Optional[Sequence[str]] = None):
+    """The selector's decision for a layer (``layer.*`` keywords), on the platform the overrides name."""
+    sel = _load_selector(tuple(overrides) if overrides is not None else DEFAULT_OVERRIDES)
+    return sel.select(op=op, **layer)
+
+
+def require_usable(backend: str, op: str, decision) -> Any:
+    """Raise :class:`BackendUnavailable` with the selector's reasons unless ``backend`` is usable."""
+    try:
+        cand = decision.candidate(backend)
+    except KeyError as exc:
+        raise BackendUnavailable(backend, op, [("catalogue", str(exc), "conf/backend")],
+                                 status="unknown") from None
+    if cand.status not in USABLE:
+        raise BackendUnavailable(backend, op, [(r.rule, r.message, r.source) for r in cand.reasons],
+                                 status=cand.status)
+    return cand
+
+
+def missing_distributions(names: Iterable[str]) -> list:
+    """The distributions of ``names`` that are not installed (metadata only, nothing imported)."""
+    out = []
+    for n in names:
+        try:
+            md.version(n)
+        except md.PackageNotFoundError:
+            out.append(n)
+    return out
+
+
+def require_any_distribution(backend: str, op: str, names: Sequence[str], source: str) -> str:
+    """The first installed distribution of ``names``, or :class:`BackendUnavailable` naming them."""
+    for n in names:
+        if not missing_distributions([n]):
+            return n
+    wanted = " or ".join(repr(n) for n in names)
+    raise BackendUnavailable(backend, op, [("package", f"distribution {wanted} is not installed", source)],
+                             status="rejected", detail=f"requires {wanted}")
+
+
+def dtype_name(dtype) -> str:
+    return _SELECTOR_DTYPES.get(str(dtype), str(dtype).replace("torch.", ""))
+
+
+def output_buffer(out, shape, dtype, device):
+    """Validate and return the caller's ``out`` (reused as is), or allocate one of ``shape``."""
+    import torch
+    if out is None:
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != torch.device(device):
+        raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}; expected "
+                         f"{tuple(shape)} {dtype} on {device}")
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous")
+    return out
+
+
+class Backend:
+    """Base of every entry-point class: ``prepare(weights)`` (pure) and ``apply(x, prepared, ...)``.
+
+    backend/op: the catalogue name and op this class implements. Constructor keywords describe the
+    layer the way the selector does (``layer.*`` keys); ``decision`` takes a decision the caller
+    already has, ``selector_overrides`` the platform to decide on (default ``platform=auto``).
+    """
+
+    backend: str = ""
+    op: str = ""
+    #: distributions whose kernels ``apply`` calls (any one suffices); empty = FlashInfer/none
+    needs_any: Tuple[str, ...] = ()
+    needs_source: str = ""
+
+    def __init__(self, *, quant: str = "nvfp4", activation: str = "silu",
+                 act_and_mul: Optional[bool] = None, ep_size: int = 1,
+                 swiglu_limit: Optional[float] = None, decision=None,
+                 selector_overrides: Optional[Sequence[str]] = None):
+        self.quant = quant
+        self.activation = activation
+        self.act_and_mul = act_and_mul
+        self.ep_size = ep_size
+        self.swiglu_limit = swiglu_limit
+        self.decision = decision
+        self.selector_overrides = list(selector_overrides) if selector_overrides is not None else None
+        self._decisions: Dict[Tuple, Any] = {}
+
+    # -- selector gate -----------------------------------------------------------------------
+    def layer_spec(self, x, prepared) -> Dict[str, Any]:
+        """The ``layer.*`` keywords describing this call (subclasses add shapes)."""
+        spec: Dict[str, Any] = {"quant": self.quant, "dtype": dtype_name(x.dtype),
+                                "num_tokens": int(x.reshape(-1, x.shape[-1]).shape[0])}
+        if self.op == "moe":
+            spec.update(activation=self.activation, ep_size=self.ep_size,
+                        swiglu_limit=self.swiglu_limit)
+        return spec
+
+    def check(self, x=None, prepared=None, *, layer: Optional[Dict[str, Any]] = None, **extra):
+        """The selector's candidate for this backend and layer, or :class:`BackendUnavailable`.
+
+        ``layer`` replaces the description derived from ``x``/``prepared``; ``extra`` adds keys
+        (``top_k`` for a MoE call).
+        """
+        if self.decision is not None:
+            return require_usable(self.backend, self.op, self.decision)
+        spec = dict(layer) if layer is not None else self.layer_spec(x, prepared)
+        spec.update(extra)
+        key = tuple(sorted(spec.items()))
+        d = self._decisions.get(key)
+        if d is None:
+            d = self._decisions[key] = decide(self.op, spec, self.selector_overrides)
+        return require_usable(self.backend, self.op, d)
+
+    def require_kernels(self) -> str:
+        """For paths whose kernels ship in another distribution: which one is installed, or raise."""
+        return require_any_distribution(self.backend, self.op, self.needs_any, self.needs_source)
+
+    # -- interface -----------------------------------------------------------------------------
+    def prepare(self, weights):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def apply(self, x, prepared, *args, out=None, **kwargs):  # pragma: no cover
+        raise NotImplementedError
+
+
+class MoEBackend(Backend):
+    op = "moe"
+
+    def layer_spec(self, x, prepared) -> Dict[str, Any]:
+        spec = super().layer_spec(x, prepared)
+        geom = getattr(prepared, "geometry", None) or {}
+        spec.update(geom)
+        if self.act_and_mul is not None:
+            spec["act_and_mul"] = self.act_and_mul
+        elif "act_and_mul" not in spec:
+            spec["act_and_mul"] = self.activation != "relu2"
+        return spec
+
+    def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):  # pragma: no cover
+        raise NotImplementedError
+
+
+class LinearBackend(Backend):
+    op = "linear"
+
+    def layer_spec(self, x, prepared) -> Dict[str, Any]:
+        spec = super().layer_spec(x, prepared)
+        geom = getattr(prepared, "geometry", None) or {}
+        if "hidden_size" in geom:
+            spec["hidden_size"] = geom["hidden_size"]
+        return spec
+
+    def apply(self, x, prepared, *, out=None):  # pragma: no cover
+        raise NotImplementedError
+
+
+class ExternalKernelMixin:
+    """``apply`` for backends whose kernels live in vllm / sgl-kernel / b12x (none installed here).
+
+    Raises :class:`BackendUnavailable` with the selector's reasons and the missing distribution;
+    where both are satisfied it raises NotImplementedError naming the kernel call this project does
+    not make. It never computes a result of its own.
+    """
+
+    kernel_call: str = ""
+
+    def _unavailable_apply(self, x, prepared, **layer_extra):
+        reasons, status = [], "rejected"
+        try:
+            self.check(x, prepared, **layer_extra)
+        except BackendUnavailable as exc:
+            reasons, status = list(exc.reasons), exc.status
+        try:
+            dist = self.require_kernels()
+        except BackendUnavailable as exc:
+            reasons += [r for r in exc.reasons if r not in reasons]
+            dist = None
+        if reasons:
+            wanted = " or ".join(repr(n) for n in self.needs_any)
+            raise BackendUnavailable(self.backend, self.op, reasons, status=status,
+                                     detail=f"kernel {self.kernel_call} (distribution {wanted})")
+        raise NotImplementedError(
+            f"backend {self.backend!r}: distribution {dist!r} is installed, but this project does "
+            f"not call {self.kernel_call}; run the layer through the engine that ships it")

@@ -1,0 +1,90 @@
+"""Calls into FlashInfer shared by the FlashInfer entry points (imported lazily, on apply only).
+
+Every function here is reached only after ``Backend.check`` let the layer through: the selector
+found the device, CUDA runtime and packages the backend needs.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ._base import output_buffer
+from .nvfp4 import E2M1_MAX, E4M3_MAX
+
+# The reference's activation names -> b12x_fused_moe's (FlashInfer blackwell_sm12x/moe_activation.py)
+B12X_ACTIVATIONS = {"silu": "silu", "gelu_tanh": "gelu_tanh", "relu2": "relu2",
+                    "swigluoai": "swigluoai_uninterleave"}
+
+
+def activation_type(activation: str, act_and_mul: bool) -> int:
+    """FlashInfer ``ActivationType`` (``tllm_enums.py``) for the CUTLASS / TRT-LLM / CuTe-DSL MoEs."""
+    from flashinfer.tllm_enums import ActivationType  # type: ignore
+    table = ({"silu": ActivationType.Swiglu, "gelu": ActivationType.Geglu,
+              "gelu_tanh": ActivationType.GegluTanh, "swigluoai": ActivationType.SwigluBias}
+             if act_and_mul else
+             {"relu2": ActivationType.Relu2, "silu": ActivationType.Silu,
+              "gelu": ActivationType.Gelu})
+    if activation not in table:
+        raise ValueError(f"no FlashInfer ActivationType for {'gated' if act_and_mul else 'non-gated'} "
+                         f"{activation!r}")
+    return int(table[activation])
+
+
+def dynamic_gscale(x):
+    """FlashInfer-convention global scale from the tensor's amax: 448 * 6 / amax (1 if all zero)."""
+    import torch
+    amax = x.abs().amax().to(torch.float32)
+    return torch.where(amax > 0, (E4M3_MAX * E2M1_MAX) / amax, torch.ones_like(amax)).reshape(1)
+
+
+def quantize_fp4(x, gscale, *, swizzled: bool = True):
+    """``flashinfer.fp4_quantize`` of a 2-D activation (128x4 swizzled or linear scales)."""
+    import flashinfer  # type: ignore
+    return flashinfer.fp4_quantize(x, gscale, sf_vec_size=16, is_sf_swizzled_layout=swizzled)
+
+
+def mm_fp4_apply(fi_backend: str, x, prepared, out=None, out_dtype=None):
+    """``y = x @ W.T`` through ``flashinfer.mm_fp4(..., backend=fi_backend)``, written into ``out``.
+
+    Operands as vLLM's ``flashinfer_scaled_fp4_mm`` passes them: A quantized with
+    ``fp4_quantize(x, 1 / input_scale)`` (128x4 scales), B = weight.T (column-major), B's scales
+    transposed, ``alpha = input_scale * weight_scale_2`` (FlashInfer ``gemm/gemm_base.py mm_fp4``).
+    """
+    import flashinfer  # type: ignore
+    import torch
+    N, K = prepared.geometry["out_features"], prepared.geometry["hidden_size"]
+    x2 = x.reshape(-1, K)
+    gs = prepared.a_gscale if prepared.a_gscale is not None else dynamic_gscale(x2)
+    alpha = prepared.alpha if prepared.alpha is not None else prepared.weight_scale_2 / gs
+    x_fp4, x_sf = quantize_fp4(x2, gs)
+    out_dtype = out_dtype or x.dtype
+    buf = output_buffer(out, tuple(x.shape[:-1]) + (N,), out_dtype, x.device)
+    a_sf, b_sf = x_sf, prepared.weight_sf
+    if fi_backend == "cutlass":  # vLLM flashinfer_scaled_fp4_mm: cutlass takes uint8 scale views
+        a_sf, b_sf = a_sf.view(torch.uint8), b_sf.view(torch.uint8)
+    else:
+        a_sf, b_sf = a_sf.view(torch.float8_e4m3fn), b_sf.view(torch.float8_e4m3fn)
+    flashinfer.mm_fp4(x_fp4, prepared.weight.T, a_sf, b_sf.T, alpha, out_dtype,
+                      out=buf.view(-1, N), backend=fi_backend)
+    if prepared.bias is not None:
+        buf.add_(prepared.bias.to(buf.dtype))
+    return buf
+
+
+def supported_kwargs(fn, **kwargs):
+    """The subset of ``kwargs`` that ``fn`` accepts (older FlashInfer releases lack some)."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def moe_output(out, x):
+    return output_buffer(out, tuple(x.shape), x.dtype, x.device)
+
+
+def expert_count(prepared) -> Optional[int]:
+    return (getattr(prepared, "geometry", None) or {}).get("num_experts")

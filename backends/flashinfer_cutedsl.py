@@ -1,0 +1,50 @@
+"""``flashinfer_cutedsl``: FlashInfer's CuTe-DSL NVFP4 kernels for SM100 (FlashInfer #2398, v0.6.4).
+
+MoE: ``flashinfer.cute_dsl_fused_moe(quant_mode="w4a4")`` with weights from
+:func:`backends.prepare.prepare_cutedsl_moe` (vLLM ``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl``:
+``[up; gate]`` interleaved in 64-row groups, MMA-layout scales). Dense:
+``flashinfer.mm_fp4(..., backend="cute-dsl")`` (never auto-selected by FlashInfer).
+"""
+from __future__ import annotations
+
+from ._base import LinearBackend, MoEBackend
+from .prepare import prepare_cutedsl_moe, prepare_fp4_linear
+
+
+class CuteDslMoE(MoEBackend):
+    backend = "flashinfer_cutedsl"
+
+    def prepare(self, weights):
+        return prepare_cutedsl_moe(weights)
+
+    def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
+        self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
+        import torch
+        from flashinfer import cute_dsl_fused_moe  # type: ignore
+        from ._flashinfer import activation_type, moe_output, quantize_fp4, supported_kwargs
+        p = prepared
+        buf = moe_output(out, x)
+        # activation quantized with the shared FC1 scale; 128x4 scales (unverified on hardware)
+        x_fp4, x_sf = quantize_fp4(x, p.a1_gscale[:1])
+        kwargs = dict(moe_output=buf, output_dtype=x.dtype, quant_mode="w4a4",
+                      activation_type=activation_type(self.activation, p.geometry["act_and_mul"]))
+        if self.swiglu_limit is not None:
+            kwargs["swiglu_limit"] = float(self.swiglu_limit)
+        cute_dsl_fused_moe(x_fp4, x_sf, topk_ids.to(torch.int32), topk_weights.to(torch.float32),
+                           p.w13, p.w13_sf_mma, p.g1_alphas, p.a2_gscale, p.w2, p.w2_sf_mma,
+                           p.g2_alphas, p.geometry["num_experts"], int(topk_ids.shape[-1]),
+                           **supported_kwargs(cute_dsl_fused_moe, **kwargs))
+        return buf
+
+
+class CuteDslLinear(LinearBackend):
+    backend = "flashinfer_cutedsl"
+    fi_backend = "cute-dsl"
+
+    def prepare(self, weights):
+        return prepare_fp4_linear(weights)
+
+    def apply(self, x, prepared, *, out=None):
+        self.check(x, prepared)
+        from ._flashinfer import mm_fp4_apply
+        return mm_fp4_apply(self.fi_backend, x, prepared, out)

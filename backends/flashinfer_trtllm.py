@@ -1,0 +1,56 @@
+"""``flashinfer_trtllm``: FlashInfer's TensorRT-LLM-gen NVFP4 kernels (SM 10.0 / 10.3 cubins only).
+
+MoE: ``flashinfer.fused_moe.trtllm_fp4_block_scale_routed_moe`` with pre-computed routing and
+weights shuffled by :func:`backends.prepare.prepare_trtllm_moe` (vLLM
+``prepare_static_weights_for_trtllm_fp4_moe``); activations quantized with ``fp4_quantize(...,
+is_sf_swizzled_layout=False)`` as vLLM's ``flashinfer_trtllm_fp4_routed_moe`` does. Dense:
+``flashinfer.mm_fp4(..., backend="trtllm")`` with shuffled weight rows (bf16 out).
+"""
+from __future__ import annotations
+
+from ._base import LinearBackend, MoEBackend
+from .prepare import prepare_fp4_linear, prepare_trtllm_moe
+
+
+class TrtllmMoE(MoEBackend):
+    backend = "flashinfer_trtllm"
+
+    def prepare(self, weights):
+        return prepare_trtllm_moe(weights)
+
+    def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
+        top_k = int(topk_ids.shape[-1])
+        self.check(x, prepared, top_k=top_k)
+        import torch
+        from flashinfer.fused_moe import trtllm_fp4_block_scale_routed_moe  # type: ignore
+        from ._flashinfer import activation_type, moe_output, quantize_fp4, supported_kwargs
+        p = prepared
+        g = p.geometry
+        buf = moe_output(out, x)
+        x_fp4, x_sf = quantize_fp4(x, p.a1_gscale[:1], swizzled=False)
+        clamp = None
+        if self.swiglu_limit is not None:
+            clamp = torch.full((g["num_experts"],), float(self.swiglu_limit), dtype=torch.float32,
+                               device=x.device)
+        kwargs = dict(activation_type=activation_type(self.activation, g["act_and_mul"]), output=buf)
+        trtllm_fp4_block_scale_routed_moe(
+            (topk_ids.to(torch.int32), topk_weights.to(torch.float32)), None, x_fp4,
+            x_sf.view(torch.float8_e4m3fn).flatten(), p.w13, p.w13_sf.view(torch.float8_e4m3fn),
+            None, None, None, clamp, p.w2, p.w2_sf.view(torch.float8_e4m3fn), None,
+            p.g1_scale_c, p.g1_alphas, p.g2_alphas, g["num_experts"], top_k, 0, 0,
+            g["intermediate_size"], 0, g["num_experts"], None,
+            **supported_kwargs(trtllm_fp4_block_scale_routed_moe, **kwargs))
+        return buf
+
+
+class TrtllmLinear(LinearBackend):
+    backend = "flashinfer_trtllm"
+    fi_backend = "trtllm"
+
+    def prepare(self, weights):
+        return prepare_fp4_linear(weights, shuffle_trtllm=True)
+
+    def apply(self, x, prepared, *, out=None):
+        self.check(x, prepared)
+        from ._flashinfer import mm_fp4_apply
+        return mm_fp4_apply(self.fi_backend, x, prepared, out)

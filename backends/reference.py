@@ -1,0 +1,199 @@
+"""Reference NVFP4 linear layer and fused MoE (dequantize, then matmul): the ``emulation`` backend.
+
+Runs on CPU and CUDA (torch only) and is the oracle every other backend is compared with. The
+arithmetic is float32 (set ``compute_dtype`` for float64):
+
+- W4A16 (``quant="nvfp4_w4a16"``): ``y = x @ dequantize(W).T``; activations stay as given.
+- W4A4 (``quant="nvfp4"``): the activation is first quantized and dequantized to NVFP4 with the
+  activation scale (ModelOpt ``input_scale``; None = dynamic, from the amax of the rows the GEMM
+  sees), which is what a W4A4 kernel computes up to accumulation order. In the MoE both GEMM
+  inputs are quantized: FC1's input with ``a13_scale`` and FC2's input (the activation output)
+  with ``a2_scale``. A kernel that re-quantizes FC2's input dynamically per block with scale 1
+  (FlashInfer b12x; vLLM #40082) is reproduced by passing ``fc2_input_scale=1.0``.
+
+MoE conventions: ``w13`` rows are ``[gate; up]`` (vLLM's ``[w1; w3]``) and gated activations
+compute ``act(gate) * up``; routing is softmax -> top-k -> optional renormalisation (vLLM
+``fused_topk``); each token's output is ``sum_k weight_k * expert_k(x)``.
+
+Activations (gated unless noted): silu, gelu (erf), gelu_tanh, swigluoai (FlashInfer's
+``swigluoai_uninterleave``: ``g * sigmoid(alpha * g) * (u + beta)``, g clamped above and u on both
+sides at ``swiglu_limit``, defaults alpha 1.702, beta 1.0, limit 7.0: FlashInfer
+``blackwell_sm12x/moe_activation.py``); non-gated relu2 (``relu(x)^2``), silu, gelu, gelu_tanh.
+``swiglu_limit`` on silu clamps gate above and up on both sides (the DeepSeek-V4 SwiGLU clamp).
+vLLM's own ``swigluoai_and_mul`` reads gate/up *interleaved* (even/odd columns); a checkpoint in
+that order must be de-interleaved into ``[gate; up]`` before it is given to this module.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from .nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor, quantize_dequantize
+
+GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
+NON_GATED_ACTIVATIONS = ("relu2", "silu", "gelu", "gelu_tanh")
+QUANTS = ("nvfp4", "nvfp4_w4a16")
+SWIGLUOAI_DEFAULTS = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
+
+_FROM_WEIGHTS = object()
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def check_activation(activation: str, act_and_mul: bool) -> None:
+    allowed = GATED_ACTIVATIONS if act_and_mul else NON_GATED_ACTIVATIONS
+    if activation not in allowed:
+        kind = "gated" if act_and_mul else "non-gated"
+        raise ValueError(f"activation {activation!r} is not supported {kind} by the reference; "
+                         f"{kind} activations: {', '.join(allowed)}")
+
+
+def _check_quant(quant: str) -> None:
+    if quant not in QUANTS:
+        raise ValueError(f"quant {quant!r}: accepted: {', '.join(QUANTS)}")
+
+
+def activation_fn(h, activation: str, act_and_mul: bool, *, swiglu_limit: Optional[float] = None,
+                  swiglu_alpha: Optional[float] = None, swiglu_beta: Optional[float] = None):
+    """Apply the MoE activation to FC1's output ``h`` (``[T, 2I]`` gated, ``[T, I]`` non-gated)."""
+    torch = _torch()
+    F = torch.nn.functional
+    check_activation(activation, act_and_mul)
+    if not act_and_mul:
+        if activation == "relu2":
+            return torch.square(F.relu(h))
+        if activation == "silu":
+            return F.silu(h)
+        return F.gelu(h, approximate="tanh" if activation == "gelu_tanh" else "none")
+    half = h.shape[-1] // 2
+    g, u = h[..., :half], h[..., half:]
+    if activation == "swigluoai":
+        limit = SWIGLUOAI_DEFAULTS["limit"] if swiglu_limit is None else swiglu_limit
+        alpha = SWIGLUOAI_DEFAULTS["alpha"] if swiglu_alpha is None else swiglu_alpha
+        beta = SWIGLUOAI_DEFAULTS["beta"] if swiglu_beta is None else swiglu_beta
+        g = g.clamp(max=limit)
+        u = u.clamp(min=-limit, max=limit)
+        return g * torch.sigmoid(alpha * g) * (u + beta)
+    if swiglu_limit is not None:
+        g = g.clamp(max=swiglu_limit)
+        u = u.clamp(min=-swiglu_limit, max=swiglu_limit)
+    if activation == "silu":
+        return F.silu(g) * u
+    return F.gelu(g, approximate="tanh" if activation == "gelu_tanh" else "none") * u
+
+
+def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple["object", "object"]:
+    """Softmax top-k routing: ``(topk_weights float32 [T, k], topk_ids int32 [T, k])``."""
+    torch = _torch()
+    probs = torch.softmax(router_logits.to(torch.float32), dim=-1)
+    w, ids = torch.topk(probs, top_k, dim=-1)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    return w, ids.to(torch.int32)
+
+
+def _write_out(y, out, like):
+    """Return ``y`` in the dtype of ``like``, or copied into the caller's ``out`` buffer."""
+    if out is None:
+        return y.to(like.dtype)
+    if tuple(out.shape) != tuple(y.shape):
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(y.shape)}")
+    if out.device != y.device:
+        raise ValueError(f"out is on {out.device}, expected {y.device}")
+    out.copy_(y)
+    return out
+
+
+def _act_input(x, quant: str, scale, compute_dtype):
+    """The GEMM input a kernel sees: NVFP4 quantize-dequantize for W4A4, as is for W4A16."""
+    if quant == "nvfp4":
+        return quantize_dequantize(x, scale, dtype=compute_dtype)
+    return x.to(compute_dtype)
+
+
+def reference_linear(x, weights: LinearWeights, *, quant: str = "nvfp4", input_scale=_FROM_WEIGHTS,
+                     w_deq=None, out=None, compute_dtype=None):
+    """``y = q(x) @ dequantize(W).T (+ bias)`` for ``x`` ``[..., K]``; output in x's dtype or ``out``.
+
+    input_scale: the W4A4 activation scale; default the checkpoint's, None = dynamic per call.
+    w_deq: the dequantized weight, when the caller has cached it (``EmulationLinear.prepare``).
+    """
+    torch = _torch()
+    _check_quant(quant)
+    cd = compute_dtype or torch.float32
+    if input_scale is _FROM_WEIGHTS:
+        input_scale = weights.input_scale
+    W = weights.weight.dequantize(cd) if w_deq is None else w_deq.to(cd)
+    x2 = x.reshape(-1, x.shape[-1])
+    y = _act_input(x2, quant, input_scale, cd) @ W.T
+    if weights.bias is not None:
+        y = y + weights.bias.to(cd)
+    return _write_out(y.reshape(tuple(x.shape[:-1]) + (W.shape[0],)), out, x)
+
+
+def dequantize_moe(weights: MoEWeights, dtype=None):
+    """``(w13, w2)`` dequantized, ``[E, 2I|I, H]`` and ``[E, H, I]``."""
+    return weights.w13.dequantize(dtype), weights.w2.dequantize(dtype)
+
+
+def _expert_scale(scale, e: int):
+    if scale is None:
+        return None
+    return scale if scale.dim() == 0 else scale[e]
+
+
+def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: str = "silu",
+                  quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS, fc2_input_scale=_FROM_WEIGHTS,
+                  swiglu_limit: Optional[float] = None, swiglu_alpha: Optional[float] = None,
+                  swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None):
+    """Fused MoE: ``out[t] = sum_k topk_weights[t,k] * W2_e @ act(W13_e @ q(x_t))``, e = topk_ids[t,k].
+
+    x: ``[T, H]``; topk_weights / topk_ids: ``[T, k]`` (ids < 0 are unrouted slots, skipped).
+    fc1/fc2_input_scale: W4A4 activation scales (0-d or per expert ``[E]``); default the
+    checkpoint's ``a13_scale`` / ``a2_scale``; None = dynamic (amax of the rows routed to each
+    expert). deq: cached ``dequantize_moe(weights)``. Output in x's dtype, or written into ``out``.
+    """
+    torch = _torch()
+    _check_quant(quant)
+    act_and_mul = weights.act_and_mul
+    check_activation(activation, act_and_mul)
+    cd = compute_dtype or torch.float32
+    if fc1_input_scale is _FROM_WEIGHTS:
+        fc1_input_scale = weights.a13_scale
+    if fc2_input_scale is _FROM_WEIGHTS:
+        fc2_input_scale = weights.a2_scale
+
+    def as_scale(s):
+        return None if s is None else torch.as_tensor(s, dtype=torch.float32, device=x.device)
+
+    s1, s2 = as_scale(fc1_input_scale), as_scale(fc2_input_scale)
+    w13, w2 = deq if deq is not None else dequantize_moe(weights, cd)
+    T, H = x.shape
+    if topk_ids.shape != topk_weights.shape or topk_ids.shape[0] != T:
+        raise ValueError(f"topk_ids {tuple(topk_ids.shape)} and topk_weights "
+                         f"{tuple(topk_weights.shape)} must both be [T={T}, top_k]")
+    y = torch.zeros((T, H), dtype=cd, device=x.device)
+    # A scalar FC1 scale quantizes x once for all experts; a per-expert one inside the loop.
+    shared_x = None
+    if quant == "nvfp4" and s1 is not None and s1.dim() == 0:
+        shared_x = quantize_dequantize(x, s1, dtype=cd)
+    ids = topk_ids.long()
+    for e in torch.unique(ids[ids >= 0]).tolist():
+        tok, slot = torch.nonzero(ids == e, as_tuple=True)
+        if shared_x is not None:
+            xe = shared_x[tok]
+        else:
+            xe = _act_input(x[tok], quant, _expert_scale(s1, e), cd)
+        h = xe @ w13[e].to(cd).T
+        a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
+                          swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
+        a = _act_input(a, quant, _expert_scale(s2, e), cd)
+        ye = a @ w2[e].to(cd).T
+        y.index_add_(0, tok, ye * topk_weights[tok, slot].to(cd).unsqueeze(-1))
+    return _write_out(y, out, x)
+
+
+__all__ = ["activation_fn", "check_activation", "dequantize_moe", "route", "reference_linear",
+           "reference_moe", "GATED_ACTIVATIONS", "NON_GATED_ACTIVATIONS", "NVFP4Tensor"]

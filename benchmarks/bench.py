@@ -1,0 +1,253 @@
+"""Performance budgets of selector (issue 6), each measured beside its baseline in one run.
+
+    python benchmarks/bench.py [--json benchmarks/results.json] [--repeat N]
+
+Prints one table (median, min, max, ratio to the baseline, target, verdict) and writes the same
+rows as JSON. Subprocess rows use this interpreter; the config cache is a fresh temporary
+directory, warmed once, so "warm" rows show the steady state an engine or an operator sees.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "hydra", "omegaconf", "flashinfer", "cutlass", "triton", "yaml")
+
+
+def stats(samples: List[float]) -> Dict[str, float]:
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples),
+            "n": len(samples)}
+
+
+def timeit(fn: Callable[[], object], n: int) -> List[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def per_call(fn: Callable[[], object], calls: int, rounds: int) -> List[float]:
+    """Seconds per call, one sample per round of `calls` calls."""
+    out = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t) / calls)
+    return out
+
+
+def run(cmd: List[str], env: Dict[str, str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)
+    return time.perf_counter() - t
+
+
+def model_layers() -> List[dict]:
+    """5,000 layer questions shaped like a large NVFP4 MoE model loading (DeepSeek-V3-like:
+    61 decoder layers, each with attention projections, a shared expert and routed experts),
+    asked several times per layer the way an engine asks per weight group."""
+    proj = [dict(op="linear", quant="nvfp4", hidden_size=7168, intermediate_size=n)
+            for n in (1536, 576, 24576, 32768, 7168)]
+    shared = [dict(op="linear", quant="nvfp4", hidden_size=7168, intermediate_size=4096),
+              dict(op="linear", quant="nvfp4", hidden_size=2048, intermediate_size=7168)]
+    moe = dict(op="moe", quant="nvfp4", activation="silu", act_and_mul=True, num_experts=256,
+               top_k=8, hidden_size=7168, intermediate_size=2048)
+    dense_mlp = dict(op="linear", quant="nvfp4_w4a16", hidden_size=7168, intermediate_size=18432)
+    out: List[dict] = []
+    layer = 0
+    while len(out) < 5000:
+        per = proj + (shared + [moe] * 8 if layer % 61 >= 3 else [dense_mlp] * 3)
+        for kw in per:
+            out.append(dict(kw, num_tokens=(8192 if layer % 2 else 64)))
+        layer += 1
+    return out[:5000]
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results.json"))
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args(argv)
+    n = args.repeat
+    cache = tempfile.mkdtemp(prefix="selector-bench-")
+    os.environ["SELECTOR_CACHE_DIR"] = cache
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    py = sys.executable
+    rows = []
+
+    def row(what, samples, target_s, baseline=None, base_name="", unit="s", note=""):
+        s = stats(samples)
+        b = stats(baseline) if baseline else None
+        rows.append({"what": what, "unit": unit, **{k: s[k] for k in ("median", "min", "max")},
+                     "n": s["n"], "target": target_s,
+                     "baseline": base_name, "baseline_median": b["median"] if b else None,
+                     "ratio": (s["median"] / b["median"]) if b and b["median"] else None,
+                     "ok": s["median"] < target_s if target_s is not None else None,
+                     "note": note})
+
+    # 1. import selector, over a bare interpreter start
+    bare = [run([py, "-c", "pass"], env) for _ in range(n)]
+    imp = [run([py, "-c", "import selector"], env) for _ in range(n)]
+    over = [a - statistics.median(bare) for a in imp]
+    leaked = subprocess.run([py, "-c", "import selector, sys, json; print(json.dumps(sorted("
+                             f"m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"],
+                            env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    row("import selector (over bare start)", over, 0.030, bare, "python -c pass",
+        note=f"heavy modules after import: {leaked}")
+
+    # 2. build a selector from the packaged configs
+    import selector
+    from selector.config import ConfigTree, compose
+    cold_env = dict(env, SELECTOR_NO_CACHE="1")
+    cold = [run([py, "-c", "import selector; selector.load(['platform=b200'])"], cold_env)
+            for _ in range(3)]
+    selector.load(["platform=b200"])  # warm the cache
+    build = timeit(lambda: selector.load(["platform=b200"]), n)
+
+    def hydra_empty():
+        from hydra import compose as hc, initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+        d = tempfile.mkdtemp()
+        Path(d, "empty.yaml").write_text("{}\n")
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=d, version_base="1.3"):
+            hc(config_name="empty")
+        GlobalHydra.instance().clear()
+    hydra_empty()
+    hyd = timeit(hydra_empty, n)
+    row("build selector (packaged configs, warm cache)", build, 0.150, hyd,
+        "Hydra compose of an empty config",
+        note=f"cold (no cache, new process incl. interpreter and Hydra import): "
+             f"median {statistics.median(cold):.3f} s")
+
+    sel = selector.load(["platform=dgx_spark", "stack=flashinfer_0_7_4"])
+    kw = dict(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False, ep_size=1)
+    sel.select(**kw)
+    d = {("moe", "nvfp4", "relu2", False, 1): 1}
+    k = ("moe", "nvfp4", "relu2", False, 1)
+    hit = per_call(lambda: sel.select(**kw), 20000, n)
+    look = per_call(lambda: d[k], 20000, n)
+    row("repeated decision (cache hit)", hit, 1e-6, look, "dict lookup")
+
+    from selector.model import make_layer
+    layers = [make_layer(dict(op="moe", activation=a, act_and_mul=a != "relu2",
+                              num_tokens=i + 1))
+              for i in range(50) for a in ("silu", "relu2", "gelu_tanh", "swigluoai")] + \
+             [make_layer(dict(op="linear", hidden_size=1024 * (i % 8 + 1), num_tokens=i + 1))
+              for i in range(200)]
+    res = sel.resolver
+    fresh = []
+    for _ in range(n):
+        t = time.perf_counter()
+        for L in layers:
+            res.decide(L)
+        fresh.append((time.perf_counter() - t) / len(layers))
+    row("new decision (all backends of the op evaluated)", fresh, 50e-6,
+        note=f"{len(layers)} distinct layers, MoE and linear, dgx_spark + flashinfer 0.7.4")
+
+    model = model_layers()
+    distinct = len({tuple(sorted(m.items())) for m in model})
+    whole = []
+    for _ in range(n):
+        s2 = selector.Selector(sel.model)
+        t = time.perf_counter()
+        for m in model:
+            s2.select(**m)
+        whole.append(time.perf_counter() - t)
+    row("5,000 layers of a model (fresh selector)", whole, 0.050,
+        note=f"{distinct} distinct layers among 5,000 questions")
+
+    # 6. explain on a preset platform, wall, new process, warm cache
+    run([py, "-m", "selector", "explain", "platform=b200", "layer=deepseek_moe"], env)
+    wall = [run([py, "-m", "selector", "explain", "platform=b200", "layer=deepseek_moe"], env)
+            for _ in range(n)]
+    fi = None
+    try:
+        import importlib.metadata as md
+        md.version("flashinfer-python")
+        fi = [run([py, "-c", "import flashinfer"], env) for _ in range(3)]
+    except Exception:  # noqa: BLE001 - no flashinfer: no baseline
+        pass
+    row("python -m selector explain (preset)", wall, 0.5, fi,
+        "python -c 'import flashinfer'" if fi else "(flashinfer not installed)")
+
+    # 7. memory of a built selector, in a new process
+    snippet = ("import gc, sys; sys.path.insert(0, %r)\n"
+               "def rss():\n"
+               "    for l in open('/proc/self/status'):\n"
+               "        if l.startswith('VmRSS:'): return int(l.split()[1])\n"
+               "a = rss(); import selector; s = selector.load(['platform=b200']); "
+               "[s.select(op='moe', activation=x, act_and_mul=x!='relu2') for x in "
+               "('silu','relu2','gelu_tanh','swigluoai')]; gc.collect(); print(rss() - a)") % str(ROOT)
+    mem = []
+    for _ in range(5):
+        out = subprocess.run([py, "-c", snippet], env=env, cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+        mem.append(int(out) / 1024)
+    row("memory of a built selector (RSS over interpreter)", mem, 20.0, unit="MB")
+
+    shutil_rm(cache)
+    print_table(rows)
+    Path(args.json).write_text(json.dumps({"python": sys.version.split()[0],
+                                           "cpus": os.cpu_count(), "rows": rows}, indent=2))
+    print(f"\nwrote {args.json}")
+    return 0 if all(r["ok"] is not False for r in rows) else 1
+
+
+def shutil_rm(path: str) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def fmt(v: Optional[float], unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "MB":
+        return f"{v:.1f} MB"
+    if v < 1e-5:
+        return f"{v * 1e9:.0f} ns"
+    if v < 1e-2:
+        return f"{v * 1e6:.1f} us"
+    return f"{v * 1e3:.1f} ms"
+
+
+def print_table(rows) -> None:
+    head = ("what", "median", "min", "max", "target", "baseline", "ratio", "ok")
+    lines = [[r["what"], fmt(r["median"], r["unit"]), fmt(r["min"], r["unit"]),
+              fmt(r["max"], r["unit"]), "< " + fmt(r["target"], r["unit"]),
+              (f"{r['baseline']}: {fmt(r['baseline_median'], r['unit'])}" if r["baseline"]
+               else "-"), f"{r['ratio']:.2f}x" if r["ratio"] else "-",
+              {True: "yes", False: "NO", None: "-"}[r["ok"]]] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for line in lines:
+        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+    for r in rows:
+        if r["note"]:
+            print(f"- {r['what']}: {r['note']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Packaged Hydra configs of selector (installed as the package `selector.conf`)."""

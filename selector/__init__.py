@@ -1,0 +1,32 @@
+"""selector: which NVFP4 kernel backend should run this layer on this machine, and why not the
+others.
+
+    sel = selector.load(overrides=["platform=auto"])
+    d = sel.select(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False)
+    d.selected, d.to_dict(), str(d)
+
+Importing this package loads no torch, Hydra or kernel library: the heavy parts are imported
+on first use.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import SelectorError
+
+__version__ = "0.1.0"
+__all__ = ["load", "Selector", "Decision", "SelectorError", "__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .api import Selector, load
+    from .decision import Decision
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("load", "Selector"):
+        from . import api
+        return getattr(api, name)
+    if name == "Decision":
+        from .decision import Decision
+        return Decision
+    raise AttributeError(f"module 'selector' has no attribute {name!r}")

@@ -1,0 +1,88 @@
+"""The embedding API: build once from config, then decide per layer from a cache."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from .config import ConfigTree, compose
+from .decision import Decision
+from .errors import SelectorError
+from .model import Layer, Model, make_layer, make_model
+from .resolver import Resolver
+
+log = logging.getLogger("selector")
+
+
+class Selector:
+    """Decisions for the layers of one model on one platform under one policy.
+
+    Thread-safe: the model is immutable, decisions are immutable, and the caches only ever
+    gain entries (a race computes the same decision twice and keeps one).
+    """
+
+    def __init__(self, model: Model, tree: Optional[ConfigTree] = None,
+                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+        self.model = model
+        self.tree = tree
+        self.probes = dict(probes or {})
+        self.resolver = Resolver(model, self.probes)
+        self._by_kwargs: Dict[Tuple, Decision] = {}
+        self._by_layer: Dict[Layer, Decision] = {}
+        self._defaults = model.layer.to_dict()
+        self._lock = threading.Lock()
+
+    @property
+    def catalogue(self):
+        return self.model.catalogue
+
+    @property
+    def platform(self):
+        return self.model.platform
+
+    def select(self, **layer: Any) -> Decision:
+        """The decision for a layer given as `layer.*` keywords; unset ones come from config."""
+        key = tuple(layer.items())
+        try:
+            return self._by_kwargs[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable value: validate it for a clear error
+            return self.decide(make_layer({**self._defaults, **layer}))
+        d = self.decide(make_layer({**self._defaults, **layer}))
+        return self._by_kwargs.setdefault(key, d)
+
+    def decide(self, layer: Layer) -> Decision:
+        d = self._by_layer.get(layer)
+        if d is not None:
+            return d
+        d = self.resolver.decide(layer)
+        with self._lock:
+            if layer not in self._by_layer:
+                self._by_layer[layer] = d
+                log.info(d.log_line())
+            return self._by_layer[layer]
+
+    def default(self) -> Decision:
+        """The decision for the configured layer (`layer=` preset and `layer.*` overrides)."""
+        return self.decide(self.model.layer)
+
+
+def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = (),
+         detect=None) -> Selector:
+    """Build a Selector from the packaged configs, `config_dirs` and Hydra-style overrides.
+
+    Raises SelectorError (one message naming key, value and accepted values) on bad input.
+    """
+    if isinstance(overrides, str):
+        raise SelectorError("overrides must be a list of strings such as ['platform=auto'], "
+                            "not one string")
+    tree = ConfigTree.discover(config_dirs)
+    data = compose(tree, list(overrides))
+    model = make_model(data, tree.backend_files, tree.group_options("platform"), detect)
+    probes = None
+    if model.probe == "deep":
+        from .probing import run_deep_probes
+        probes = {name: (f.ok, f.message) for name, f in run_deep_probes(model.catalogue).items()}
+    return Selector(model, tree, probes)

@@ -1,0 +1,87 @@
+"""`python -m selector explain|list|check|doctor [--format text|json] [OVERRIDE ...]`.
+
+Exit codes (CONTRACT.md): 0 a backend was selected (or the command found nothing wrong);
+1 nothing selectable, an explicit backend refused under strict, or doctor found a problem;
+2 bad input, reported as one message without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional, Sequence
+
+from .errors import SelectorError
+
+COMMANDS = ("explain", "list", "check", "doctor")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own usage errors are bad input too: exit 2
+        self.print_usage(sys.stderr)
+        print(f"selector: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="selector", description="Which NVFP4 kernel backend runs this layer on "
+                "this machine, and why not the others.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    helps = {"explain": "decide for one layer and say why",
+             "list": "the catalogue: every backend and its rules, with sources",
+             "check": "validate a config tree (the packaged one and --config-dir ones)",
+             "doctor": "detect this machine: GPU, CUDA, packages, what could run here"}
+    for name in COMMANDS:
+        s = sub.add_parser(name, help=helps[name], description=helps[name])
+        s.add_argument("--format", choices=("text", "json"), default="text")
+        s.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                       help="an extra config directory (backend/<op>/*.yaml, platform/, layer/...)")
+        s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                       help="Hydra overrides: key=value, group=option, +key=value, ~key")
+        if name == "doctor":
+            s.add_argument("--deep", action="store_true",
+                           help="import the kernel libraries in a child process and probe them")
+            s.add_argument("--timeout", type=float, default=120.0,
+                           help="seconds each deep probe process may take (default 120)")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        build_parser().print_help(sys.stderr)
+        return 2
+    try:
+        return _run(args)
+    except SelectorError as exc:
+        print(f"selector: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+def _run(args) -> int:
+    from .api import load
+    if args.command == "doctor":
+        from .doctor import run_doctor
+        return run_doctor(args.overrides, args.config_dir, deep=args.deep, timeout=args.timeout,
+                          fmt=args.format)
+    if args.command == "check":
+        from .check import run_check
+        return run_check(args.overrides, args.config_dir, fmt=args.format)
+    sel = load(args.overrides, config_dirs=args.config_dir)
+    if args.command == "list":
+        from .listing import catalogue_dict, catalogue_text
+        _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
+              catalogue_text(sel.catalogue), args.format)
+        return 0
+    d = sel.default()
+    _emit(d.to_dict() if args.format == "json" else str(d), args.format)
+    return 0 if d.selected else 1
+
+
+def _emit(obj, fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    else:
+        sys.stdout.write(obj.rstrip("\n") + "\n")

@@ -1,0 +1,143 @@
+"""A decision for one layer: the JSON object of CONTRACT.md and its text rendering."""
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from .rules import Reason
+
+WRAP = 100  # text width of the rendered explanation
+
+
+class Candidate(NamedTuple):
+    backend: str
+    status: str
+    reasons: Tuple[Reason, ...]
+    entry_point: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"backend": self.backend, "status": self.status,
+                "reasons": [r.to_dict() for r in self.reasons]}
+
+
+@dataclass(frozen=True)
+class Decision:
+    layer: Dict[str, Any]
+    platform: Dict[str, Any]
+    requested: str
+    selected: Optional[str]
+    candidates: Tuple[Candidate, ...]
+    notes: Tuple[str, ...]
+    platform_label: str = ""
+    warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason) of warning-level rules
+
+    # -- lookups -------------------------------------------------------------------------------
+    def candidate(self, backend: str) -> Candidate:
+        for c in self.candidates:
+            if c.backend == backend:
+                return c
+        raise KeyError(f"no backend {backend!r} for op {self.layer.get('op')!r}")
+
+    @property
+    def entry_point(self) -> Optional[str]:
+        """The selected backend's implementation ('module:Class'), or None."""
+        return self.candidate(self.selected).entry_point if self.selected else None
+
+    @property
+    def ok(self) -> bool:
+        return self.selected is not None
+
+    # -- JSON ------------------------------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        return {"layer": dict(self.layer), "platform": json.loads(json.dumps(self.platform)),
+                "requested": self.requested, "selected": self.selected,
+                "candidates": [c.to_dict() for c in self.candidates],
+                "notes": list(self.notes), "summary": self.summary(),
+                "entry_point": self.entry_point}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    # -- text ------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        """Kubernetes-style: '1/8 backends usable: 3 need SM 10.x, 2 need flashinfer ...'."""
+        total = len(self.candidates)
+        usable = [c for c in self.candidates if c.status in ("selected", "eligible", "opt_in")]
+        opt = sum(1 for c in usable if c.status == "opt_in")
+        needs: Counter = Counter()
+        for c in self.candidates:
+            if c.status == "opt_in" or (c.status == "selected" and self.requested == c.backend
+                                        and any(r.rule == "opt_in" for r in c.reasons)):
+                continue
+            for need in dict.fromkeys(r.need for r in c.reasons if r.severity == "error"):
+                needs[need] += 1
+        head = f"{len(usable)}/{total} backends usable"
+        if opt:
+            head += f" ({opt} opt-in only)"
+        if not needs:
+            return head
+        parts = [f"{n} {need}" for need, n in sorted(needs.items(), key=lambda x: (-x[1], x[0]))]
+        return f"{head}: {', '.join(parts)}"
+
+    def log_line(self) -> str:
+        lay = self.layer
+        what = f"{lay['op']} {lay['quant']} {lay['activation']}" + \
+            ("" if lay["op"] == "linear" else (" gated" if lay["act_and_mul"] else " non-gated"))
+        return f"selector: {what} -> {self.selected or 'none'} ({self.summary()})"
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+
+def render_text(d: Decision) -> str:
+    lay, plat = d.layer, d.platform
+    gating = "" if lay["op"] == "linear" else (", gated" if lay["act_and_mul"] else ", non-gated")
+    shape = ", ".join(f"{k} {lay[k]}" for k in ("hidden_size", "intermediate_size", "num_experts",
+                                                  "top_k", "num_tokens") if lay.get(k))
+    extra = []
+    if lay["ep_size"] > 1 or lay["tp_size"] > 1:
+        extra.append(f"ep {lay['ep_size']}, tp {lay['tp_size']}")
+    if lay.get("swiglu_limit") is not None:
+        extra.append(f"swiglu_limit {lay['swiglu_limit']}")
+    act = "" if lay["op"] == "linear" else f", {lay['activation']}"
+    desc = f"{lay['op']} layer: {lay['quant']}{act}{gating}, {lay['dtype']}"
+    desc += "".join(f", {e}" for e in extra) + (f" ({shape})" if shape else "")
+    cap = f"SM {plat['capability']}" if plat["capability"] else "no GPU"
+    cuda = f"CUDA {plat['cuda']}" if plat["cuda"] else "no CUDA"
+    pk = plat["packages"]
+    shown = ", ".join(f"{n} {v}" for n, v in pk.items() if v is not None) or "no kernel packages"
+    lines = [desc,
+             f"platform: {d.platform_label or plat['source']} ({cap}, {cuda}); {shown}",
+             f"requested: {d.requested}"]
+    if d.selected:
+        ep = d.entry_point
+        lines.append(f"selected: {d.selected}" + (f"  -> {ep}" if ep else ""))
+    else:
+        lines.append("selected: none")
+    lines.append("")
+    width = max([len(c.backend) for c in d.candidates] + [7])
+    pad = " " * (width + 20)
+    lines.append(f"  {'backend'.ljust(width)}  {'status'.ljust(14)}  why")
+    for c in d.candidates:
+        head = f"  {c.backend.ljust(width)}  {c.status.ljust(14)}  "
+        if not c.reasons:
+            lines.append(head + ("passes every rule" if c.status in ("selected", "eligible")
+                                 else ""))
+            continue
+        for r in c.reasons:
+            lines.extend(textwrap.wrap(f"[{r.rule}] {r.message} ({r.source})",
+                                       width=max(WRAP, len(pad) + 60), initial_indent=head,
+                                       subsequent_indent=pad + "  ", break_on_hyphens=False,
+                                       break_long_words=False))
+            head = pad
+    lines.append("")
+    lines.extend(textwrap.wrap(f"summary: {d.summary()}", width=WRAP, subsequent_indent="  "))
+    if d.notes:
+        lines.append("notes:")
+        for n in d.notes:
+            lines.extend(textwrap.wrap(n, width=WRAP, initial_indent="  - ",
+                                       subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""The catalogue as data and as text (`selector list`, docs/rules.md)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from .model import Catalogue
+
+
+def catalogue_dict(cat: Catalogue) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for op, backends in cat.backends.items():
+        out[op] = [{
+            "backend": b.name, "rank": b.rank, "opt_in": b.opt_in, "execution": b.execution,
+            "implements": list(b.implements), "entry_point": b.entry_point,
+            "probes": list(b.probes), "description": b.description,
+            "rules": [{"kind": r.kind, "rule": r.describe(), "severity": r.severity,
+                       "source": r.source, **({"message": r.message} if r.message else {})}
+                      for r in b.rules]} for b in backends]
+    return out
+
+
+def catalogue_text(cat: Catalogue) -> str:
+    lines: List[str] = []
+    for op, backends in cat.backends.items():
+        lines.append(f"{op} backends, in preference order:")
+        for b in backends:
+            flags = [b.execution] + (["opt-in"] if b.opt_in else [])
+            lines.append(f"  {b.name} (rank {b.rank}; {', '.join(flags)}): {b.description}")
+            for r in b.rules:
+                sev = " [warning]" if r.severity == "warning" else ""
+                lines.append(f"      {r.describe()}{sev}  -- {r.source}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def catalogue_markdown(cat: Catalogue) -> str:
+    """docs/rules.md: generated from the catalogue, and tested against it."""
+    lines = ["# Rule reference", "",
+             "Generated from `conf/backend/` by `python -m selector.listing > docs/rules.md`; "
+             "a test fails when it drifts from the catalogue.", ""]
+    for op, backends in cat.backends.items():
+        lines += [f"## {op}", ""]
+        for b in backends:
+            flags = [b.execution] + (["opt-in"] if b.opt_in else [])
+            lines += [f"### `{b.name}` (rank {b.rank}; {', '.join(flags)})", "",
+                      f"{b.description}. Implements: {', '.join(b.implements)}. "
+                      f"Entry point: `{b.entry_point}`.", "",
+                      "| rule | kind | severity | message | source |",
+                      "|---|---|---|---|---|"]
+            for r in b.rules:
+                msg = (r.message or "").replace("|", "\\|")
+                lines.append(f"| {r.describe().replace('|', '/')} | {r.kind} | {r.severity} | "
+                             f"{msg} | {r.source} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from .api import load
+    print(catalogue_markdown(load(["platform=cpu"]).catalogue), end="")
