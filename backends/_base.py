@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 USABLE = ("selected", "eligible", "opt_in")
 DEFAULT_OVERRIDES: Tuple[str, ...] = ("platform=auto",)
 
-# reference/FlashInfer activation names -> the selector's layer vocabulary
+# torch dtypes -> the selector's layer.dtype vocabulary
 _SELECTOR_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16",
                     "torch.float32": "float32"}
 

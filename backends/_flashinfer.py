@@ -5,8 +5,6 @@ found the device, CUDA runtime and packages the backend needs.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from ._base import output_buffer
 from .nvfp4 import E2M1_MAX, E4M3_MAX
 
@@ -84,7 +82,3 @@ def supported_kwargs(fn, **kwargs):
 
 def moe_output(out, x):
     return output_buffer(out, tuple(x.shape), x.dtype, x.device)
-
-
-def expert_count(prepared) -> Optional[int]:
-    return (getattr(prepared, "geometry", None) or {}).get("num_experts")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 from .nvfp4 import (E4M3_MAX, E4M3_MIN_NORMAL, E4M3_REL_HALF_ULP, LinearWeights, MoEWeights,
                     NVFP4Tensor, _bcast, flashinfer_mma_layout, swizzle_128x4, to_e4m3)
@@ -212,7 +212,6 @@ def prepare_b12x_moe(weights: MoEWeights, *, quant: str = "nvfp4", fold_mode: st
     w1_alpha = _per_expert(alpha13, E, "w13 scale_2")
     w2_alpha = _per_expert(alpha2, E, "w2 scale_2")
     sf13, sf2 = swizzle_128x4(f13), swizzle_128x4(f2)
-    rows13 = weights.w13.packed.shape[1]
     if use_flashinfer_layout:
         mma13, src = flashinfer_mma_layout(sf13.reshape(E * sf13.shape[1], sf13.shape[2]),
                                            sf13.shape[1], H, E)
@@ -245,7 +244,7 @@ def prepare_b12x_moe(weights: MoEWeights, *, quant: str = "nvfp4", fold_mode: st
         w2_sf_mma=mma2, w1_alpha=w1_alpha.to(dev), w2_alpha=w2_alpha.to(dev),
         fc2_input_scale=fc2_input_scale, input_global_scale=input_gs, quant_mode=mode,
         fold_reports=(r13, r2), mma_layout_source=src,
-        geometry={**geometry, "w13_rows": rows13}, notes=tuple(notes))
+        geometry=geometry, notes=tuple(notes))
 
 
 # ================================================================================================
@@ -529,6 +528,23 @@ def marlin_scale_factor(scales_half) -> float:
     return 1.0
 
 
+FP16_MAX = 65504.0
+
+
+def check_marlin_scale_range(scales, scale_factor: float, name: str = "weight") -> None:
+    """Refuse scales Marlin's S0E5M3 form cannot hold: after the rescale every scale * 2^7 must
+    stay a finite fp16 (vLLM computes ``(scale * factor).to(half)`` and would store inf: a tensor
+    whose block scales span more than 2^15 -- e.g. a ModelOpt tensor, max 448, with a block under
+    2^-6 -- cannot be represented)."""
+    torch = _torch()
+    top = float(scales.to(torch.float32).abs().max()) * scale_factor * 2 ** 7
+    if top > FP16_MAX:
+        raise ValueError(f"{name}: Marlin scale range exceeded: largest scale * factor {scale_factor:g} "
+                         f"* 2^7 = {top:g} > fp16 max {FP16_MAX:g} (the factor lifts the smallest "
+                         "non-zero scale to >= 2^-6); vLLM's nvfp4_marlin_process_scales would "
+                         "store inf here")
+
+
 def marlin_process_scales(scales_half, scale_factor: float):
     """vLLM ``nvfp4_marlin_process_scales``: permuted fp16 scales -> S0E5M3 bytes (float8 view).
 
@@ -597,6 +613,7 @@ def prepare_marlin_linear(weights: LinearWeights, *, param_dtype=None) -> Marlin
     N, K = weights.out_features, weights.in_features
     Np = _pad_to(N, MARLIN_TILE_N)
     factor = marlin_scale_factor(weights.weight.block_scale.to(torch.half))
+    check_marlin_scale_range(weights.weight.block_scale, factor)
     q, s = _marlin_one(weights.weight.packed, weights.weight.block_scale, N, K, Np, K, factor, dt)
     return MarlinPrepared(qweight=q, scales=s,
                           global_scale=marlin_process_global_scale(weights.weight.scale_2, dt, factor),
@@ -624,6 +641,7 @@ def prepare_marlin_moe(weights: MoEWeights, *, param_dtype=None) -> Tuple[Marlin
     for t, size_n, size_k, pn, pk in ((weights.w13, I * shards, H, n13, H),
                                       (weights.w2, H, I, _pad_to(H, MARLIN_TILE_N), act_out)):
         factor = marlin_scale_factor(t.block_scale.to(torch.half))
+        check_marlin_scale_range(t.block_scale, factor, "w13" if t is weights.w13 else "w2")
         qs, ss = zip(*[_marlin_one(t.packed[e], t.block_scale[e], size_n, size_k, pn, pk, factor, dt)
                        for e in range(E)])
         out.append(MarlinPrepared(

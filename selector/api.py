@@ -43,7 +43,9 @@ class Selector:
 
     def select(self, **layer: Any) -> Decision:
         """The decision for a layer given as `layer.*` keywords; unset ones come from config."""
-        key = tuple(layer.items())
+        # the types too: True == 1 and 1.0 == 1, yet ep_size=True is bad input however often
+        # ep_size=1 was asked before
+        key = tuple((k, type(v), v) for k, v in layer.items())
         try:
             return self._by_kwargs[key]
         except KeyError:

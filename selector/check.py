@@ -51,6 +51,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             conf = read_catalogue(ConfigTree(tree.dirs, {(op, name): path}))[op][name]
             b = make_backend(op, name, conf, str(path))
             _check_entry_point(b)
+            _check_probes(b)
             backends.append(b)
         except SelectorError as exc:
             problems.append({"file": str(path), "problem": str(exc)})
@@ -70,13 +71,17 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                 except SelectorError as exc:
                     problems.append({"file": str(path), "problem": str(exc)})
     for op in schema.OPS:
-        ranks: Dict[int, str] = {}
+        ranks: Dict[int, Any] = {}
         for b in (b for b in backends if b.op == op):
             if b.rank in ranks:
-                problems.append({"file": b.file, "problem": f"catalogue.{op}.{b.name}.rank: "
-                                 f"{b.rank} is also the rank of {ranks[b.rank]}; ranks must be "
-                                 "distinct so the preference order is explicit"})
-            ranks[b.rank] = b.name
+                other = ranks[b.rank]
+                problems.append({"file": b.file, "problem": f"{b.file}: "
+                                 f"catalogue.{op}.{b.name}.rank: "
+                                 f"{b.rank} is also the rank of {other.name} ({other.file}); "
+                                 "ranks must be distinct so the preference order is explicit"})
+            ranks[b.rank] = b
+    seen: set = set()  # the YAML lint and the per-file pass can find the same problem
+    problems = [p for p in problems if not (p["problem"] in seen or seen.add(p["problem"]))]
     if not problems:
         try:
             data = compose(tree, list(overrides))
@@ -87,6 +92,16 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             "backends": {op: sorted(n for (o, n) in tree.backend_files if o == op)
                          for op in schema.OPS},
             "problems": problems}
+
+
+def _check_probes(b) -> None:
+    """Every declared probe must be one doctor knows (cheap: nothing is imported)."""
+    if b.probes:
+        from .probing import validate_names
+        try:
+            validate_names(b.probes, {n: f"catalogue.{b.op}.{b.name}.probes" for n in b.probes})
+        except SelectorError as exc:
+            raise SelectorError(f"{b.file}: {exc}") from None
 
 
 def _check_entry_point(b) -> None:

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="import the kernel libraries in a child process and probe them")
             s.add_argument("--timeout", type=float, default=120.0,
                            help="seconds each deep probe process may take (default 120)")
+            s.add_argument("--probe", action="append", default=[], metavar="NAME",
+                           help="run only this deep probe (repeatable; implies --deep)")
     return p
 
 
@@ -65,7 +67,7 @@ def _run(args) -> int:
     if args.command == "doctor":
         from .doctor import run_doctor
         return run_doctor(args.overrides, args.config_dir, deep=args.deep, timeout=args.timeout,
-                          fmt=args.format)
+                          fmt=args.format, probes=args.probe)
     if args.command == "check":
         from .check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -56,6 +57,7 @@ class ConfigTree:
             if not p.is_dir():
                 raise bad_input("--config-dir", str(d), "is not a directory")
             if p not in dirs:
+                _refuse_links_out(p)
                 dirs.append(p)
         found: Dict[Tuple[str, str], Path] = {}
         for d in dirs:
@@ -104,6 +106,22 @@ class ConfigTree:
         return h.hexdigest()
 
 
+def _refuse_links_out(root: Path) -> None:
+    """A user config dir may hold symbolic links, but none to a YAML file or a directory
+    outside it: Hydra and the catalogue would follow them out of the search path."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            if not p.is_symlink() or (name in filenames and p.suffix not in (".yaml", ".yml")):
+                continue
+            target = p.resolve()
+            if target != root and root not in target.parents:
+                raise bad_input("--config-dir", str(p), f"is a symbolic link to {target}, "
+                                f"outside the config directory {root}; selector does not follow "
+                                "links out of a config directory: copy the file in instead",
+                                where=str(p))
+
+
 def normalize_overrides(overrides: Sequence[str], tree: Optional["ConfigTree"] = None
                         ) -> List[str]:
     """Make version overrides keep their text: `platform.packages.x=4.10` stays '4.10'."""
@@ -112,6 +130,9 @@ def normalize_overrides(overrides: Sequence[str], tree: Optional["ConfigTree"] =
         if not isinstance(raw, str):
             raise bad_input("override", raw, "is not a string of the form key=value")
         text = raw.strip()
+        if not re.match(r"^(\+\+|\+|~)?[A-Za-z_][\w./@-]*(=|$)", text):
+            raise bad_input("override", raw, "is malformed: overrides are key=value, "
+                            "group=option, +key=value or ~key")
         if text.startswith(("hydra.", "+hydra.", "++hydra.", "~hydra.", "hydra/")):
             raise bad_input("override", raw, "changes Hydra's own settings, which selector does "
                             "not accept; use --config-dir (or config_dirs=) for extra configs")
@@ -121,6 +142,13 @@ def normalize_overrides(overrides: Sequence[str], tree: Optional["ConfigTree"] =
             if tree is not None:  # never a path: the config search path is not to be left
                 raise bad_value(group, option, tree.group_options(group), what="preset")
             raise bad_input(group, option, "is not a preset name (no paths)")
+        key = group.strip().lstrip("+~")
+        if eq and ("/" in key or "@" in key or
+                   ("." not in key and re.search(r"\.\.|[/\\$]", option))):
+            # `+foo=../../x` or a `group@package` would load a YAML file from anywhere
+            raise bad_input("override", raw, "names a config group path, a package or a file "
+                            "path, which selector does not accept: its config groups are "
+                            f"{', '.join(_GROUPS)} and their options are preset names")
         m = _VERSION_KEY.match(text)
         if m:
             key, value = m.group("key"), m.group("value").strip()
@@ -158,7 +186,7 @@ def compose(tree: ConfigTree, overrides: Sequence[str]) -> Dict[str, Any]:
     if cache is not None:
         try:
             cache.mkdir(parents=True, exist_ok=True)
-            tmp = cache / f".{key}.{os.getpid()}.tmp"
+            tmp = cache / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
             tmp.write_text(json.dumps(data, sort_keys=True))
             os.replace(tmp, cache / f"{key}.json")
         except OSError:
@@ -174,9 +202,12 @@ def read_catalogue(tree: ConfigTree) -> Dict[str, Dict[str, Any]]:
         if not isinstance(data, dict):
             raise SelectorError(f"{path}: a backend file must hold a mapping (rank, rules, ...), "
                                 f"not {type(data).__name__}", where=str(path))
-        _refuse_interpolation(data, f"catalogue.{op}.{name}")
+        _refuse_interpolation(data, f"catalogue.{op}.{name}", str(path))
         out[op][name] = data
     return out
+
+
+_HYDRA_LOCK = threading.Lock()
 
 
 def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any]:
@@ -192,29 +223,51 @@ def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any
         if o.lstrip("+~").startswith(("catalogue", "backend")):
             raise bad_input("override", o, "changes the catalogue, which lives in files: add "
                             "or edit backend/<op>/<name>.yaml in a --config-dir instead")
-    ConfigStore.instance().store(name="selector_schema", node=schema.SelectorConf)
     search = [f"hydra.searchpath=[{','.join(repr('file://' + str(d)) for d in tree.dirs[1:])}]"]
-    try:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(tree.dirs[0]), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=search + overrides)
-        data = OmegaConf.to_container(cfg, resolve=False)
-    except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError,
-            KeyError, AttributeError, RecursionError) as exc:
-        raise translate(exc, tree, overrides) from None
-    finally:
-        GlobalHydra.instance().clear()
+    with _HYDRA_LOCK:  # GlobalHydra is process-wide: one compose at a time (threads race)
+        ConfigStore.instance().store(name="selector_schema", node=schema.SelectorConf)
+        try:
+            GlobalHydra.instance().clear()
+            with initialize_config_dir(config_dir=str(tree.dirs[0]), version_base="1.3"):
+                cfg = hydra_compose(config_name="config", overrides=search + overrides)
+            data = OmegaConf.to_container(cfg, resolve=False)
+        except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError,
+                KeyError, AttributeError, RecursionError) as exc:
+            raise translate(exc, tree, overrides) from None
+        finally:
+            GlobalHydra.instance().clear()
     data.pop("hydra", None)
     _refuse_interpolation(data, "")
     return data
 
 
+MAX_CONFIG_BYTES = 256 * 1024  # the largest packaged config file is about 6 KB
+MAX_CONFIG_NODES = 50_000  # values after YAML aliases are expanded (an alias bomb is refused)
+MAX_CONFIG_DEPTH = 64  # nesting levels (the packaged files use at most 5)
+
+
 def load_yaml(path: Path, node: bool = False) -> Any:
-    """A YAML file as data (or as a node tree), with errors that name the file and line."""
+    """A YAML file as data (or as a node tree), with errors that name the file and line.
+
+    A file over MAX_CONFIG_BYTES, one whose aliases expand to more than MAX_CONFIG_NODES values
+    ("billion laughs"), or one with a recursive alias is refused before anything walks it.
+    """
     import yaml
     try:
         text = path.read_text()
-        return yaml.compose(text, Loader=yaml.SafeLoader) if node else yaml.safe_load(text)
+        if len(text) > MAX_CONFIG_BYTES:
+            raise SelectorError(f"{path}: config file is too large ({len(text)} characters; "
+                                f"at most {MAX_CONFIG_BYTES})", where=str(path))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # libyaml: ~15x faster
+        try:
+            root = loader.get_single_node()
+            if root is not None:
+                _check_expansion(root, path)
+            if node or root is None:
+                return root
+            return loader.construct_document(root)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
@@ -226,12 +279,72 @@ def load_yaml(path: Path, node: bool = False) -> Any:
         raise SelectorError(f"{path}: config file is nested too deeply", where=str(path)) from None
 
 
+_PLAIN_TAGS = frozenset("tag:yaml.org,2002:" + t for t in (
+    "null", "bool", "int", "float", "binary", "timestamp", "omap", "pairs", "set", "str", "seq",
+    "map", "merge", "value"))
+
+
+def _check_expansion(root, path: Path) -> None:
+    """Refuse recursive aliases and documents that expand past MAX_CONFIG_NODES (iteratively:
+    aliases share nodes, so sizes are memoised and the walk is linear in the file)."""
+    import yaml
+    sizes: Dict[int, int] = {}
+    active = set()
+    stack = [(root, False, 0)]
+    while stack:
+        n, done, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:  # OmegaConf would recurse past Python's limit
+            raise SelectorError(f"{path} line {n.start_mark.line + 1}: config file is nested "
+                                f"too deeply (more than {MAX_CONFIG_DEPTH} levels)",
+                                where=str(path))
+        kids = [x for pair in n.value for x in pair] if isinstance(n, yaml.MappingNode) else \
+            list(n.value) if isinstance(n, yaml.SequenceNode) else []
+        if done:
+            active.discard(id(n))
+            sizes[id(n)] = 1 + sum(sizes[id(k)] for k in kids)
+            if sizes[id(n)] > MAX_CONFIG_NODES:
+                raise SelectorError(f"{path} line {n.start_mark.line + 1}: config file expands "
+                                    f"to more than {MAX_CONFIG_NODES} values (YAML aliases?)",
+                                    where=str(path))
+        elif id(n) in active:
+            raise SelectorError(f"{path} line {n.start_mark.line + 1}: a YAML alias refers to a "
+                                "node that contains it; config files must be plain trees",
+                                where=str(path))
+        elif id(n) not in sizes:
+            if n.tag not in _PLAIN_TAGS:
+                raise SelectorError(f"{path} line {n.start_mark.line + 1}: YAML tag {n.tag!r} "
+                                    "is not accepted; config files are plain data",
+                                    where=str(path))
+            active.add(id(n))
+            stack.append((n, True, depth))
+            stack.extend((k, False, depth + 1) for k in kids)
+
+
 def _lint_yaml(tree: ConfigTree) -> None:
     """Catch YAML syntax errors (with file and line) and unquoted version numbers in files."""
     for f in tree.files():
         node = load_yaml(f, node=True)
         if node is not None:
             _lint_versions(node, f, [])
+            _lint_defaults(node, f)
+
+
+def _lint_defaults(root, path: Path) -> None:
+    """A defaults list names presets inside the config search path: no `..`, no ${...}."""
+    import yaml
+    if not isinstance(root, yaml.MappingNode):
+        return
+    stack = [v for k, v in root.value if getattr(k, "value", None) == "defaults"]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, yaml.MappingNode):
+            stack.extend(x for pair in n.value for x in pair)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+        elif isinstance(n, yaml.ScalarNode) and re.search(r"\.\.|\$\{|\\", str(n.value)):
+            raise bad_input("defaults", n.value, "leaves the config search path or uses an "
+                            "interpolation; a defaults entry names a preset such as "
+                            "'/platform: cpu'", where=f"{path} line {n.start_mark.line + 1}")
 
 
 def _lint_versions(node, path: Path, keys: List[str]) -> None:
@@ -244,24 +357,27 @@ def _lint_versions(node, path: Path, keys: List[str]) -> None:
             _lint_versions(v, path, keys)
     elif isinstance(node, yaml.ScalarNode) and keys:
         versiony = keys[-1] in ("cuda", "capability") or (len(keys) >= 2 and keys[-2] ==
-                                                          "packages" and "platform" in keys)
-        if versiony and node.tag.endswith((":float", ":int")) and node.style is None:
+                                                          "packages" and ("platform" in keys or
+                                                          path.parent.name in ("platform",
+                                                                               "stack")))
+        if versiony and node.tag.endswith((":float", ":int")) and not node.style:
             raise bad_input(".".join(keys), node.value, "is an unquoted number; quote versions "
                             f"(\"{node.value}\") so that 4.10 does not become 4.1",
                             where=f"{path} line {node.start_mark.line + 1}")
 
 
-def _refuse_interpolation(data: Any, key: str) -> None:
+def _refuse_interpolation(data: Any, key: str, where: Optional[str] = None) -> None:
     """Configs may not reach the environment or files through ${...} resolvers."""
     if isinstance(data, dict):
         for k, v in data.items():
-            _refuse_interpolation(v, f"{key}.{k}" if key else str(k))
+            _refuse_interpolation(v, f"{key}.{k}" if key else str(k), where)
     elif isinstance(data, list):
         for i, v in enumerate(data):
-            _refuse_interpolation(v, f"{key}[{i}]")
+            _refuse_interpolation(v, f"{key}[{i}]", where)
     elif isinstance(data, str) and "${" in data:
         raise bad_input(key, data, "uses an interpolation (${...}); selector configs are data "
-                        "and may not read environment variables, files or other keys")
+                        "and may not read environment variables, files or other keys",
+                        where=where)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,7 +396,11 @@ def schema_keys(cls=schema.SelectorConf, prefix: str = "") -> Dict[str, Any]:
 
 
 def translate(exc: BaseException, tree: ConfigTree, overrides: Sequence[str]) -> SelectorError:
-    text = str(exc)
+    parts, e = [], exc
+    while e is not None and len(parts) < 8:  # Hydra wraps OmegaConf's error as the cause
+        parts.append(str(e))
+        e = e.__cause__ or e.__context__
+    text = "\n".join(parts)
     where = None
     m = re.search(r"In '([^']+)'", text)
     if m:
@@ -299,18 +419,24 @@ def translate(exc: BaseException, tree: ConfigTree, overrides: Sequence[str]) ->
     m = re.search(r"full_key: (\S+)", text)
     full_key = m.group(1) if m else None
     keys = schema_keys()
-    if "not in struct" in text or "not in '" in text or "Could not override" in text:
+    if "not in struct" in text or "not in '" in text or "Could not override" in text or \
+            "Could not append" in text or "Could not delete" in text:
         m2 = re.search(r"Could not (?:override|append to|delete from config)[^']*'([^']+)'",
                        text)
         key = (m2.group(1) if m2 else None) or full_key or "?"
         return _unknown_key(key, keys, where)
-    if "could not be converted" in text or "Unsupported value type" in text or \
-            "Cannot assign" in text or "Value '" in text:
-        m3 = re.search(r"Value '([^']*)'", text)
-        value = m3.group(1) if m3 else "?"
-        key = full_key or "?"
-        kind = _kind_of(keys.get(key))
-        return bad_input(key, value, f"is not {kind}", where=where)
+    if full_key and "does not support deletion" in text:
+        return bad_input(full_key, f"~{full_key}", "cannot be deleted: every key of the schema "
+                         "keeps a value; set it instead (key=value)", where=where)
+    m3 = re.search(r"Value '([^']*)'", text)
+    if full_key and (m3 or "could not be converted" in text or "Cannot assign" in text or
+                     "Cannot convert" in text or "is not Optional" in text):
+        value = m3.group(1) if m3 and "is not Optional" not in text else \
+            _override_value(overrides, full_key)
+        accepted = _VOCABULARIES.get(full_key)
+        return bad_input(full_key, value, f"is not accepted: it must be {_kind_of(full_key)}" +
+                         (f"; accepted: {', '.join(sorted(accepted))}" if accepted else ""),
+                         where=where)
     if "Missing mandatory value" in text:
         return bad_input(full_key or "?", "???", "is required but missing", where=where)
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
@@ -334,11 +460,35 @@ def _unknown_key(key: str, keys: Dict[str, Any], where: Optional[str]) -> Select
     return bad_value(parent or "config", leaf, siblings, what="key", where=where)
 
 
-def _kind_of(default: Any) -> str:
-    if isinstance(default, bool):
-        return "a boolean (true or false)"
-    if isinstance(default, int):
-        return "an integer"
+_VOCABULARIES = {"layer.op": schema.OPS, "layer.quant": schema.QUANTS,
+                 "layer.activation": schema.ACTIVATIONS, "layer.dtype": schema.DTYPES,
+                 "layer.all2all": schema.ALL2ALL}
+
+
+def _override_value(overrides: Sequence[str], key: str) -> str:
+    """The value an override gave `key` (the text after '='), for an error message."""
+    for o in overrides:
+        k, sep, v = o.lstrip("+~").partition("=")
+        if sep and k.strip() == key:
+            return v.strip()
+    return "?"
+
+
+def _kind_of(key: str) -> str:
+    """What a schema key holds, in words, from its dataclass annotation."""
+    node, hint = schema.SelectorConf, None
+    for part in key.split("."):
+        hints = {f.name: f.type for f in fields(node)} if is_dataclass(node) else {}
+        hint = hints.get(part)
+        node = getattr(schema, str(hint), None)
+    words = {"int": "an integer", "bool": "a boolean (true or false)", "float": "a number",
+             "str": "a string"}
+    text = str(hint or "")
+    for name, word in words.items():
+        if text == name:
+            return word
+        if text == f"Optional[{name}]":
+            return f"null or {word}"
     return "of the accepted type"
 
 

@@ -14,7 +14,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from packaging.utils import canonicalize_name
@@ -24,6 +26,7 @@ _CU_LABEL = re.compile(r"^cu(\d{2,3})$")
 _RUNTIME_DISTS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
                   "nvidia-cuda-runtime-cu11")
 TORCH_TIMEOUT_S = float(os.environ.get("SELECTOR_TORCH_PROBE_TIMEOUT", "60"))
+NVML_TIMEOUT_S = float(os.environ.get("SELECTOR_NVML_TIMEOUT", "10"))
 
 
 @dataclass
@@ -51,6 +54,13 @@ class Environment:
 def detect(packages: Iterable[str]) -> Environment:
     pkgs = installed_versions(packages)
     notes: List[str] = []
+    for name, v in pkgs.items():
+        missing = None if v is None else half_installed(name)
+        if missing:  # importing it would fail: a backend that needs it cannot run
+            pkgs[name] = None
+            notes.append(f"{name} {v} is half-installed: its metadata is present but {missing} "
+                         "is missing, so it counts as not installed; reinstall it (pip install "
+                         f"--force-reinstall '{name}=={v}')")
     gpu = detect_gpu()
     notes.extend(gpu.notes)
     cuda, method = cuda_runtime(pkgs)
@@ -78,6 +88,30 @@ def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
     return out
 
 
+def half_installed(name: str) -> Optional[str]:
+    """A file of the distribution's top-level package(s) that its RECORD lists but that is
+    missing (metadata left behind by an interrupted install or a manual removal), or None."""
+    try:
+        dist = md.distribution(name)
+        text = dist.read_text("RECORD") or ""
+    except Exception:  # noqa: BLE001 - unreadable metadata is installed_versions' business
+        return None
+    found: List[str] = []
+    i = text.find("/__init__.py,")
+    while i != -1 and len(found) < 3:  # top-level packages: 'pkg/__init__.py' (one slash)
+        start = text.rfind("\n", 0, i) + 1
+        if "/" not in text[start:i] and not text[start:i].startswith("."):
+            found.append(text[start:i] + "/__init__.py")
+        i = text.find("/__init__.py,", i + 1)
+    for rel in found:
+        try:
+            if not Path(str(dist.locate_file(rel))).exists():
+                return rel
+        except (OSError, ValueError, TypeError):
+            return None
+    return None
+
+
 def cuda_runtime(pkgs: Dict[str, Optional[Version]]) -> Tuple[Optional[Version], str]:
     """The CUDA runtime: torch's build label (2.11.0+cu130 = 13.0), else a runtime wheel."""
     torch_v = pkgs.get("torch")
@@ -88,6 +122,10 @@ def cuda_runtime(pkgs: Dict[str, Optional[Version]]) -> Tuple[Optional[Version],
         if m:
             digits = m.group(1)
             return Version(f"{digits[:-1]}.{digits[-1]}"), f"torch build label +{torch_v.local}"
+    if torch_v is not None:
+        found = _torch_version_file()
+        if found is not None:
+            return found
     for dist in _RUNTIME_DISTS:
         v = installed_versions([dist]).get(canonicalize_name(dist))
         if v is not None:
@@ -95,17 +133,53 @@ def cuda_runtime(pkgs: Dict[str, Optional[Version]]) -> Tuple[Optional[Version],
     return None, "none found (no CUDA build of torch, no nvidia-cuda-runtime wheel)"
 
 
+_TORCH_CUDA_LINE = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+\.\d+)['\"]", re.M)
+
+
+def _torch_version_file() -> Optional[Tuple[Version, str]]:
+    """torch/version.py read as text, not imported: `cuda = '13.0'` in a CUDA build.
+
+    Some installs record the version without its +cuXYZ label in the metadata (seen on the lent
+    H200: metadata 2.11.0, torch.__version__ 2.11.0+cu130), so the label alone is not enough.
+    """
+    try:
+        path = md.distribution("torch").locate_file("torch/version.py")
+        m = _TORCH_CUDA_LINE.search(Path(str(path)).read_text())
+    except (md.PackageNotFoundError, OSError, ValueError, TypeError):
+        return None
+    return (Version(m.group(1)), "torch/version.py (read, not imported)") if m else None
+
+
 def detect_gpu() -> Gpu:
     """GPU 0 through NVML (pynvml, else the driver's libnvidia-ml directly), else torch."""
-    gpu = _nvml_pynvml()
+    gpu = _bounded(_nvml_pynvml, "nvml (pynvml)")
     if gpu is not None:
         return gpu
-    gpu = _nvml_ctypes()
+    gpu = _bounded(_nvml_ctypes, "nvml (libnvidia-ml)")
     if gpu is not None:
         return gpu
     if _driver_present():
         return _torch_child()
     return Gpu(method="none: no NVIDIA driver (libnvidia-ml and libcuda not loadable)")
+
+
+def _bounded(fn, what: str) -> Optional[Gpu]:
+    """fn() in a daemon thread with NVML_TIMEOUT_S: a hung driver call (or a binding that hangs
+    on import) must not hang the caller. A binding that raises anything is unusable: None."""
+    box: Dict[str, Optional[Gpu]] = {}
+
+    def run():
+        try:
+            box["gpu"] = fn()
+        except BaseException:  # noqa: BLE001 - even SystemExit from a broken binding
+            box["gpu"] = None
+    t = threading.Thread(target=run, name=f"selector {what}", daemon=True)
+    t.start()
+    t.join(NVML_TIMEOUT_S)
+    if t.is_alive():
+        return Gpu(method=what, notes=[f"{what} did not answer within {NVML_TIMEOUT_S:g} s "
+                                       "(a hung driver?): no GPU detected"])
+    return box.get("gpu")
 
 
 def _nvml_pynvml() -> Optional[Gpu]:
@@ -164,7 +238,7 @@ def _nvml_ctypes() -> Optional[Gpu]:
         return Gpu(buf.value.decode(), (major.value, minor.value), driver,
                    _cuda_int(dcuda.value), count.value, "nvml (libnvidia-ml)",
                    _count_note(count.value))
-    except (OSError, AttributeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - ctypes.ArgumentError, a bad decode, ...
         return Gpu(method="nvml (libnvidia-ml)", notes=[f"NVML query failed: {exc}"])
     finally:
         try:
@@ -206,8 +280,14 @@ def _torch_child() -> Gpu:
         out = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return Gpu(method="torch", notes=["torch printed no answer"])
-    cap = out.get("capability")
-    return Gpu(out.get("name"), tuple(cap) if cap else None, None, None, out.get("count", 0),
+    cap = out.get("capability") if isinstance(out, dict) else None
+    if not isinstance(out, dict) or (cap is not None and not (
+            isinstance(cap, list) and len(cap) == 2 and
+            all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 100 for x in cap))):
+        return Gpu(method="torch", notes=[f"torch gave a malformed answer: {str(out)[:200]}"])
+    name, count = out.get("name"), out.get("count", 0)
+    return Gpu(name if isinstance(name, str) else None, tuple(cap) if cap else None, None, None,
+               count if isinstance(count, int) and not isinstance(count, bool) else 0,
                "torch (in a child process; NVML unavailable)")
 
 

@@ -330,8 +330,20 @@ class Model:
     probe: str
 
 
+def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
+    """`+key=value` adds keys that Hydra's struct mode lets through: refuse unknown ones."""
+    names = tuple(f.name for f in fields(node))
+    for k in data:
+        if k not in names and not (node is schema.SelectorConf and k == "catalogue"):
+            raise bad_value(key or "config", k, names, what="key")
+
+
 def make_model(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
                presets: List[str], detect=None) -> Model:
+    _known_keys(data, schema.SelectorConf, "")
+    for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
+        if isinstance(data.get(k), Mapping):
+            _known_keys(data[k], node, k)
     catalogue = make_catalogue(data.get("catalogue") or {}, files)
     probe = data.get("probe", "none")
     if probe not in schema.PROBE_MODES:

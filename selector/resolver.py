@@ -50,7 +50,9 @@ class Resolver:
         facts = model.platform.facts
         self._platform = model.platform.to_dict()
         p = model.platform
-        self._label = p.preset if p.source != "detected" else f"auto ({p.gpu_name or 'no GPU'})"
+        self._label = p.preset if p.source != "detected" else \
+            f"detected {p.gpu_name}" if p.gpu_name else "detected"
+        self._platform_notes = tuple(f"platform: {n}" for n in p.detection)
         self._fixed: Dict[Tuple[str, str], Fixed] = {}
         self._dynamic: Dict[Tuple[str, str], Tuple[Dynamic, ...]] = {}
         self._orders: Dict[Tuple[str, str], List[Backend]] = {}
@@ -75,6 +77,11 @@ class Resolver:
                     for name in b.probes if probes and name in probes and not probes[name][0])
                 self._fixed[op, b.name] = _split(fixed)
                 self._dynamic[op, b.name] = tuple(dynamic)
+
+    def platform_reasons(self, op: str, name: str) -> Fixed:
+        """(failures, opt-in, warnings) of a backend on this platform whatever the layer: the
+        rules without layer terms, and failed probes (`selector doctor`)."""
+        return self._fixed[op, name]
 
     def ordered(self, op: str, quant: str) -> List[Backend]:
         key = (op, "nvfp4" if quant == "nvfp4" else "other")
@@ -103,6 +110,10 @@ class Resolver:
                 failures, opt_in, warnings = (failures + more[0], opt_in + more[1],
                                               warnings + more[2])
         if failures:
+            # A backend that does not serve the layer's quant scheme does not implement the
+            # layer: an explicit request for it falls to automatic selection (CONTRACT.md).
+            if any(r.rule == "quant" for r in failures):
+                return "not_applicable", failures, warnings
             return "rejected", failures, warnings
         if opt_in:
             return "opt_in", opt_in, warnings
@@ -149,6 +160,7 @@ class Resolver:
                 notes.extend(f"{b.name} could run this layer and was not selected: {h.message} "
                              f"({h.source})" for h in b.hints if h.applies(layer.num_tokens))
         notes.extend(self._closing_notes(layer, requested, selected, candidates))
+        notes.extend(self._platform_notes)
         return Decision({k: getattr(layer, k) for k in LAYER_KEYS}, self._platform, requested,
                         selected, tuple(candidates), tuple(notes), self._label, tuple(warned))
 

@@ -113,9 +113,19 @@ class Condition:
     @classmethod
     def parse(cls, conf: Mapping[str, Any], key: str, where: str) -> "Condition":
         conf = conf or {}
+        if not isinstance(conf, Mapping):
+            raise bad_input(f"{key}.when", conf, "is not a mapping of conditions", where=where)
         for k in conf:
             if k not in WHEN_FIELDS:
                 raise bad_value(f"{key}.when", k, WHEN_FIELDS, what="key", where=where)
+        for k in ("act_and_mul", "ep"):  # else a typo such as 'yes' silently never holds
+            if conf.get(k) is not None and not isinstance(conf[k], bool):
+                raise bad_input(f"{key}.when.{k}", conf[k], "is not a boolean (true or false)",
+                                where=where)
+        m = conf.get("min_num_experts")
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise bad_input(f"{key}.when.min_num_experts", m, "must be an integer >= 1",
+                            where=where)
         act = conf.get("activation")
         quant = conf.get("quant")
         _check_values(f"{key}.when.activation", act or [], schema.ACTIVATIONS, where)
@@ -279,7 +289,13 @@ class PackageRule(Rule):
     kind, reads = "package", ("package", "any_of", "specifier")
 
     def parse(self, conf):
-        names = list(conf.get("any_of") or []) + ([conf["package"]] if conf.get("package") else [])
+        any_of = conf.get("any_of") or []
+        if not isinstance(any_of, list) or not all(isinstance(n, str) for n in any_of) or \
+                not isinstance(conf.get("package") or "", str):
+            raise bad_input(f"{self.key}.any_of" if any_of else f"{self.key}.package",
+                            any_of or conf.get("package"), "is not a distribution name (or, for "
+                            "any_of, a list of them)", where=self.where)
+        names = list(any_of) + ([conf["package"]] if conf.get("package") else [])
         if not names:
             raise bad_input(f"{self.key}.package", None, "is required (or any_of: [...])",
                             where=self.where)
@@ -424,6 +440,9 @@ class ParallelRule(Rule):
 
     def parse(self, conf):
         self.ep = conf.get("ep")
+        if self.ep is not None and not isinstance(self.ep, bool):
+            raise bad_input(f"{self.key}.ep", self.ep, "is not a boolean (true or false)",
+                            where=self.where)
         self.exclude = tuple(conf.get("all2all_exclude") or [])
         _check_values(f"{self.key}.all2all_exclude", self.exclude, schema.ALL2ALL, self.where)
         if self.ep is None and not self.exclude:
@@ -512,7 +531,7 @@ def compile_rule(conf: Mapping[str, Any], key: str, where: str) -> Rule:
     if not isinstance(conf, Mapping):
         raise bad_input(key, conf, "is not a rule mapping (kind, source, ...)", where=where)
     kind = conf.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:  # a list or mapping is unhashable
         raise bad_value(f"{key}.kind", kind, KINDS, what="rule kind", where=where)
     source = conf.get("source")
     if not isinstance(source, str) or not source.strip() or source == "???":

@@ -18,7 +18,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -59,6 +59,58 @@ def _load(overrides: tuple, config_dirs: tuple):
 def load(*overrides: str, config_dirs: Sequence[os.PathLike] = ()):
     """`selector.load(list(overrides))`, memoised: presets never detect, so this is pure."""
     return _load(tuple(overrides), tuple(str(d) for d in config_dirs))
+
+
+def warm(override_lists: Iterable[Sequence[str]], config_dirs: Sequence[os.PathLike] = (),
+         helpers: int = 1) -> None:
+    """Compose each override list into the session cache (bad ones are skipped).
+
+    `helpers` extra processes compose part of the lists beside this one (composition is most
+    of the cost of a scenario and the machine has more than one core); whatever this process
+    loads itself is memoised by `load`. Purely an optimisation: a list that is not warmed is
+    composed when a test loads it.
+    """
+    import json
+    import selector
+    todo: List[Tuple[str, ...]] = []
+    for o in override_lists:
+        t = tuple(o)
+        if t not in todo:
+            todo.append(t)
+    procs = []
+    dirs = [str(d) for d in config_dirs]
+    if helpers > 0 and len(todo) > 4:
+        parts = [todo[i::helpers + 1] for i in range(helpers + 1)]
+        todo = parts[0]
+        for part in parts[1:]:
+            p = subprocess.Popen([sys.executable, "-c", _WARM], cwd=str(REPO), env=cli_env(),
+                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, text=True)
+            p.stdin.write(json.dumps({"lists": part, "dirs": dirs}))
+            p.stdin.close()
+            procs.append(p)
+    for t in todo:
+        try:
+            load(*t, config_dirs=config_dirs)
+        except selector.SelectorError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+_WARM = """
+import json, sys
+import selector
+job = json.load(sys.stdin)
+for overrides in job["lists"]:
+    try:
+        selector.load(list(overrides), config_dirs=job["dirs"])
+    except selector.SelectorError:
+        pass
+"""
 
 
 # ---------------------------------------------------------------------------------------------

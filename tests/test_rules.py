@@ -548,3 +548,20 @@ def test_unknown_field_is_refused():
 def test_reason_to_dict_is_the_contract_shape():
     got = check(rule(kind="clamp"), layer(swiglu_limit=7.0))
     assert got.to_dict() == {"rule": "clamp", "message": got.message, "source": SRC}
+
+
+@pytest.mark.parametrize("conf,field", [
+    ({"kind": "clamp", "when": {"act_and_mul": "yes"}}, "when.act_and_mul"),
+    ({"kind": "clamp", "when": {"ep": 1}}, "when.ep"),
+    ({"kind": "clamp", "when": {"min_num_experts": 0}}, "when.min_num_experts"),
+    ({"kind": "clamp", "when": ["silu"]}, "when"),
+    ({"kind": "parallel", "ep": "no"}, "ep"),
+    ({"kind": "package", "any_of": "vllm"}, "any_of"),
+    ({"kind": "package", "package": ["vllm"]}, "package"),
+    ({"kind": ["device"]}, "kind"),
+], ids=str)
+def test_wrongly_typed_fields(conf, field):
+    """A typo such as `ep: no` or `act_and_mul: "yes"` must not silently never hold."""
+    with pytest.raises(SelectorError) as e:
+        rule(**conf)
+    assert f"{KEY}.{field}" in str(e.value) and WHERE in str(e.value)

@@ -27,7 +27,7 @@ dict {"status": ok|warning|failed|skipped, "message": str, "details": {...}} (se
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 __all__ = ["ProbeSpec", "PROBES", "resolve", "known_names", "STATUSES"]

@@ -1,0 +1,473 @@
+"""Deep probes: run the catalogue's `probes:` against the installed kernel stack, once.
+
+Deciding is metadata-only; this is where selector looks deeper, on request (`doctor --deep`,
+`explain probe=deep`). Probes that import a kernel library run in one child process per library
+group (backends.probes: "torch" = torch, cutlass-dsl, flashinfer; "triton"; "import:<module>"),
+started with this interpreter, the same sys.path and a time limit, because an import can hang or
+kill the interpreter. The child reports each step as it starts and ends, so a child that hangs
+or dies is a finding naming the step ("timed out after 120 s while importing flashinfer",
+"killed by signal SIGSEGV while running probe flashinfer.mm_fp4"), and the probes after a
+crashed one run again in a fresh child. Probes that read metadata only run in-process. Nothing
+here raises for a broken install; unknown probe names are bad input (SelectorError).
+
+`run_deep_probes(catalogue)` caches per process: the findings of a probe are computed once per
+session and shared by every later call (thread-safe).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import SelectorError, did_you_mean
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_PROBE_TIMEOUT", "120"))
+MARK = "@@selector-probe@@ "
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of one probe. `ok` is False only for status "failed"."""
+    name: str
+    status: str  # ok | warning | failed | skipped
+    message: str
+    group: str = ""
+    seconds: Optional[float] = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": self.name, "status": self.status, "message": self.message,
+                "group": self.group,
+                "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "details": _jsonable(self.details)}
+
+
+@dataclass(frozen=True)
+class ImportTiming:
+    group: str
+    library: str
+    seconds: Optional[float]
+    ok: bool
+    version: Optional[str] = None
+    path: Optional[str] = None
+    error: Optional[str] = None
+    found: bool = True  # False: find_spec found no such module, so it was not imported
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"group": self.group, "library": self.library,
+                "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "ok": self.ok, "found": self.found, "version": self.version, "path": self.path,
+                "error": self.error}
+
+    def describe(self) -> str:
+        if not self.found:
+            return f"{self.library} not found"
+        took = "" if self.seconds is None else f" {self.seconds:.2f} s"
+        return f"{self.library}{took}" + ("" if self.ok else f" FAILED ({self.error})")
+
+
+@dataclass
+class GroupRun:
+    """One library group: its child processes and how long they took."""
+    group: str
+    probes: Tuple[str, ...]
+    processes: int = 0
+    seconds: float = 0.0
+    imports: List[ImportTiming] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"group": self.group, "probes": list(self.probes), "processes": self.processes,
+                "seconds": round(self.seconds, 3), "imports": [i.to_dict() for i in self.imports],
+                "notes": list(self.notes)}
+
+
+@dataclass
+class DeepReport:
+    findings: Dict[str, Finding]
+    groups: List[GroupRun]
+    seconds: float
+
+    @property
+    def imports(self) -> List[ImportTiming]:
+        return [i for g in self.groups for i in g.imports]
+
+
+# ---------------------------------------------------------------------------------------------
+# Names
+
+def _registry():
+    return importlib.import_module("backends.probes")
+
+
+def catalogue_probe_names(catalogue) -> List[str]:
+    """Every probe the catalogue's backends declare, in catalogue order, once each."""
+    names: Dict[str, None] = {}
+    for backends in catalogue.backends.values():
+        for b in backends:
+            for n in b.probes:
+                names.setdefault(n, None)
+    return list(names)
+
+
+def validate_names(names: Iterable[str], where: Mapping[str, str] = None) -> None:
+    """SelectorError for a name no probe answers to (with the backends that declare it)."""
+    reg = _registry()
+    for n in names:
+        if reg.resolve(n) is None:
+            key = (where or {}).get(n, "probe")
+            text = (f"{key}: unknown probe {n!r}; accepted: {', '.join(reg.known_names())}")
+            close = did_you_mean(str(n), list(reg.PROBES))
+            if close:
+                text += f" (did you mean {close!r}?)"
+            raise SelectorError(text, key=key, value=n, accepted=reg.known_names())
+
+
+def declared_by(catalogue) -> Dict[str, List[str]]:
+    """probe name -> ['moe/flashinfer_b12x', ...]."""
+    out: Dict[str, List[str]] = {}
+    for op, backends in catalogue.backends.items():
+        for b in backends:
+            for n in b.probes:
+                out.setdefault(n, []).append(f"{op}/{b.name}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Skips decided from metadata (no import)
+
+def _skip_reason(spec) -> Optional[str]:
+    """Why the probe need not run (its distribution is absent or predates it), else None."""
+    try:
+        return _skip_reason_unchecked(spec)
+    except Exception:  # noqa: BLE001 - odd metadata: run the probe and let it tell
+        return None
+
+
+def _skip_reason_unchecked(spec) -> Optional[str]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+    import importlib.metadata as md
+    import importlib.util
+    for dist, spec_text in spec.requires:
+        try:
+            v = md.version(dist)
+        except md.PackageNotFoundError:
+            return f"{dist} not installed"
+        if spec_text:
+            try:
+                ver = Version(v)
+                if not SpecifierSet(spec_text, prereleases=True).contains(
+                        Version(ver.public), prereleases=True):
+                    return (f"{dist} {v} does not ship this entry point (it needs "
+                            f"{dist}{spec_text})")
+            except (InvalidVersion, InvalidSpecifier):
+                pass
+    if spec.module:
+        try:
+            found = importlib.util.find_spec(spec.module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            return f"{spec.module} not installed (no module named {spec.module!r})"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+def _backends_root() -> str:
+    """The directory that holds the `backends` package, so the child can import it."""
+    reg = _registry()
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(reg.__file__))))
+
+
+_BOOT = ("import sys; sys.path.insert(0, {root!r}); "
+         "from backends.probes._child import main; main()")
+
+
+def _parent_path() -> List[str]:
+    out = []
+    for p in sys.path:
+        p = os.path.abspath(p) if p else os.getcwd()
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the child and everything it started (its own session/process group, by id)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError, AttributeError):  # no killpg: Windows
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+def _exit_text(rc: Optional[int], timed_out: bool, timeout: float) -> str:
+    if timed_out:
+        return f"timed out after {timeout:g} s (the probe process was killed)"
+    if rc is None:
+        return "the probe process could not be started"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"the probe process was killed by {name} (exit status {rc})"
+    return f"the probe process exited with status {rc}"
+
+
+def _tail(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    # a faulthandler dump names the crash first ("Fatal Python error: Segmentation fault")
+    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]
+    last = fatal[0] if fatal else lines[-1]
+    return last if len(last) <= limit else last[:limit] + "..."
+
+
+def _run_child(group: str, steps: List[Tuple[str, str]], ctx: Dict[str, Any], timeout: float,
+               root: str) -> Tuple[List[Dict[str, Any]], Optional[int], bool, str, float]:
+    """(events, exit status, timed out, stderr, seconds) of one child process."""
+    payload = json.dumps({"path": _parent_path(), "steps": steps, "ctx": ctx})
+    env = dict(os.environ)
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _BOOT.format(root=root)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, start_new_session=True)
+    except OSError as exc:
+        return [], None, False, f"{sys.executable}: {exc}", 0.0
+    timed_out = False
+    try:
+        out, err = proc.communicate(payload.encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill(proc)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a grandchild holds the pipes open
+            out, err = b"", b""
+    seconds = time.perf_counter() - t0
+    events = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        at = line.find(MARK)
+        if at < 0:
+            continue
+        try:
+            events.append(json.loads(line[at + len(MARK):]))
+        except ValueError:
+            continue
+    return events, proc.returncode, timed_out, err.decode("utf-8", "replace"), seconds
+
+
+def _steps_for(specs: Sequence[Any]) -> List[Tuple[str, str]]:
+    """Imports then probes, each probe after the imports it needs (torch.cuda before flashinfer)."""
+    steps: List[Tuple[str, str]] = []
+    done: List[str] = []
+    for spec in sorted(specs, key=lambda s: len(s.imports)):
+        for m in spec.imports:
+            if m not in done:
+                if _findable(m):
+                    steps.append(("import", m))
+                done.append(m)
+        steps.append(("probe", spec.name))
+    return steps
+
+
+def _findable(module: str) -> bool:
+    import importlib.util
+    try:
+        return importlib.util.find_spec(module.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
+               ) -> Tuple[Dict[str, Finding], GroupRun]:
+    run = GroupRun(group, tuple(s.name for s in specs))
+    for m in dict.fromkeys(m for s in specs for m in s.imports):
+        if not _findable(m):
+            run.imports.append(ImportTiming(group, m, None, False, found=False,
+                                            error=f"no module named {m!r}"))
+    findings: Dict[str, Finding] = {}
+    root = _backends_root()
+    pending = list(specs)
+    while pending:
+        steps = _steps_for(pending)
+        events, rc, timed_out, err, seconds = _run_child(group, steps, ctx, timeout, root)
+        run.processes += 1
+        run.seconds += seconds
+        current: Optional[Tuple[str, str]] = None
+        finished = False
+        for ev in events:
+            kind, phase = ev.get("event"), ev.get("phase")
+            if kind == "import":
+                if phase == "start":
+                    current = ("import", ev.get("library"))
+                else:
+                    current = None
+                    if all(i.library != ev.get("library") for i in run.imports):  # 1st process
+                        run.imports.append(ImportTiming(
+                            group, ev.get("library"), ev.get("seconds"), bool(ev.get("ok")),
+                            ev.get("version"), ev.get("path"), ev.get("error")))
+            elif kind == "probe":
+                if phase == "start":
+                    current = ("probe", ev.get("name"))
+                else:
+                    current = None
+                    name = ev.get("name")
+                    findings[name] = Finding(name, ev.get("status", "failed"),
+                                             str(ev.get("message", "")), group,
+                                             ev.get("seconds"), ev.get("details") or {})
+            elif kind == "done":
+                finished = True
+        pending = [s for s in pending if s.name not in findings]
+        if finished and not pending:
+            break
+        why = _exit_text(rc, timed_out, timeout)
+        tail = _tail(err)
+        if current is None and not events:
+            where, stuck = "before it reported anything", [s.name for s in pending]
+        elif current is None:
+            where, stuck = "between steps", [s.name for s in pending]
+        elif current[0] == "import":
+            where = f"while importing {current[1]}"
+            if timed_out:
+                run.imports.append(ImportTiming(group, current[1], None, False,
+                                                error=f"timed out after {timeout:g} s"))
+            else:
+                run.imports.append(ImportTiming(group, current[1], None, False, error=why))
+            stuck = [s.name for s in pending if current[1] in s.imports]
+            if not stuck:
+                stuck = [s.name for s in pending]
+        else:
+            where, stuck = f"while running probe {current[1]}", [current[1]]
+        message = f"{why} {where}" + (f"; last output: {tail}" if tail and not timed_out
+                                      else "")
+        run.notes.append(message)
+        for name in stuck:
+            findings[name] = Finding(name, "failed", message, group, None,
+                                     {"exit_status": rc, "timed_out": timed_out})
+        pending = [s for s in pending if s.name not in findings]
+    return findings, run
+
+
+def _run_in_process(spec, ctx: Dict[str, Any]) -> Finding:
+    t0 = time.perf_counter()
+    try:
+        mod_name, _, fn_name = spec.func.partition(":")
+        res = getattr(importlib.import_module(mod_name), fn_name)(spec.arg, ctx)
+        status = res.get("status") if isinstance(res, dict) else None
+        if status not in ("ok", "warning", "failed", "skipped"):
+            raise TypeError(f"probe {spec.name} returned {res!r}, not a result dict")
+        return Finding(spec.name, status, str(res.get("message", "")), spec.group,
+                       time.perf_counter() - t0, res.get("details") or {})
+    except Exception as exc:  # noqa: BLE001 - a probe that raises is a finding
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return Finding(spec.name, "failed", f"the probe raised {type(exc).__name__}: {text}",
+                       spec.group, time.perf_counter() - t0, {"exception": type(exc).__name__})
+
+
+def run_probes(names: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+               ctx: Optional[Dict[str, Any]] = None) -> DeepReport:
+    """Run the named probes now (no cache): skips from metadata, in-process metadata probes,
+    then one child per library group, the groups in parallel."""
+    t0 = time.perf_counter()
+    validate_names(names)
+    reg = _registry()
+    ctx = dict(ctx or {})
+    findings: Dict[str, Finding] = {}
+    groups: Dict[str, List[Any]] = {}
+    meta = GroupRun("metadata", ())
+    for name in dict.fromkeys(names):
+        spec = reg.resolve(name)
+        why = _skip_reason(spec)
+        if why is not None:
+            findings[name] = Finding(name, "skipped", f"skipped: {why}", spec.group, None,
+                                     {"reason": why})
+        elif spec.in_process:
+            f = _run_in_process(spec, ctx)
+            findings[name] = f
+            meta.probes += (name,)
+            meta.seconds += f.seconds or 0.0
+        else:
+            groups.setdefault(spec.group, []).append(spec)
+    runs: List[GroupRun] = [meta] if meta.probes else []
+    if groups:
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            results = list(pool.map(lambda g: _run_group(g, groups[g], ctx, timeout),
+                                    list(groups)))
+        for found, run in results:
+            findings.update(found)
+            runs.append(run)
+    ordered = {n: findings[n] for n in dict.fromkeys(names)}
+    return DeepReport(ordered, runs, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The session cache
+
+_LOCK = threading.Lock()
+_CACHE: Dict[str, Finding] = {}
+_RUNS: List[GroupRun] = []
+
+
+def probe_once(names: Sequence[str], *, timeout: Optional[float] = None,
+               ctx: Optional[Dict[str, Any]] = None) -> DeepReport:
+    """Like run_probes, but each probe runs at most once per process; later calls reuse it."""
+    names = list(dict.fromkeys(names))
+    validate_names(names)
+    with _LOCK:
+        missing = [n for n in names if n not in _CACHE]
+        if missing:
+            rep = run_probes(missing, timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+                             ctx=ctx)
+            _CACHE.update(rep.findings)
+            _RUNS.extend(rep.groups)
+        seconds = 0.0 if not missing else rep.seconds
+        wanted = set(names)
+        groups = [g for g in _RUNS if wanted.intersection(g.probes)]
+        return DeepReport({n: _CACHE[n] for n in names}, groups, seconds)
+
+
+def run_deep_probes(catalogue, *, timeout: Optional[float] = None) -> Dict[str, Finding]:
+    """Findings (name -> Finding with .ok and .message) for every probe the catalogue declares,
+    computed once per session."""
+    names = catalogue_probe_names(catalogue)
+    where = {n: f"catalogue.{b.replace('/', '.')}.probes" for n, bs in
+             declared_by(catalogue).items() for b in bs[:1]}
+    validate_names(names, where)
+    return probe_once(names, timeout=timeout).findings
+
+
+def clear_cache() -> None:
+    with _LOCK:
+        _CACHE.clear()
+        _RUNS.clear()
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+__all__ = ["Finding", "ImportTiming", "GroupRun", "DeepReport", "run_probes", "probe_once",
+           "run_deep_probes", "clear_cache", "catalogue_probe_names", "validate_names",
+           "declared_by"]

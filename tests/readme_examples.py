@@ -1,0 +1,43 @@
+"""The README's console examples: run each `$ python -m selector ...` block and compare.
+
+    python tests/readme_examples.py --write   # refresh the README's outputs after a change
+
+tests/test_readme.py fails when the README shows output that the code no longer prints.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCK = re.compile(r"```console\n\$ (python -m selector [^\n]*)\n(.*?)```", re.S)
+
+
+def examples(text: str) -> List[Tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(text)]
+
+
+def run(command: str) -> str:
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "selector"], command
+    r = subprocess.run([sys.executable, "-m", "selector", *argv[3:]], capture_output=True,
+                       text=True, cwd=README.parent, timeout=120)
+    assert r.returncode in (0, 1), (command, r.returncode, r.stderr)
+    return r.stdout
+
+
+def write() -> None:
+    text = README.read_text()
+    text = BLOCK.sub(lambda m: f"```console\n$ {m.group(1)}\n{run(m.group(1))}```", text)
+    README.write_text(text)
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        write()
+    for cmd, _ in examples(README.read_text()):
+        print(cmd)

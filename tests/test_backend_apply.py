@@ -1,0 +1,292 @@
+"""Entry points: they resolve, gate on the selector, reuse ``out``, and never fake a kernel.
+
+The FlashInfer ``apply`` tests run the real FlashInfer kernel against the reference where the
+selector (``platform=auto``) says the backend is usable, and skip with the selector's reasons
+elsewhere (on a machine without SM100/SM120: every one of them). The gating tests check that a
+rejected backend raises BackendUnavailable carrying every reason, and that an eligible one passes
+the gate.
+"""
+import importlib
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from backends import nvfp4 as nv  # noqa: E402
+from backends._base import BackendUnavailable, decide  # noqa: E402
+from backends.emulation import EmulationLinear, EmulationMoE  # noqa: E402
+from backends.reference import route  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MOE_ENTRY_POINTS = {
+    "emulation": "backends.emulation:EmulationMoE",
+    "flashinfer_b12x": "backends.flashinfer_b12x:B12xMoE",
+    "b12x": "backends.b12x_native:B12xNativeMoE",
+    "flashinfer_trtllm": "backends.flashinfer_trtllm:TrtllmMoE",
+    "flashinfer_cutedsl": "backends.flashinfer_cutedsl:CuteDslMoE",
+    "flashinfer_cutlass": "backends.flashinfer_cutlass:CutlassMoE",
+    "cutlass": "backends.vllm_cutlass:VllmCutlassMoE",
+    "marlin": "backends.marlin:MarlinMoE",
+}
+LINEAR_ENTRY_POINTS = {
+    "emulation": "backends.emulation:EmulationLinear",
+    "flashinfer_cutedsl": "backends.flashinfer_cutedsl:CuteDslLinear",
+    "flashinfer_cutlass": "backends.flashinfer_cutlass:CutlassLinear",
+    "flashinfer_b12x": "backends.flashinfer_b12x:B12xLinear",
+    "cutlass": "backends.vllm_cutlass:VllmCutlassLinear",
+    "marlin": "backends.marlin:MarlinLinear",
+    "flashinfer_trtllm": "backends.flashinfer_trtllm:TrtllmLinear",
+    "flashinfer_cudnn": "backends.flashinfer_cudnn:CudnnLinear",
+    "b12x": "backends.b12x_native:B12xNativeLinear",
+}
+ENTRY_POINTS = {"moe": MOE_ENTRY_POINTS, "linear": LINEAR_ENTRY_POINTS}
+FLASHINFER_MOE = ["flashinfer_b12x", "flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass"]
+FLASHINFER_LINEAR = ["flashinfer_b12x", "flashinfer_trtllm", "flashinfer_cutedsl",
+                     "flashinfer_cutlass", "flashinfer_cudnn"]
+EXTERNAL = [("moe", "cutlass"), ("moe", "marlin"), ("moe", "b12x"),
+            ("linear", "cutlass"), ("linear", "marlin"), ("linear", "b12x")]
+
+E, H, I, T, TOPK = 8, 256, 128, 16, 2
+
+
+def resolve(entry_point):
+    mod, cls = entry_point.split(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+def _selector_or_skip():
+    try:
+        import selector  # noqa: F401
+        selector.load(overrides=["platform=auto"])
+    except Exception as exc:  # pragma: no cover - only while selector/ is being written
+        pytest.skip(f"selector not usable: {exc}")
+
+
+def _device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _moe(device, seed=0, gated=True):
+    g = torch.Generator().manual_seed(seed)
+    w13 = torch.randn(E, (2 if gated else 1) * I, H, generator=g) / math.sqrt(H) * 20
+    w2 = torch.randn(E, H, I, generator=g) / math.sqrt(I) * 20
+    x = torch.randn(T, H, generator=g).bfloat16()
+    W = nv.quantize_moe(w13, w2, nv.activation_scale_from_amax(x.float()), torch.full((E,), 0.05))
+    tw, ti = route(torch.randn(T, E, generator=g), TOPK)
+    return W.w13.to(device), W, x.to(device), tw.to(device), ti.to(device)
+
+
+def _moe_to(W, device):
+    f = (lambda t: None if t is None else t.to(device))
+    return nv.MoEWeights(W.w13.to(device), W.w2.to(device), f(W.a13_scale), f(W.a2_scale))
+
+
+def _linear(device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, H, generator=g).bfloat16()
+    lw = nv.quantize_linear(torch.randn(384, H, generator=g), input_scale=nv.activation_scale_from_amax(x.float()))
+    return nv.LinearWeights(lw.weight.to(device), lw.input_scale.to(device)), x.to(device)
+
+
+def _moe_layer(x, activation="silu", gated=True):
+    return dict(quant="nvfp4", activation=activation, act_and_mul=gated, ep_size=1,
+                dtype="bfloat16", num_tokens=int(x.shape[0]), hidden_size=H,
+                intermediate_size=I, num_experts=E, top_k=TOPK, swiglu_limit=None)
+
+
+def _linear_layer(x):
+    return dict(quant="nvfp4", dtype="bfloat16", num_tokens=int(x.shape[0]), hidden_size=H)
+
+
+def _reasons(cand):
+    return "; ".join(f"[{r.rule}] {r.message} ({r.source})" for r in cand.reasons)
+
+
+def _usable_or_skip(op, backend, layer):
+    d = decide(op, layer, ["platform=auto"])
+    c = d.candidate(backend)
+    if c.status not in ("selected", "eligible", "opt_in"):
+        pytest.skip(f"{backend} {c.status} here: {_reasons(c)}")
+    return d
+
+
+# ------------------------------------------------------------------------------------------------
+# entry points
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,backend", [(op, b) for op, eps in ENTRY_POINTS.items() for b in eps])
+def test_entry_point_resolves_to_a_class_with_prepare_and_apply(op, backend):
+    cls = resolve(ENTRY_POINTS[op][backend])
+    assert callable(getattr(cls, "prepare")) and callable(getattr(cls, "apply"))
+    assert cls.backend == backend and cls.op == op
+    assert "out" in __import__("inspect").signature(cls.apply).parameters
+
+
+def test_catalogue_entry_points_are_these():
+    _selector_or_skip()
+    for op, eps in ENTRY_POINTS.items():
+        d = decide(op, {"quant": "nvfp4"}, ["platform=auto"])
+        got = {c.backend: c.entry_point for c in d.candidates}
+        assert got == eps, (op, got)
+
+
+def test_importing_every_backend_module_imports_neither_torch_nor_flashinfer():
+    mods = sorted({ep.split(":")[0] for eps in ENTRY_POINTS.values() for ep in eps.values()})
+    code = ("import sys, importlib\n"
+            f"for m in {mods!r}: importlib.import_module(m)\n"
+            "import backends\n"
+            "print(sorted(k for k in ('torch', 'flashinfer', 'triton', 'cutlass') if k in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------------
+# FlashInfer apply paths: real kernels where the selector allows them, skipped elsewhere
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", FLASHINFER_MOE)
+def test_flashinfer_moe_apply_matches_the_reference(backend):
+    _selector_or_skip()
+    dev = _device()
+    _, W, x, tw, ti = _moe(dev)
+    d = _usable_or_skip("moe", backend, _moe_layer(x))
+    impl = resolve(MOE_ENTRY_POINTS[backend])(activation="silu", decision=d)
+    p = impl.prepare(_moe_to(W, dev))
+    out = torch.empty_like(x)
+    y = impl.apply(x, p, tw, ti, out=out)
+    assert y.data_ptr() == out.data_ptr()
+    emu = EmulationMoE(activation="silu", fc2_input_scale=1.0 if backend == "flashinfer_b12x" else None)
+    ref = emu.apply(x, emu.prepare(_moe_to(W, dev)), tw, ti).float()
+    err = float((y.float() - ref).norm() / ref.norm())
+    assert err < 0.05, err
+
+
+@pytest.mark.parametrize("backend", FLASHINFER_LINEAR)
+def test_flashinfer_linear_apply_matches_the_reference(backend):
+    _selector_or_skip()
+    dev = _device()
+    lw, x = _linear(dev)
+    d = _usable_or_skip("linear", backend, _linear_layer(x))
+    impl = resolve(LINEAR_ENTRY_POINTS[backend])(decision=d)
+    out = torch.empty(T, 384, dtype=torch.bfloat16, device=dev)
+    y = impl.apply(x, impl.prepare(lw), out=out)
+    assert y.data_ptr() == out.data_ptr()
+    emu = EmulationLinear()
+    ref = emu.apply(x, emu.prepare(lw)).float()
+    assert float((y.float() - ref).norm() / ref.norm()) < 0.02
+
+
+# ------------------------------------------------------------------------------------------------
+# the gate
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,backend", [("moe", b) for b in FLASHINFER_MOE]
+                         + [("linear", b) for b in FLASHINFER_LINEAR])
+def test_rejected_flashinfer_backend_raises_with_every_selector_reason(op, backend):
+    _selector_or_skip()
+    if op == "moe":
+        _, W, x, tw, ti = _moe("cpu")
+        layer = _moe_layer(x)
+    else:
+        lw, x = _linear("cpu")
+        layer = _linear_layer(x)
+    cand = decide(op, layer, ["platform=auto"]).candidate(backend)
+    if cand.status in ("selected", "eligible", "opt_in"):
+        pytest.skip(f"{backend} is usable here; the rejection path is not reachable")
+    impl = resolve(ENTRY_POINTS[op][backend])(activation="silu")
+    if op == "moe":
+        if backend == "flashinfer_trtllm":
+            pytest.importorskip("flashinfer")          # its prepare uses FlashInfer's index helpers
+        p = impl.prepare(W)
+        call = lambda: impl.apply(x, p, tw, ti, out=torch.empty_like(x))  # noqa: E731
+    else:
+        if backend == "flashinfer_trtllm":
+            pytest.importorskip("flashinfer")
+        p = impl.prepare(lw)
+        call = lambda: impl.apply(x, p, out=torch.empty(T, 384, dtype=torch.bfloat16))  # noqa: E731
+    with pytest.raises(BackendUnavailable) as exc:
+        call()
+    assert cand.reasons, "a rejected candidate must carry reasons"
+    msg = str(exc.value)
+    for r in cand.reasons:
+        assert r.rule in msg and r.message in msg and r.source in msg
+    assert exc.value.reasons == [(r.rule, r.message, r.source) for r in cand.reasons]
+    assert exc.value.status == cand.status
+
+
+def test_gate_lets_an_eligible_or_opt_in_backend_through():
+    _selector_or_skip()
+    from backends.flashinfer_b12x import B12xMoE
+    from backends.flashinfer_cutlass import CutlassLinear
+    _, W, x, tw, ti = _moe("cpu")
+    over = ["platform=rtx_5090", "stack=flashinfer_0_7_4"]
+    moe = B12xMoE(activation="silu", selector_overrides=over)
+    c = moe.check(x, moe.prepare(W), top_k=TOPK)
+    assert c.backend == "flashinfer_b12x" and c.status == "opt_in"
+    lw, xl = _linear("cpu")
+    lin = CutlassLinear(selector_overrides=over)
+    assert lin.check(xl, lin.prepare(lw)).status in ("selected", "eligible")
+    # the same layer on a platform without SM 12.x is refused, with the device rule among the reasons
+    with pytest.raises(BackendUnavailable) as exc:
+        B12xMoE(activation="silu", selector_overrides=["platform=h200", "stack=flashinfer_0_7_4"]).check(
+            x, moe.prepare(W), top_k=TOPK)
+    assert any(rule == "device" for rule, _, _ in exc.value.reasons)
+
+
+def test_gate_uses_the_decision_it_is_given_and_the_layer_it_describes():
+    _selector_or_skip()
+    from backends.flashinfer_b12x import B12xMoE
+    _, W, x, tw, ti = _moe("cpu", gated=False)
+    # a gated relu2 layer: b12x serves relu2 only non-gated, so the act_and_mul rule fires
+    moe = B12xMoE(activation="relu2", act_and_mul=True,
+                  selector_overrides=["platform=rtx_5090", "stack=flashinfer_0_7_4"])
+    with pytest.raises(BackendUnavailable) as exc:
+        moe.check(x, None, layer=_moe_layer(x, "relu2", gated=True))
+    assert any(rule == "act_and_mul" for rule, _, _ in exc.value.reasons)
+    d = decide("moe", _moe_layer(x, "relu2", gated=False), ["platform=rtx_5090", "stack=flashinfer_0_7_4"])
+    assert B12xMoE(activation="relu2", decision=d).check().status == "opt_in"
+
+
+@pytest.mark.parametrize("op,backend", EXTERNAL)
+def test_external_kernel_backends_name_the_missing_distribution(op, backend):
+    _selector_or_skip()
+    from backends._base import missing_distributions
+    cls = resolve(ENTRY_POINTS[op][backend])
+    if len(missing_distributions(cls.needs_any)) < len(cls.needs_any):
+        pytest.skip(f"one of {cls.needs_any} is installed here")
+    if op == "moe":
+        _, W, x, tw, ti = _moe("cpu")
+        args = (tw, ti)
+        payload = W
+    else:
+        payload, x = _linear("cpu")
+        args = ()
+    # a platform where the selector itself would allow the backend (vLLM stack on B200 / RTX 5090)
+    plat = "platform=rtx_5090" if backend == "b12x" else "platform=b200"
+    for over in (["platform=auto"], [plat, "stack=vllm_0_32"]):
+        impl = cls(activation="silu", selector_overrides=over)
+        p = impl.prepare(payload)
+        with pytest.raises(BackendUnavailable) as exc:
+            impl.apply(x, p, *args, out=torch.empty_like(x) if op == "moe" else None)
+        msg = str(exc.value)
+        for dist in cls.needs_any:
+            assert repr(dist) in msg and "not installed" in msg
+
+
+def test_emulation_entry_points_accept_out_and_never_reallocate():
+    _, W, x, tw, ti = _moe("cpu")
+    moe = resolve(MOE_ENTRY_POINTS["emulation"])(activation="silu")
+    p = moe.prepare(W)
+    out = torch.empty_like(x)
+    ptrs = {moe.apply(x, p, tw, ti, out=out).data_ptr() for _ in range(3)}
+    assert ptrs == {out.data_ptr()}
+    lw, xl = _linear("cpu")
+    lin = resolve(LINEAR_ENTRY_POINTS["emulation"])()
+    o = torch.empty(T, 384, dtype=torch.bfloat16)
+    assert lin.apply(xl, lin.prepare(lw), out=o) is o

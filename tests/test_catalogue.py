@@ -1,0 +1,152 @@
+"""The packaged catalogue (conf/backend/): the backends CONTRACT.md names, for their ops and no
+other; every rule cites a source; `check` passes on the packaged tree; docs/rules.md is
+generated from it and does not drift."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, load
+from selector import schema
+
+CONTRACT_MOE = ["flashinfer_b12x", "b12x", "flashinfer_trtllm", "flashinfer_cutedsl",
+                "flashinfer_cutlass", "cutlass", "marlin", "emulation"]
+CONTRACT_LINEAR = ["flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass",
+                   "marlin", "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "emulation"]
+CONTRACT_PATHS = [REPO / "CONTRACT.md", REPO / "docs" / "CONTRACT.md",
+                  Path("/work/shared/CONTRACT.md")]
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load("platform=cpu").catalogue
+
+
+def test_contract_backends_exist_for_their_op_and_no_other(cat):
+    assert sorted(cat.names("moe")) == sorted(CONTRACT_MOE)
+    assert sorted(cat.names("linear")) == sorted(CONTRACT_LINEAR)
+    files = {(p.parent.name, p.stem) for p in (REPO / "conf" / "backend").glob("*/*.yaml")}
+    assert files == {("moe", n) for n in CONTRACT_MOE} | {("linear", n) for n in CONTRACT_LINEAR}
+
+
+def test_backend_names_match_the_contract_text():
+    path = next((p for p in CONTRACT_PATHS if p.is_file()), None)
+    if path is None:
+        pytest.skip("CONTRACT.md is not available here")
+    text = path.read_text()
+    m = re.search(r"### Backend names\n(.*?)\n\n", text, re.S)
+    assert m, "CONTRACT.md has no 'Backend names' section"
+    section = " ".join(m.group(1).split())
+    moe = re.search(r"MoE: (.*?)\. Linear:", section).group(1)
+    linear = re.search(r"Linear: (.*?)\.$", section).group(1)
+    assert re.findall(r"`([a-z0-9_]+)`", moe) == CONTRACT_MOE
+    assert re.findall(r"`([a-z0-9_]+)`", linear) == CONTRACT_LINEAR
+
+
+def test_every_rule_cites_a_source(cat):
+    n = 0
+    for op, backends in cat.backends.items():
+        for b in backends:
+            assert b.rules, f"{op}.{b.name} has no rules"
+            for r in b.rules:
+                n += 1
+                src = r.source.strip()
+                assert src and src != "???" and len(src) >= 8, (r.key, r.source)
+                assert r.kind in schema.RULE_KINDS
+                assert r.key.startswith(f"catalogue.{op}.{b.name}.rules[")
+    assert n > 100
+
+
+def test_backend_fields(cat):
+    for op, backends in cat.backends.items():
+        ranks = [b.rank for b in backends]
+        assert len(set(ranks)) == len(ranks), f"{op}: ranks must be distinct"
+        assert ranks == sorted(ranks)
+        for b in backends:
+            assert b.description.strip(), b.name
+            assert b.entry_point and re.fullmatch(r"backends\.[a-z0-9_]+:[A-Z]\w+", b.entry_point)
+            assert set(b.implements) <= set(schema.NVFP4_QUANTS)
+            assert Path(b.file).name == f"{b.name}.yaml"
+
+
+def test_execution_kinds_and_opt_in(cat):
+    execution = {(op, b.name): b.execution for op, bs in cat.backends.items() for b in bs}
+    assert {k for k, v in execution.items() if v == "weight_only"} == {("moe", "marlin"),
+                                                                       ("linear", "marlin")}
+    assert {k for k, v in execution.items() if v == "reference"} == {("moe", "emulation"),
+                                                                     ("linear", "emulation")}
+    opt_in = {(op, b.name) for op, bs in cat.backends.items() for b in bs if b.opt_in}
+    assert opt_in == {("moe", "flashinfer_b12x"), ("moe", "b12x"), ("linear", "b12x"),
+                      ("linear", "flashinfer_trtllm")}
+    # vLLM's automatic MoE order (FACTS.md): trtllm, cutedsl, cutlass (flashinfer), cutlass, marlin
+    auto = [b.name for b in cat.backends["moe"] if not b.opt_in]
+    assert auto == ["flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass", "cutlass",
+                    "marlin", "emulation"]
+    auto_linear = [b.name for b in cat.backends["linear"] if not b.opt_in]
+    assert auto_linear == ["flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x",
+                           "cutlass", "marlin", "flashinfer_cudnn", "emulation"]
+
+
+def test_swiglu_clamp_set(cat):
+    """FACTS.md: every MoE backend applies swiglu_limit except flashinfer_b12x."""
+    no_clamp = {b.name for b in cat.backends["moe"] if any(r.kind == "clamp" for r in b.rules)}
+    assert no_clamp == {"flashinfer_b12x"}
+
+
+def test_no_ep_backends(cat):
+    """FACTS.md: flashinfer_b12x and b12x do not support EP; the others do."""
+    no_ep = {b.name for b in cat.backends["moe"]
+             if any(r.kind == "parallel" and r.ep is False for r in b.rules)}
+    assert no_ep == {"flashinfer_b12x", "b12x"}
+
+
+def _missing_entry_points(cat):
+    import importlib
+    missing = []
+    for bs in cat.backends.values():
+        for b in bs:
+            module, _, attr = b.entry_point.partition(":")
+            try:
+                if not hasattr(importlib.import_module(module), attr):
+                    missing.append(b.entry_point)
+            except ImportError:
+                missing.append(b.entry_point)
+    return missing
+
+
+def test_check_passes_on_the_packaged_tree(cat):
+    missing = _missing_entry_points(cat)
+    if missing:
+        pytest.skip(f"backends/ entry points not written yet: {missing}")
+    from selector.check import check_tree
+    report = check_tree([], [])
+    assert report["problems"] == [] and report["ok"] is True
+    assert report["backends"] == {"moe": sorted(CONTRACT_MOE), "linear": sorted(CONTRACT_LINEAR)}
+    assert report["files"] >= 17
+
+
+def test_check_catches_a_duplicate_rank(tmp_path):
+    d = tmp_path / "backend" / "moe"
+    d.mkdir(parents=True)
+    (d / "twin.yaml").write_text('description: "same rank as marlin"\nrank: 60\nrules:\n'
+                                 '  - kind: opt_in\n    source: "test"\n')
+    from selector.check import check_tree
+    report = check_tree([], [str(tmp_path)])
+    assert report["ok"] is False
+    assert any("rank" in p["problem"] and "marlin" in p["problem"] for p in report["problems"])
+
+
+def test_docs_rules_md_is_generated_from_the_catalogue(cat):
+    from selector.listing import catalogue_markdown
+    path = REPO / "docs" / "rules.md"
+    assert path.is_file(), "generate it: python -m selector.listing > docs/rules.md"
+    want = catalogue_markdown(cat)
+    assert path.read_text() == want, \
+        "docs/rules.md drifted from conf/backend/: python -m selector.listing > docs/rules.md"
+    for op, bs in cat.backends.items():
+        for b in bs:
+            assert f"### `{b.name}`" in want
+            for r in b.rules:
+                assert r.source in want

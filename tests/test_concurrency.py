@@ -1,0 +1,160 @@
+"""Concurrency: one Selector shared by many threads, first-time cache fills racing, answers
+identical to a serial run; concurrent cold `selector.load` calls (Hydra is process-global) and
+concurrent processes sharing one cache directory.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+import selector
+from selector.api import Selector
+
+REPO = Path(__file__).resolve().parent.parent
+THREADS = 16
+DECISIONS = 10_000
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
+
+
+def layer_mix() -> List[Dict]:
+    """About 50 distinct layers (some spelled two ways: kwargs order, defaults given)."""
+    out = []
+    for act, gated in (("silu", True), ("relu2", False), ("swigluoai", True), ("gelu", True),
+                       ("relu2", True)):
+        for quant in ("nvfp4", "nvfp4_w4a16", "fp8"):
+            for ep in (1, 8):
+                out.append({"op": "moe", "activation": act, "act_and_mul": gated,
+                            "quant": quant, "ep_size": ep})
+    for quant in ("nvfp4", "nvfp4_w4a16", "unquantized"):
+        for hidden in (4096, 4160, None):
+            out.append({"op": "linear", "quant": quant, "hidden_size": hidden})
+    out.append({"swiglu_limit": 7.0, "num_experts": 512})
+    out.append({})
+    out.append({"ep_size": 8, "op": "moe", "act_and_mul": False, "activation": "relu2",
+                "quant": "nvfp4"})  # = an earlier layer, kwargs in another order
+    out.append({"num_tokens": 16})
+    return out
+
+
+def _worker(sel: Selector, layers: List[Dict], barrier: threading.Barrier, seed: int,
+            seen: Dict[int, set], errors: List[BaseException]) -> None:
+    rng = random.Random(seed)
+    order = [rng.randrange(len(layers)) for _ in range(DECISIONS)]
+    local: Dict[int, set] = defaultdict(set)
+    try:
+        barrier.wait()
+        for i in order:
+            local[i].add(id(sel.select(**layers[i])))
+    except BaseException as exc:  # noqa: BLE001 - reported below
+        errors.append(exc)
+    for i, ids in local.items():
+        seen[i].update(ids)  # set.update of a defaultdict entry: joined after the threads end
+
+
+@pytest.mark.parametrize("platform", [["platform=dgx_spark", "stack=flashinfer_0_7_4"],
+                                      ["platform=b200", "stack=vllm_0_32",
+                                       "policy.moe_backend=flashinfer_cutlass",
+                                       "policy.strict=false"]])
+def test_many_threads_one_selector(platform):
+    base = selector.load(platform)
+    layers = layer_mix()
+    assert len(layers) >= 45
+    reference = Selector(base.model, base.tree)  # serial answers
+    want = [reference.select(**kw).to_json() for kw in layers]
+    shared = Selector(base.model, base.tree)  # fresh: every first fill races
+    barrier = threading.Barrier(THREADS)
+    seen: Dict[int, set] = defaultdict(set)
+    errors: List[BaseException] = []
+    threads = [threading.Thread(target=_worker, args=(shared, layers, barrier, seed, seen,
+                                                      errors)) for seed in range(THREADS)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    elapsed = time.perf_counter() - t
+    assert not any(th.is_alive() for th in threads), "a thread hung"
+    assert not errors, errors[:3]
+    for i, kw in enumerate(layers):
+        got = shared.select(**kw)
+        assert seen[i] == {id(got)}, f"layer {kw}: threads got {len(seen[i])} different objects"
+        assert got.to_json() == want[i], kw
+    # Two spellings of one layer: one decision object.
+    assert shared.select(**layers[-2]) is shared.select(**{k: layers[-2][k] for k in
+                                                          sorted(layers[-2])})
+    assert elapsed < 60, elapsed
+
+
+def test_cached_answers_do_not_depend_on_what_was_asked_before():
+    """A cache hit never turns bad input into an answer (True == 1, 1.0 == 1 in Python)."""
+    sel = Selector(selector.load(["platform=cpu"]).model)
+    sel.select(ep_size=1, act_and_mul=True, num_tokens=1)
+    for bad in ({"ep_size": True}, {"act_and_mul": 1}, {"num_tokens": 1.0},
+                {"ep_size": 1.0}):
+        with pytest.raises(selector.SelectorError):
+            sel.select(**{**{"ep_size": 1, "act_and_mul": True, "num_tokens": 1}, **bad})
+    with pytest.raises(selector.SelectorError):
+        sel.select(tp_size=[1])  # unhashable: validated, never cached
+
+
+def test_concurrent_cold_loads_in_one_process(tmp_path, monkeypatch):
+    """Hydra keeps process-global state: cold composes from many threads must not collide."""
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path / "cold"))
+    overrides = [["platform=cpu", f"layer.ep_size={i % 4 + 1}"] for i in range(8)] + \
+                [["platform=dgx_spark", "stack=flashinfer_0_7_4"]] * 4
+    barrier = threading.Barrier(len(overrides))
+    results: Dict[int, str] = {}
+    errors: List[BaseException] = []
+
+    def work(i):
+        try:
+            barrier.wait()
+            results[i] = selector.load(overrides[i]).default().to_json()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(overrides))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors[:3]
+    monkeypatch.setenv("SELECTOR_NO_CACHE", "1")
+    for i, o in enumerate(overrides):
+        assert results[i] == selector.load(o).default().to_json()
+
+
+def test_concurrent_processes_share_a_cold_cache(tmp_path):
+    """Several processes starting at once on one empty cache dir: identical output, a usable
+    cache afterwards, no stray temporary files."""
+    cache = tmp_path / "shared-cache"
+    env = dict(os.environ, SELECTOR_CACHE_DIR=str(cache),
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env.pop("SELECTOR_NO_CACHE", None)
+    argv = [sys.executable, "-m", "selector", "explain", "--format", "json",
+            "platform=rtx_5090", "stack=flashinfer_0_6_15", "layer=qwen_moe"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                              cwd=str(tmp_path)) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode in (0, 1) for p in procs), [o[1] for o in outs]
+    assert len({o[0] for o in outs}) == 1
+    files = sorted(cache.iterdir())
+    assert [f.suffix for f in files] == [".json"], files
+    again = subprocess.run(argv, capture_output=True, env=env, cwd=str(tmp_path), timeout=120)
+    assert again.stdout == outs[0][0]

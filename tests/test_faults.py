@@ -1,0 +1,430 @@
+"""Faults: detection steps and probes that raise, hang or find a half-installed package yield a
+reason (a note, a finding), never a crash or a hang.
+
+- NVML through pynvml: a fake `pynvml` first on PYTHONPATH (in a subprocess) that raises,
+  exits, hangs on import or on a call, or answers garbage. Detection runs NVML in a thread with
+  SELECTOR_NVML_TIMEOUT, so a hung driver call costs that long and then answers "no GPU".
+- NVML through ctypes (libnvidia-ml): a fake library object whose calls fail or hang.
+- torch in its child process (`_torch_child`, used when NVML is unusable but a driver is
+  present): a fake `torch` first on PYTHONPATH that raises, hangs, aborts, prints garbage or
+  answers a malformed capability; SELECTOR_TORCH_PROBE_TIMEOUT bounds it.
+- Package metadata: a dist-info whose RECORD names files that are missing (half-installed)
+  counts as not installed, with a note that says so and how to fix it; malformed metadata
+  counts as absent.
+- Deep probes: a probe that raises or hangs is a failed finding, and a failed finding rejects
+  the backends that declare it, with the finding as the reason.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from selector import environment
+from selector.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
+
+
+def _env(*paths: Path, **extra: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in paths] + [str(REPO)])
+    env.update(extra)
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML through pynvml (subprocess: a fake module must shadow any real one from the start)
+
+_GOOD = """
+class NVMLError(Exception):
+    pass
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlSystemGetDriverVersion(): return b"580.159.04"
+def nvmlSystemGetCudaDriverVersion(): return 13000
+def nvmlDeviceGetHandleByIndex(i): return object()
+def nvmlDeviceGetCudaComputeCapability(h): return (9, 0)
+def nvmlDeviceGetName(h): return b"NVIDIA H200"
+"""
+
+PYNVML = {
+    "good": (_GOOD, {"capability": [9, 0], "name": "NVIDIA H200"}),
+    "import raises": ("raise RuntimeError('broken binding')\n", {"capability": None}),
+    "import exits": ("import sys\nsys.exit(3)\n", {"capability": None}),
+    "import hangs": ("import time\ntime.sleep(3600)\n", {"capability": None,
+                                                         "note": "did not answer"}),
+    "library not found": (_GOOD + "class NVMLError_LibraryNotFound(Exception): pass\n"
+                          "def nvmlInit(): raise NVMLError_LibraryNotFound('not found')\n",
+                          {"capability": None}),
+    "init raises": (_GOOD + "def nvmlInit(): raise NVMLError('Driver/library version "
+                    "mismatch')\n", {"capability": None, "note": "version mismatch"}),
+    "init hangs": (_GOOD + "import time\ndef nvmlInit(): time.sleep(3600)\n",
+                   {"capability": None, "note": "did not answer"}),
+    "query raises": (_GOOD + "def nvmlDeviceGetCount(): raise NVMLError('GPU is lost')\n",
+                     {"capability": None, "note": "GPU is lost"}),
+    "query hangs": (_GOOD + "import time\ndef nvmlDeviceGetHandleByIndex(i): "
+                    "time.sleep(3600)\n", {"capability": None, "note": "did not answer"}),
+    "garbage": (_GOOD + "def nvmlDeviceGetCudaComputeCapability(h): return ('x', None)\n"
+                "def nvmlDeviceGetName(h): return b'\\xff\\xfe'\n",
+                {"capability": None, "note": "NVML query failed"}),
+    "no gpu": (_GOOD + "def nvmlDeviceGetCount(): return 0\n",
+               {"capability": None, "note": "no GPU"}),
+    "shutdown raises": (_GOOD + "def nvmlShutdown(): raise NVMLError('shutdown')\n",
+                        {"capability": [9, 0]}),
+    "base exception": (_GOOD + "def nvmlInit(): raise KeyboardInterrupt\n",
+                       {"capability": None}),
+}
+
+_DETECT = ("import json, time\n"
+           "from selector.environment import detect\n"
+           "t = time.time()\n"
+           "e = detect(['torch', 'triton'])\n"
+           "print(json.dumps({'capability': e.capability, 'name': e.gpu_name, 'method': "
+           "e.gpu.method, 'notes': list(e.notes), 'seconds': time.time() - t}))\n")
+
+
+def _fake_module(root: Path, name: str, text: str) -> Path:
+    d = root / "fake"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.py").write_text(text)
+    return d
+
+
+def test_pynvml_faults(tmp_path):
+    """Every fault ends with an answer (capability or None) within the NVML timeout."""
+    jobs = []
+    for case, (text, _) in PYNVML.items():
+        d = _fake_module(tmp_path / case.replace(" ", "_"), "pynvml", text)
+        jobs.append((case, d))
+
+    def run(job):
+        case, d = job
+        t = time.time()
+        p = subprocess.run([sys.executable, "-c", _DETECT], capture_output=True, text=True,
+                           env=_env(d, SELECTOR_NVML_TIMEOUT="1"), timeout=60)
+        return case, p, time.time() - t
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(run, jobs))
+    for case, p, seconds in results:
+        want = PYNVML[case][1]
+        assert p.returncode == 0, (case, p.stderr)
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        assert got["capability"] == want["capability"], (case, got)
+        if "name" in want:
+            assert got["name"] == want["name"]
+        if "note" in want:
+            assert any(want["note"] in n for n in got["notes"]), (case, got)
+        assert got["seconds"] < 10, (case, got)
+
+
+def test_cli_answers_with_a_hung_nvml(tmp_path):
+    """`explain` on `platform=auto` with a driver call that never returns: an answer, with a
+    note saying detection gave up, within the NVML timeout."""
+    d = _fake_module(tmp_path, "pynvml", PYNVML["init hangs"][0])
+    t = time.time()
+    p = subprocess.run([sys.executable, "-m", "selector", "explain", "--format", "json"],
+                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                       env=_env(d, SELECTOR_NVML_TIMEOUT="1",
+                                SELECTOR_CACHE_DIR=str(tmp_path / "c")))
+    assert p.returncode in (0, 1), p.stderr
+    out = json.loads(p.stdout)
+    assert out["platform"]["capability"] is None
+    assert any("did not answer" in n for n in out["notes"]), out["notes"]
+    assert time.time() - t < 60
+
+
+def test_cli_uses_a_good_fake_nvml(tmp_path):
+    """Positive control: the fake module is what detection used (SM 9.0 -> Marlin or nothing)."""
+    d = _fake_module(tmp_path, "pynvml", PYNVML["good"][0])
+    p = subprocess.run([sys.executable, "-m", "selector", "explain", "--format", "json"],
+                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                       env=_env(d, SELECTOR_CACHE_DIR=str(tmp_path / "c")))
+    assert p.returncode in (0, 1), p.stderr
+    assert json.loads(p.stdout)["platform"]["capability"] == "9.0"
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML through ctypes (in-process: a fake CDLL)
+
+class FakeNvml:
+    def __init__(self, **overrides):
+        self.overrides = overrides
+
+    def __getattr__(self, name):
+        if name in self.overrides:
+            return self.overrides[name]
+        if name.startswith("nvml"):
+            return lambda *a: 0
+        raise AttributeError(name)
+
+
+def _fake_cdll(lib):
+    def cdll(name, *a, **k):
+        if "nvidia-ml" in name and lib is not None:
+            return lib
+        raise OSError(f"{name}: cannot open shared object file")
+    return cdll
+
+
+def _raise(exc):
+    def f(*a):
+        raise exc
+    return f
+
+
+@pytest.mark.parametrize("case,lib,note", [
+    ("argument error", FakeNvml(nvmlDeviceGetCount_v2=_raise(ctypes.ArgumentError("bad"))),
+     "NVML query failed"),
+    ("runtime error", FakeNvml(nvmlSystemGetDriverVersion=_raise(RuntimeError("boom"))),
+     "NVML query failed"),
+    ("init fails", FakeNvml(nvmlInit_v2=lambda: 999), "failed to initialise"),
+    ("missing symbol", FakeNvml(nvmlDeviceGetCount_v2=_raise(
+        AttributeError("undefined symbol"))), "NVML query failed"),
+    ("no driver", None, "no NVIDIA driver"),
+])
+def test_ctypes_nvml_faults(monkeypatch, case, lib, note):
+    monkeypatch.setattr(environment, "_nvml_pynvml", lambda: None)
+    monkeypatch.setattr(environment.ctypes, "CDLL", _fake_cdll(lib))
+    gpu = environment.detect_gpu()
+    assert gpu.capability is None
+    assert any(note in n for n in gpu.notes) or note in gpu.method, (gpu.method, gpu.notes)
+
+
+def test_ctypes_nvml_hang_times_out(monkeypatch):
+    monkeypatch.setattr(environment, "_nvml_pynvml", lambda: None)
+    monkeypatch.setattr(environment, "NVML_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(environment.ctypes, "CDLL",
+                        _fake_cdll(FakeNvml(nvmlInit_v2=lambda: time.sleep(30))))
+    t = time.time()
+    gpu = environment.detect_gpu()
+    assert time.time() - t < 5
+    assert gpu.capability is None and any("did not answer" in n for n in gpu.notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch in a child process
+
+_TORCH_OK = """
+class _Cuda:
+    def is_available(self): return True
+    def device_count(self): return 1
+    def get_device_capability(self, i): return (12, 1)
+    def get_device_name(self, i): return "NVIDIA GB10"
+cuda = _Cuda()
+class version:
+    cuda = "13.0"
+"""
+
+TORCH = {
+    "good": (_TORCH_OK, None, (12, 1)),
+    "import raises": ("raise ImportError('libcudart.so.13: cannot open shared object file')\n",
+                      "torch failed", None),
+    "import hangs": ("import time\ntime.sleep(3600)\n", "did not answer", None),
+    "aborts": ("import os\nos.abort()\n", "torch failed", None),
+    "segfaults": ("import ctypes\nctypes.string_at(0)\n", "torch failed", None),
+    "garbage": ("print('hello')\nimport sys\nsys.exit(0)\n", "no answer", None),
+    "is_available raises": (_TORCH_OK + "def _r(): raise RuntimeError('CUDA driver error')\n"
+                            "cuda.is_available = _r\n", "torch failed", None),
+    "string capability": (_TORCH_OK + "cuda.get_device_capability = lambda i: ('12', '1')\n",
+                          "malformed", None),
+    "three numbers": (_TORCH_OK + "cuda.get_device_capability = lambda i: (12, 1, 0)\n",
+                      "malformed", None),
+    "no gpu": (_TORCH_OK + "cuda.is_available = lambda: False\n", None, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TORCH))
+def test_torch_child_faults(tmp_path, monkeypatch, case):
+    text, note, cap = TORCH[case]
+    d = tmp_path / "faketorch" / "torch"
+    d.mkdir(parents=True)
+    (d / "__init__.py").write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(d.parent))
+    monkeypatch.setattr(environment, "TORCH_TIMEOUT_S", 2.0)
+    t = time.time()
+    gpu = environment._torch_child()
+    assert time.time() - t < 30
+    assert gpu.capability == cap, (case, gpu)
+    if note:
+        assert any(note in n for n in gpu.notes), (case, gpu.notes)
+    else:
+        assert not gpu.notes, gpu.notes
+
+
+def test_torch_fallback_chain(tmp_path, monkeypatch):
+    """NVML unusable, a driver present, torch broken: detect() still answers, with a note."""
+    d = tmp_path / "faketorch" / "torch"
+    d.mkdir(parents=True)
+    (d / "__init__.py").write_text(TORCH["import raises"][0])
+    monkeypatch.setenv("PYTHONPATH", str(d.parent))
+    monkeypatch.setattr(environment, "_nvml_pynvml", lambda: None)
+    monkeypatch.setattr(environment, "_nvml_ctypes", lambda: None)
+    monkeypatch.setattr(environment, "_driver_present", lambda: True)
+    env = environment.detect(["torch"])
+    assert env.capability is None
+    assert any("torch failed" in n for n in env.notes), env.notes
+
+
+def test_torch_timeout_from_the_environment(tmp_path):
+    d = tmp_path / "faketorch" / "torch"
+    d.mkdir(parents=True)
+    (d / "__init__.py").write_text(TORCH["import hangs"][0])
+    code = ("import json; from selector.environment import _torch_child; g = _torch_child(); "
+            "print(json.dumps(g.notes))")
+    t = time.time()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=_env(d.parent, SELECTOR_TORCH_PROBE_TIMEOUT="1"))
+    assert p.returncode == 0, p.stderr
+    assert "did not answer within 1 s" in p.stdout
+    assert time.time() - t < 20
+
+
+# ---------------------------------------------------------------------------------------------
+# Package metadata
+
+def _dist(site: Path, name: str, version: str, files: Dict[str, str], create=True,
+          metadata: str = None) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(metadata if metadata is not None else
+                                   f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    record = [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+    for rel, text in files.items():
+        record.append(f"{rel},sha256=x,{len(text)}")
+        if create:
+            (site / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / rel).write_text(text)
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    s = tmp_path / "site"
+    s.mkdir()
+    monkeypatch.syspath_prepend(str(s))
+    importlib.invalidate_caches()
+    return s
+
+
+def test_half_installed_package_counts_as_absent_with_a_note(site):
+    _dist(site, "vllm", "0.32.0", {"vllm/__init__.py": "", "vllm/_C.py": ""}, create=False)
+    env = environment.detect(["vllm"])
+    assert env.packages["vllm"] is None
+    note = next(n for n in env.notes if "half-installed" in n)
+    assert "vllm 0.32.0" in note and "vllm/__init__.py" in note and "--force-reinstall" in note
+
+
+def test_whole_package_counts_as_installed(site):
+    _dist(site, "vllm", "0.32.0", {"vllm/__init__.py": "", "vllm/sub/__init__.py": ""})
+    env = environment.detect(["vllm"])
+    assert str(env.packages["vllm"]) == "0.32.0"
+    assert not any("half-installed" in n for n in env.notes)
+
+
+def test_half_installed_package_through_the_cli(site):
+    _dist(site, "vllm", "0.32.0", {"vllm/__init__.py": ""}, create=False)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["explain", "--format", "json", "layer=dense_linear"])
+    assert rc in (0, 1), err.getvalue()
+    d = json.loads(out.getvalue())
+    assert d["platform"]["packages"]["vllm"] is None
+    assert any("half-installed" in n for n in d["notes"]), d["notes"]
+
+
+@pytest.mark.parametrize("case", ["no version", "bad version", "empty", "bad utf-8", "no record",
+                                  "record garbage"])
+def test_malformed_metadata_counts_as_absent_or_installed_never_a_crash(site, case):
+    if case == "no record":
+        _dist(site, "vllm", "0.32.0", {})
+        (site / "vllm-0.32.0.dist-info" / "RECORD").unlink()
+        want = "0.32.0"
+    elif case == "record garbage":
+        _dist(site, "vllm", "0.32.0", {})
+        (site / "vllm-0.32.0.dist-info" / "RECORD").write_bytes(b"\xff\x00,,,\n/__init__.py,\n")
+        want = "0.32.0"
+    else:
+        meta = {"no version": "Metadata-Version: 2.1\nName: vllm\n",
+                "bad version": "Metadata-Version: 2.1\nName: vllm\nVersion: not a version\n",
+                "empty": "", "bad utf-8": None}[case]
+        _dist(site, "vllm", "0.32.0", {}, metadata=meta if meta is not None else "")
+        if meta is None:
+            (site / "vllm-0.32.0.dist-info" / "METADATA").write_bytes(
+                b"Metadata-Version: 2.1\nName: vllm\nVersion: \xff\xfe\n")
+        want = None
+    env = environment.detect(["vllm", "torch"])
+    assert (None if env.packages["vllm"] is None else str(env.packages["vllm"])) == want
+
+
+# ---------------------------------------------------------------------------------------------
+# Deep probes (selector/probing.py): a probe that raises or hangs is a finding
+
+def test_in_process_probe_that_raises_is_a_failed_finding(monkeypatch, tmp_path):
+    probing = pytest.importorskip("selector.probing")
+    registry = importlib.import_module("backends.probes")
+    mod = tmp_path / "mods"
+    mod.mkdir()
+    (mod / "faulty_probe_mod.py").write_text("def boom(arg, ctx):\n    raise OSError('disk')\n"
+                                             "def weird(arg, ctx):\n    return 42\n")
+    monkeypatch.syspath_prepend(str(mod))
+    for name, func in (("fault.raises", "boom"), ("fault.weird", "weird")):
+        monkeypatch.setitem(registry.PROBES, name, registry.ProbeSpec(
+            name, f"faulty_probe_mod:{func}", "metadata", "test"))
+    rep = probing.run_probes(["fault.raises", "fault.weird"], timeout=5)
+    raised, weird = rep.findings["fault.raises"], rep.findings["fault.weird"]
+    assert not raised.ok and "OSError: disk" in raised.message
+    assert not weird.ok and "not a result dict" in weird.message
+
+
+def test_hanging_probe_is_a_failed_finding(tmp_path, monkeypatch):
+    probing = pytest.importorskip("selector.probing")
+    mod = tmp_path / "mods"
+    mod.mkdir()
+    (mod / "hangs_on_import_xyz.py").write_text("import time\ntime.sleep(3600)\nx = 1\n")
+    monkeypatch.syspath_prepend(str(mod))
+    importlib.invalidate_caches()
+    t = time.time()
+    rep = probing.run_probes(["import:hangs_on_import_xyz:x"], timeout=2)
+    f = rep.findings["import:hangs_on_import_xyz:x"]
+    assert not f.ok and "timed out after 2 s" in f.message
+    assert time.time() - t < 30
+
+
+def test_failed_finding_rejects_the_backend_with_the_finding_as_reason():
+    import selector
+    from selector.api import Selector
+    sel = selector.load(["platform=dgx_spark", "stack=flashinfer_0_7_4"])
+    assert sel.default().selected == "flashinfer_cutlass"
+    probes = {n: (True, "ok") for bs in sel.catalogue.backends.values() for b in bs
+              for n in b.probes}
+    declared = sel.catalogue.get("moe", "flashinfer_cutlass").probes
+    assert declared, "flashinfer_cutlass declares no probe"
+    for i, n in enumerate(declared):
+        probes[n] = (False, "the probe process was killed by SIGSEGV" if i % 2 == 0 else
+                     "timed out after 120 s")
+    d = Selector(sel.model, sel.tree, probes).default()
+    assert d.selected != "flashinfer_cutlass"
+    c = d.candidate("flashinfer_cutlass")
+    assert c.status == "rejected"
+    assert any("SIGSEGV" in r.message or "timed out" in r.message for r in c.reasons)
