@@ -77,9 +77,12 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
 
     Raises SelectorError (one message naming key, value and accepted values) on bad input.
     """
-    if isinstance(overrides, str):
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Sequence):
         raise SelectorError("overrides must be a list of strings such as ['platform=auto'], "
-                            "not one string")
+                            f"not {type(overrides).__name__}")
+    if isinstance(config_dirs, (str, bytes)) or not isinstance(config_dirs, Sequence):
+        raise SelectorError("config_dirs must be a list of directories, not "
+                            f"{type(config_dirs).__name__}")
     tree = ConfigTree.discover(config_dirs)
     data = compose(tree, list(overrides))
     model = make_model(data, tree.backend_files, tree.group_options("platform"), detect)

@@ -114,7 +114,11 @@ def _refuse_links_out(root: Path) -> None:
             p = Path(dirpath) / name
             if not p.is_symlink() or (name in filenames and p.suffix not in (".yaml", ".yml")):
                 continue
-            target = p.resolve()
+            try:
+                target = p.resolve()
+            except (RuntimeError, OSError) as exc:  # a link loop
+                raise bad_input("--config-dir", str(p), f"is a symbolic link that cannot be "
+                                f"resolved ({exc})", where=str(p)) from None
             if target != root and root not in target.parents:
                 raise bad_input("--config-dir", str(p), f"is a symbolic link to {target}, "
                                 f"outside the config directory {root}; selector does not follow "

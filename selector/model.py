@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from packaging.utils import canonicalize_name
@@ -22,26 +22,15 @@ from .versions import format_capability, parse_capability, parse_version
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One layer to decide for (the `layer.*` keys)."""
-    op: str = "moe"
-    quant: str = "nvfp4"
-    activation: str = "silu"
-    act_and_mul: bool = True
-    ep_size: int = 1
-    tp_size: int = 1
-    swiglu_limit: Optional[float] = None
-    num_tokens: Optional[int] = None
-    dtype: str = "bfloat16"
-    hidden_size: Optional[int] = None
-    intermediate_size: Optional[int] = None
-    num_experts: Optional[int] = None
-    top_k: Optional[int] = None
-    all2all: Optional[str] = None
+def _layer_to_dict(self) -> Dict[str, Any]:
+    return asdict(self)
 
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+
+# One layer to decide for: the fields of schema.LayerConf (the `layer.*` keys), frozen so that
+# it is hashable and can key the decision cache. Derived, so the two cannot drift apart.
+Layer = make_dataclass(
+    "Layer", [(f.name, f.type, field(default=f.default)) for f in fields(schema.LayerConf)],
+    frozen=True, namespace={"to_dict": _layer_to_dict, "__module__": __name__})
 
 
 LAYER_KEYS = tuple(f.name for f in fields(Layer))

@@ -42,13 +42,16 @@ def layer_mix() -> List[Dict]:
                 out.append({"op": "moe", "activation": act, "act_and_mul": gated,
                             "quant": quant, "ep_size": ep})
     for quant in ("nvfp4", "nvfp4_w4a16", "unquantized"):
-        for hidden in (4096, 4160, None):
+        for hidden in (4096, 4160, 7168, None):
             out.append({"op": "linear", "quant": quant, "hidden_size": hidden})
     out.append({"swiglu_limit": 7.0, "num_experts": 512})
     out.append({})
     out.append({"ep_size": 8, "op": "moe", "act_and_mul": False, "activation": "relu2",
                 "quant": "nvfp4"})  # = an earlier layer, kwargs in another order
     out.append({"num_tokens": 16})
+    out.append({"ep_size": 8, "all2all": "deepep_high_throughput"})
+    out.append({"dtype": "float16"})
+    out.append({"quant": "nvfp4_w4a16", "activation": "swigluoai", "swiglu_limit": 7.0})
     return out
 
 

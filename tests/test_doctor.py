@@ -94,7 +94,7 @@ def test_real_deep_report_versions_and_entry_points(real):
     want = "Sm120B12xBlockScaledDenseGemmKernel" if fi >= (0, 6, 10) else \
         "Sm120BlockScaledDenseGemmKernel"
     assert gemm.endswith(want)
-    mm = findings["flashinfer.mm_fp4"]["details"]["backends"]
+    mm = findings["flashinfer.mm_fp4:b12x"]["details"]["backends"]
     assert mm["b12x"] == [120, 121] and {100, 120, 121} <= set(mm["cutlass"])
     assert findings["flashinfer.cute_dsl_sf_layout"]["details"]["shape"] == [32, 4, 1, 4, 1, 1]
     assert "cutlass_fused_moe" in findings["flashinfer.cutlass_moe"]["message"]

@@ -173,8 +173,28 @@ def mutated(draw, base: st.SearchStrategy = override_kv) -> str:
     return "".join(text)
 
 
-overrides = st.lists(st.one_of(override_kv, override_kv, override_key, override_text,
-                               mutated()), min_size=1, max_size=4)
+VALID = {"layer.op": schema.OPS, "layer.quant": schema.QUANTS,
+         "layer.activation": schema.ACTIVATIONS, "layer.act_and_mul": ("true", "false"),
+         "layer.ep_size": ("1", "2", "8"), "layer.tp_size": ("1", "4"),
+         "layer.swiglu_limit": ("null", "7.0"), "layer.num_tokens": ("null", "1", "8192"),
+         "layer.dtype": schema.DTYPES, "layer.hidden_size": ("4096", "4160"),
+         "layer.num_experts": ("128", "512"), "layer.all2all": schema.ALL2ALL,
+         "platform.capability": ("'9.0'", "'10.0'", "'12.0'", "'12.1'", "null"),
+         "platform.cuda": ("12.8", "12.9", "13.0", "null"),
+         "platform.packages.flashinfer-python": ("0.6.8", "0.6.10", "0.6.15", "0.7.2.post1",
+                                                 "0.7.4", "null"),
+         "platform.packages.nvidia-cutlass-dsl": ("4.4.2", "4.5.0", "4.7.1", "4.10", "null"),
+         "platform.packages.vllm": ("0.32.0", "null"), "platform.packages.torch": ("2.11.0",),
+         "platform.packages.triton": ("3.6.0", "null"), "platform.packages.b12x": ("0.2.0",),
+         "policy.moe_backend": tuple(["auto"] + _backends("moe")),
+         "policy.linear_backend": tuple(["auto"] + _backends("linear")),
+         "policy.strict": ("true", "false"), "stack": tuple(_presets("stack")),
+         "layer": tuple(_presets("layer")), "platform": tuple(p for p in _presets("platform")
+                                                              if p != "auto")}
+valid_override = st.sampled_from(sorted(VALID)).flatmap(
+    lambda k: st.sampled_from(VALID[k]).map(lambda v: f"{k}={v}"))
+overrides = st.lists(st.one_of(valid_override, valid_override, valid_override, override_kv,
+                               override_key, override_text, mutated()), min_size=1, max_size=4)
 COMMANDS = st.sampled_from([["explain"], ["explain"], ["explain", "--format", "json"],
                             ["explain", "--format", "json"], ["list", "--format", "json"],
                             ["check"]])
@@ -226,6 +246,65 @@ def test_fuzz_argv(args):
 
 
 # ---------------------------------------------------------------------------------------------
+# The embedding API: Selector.select(**layer) and selector.load(overrides)
+
+_API: Dict[str, Any] = {}
+
+
+def _selector():
+    if "sel" not in _API:
+        import selector
+        _API["sel"] = selector.load(["platform=dgx_spark", "stack=flashinfer_0_7_4"])
+    return _API["sel"]
+
+
+api_values = st.one_of(
+    st.sampled_from(list(schema.OPS + schema.QUANTS + schema.ACTIVATIONS + schema.DTYPES +
+                         schema.ALL2ALL)),
+    st.none(), st.booleans(), st.integers(-3, 1 << 20), st.floats(allow_nan=True),
+    st.text(max_size=8), st.lists(st.integers(), max_size=2), st.just(b"silu"),
+    st.just({"a": 1}), st.just(object()))
+
+
+@settings(max_examples=n(200), **SETTINGS)
+@given(kwargs=st.dictionaries(st.sampled_from(list(Layer.__dataclass_fields__) +
+                                              ["bogus", "layer", "op "]), api_values,
+                              max_size=4))
+def test_fuzz_select_kwargs(kwargs):
+    """`select(**layer)` with any values: a Decision, or SelectorError with one-line text."""
+    from selector.decision import Decision
+    sel = _selector()
+    try:
+        d = sel.select(**kwargs)
+    except SelectorError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        OUTCOMES["api select", "SelectorError"] += 1
+        return
+    assert isinstance(d, Decision)
+    json.dumps(d.to_dict())
+    assert sel.select(**kwargs) is d  # asked again: the same answer
+    OUTCOMES["api select", "decision"] += 1
+
+
+@settings(max_examples=n(40), **SETTINGS)
+@given(overrides=st.one_of(
+    st.lists(st.one_of(st.none(), st.integers(), st.binary(max_size=5), st.just(["x=1"]),
+                       st.sampled_from(["platform=cpu", "layer.op=moe", "~layer"]),
+                       override_text), max_size=3),
+    st.text(max_size=10), st.none(), st.integers()))
+def test_fuzz_load_overrides(overrides):
+    """`selector.load(overrides)` with values of any type: a Selector or SelectorError."""
+    import selector
+    try:
+        sel = selector.load(overrides)
+    except SelectorError:
+        OUTCOMES["api load", "SelectorError"] += 1
+        return
+    sel.default()
+    OUTCOMES["api load", "selector"] += 1
+
+
+# ---------------------------------------------------------------------------------------------
 # Config files: the YAML loader
 
 YAML_PIECES = ["rank: 1", "rules:", "  - kind: device", "    devices: [\"12.x\"]", "[", "]", "{",
@@ -236,7 +315,7 @@ YAML_PIECES = ["rank: 1", "rules:", "  - kind: device", "    devices: [\"12.x\"]
                "a: !!set {x}", "a: !!timestamp 2001-12-14", "a: !!float nan"]
 
 
-@settings(max_examples=n(300), **SETTINGS)
+@settings(max_examples=n(200), **SETTINGS)
 @given(text=st.one_of(st.lists(st.sampled_from(YAML_PIECES), max_size=8).map("\n".join),
                       st.text(ALPHABET, max_size=80),
                       st.binary(max_size=60).map(lambda b: b.decode("latin-1"))))
@@ -389,7 +468,7 @@ def test_fuzz_backend_conf_random(op, conf):
     _check_backend_conf("backend conf (random)", op, conf)
 
 
-@settings(max_examples=n(150), **SETTINGS)
+@settings(max_examples=n(120), **SETTINGS)
 @given(op=st.sampled_from(schema.OPS), rules=st.lists(st.fixed_dictionaries(
     {"kind": st.sampled_from(schema.RULE_KINDS), "source": st.just("fuzz")},
     optional={k: json_like for k in ("when", "devices", "package", "any_of", "specifier",

@@ -42,15 +42,29 @@ from selector.model import (Catalogue, Layer, Model, Platform, Policy, make_cata
 from selector.resolver import Resolver, _TIER
 
 REPO = Path(__file__).resolve().parent.parent
-SETTINGS = dict(deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))
 SCALE = max(1, int(os.environ.get("SELECTOR_FUZZ_SCALE", "1")))
+RANDOM = bool(os.environ.get("SELECTOR_FUZZ_RANDOM"))  # benchmarks/fuzz.py: fresh seeds
+SETTINGS = dict(deadline=None, derandomize=not RANDOM, database=None,
+                suppress_health_check=list(HealthCheck))
+OUTCOMES: Counter = Counter()  # reported by benchmarks/fuzz.py
 
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "props-cache"))
     monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report():
+    yield
+    path = os.environ.get("SELECTOR_FUZZ_REPORT")
+    if path:
+        old = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
+        for (group, outcome), count in OUTCOMES.items():
+            old.setdefault(group, {}).setdefault(outcome, 0)
+            old[group][outcome] += count
+        Path(path).write_text(json.dumps(old, indent=2, sort_keys=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,8 +219,10 @@ def expected_order(cat: Catalogue, op: str, quant: str) -> List[str]:
 
 
 def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
+    """(status, reasons) from the rules; `implements` or a failed quant rule means the backend
+    does not implement the layer (not_applicable, automatic selection decides)."""
     if layer.quant not in b.implements:
-        return "not_applicable", [{"rule": "quant"}]
+        return "not_applicable", [{"rule": "quant", "implements": True}]
     failures, opt_in = [], []
     for rule in b.rules:
         r = rule.check(layer, facts)
@@ -217,6 +233,8 @@ def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
         if probes and name in probes and not probes[name][0]:
             failures.append({"rule": "feature", "probe": name})
     if failures:
+        if any(r["rule"] == "quant" for r in failures):
+            return "not_applicable", failures
         return "rejected", failures
     if opt_in:
         return "opt_in", opt_in
@@ -248,7 +266,7 @@ def check_invariants(model: Model, layer: Layer, probes, render: bool = True) ->
         assert c.status == status, (c.backend, c.status, status, got, reasons)
         if status in ("rejected", "opt_in", "not_applicable"):
             assert c.reasons, f"{c.backend} is {status} without a reason"
-        if status == "rejected":  # every failed rule, not the first
+        if reasons and not reasons[0].get("implements"):  # every failed rule, not the first
             want = Counter(json.dumps(r, sort_keys=True) for r in reasons if "probe" not in r)
             have = Counter(json.dumps(r, sort_keys=True) for r in got
                            if not r["message"].startswith("deep probe "))
@@ -273,6 +291,9 @@ def check_invariants(model: Model, layer: Layer, probes, render: bool = True) ->
         for name in b.probes:
             assert not (probes and name in probes and not probes[name][0])
 
+    OUTCOMES["properties (decisions checked)",
+             ("requested " if requested != "auto" else "auto, ") +
+             ("selected" if d.selected else "nothing selected")] += 1
     if requested == "auto":
         assert d.selected == auto
     else:

@@ -455,3 +455,14 @@ def test_subprocess_refusals(tmp_path, marker, outside):
         assert "Traceback" not in p.stderr and CANARY not in p.stdout + p.stderr
         assert len([ln for ln in p.stderr.splitlines() if ln.strip()]) <= 2
     assert not marker.fired
+
+
+def test_symlink_loops_are_bad_input_not_a_crash(tmp_path):
+    d = tmp_path / "user"
+    (d / "layer").mkdir(parents=True)
+    (d / "layer" / "a.yaml").symlink_to(d / "layer" / "b.yaml")
+    (d / "layer" / "b.yaml").symlink_to(d / "layer" / "a.yaml")
+    (d / "backend").mkdir()
+    (d / "backend" / "moe").symlink_to(d / "backend")  # a directory loop inside the dir
+    for command in ("explain", "check"):
+        refused([command, "--config-dir", str(d), "--", "platform=cpu"], "symbolic link")
