@@ -143,13 +143,20 @@ def main(argv: Optional[List[str]] = None) -> int:
              f"median {statistics.median(cold):.3f} s")
 
     sel = selector.load(["platform=dgx_spark", "stack=flashinfer_0_7_4"])
-    kw = dict(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False, ep_size=1)
-    sel.select(**kw)
+    sel.select(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False, ep_size=1)
     d = {("moe", "nvfp4", "relu2", False, 1): 1}
     k = ("moe", "nvfp4", "relu2", False, 1)
-    hit = per_call(lambda: sel.select(**kw), 20000, n)
     look = per_call(lambda: d[k], 20000, n)
-    row("repeated decision (cache hit)", hit, 1e-6, look, "dict lookup")
+    hit = per_call(lambda: sel.select(op="moe", quant="nvfp4", activation="relu2",
+                                      act_and_mul=False, ep_size=1), 20000, n)
+    row("repeated decision: select(**layer) (cache hit)", hit, 1e-6, look, "dict lookup",
+        note="keyed on the keywords and their types, so select(ep_size=True) is still refused "
+             "after select(ep_size=1)")
+    kept = sel.layer(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False, ep_size=1)
+    sel.decide(kept)
+    hit2 = per_call(lambda: sel.decide(kept), 20000, n)
+    row("repeated decision: decide(layer) (cache hit)", hit2, 1e-6, look, "dict lookup",
+        note="an engine that keeps its Layer objects (sel.layer(...)) pays one dict lookup")
 
     from selector.model import make_layer
     layers = [make_layer(dict(op="moe", activation=a, act_and_mul=a != "relu2",

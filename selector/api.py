@@ -30,6 +30,7 @@ class Selector:
         self.resolver = Resolver(model, self.probes)
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
+        self._layers: Dict[Layer, Layer] = {}  # one canonical object per distinct layer
         self._defaults = model.layer.to_dict()
         self._lock = threading.Lock()
 
@@ -45,17 +46,26 @@ class Selector:
         """The decision for a layer given as `layer.*` keywords; unset ones come from config."""
         # the types too: True == 1 and 1.0 == 1, yet ep_size=True is bad input however often
         # ep_size=1 was asked before
-        key = tuple((k, type(v), v) for k, v in layer.items())
+        key = (tuple(layer.items()), tuple(map(type, layer.values())))
         try:
             return self._by_kwargs[key]
         except KeyError:
             pass
         except TypeError:  # an unhashable value: validate it for a clear error
-            return self.decide(make_layer({**self._defaults, **layer}))
-        d = self.decide(make_layer({**self._defaults, **layer}))
+            return self.decide(self.layer(**layer))
+        d = self.decide(self.layer(**layer))
         return self._by_kwargs.setdefault(key, d)
 
+    def layer(self, **layer: Any) -> Layer:
+        """A validated Layer (unset keys from config): build once, then `decide` it cheaply.
+
+        Equal layers come back as one object, so a cache hit never compares fields.
+        """
+        made = make_layer({**self._defaults, **layer})
+        return self._layers.setdefault(made, made)
+
     def decide(self, layer: Layer) -> Decision:
+        """The decision for a Layer; the fastest path for an engine that keeps its layers."""
         d = self._by_layer.get(layer)
         if d is not None:
             return d

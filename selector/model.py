@@ -22,15 +22,28 @@ from .versions import format_capability, parse_capability, parse_version
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+_LAYER_FIELDS = tuple(f.name for f in fields(schema.LayerConf))
+
+
 def _layer_to_dict(self) -> Dict[str, Any]:
     return asdict(self)
+
+
+def _layer_post_init(self) -> None:
+    object.__setattr__(self, "_hash", hash(tuple(self.__dict__[k] for k in _LAYER_FIELDS)))
+
+
+def _layer_hash(self) -> int:
+    """Computed once at construction: a kept Layer costs one dict lookup a decision."""
+    return self._hash
 
 
 # One layer to decide for: the fields of schema.LayerConf (the `layer.*` keys), frozen so that
 # it is hashable and can key the decision cache. Derived, so the two cannot drift apart.
 Layer = make_dataclass(
     "Layer", [(f.name, f.type, field(default=f.default)) for f in fields(schema.LayerConf)],
-    frozen=True, namespace={"to_dict": _layer_to_dict, "__module__": __name__})
+    frozen=True, namespace={"to_dict": _layer_to_dict, "__hash__": _layer_hash,
+                            "__post_init__": _layer_post_init, "__module__": __name__})
 
 
 LAYER_KEYS = tuple(f.name for f in fields(Layer))

@@ -9,7 +9,8 @@ is built; a decision then only looks at the layer.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from operator import attrgetter
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .decision import Candidate, Decision
 from .model import LAYER_KEYS, Backend, Layer, Model
@@ -56,6 +57,11 @@ class Resolver:
         self._fixed: Dict[Tuple[str, str], Fixed] = {}
         self._dynamic: Dict[Tuple[str, str], Tuple[Dynamic, ...]] = {}
         self._orders: Dict[Tuple[str, str], List[Backend]] = {}
+        # A backend's verdict depends only on the few layer fields its rules read: memoized on
+        # them, layers that differ elsewhere (num_tokens, sizes no rule checks) share it.
+        self._project: Dict[Tuple[str, str], Any] = {}
+        self._verdicts: Dict[Tuple[str, str, Any], Tuple[str, Tuple[Reason, ...],
+                                                           Tuple[Reason, ...]]] = {}
         for op, backends in model.catalogue.backends.items():
             for b in backends:
                 fixed: List[Reason] = []
@@ -77,6 +83,13 @@ class Resolver:
                     for name in b.probes if probes and name in probes and not probes[name][0])
                 self._fixed[op, b.name] = _split(fixed)
                 self._dynamic[op, b.name] = tuple(dynamic)
+                attrs = {"quant"}
+                for cond, _, rule in dynamic:
+                    assert rule.layer_attrs or not rule.reads_layer, rule.kind  # memo key
+                    attrs.update(rule.layer_attrs)
+                    if cond is not None:
+                        attrs.update(cond.layer_attrs)
+                self._project[op, b.name] = attrgetter(*sorted(attrs))
 
     def platform_reasons(self, op: str, name: str) -> Fixed:
         """(failures, opt-in, warnings) of a backend on this platform whatever the layer: the
@@ -88,6 +101,15 @@ class Resolver:
         got = self._orders.get(key)
         if got is None:
             got = self._orders[key] = order(self.model.catalogue.backends[op], quant)
+        return got
+
+    def verdict(self, b: Backend, layer: Layer) -> Tuple[str, Tuple[Reason, ...],
+                                                         Tuple[Reason, ...]]:
+        """evaluate(), memoized on the layer fields the backend's rules read."""
+        key = (b.op, b.name, self._project[b.op, b.name](layer))
+        got = self._verdicts.get(key)
+        if got is None:
+            got = self._verdicts.setdefault(key, self.evaluate(b, layer))
         return got
 
     def evaluate(self, b: Backend, layer: Layer) -> Tuple[str, Tuple[Reason, ...],
@@ -123,7 +145,7 @@ class Resolver:
         model = self.model
         requested = model.policy.requested(layer.op)
         backends = self.ordered(layer.op, layer.quant)
-        evaluated = {b.name: self.evaluate(b, layer) for b in backends}
+        evaluated = {b.name: self.verdict(b, layer) for b in backends}
         notes: List[str] = []
         auto = next((b.name for b in backends if evaluated[b.name][0] == "eligible"), None)
         selected: Optional[str] = None

@@ -146,6 +146,14 @@ class Condition:
         return self.platform_holds(facts) and self.layer_holds(layer)
 
     @property
+    def layer_attrs(self) -> Tuple[str, ...]:
+        """The layer fields layer_holds() reads."""
+        named = (("activation", self.activation), ("act_and_mul", self.act_and_mul),
+                 ("quant", self.quant), ("ep_size", self.ep),
+                 ("num_experts", self.min_num_experts))
+        return tuple(attr for attr, given in named if given is not None)
+
+    @property
     def has_layer_terms(self) -> bool:
         return (self.activation, self.act_and_mul, self.quant, self.ep,
                 self.min_num_experts) != (None,) * 5
@@ -210,6 +218,11 @@ def _package_specs(packages: Mapping[str, Any], key: str, where: str) -> Tuple[P
 class Rule:
     kind: ClassVar[str]
     reads_layer: ClassVar[bool] = False  # evaluate() reads the layer (else facts only)
+
+    @property
+    def layer_attrs(self) -> Tuple[str, ...]:
+        """The layer fields evaluate() reads (the resolver keys its memo on them)."""
+        return ()
     reads: ClassVar[Tuple[str, ...]] = ()  # RuleConf fields this kind uses beside the common ones
     needs_message: ClassVar[bool] = False
 
@@ -370,6 +383,10 @@ class FeatureRule(Rule):
 
 class _ValuesRule(Rule):
     reads_layer = True
+
+    @property
+    def layer_attrs(self):
+        return (self.attr,)
     reads = ("values",)
     attr: ClassVar[str]
     accepted: ClassVar[Tuple[str, ...]]
@@ -409,6 +426,7 @@ class DtypeRule(_ValuesRule):
 class ActAndMulRule(Rule):
     """Which activations run gated (act_and_mul) and which non-gated."""
     reads_layer = True
+    layer_attrs = ("activation", "act_and_mul")
     kind, reads = "act_and_mul", ("gated", "non_gated")
 
     def parse(self, conf):
@@ -436,6 +454,7 @@ class ActAndMulRule(Rule):
 class ParallelRule(Rule):
     """Expert parallelism (ep_size > 1) and the all2all exchanges it works with."""
     reads_layer = True
+    layer_attrs = ("ep_size", "all2all")
     kind, reads = "parallel", ("ep", "all2all_exclude")
 
     def parse(self, conf):
@@ -468,6 +487,7 @@ class ParallelRule(Rule):
 class ClampRule(Rule):
     """The backend does not apply a model-level SwiGLU clamp (swiglu_limit)."""
     reads_layer = True
+    layer_attrs = ("swiglu_limit",)
     kind = "clamp"
 
     def evaluate(self, layer, facts):
@@ -482,6 +502,10 @@ class ClampRule(Rule):
 
 class ShapeRule(Rule):
     reads_layer = True
+
+    @property
+    def layer_attrs(self):
+        return (self.dim,)
     kind, reads = "shape", ("dim", "multiple_of")
 
     def parse(self, conf):
