@@ -224,7 +224,6 @@ class Rule:
         """The layer fields evaluate() reads (the resolver keys its memo on them)."""
         return ()
     reads: ClassVar[Tuple[str, ...]] = ()  # RuleConf fields this kind uses beside the common ones
-    needs_message: ClassVar[bool] = False
 
     def __init__(self, conf: Mapping[str, Any], key: str, where: str):
         self.key, self.where = key, where
@@ -335,7 +334,7 @@ class PackageRule(Rule):
 
 class KnownIssueRule(Rule):
     """A combination known to break: fails whenever its `when` holds."""
-    kind, needs_message = "known_issue", True
+    kind = "known_issue"
 
     def parse(self, conf):
         if not conf.get("message"):
