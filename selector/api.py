@@ -46,7 +46,7 @@ class Selector:
         """The decision for a layer given as `layer.*` keywords; unset ones come from config."""
         # the types too: True == 1 and 1.0 == 1, yet ep_size=True is bad input however often
         # ep_size=1 was asked before
-        key = (tuple(layer.items()), tuple(map(type, layer.values())))
+        key = (*layer, *layer.values(), *map(type, layer.values()))  # flat: cheapest to hash
         try:
             return self._by_kwargs[key]
         except KeyError:
