@@ -10,6 +10,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 from .rules import Reason
 
 WRAP = 100  # text width of the rendered explanation
+# The text table reads at a glance: the selected backend first, then what else could run, then
+# the rejected ones with their reasons (the JSON keeps the preference order).
+_TEXT_ORDER = {"selected": 0, "eligible": 1, "opt_in": 2, "rejected": 3, "not_applicable": 4}
 
 
 class Candidate(NamedTuple):
@@ -121,7 +124,7 @@ def render_text(d: Decision) -> str:
     width = max([len(c.backend) for c in d.candidates] + [7])
     pad = " " * (width + 20)
     lines.append(f"  {'backend'.ljust(width)}  {'status'.ljust(14)}  why")
-    for c in d.candidates:
+    for c in sorted(d.candidates, key=lambda c: _TEXT_ORDER[c.status]):  # stable: preference
         head = f"  {c.backend.ljust(width)}  {c.status.ljust(14)}  "
         if not c.reasons:
             lines.append(head + ("passes every rule" if c.status in ("selected", "eligible")
