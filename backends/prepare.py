@@ -294,7 +294,6 @@ def interleave_linear_and_gate(t, group_size: int = 64):
 
 def _static_scales(weights: MoEWeights, shared: bool, backend: str):
     """(a13, a2) as new float32 [E]: the max over experts where the kernel shares one (FlashInfer)."""
-    torch = _torch()
     if weights.a13_scale is None or weights.a2_scale is None:
         raise ValueError(f"{backend} runs W4A4 only and needs the checkpoint's activation scales "
                          "(a13_scale and a2_scale); a W4A16 checkpoint has none")

@@ -9,7 +9,6 @@ directory, warmed once, so "warm" rows show the steady state an engine or an ope
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
@@ -119,7 +118,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     # 2. build a selector from the packaged configs
     import selector
-    from selector.config import ConfigTree, compose
     cold_env = dict(env, SELECTOR_NO_CACHE="1")
     cold = [run([py, "-c", "import selector; selector.load(['platform=b200'])"], cold_env)
             for _ in range(3)]

@@ -14,7 +14,7 @@ from . import schema
 from .config import ConfigTree, _lint_yaml, compose, load_yaml, read_catalogue, translate
 from .entry_points import load_entry_point
 from .errors import SelectorError
-from .model import make_backend, make_layer, make_model, make_platform, make_policy
+from .model import make_backend, make_layer, make_model, make_platform
 
 
 def _load_typed(path: Path, node_cls) -> Dict[str, Any]:

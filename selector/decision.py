@@ -5,7 +5,7 @@ import json
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from .rules import Reason
 

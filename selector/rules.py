@@ -6,7 +6,7 @@ A new rule kind is one class here, registered in KINDS, plus its fields in schem
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from . import schema
 from .errors import SelectorError, bad_input, bad_value
-from .versions import contains, format_capability, parse_specifier, parse_version
+from .versions import contains, format_capability, parse_specifier
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,6 @@ concurrent processes sharing one cache directory.
 """
 from __future__ import annotations
 
-import itertools
-import json
 import os
 import random
 import subprocess
@@ -14,7 +12,7 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 import pytest
 

@@ -17,17 +17,17 @@ import copy
 import io
 import json
 import os
-import random
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
+from fuzz_support import SCALE, SETTINGS, add_to_report
 from selector import schema
 from selector.cli import main
 from selector.config import MAX_CONFIG_BYTES, load_yaml, schema_keys
@@ -38,10 +38,6 @@ from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
-SCALE = max(1, int(os.environ.get("SELECTOR_FUZZ_SCALE", "1")))
-RANDOM = bool(os.environ.get("SELECTOR_FUZZ_RANDOM"))  # benchmarks/fuzz.py: fresh seeds
-SETTINGS = dict(deadline=None, derandomize=not RANDOM, database=None,
-                suppress_health_check=list(HealthCheck))
 
 OUTCOMES: Counter = Counter()  # (fuzzer, outcome) -> count; reported by benchmarks/fuzz.py
 
@@ -59,13 +55,7 @@ def _private_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="module", autouse=True)
 def _report():
     yield
-    path = os.environ.get("SELECTOR_FUZZ_REPORT")
-    if path:
-        old = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
-        for (fuzzer, outcome), count in OUTCOMES.items():
-            old.setdefault(fuzzer, {}).setdefault(outcome, 0)
-            old[fuzzer][outcome] += count
-        Path(path).write_text(json.dumps(old, indent=2, sort_keys=True))
+    add_to_report(OUTCOMES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,30 +22,25 @@ import itertools
 import json
 import os
 import random
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 import selector
+from fuzz_support import SCALE, SETTINGS, add_to_report
 from selector import schema
-from selector.api import Selector
 from selector.config import ConfigTree, read_catalogue
 from selector.model import (Catalogue, Layer, Model, Platform, Policy, make_catalogue,
                             make_layer, make_platform)
 from selector.resolver import Resolver, _TIER
 
 REPO = Path(__file__).resolve().parent.parent
-SCALE = max(1, int(os.environ.get("SELECTOR_FUZZ_SCALE", "1")))
-RANDOM = bool(os.environ.get("SELECTOR_FUZZ_RANDOM"))  # benchmarks/fuzz.py: fresh seeds
-SETTINGS = dict(deadline=None, derandomize=not RANDOM, database=None,
-                suppress_health_check=list(HealthCheck))
 OUTCOMES: Counter = Counter()  # reported by benchmarks/fuzz.py
 
 
@@ -58,13 +53,7 @@ def _private_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="module", autouse=True)
 def _report():
     yield
-    path = os.environ.get("SELECTOR_FUZZ_REPORT")
-    if path:
-        old = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
-        for (group, outcome), count in OUTCOMES.items():
-            old.setdefault(group, {}).setdefault(outcome, 0)
-            old[group][outcome] += count
-        Path(path).write_text(json.dumps(old, indent=2, sort_keys=True))
+    add_to_report(OUTCOMES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +330,7 @@ def test_layers_do_not_influence_each_other(platform, layers, policy):
 @given(platform=platforms(), layer=LAYERS, policy=policies(), seed=st.integers(0, 2 ** 32))
 def test_independent_of_catalogue_and_package_order(platform, layer, policy, seed):
     """Backends read in any order, and packages given in any order, decide the same."""
-    cat = catalogue()
+    catalogue()  # warms the shared state
     rng = random.Random(seed)
     raw = _STATE.get("raw")
     if raw is None:

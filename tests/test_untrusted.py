@@ -24,11 +24,10 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import pytest
 
-import selector
 from selector import entry_points
 from selector.cli import main
 from selector.entry_points import allowed, load_entry_point
@@ -354,7 +353,7 @@ def test_new_group_override_cannot_leave_the_search_path(tmp_path, outside):
     for base in (REPO / "conf", d):
         rel = _rel(base / "foo", outside / "evil")
         for o in (f"+foo={rel}", f"+foo=[{rel}]", f"++foo={rel}", f"+foo@_global_={rel}",
-                  f"foo={rel}", f"+foo='{rel}'", f"+foo/bar={rel}", f"+layer@_global_=default"):
+                  f"foo={rel}", f"+foo='{rel}'", f"+foo/bar={rel}", "+layer@_global_=default"):
             refused(["explain", "--format", "json", "--config-dir", str(d), "--",
                      "platform=cpu", o], "override")
 

@@ -1,0 +1,30 @@
+"""What the fuzz and property tests share: example budgets, seeds, the outcome report.
+
+benchmarks/fuzz.py sets SELECTOR_FUZZ_SCALE (more examples), SELECTOR_FUZZ_RANDOM (fresh seeds)
+and SELECTOR_FUZZ_REPORT (a JSON file the outcome counts are added to).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck
+
+SCALE = max(1, int(os.environ.get("SELECTOR_FUZZ_SCALE", "1")))
+RANDOM = bool(os.environ.get("SELECTOR_FUZZ_RANDOM"))
+SETTINGS = dict(deadline=None, derandomize=not RANDOM, database=None,
+                suppress_health_check=list(HealthCheck))
+
+
+def add_to_report(outcomes: Counter) -> None:
+    """Add (group, outcome) -> count to the report file, when one is asked for."""
+    path = os.environ.get("SELECTOR_FUZZ_REPORT")
+    if not path:
+        return
+    old = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
+    for (group, outcome), count in outcomes.items():
+        old.setdefault(group, {}).setdefault(outcome, 0)
+        old[group][outcome] += count
+    Path(path).write_text(json.dumps(old, indent=2, sort_keys=True))
