@@ -273,17 +273,15 @@ def test_cutlass_dsl_wheel_collision_is_found(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Without --deep; bad input
 
-def test_doctor_without_deep_imports_nothing_and_is_fast():
-    code = ("import io, json, sys, time; from selector.doctor import run_doctor\n"
-            "buf = io.StringIO(); t = time.perf_counter()\n"
+def test_doctor_without_deep_imports_nothing():
+    """Metadata only: no kernel library, torch or Hydra (its speed is benchmarks' to show)."""
+    code = ("import io, json, sys; from selector.doctor import run_doctor\n"
+            "buf = io.StringIO()\n"
             "rc = run_doctor([], [], fmt='json', stream=buf)\n"
-            "took = time.perf_counter() - t\n"
-            "t = time.perf_counter(); run_doctor([], [], fmt='text', stream=io.StringIO())\n"
-            "again = time.perf_counter() - t\n"
+            "run_doctor([], [], fmt='text', stream=io.StringIO())\n"
             "bad = sorted(m for m in ('torch', 'flashinfer', 'triton', 'cutlass', 'hydra') "
             "if m in sys.modules)\n"
-            "print(json.dumps({'rc': rc, 'took': took, 'again': again, 'bad': bad, "
-            "'report': json.loads(buf.getvalue())}))\n")
+            "print(json.dumps({'rc': rc, 'bad': bad, 'report': json.loads(buf.getvalue())}))\n")
     env = cli_env()
     subprocess.run([sys.executable, "-c", "from selector.doctor import run_doctor; "
                     "import io; run_doctor([], [], stream=io.StringIO())"], cwd=str(REPO),
@@ -292,7 +290,6 @@ def test_doctor_without_deep_imports_nothing_and_is_fast():
                          capture_output=True, text=True, timeout=120).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bad"] == [], "doctor without --deep imported " + ", ".join(res["bad"])
-    assert res["again"] < 0.5 and res["took"] < 1.5, res  # first call: imports selector
     d = res["report"]
     assert d["deep"] is False and d["probes"] is None
     assert d["packages"].get("flashinfer-python") == FI
