@@ -10,6 +10,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck
 
 SCALE = max(1, int(os.environ.get("SELECTOR_FUZZ_SCALE", "1")))
@@ -28,3 +29,17 @@ def add_to_report(outcomes: Counter) -> None:
         old.setdefault(group, {}).setdefault(outcome, 0)
         old[group][outcome] += count
     Path(path).write_text(json.dumps(old, indent=2, sort_keys=True))
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Each fuzz/property module decides with a cache of its own, never the user's."""
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fuzz-cache"))
+    monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report(request):
+    """Add the module's OUTCOMES counter to the report once its tests are done."""
+    yield
+    add_to_report(getattr(request.module, "OUTCOMES", Counter()))

@@ -27,7 +27,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from fuzz_support import SCALE, SETTINGS, add_to_report
+from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
 from selector import schema
 from selector.cli import main
 from selector.config import MAX_CONFIG_BYTES, load_yaml, schema_keys
@@ -44,18 +44,6 @@ OUTCOMES: Counter = Counter()  # (fuzzer, outcome) -> count; reported by benchma
 
 def n(base: int) -> int:
     return base * SCALE
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fuzz-cache"))
-    monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report():
-    yield
-    add_to_report(OUTCOMES)
 
 
 # ---------------------------------------------------------------------------------------------

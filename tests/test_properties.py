@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 import selector
-from fuzz_support import SCALE, SETTINGS, add_to_report
+from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
 from selector import schema
 from selector.config import ConfigTree, read_catalogue
 from selector.model import (Catalogue, Layer, Model, Platform, Policy, make_catalogue,
@@ -42,18 +42,6 @@ from selector.resolver import Resolver, _TIER
 
 REPO = Path(__file__).resolve().parent.parent
 OUTCOMES: Counter = Counter()  # reported by benchmarks/fuzz.py
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "props-cache"))
-    monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report():
-    yield
-    add_to_report(OUTCOMES)
 
 
 # ---------------------------------------------------------------------------------------------
