@@ -506,3 +506,118 @@ def test_fold_report_describe_mentions_every_count():
     for word in ("overflow", "flushed", "subnormal", "bound"):
         assert word in text
     assert math.isfinite(rep.mean_rel_error)
+
+
+# ------------------------------------------------------------------------------------------------
+# b12x: [up; gate], padding, ModelOpt's all-zero blocks
+# ------------------------------------------------------------------------------------------------
+
+def _from_b12x(p, W):
+    """An MoEWeights holding exactly what the b12x kernel gets (scales read back from the MMA view)."""
+    rows, K13 = p.w13.shape[1], p.w13.shape[2] * 2
+    s13 = nv.unswizzle_128x4(nv.from_mma_layout(p.w13_sf_mma), rows, K13 // 16)
+    s2 = nv.unswizzle_128x4(nv.from_mma_layout(p.w2_sf_mma), p.w2.shape[1], p.w2.shape[2] * 2 // 16)
+    return nv.MoEWeights(nv.NVFP4Tensor(p.w13, s13, p.w1_alpha), nv.NVFP4Tensor(p.w2, s2, p.w2_alpha),
+                         W.a13_scale, W.a2_scale)
+
+
+@pytest.mark.parametrize("fold_mode", ["none", "full"])
+def test_b12x_gated_layer_run_with_the_b12x_convention_equals_the_checkpoint(fold_mode):
+    """FlashInfer 0.7.4's dispatcher: "w1 packs [up(0:n), gate(n:2n)]". The prepared layer, read
+    with that convention by the reference, gives the checkpoint's output (exactly without a fold,
+    within the fold's bound with one); read as [gate; up] it does not."""
+    from backends.reference import reference_moe, route
+    W = _weights(sigma=1.0, seed=40)
+    p = P.prepare_b12x_moe(W, fold_mode=fold_mode)
+    assert p.layout == "w31"
+    g = torch.Generator().manual_seed(41)
+    x = torch.randn(16, H, generator=g)
+    tw, ti = route(torch.randn(16, E, generator=g), 2)
+    ref = reference_moe(x, W, tw, ti, quant="nvfp4_w4a16")
+    K = _from_b12x(p, W)
+    got = reference_moe(x, K, tw, ti, quant="nvfp4_w4a16", w13_order="up_gate")
+    rel = float((got - ref).norm() / ref.norm())
+    assert rel < (1e-6 if fold_mode == "none" else 2 * P.FOLD_MAX_REL_ERROR), rel
+    wrong = reference_moe(x, K, tw, ti, quant="nvfp4_w4a16")
+    assert float((wrong - ref).norm() / ref.norm()) > 0.3
+
+
+def test_b12x_pads_a_non_gated_intermediate_to_128_and_refuses_an_unaligned_gated_one():
+    g = torch.Generator().manual_seed(42)
+    W = nv.quantize_moe(torch.randn(E, 96, H, generator=g), torch.randn(E, H, 96, generator=g))
+    p = P.prepare_b12x_moe(W, quant="nvfp4_w4a16")
+    assert p.w13.shape == (E, 128, H // 2) and p.w2.shape == (E, H, 64) and p.layout == "w13"
+    assert torch.equal(p.w13[:, :96], W.w13.packed) and int(p.w13[:, 96:].count_nonzero()) == 0
+    assert torch.equal(p.w2[..., :48], W.w2.packed) and int(p.w2[..., 48:].count_nonzero()) == 0
+    s2 = nv.unswizzle_128x4(p.w2_sf, H, 8)
+    assert int(_bytes(s2[..., 6:]).count_nonzero()) == 0
+    Wg = nv.quantize_moe(torch.randn(E, 2 * 96, H, generator=g), torch.randn(E, H, 96, generator=g))
+    with pytest.raises(ValueError, match="2I = 192 rows, not a multiple of 128"):
+        P.prepare_b12x_moe(Wg)
+
+
+def test_fold_ignores_modelopt_all_zero_blocks():
+    """ModelOpt writes 1.0 (not 0) as the scale of an all-zero block; folded with a tiny scale_2
+    it becomes subnormal or 0, which changes nothing (every code is 0): not counted, not refused."""
+    W = _weights(sigma=1.0, seed=43)
+    packed, bs = W.w13.packed.clone(), W.w13.block_scale.clone()
+    packed[:, 5, 8:16] = 0                          # block 1 of row 5: all codes zero
+    bs[:, 5, 1] = nv.to_e4m3(torch.tensor(1.0))     # ModelOpt's convention
+    s2 = torch.full((E,), 2.0 ** -12)               # tiny global scale: 1.0 * 2^-12 is subnormal
+    bs = nv.to_e4m3(bs.float().clamp(min=2.0 ** 2))  # the other blocks stay normal after the fold
+    bs[:, 5, 1] = nv.to_e4m3(torch.tensor(1.0))
+    w13 = nv.NVFP4Tensor(packed, bs, s2)
+    _, _, with_codes = P.fold_global_scale(bs, s2, strict=False, packed=packed)
+    _, _, blind = P.fold_global_scale(bs, s2, strict=False)
+    assert with_codes.ok and with_codes.nonzero == blind.nonzero - E
+    assert not blind.ok                              # what the old check refused
+    Wz = nv.MoEWeights(w13, W.w2, W.a13_scale, W.a2_scale)
+    P.prepare_b12x_moe(Wz)                           # a valid checkpoint prepares
+
+
+# ------------------------------------------------------------------------------------------------
+# validation: one clear message naming the tensor, expected and actual
+# ------------------------------------------------------------------------------------------------
+
+def _replace(W, **kw):
+    d = dict(w13=W.w13, w2=W.w2, a13_scale=W.a13_scale, a2_scale=W.a2_scale)
+    d.update(kw)
+    return nv.MoEWeights(**d)
+
+
+def _bad_inputs():
+    W = _weights(seed=44)
+    t = W.w13
+    yield "bf16 block scales", _replace(W, w13=nv.NVFP4Tensor(t.packed, t.block_scale.to(torch.bfloat16), t.scale_2)), \
+        r"w13.block_scale: expected float8_e4m3fn \[4, 128, 8\], got bfloat16 \[4, 128, 8\]"
+    yield "a scale row missing", _replace(W, w13=nv.NVFP4Tensor(t.packed, t.block_scale[:, :-1], t.scale_2)), \
+        r"w13.block_scale: expected float8_e4m3fn \[4, 128, 8\], got float8_e4m3fn \[4, 127, 8\]"
+    w2 = nv.quantize(torch.randn(E, 2 * H, I), global_dims=1)
+    yield "w2 hidden size", _replace(W, w2=w2), r"w2.packed: expected uint8 \[4, 128, 32\], got uint8 \[4, 256, 32\]"
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        yield f"a2_scale {bad}", _replace(W, a2_scale=torch.full((E,), bad)), "a2_scale must be finite and > 0"
+    yield "short a13_scale", _replace(W, a13_scale=torch.full((E - 1,), 1e-3)), r"a13_scale: expected .*\[4\]"
+    yield "scale_2 zero", _replace(W, w2=nv.NVFP4Tensor(W.w2.packed, W.w2.block_scale, torch.zeros(E))), \
+        "w2.scale_2 must be finite and > 0"
+    yield "w13 rows", _replace(W, w13=nv.quantize(torch.randn(E, 100, H), global_dims=1)), "expected I = 64"
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in _bad_inputs()])
+@pytest.mark.parametrize("prepare", ["b12x", "flashinfer_cutlass", "cutedsl", "b12x_native", "marlin",
+                                     "emulation"])
+def test_every_prepare_validates_its_inputs(name, prepare):
+    W, msg = next((w, m) for n, w, m in _bad_inputs() if n == name)
+    with pytest.raises(ValueError, match=msg):
+        PREPARES[prepare](W)
+
+
+def test_linear_prepare_validates_its_inputs():
+    lw = nv.quantize_linear(torch.randn(64, 128), input_scale=1e-3)
+    bad = nv.LinearWeights(nv.NVFP4Tensor(lw.weight.packed, lw.weight.block_scale[:-1], lw.weight.scale_2))
+    for f in (P.prepare_fp4_linear, P.prepare_marlin_linear, P.prepare_emulation):
+        with pytest.raises(ValueError, match=r"weight.block_scale: expected float8_e4m3fn \[64, 8\]"):
+            f(bad)
+        with pytest.raises(ValueError, match="input_scale must be finite"):
+            f(nv.LinearWeights(lw.weight, torch.tensor(0.0)))
+    with pytest.raises(ValueError, match="param_dtype"):
+        P.prepare_marlin_linear(lw, param_dtype=torch.float32)
