@@ -33,6 +33,9 @@ class Selector:
         self.resolver = Resolver(run_config, self.probes)
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
+        # one object per distinct layer, so that a cache hit of decide() is an identity match
+        # (the decide-hit budget needs it: comparing two equal Layers field by field costs more)
+        self._layers: Dict[Layer, Layer] = {}
         self._defaults = run_config.layer.to_dict()
         self._lock = threading.Lock()
 
@@ -62,7 +65,10 @@ class Selector:
 
     def layer(self, **layer: Any) -> Layer:
         """A validated Layer (unset keys from config): build once, then `decide` it cheaply."""
-        return make_layer({**self._defaults, **layer})
+        made = make_layer({**self._defaults, **layer})
+        if len(self._layers) >= CACHE_SIZE:
+            self._layers.clear()
+        return self._layers.setdefault(made, made)
 
     def decide(self, layer: Layer) -> Decision:
         """The decision for a Layer; the fastest path for an engine that keeps its layers."""

@@ -14,7 +14,8 @@ bucket (num_tokens) and keeps the answers.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+from operator import attrgetter
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
@@ -22,8 +23,12 @@ from .model import BackendSpec, Preference, RunConfig
 from .rules import OPT_IN, Reason, Rule
 from .schema import Layer, Status
 
+MEMO_SIZE = 65536  # verdicts kept; a full memo starts over (bounded memory)
 NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
+
+
+_ELIGIBLE, _OPT_IN, _SELECTED = Status.ELIGIBLE, Status.OPT_IN, Status.SELECTED
 
 
 class Verdict(NamedTuple):
@@ -41,6 +46,7 @@ class _Plan(NamedTuple):
     layer_rules: Tuple[Rule, ...]  # platform part holds; the layer decides
     preference: Tuple[Preference, ...]  # platform part holds; the layer decides
     opt_in: Tuple[Reason, ...]
+    project: Callable[[Layer], Any]  # the layer fields the above read: the memo key
 
 
 def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
@@ -64,6 +70,7 @@ class Resolver:
             f"detected {p.gpu_name}" if p.gpu_name else "detected"
         self._platform_notes = tuple(f"platform: {n}" for n in p.detection)
         self._plans: Dict[Tuple[str, str], _Plan] = {}
+        self._specs = {(b.op, b.name): b for bs in run.catalogue.backends.values() for b in bs}
         for op, backends in run.catalogue.backends.items():
             for b in backends:
                 fixed: List[Reason] = []
@@ -81,11 +88,18 @@ class Resolver:
                     Reason("feature", f"deep probe {name} failed: {probes[name][1]}",
                            f"selector doctor --deep (probe {name})", f"fail probe {name}")
                     for name in b.probes if probes and name in probes and not probes[name][0])
+                prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
+                read = {"quant"}.union(*(r.all_layer_fields for r in layered),
+                                       *(pr.when.layer_fields for pr in prefs))
                 self._plans[op, b.name] = _Plan(
                     tuple(r for r in fixed if r.severity != "warning"),
                     tuple(r for r in fixed if r.severity == "warning"), tuple(layered),
-                    tuple(pr for pr in b.preference if pr.when.platform_holds(facts)),
-                    opt_in_reason(b))
+                    prefs, opt_in_reason(b), attrgetter(*sorted(read)))
+        # A backend's verdict and rank depend only on the layer fields its rules and preference
+        # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
+        # differ elsewhere (num_tokens, sizes no rule checks) share them.
+        self._memo: Dict[Tuple[str, str, Any], Tuple[Verdict, Tuple[int, Optional[Preference]]]
+                         ] = {}
 
     def platform_reasons(self, op: str, name: str
                          ) -> Tuple[Tuple[Reason, ...], Tuple[Reason, ...], Tuple[Reason, ...]]:
@@ -125,17 +139,28 @@ class Resolver:
                 return pref.rank, pref
         return b.rank, None
 
+    def judged(self, b: BackendSpec, layer: Layer
+               ) -> Tuple[Verdict, Tuple[int, Optional[Preference]]]:
+        """(evaluate(), preference()), memoized on the layer fields they read."""
+        key = (b.op, b.name, self._plans[b.op, b.name].project(layer))
+        got = self._memo.get(key)
+        if got is None:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            got = self._memo.setdefault(key, (self.evaluate(b, layer), self.preference(b, layer)))
+        return got
+
     def decide(self, layer: Layer) -> Decision:
         run = self.run
         requested = run.policy.requested(layer.op)
-        ranked = sorted(((self.preference(b, layer), b) for b in run.catalogue.backends[layer.op]),
-                        key=lambda x: (x[0][0], x[1].name))
-        backends = [b for _, b in ranked]
-        prefs = {b.name: p for p, b in ranked}
-        evaluated = {b.name: self.evaluate(b, layer) for b in backends}
+        judge = self.judged
+        ranked = sorted([(j[1][0], b.name, j, b) for b in run.catalogue.backends[layer.op]
+                         for j in (judge(b, layer),)])
+        backends = [row[3] for row in ranked]
+        prefs = {name: j[1] for _, name, j, _ in ranked}
+        evaluated = {name: j[0] for _, name, j, _ in ranked}
         notes: List[str] = []
-        auto = next((b.name for b in backends if evaluated[b.name].status == Status.ELIGIBLE),
-                    None)
+        auto = next((name for _, name, j, _ in ranked if j[0].status is _ELIGIBLE), None)
         selected: Optional[str] = None
         key = f"policy.{layer.op}_backend"
         if requested == "auto":
@@ -164,26 +189,27 @@ class Resolver:
             for w in warnings:
                 notes.append(f"{b.name}: {w.message} ({w.source})")
                 warned.append((b.name, w))
-            candidates.append(Candidate(b.name, Status.SELECTED if b.name == selected else status,
+            candidates.append(Candidate(b.name, _SELECTED if b.name == selected else status,
                                         reasons, b.entry_point))
         if selected is not None and selected == auto:
             notes.extend(self._preference_notes(layer, selected, candidates, prefs))
         notes.extend(self._closing_notes(layer, requested, selected, candidates))
         notes.extend(self._platform_notes)
-        return Decision({k: getattr(layer, k) for k in LAYER_KEYS}, self._platform, requested,
+        values = layer.__dict__
+        return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, requested,
                         selected, tuple(candidates), tuple(notes), self._label, tuple(warned))
 
     def _preference_notes(self, layer: Layer, selected: str, candidates: List[Candidate],
                           prefs: Dict[str, Tuple[int, Optional[Preference]]]) -> List[str]:
         """Why the winner outranked the other usable candidates (the preference step)."""
         out = []
-        chosen = self.run.catalogue.get(layer.op, selected)
+        chosen = self._specs[layer.op, selected]
         if chosen.opt_in is not None:
             out.append(f"{selected} is opt-in ({chosen.opt_in.reason}); "
                        "policy.allow_opt_in admits it to automatic selection")
         rank = prefs[selected][0]
         others = [c.backend for c in candidates
-                  if c.backend != selected and c.status == Status.ELIGIBLE]
+                  if c.backend != selected and c.status is _ELIGIBLE]
         if others:
             pref = prefs[selected][1]
             why = f": {pref.reason} ({pref.source})" if pref else ""
@@ -191,7 +217,7 @@ class Resolver:
                        + ", ".join(f"{n} (rank {prefs[n][0]})" for n in others))
         for c in candidates:  # a preference that would have won, were the backend admitted
             pref = prefs[c.backend][1]
-            if c.status == Status.OPT_IN and pref is not None and prefs[c.backend][0] < rank:
+            if pref is not None and c.status is _OPT_IN and prefs[c.backend][0] < rank:
                 out.append(f"{c.backend} could run this layer and was not selected: it is "
                            f"opt-in, and would rank first ({pref.reason}; {pref.source}); "
                            f"admit it with policy.allow_opt_in=[{c.backend}]")
@@ -210,7 +236,7 @@ class Resolver:
                      f"policy.allow_opt_in=[NAME])" if opt else "")]
         if selected is None:
             return []
-        chosen = self.run.catalogue.get(layer.op, selected)
+        chosen = self._specs[layer.op, selected]
         if chosen.execution == "weight_only" and layer.quant == "nvfp4":
             return [f"{selected} is weight-only: it serves this W4A4 checkpoint as W4A16 "
                     f"(activation scales dropped), not native FP4 ({WEIGHT_ONLY_SOURCE})"]

@@ -215,6 +215,13 @@ class Condition:
     """A `when:` mapping: every given term must hold."""
     terms: Tuple[Tuple[str, Any], ...] = ()  # (WHEN key, parsed value), in WHEN order
 
+    def __post_init__(self) -> None:  # the terms split once, as (test, value) pairs
+        split = {True: [], False: []}  # type: Dict[bool, list]
+        for k, v in self.terms:
+            split[WHEN[k].layer_field is not None].append((WHEN[k].holds, v))
+        object.__setattr__(self, "_layer", tuple(split[True]))
+        object.__setattr__(self, "_platform", tuple(split[False]))
+
     @classmethod
     def parse(cls, conf: Any, key: str, where: str) -> "Condition":
         conf = conf or {}
@@ -235,12 +242,13 @@ class Condition:
         return tuple(WHEN[k].layer_field for k, _ in self.terms if WHEN[k].layer_field)
 
     def platform_holds(self, facts: Facts) -> bool:
-        return all(WHEN[k].holds(v, None, facts) for k, v in self.terms
-                   if WHEN[k].layer_field is None)
+        return all(test(v, None, facts) for test, v in self._platform)  # type: ignore[attr-defined]
 
     def layer_holds(self, layer: Any) -> bool:
-        return all(WHEN[k].holds(v, layer, None) for k, v in self.terms
-                   if WHEN[k].layer_field is not None)
+        for test, v in self._layer:  # type: ignore[attr-defined]
+            if not test(v, layer, None):
+                return False
+        return True
 
     def holds(self, layer: Any, facts: Facts) -> bool:
         return self.platform_holds(facts) and self.layer_holds(layer)

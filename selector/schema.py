@@ -84,6 +84,20 @@ class Layer:
     top_k: Optional[int] = _int(None)
     all2all: Optional[str] = _choice(None, ALL2ALL, optional=True)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(tuple(self.__dict__.values())))
+
+    def __hash__(self) -> int:
+        """Computed once: a kept Layer costs one dict lookup a decision (the cache key)."""
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._hash == other._hash and self.__dict__ == other.__dict__  # type: ignore
+
     def to_dict(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
