@@ -39,10 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Tuple
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+from typing import Any, Tuple
 
 BLOCK_SIZE = 16
 E2M1_MAX = 6.0

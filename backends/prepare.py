@@ -877,7 +877,8 @@ class Fp4LinearPrepared:
     geometry: Dict[str, Any] = field(default_factory=dict)
 
 
-def prepare_fp4_linear(weights: LinearWeights, *, shuffle_trtllm: bool = False) -> Fp4LinearPrepared:
+def prepare_fp4_linear(weights: LinearWeights, *, shuffle_trtllm: bool = False,
+                       pad: bool = True) -> Fp4LinearPrepared:
     """Swizzled-scale NVFP4 GEMM weights (vLLM's NVFP4 linear kernels for the FlashInfer CUTLASS /
     cuDNN / b12x / CuTe-DSL and vLLM CUTLASS paths: ``swizzle_blockscale`` and
     ``pad_nvfp4_weight_for_cutlass``; ``alpha = input_global_scale * weight_global_scale``).
@@ -886,6 +887,7 @@ def prepare_fp4_linear(weights: LinearWeights, *, shuffle_trtllm: bool = False) 
     scale rows shuffled (FlashInfer ``utils.get_shuffle_matrix_a_row_indices`` /
     ``get_shuffle_matrix_sf_a_row_indices``, epilogue_tile_m = 128) before the 128x4 swizzle, and
     no padding; needs flashinfer importable (pure-torch helpers) and N % 128 == 0.
+    ``pad=False``: no padding (vLLM's native-b12x dense kernel, ``kernels/linear/nvfp4/b12x.py``).
     """
     torch = _torch()
     N, K = linear_shape(weights)
@@ -902,7 +904,7 @@ def prepare_fp4_linear(weights: LinearWeights, *, shuffle_trtllm: bool = False) 
         w, s = w[rows].contiguous(), s[srows].contiguous()
         layout = "trtllm_shuffled_128x4"
     else:
-        a = CUTLASS_LINEAR_ALIGN
+        a = CUTLASS_LINEAR_ALIGN if pad else 1
         w = _pad(w, (0, (ceil_to(K, a) - K) // 2, 0, ceil_to(N, a) - N))
         layout = "swizzled_128x4"
     a_g = alpha = None

@@ -478,6 +478,7 @@ def test_fp4_linear_swizzled_scales_and_alpha():
     assert P.prepare_fp4_linear(aligned).weight is aligned.weight.packed      # nothing to pad
     k16 = nv.quantize_linear(torch.randn(64, 48, generator=g))                # K = 48 -> 64
     assert P.prepare_fp4_linear(k16).weight.shape == (64, 32)
+    assert P.prepare_fp4_linear(lw, pad=False).weight is lw.weight.packed     # native b12x dense
 
 
 def test_trtllm_linear_shuffles_rows_consistently():

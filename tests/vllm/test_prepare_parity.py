@@ -30,7 +30,6 @@ cases skip when ``flashinfer`` is not importable.
 """
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest
