@@ -328,7 +328,7 @@ def test_chunked_quantize_and_dequantize_equal_one_pass(monkeypatch):
 
 def test_flashinfer_dynamic_global_scale_refuses_nan_too():
     """The FlashInfer paths' dynamic activation scale had the same ``amax > 0`` pattern."""
-    from backends._flashinfer import dynamic_gscale
+    from selector.backends._flashinfer import dynamic_gscale
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(34))
     assert float(dynamic_gscale(x)) == pytest.approx(2688 / float(x.abs().max()), rel=1e-6)
     assert float(dynamic_gscale(torch.zeros(4, 64))) == 1.0

@@ -527,7 +527,7 @@ def test_b12x_gated_layer_run_with_the_b12x_convention_equals_the_checkpoint(fol
     """FlashInfer 0.7.4's dispatcher: "w1 packs [up(0:n), gate(n:2n)]". The prepared layer, read
     with that convention by the reference, gives the checkpoint's output (exactly without a fold,
     within the fold's bound with one); read as [gate; up] it does not."""
-    from backends.reference import reference_moe, route
+    from selector.backends.reference import reference_moe, route
     W = _weights(sigma=1.0, seed=40)
     p = P.prepare_b12x_moe(W, fold_mode=fold_mode)
     assert p.layout == "w31"

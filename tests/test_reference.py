@@ -339,7 +339,7 @@ def test_moe_bad_input_is_refused_clearly():
 def test_up_gate_order_reproduces_the_checkpoint_and_gate_up_does_not():
     """The convention flag: weights reordered to [up; gate] (FlashInfer / b12x) give the
     checkpoint's output with w13_order="up_gate", and a different one when read as [gate; up]."""
-    from backends.prepare import reorder_w13_to_w31
+    from selector.backends.prepare import reorder_w13_to_w31
     x, _, _, W, tw, ti, _ = _moe_case(True, seed=9)
     w31 = nv.NVFP4Tensor(reorder_w13_to_w31(W.w13.packed), reorder_w13_to_w31(W.w13.block_scale),
                          W.w13.scale_2)
