@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -212,6 +213,28 @@ def _package_specs(packages: Mapping[str, Any], key: str, where: str) -> Tuple[P
                  for n, s in sorted(packages.items()))
 
 
+@dataclass(frozen=True)
+class Explained:
+    """A deliberate difference between this rule and what an installed library declares about
+    itself (`doctor --deep` drift report): which claim, why, and the public source that says so."""
+    claim: str
+    reason: str
+    source: str
+
+
+def _explained(items: Any, key: str, where: str) -> Tuple[Explained, ...]:
+    if not isinstance(items, (list, tuple)):
+        raise bad_input(key, items, "is not a list of {claim, reason, source}", where=where)
+    out = []
+    for i, e in enumerate(items):
+        if not isinstance(e, Mapping) or set(e) != {"claim", "reason", "source"} or \
+                not all(isinstance(v, str) and v.strip() for v in e.values()):
+            raise bad_input(f"{key}[{i}]", e, "must have exactly the keys claim, reason and "
+                            "source, each a non-empty string", where=where)
+        out.append(Explained(e["claim"], e["reason"], e["source"]))
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------------------------
 # Rule kinds
 
@@ -231,6 +254,7 @@ class Rule:
         self.message = conf.get("message")
         self.severity = conf.get("severity", "error")
         self.when = Condition.parse(conf.get("when") or {}, key, where)
+        self.explained = _explained(conf.get("explained") or [], f"{key}.explained", where)
         self.parse(conf)
 
     def parse(self, conf: Mapping[str, Any]) -> None:
@@ -297,7 +321,8 @@ class CudaRule(Rule):
 
 
 class PackageRule(Rule):
-    """A distribution must be installed in a version range; `any_of` accepts any of several."""
+    """A distribution must be installed in a version range; `any_of` accepts any of several,
+    each entry a name or a requirement with its own range ("sgl-kernel<=0.3.21")."""
     kind, reads = "package", ("package", "any_of", "specifier")
 
     def parse(self, conf):
@@ -307,29 +332,44 @@ class PackageRule(Rule):
             raise bad_input(f"{self.key}.any_of" if any_of else f"{self.key}.package",
                             any_of or conf.get("package"), "is not a distribution name (or, for "
                             "any_of, a list of them)", where=self.where)
-        names = list(any_of) + ([conf["package"]] if conf.get("package") else [])
-        if not names:
-            raise bad_input(f"{self.key}.package", None, "is required (or any_of: [...])",
-                            where=self.where)
-        self.names = tuple(canonicalize_name(n) for n in names)
         self.spec = parse_specifier(f"{self.key}.specifier", conf.get("specifier") or "",
                                     where=self.where)
+        reqs = [_requirement(f"{self.key}.any_of", e, self.spec, self.where) for e in any_of]
+        if conf.get("package"):
+            reqs.append(PackageSpec(canonicalize_name(conf["package"]), self.spec))
+        if not reqs:
+            raise bad_input(f"{self.key}.package", None, "is required (or any_of: [...])",
+                            where=self.where)
+        self.reqs = tuple(reqs)
+        self.names = tuple(r.name for r in reqs)
 
     def evaluate(self, layer, facts):
-        if any(PackageSpec(n, self.spec).holds(facts) for n in self.names):
+        if any(r.holds(facts) for r in self.reqs):
             return None
-        spec = f" {self.spec}" if str(self.spec) else ""
-        if len(self.names) == 1:
-            n = self.names[0]
-            hint = f"pip install '{n}{self.spec}'" if str(self.spec) else f"pip install {n}"
-            return self.reason(f"needs {n}{spec} ({_installed(facts, n)}; {hint})",
-                               f"need {n}{spec}")
-        found = ", ".join(f"{n} {_installed(facts, n)}" for n in self.names)
-        return self.reason(f"needs one of {' or '.join(self.names)}{spec} ({found})",
-                           f"need {' or '.join(self.names)}{spec}")
+        if len(self.reqs) == 1:
+            r = self.reqs[0]
+            spec = f" {r.spec}" if str(r.spec) else ""
+            hint = f"pip install '{r.name}{r.spec}'" if str(r.spec) else f"pip install {r.name}"
+            return self.reason(f"needs {r.name}{spec} ({_installed(facts, r.name)}; {hint})",
+                               f"need {r.name}{spec}")
+        want = " or ".join(r.describe() for r in self.reqs)
+        found = ", ".join(f"{r.name} {_installed(facts, r.name)}" for r in self.reqs)
+        return self.reason(f"needs one of {want} ({found})", f"need {want}")
 
     def describe(self):
-        return f"package {' | '.join(self.names)} {self.spec}".rstrip()
+        return f"package {' | '.join(r.describe() for r in self.reqs)}"
+
+
+def _requirement(key: str, text: str, spec: SpecifierSet, where: str) -> PackageSpec:
+    """'name' or 'name<spec>' (PEP 508 without extras or markers), and the rule's own range."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        req = None
+    if req is None or req.extras or req.marker or req.url:
+        raise bad_input(key, text, "is not a distribution name with an optional version range "
+                        "such as 'sgl-kernel<=0.3.21'", where=where)
+    return PackageSpec(canonicalize_name(req.name), req.specifier & spec)
 
 
 class KnownIssueRule(Rule):
@@ -545,7 +585,7 @@ KINDS: Dict[str, type] = {cls.kind: cls for cls in (
     ActAndMulRule, ParallelRule, ClampRule, DtypeRule, ShapeRule, OptInRule)}
 assert tuple(sorted(KINDS)) == tuple(sorted(schema.RULE_KINDS))
 
-_COMMON = ("kind", "source", "message", "severity", "when")
+_COMMON = ("kind", "source", "message", "severity", "when", "explained")
 _DEFAULTS = {f.name: getattr(schema.RuleConf(), f.name) for f in fields(schema.RuleConf)}
 
 
