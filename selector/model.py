@@ -173,7 +173,9 @@ class Backend:
 
     @property
     def opt_in(self) -> bool:
-        return any(r.kind == "opt_in" for r in self.rules)
+        """Opt-in everywhere (an opt_in rule with a `when` is opt-in only where that holds)."""
+        return any(r.kind == "opt_in" and not r.when.has_layer_terms and not r.when.packages
+                   and r.when.devices is None for r in self.rules)
 
     def packages(self) -> List[str]:
         names = []
