@@ -176,6 +176,22 @@ class _Report:
 
     def requirements(self, nb: Mapping[str, Any]) -> None:
         _b12x_requirements(self, nb)
+        for op, backends in self.catalogue.backends.items():
+            for b in backends:
+                if any("b12x" in getattr(r, "names", ()) for r in _unconditional(b, "package")):
+                    self.devices(op, b, nb.get("devices"), "b12x gating.is_b12x",
+                                 nb.get("universe", ()))
+                    self.gate_floor(op, b, nb)
+
+    def gate_floor(self, op: str, b, nb: Mapping[str, Any]) -> None:
+        """b12x's run-time nvidia-cutlass-dsl minimum (MIN_CUTLASS_DSL) against the catalogue."""
+        gate = (nb.get("constants") or {}).get("MIN_CUTLASS_DSL")
+        floors = [_floor(q.spec) for r in _unconditional(b, "package")
+                  for q in getattr(r, "reqs", ()) if q.name == "nvidia-cutlass-dsl"]
+        if gate is None or not floors or floors[0] is None:
+            return
+        self.add(op, b, "nvidia-cutlass-dsl run-time minimum", f">={floors[0]}", f">={gate}",
+                 floors[0] == Version(gate), f"b12x _lib/gating.py MIN_CUTLASS_DSL = {gate!r}")
 
     # -- the nvidia-cutlass-dsl floor of the installed flashinfer --------------------------
 
@@ -213,13 +229,13 @@ def _b12x_requirements(rep: "_Report", nb: Mapping[str, Any]) -> None:
                 continue
             for r in _unconditional(b, "package"):
                 for req in getattr(r, "reqs", ()):
-                    if req.name == "b12x" or req.name not in requires:
+                    if req.name in ("b12x", "nvidia-cutlass-dsl") or req.name not in requires:
                         continue
                     claimed, have = _floor(req.spec), _floor(_spec(requires[req.name]))
                     if claimed is None or have is None:
                         continue
                     rep.add(op, b, f"{req.name} floor", f">={claimed}", requires[req.name],
-                            claimed <= have, f"b12x {nb['version']} requires "
+                            claimed == have, f"b12x {nb['version']} requires "
                             f"{req.name}{requires[req.name]} (distribution metadata)")
 
 

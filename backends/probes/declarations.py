@@ -130,10 +130,27 @@ def b12x_declarations(arg: Optional[str], ctx: Dict[str, Any]) -> Dict[str, Any]
     except Exception as exc:  # noqa: BLE001
         return ok(f"b12x {version}: gating module not importable ({describe_exc(exc)}); "
                   "requirements only", **out)
-    consts = {}
-    for name, value in vars(gating).items():
-        if name.isupper() and isinstance(value, (str, int, tuple, list, frozenset, set)):
-            consts[name] = sorted(value) if isinstance(value, (set, frozenset)) else \
-                list(value) if isinstance(value, tuple) else value
+    consts = {name: value for name, value in vars(gating).items()
+              if name.isupper() and isinstance(value, (str, int))}
     out["constants"] = consts
-    return ok(f"b12x {version}: {len(consts)} gating constants read", **out)
+    out["universe"] = list(CAPABILITIES)
+    out["devices"] = _b12x_devices(gating)
+    return ok(f"b12x {version}: gating read ({', '.join(f'{k}={v}' for k, v in consts.items())}"
+              f"; devices {out['devices']})", **out)
+
+
+def _b12x_devices(gating: Any) -> Optional[List[int]]:
+    """The capabilities b12x's own `is_b12x` accepts, asked with each capability in turn (its
+    device query is swapped for the duration: no GPU needed)."""
+    ask, query = getattr(gating, "is_b12x", None), getattr(gating, "get_compute_capability", None)
+    if not callable(ask) or not callable(query):
+        return None
+    found = []
+    try:
+        for cc in CAPABILITIES:
+            gating.get_compute_capability = lambda device=None, cc=cc: (cc // 10, cc % 10)
+            if ask():
+                found.append(cc)
+    finally:
+        gating.get_compute_capability = query
+    return found
