@@ -2,7 +2,7 @@
 
 Run in the deep-probe child process (after `import flashinfer`); selector/drift.py compares the
 result with the catalogue's claims without importing anything. Each value is read from the
-library's own declarations, never from this project's tables:
+library's own declarations, never from selector's tables:
 - FlashInfer: the `@supported_compute_capability` lists of its MoE entry points, the per-backend
   requirement lists of `mm_fp4` (`@backend_requirement`), its minimum-CUDA constant and guard for
   b12x, the b12x MoE activation sets and the TRT-LLM `ActivationType` enum, and the
