@@ -58,8 +58,7 @@ def _fmt(ccs: Iterable[int]) -> str:
 
 
 def _unconditional(b, kind: str):
-    return [r for r in b.rules if r.kind == kind and not r.when.has_layer_terms
-            and not r.when.packages and r.when.devices is None]
+    return [r for r in b.rules if r.kind == kind and not r.when.terms]
 
 
 def _explanation(backends: Sequence[Any], claim: str):
@@ -111,8 +110,8 @@ class _Report:
         if declared is None or b is None:
             return
         floors = [_floor(r.spec) for r in b.rules if r.kind == "cuda" and
-                  not r.when.has_layer_terms and r.when.devices is None and
-                  all(p.holds(self.facts) for p in r.when.packages)]
+                  not r.when.layer_fields and r.when.get("devices") is None and
+                  all(p.holds(self.facts) for p in r.when.get("packages") or ())]
         floors = [f for f in floors if f is not None]
         claimed = max(floors) if floors else None
         try:
@@ -207,7 +206,7 @@ class _Report:
                 for r in b.rules:
                     if r.kind != "known_issue" or r.severity != "error":
                         continue
-                    pk = {p.name: p.spec for p in r.when.packages}
+                    pk = {p.name: p.spec for p in r.when.get("packages") or ()}
                     if set(pk) != {"flashinfer-python", "nvidia-cutlass-dsl"} or \
                             not pk["flashinfer-python"].contains(fi, prereleases=True):
                         continue

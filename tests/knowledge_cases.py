@@ -499,9 +499,9 @@ def platform_for(case: Case):
     pk = dict(FULL)
     pk.update(dict(case.packages))
     packages = {canonicalize_name(n): (None if v is None else Version(v)) for n, v in pk.items()}
-    for n, _ in sel.model.platform.packages:
+    for n, _ in sel.run_config.platform.packages:
         packages.setdefault(n, None)
-    return replace(sel.model.platform, preset="case", source="case",
+    return replace(sel.run_config.platform, preset="case", source="case",
                    capability=parse_capability("case.device", case.device),
                    cuda=None if case.cuda is None else Version(case.cuda),
                    packages=tuple(sorted(packages.items())))
@@ -510,8 +510,8 @@ def platform_for(case: Case):
 def decide(case: Case, catalogue=None):
     from selector.api import Selector
     sel = base()
-    model = replace(sel.model, platform=platform_for(case),
-                    catalogue=catalogue or sel.model.catalogue)
+    model = replace(sel.run_config, platform=platform_for(case),
+                    catalogue=catalogue or sel.run_config.catalogue)
     return Selector(model).select(**dict(case.layer))
 
 

@@ -172,7 +172,7 @@ def _drift(fi=None, b12x=None):
     findings = {"flashinfer.declarations": fi or _declared()}
     if b12x:
         findings["b12x.declarations"] = b12x
-    return compare(sel.catalogue, sel.model.platform.facts, findings)
+    return compare(sel.catalogue, sel.run_config.platform.facts, findings)
 
 
 def test_drift_flashinfer_0_7_4_agrees_or_is_explained():

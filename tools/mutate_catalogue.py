@@ -129,7 +129,10 @@ def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
         except SelectorError as exc:
             invalid.append({"mutation": label, "refused": str(exc).splitlines()[0]})
             continue
-        failing = next(((c.id, p) for c in kc.CASES for p in [kc.problem(c, cat)] if p), None)
+        # a rule of op/name changes that backend's verdict (and, through it, which one is
+        # selected): its own cases and every case that checks a status can see it
+        cases = [c for c in kc.CASES if c.backend == f"{op}/{name}" or c.status]
+        failing = next(((c.id, p) for c in cases for p in [kc.problem(c, cat)] if p), None)
         (killed if failing else survived).append(
             {"mutation": label, "case": failing[0] if failing else None})
     run_n = len(killed) + len(survived)
