@@ -10,8 +10,8 @@ measures that). Deciding a case builds the platform directly (no Hydra compositi
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import FrozenSet, List, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
