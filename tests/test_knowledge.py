@@ -106,7 +106,7 @@ def _sources():
     descriptions, config comments, probe sources."""
     for path in sorted((REPO / "conf").rglob("*.yaml")):
         yield str(path.relative_to(REPO)), path.read_text()
-    from backends.probes import PROBES
+    from selector.probe_specs import PROBES
     for p in PROBES.values():
         yield f"probe {p.name}", f"{p.source} {p.description}"
     for op, bs in kc.base().catalogue.backends.items():
