@@ -76,6 +76,11 @@ class Selector:
                 log.info(d.log_line())
             return self._by_layer[layer]
 
+    def plan(self, model_dir: "os.PathLike[str] | str"):
+        """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
+        from .checkpoint import plan
+        return plan(self, model_dir)
+
     def default(self) -> Decision:
         """The decision for the configured layer (`layer=` preset and `layer.*` overrides)."""
         return self.decide(self.model.layer)

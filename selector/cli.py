@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="an extra config directory (backend/<op>/*.yaml, platform/, layer/...)")
         s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                        help="Hydra overrides: key=value, group=option, +key=value, ~key")
+        if name == "explain":
+            s.add_argument("--model", metavar="DIR", help="a checkpoint directory: explain "
+                           "every NVFP4 layer kind its config.json describes")
         if name == "doctor":
             s.add_argument("--deep", action="store_true",
                            help="import the kernel libraries in a child process and probe them")
@@ -77,6 +80,10 @@ def _run(args) -> int:
         _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
               catalogue_text(sel.catalogue), args.format)
         return 0
+    if args.model is not None:
+        p = sel.plan(args.model)
+        _emit(p.to_dict() if args.format == "json" else str(p), args.format)
+        return 0 if p.ok else 1
     d = sel.default()
     _emit(d.to_dict() if args.format == "json" else str(d), args.format)
     return 0 if d.selected else 1
