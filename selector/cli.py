@@ -85,7 +85,8 @@ def _run(args) -> int:
         _emit(p.to_dict() if args.format == "json" else str(p), args.format)
         return 0 if p.ok else 1
     d = sel.default()
-    _emit(d.to_dict() if args.format == "json" else str(d), args.format)
+    from .catalogues import explained
+    _emit(explained(sel.catalogue, d, args.format), args.format)
     return 0 if d.selected else 1
 
 
