@@ -1,4 +1,4 @@
-"""`python -m selector explain|list|check|doctor [--format text|json] [OVERRIDE ...]`.
+"""`python -m selector explain|list|check|doctor|matrix [--format ...] [OVERRIDE ...]`.
 
 Exit codes (CONTRACT.md): 0 a backend was selected (or the command found nothing wrong);
 1 nothing selectable, an explicit backend refused under strict, or doctor found a problem;
@@ -48,6 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
                            help="seconds each deep probe process may take (default 120)")
             s.add_argument("--probe", action="append", default=[], metavar="NAME",
                            help="run only this deep probe (repeatable; implies --deep)")
+    m = sub.add_parser("matrix", help="every backend on every platform preset, as a grid",
+                       description="every backend on every platform preset, as a grid")
+    m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
+                   help="only this op (default: both, or the op of the layer given)")
+    m.add_argument("--stack", metavar="NAME", help="the software stack preset for every "
+                   "platform (default: vllm_0_32)")
+    m.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
+    m.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
+    m.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="layer and policy overrides (layer=nemotron_moe, layer.ep_size=8)")
     return p
 
 
@@ -71,6 +82,9 @@ def _run(args) -> int:
         from .doctor import run_doctor
         return run_doctor(args.overrides, args.config_dir, deep=args.deep, timeout=args.timeout,
                           fmt=args.format, probes=args.probe)
+    if args.command == "matrix":
+        from .matrix import run_matrix
+        return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format)
     if args.command == "check":
         from .check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)
