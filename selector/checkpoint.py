@@ -331,9 +331,10 @@ def read_architecture(config: Mapping[str, Any], path: Path) -> Architecture:
     archs = config.get("architectures")
     name = None
     if isinstance(archs, list):
-        name = next((a for a in archs if a in ARCHITECTURES), None)
-    if name is None and config.get("model_type") in _BY_MODEL_TYPE:
-        name = _BY_MODEL_TYPE[config["model_type"]]
+        name = next((a for a in archs if isinstance(a, str) and a in ARCHITECTURES), None)
+    model_type = config.get("model_type")
+    if archs is None and isinstance(model_type, str) and model_type in _BY_MODEL_TYPE:
+        name = _BY_MODEL_TYPE[model_type]
     if name is None:
         given = archs if archs is not None else config.get("model_type")
         key = "architectures" if archs is not None else "model_type"
@@ -353,7 +354,7 @@ def checkpoint_dtype(config: Mapping[str, Any], path: Path) -> Optional[str]:
     v = config.get(key)
     if v is None:
         return None
-    if v not in _DTYPES:
+    if not isinstance(v, str) or v not in _DTYPES:
         raise bad_value(key, v, _DTYPES, where=str(path))
     return _DTYPES[v]
 
