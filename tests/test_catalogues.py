@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-
 from catalogue_dist import DEMO_BACKEND, build_wheel, demo_files, install
 from conftest import REPO, assert_clean_error, cli_env, run_cli_many
 
@@ -76,8 +75,8 @@ def test_explain_shows_origins_and_can_select_it(good):
     runs, _, _ = good
     text = runs["explain"]
     assert text.returncode == 0, text.stderr
-    assert f"origins: demo_moe from {DEMO_ORIGIN}; every other moe backend from packaged " \
-           "selector" in text.stdout
+    assert (f"origins: demo_moe from {DEMO_ORIGIN}; every other moe backend from packaged "
+            "selector") in text.stdout
     d = runs["explain-json"].json
     assert d["origins"]["demo_moe"] == DEMO_ORIGIN
     assert d["origins"]["marlin"].startswith("packaged selector ")

@@ -8,13 +8,21 @@ import copy
 import json
 
 import pytest
+from checkpoint_fixtures import (
+    CHECKPOINTS,
+    DEEPSEEK_QUANT,
+    DEEPSEEK_V3,
+    GPT_OSS,
+    LLAMA,
+    LLAMA_QUANT,
+    QWEN3_MOE,
+    compressed_tensors_nvfp4,
+    write_checkpoint,
+)
+from conftest import assert_clean_error, load, run_cli_many
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint_fixtures import (CHECKPOINTS, DEEPSEEK_QUANT, DEEPSEEK_V3, GPT_OSS, LLAMA,
-                                 LLAMA_QUANT, QWEN3_MOE, compressed_tensors_nvfp4,
-                                 write_checkpoint)
-from conftest import assert_clean_error, load, run_cli_many
 from selector import SelectorError
 
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
