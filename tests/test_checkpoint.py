@@ -245,3 +245,11 @@ def test_any_config_edit_gives_a_plan_or_one_clear_error(tmp_path_factory, name,
         load(*SPARK).plan(d)
     except SelectorError as exc:
         assert str(exc) and "\n" not in str(exc)
+
+
+def test_readme_example_checkpoint_is_the_fixture(tmp_path, repo):
+    """examples/deepseek-r1-nvfp4 (the README's example) is what the fixture writes."""
+    written = write_checkpoint(tmp_path, "deepseek_v3")
+    example = repo / "examples" / "deepseek-r1-nvfp4"
+    for name in ("config.json", "hf_quant_config.json"):
+        assert (example / name).read_text() == (written / name).read_text()
