@@ -16,9 +16,10 @@ an earlier contribution's) backend or preset name: it would silently replace it.
 """
 from __future__ import annotations
 
-import importlib.metadata as md
 import importlib.util
+import os
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -46,7 +47,7 @@ class Contribution:
         return f"{self.distribution} {self.version} via entry point {GROUP}:{self.entry_point}"
 
 
-def _locate(ep: md.EntryPoint, dist_name: str) -> Path:
+def _locate(ep, dist, dist_name: str) -> Path:
     value = ep.value.strip()
     where = f"distribution {dist_name!r}, entry point {GROUP}:{ep.name}"
     if not _DOTTED.match(value):
@@ -54,8 +55,7 @@ def _locate(ep: md.EntryPoint, dist_name: str) -> Path:
                             "'mykernels.selector_conf' (a directory laid out like conf/)",
                             key=f"{GROUP}:{ep.name}", value=value, where=where)
     parts = value.split(".")
-    dist = ep.dist
-    if dist is not None and dist.files:  # the RECORD: metadata only
+    if dist.files:  # the RECORD: metadata only
         prefix = "/".join(parts) + "/"
         if any(str(f).replace("\\", "/").startswith(prefix) for f in dist.files):
             path = Path(str(dist.locate_file("/".join(parts))))
@@ -74,19 +74,51 @@ def _locate(ep: md.EntryPoint, dist_name: str) -> Path:
                         key=f"{GROUP}:{ep.name}", value=value, where=where)
 
 
+def _declaring() -> List[Path]:
+    """The metadata directories on sys.path whose entry_points.txt names the group.
+
+    A plain text scan (about a millisecond for a few hundred distributions), so that a
+    process with no contribution never imports importlib.metadata (tens of milliseconds).
+    """
+    found = []
+    for entry in sys.path:
+        try:
+            listing = os.scandir(entry or ".")
+        except OSError:
+            continue
+        with listing:
+            for d in listing:
+                if d.name.endswith((".dist-info", ".egg-info")):
+                    try:
+                        text = Path(d.path, "entry_points.txt").read_text(errors="replace")
+                    except OSError:
+                        continue
+                    if f"[{GROUP}]" in text:
+                        found.append(Path(d.path))
+    return found
+
+
 @lru_cache(maxsize=1)
 def contributions() -> Tuple[Contribution, ...]:
-    """Every installed contribution, sorted by distribution and entry point name."""
+    """Every installed contribution, sorted by distribution and entry point name; where one
+    distribution is visible twice on sys.path, the first wins (as for imports)."""
+    declaring = _declaring()
+    if not declaring:
+        return ()
+    import importlib.metadata as md
     found: List[Contribution] = []
     seen = set()
-    for ep in md.entry_points(group=GROUP):
-        dist = ep.dist
-        name = dist.metadata["Name"] if dist is not None else "?"
-        version = dist.version if dist is not None else "?"
-        if (name, ep.name) in seen:  # one distribution visible twice on sys.path
+    for path in declaring:
+        dist = md.PathDistribution(path)
+        name = dist.metadata["Name"] or path.name.partition("-")[0]
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
             continue
-        seen.add((name, ep.name))
-        found.append(Contribution(ep.name, ep.value.strip(), name, version, _locate(ep, name)))
+        seen.add(key)
+        for ep in dist.entry_points:
+            if ep.group == GROUP:
+                found.append(Contribution(ep.name, ep.value.strip(), name, dist.version,
+                                          _locate(ep, dist, name)))
     return tuple(sorted(found, key=lambda c: (c.distribution.lower(), c.entry_point)))
 
 
