@@ -77,6 +77,12 @@ def _modelopt(q: Mapping[str, Any], source: str, where: str, exclude_key: str) -
         raise bad_value("quant_algo", q.get("quant_algo"), accepted, where=where,
                         hint="only NVFP4 checkpoints are explained")
     scheme = _MODELOPT_ALGOS[algo]
+    groups = q.get("config_groups")
+    if algo == "NVFP4" and isinstance(groups, dict) and groups and all(
+            isinstance(g, dict) and g.get("input_activations") is None for g in groups.values()):
+        # NVFP4 declared, yet no group quantizes activations: vLLM serves it as W4A16
+        # (vLLM modelopt.py ModelOptNvFp4Config._from_config, 0.32.0)
+        scheme, algo = "nvfp4_w4a16", "NVFP4 (no input activations in config_groups: W4A16)"
 
     def scheme_of(names, linear_class):
         hit = _modelopt_excluded(names, excluded)

@@ -253,3 +253,20 @@ def test_readme_example_checkpoint_is_the_fixture(tmp_path, repo):
     example = repo / "examples" / "deepseek-r1-nvfp4"
     for name in ("config.json", "hf_quant_config.json"):
         assert (example / name).read_text() == (written / name).read_text()
+
+
+def test_modelopt_w4a16(tmp_path):
+    """W4A16_NVFP4, and NVFP4 whose config groups quantize no activations (vLLM serves both as
+    weight-only NVFP4)."""
+    explicit = write_checkpoint(tmp_path, "w4a16", LLAMA, {"quantization": {
+        "quant_algo": "W4A16_NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}})
+    implied = write_checkpoint(tmp_path, "implied", {**LLAMA, "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
+                                      "weights": {"num_bits": 4, "type": "float",
+                                                  "group_size": 16}}}}})
+    sel = load("platform=h100", "stack=vllm_0_32")
+    for d in (explicit, implied):
+        p = sel.plan(d)
+        assert {k.quant for k in p.kinds} == {"nvfp4_w4a16", None}
+        assert {x.selected for x in p.decisions()} == {"marlin"}
