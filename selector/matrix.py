@@ -176,7 +176,8 @@ td.b,th{white-space:nowrap}td[title]{cursor:help}
 .selected{background:#1e7b34;color:#fff;font-weight:bold}
 .eligible{background:#b9e4c2}.opt_in{background:#fde9a9}
 .rejected{background:#f6d3d3;color:#5b1a1a}.not_applicable{background:#e4e4e4;color:#666}
-.legend span{display:inline-block;padding:3px 8px;margin-right:6px;border:1px solid #c8c8c8;font-size:12px}
+.legend span{display:inline-block;padding:3px 8px;margin-right:6px;border:1px solid #c8c8c8;
+font-size:12px}
 """
 
 
