@@ -23,10 +23,16 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Tuple
 
 from . import __version__
 from .errors import SelectorError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import importlib.metadata as md
+
+    from .decision import Decision
+    from .model import Catalogue
 
 GROUP = "selector.catalogues"
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -47,7 +53,7 @@ class Contribution:
         return f"{self.distribution} {self.version} via entry point {GROUP}:{self.entry_point}"
 
 
-def _locate(ep, dist, dist_name: str) -> Path:
+def _locate(ep: "md.EntryPoint", dist: "md.Distribution", dist_name: str) -> Path:
     value = ep.value.strip()
     where = f"distribution {dist_name!r}, entry point {GROUP}:{ep.name}"
     if not _DOTTED.match(value):
@@ -179,7 +185,7 @@ def origins(files: Iterable[Tuple[str, str]]) -> Dict[str, str]:
     return {name: origin_of(f) for name, f in files}
 
 
-def explained(catalogue, decision, fmt: str):
+def explained(catalogue: "Catalogue", decision: "Decision", fmt: str) -> Any:
     """`explain` output with each backend's origin, added when not every backend of the op is
     packaged (the packaged-only output stays as it was)."""
     op = decision.layer["op"]

@@ -12,7 +12,7 @@ import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .checkpoint_arch import (
     Architecture,
@@ -22,6 +22,12 @@ from .checkpoint_arch import (
 )
 from .checkpoint_quant import Quantization, read_quantization
 from .errors import SelectorError, bad_input
+
+if TYPE_CHECKING:  # pragma: no cover
+    import os
+
+    from .api import Selector
+    from .decision import Candidate, Decision
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,7 @@ class Plan:
         if total:
             head += f"; {total} linear -> " + ", ".join(
                 sel if n == total else f"{n} {sel}" for sel, n in lin.items())
-        off: Counter = Counter()
+        off: "Counter[str]" = Counter()
         for k in self.kinds:
             if not k.quant:
                 off[k.component] += k.modules
@@ -140,7 +146,7 @@ def _join_whys(whys: List[str]) -> str:
                                             else "")
 
 
-def _selected_counts(items) -> "OrderedDict[str, int]":
+def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> "OrderedDict[str, int]":
     out: "OrderedDict[str, int]" = OrderedDict()
     for s, n in items:
         sel = s.decision.selected or "none"
@@ -148,7 +154,7 @@ def _selected_counts(items) -> "OrderedDict[str, int]":
     return out
 
 
-def plan(selector, model_dir) -> Plan:
+def plan(selector: "Selector", model_dir: "os.PathLike[str] | str") -> Plan:
     """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
 
     Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
@@ -231,11 +237,11 @@ def _layers_text(layers: Sequence[int]) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _needs(c) -> List[str]:
+def _needs(c: "Candidate") -> List[str]:
     return list(dict.fromkeys(r.need for r in c.reasons if r.severity == "error"))
 
 
-def _verdict(d) -> List[str]:
+def _verdict(d: "Decision") -> List[str]:
     """A decision in three short lines: selected, what else could run, what could not and why."""
     usable = [c.backend for c in d.candidates if c.status == "eligible"]
     opt = [c.backend for c in d.candidates if c.status == "opt_in"]

@@ -108,8 +108,9 @@ def _fields(**kw: Any) -> Tuple[Tuple[str, Any], ...]:
     return tuple(kw.items())
 
 
-def _moe(name, layer, hidden, inter, experts, top_k, act, gated, limit=None, match=(),
-         linear_class=True) -> Module:
+def _moe(name: str, layer: int, hidden: int, inter: int, experts: int, top_k: int, act: str,
+         gated: bool, limit: Optional[float] = None, match: Tuple[str, ...] = (),
+         linear_class: bool = True) -> Module:
     return Module(name, "routed experts", "experts", layer,
                   _fields(op="moe", activation=act, act_and_mul=gated, hidden_size=hidden,
                           intermediate_size=inter, num_experts=experts, top_k=top_k,
@@ -123,7 +124,8 @@ def _linear(prefix: str, component: str, layer: Optional[int], proj: str, k: int
                           intermediate_size=n, num_experts=None, top_k=None, swiglu_limit=None))
 
 
-def _mlp(prefix, component, layer, hidden, inter, gated=True) -> List[Module]:
+def _mlp(prefix: str, component: str, layer: int, hidden: int, inter: int, gated: bool = True
+         ) -> List[Module]:
     ups = ("gate_proj", "up_proj") if gated else ("up_proj",)
     return [_linear(prefix, component, layer, p, hidden, inter) for p in ups] + \
         [_linear(prefix, component, layer, "down_proj", inter, hidden)]
@@ -134,7 +136,7 @@ def _expert_names(prefix: str, gated: bool = True) -> Tuple[str, ...]:
                  (("gate_proj", "up_proj", "down_proj") if gated else ("up_proj", "down_proj")))
 
 
-def _gqa(prefix, layer, cfg: _Config, hidden) -> List[Module]:
+def _gqa(prefix: str, layer: int, cfg: _Config, hidden: int) -> List[Module]:
     heads = cfg.integer("num_attention_heads")
     kv = cfg.integer("num_key_value_heads", heads)
     hd = cfg.integer("head_dim", hidden // heads)
@@ -148,7 +150,10 @@ def _lm_head(cfg: _Config, hidden: int) -> Module:
     return _linear("", "LM head", None, "lm_head", hidden, cfg.integer("vocab_size"))
 
 
-def _llama(cfg: _Config) -> Tuple[int, List[str], List[Module], List[str]]:
+Read = Tuple[int, List[str], List[Module], List[str]]  # layers, layer types, modules, notes
+
+
+def _llama(cfg: _Config) -> Read:
     """Llama, Mistral, Qwen2/Qwen3 dense: every layer is attention + a gated MLP."""
     n, h = cfg.integer("num_hidden_layers"), cfg.integer("hidden_size")
     inter = cfg.integer("intermediate_size")
@@ -159,7 +164,7 @@ def _llama(cfg: _Config) -> Tuple[int, List[str], List[Module], List[str]]:
     return n, ["dense"] * n, mods + [_lm_head(cfg, h)], []
 
 
-def _deepseek(cfg: _Config):
+def _deepseek(cfg: _Config) -> Read:
     """DeepSeek-V2/V3/R1: the first `first_k_dense_replace` layers dense, then MoE every
     `moe_layer_freq` layers, with `n_shared_experts` shared experts and MLA attention."""
     n, h = cfg.integer("num_hidden_layers"), cfg.integer("hidden_size")
@@ -201,7 +206,7 @@ def _deepseek(cfg: _Config):
     return n, types, mods + [_lm_head(cfg, h)], notes
 
 
-def _qwen3_moe(cfg: _Config):
+def _qwen3_moe(cfg: _Config) -> Read:
     """Qwen3-MoE: MoE every `decoder_sparse_step` layers except `mlp_only_layers`; no shared
     experts."""
     n, h = cfg.integer("num_hidden_layers"), cfg.integer("hidden_size")
@@ -227,7 +232,7 @@ def _qwen3_moe(cfg: _Config):
 _NEMOTRON_BLOCKS = {"M": "Mamba", "E": "MoE", "*": "attention", "-": "dense"}
 
 
-def _nemotron_h(cfg: _Config):
+def _nemotron_h(cfg: _Config) -> Read:
     """Nemotron-H: `hybrid_override_pattern` gives each layer's block (M Mamba-2, E MoE,
     * attention, - MLP); MLPs and experts are non-gated with `mlp_hidden_act` (relu2)."""
     n, h = cfg.integer("num_hidden_layers"), cfg.integer("hidden_size")
@@ -262,7 +267,7 @@ def _nemotron_h(cfg: _Config):
     return n, types, mods + [_lm_head(cfg, h)], []
 
 
-def _gpt_oss(cfg: _Config):
+def _gpt_oss(cfg: _Config) -> Read:
     """gpt-oss: every layer MoE with swigluoai experts (vLLM `gpt_oss.py` builds them with
     activation="swigluoai"; the config's `swiglu_limit` is that activation's clamp)."""
     n, h = cfg.integer("num_hidden_layers"), cfg.integer("hidden_size")
@@ -285,7 +290,7 @@ def _gpt_oss(cfg: _Config):
 # architectures entry -> (model_type, reader). Sources of the keys: the model cards' config.json
 # files (deepseek-ai/DeepSeek-V3, Qwen/Qwen3-30B-A3B, nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16,
 # openai/gpt-oss-120b, meta-llama/Llama-3.1-8B-Instruct on Hugging Face).
-ARCHITECTURES: Dict[str, Tuple[str, Callable]] = {
+ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek),
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),

@@ -17,6 +17,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 from .checkpoint_arch import read_json
 from .errors import bad_input, bad_value
 
+Scheme = Tuple[Optional[str], str]  # (nvfp4 | nvfp4_w4a16 | None, why)
+
 
 @dataclass(frozen=True)
 class Quantization:
@@ -63,7 +65,7 @@ def _modelopt(q: Mapping[str, Any], source: str, where: str, exclude_key: str) -
                                 [*_MODELOPT_ALGOS, *_MODELOPT_OTHER], where=where)
             recipes[prefix] = a
 
-        def mixed(names, linear_class):
+        def mixed(names: Tuple[str, ...], linear_class: bool) -> Scheme:
             hit = _modelopt_excluded(names, excluded)
             if hit:
                 return None, f"excluded by {exclude_key} {hit!r}"
@@ -84,7 +86,7 @@ def _modelopt(q: Mapping[str, Any], source: str, where: str, exclude_key: str) -
         # (vLLM modelopt.py ModelOptNvFp4Config._from_config, 0.32.0)
         scheme, algo = "nvfp4_w4a16", "NVFP4 (no input activations in config_groups: W4A16)"
 
-    def scheme_of(names, linear_class):
+    def scheme_of(names: Tuple[str, ...], linear_class: bool) -> Scheme:
         hit = _modelopt_excluded(names, excluded)
         return (None, f"excluded by {exclude_key} {hit!r}") if hit else (scheme, algo)
     return Quantization("ModelOpt", source, algo, scheme_of, tuple(excluded))
@@ -139,7 +141,7 @@ def _compressed_tensors(q: Mapping[str, Any], source: str, where: str) -> Quanti
                         "group (weights: num_bits 4, type float, strategy tensor_group, "
                         "group_size 16)", where=where)
 
-    def scheme_of(names, linear_class):
+    def scheme_of(names: Tuple[str, ...], linear_class: bool) -> Scheme:
         for n in names:
             for t in ignore:
                 if _ct_match(n, t, False):

@@ -11,11 +11,14 @@ import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import Version
 
 from .errors import SelectorError, bad_value
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .decision import Candidate
 
 DEFAULT_STACK = "vllm_0_32"
 DEFAULT_LAYERS = {"moe": "default", "linear": "dense_linear"}  # layer presets per op
@@ -55,7 +58,7 @@ class Grid:
                               for p, _ in self.platforms} for b in self.backends}}
 
 
-def _cell(c) -> Cell:
+def _cell(c: "Candidate") -> Cell:
     reasons = tuple(r.to_dict() for r in c.reasons)
     if c.status == "rejected":
         needs = list(dict.fromkeys(r.need for r in c.reasons if r.severity == "error"))
@@ -66,7 +69,7 @@ def _cell(c) -> Cell:
     return Cell(c.status, _LABEL[c.status], reasons)
 
 
-def _capability_key(cap: Optional[str]):
+def _capability_key(cap: Optional[str]) -> Tuple[bool, Version]:
     return (cap is not None, Version(cap) if cap else Version("0"))
 
 
