@@ -29,7 +29,7 @@ def read_decision(d: Any) -> Dict[str, Any]:
 
     Statuses are taken before selection: a selected candidate is `opt_in` when its reasons say
     so, else `eligible`. `strict` matters only where the requested backend fails, and there the
-    resolver's note says whether policy.strict=false let it fall back.
+    resolver's note says whether policy.strict=true refused to fall back.
     """
     data = d.to_dict()
     candidates = []
@@ -42,7 +42,7 @@ def read_decision(d: Any) -> Dict[str, Any]:
     notes = [str(n) for n in data["notes"]]
     return {"layer": data["layer"], "platform": data["platform"],
             "verdict": {"requested": data["requested"], "selected": data["selected"],
-                        "strict": not any("policy.strict=false" in n for n in notes),
+                        "strict": any("policy.strict=true refuses" in n for n in notes),
                         "candidates": candidates, "notes": notes}}
 
 
