@@ -183,9 +183,9 @@ def agree(groups: Sequence[Group], local: Union[Sequence[Any], BaseException, No
                                         Tuple[str, ...], bool]] = {}
     refused: Dict[str, List[int]] = {}
     local_list = None if local is None or isinstance(local, BaseException) else list(local)
-    for i in range(len(lead["per_layer"])):
+    columns = zip(*[[v for _, v in g.body["per_layer"]] for g in groups])
+    for i, key in enumerate(columns):
         layer = lead["layers"][lead["per_layer"][i][0]]
-        key = tuple(g.body["per_layer"][i][1] for g in groups)
         got = merged.get(key)
         if got is None:  # once per distinct combination of verdicts, not per layer or rank
             got = merged[key] = _merge(
@@ -213,29 +213,39 @@ def _check_versions(groups: Sequence[Group], hosts: Dict[int, str]) -> None:
             problems.append(f"{where(lead.ranks, hosts)} decided {len(a['per_layer'])} layers, "
                             f"{where(g.ranks, hosts)} {len(b['per_layer'])}")
             continue
-        for i, ((la, va), (lb, vb)) in enumerate(zip(a["per_layer"], b["per_layer"])):
-            x, y = a["layers"][la], b["layers"][lb]
-            if x != y:
-                diff = ", ".join(f"{k} {x.get(k)!r} vs {y.get(k)!r}"
-                                 for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k))
-                problems.append(f"layer {i} differs between {where(lead.ranks, hosts)} and "
-                                f"{where(g.ranks, hosts)}: {diff}")
-                break
-            ra, rb = a["verdicts"][va]["requested"], b["verdicts"][vb]["requested"]
-            na = [c[0] for c in a["verdicts"][va]["candidates"]]
-            nb = [c[0] for c in b["verdicts"][vb]["candidates"]]
-            if ra != rb or sorted(na) != sorted(nb):
-                what = (f"requested {ra} vs {rb}" if ra != rb else
-                        f"catalogues differ ({', '.join(sorted(set(na) ^ set(nb)))})")
-                problems.append(f"layer {i}: {where(lead.ranks, hosts)} and "
-                                f"{where(g.ranks, hosts)} decide under different policies or "
-                                f"catalogues: {what}")
+        pa, pb = a["per_layer"], b["per_layer"]
+        pairs = [tuple(x + y) for x, y in zip(pa, pb)] if pa != pb else None
+        # each distinct pair of entries is compared once, in layer order
+        for key in dict.fromkeys(pairs or (tuple(x + x) for x in pa)):
+            problem = _differ(a, b, *key)
+            if problem:
+                at = (pairs or [tuple(x + x) for x in pa]).index(key)
+                problems.append(f"layer {at}: {where(lead.ranks, hosts)} and "
+                                f"{where(g.ranks, hosts)} {problem}")
                 break
     if problems:
         raise SelectorError("selector.distributed: no agreement, every rank stops: "
                             + "; ".join(problems)
                             + ". Every rank must decide the same layers, in the same order, "
                             "with the same policy and catalogue")
+
+
+def _differ(a: Dict[str, Any], b: Dict[str, Any], la: int, va: int, lb: int, vb: int
+            ) -> Optional[str]:
+    """How two ranks' entries for one layer differ in what must be equal, or None."""
+    x, y = a["layers"][la], b["layers"][lb]
+    if x != y:
+        return "decide different layers: " + ", ".join(
+            f"{k} {x.get(k)!r} vs {y.get(k)!r}" for k in sorted(set(x) | set(y))
+            if x.get(k) != y.get(k))
+    ra, rb = a["verdicts"][va]["requested"], b["verdicts"][vb]["requested"]
+    if ra != rb:
+        return f"decide under different policies: requested {ra} vs {rb}"
+    na = {c[0] for c in a["verdicts"][va]["candidates"]}
+    nb = {c[0] for c in b["verdicts"][vb]["candidates"]}
+    if na != nb:
+        return f"decide under different catalogues: {', '.join(sorted(na ^ nb))}"
+    return None
 
 
 def _merge(verdicts: List[Tuple[Group, Dict[str, Any]]], layer: Dict[str, Any],

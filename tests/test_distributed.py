@@ -119,7 +119,8 @@ def test_rank_that_raises_during_load(four_ranks):
 
 def test_ranks_deciding_different_layers(four_ranks):
     got = same_everywhere(four_ranks["other_layers"])
-    assert "layer 0 differs between ranks 0, 2-3" in got["error"]
+    assert f"layer 0: ranks 0, 2-3 (host {HOST}) and rank 1 (host {HOST}) decide different " \
+        "layers: hidden_size None vs 4096" in got["error"]
     assert "hidden_size None vs 4096" in got["error"]
 
 
@@ -244,6 +245,21 @@ def test_explicit_backend_failing_on_some_rank(statuses, strict):
     else:
         d = agreement.agree(groups)[0]
         assert d.selected == "b" and "every rank fell back to b" in " ".join(d.notes)
+
+
+def test_ranks_under_other_policies_or_catalogues_stop():
+    lead = synthetic(["eligible"] * 4, "a")
+    other = synthetic(["eligible"] * 4, "b")
+    with pytest.raises(selector.SelectorError, match="different policies: requested a vs b"):
+        agreement.agree([Group((0,), ("h",), lead), Group((1,), ("h",), other)])
+    other = synthetic(["eligible"] * 4, "a")
+    other["verdicts"][0]["candidates"][3][0] = "e"
+    with pytest.raises(selector.SelectorError, match="different catalogues: d, e"):
+        agreement.agree([Group((0,), ("h",), lead), Group((1,), ("h",), other)])
+    other = synthetic(["eligible"] * 4, "a")
+    other["per_layer"] = [[0, 0], [0, 0]]
+    with pytest.raises(selector.SelectorError, match="rank 0 .host h. decided 1 layers, rank 1"):
+        agreement.agree([Group((0,), ("h",), lead), Group((1,), ("h",), other)])
 
 
 def test_maybe_agree_without_torch_distributed_changes_nothing():
