@@ -60,8 +60,9 @@ def worker(rank: int, world: int, calls: int, mixed: bool) -> None:
     ds = decisions(OLD if mixed and rank == world - 1 else BASE)
     pg = c10d._get_default_group()
     raw = agreement.encode(ds)
+    # "exchange" includes "arrive"
     rows: Dict[str, List[float]] = {k: [] for k in ("agree_all", "arrive", "exchange",
-                                                     "encode", "agree", "all_gather_object")}  # exchange includes arrival
+                                                     "encode", "agree", "all_gather_object")}
 
     def timed(name, fn):
         dist.barrier()
@@ -70,13 +71,13 @@ def worker(rank: int, world: int, calls: int, mixed: bool) -> None:
         rows[name].append(time.perf_counter() - t)
         return out
 
-    for i in range(calls + 3):  # 3 warm-up rounds, dropped below
+    for _ in range(calls + 3):  # 3 warm-up rounds, dropped below
         timed("agree_all", lambda: distributed.agree_all(ds))
         timed("encode", lambda: agreement.encode(ds))
         timed("arrive", lambda: distributed._arrive(c10d._get_process_group_store(pg), pg, rank,
                                                      world, timedelta(seconds=60)))
         groups = timed("exchange", lambda: distributed._exchange(dist, None, raw))
-        timed("agree", lambda: agreement.agree(groups, ds))
+        timed("agree", lambda g=groups: agreement.agree(g, ds))
         timed("all_gather_object", lambda: dist.all_gather_object([None] * world, raw))
     mine = {k: v[3:] for k, v in rows.items()}
     everyone = [None] * world

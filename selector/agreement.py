@@ -174,7 +174,7 @@ def agree(groups: Sequence[Group], local: Union[Sequence[Any], BaseException, No
     if failed:
         raise SelectorError("selector.distributed: no agreement, every rank stops: "
                             + "; ".join(failed))
-    _check_versions(groups, hosts)
+    _check_comparable(groups, hosts)
     rank_groups = tuple(RankGroup(g.ranks, tuple(dict.fromkeys(g.hosts)), g.body["platform"],
                                   where(g.ranks, hosts)) for g in groups)
     lead = groups[0].body
@@ -203,7 +203,7 @@ def agree(groups: Sequence[Group], local: Union[Sequence[Any], BaseException, No
     return out
 
 
-def _check_versions(groups: Sequence[Group], hosts: Dict[int, str]) -> None:
+def _check_comparable(groups: Sequence[Group], hosts: Dict[int, str]) -> None:
     """Ranks must decide the same layers in the same order under the same catalogue."""
     lead = groups[0]
     problems = []

@@ -17,6 +17,7 @@ the same SelectorError naming it.
 """
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import sys
@@ -129,8 +130,8 @@ def _exchange(dist, group: Any, raw: bytes) -> List[Group]:
         for w in works:
             w.wait()
     except RuntimeError as e:  # a rank died or left after arriving: the collective's timeout
-        raise SelectorError(f"selector.distributed: the exchange failed on rank "
-                            f"{dist.get_rank()} ({e})") from e
+        raise SelectorError(f"selector.distributed: the exchange failed after every rank "
+                            f"arrived: a rank died or left ({e})") from e
     members: Dict[bytes, List[Any]] = {dig: [] for dig in leaders}
     for dig, _, grank, h in parsed:
         members[dig].append((grank, h.rstrip(b"\0").decode(errors="replace")))
@@ -143,7 +144,6 @@ def _exchange(dist, group: Any, raw: bytes) -> List[Group]:
 
 def _decode(wire: bytes, rank: int) -> Dict[str, Any]:
     """A peer's fingerprint: JSON (never pickle), from a compatible selector."""
-    import json
     try:
         body = json.loads(zlib.decompress(wire))
     except (zlib.error, ValueError) as e:
@@ -189,7 +189,7 @@ def _timeout(pg, device) -> timedelta:
         return pg._get_backend(device).options._timeout
     except (AttributeError, RuntimeError):
         from torch.distributed import distributed_c10d as c10d
-        return c10d._get_process_group_store(pg).timeout
+        return c10d._get_process_group_store(pg).timeout  # type: ignore[attr-defined]
 
 
 def _tensor(data: bytes, device):

@@ -51,7 +51,7 @@ def run_ranks(world: int, scenarios: Sequence[Dict[str, Any]], tmp: Path, *,
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise AssertionError(f"ranks still running after {deadline_s} s: a hang")
+            raise AssertionError(f"ranks still running after {deadline_s} s: a hang") from None
         logs.append(out.decode(errors="replace"))
     results = []
     for r, (p, log) in enumerate(zip(procs, logs)):

@@ -117,8 +117,9 @@ def launch(nproc: int, calls: int, backend: str) -> List[Dict[str, Any]]:
     if backend == "gloo":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(r), str(nproc),
-                               "--calls", str(calls), "--backend", backend], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(nproc)]
+                               "--calls", str(calls), "--backend", backend], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(nproc)]
     results = []
     for r, p in enumerate(procs):
         try:
@@ -126,7 +127,7 @@ def launch(nproc: int, calls: int, backend: str) -> List[Dict[str, Any]]:
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise SystemExit("a rank hung for 480 s")
+            raise SystemExit("a rank hung for 480 s") from None
         lines = [x for x in log.splitlines() if x.startswith("RESULT ")]
         if p.returncode or not lines:
             raise SystemExit(f"rank {r} exited {p.returncode}:\n{log}")
@@ -156,8 +157,9 @@ def report(results: List[Dict[str, Any]]) -> str:
         rounds = [max(r["timings"][name][i] for r in results)
                   for i in range(len(results[0]["timings"][name]))]
         q = sorted(rounds)
-        lines.append(f"  {name:18} {statistics.median(q):7.3f} / {q[int(0.9 * (len(q) - 1))]:7.3f}"
-                     f" / {q[0]:7.3f}  ({len(q)} rounds)")
+        p90 = q[int(0.9 * (len(q) - 1))]
+        lines.append(f"  {name:18} {statistics.median(q):7.3f} / {p90:7.3f} / {q[0]:7.3f}  "
+                     f"({len(q)} rounds)")
     return "\n".join(lines)
 
 
