@@ -162,6 +162,7 @@ def test_identical_fingerprints_are_compared_once(monkeypatch):
     out = agreement.agree(groups, a)
     assert len(out) == 100 and len(calls) == 2
     assert out[0].selected == "flashinfer_cutlass" and out[0].local is a[0]
+    assert out[0].entry_point == a[0].candidate("flashinfer_cutlass").entry_point is not None
     assert "ranks 1000-1023 (host h) alone would have chosen flashinfer_trtllm" in out[0].notes[-1]
 
 
