@@ -23,11 +23,11 @@ class Selector:
     """
 
     def __init__(self, model: Model, tree: Optional[ConfigTree] = None,
-                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None, verify=None):
         self.model = model
         self.tree = tree
         self.probes = dict(probes or {})
-        self.resolver = Resolver(model, self.probes)
+        self.resolver = Resolver(model, self.probes, verify)
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         self._layers: Dict[Layer, Layer] = {}  # one canonical object per distinct layer
@@ -100,4 +100,8 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
     if model.probe == "deep":
         from .probing import run_deep_probes
         probes = {name: (f.ok, f.message) for name, f in run_deep_probes(model.catalogue).items()}
-    return Selector(model, tree, probes)
+    verify = None
+    if model.probe == "verify":  # run each usable backend once per machine (cached): selector.verify
+        from .verify import verify_once
+        verify = verify_once(Selector(model, tree), overrides, config_dirs).rejections()
+    return Selector(model, tree, probes, verify)

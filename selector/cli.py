@@ -45,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
                            help="seconds each deep probe process may take (default 120)")
             s.add_argument("--probe", action="append", default=[], metavar="NAME",
                            help="run only this deep probe (repeatable; implies --deep)")
+            s.add_argument("--verify", action="store_true",
+                           help="run each usable backend on small NVFP4 problems (a child "
+                           "process each, --timeout) and compare it with the reference")
+            s.add_argument("--op", action="append", choices=("moe", "linear"), default=[],
+                           help="verify only this op (repeatable; implies --verify)")
+            s.add_argument("--no-cache", dest="verify_cache", action="store_false",
+                           help="verify again instead of reusing this machine's cached results")
     return p
 
 
@@ -67,7 +74,8 @@ def _run(args) -> int:
     if args.command == "doctor":
         from .doctor import run_doctor
         return run_doctor(args.overrides, args.config_dir, deep=args.deep, timeout=args.timeout,
-                          fmt=args.format, probes=args.probe)
+                          fmt=args.format, probes=args.probe, verify=args.verify,
+                          verify_ops=args.op, verify_cache=args.verify_cache)
     if args.command == "check":
         from .check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .decision import Candidate, Decision
 from .model import LAYER_KEYS, Backend, Layer, Model
-from .rules import Condition, Reason, Rule
+from .rules import Condition, Reason, Rule, VerifyFailure, VerifyRule
 
 NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
@@ -44,9 +44,11 @@ def order(backends: Sequence[Backend], quant: str) -> List[Backend]:
 
 
 class Resolver:
-    """Decisions for one model (catalogue, platform, policy), with optional probe findings."""
+    """Decisions for one model (catalogue, platform, policy), with optional probe findings and
+    verification failures ((op, backend) -> failed cases: a `verify` rule each)."""
 
-    def __init__(self, model: Model, probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+    def __init__(self, model: Model, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
+                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None):
         self.model = model
         facts = model.platform.facts
         self._platform = model.platform.to_dict()
@@ -81,6 +83,9 @@ class Resolver:
                     Reason("feature", f"deep probe {name} failed: {probes[name][1]}",
                            f"selector doctor --deep (probe {name})", f"fail probe {name}")
                     for name in b.probes if probes and name in probes and not probes[name][0])
+                if verify and verify.get((op, b.name)):
+                    dynamic.append((None, None, VerifyRule.measured(op, b.name,
+                                                                    verify[op, b.name])))
                 self._fixed[op, b.name] = _split(fixed)
                 self._dynamic[op, b.name] = tuple(dynamic)
                 attrs = {"quant"}

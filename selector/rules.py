@@ -540,9 +540,53 @@ class OptInRule(Rule):
         return "opt_in"
 
 
+@dataclass(frozen=True)
+class VerifyFailure:
+    """One case that `selector doctor --verify` measured wrong (or saw crash) on this machine."""
+    quant: str
+    act_and_mul: Optional[bool]  # None: whatever the layer's (a linear layer)
+    text: str  # the case and what was measured
+
+
+class VerifyRule(Rule):
+    """The backend computed wrong numbers on this machine. Never declared in a backend file:
+    under `probe=verify` the resolver adds one to each backend that failed verification, and it
+    rejects the layers of the failed quant scheme (and, for an MoE, gating)."""
+    kind = "verify"
+    reads_layer = True
+    layer_attrs = ("quant", "act_and_mul")
+    SOURCE = ("selector doctor --verify, measured on this machine (kernels that load yet compute "
+              "wrong output: FlashInfer #3294, #2723)")
+
+    def parse(self, conf):
+        raise bad_input(f"{self.key}.kind", "verify", "is not declared in a backend file: "
+                        "probe=verify adds it to a backend that failed `selector doctor --verify` "
+                        "on this machine", where=self.where)
+
+    @classmethod
+    def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> "VerifyRule":
+        rule = cls.__new__(cls)
+        rule.key, rule.where = f"catalogue.{op}.{backend}.verify", "selector doctor --verify"
+        rule.source, rule.message, rule.severity = cls.SOURCE, None, "error"
+        rule.when = Condition()
+        rule.failures = tuple(failures)
+        return rule
+
+    def evaluate(self, layer, facts):
+        hits = [f.text for f in self.failures if f.quant == layer.quant and
+                f.act_and_mul in (None, layer.act_and_mul)]
+        if not hits:
+            return None
+        return self.reason("failed verification on this machine: " + "; ".join(hits),
+                           "fail verification here")
+
+    def describe(self):
+        return f"verify: {len(self.failures)} failed case(s) on this machine"
+
+
 KINDS: Dict[str, type] = {cls.kind: cls for cls in (
     DeviceRule, CudaRule, PackageRule, KnownIssueRule, FeatureRule, QuantRule, ActivationRule,
-    ActAndMulRule, ParallelRule, ClampRule, DtypeRule, ShapeRule, OptInRule)}
+    ActAndMulRule, ParallelRule, ClampRule, DtypeRule, ShapeRule, OptInRule, VerifyRule)}
 assert tuple(sorted(KINDS)) == tuple(sorted(schema.RULE_KINDS))
 
 _COMMON = ("kind", "source", "message", "severity", "when")

@@ -19,10 +19,10 @@ ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_late
            "flashinfer_nvlink", "naive")
 STATUSES = ("selected", "eligible", "opt_in", "rejected", "not_applicable")
 RULE_KINDS = ("device", "cuda", "package", "known_issue", "feature", "quant", "activation",
-              "act_and_mul", "parallel", "clamp", "dtype", "shape", "opt_in")
+              "act_and_mul", "parallel", "clamp", "dtype", "shape", "opt_in", "verify")
 SHAPE_DIMS = ("hidden_size", "intermediate_size", "num_experts", "top_k")
 SEVERITIES = ("error", "warning")
-PROBE_MODES = ("none", "deep")
+PROBE_MODES = ("none", "deep", "verify")
 EXECUTIONS = ("native", "weight_only", "reference")
 
 # Distributions every platform reports (CONTRACT.md), beside those the catalogue names.
