@@ -153,12 +153,17 @@ def _device():
     return torch.device("cpu"), "cpu"
 
 
+_SELECTORS: Dict[str, Any] = {}
+
+
 def _decision(spec: Dict[str, Any], op: str, layer: Dict[str, Any]):
     """The selector's decision for the case's layer, built the way the parent built it."""
     import selector
-    sel = selector.load(list(spec.get("overrides") or []),
-                        config_dirs=list(spec.get("config_dirs") or []))
-    return sel.select(op=op, **layer)
+    key = json.dumps([spec.get("overrides"), spec.get("config_dirs")])
+    if key not in _SELECTORS:
+        _SELECTORS[key] = selector.load(list(spec.get("overrides") or []),
+                                        config_dirs=list(spec.get("config_dirs") or []))
+    return _SELECTORS[key].select(op=op, **layer)
 
 
 def run_case(spec: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:

@@ -291,6 +291,16 @@ def _finite(v: Any) -> Optional[float]:
     return float(v)
 
 
+def _worst(w: Any) -> Optional[Dict[str, Any]]:
+    """The worst element as the child (or a cache file) gave it, kept only if well-formed."""
+    if not isinstance(w, dict) or not isinstance(w.get("index"), list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in w["index"][:8]):
+        return None
+    got = w.get("got")
+    got = got[:40] if isinstance(got, str) else _finite(got)
+    return {"index": w["index"][:8], "got": got, "expected": _finite(w.get("expected"))}
+
+
 def judge(b_name: str, case: Case, ev: Mapping[str, Any]) -> Result:
     """A case's Result from its child "end" event: the bounds decide OK or FAIL."""
     base = Result(b_name, case.op, case.quant, "FAIL", "", activation=case.activation,
@@ -304,7 +314,7 @@ def judge(b_name: str, case: Case, ev: Mapping[str, Any]) -> Result:
         return replace(base, detail=f"raised {ev.get('error')}")
     bound = BOUNDS[case.quant]
     mx, rms = _finite(ev.get("max_rel_err")), _finite(ev.get("rms_rel_err"))
-    worst = ev.get("worst") if isinstance(ev.get("worst"), dict) else None
+    worst = _worst(ev.get("worst"))
     ref = str(ev.get("reference") or "")
     base = replace(base, max_rel_err=mx, rms_rel_err=rms, device=str(ev.get("device") or ""),
                    worst=worst)
@@ -463,7 +473,7 @@ def _result_from(d: Any) -> Optional[Result]:
     bound = None
     if isinstance(b, dict) and _finite(b.get("max_rel_err")) and _finite(b.get("rms_rel_err")):
         bound = Bound(float(b["max_rel_err"]), float(b["rms_rel_err"]))
-    worst = d.get("worst") if isinstance(d.get("worst"), dict) else None
+    worst = _worst(d.get("worst"))
     act = d.get("activation") if isinstance(d.get("activation"), str) else None
     gated = d.get("act_and_mul") if isinstance(d.get("act_and_mul"), bool) else None
     return Result(d["backend"], d["op"], d["scheme"], d["status"], d["detail"],
