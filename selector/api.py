@@ -101,7 +101,7 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
         from .probing import run_deep_probes
         probes = {name: (f.ok, f.message) for name, f in run_deep_probes(model.catalogue).items()}
     verify = None
-    if model.probe == "verify":  # run each usable backend once per machine (cached): selector.verify
+    if model.probe == "verify":  # each usable backend run once per machine: selector.verify
         from .verify import verify_once
         verify = verify_once(Selector(model, tree), overrides, config_dirs).rejections()
     return Selector(model, tree, probes, verify)

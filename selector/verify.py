@@ -370,7 +370,8 @@ def run_backend(b, cases: Sequence[Case], overrides: Sequence[str], config_dirs:
         detail = f"{why} {where}" + (f": {tail}" if tail and not timed_out else "")
         results[stuck.id] = Result(b.name, b.op, stuck.quant, "FAIL", detail,
                                    activation=stuck.activation, act_and_mul=stuck.act_and_mul,
-                                   bound=BOUNDS[stuck.quant], seconds=timeout if timed_out else None,
+                                   bound=BOUNDS[stuck.quant],
+                                   seconds=timeout if timed_out else None,
                                    timeout_s=timeout if timed_out else None)
         pending = [c for c in pending if c.id not in results]
     return [results[c.id] for c in cases]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -24,98 +26,23 @@ from selector import verify
 from selector.errors import SelectorError
 from selector.rules import VerifyFailure, VerifyRule, compile_rule
 
-WRONG = '''
-"""Deliberately wrong NVFP4 backends (tests/test_verify.py)."""
-import ctypes
-import os
-import subprocess
-import time
 
-import torch
-
-from backends.emulation import EmulationLinear, EmulationMoE
-from backends.nvfp4 import LinearWeights, NVFP4Tensor
+WRONG = Path(__file__).resolve().parent / "wrong_backends"  # site/ (the plugin) and conf/
 
 
-class FlipSignMoE(EmulationMoE):
-    """Returns -y: a sign error in a kernel's epilogue."""
-    def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        return -super().apply(x, prepared, topk_weights, topk_ids, out=out)
-
-
-class DropScaleLinear(EmulationLinear):
-    """Forgets the weight's global scale (weight_scale_2) in its weight preparation."""
-    def prepare(self, weights):
-        w = weights.weight
-        return super().prepare(LinearWeights(NVFP4Tensor(w.packed, w.block_scale,
-                                                         torch.ones_like(w.scale_2)),
-                                             weights.input_scale, weights.bias))
-
-
-class CrashMoE(EmulationMoE):
-    """Reads address 0: a kernel's illegal memory access kills the process (SIGSEGV)."""
-    def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        ctypes.string_at(0)
-
-
-class HangLinear(EmulationLinear):
-    """Starts a helper process and never returns."""
-    def apply(self, x, prepared, *, out=None):
-        helper = subprocess.Popen(["sleep", "3600"])
-        with open(os.environ["WRONG_HELPER_PID"], "w") as fh:
-            fh.write(str(helper.pid))
-        time.sleep(3600)
-'''
-
-RULES = """rules:
-  - kind: package
-    package: torch
-    source: "tests/test_verify.py"
-"""
-GATED_SILU_ONLY = """  - kind: activation
-    values: [silu]
-    source: "tests/test_verify.py"
-  - kind: act_and_mul
-    gated: [silu]
-    source: "tests/test_verify.py"
-"""
-BACKENDS = {  # (op, name): (entry point, extra rules, rank)
-    ("moe", "flip_sign"): ("wrongkernels:FlipSignMoE", "", 1),
-    ("linear", "drop_scale"): ("wrongkernels:DropScaleLinear", "", 1),
-    ("moe", "crash"): ("wrongkernels:CrashMoE", GATED_SILU_ONLY, 2),
-}
-
-
-def _plugin(root: Path) -> Path:
-    """A module registered under the `selector.backends` entry-point group, as a package would."""
-    site = root / "site"
-    (site / "wrongkernels").mkdir(parents=True)
-    (site / "wrongkernels" / "__init__.py").write_text(WRONG)
-    info = site / "wrongkernels-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: wrongkernels\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[selector.backends]\nwrong = wrongkernels\n")
-    return site
-
-
-def _backend_file(conf: Path, op: str, name: str, entry: str, extra: str, implements: str,
-                  rank: int = 1) -> None:
+def _backend_file(conf: Path, op: str, name: str, entry: str) -> None:
     (conf / "backend" / op).mkdir(parents=True, exist_ok=True)
     (conf / "backend" / op / f"{name}.yaml").write_text(
-        f"description: deliberately wrong ({name})\nrank: {rank}\nentry_point: {entry}\n"
-        f"implements: {implements}\n" + RULES + extra)
+        f"rank: 1\nentry_point: {entry}\nimplements: [nvfp4]\nrules:\n  - kind: package\n"
+        "    package: torch\n    source: tests/test_verify.py\n")
 
 
 @pytest.fixture(scope="module")
-def wrong(tmp_path_factory):
-    """(config dir, environment) with the wrong backends, W4A4 only (fewer cases to run)."""
-    root = tmp_path_factory.mktemp("wrong")
-    site = _plugin(root)
-    conf = root / "conf"
-    for (op, name), (entry, extra, rank) in BACKENDS.items():
-        _backend_file(conf, op, name, entry, extra, "[nvfp4]", rank)
+def wrong():
+    """(config dir, environment with the plugin registered, plugin site dir)."""
+    site = WRONG / "site"
     env = cli_env(PYTHONPATH=os.pathsep.join([str(site), cli_env()["PYTHONPATH"]]))
-    return conf, env, site
+    return WRONG / "conf", env, site
 
 
 @pytest.fixture(scope="module")
@@ -182,17 +109,26 @@ def test_wrong_sign_and_dropped_scale_fail(doctor_wrong):
         assert v["max_rel_err"] == pytest.approx(2, rel=0.01)
         assert v["rms_rel_err"] == pytest.approx(2, rel=0.01)
         w = v["worst"]
-        assert w["got"] == pytest.approx(-w["expected"], rel=0.01) and "worst element" in v["detail"]
+        assert w["got"] == pytest.approx(-w["expected"], rel=0.01)
+        assert "worst element" in v["detail"]
     drop = _rows(doc, "drop_scale")
     assert len(drop) == 1 and all(v["status"] == "FAIL" for v in drop)
     assert all(v["max_rel_err"] > 100 for v in drop)  # 1 / weight_scale_2
     assert any("verify linear/drop_scale" in p for p in doc["problems"])
 
 
+def test_device_error_fails_with_the_error(doctor_wrong):
+    """Out-of-bounds indexing: IndexError here, a CUDA device-side assert on a GPU."""
+    (v,) = _rows(doctor_wrong.json, "device_assert")
+    assert v["status"] == "FAIL" and v["detail"].startswith("raised ")
+    assert "IndexError" in v["detail"] or "CUDA error" in v["detail"]
+
+
 def test_crash_is_contained(doctor_wrong):
     (v,) = _rows(doctor_wrong.json, "crash")
     assert v["status"] == "FAIL" and v["max_rel_err"] is None
-    assert "killed by SIGSEGV" in v["detail"] and "while running moe nvfp4 gated silu" in v["detail"]
+    assert "killed by SIGSEGV" in v["detail"]
+    assert "while running moe nvfp4 gated silu" in v["detail"]
     assert "Segmentation fault" in v["detail"]
 
 
@@ -223,7 +159,7 @@ def test_hang_is_contained_and_its_helpers_killed(wrong, tmp_path):
     """A backend that never returns: FAIL after the time limit; its process group is killed."""
     pytest.importorskip("torch")
     conf, env, site = wrong
-    _backend_file(tmp_path, "linear", "hang", "wrongkernels:HangLinear", "", "[nvfp4]")
+    _backend_file(tmp_path, "linear", "hang", "wrongkernels:HangLinear")
     pid_file = tmp_path / "helper.pid"
     code = textwrap.dedent(f"""
         import json, sys, time
@@ -236,8 +172,6 @@ def test_hang_is_contained_and_its_helpers_killed(wrong, tmp_path):
         (r,) = verify.run_backend(b, cases, [], [{str(tmp_path)!r}], timeout=30)
         print(json.dumps([r.status, r.detail, time.perf_counter() - t]))
     """)
-    import subprocess
-    import sys
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env=dict(env, WRONG_HELPER_PID=str(pid_file)))
     assert p.returncode == 0, p.stderr
@@ -437,9 +371,10 @@ def test_cache_ignores_symlinks_and_oversized_files(tmp_path):
     assert verify.VerifyCache("e" * 24, {}, big).entries == {}
 
 
-json_like = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                         lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=6),
-                         max_leaves=30)
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=6),
+    max_leaves=30)
 
 
 @settings(max_examples=100, deadline=None)
