@@ -320,8 +320,10 @@ def judge(b_name: str, case: Case, ev: Mapping[str, Any]) -> Result:
                    worst=worst)
     where = ""
     if worst:
-        where = (f"; worst element {worst.get('index')}: {worst.get('got')}, reference "
-                 f"{worst.get('expected')}")
+        def g(v):
+            return f"{v:.6g}" if isinstance(v, float) else str(v)
+        where = (f"; worst element {worst['index']}: {g(worst['got'])}, reference "
+                 f"{g(worst['expected'])}")
     if ev.get("nonfinite"):
         return replace(base, detail=f"{ev.get('nonfinite')} output values are not finite"
                        f"{where}")
