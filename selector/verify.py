@@ -212,9 +212,22 @@ def child_overrides(overrides: Sequence[str]) -> List[str]:
     return out
 
 
+def _module_root(module: str) -> Optional[str]:
+    """The sys.path entry that holds `module` (found by file name, not imported)."""
+    rel = Path(*module.split("."))
+    for entry in sys.path:
+        base = Path(entry or os.getcwd())
+        if base.joinpath(rel).with_suffix(".py").is_file() or (base / rel / "__init__.py").is_file():
+            return str(base.resolve())
+    return None
+
+
 def _boot(function: str) -> str:
+    """The child's `-c` program: this process's copy of the module first, then its function."""
     module, _, fn = function.partition(":")
-    return f"from {module} import {fn}; {fn}()"
+    root = _module_root(module)
+    first = f"import sys; sys.path.insert(0, {root!r}); " if root else ""
+    return f"{first}from {module} import {fn}; {fn}()"
 
 
 def _kill(proc: subprocess.Popen) -> None:
