@@ -406,13 +406,13 @@ def _cache_root() -> Optional[Path]:
     return None if base is None else base / "verify"
 
 
-def fingerprint(model) -> Tuple[str, Dict[str, Any]]:
+def fingerprint(run) -> Tuple[str, Dict[str, Any]]:
     """A key for this machine and stack: what a kernel's behaviour can depend on."""
     import importlib.metadata as md
     from . import environment
     from .doctor import EXTRA_PACKAGES
     gpu = environment.detect_gpu()
-    p = model.platform
+    p = run.platform
     pkgs = {n: None if v is None else str(v) for n, v in p.packages}
     for n, v in environment.installed_versions(EXTRA_PACKAGES).items():
         pkgs.setdefault(n, None if v is None else str(v))
@@ -625,17 +625,17 @@ def run_verify(sel, overrides: Sequence[str] = (), config_dirs: Sequence[Any] = 
             raise SelectorError(f"--op: unknown op {op!r}; accepted: {', '.join(schema.OPS)}",
                                 key="--op", value=op, accepted=list(schema.OPS))
     t0 = time.perf_counter()
-    model = sel.model
-    digest, data = fingerprint(model)
+    run = sel.run_config
+    digest, data = fingerprint(run)
     cache = VerifyCache(digest, data, _cache_root() if use_cache else None)
     results: List[Result] = []
     notes: List[str] = []
-    here = model.platform.source == "detected"
+    here = run.platform.source == "detected"
     if not here:
-        notes.append(f"platform={model.platform.preset} describes other hardware: verification "
+        notes.append(f"platform={run.platform.preset} describes other hardware: verification "
                      "runs kernels on this machine (use platform=auto)")
     for op in ops:
-        for b in model.catalogue.backends[op]:
+        for b in run.catalogue.backends[op]:
             results.extend(_verify_backend(sel, b, here, cache, overrides, config_dirs,
                                            timeout, function))
     path = cache.save() if any(not r.cached for r in results) else (

@@ -270,10 +270,10 @@ def test_verify_rule_fires_for_the_failed_case_only():
     class L:
         def __init__(self, quant, act_and_mul):
             self.quant, self.act_and_mul = quant, act_and_mul
-    reason = rule.check(L("nvfp4", True), None)
+    reason = rule.evaluate(L("nvfp4", True), None)
     assert reason.rule == "verify" and "max relative error 2" in reason.message
-    assert rule.check(L("nvfp4", False), None) is None
-    assert rule.check(L("nvfp4_w4a16", True), None) is None
+    assert rule.evaluate(L("nvfp4", False), None) is None
+    assert rule.evaluate(L("nvfp4_w4a16", True), None) is None
 
 
 def test_verify_rule_rejects_through_the_resolver():
@@ -282,11 +282,11 @@ def test_verify_rule_rejects_through_the_resolver():
     sel = selector.load(["platform=cpu", "platform.packages.torch=2.13.0"])
     assert sel.select(op="linear").selected == "emulation"
     failed = {("linear", "emulation"): (VerifyFailure("nvfp4", None, "linear nvfp4: boom"),)}
-    d = Selector(sel.model, sel.tree, verify=failed).select(op="linear")
+    d = Selector(sel.run_config, sel.tree, verify=failed).select(op="linear")
     assert d.selected is None
     (r,) = d.candidate("emulation").reasons
     assert r.rule == "verify" and "linear nvfp4: boom" in r.message
-    assert Selector(sel.model, sel.tree, verify=failed).select(
+    assert Selector(sel.run_config, sel.tree, verify=failed).select(
         op="linear", quant="nvfp4_w4a16").selected == "emulation"
 
 
