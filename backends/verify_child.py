@@ -6,7 +6,7 @@ JSON spec on stdin: ``{"path": [...], "overrides": [...], "config_dirs": [...], 
 "shape": {...}, "seed"}]}``. For each case it builds a seeded problem (random weights quantized
 to NVFP4 as ModelOpt does, calibrated activation scales), prepares the weights with the
 backend's own ``prepare``, runs its ``apply`` on the device (CUDA when torch sees one), and
-compares the output with ``backends.reference`` run in float64 on the CPU. It reports numbers;
+compares the output with ``selector.backends.reference`` run in float64 on the CPU. It reports numbers;
 the parent applies the error bounds.
 
 Each case is reported as it starts and ends, one JSON line per event on a private copy of the
@@ -220,7 +220,7 @@ def _unavailable(exc: BaseException) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
-    from .probes._util import describe_exc
+    from selector.probe_child import describe_exc
     return describe_exc(exc)
 
 

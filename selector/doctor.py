@@ -97,7 +97,7 @@ class Report:
 # ---------------------------------------------------------------------------------------------
 
 def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
-               deep: bool = False, timeout: float = 120.0, fmt: str = "text",
+               deep: bool = False, timeout: Optional[float] = None, fmt: str = "text",
                probes: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
                verify: bool = False, verify_ops: Optional[Sequence[str]] = None,
                verify_cache: bool = True) -> int:
@@ -114,11 +114,12 @@ def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *
 
 
 def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
-                 deep: bool = False, timeout: float = 120.0,
+                 deep: bool = False, timeout: Optional[float] = None,
                  probes: Optional[Sequence[str]] = None, verify: bool = False,
                  verify_ops: Optional[Sequence[str]] = None, verify_cache: bool = True) -> Report:
     t0 = time.perf_counter()
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+    if timeout is not None and (not isinstance(timeout, (int, float)) or
+                                isinstance(timeout, bool) or not timeout > 0):
         raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
                             key="--timeout", value=timeout)
     from . import environment
@@ -150,7 +151,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     rep = None
     findings: Dict[str, Any] = {}
     if deep:
-        from backends.probes import DOCTOR_PROBES
+        from .probe_specs import DOCTOR_PROBES
         wanted = list(probes) if probes else list(DOCTOR_PROBES) + catalogue_probe_names(catalogue)
         validate_names(wanted, {n: "--probe" for n in wanted})
         nvml = {"capability": list(env.gpu.capability) if env.gpu.capability else None,
@@ -179,9 +180,10 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
             problems.append(f"probe {n} failed: {f.message}")
     vrep = None
     if verify or verify_ops or model.probe == "verify":  # selector.verify: kernels vs reference
-        from .verify import run_verify, verify_once
+        from .verify import DEFAULT_TIMEOUT_S, run_verify, verify_once
         run = verify_once if verify_cache else run_verify
-        vrep = run(sel, overrides, config_dirs, ops=verify_ops, timeout=timeout,
+        vrep = run(sel, overrides, config_dirs, ops=verify_ops,
+                   timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
                    use_cache=verify_cache)
         problems.extend(f"verify {r.op}/{r.backend} {r.case_text} FAIL: {r.detail}"
                         for r in vrep.failures)
@@ -269,7 +271,7 @@ def render_text(r: Report) -> str:
         procs = sum(g.processes for g in rep.groups)
         add(f"deep probes ({len(rep.findings)} probes, {procs} child process"
             f"{'es' if procs != 1 else ''}, {rep.seconds:.2f} s wall; cached for this process)")
-        from backends.probes import group_label
+        from .probe_specs import group_label
         for g in rep.groups:
             imports = ", ".join(i.describe() for i in g.imports)
             if g.group == "metadata":

@@ -3,10 +3,10 @@
 Metadata and imports can pass while a kernel returns garbage (FlashInfer #3294, #2723: releases
 without SM12x cubins; CUTLASS MoE garbage on GB10). `selector doctor --verify` and `explain
 probe=verify` run every backend that passes its rules on this machine, once per case (op, quant
-scheme, gated or not), in a child process with a time limit (backends.verify_child, named here
-only by its "module:function"): it prepares the weights with the backend's own `prepare`, runs
-its `apply` on the device and compares with backends.reference in float64 on the CPU. A crash, a
-hang or a CUDA error is a FAIL naming what happened, never a crash of selector.
+scheme, gated or not), in a child process with a time limit (selector.backends.verify_child,
+named only by its "module:function"): it prepares the weights with the backend's own `prepare`,
+runs its `apply` on the device and compares with selector.backends.reference in float64 on the
+CPU. A crash, a hang or a CUDA error is a FAIL naming what happened, never a crash of selector.
 
 Results are cached per platform fingerprint (GPU, driver, CUDA, package versions, Python), so an
 engine pays for verification once per machine and stack: see `VerifyCache`.
@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import SelectorError
 
-CHILD = "backends.verify_child:main"
+CHILD = "selector.backends.verify_child:main"
 MARK = "@@selector-verify@@ "
 VERSION = 1  # of the problems, bounds and cache format: a change invalidates cached results
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_VERIFY_TIMEOUT", "120"))
@@ -164,7 +164,7 @@ class Report:
                 "seconds": round(self.seconds, 3), "notes": list(self.notes),
                 "bounds": {q: {"max_rel_err": b.max_rel_err, "rms_rel_err": b.rms_rel_err}
                            for q, b in BOUNDS.items()},
-                "reference": "backends.reference in float64 on the CPU"}
+                "reference": "selector.backends.reference in float64 on the CPU"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,22 +212,12 @@ def child_overrides(overrides: Sequence[str]) -> List[str]:
     return out
 
 
-def _module_root(module: str) -> Optional[str]:
-    """The sys.path entry that holds `module` (found by file name, not imported)."""
-    rel = Path(*module.split("."))
-    for entry in sys.path:
-        base = Path(entry or os.getcwd())
-        if base.joinpath(rel).with_suffix(".py").is_file() or (base / rel / "__init__.py").is_file():
-            return str(base.resolve())
-    return None
-
-
 def _boot(function: str) -> str:
-    """The child's `-c` program: this process's copy of the module first, then its function."""
+    """The child's `-c` program: the directory holding this `selector` package first (as
+    selector.probing does), then the function."""
     module, _, fn = function.partition(":")
-    root = _module_root(module)
-    first = f"import sys; sys.path.insert(0, {root!r}); " if root else ""
-    return f"{first}from {module} import {fn}; {fn}()"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return f"import sys; sys.path.insert(0, {root!r}); from {module} import {fn}; {fn}()"
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -437,23 +427,38 @@ def _file_digest(path: Path) -> bytes:
         return b""
 
 
-def code_digest(module: str) -> bytes:
-    """A digest of the files of `module`'s top-level package (or module), found on sys.path
-    without importing it: a result is stale once the code that produced it changes."""
-    top = module.split(".")[0]
-    h = hashlib.sha256()
+def _package_dir(module: str) -> Optional[Path]:
+    """Where `module`'s top-level package (selector.backends for selector.backends.*) lives,
+    found by file name without importing it: installed under selector/, or beside it in a
+    checkout (pyproject maps backends/ onto selector.backends)."""
+    parts = module.split(".")
+    if parts[0] == "selector" and len(parts) > 1:
+        here = Path(__file__).resolve().parent
+        for candidate in (here / parts[1], here.parent / parts[1]):
+            if (candidate / "__init__.py").is_file():
+                return candidate
+        return None
     for entry in sys.path:
         base = Path(entry or os.getcwd())
-        files = sorted((base / top).rglob("*.py")) if (base / top).is_dir() else \
-            [base / f"{top}.py"] if (base / f"{top}.py").is_file() else []
-        for f in files:  # name, size and mtime: cheap for a package of thousands of files
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            h.update(f"{f.relative_to(base)}:{st.st_size}:{st.st_mtime_ns};".encode())
-        if files:
-            break
+        if (base / parts[0] / "__init__.py").is_file() or (base / f"{parts[0]}.py").is_file():
+            return base / parts[0] if (base / parts[0]).is_dir() else base / f"{parts[0]}.py"
+    return None
+
+
+def code_digest(module: str) -> bytes:
+    """A digest of the files of `module`'s top-level package: a result is stale once the code
+    that produced it changes."""
+    h = hashlib.sha256()
+    where = _package_dir(module)
+    if where is None:
+        return h.digest()
+    files = sorted(where.rglob("*.py")) if where.is_dir() else [where]
+    for f in files:  # name, size and mtime: cheap for a package of thousands of files
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"{f.relative_to(where.parent)}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.digest()
 
 
@@ -685,7 +690,7 @@ def verify_once(sel, overrides: Sequence[str] = (), config_dirs: Sequence[Any] =
 
 def render_text(rep: Report) -> List[str]:
     lines = [f"verify (each usable backend on small NVFP4 problems, one child process per "
-             f"backend, compared with backends.reference in float64 on the CPU; "
+             f"backend, compared with selector.backends.reference in float64 on the CPU; "
              f"{rep.seconds:.2f} s)"]
     bounds = ", ".join(f"{q} max {b.max_rel_err:g} rms {b.rms_rel_err:g}"
                        for q, b in BOUNDS.items())

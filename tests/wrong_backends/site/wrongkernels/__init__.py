@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from backends.emulation import EmulationLinear, EmulationMoE
-from backends.nvfp4 import LinearWeights, NVFP4Tensor
+from selector.backends.emulation import EmulationLinear, EmulationMoE
+from selector.backends.nvfp4 import LinearWeights, NVFP4Tensor
 
 
 class FlipSignMoE(EmulationMoE):
