@@ -4,7 +4,7 @@
 # Usage, from the repository root:   bash tools/h200_verify.sh [WHEEL_DIR]
 #   WHEEL_DIR: wheels of what the machine lacks (hydra-core, omegaconf, antlr4-python3-runtime),
 #   installed with `pip install --no-index`. Needs python3 with torch (CUDA), PyYAML, packaging;
-#   nvidia-ml-py for GPU detection. Writes the transcript to $OUT/h200_verify.txt (default
+#   nvidia-ml-py for GPU detection. selector is not installed: it runs from links under $OUT/src. Writes the transcript to $OUT/h200_verify.txt (default
 #   /tmp/h200_verify) and the JSON reports next to it.
 #
 # What it runs (each a new process; the verification cache starts empty):
@@ -25,10 +25,17 @@ mkdir -p "$OUT"
 if [ -n "${1:-}" ]; then
   "$PY" -m pip install -q --no-index --find-links "$1" hydra-core omegaconf || exit 3
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# No install needed: pyproject maps conf/ and backends/ onto selector.conf and selector.backends;
+# a directory of links gives a plain checkout the same layout for PYTHONPATH.
+STAGE="$OUT/src"
+rm -rf "$STAGE" && mkdir -p "$STAGE/selector"
+for f in "$PWD"/selector/*; do ln -s "$f" "$STAGE/selector/"; done
+ln -s "$PWD/backends" "$STAGE/selector/backends"
+ln -s "$PWD/conf" "$STAGE/selector/conf"
+export PYTHONPATH="$STAGE${PYTHONPATH:+:$PYTHONPATH}"
 export SELECTOR_CACHE_DIR="$OUT/cache"
 rm -rf "$SELECTOR_CACHE_DIR"
-WRONG_ENV="PYTHONPATH=$PWD/tests/wrong_backends/site:$PYTHONPATH"
+WRONG_ENV="PYTHONPATH=$PWD/tests/wrong_backends/site:$PYTHONPATH"  # the wrong backends' plugin
 WRONG_CONF="--config-dir tests/wrong_backends/conf"
 
 run() {  # print the command, run it (stdout to $JSON when set), print exit status and wall time
