@@ -823,6 +823,52 @@ def rule_fields() -> Tuple[str, ...]:
         f for cls in KINDS.values() for f in kind_fields(cls))))
 
 
+@dataclass(frozen=True)
+class VerifyFailure:
+    """One case that `selector doctor --verify` measured wrong (or saw crash) on this machine."""
+    quant: str
+    act_and_mul: Optional[bool]  # None: whatever the layer's (a linear layer)
+    text: str  # the case and what was measured
+
+
+@register
+class VerifyRule(Rule):
+    """Added by `probe=verify`, never declared: the backend failed `doctor --verify` here.
+
+    It computed wrong numbers (or crashed) on this machine; the rule rejects layers of the
+    failed case's quant scheme (and, for an MoE, gating) with the measured error."""
+    kind = "verify"
+    layer_fields = ("quant", "act_and_mul")
+    SOURCE = ("selector doctor --verify, measured on this machine (kernels that load yet compute "
+              "wrong output: FlashInfer #3294, #2723)")
+    failures: Tuple[VerifyFailure, ...] = ()
+
+    def setup(self, p: Any) -> None:
+        raise bad_input(f"{self.key}.kind", self.kind, "is not declared in a backend file: "
+                        "probe=verify adds it to a backend that failed `selector doctor --verify` "
+                        "on this machine", where=self.where)
+
+    @classmethod
+    def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> "VerifyRule":
+        rule = cls.__new__(cls)
+        rule.key, rule.where = f"catalogue.{op}.{backend}.verify", "selector doctor --verify"
+        rule.source, rule.message, rule.severity = cls.SOURCE, None, "error"
+        rule.when, rule.params = Condition(), cls.Params()
+        rule.failures = tuple(failures)
+        return rule
+
+    def evaluate(self, layer, facts):
+        hits = [f.text for f in self.failures if f.quant == layer.quant and
+                f.act_and_mul in (None, layer.act_and_mul)]
+        if not hits:
+            return None
+        return self.reason("failed verification on this machine: " + "; ".join(hits),
+                           "fail verification here")
+
+    def describe(self):
+        return f"verify: {len(self.failures)} failed case(s) on this machine"
+
+
 def reason_rules() -> Tuple[str, ...]:
     """Every `rule` a reason may carry: the registered kinds, and opt_in."""
     return tuple(KINDS) + (OPT_IN,)

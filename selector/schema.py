@@ -41,7 +41,7 @@ STATUSES = tuple(s.value for s in Status)
 USABLE = (Status.SELECTED, Status.ELIGIBLE, Status.OPT_IN)
 SHAPE_DIMS = ("hidden_size", "intermediate_size", "num_experts", "top_k")
 SEVERITIES = ("error", "warning")
-PROBE_MODES = ("none", "deep")
+PROBE_MODES = ("none", "deep", "verify")
 EXECUTIONS = ("native", "weight_only", "reference")
 
 # Distributions every platform reports (CONTRACT.md), beside those the catalogue names.
