@@ -800,7 +800,8 @@ def _qweight(packed_padded):
 def prepare_marlin_linear(weights: LinearWeights, *, param_dtype=None) -> MarlinPrepared:
     """vLLM ``prepare_fp4_layer_for_marlin`` for an NVFP4 linear layer: N and K zero-padded to a
     Marlin tile family (``marlin_padded_nk``), scales rescaled by :func:`marlin_scale_factor`
-    (W4A16: the activation scale is dropped; a W4A4 checkpoint is served weight-only)."""
+    (W4A16: the activation scale is dropped; a W4A4 checkpoint is served weight-only,
+    vLLM marlin_utils_fp4.py)."""
     N, K = linear_shape(weights)
     dt = _marlin_dtype(param_dtype)
     Np, Kp = marlin_padded_nk(N, K)

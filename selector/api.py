@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .config import ConfigTree, compose
 from .decision import Decision
@@ -13,6 +13,9 @@ from .layer import make_layer
 from .model import RunConfig, make_run_config
 from .resolver import Resolver
 from .schema import Layer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .checkpoint import Plan
 
 log = logging.getLogger("selector")
 CACHE_SIZE = 65536  # decisions kept per cache; a full cache starts over (bounded memory)
@@ -26,11 +29,11 @@ class Selector:
     """
 
     def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
-                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None, verify=None):
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
-        self.resolver = Resolver(run_config, self.probes)
+        self.resolver = Resolver(run_config, self.probes, verify)
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match
@@ -84,6 +87,11 @@ class Selector:
                 log.info(d.log_line())
             return self._by_layer[layer]
 
+    def plan(self, model_dir: "os.PathLike[str] | str") -> "Plan":
+        """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
+        from .checkpoint import plan
+        return plan(self, model_dir)
+
     def default(self) -> Decision:
         """The decision for the configured layer (`layer=` preset and `layer.*` overrides)."""
         return self.decide(self.run_config.layer)
@@ -108,4 +116,8 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
     if run.probe == "deep":
         from .probing import run_deep_probes
         probes = {name: (f.ok, f.message) for name, f in run_deep_probes(run.catalogue).items()}
-    return Selector(run, tree, probes)
+    verify = None
+    if run.probe == "verify":  # each usable backend run once per machine: selector.verify
+        from .verify import verify_once
+        verify = verify_once(Selector(run, tree), overrides, config_dirs).rejections()
+    return Selector(run, tree, probes, verify)
