@@ -16,7 +16,8 @@ from packaging.version import Version
 from . import schema
 from .entry_points import allowed as entry_point_allowed
 from .errors import SelectorError, bad_input, bad_value
-from .rules import Facts, Rule, compile_rule
+from . import engines
+from .rules import Facts, Reason, Rule, compile_rule
 from .versions import format_capability, parse_capability, parse_version
 
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -170,6 +171,8 @@ class Backend:
     rules: Tuple[Rule, ...]
     file: str
     hints: Tuple[Hint, ...] = ()
+    engines: Tuple[Tuple[str, Any], ...] = ()  # (engine, selector.engines.EngineEntry)
+    unavailable: Optional[Reason] = None  # set when the chosen engine does not offer it
 
     @property
     def opt_in(self) -> bool:
@@ -232,7 +235,8 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Back
         raise bad_input(f"{key}.hints", hints, "is not a list of hints", where=file)
     return Backend(name, op, str(conf.get("description") or ""), rank, execution,
                    tuple(implements), ep, tuple(conf.get("probes") or ()), compiled, file,
-                   tuple(make_hint(h, f"{key}.hints[{i}]", file) for i, h in enumerate(hints)))
+                   tuple(make_hint(h, f"{key}.hints[{i}]", file) for i, h in enumerate(hints)),
+                   engines.parse_entries(conf.get("engines"), f"{key}.engines", file))
 
 
 @dataclass(frozen=True)
@@ -330,6 +334,7 @@ class Model:
     layer: Layer
     policy: Policy
     probe: str
+    engine: engines.Engine = engines.NO_ENGINE
 
 
 def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
@@ -346,7 +351,8 @@ def make_model(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
     for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
         if isinstance(data.get(k), Mapping):
             _known_keys(data[k], node, k)
-    catalogue = make_catalogue(data.get("catalogue") or {}, files)
+    engine = engines.make_engine(data.get("engine"))
+    catalogue = engines.apply(make_catalogue(data.get("catalogue") or {}, files), engine)
     probe = data.get("probe", "none")
     if probe not in schema.PROBE_MODES:
         raise bad_value("probe", probe, schema.PROBE_MODES)
@@ -355,7 +361,7 @@ def make_model(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
     platform = make_platform(data.get("platform") or {}, watched, presets, detect)
     layer = make_layer(data.get("layer") or {})
     policy = make_policy(data.get("policy") or {}, catalogue)
-    return Model(catalogue, platform, layer, policy, probe)
+    return Model(catalogue, platform, layer, policy, probe, engine)
 
 
 __all__ = ["Layer", "Platform", "Policy", "Backend", "Catalogue", "Model", "make_model",

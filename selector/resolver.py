@@ -12,6 +12,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from . import engines
 from .decision import Candidate, Decision
 from .model import LAYER_KEYS, Backend, Layer, Model
 from .rules import Condition, Reason, Rule
@@ -115,6 +116,8 @@ class Resolver:
     def evaluate(self, b: Backend, layer: Layer) -> Tuple[str, Tuple[Reason, ...],
                                                           Tuple[Reason, ...]]:
         """(status before selection, failures or the opt-in reason, warnings)."""
+        if b.unavailable is not None:  # the engine (engine=...) does not offer it
+            return "not_applicable", (b.unavailable,), ()
         if layer.quant not in b.implements:
             return "not_applicable", (Reason(
                 "quant", f"implements {', '.join(b.implements)} layers, not {layer.quant}; "
@@ -156,9 +159,10 @@ class Resolver:
             status, reasons, _ = evaluated[requested]
             if status == "not_applicable":
                 selected = auto
-                notes.append(f"{key}={requested} does not implement {layer.quant} {layer.op} "
-                             f"layers; automatic selection chose {auto or 'nothing'} for this "
-                             "layer")
+                what = reasons[0].message if reasons[0].rule == "engine" else \
+                    f"does not implement {layer.quant} {layer.op} layers"
+                notes.append(f"{key}={requested}: {what}; automatic selection chose "
+                             f"{auto or 'nothing'} for this layer")
             elif status in ("eligible", "opt_in"):
                 selected = requested
             elif model.policy.strict:
@@ -184,7 +188,8 @@ class Resolver:
         notes.extend(self._closing_notes(layer, requested, selected, candidates))
         notes.extend(self._platform_notes)
         return Decision({k: getattr(layer, k) for k in LAYER_KEYS}, self._platform, requested,
-                        selected, tuple(candidates), tuple(notes), self._label, tuple(warned))
+                        selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
+                        engines.view(model.engine, model.catalogue, layer.op, selected))
 
     def _closing_notes(self, layer: Layer, requested: str, selected: Optional[str],
                        candidates: List[Candidate]) -> List[str]:

@@ -7,7 +7,7 @@ reads these classes when a config is composed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 OPS = ("moe", "linear")
 NVFP4_QUANTS = ("nvfp4", "nvfp4_w4a16")
@@ -122,6 +122,18 @@ class BackendConf:
     probes: List[str] = field(default_factory=list)
     rules: List[RuleConf] = field(default_factory=list)
     hints: List[HintConf] = field(default_factory=list)
+    engines: Dict[str, Any] = field(default_factory=dict)  # per engine: selector/engines
+
+
+@dataclass
+class EngineConf:
+    """The inference engine selector answers for (`engine=none|vllm|sglang`): its name, the
+    label its messages use, and the command-line flag that requests a backend per op."""
+    name: str = "none"
+    label: str = ""
+    moe_flag: Optional[str] = None
+    linear_flag: Optional[str] = None
+    source: str = ""
 
 
 @dataclass
@@ -130,4 +142,5 @@ class SelectorConf:
     platform: PlatformConf = field(default_factory=PlatformConf)
     layer: LayerConf = field(default_factory=LayerConf)
     policy: PolicyConf = field(default_factory=PolicyConf)
+    engine: EngineConf = field(default_factory=EngineConf)
     probe: str = "none"
