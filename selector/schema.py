@@ -134,6 +134,7 @@ class EngineConf:
     moe_flag: Optional[str] = None
     linear_flag: Optional[str] = None
     source: str = ""
+    outside: Dict[str, str] = field(default_factory=dict)  # engine backends not modelled: source
 
 
 @dataclass

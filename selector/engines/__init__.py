@@ -29,6 +29,7 @@ class Engine:
     label: str = ""
     flags: Tuple[Tuple[str, Optional[str]], ...] = ()  # (op, flag)
     source: str = ""
+    outside: Tuple[Tuple[str, str], ...] = ()  # engine backends the catalogue omits: why
 
     def flag(self, op: str) -> Optional[str]:
         return dict(self.flags).get(op)
@@ -55,7 +56,8 @@ def make_engine(conf: Optional[Mapping[str, Any]]) -> Engine:
         return NO_ENGINE
     return Engine(name, str(conf.get("label") or name),
                   (("moe", conf.get("moe_flag")), ("linear", conf.get("linear_flag"))),
-                  str(conf.get("source") or ""))
+                  str(conf.get("source") or ""),
+                  tuple(sorted((str(k), str(v)) for k, v in (conf.get("outside") or {}).items())))
 
 
 def parse_entries(conf: Any, key: str, file: str) -> Tuple[Tuple[str, EngineEntry], ...]:
