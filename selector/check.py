@@ -14,7 +14,8 @@ from . import schema
 from .config import ConfigTree, _lint_yaml, compose, load_yaml, read_catalogue, translate
 from .entry_points import load_entry_point
 from .errors import SelectorError
-from .model import make_backend, make_layer, make_model, make_platform
+from .layer import make_layer
+from .model import make_backend, make_platform, make_run_config
 
 
 def _load_typed(path: Path, node_cls) -> Dict[str, Any]:
@@ -64,7 +65,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                     conf = _load_typed(path, node)
                     if group in ("platform", "stack"):
                         make_platform({**conf, "preset": conf.get("preset") or "check"}, [],
-                                      [], detect=lambda names: None) \
+                                      detect=lambda names: None) \
                             if conf.get("preset") != "auto" else None
                     elif group == "layer":
                         make_layer(conf, where=str(path))
@@ -85,7 +86,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     if not problems:
         try:
             data = compose(tree, list(overrides))
-            make_model(data, tree.backend_files, tree.group_options("platform"))
+            make_run_config(data, tree.backend_files)
         except SelectorError as exc:
             problems.append({"file": exc.where or "", "problem": str(exc)})
     return {"ok": not problems, "dirs": [str(d) for d in tree.dirs], "files": len(checked),

@@ -452,10 +452,11 @@ def _unknown_key(key: str, keys: Dict[str, Any], where: Optional[str]) -> Select
     if re.match(r"^catalogue\.(moe|linear)\.[a-z0-9_]+\.", key + "."):
         parts = key.split(".")
         parent = "backend file" if len(parts) <= 4 else ".".join(parts[3:-1])
+        from .rules import WHEN_FIELDS, rule_fields
         siblings = [f.name for f in fields(schema.BackendConf)] if len(parts) <= 4 else \
-            [f.name for f in fields(schema.RuleConf)]
+            list(rule_fields())
         if len(parts) > 4 and parts[-2] == "when":
-            siblings = [f.name for f in fields(schema.WhenConf)]
+            siblings = list(WHEN_FIELDS)
         return bad_value(key, leaf, siblings, what="key", where=where)
     siblings = [k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent]
     if not siblings:

@@ -124,7 +124,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
         return seen["env"]
 
     sel = load(list(overrides), config_dirs=list(config_dirs), detect=detect)
-    model = sel.model
+    model = sel.run_config
     catalogue = model.catalogue
     declared = declared_by(catalogue)
     validate_names(declared, {n: f"catalogue.{bs[0].replace('/', '.')}.probes"

@@ -423,7 +423,7 @@ def test_failed_finding_rejects_the_backend_with_the_finding_as_reason():
     for i, n in enumerate(declared):
         probes[n] = (False, "the probe process was killed by SIGSEGV" if i % 2 == 0 else
                      "timed out after 120 s")
-    d = Selector(sel.model, sel.tree, probes).default()
+    d = Selector(sel.run_config, sel.tree, probes).default()
     assert d.selected != chosen
     c = d.candidate(chosen)
     assert c.status == "rejected"

@@ -124,16 +124,13 @@ class Chooser:
 
     @staticmethod
     def _with_policy(base: Any, op: str, requested: str) -> Any:
-        """`base` with vLLM's requested backend as policy (the model is immutable: cheap)."""
+        """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
         from ..api import Selector
-        from ..model import make_policy
-        model = base.model
-        req = requested_name(op, requested, model.catalogue)
-        policy = make_policy({"moe_backend": model.policy.moe_backend,
-                              "linear_backend": model.policy.linear_backend,
-                              "strict": model.policy.strict, f"{op}_backend": req},
-                             model.catalogue)
-        return Selector(dataclasses.replace(model, policy=policy), base.tree, base.probes)
+        from ..model import normalize_backend
+        run = base.run_config
+        req = normalize_backend(op, requested_name(op, requested, run.catalogue), run.catalogue)
+        policy = dataclasses.replace(run.policy, **{f"{op}_backend": req})
+        return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
 
     def overrides(self) -> List[str]:
         extra = self.extra if self.extra is not None else \

@@ -121,7 +121,7 @@ def outside(decision_or_none: Any = None) -> Dict[str, str]:
     """vLLM backends outside selector's catalogue, with the source that says why."""
     import selector
     sel = selector.load(overrides=["engine=vllm", "platform=cpu"])
-    return dict(sel.model.engine.outside)
+    return dict(sel.run_config.engine.outside)
 
 
 # -- explaining a difference ------------------------------------------------------------------
