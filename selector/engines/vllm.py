@@ -176,7 +176,9 @@ def select_moe(original: Callable, config: Any, weight_key: Any, activation_key:
         return original(config, weight_key, activation_key)
     if d.selected is None:
         error = NotImplementedError if config.moe_backend == "auto" else ValueError
-        raise error(refusal(d, "every NvFp4 MoE backend for this layer"))
+        raise error(refusal(d, "every NvFp4 MoE backend for this layer"
+                            if config.moe_backend == "auto" else
+                            f"moe_backend={config.moe_backend!r} for this layer"))
     forced = copy.copy(config)
     forced.moe_backend = d.engine["backend"]
     try:
@@ -212,7 +214,9 @@ def select_linear(original: Callable, use_a16: bool = False,
         log.info("selector: NVFP4 linear layer with %s: vLLM decides alone", exc)
         return original(use_a16)
     if d.selected is None:
-        raise ValueError(refusal(d, "every NVFP4 linear kernel for this layer"))
+        raise ValueError(refusal(d, "every NVFP4 linear kernel for this layer"
+                                 if requested == "auto" else
+                                 f"--linear-backend={requested} for this layer"))
     name = d.engine["backend"]
     _forced.name = name
     try:

@@ -70,9 +70,12 @@ def built(s: sim.Scenario):
     original = hook.__selector_original__
     hook.__selector_original__ = lambda *, quantization: s.requested  # vLLM's --linear-backend
     try:
-        return parity.vllm_linear(s, modelopt.init_nvfp4_linear_kernel)
+        kernel = modelopt.init_nvfp4_linear_kernel(use_a16=s.quant == "nvfp4_w4a16")
+    except ValueError as exc:
+        return None, str(exc).splitlines()[0]
     finally:
         hook.__selector_original__ = original
+    return parity.linear_kernel_name(kernel), ""
 
 
 def test_vllm_builds_selectors_choice_over_the_sweep(entry_point, monkeypatch, simulation):
