@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "doctor":
             s.add_argument("--deep", action="store_true",
                            help="import the kernel libraries in a child process and probe them")
-            s.add_argument("--timeout", type=float, default=120.0,
-                           help="seconds each deep probe process may take (default 120)")
+            s.add_argument("--timeout", type=float, default=None,
+                           help="seconds each deep probe process may take (default: "
+                           "$SELECTOR_PROBE_TIMEOUT, else 120)")
             s.add_argument("--probe", action="append", default=[], metavar="NAME",
                            help="run only this deep probe (repeatable; implies --deep)")
     return p

@@ -92,7 +92,7 @@ class Report:
 # ---------------------------------------------------------------------------------------------
 
 def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
-               deep: bool = False, timeout: float = 120.0, fmt: str = "text",
+               deep: bool = False, timeout: Optional[float] = None, fmt: str = "text",
                probes: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None) -> int:
     """Print the doctor report; return the exit code (0 fine, 1 a problem found).
     Bad input raises SelectorError (the CLI prints it and exits 2)."""
@@ -106,10 +106,11 @@ def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *
 
 
 def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
-                 deep: bool = False, timeout: float = 120.0,
+                 deep: bool = False, timeout: Optional[float] = None,
                  probes: Optional[Sequence[str]] = None) -> Report:
     t0 = time.perf_counter()
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+    if timeout is not None and (not isinstance(timeout, (int, float)) or
+                                isinstance(timeout, bool) or not timeout > 0):
         raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
                             key="--timeout", value=timeout)
     from . import environment
@@ -141,7 +142,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     rep = None
     findings: Dict[str, Any] = {}
     if deep:
-        from backends.probes import DOCTOR_PROBES
+        from .probe_specs import DOCTOR_PROBES
         wanted = list(probes) if probes else list(DOCTOR_PROBES) + catalogue_probe_names(catalogue)
         validate_names(wanted, {n: "--probe" for n in wanted})
         nvml = {"capability": list(env.gpu.capability) if env.gpu.capability else None,
@@ -252,7 +253,7 @@ def render_text(r: Report) -> str:
         procs = sum(g.processes for g in rep.groups)
         add(f"deep probes ({len(rep.findings)} probes, {procs} child process"
             f"{'es' if procs != 1 else ''}, {rep.seconds:.2f} s wall; cached for this process)")
-        from backends.probes import group_label
+        from .probe_specs import group_label
         for g in rep.groups:
             imports = ", ".join(i.describe() for i in g.imports)
             if g.group == "metadata":

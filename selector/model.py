@@ -157,7 +157,7 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Back
                         where=file)
     if ep is not None and not entry_point_allowed(ep):
         raise bad_input(f"{key}.entry_point", ep, "is outside the backends namespace: use "
-                        "backends.* or a module registered under the 'selector.backends' "
+                        "selector.backends.* or a module registered under the 'selector.backends' "
                         "entry-point group", where=file)
     rules = conf.get("rules") or []
     if not isinstance(rules, list):

@@ -250,8 +250,3 @@ class Resolver:
                     "correct but slow; no native NVFP4 kernel can run this layer here"]
         return []
 
-
-def decide(run: RunConfig, layer: Layer,
-           probes: Optional[Mapping[str, Tuple[bool, str]]] = None) -> Decision:
-    """One decision without keeping a Resolver (tests, one-off use)."""
-    return Resolver(run, probes).decide(layer)

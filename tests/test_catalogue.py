@@ -67,7 +67,7 @@ def test_backend_fields(cat):
         assert ranks == sorted(ranks)
         for b in backends:
             assert b.description.strip(), b.name
-            assert b.entry_point and re.fullmatch(r"backends\.[a-z0-9_]+:[A-Z]\w+", b.entry_point)
+            assert b.entry_point and re.fullmatch(r"selector\.backends\.[a-z0-9_]+:[A-Z]\w+", b.entry_point)
             assert set(b.implements) <= set(schema.NVFP4_QUANTS)
             assert Path(b.file).name == f"{b.name}.yaml"
 

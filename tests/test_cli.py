@@ -125,7 +125,7 @@ def test_explain_json_shape(runs):
             assert reason["message"] and reason["source"]
         if c["status"] in ("selected", "eligible"):
             assert c["reasons"] == []
-    assert d["entry_point"] == "backends.flashinfer_cutlass:CutlassMoE"
+    assert d["entry_point"] == "selector.backends.flashinfer_cutlass:CutlassMoE"
     assert d["summary"].startswith("3/8 backends usable")
 
 

@@ -381,7 +381,7 @@ def test_malformed_metadata_counts_as_absent_or_installed_never_a_crash(site, ca
 
 def test_in_process_probe_that_raises_is_a_failed_finding(monkeypatch, tmp_path):
     probing = pytest.importorskip("selector.probing")
-    registry = importlib.import_module("backends.probes")
+    registry = importlib.import_module("selector.probe_specs")
     mod = tmp_path / "mods"
     mod.mkdir()
     (mod / "faulty_probe_mod.py").write_text("def boom(arg, ctx):\n    raise OSError('disk')\n"

@@ -29,7 +29,7 @@ def test_add_a_backend(tmp_path):
     conf = _backend(tmp_path, "my_kernel", (
         'description: "a test kernel"\n'
         "rank: 900\n"
-        "entry_point: backends.flashinfer_cutlass:CutlassMoE\n"
+        "entry_point: selector.backends.flashinfer_cutlass:CutlassMoE\n"
         "preference:\n"
         '  - when: {devices: ["12.x"], max_num_tokens: 32}\n'
         "    rank: 1\n"

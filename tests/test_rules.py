@@ -10,7 +10,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from selector.rules import reason_rules
-from selector import SelectorError, schema
+from selector import SelectorError
 from selector.layer import make_layer
 from selector.rules import KINDS, Facts, Reason, compile_rule
 
