@@ -30,3 +30,13 @@ def test_a_backend_selector_rejects_is_explained_by_its_rules():
     row = parity.run([s]).rows[0]
     assert row.vllm == "flashinfer_b12x" and row.selected is None
     assert row.why is not None and any(rule == "cuda" and source for rule, source in row.why[1])
+
+
+def test_a_vllm_backend_outside_the_catalogue_is_explained_by_the_engine_config():
+    s = sim.Scenario("9.0", "13.0", sim.FLASHINFER, None, "moe", "nvfp4", "silu", True)
+    row = parity.run([s]).rows[0]
+    row.vllm = "humming"
+    text, reasons = parity.explain(row, parity.outside())
+    assert "outside selector's catalogue" in text and "humming" in reasons[0][1]
+    row.vllm = "some_new_backend"
+    assert parity.explain(row, parity.outside()) is None
