@@ -66,10 +66,15 @@ class Report:
     declared: Dict[str, List[str]] = field(default_factory=dict)
     problems: List[str] = field(default_factory=list)
     seconds: float = 0.0
+    drift: Optional[List[Any]] = None  # drift.DriftItem, with --deep
+
+    @property
+    def drifted(self) -> bool:
+        return any(i.status == "drift" for i in self.drift or ())
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.problems else 0
+        return 1 if self.problems or self.drifted else 0
 
     def to_dict(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {
@@ -77,7 +82,8 @@ class Report:
             "platform": self.platform, "packages": self.packages,
             "verdicts_for": self.verdicts_for,
             "backends": [b.to_dict() for b in self.backends], "probes": None,
-            "problems": list(self.problems), "exit_code": self.exit_code}
+            "problems": list(self.problems), "exit_code": self.exit_code,
+            "drift": None if self.drift is None else [i.to_dict() for i in self.drift]}
         if self.deep_report is not None:
             rep = self.deep_report
             d["probes"] = {
@@ -169,12 +175,17 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     for n, f in findings.items():
         if f.status == "failed":
             problems.append(f"probe {n} failed: {f.message}")
+    drift = None
+    if rep is not None:
+        from .drift import compare
+        drift = compare(catalogue, model.platform.facts,
+                        {n: dict(f.details) for n, f in findings.items() if f.status != "skipped"})
     p = model.platform
     platform = _platform_dict(env, rep)
     verdicts_for = "this machine (detected)" if p.source == "detected" else (
         f"platform={p.preset} from the overrides (hardware preset), not this machine")
     return Report(deep, platform, packages, verdicts_for, verdicts, rep, declared, problems,
-                  time.perf_counter() - t0)
+                  time.perf_counter() - t0, drift)
 
 
 def _platform_dict(env, rep) -> Dict[str, Any]:
@@ -268,16 +279,33 @@ def render_text(r: Report) -> str:
             add(f"  {f.status.upper():<8} {n:<{nw}}  {f.message}")
             if users:
                 add(f"  {'':<8} {'':<{nw}}  (declared by {', '.join(users)})")
+    if r.drift is not None:
+        _render_drift(r.drift, add)
     add("")
     if r.problems:
         add(f"problems ({len(r.problems)}):")
         for pr in r.problems:
             add(f"  - {pr}")
         add("exit status 1: a problem was found")
+    elif r.drifted:
+        add("exit status 1: the catalogue drifted from the installed libraries")
     else:
         add("exit status 0: nothing wrong found" + ("" if r.deep else
                                                     " (metadata only: --deep looks further)"))
     return "\n".join(lines)
+
+
+def _render_drift(items, add) -> None:
+    from .drift import counts
+    c = counts(items)
+    add("")
+    add(f"drift: the catalogue against what the installed libraries declare ({c['agrees']} "
+        f"agree, {c['explained']} explained, {c['drift']} drift)")
+    for i in items:
+        if i.status != "agrees":
+            add(f"  {i.status.upper():<9} {i.backend}  {i.claim}: catalogue {i.catalogue}; "
+                f"installed {i.installed}")
+            add(f"  {'':<9} {i.detail}")
 
 
 __all__ = ["run_doctor", "build_report", "render_text", "Report", "BackendVerdict"]

@@ -85,6 +85,8 @@ class Resolver:
                     reason = rule.evaluate(None, facts)
                     if reason is not None:
                         fixed.append(reason)
+                explicit = tuple(r for r in fixed if r.rule == OPT_IN)  # explicit_only rules
+                fixed = [r for r in fixed if r.rule != OPT_IN]
                 fixed.extend(
                     Reason("feature", f"deep probe {name} failed: {probes[name][1]}",
                            f"selector doctor --deep (probe {name})", f"fail probe {name}")
@@ -95,7 +97,7 @@ class Resolver:
                 self._plans[op, b.name] = _Plan(
                     tuple(r for r in fixed if r.severity != "warning"),
                     tuple(r for r in fixed if r.severity == "warning"), tuple(layered),
-                    prefs, opt_in_reason(b), attrgetter(*sorted(read)))
+                    prefs, opt_in_reason(b) + explicit, attrgetter(*sorted(read)))
         # A backend's verdict and rank depend only on the layer fields its rules and preference
         # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
         # differ elsewhere (num_tokens, sizes no rule checks) share them.

@@ -14,7 +14,10 @@ OPS = ("moe", "linear")
 NVFP4_QUANTS = ("nvfp4", "nvfp4_w4a16")
 OTHER_QUANTS = ("fp8", "mxfp4", "mxfp8", "int8", "int4", "unquantized")
 QUANTS = NVFP4_QUANTS + OTHER_QUANTS
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ")
+# swigluoai reads gate/up interleaved (gpt-oss checkpoints); swigluoai_uninterleave is the same
+# function on packed [gate; up] halves: vLLM 0.32.0 fused_moe/activation.py MoEActivation.
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ",
+               "swigluoai_uninterleave", "swiglustep")
 DTYPES = ("bfloat16", "float16", "float32")
 ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
            "flashinfer_nvlink", "naive")
