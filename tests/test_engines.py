@@ -18,9 +18,6 @@ from selector.engines import sglang
 
 RTX = ("platform=rtx_pro_6000", "platform.cuda=13.0", "platform.packages.flashinfer-python=0.7.2",
        "platform.packages.nvidia-cutlass-dsl=4.8.0", "layer=nemotron_moe")
-B200_GPT_OSS = ("platform=b200", "platform.cuda=13.0", "layer=gpt_oss_moe",
-                "platform.packages.flashinfer-python=0.7.0.post1",
-                "platform.packages.nvidia-cutlass-dsl=4.8.0")
 CASES = {
     "sglang-text": ("explain", "engine=sglang", *RTX),
     "sglang-json": ("explain", "--format", "json", "engine=sglang", *RTX),
@@ -70,13 +67,16 @@ def test_unknown_engine_is_bad_input(runs):
 
 
 def test_engine_rule_fires_only_under_its_engine():
-    """vLLM refuses the interleaved swigluoai layout for TRT-LLM: a rule of engines.vllm."""
-    trtllm = load("engine=vllm", *B200_GPT_OSS).default().candidate("flashinfer_trtllm")
-    assert trtllm.status == "rejected"
-    assert [r.rule for r in trtllm.reasons] == ["activation"]
-    assert "trtllm_nvfp4_moe.py" in trtllm.reasons[0].source
-    plain = load(*B200_GPT_OSS).default().candidate("flashinfer_trtllm")
-    assert plain.status in ("selected", "eligible")
+    """vLLM wires FlashInfer's b12x MoE for silu, gelu_tanh and relu2 only: a rule of
+    engines.vllm, while FlashInfer itself runs swigluoai_uninterleave from 0.6.15."""
+    over = ("platform=rtx_pro_6000", "stack=flashinfer_0_7_4", "layer=gpt_oss_moe",
+            "layer.activation=swigluoai_uninterleave")
+    b12x = load("engine=vllm", *over).default().candidate("flashinfer_b12x")
+    assert b12x.status == "rejected"
+    assert [r.source for r in b12x.reasons if r.rule == "activation"] == \
+        ["vLLM 0.32.0 fused_moe/experts/flashinfer_b12x_moe.py (_supports_activation)"]
+    plain = load(*over).default().candidate("flashinfer_b12x")
+    assert plain.status != "rejected", plain.reasons
 
 
 def test_explicit_backend_the_engine_lacks_falls_to_automatic_selection():
