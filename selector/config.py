@@ -22,7 +22,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _VERSION_KEY = re.compile(
     r"^(?P<prefix>\+\+|\+)?(?P<key>platform\.(?:packages\.[A-Za-z0-9._-]+|cuda|capability))"
     r"=(?P<value>.*)$", re.S)
-_GROUPS = ("platform", "stack", "layer", "policy")
+_GROUPS = ("platform", "stack", "layer", "policy", "engine")
 CACHE_FORMAT = 1
 
 

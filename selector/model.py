@@ -15,8 +15,9 @@ from packaging.version import Version
 from . import schema
 from .entry_points import allowed as entry_point_allowed
 from .errors import SelectorError, bad_input, bad_value
+from . import engines
 from .layer import LAYER_KEYS, make_layer
-from .rules import Condition, Facts, Rule, compile_rule
+from .rules import Condition, Facts, Reason, Rule, compile_rule
 from .schema import Layer
 from .versions import format_capability, parse_capability, parse_version
 
@@ -111,6 +112,8 @@ class BackendSpec:
     file: str
     opt_in: Optional[OptIn] = None
     preference: Tuple[Preference, ...] = ()
+    engines: Tuple[Tuple[str, Any], ...] = ()  # (engine, selector.engines.EngineEntry)
+    unavailable: Optional[Reason] = None  # set when the chosen engine does not offer it
 
     def packages(self) -> List[str]:
         """Every distribution the rules and preference read (platform=auto detects these)."""
@@ -171,7 +174,8 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Back
     return BackendSpec(name, op, str(conf.get("description") or ""), rank, execution,
                        tuple(implements), ep, tuple(conf.get("probes") or ()), compiled, file,
                        opt_in, tuple(make_preference(p, f"{key}.preference[{i}]", file)
-                                     for i, p in enumerate(prefs)))
+                                     for i, p in enumerate(prefs)),
+                       engines.parse_entries(conf.get("engines"), f"{key}.engines", file))
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,7 @@ class RunConfig:
     layer: Layer
     policy: Policy
     probe: str
+    engine: engines.Engine = engines.NO_ENGINE
 
 
 def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
@@ -293,7 +298,8 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
     for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
         if isinstance(data.get(k), Mapping):
             _known_keys(data[k], node, k)
-    catalogue = make_catalogue(data.get("catalogue") or {}, files)
+    engine = engines.make_engine(data.get("engine"))
+    catalogue = engines.apply(make_catalogue(data.get("catalogue") or {}, files), engine)
     probe = data.get("probe", "none")
     if probe not in schema.PROBE_MODES:
         raise bad_value("probe", probe, schema.PROBE_MODES)
@@ -302,7 +308,7 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
     platform = make_platform(data.get("platform") or {}, watched, detect)
     layer = make_layer(data.get("layer") or {})
     policy = make_policy(data.get("policy") or {}, catalogue)
-    return RunConfig(catalogue, platform, layer, policy, probe)
+    return RunConfig(catalogue, platform, layer, policy, probe, engine)
 
 
 __all__ = ["Layer", "Platform", "Policy", "BackendSpec", "Catalogue", "RunConfig",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from . import engines
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
@@ -115,6 +116,8 @@ class Resolver:
 
     def evaluate(self, b: BackendSpec, layer: Layer) -> Verdict:
         """Filter: the backend's status for this layer, with every failed rule."""
+        if b.unavailable is not None:  # the engine (engine=...) does not offer it
+            return Verdict(Status.NOT_APPLICABLE, (b.unavailable,), ())
         if layer.quant not in b.implements:
             return Verdict(Status.NOT_APPLICABLE, (Reason(
                 "quant", f"implements {', '.join(b.implements)} layers, not {layer.quant}; "
@@ -174,9 +177,10 @@ class Resolver:
             status, reasons, _ = evaluated[requested]
             if status == Status.NOT_APPLICABLE:
                 selected = auto
-                notes.append(f"{key}={requested} does not implement {layer.quant} {layer.op} "
-                             f"layers; automatic selection chose {auto or 'nothing'} for this "
-                             "layer")
+                what = reasons[0].message if reasons[0].rule == "engine" else \
+                    f"does not implement {layer.quant} {layer.op} layers"
+                notes.append(f"{key}={requested}: {what}; automatic selection chose "
+                             f"{auto or 'nothing'} for this layer")
             elif status in (Status.ELIGIBLE, Status.OPT_IN):
                 selected = requested
             elif run.policy.strict:
@@ -202,7 +206,8 @@ class Resolver:
         notes.extend(self._platform_notes)
         values = layer.__dict__
         return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, requested,
-                        selected, tuple(candidates), tuple(notes), self._label, tuple(warned))
+                        selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
+                        engines.view(run.engine, run.catalogue, layer.op, selected))
 
     def _preference_notes(self, layer: Layer, selected: str, candidates: List[Candidate],
                           prefs: Dict[str, Tuple[int, Optional[Preference]]]) -> List[str]:
