@@ -94,8 +94,8 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
         raise SelectorError("config_dirs must be a list of directories, not "
                             f"{type(config_dirs).__name__}")
     tree = ConfigTree.discover(config_dirs)
-    data = compose(tree, list(overrides))
-    model = make_model(data, tree.backend_files, tree.group_options("platform"), detect)
+    model = compose(tree, list(overrides), build=lambda data: make_model(
+        data, tree.backend_files, tree.group_options("platform"), detect))
     probes = None
     if model.probe == "deep":
         from .probing import run_deep_probes
