@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .config import ConfigTree, compose
 from .decision import Decision
 from .errors import SelectorError
+from .locks import ForkSafeLock
 from .model import Layer, Model, make_layer, make_model
 from .resolver import Resolver
 
@@ -18,9 +18,13 @@ log = logging.getLogger("selector")
 class Selector:
     """Decisions for the layers of one model on one platform under one policy.
 
-    Thread-safe: the model is immutable, decisions are immutable, and the caches only ever
-    gain entries (a race computes the same decision twice and keeps one).
+    Thread-safe: the model is immutable, decisions are immutable, and a race computes the
+    same decision twice and keeps one. The caches are bounded: each holds at most MAX_CACHED
+    entries and starts afresh when full (an engine asks about a few hundred distinct layers;
+    a caller sweeping num_tokens must not grow the process without bound).
     """
+
+    MAX_CACHED = 4096
 
     def __init__(self, model: Model, tree: Optional[ConfigTree] = None,
                  probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
@@ -32,7 +36,7 @@ class Selector:
         self._by_layer: Dict[Layer, Decision] = {}
         self._layers: Dict[Layer, Layer] = {}  # one canonical object per distinct layer
         self._defaults = model.layer.to_dict()
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     @property
     def catalogue(self):
@@ -54,6 +58,7 @@ class Selector:
         except TypeError:  # an unhashable value: validate it for a clear error
             return self.decide(self.layer(**layer))
         d = self.decide(self.layer(**layer))
+        _bound(self._by_kwargs, self.MAX_CACHED)
         return self._by_kwargs.setdefault(key, d)
 
     def layer(self, **layer: Any) -> Layer:
@@ -62,6 +67,7 @@ class Selector:
         Equal layers come back as one object, so a cache hit never compares fields.
         """
         made = make_layer({**self._defaults, **layer})
+        _bound(self._layers, self.MAX_CACHED)
         return self._layers.setdefault(made, made)
 
     def decide(self, layer: Layer) -> Decision:
@@ -71,6 +77,7 @@ class Selector:
             return d
         d = self.resolver.decide(layer)
         with self._lock:
+            _bound(self._by_layer, self.MAX_CACHED)
             if layer not in self._by_layer:
                 self._by_layer[layer] = d
                 log.info(d.log_line())
@@ -79,6 +86,12 @@ class Selector:
     def default(self) -> Decision:
         """The decision for the configured layer (`layer=` preset and `layer.*` overrides)."""
         return self.decide(self.model.layer)
+
+
+def _bound(cache: Dict, limit: int) -> None:
+    """Start a full cache afresh (cheaper than LRU bookkeeping on every hit)."""
+    if len(cache) >= limit:
+        cache.clear()
 
 
 def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = (),

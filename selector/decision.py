@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from .text import join_lines
 from .rules import Reason
 
 WRAP = 100  # text width of the rendered explanation
@@ -143,4 +144,4 @@ def render_text(d: Decision) -> str:
         for n in d.notes:
             lines.extend(textwrap.wrap(n, width=WRAP, initial_indent="  - ",
                                        subsequent_indent="    ", break_on_hyphens=False))
-    return "\n".join(lines)
+    return join_lines(lines)

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from .text import join_lines
 from .errors import SelectorError
 
 # Distributions doctor reports besides those the catalogue and CONTRACT.md name, when installed.
@@ -92,7 +93,7 @@ class Report:
 # ---------------------------------------------------------------------------------------------
 
 def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
-               deep: bool = False, timeout: float = 120.0, fmt: str = "text",
+               deep: bool = False, timeout: Optional[float] = None, fmt: str = "text",
                probes: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None) -> int:
     """Print the doctor report; return the exit code (0 fine, 1 a problem found).
     Bad input raises SelectorError (the CLI prints it and exits 2)."""
@@ -106,12 +107,12 @@ def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *
 
 
 def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
-                 deep: bool = False, timeout: float = 120.0,
+                 deep: bool = False, timeout: Optional[float] = None,
                  probes: Optional[Sequence[str]] = None) -> Report:
     t0 = time.perf_counter()
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
-                            key="--timeout", value=timeout)
+    from .env_vars import parse_timeout, timeout as env_timeout
+    timeout = env_timeout("SELECTOR_PROBE_TIMEOUT") if timeout is None else \
+        parse_timeout("--timeout", timeout)
     from . import environment
     from .api import load
     from .probing import catalogue_probe_names, declared_by, probe_once, validate_names
@@ -276,7 +277,7 @@ def render_text(r: Report) -> str:
     else:
         add("exit status 0: nothing wrong found" + ("" if r.deep else
                                                     " (metadata only: --deep looks further)"))
-    return "\n".join(lines)
+    return join_lines(lines)
 
 
 __all__ = ["run_doctor", "build_report", "render_text", "Report", "BackendVerdict"]

@@ -69,3 +69,17 @@ def cache_dir() -> Optional[Path]:
         return Path.home() / ".cache" / "selector"
     except (RuntimeError, KeyError):  # no HOME and no password entry: run without a cache
         return None
+
+
+def child_env() -> dict:
+    """The environment for a child Python: this one, with this process's import path passed
+    on through PYTHONPATH (an embedding process or a `--target` install may have put
+    packages on sys.path that the child would otherwise not find)."""
+    import sys
+    env = dict(os.environ)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for p in sys.path:
+        if p and p not in parts and os.path.isdir(p):
+            parts.append(p)
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
