@@ -34,11 +34,11 @@ def query_pynvml() -> Optional[Dict[str, Any]]:
     """Raw answers through pynvml (nvidia-ml-py); None when the binding or library is absent."""
     try:
         import pynvml
-    except Exception:  # noqa: BLE001 - a broken binding is simply not usable
+    except BaseException:  # noqa: BLE001 - a broken binding (even sys.exit) is not usable
         return None
     try:
         pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001
         if "LibraryNotFound" in type(exc).__name__:
             return None
         return {"via": "pynvml", "init_error": f"{type(exc).__name__}: {exc}"[:300]}
