@@ -151,6 +151,7 @@ def _torch_version_file() -> Optional[Tuple[Version, str]]:
 def detect_gpu() -> Gpu:
     """GPU 0 through NVML (pynvml, else libnvidia-ml), else torch, each in a child process."""
     limit = env_vars.timeout("SELECTOR_NVML_TIMEOUT")
+    env_vars.timeout("SELECTOR_TORCH_PROBE_TIMEOUT")  # bad input whatever this machine has
     raw, problem = _nvml_child(limit)
     if problem is not None:
         return Gpu(method="nvml", notes=[problem])

@@ -3,12 +3,12 @@
 - `dirs`: find config dirs and their files (the packaged conf/ first, then the user's);
 - `safe_yaml`: read a config file safely (kind, size, tags, aliases, plain values);
 - `presets`: checks on preset files that keep each preset inside its own group;
-- `compose`: overrides checked, the tree composed by Hydra, with its `cache`;
+- `composer`: overrides checked, the tree composed by Hydra, with its `cache`;
 - `hydra_errors`: Hydra/OmegaConf exceptions translated from their attributes.
 """
 from __future__ import annotations
 
-from .compose import compose, normalize_overrides, read_backend, read_catalogue
+from .composer import compose, normalize_overrides, read_backend, read_catalogue
 from .dirs import ConfigTree, packaged_conf_dir
 from .hydra_errors import schema_keys, translate
 from .presets import lint_tree, validate_preset, validate_presets
