@@ -29,7 +29,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     for (op, name), path in sorted(tree.backend_files.items()):
         checked.append(str(path))
         try:
-            conf = read_backend(path)
+            conf = read_backend(path, f"catalogue.{op}.{name}")
             b = make_backend(op, name, conf, str(path))
             _check_entry_point(b)
             _check_probes(b)

@@ -246,7 +246,7 @@ def _run_child(group: str, steps: List[Tuple[str, str]], ctx: Dict[str, Any], ti
                root: str) -> Tuple[List[Dict[str, Any]], Optional[int], bool, str, float]:
     """(events, exit status, timed out, stderr, seconds) of one child process."""
     payload = json.dumps({"path": _parent_path(), "steps": steps, "ctx": ctx})
-    env = env_vars.child_env()
+    env = dict(os.environ)  # the child gets sys.path in its payload (_parent_path)
     env.setdefault("PYTHONFAULTHANDLER", "1")
     t0 = time.perf_counter()
     try:

@@ -157,8 +157,10 @@ def test_pynvml_faults(tmp_path):
     def run(job):
         case, d = job
         t = time.time()
+        hangs = "did not answer" in PYNVML[case][1].get("note", "")
         p = subprocess.run([sys.executable, "-c", _DETECT], capture_output=True, text=True,
-                           env=_env(d, SELECTOR_NVML_TIMEOUT="1"), timeout=60)
+                           env=_env(d, SELECTOR_NVML_TIMEOUT="1" if hangs else "30"),
+                           timeout=90)
         return case, p, time.time() - t
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -172,7 +174,8 @@ def test_pynvml_faults(tmp_path):
             assert got["name"] == want["name"], (case, got)
         if "note" in want:
             assert any(want["note"] in n for n in got["notes"]), (case, got)
-        assert got["seconds"] < 10, (case, got)
+        hangs = "did not answer" in want.get("note", "")
+        assert got["seconds"] < (10 if hangs else 30), (case, got)
 
 
 def test_cli_answers_with_a_hung_nvml(tmp_path):

@@ -22,11 +22,8 @@ import pytest
 
 import selector
 from conftest import child_env
-from selector import env_vars
 from selector.cli import main
 from selector.config import ConfigTree, normalize_overrides
-from selector.config import cache as cache_mod
-from selector.config import composer as compose_mod
 from selector.environment import Environment, Gpu
 from selector.errors import SelectorError
 
@@ -115,6 +112,7 @@ def test_1_sparse_huge_file_is_refused_before_reading(tmp_path, monkeypatch):
 # -- 2. fork while another thread is inside a cold load ----------------------------------------
 
 def test_2_fork_while_composing_does_not_deadlock(tmp_path, monkeypatch):
+    from selector.config import composer as compose_mod
     monkeypatch.setenv("SELECTOR_NO_CACHE", "1")
     inside, release = threading.Event(), threading.Event()
 
@@ -152,7 +150,7 @@ def test_2_fork_while_composing_does_not_deadlock(tmp_path, monkeypatch):
 # -- 3. a preset changes only its own group ----------------------------------------------------
 
 @pytest.mark.parametrize("text", [
-    "# @package _global_\nplatform:\n  capability: '12.1'\nop: moe\n",
+    "# @package _global_\nplatform:\n  capability: '12.1'\nlayer:\n  op: moe\n",
     "defaults:\n  - /platform@_global_.platform: gb200\n  - _self_\nop: moe\n",
     "defaults:\n  - /stack: vllm_0_32\n  - _self_\nop: moe\n",
 ])
@@ -214,9 +212,13 @@ def test_8_explicit_null_capability_under_auto():
 # -- 9. one spelling per distribution ----------------------------------------------------------
 
 def test_9_package_spellings_merge_and_the_later_wins():
-    a = selector.load(["platform=b200", "platform.packages.Flashinfer_Python=0.6.1",
+    """The stack names flashinfer-python first: a non-canonical spelling used to be appended
+    after it and win whatever the order of the overrides."""
+    a = selector.load(["platform=b200", "stack=flashinfer_0_7_4",
+                       "platform.packages.Flashinfer_Python=0.6.1",
                        "platform.packages.flashinfer-python=0.7.4"])
-    b = selector.load(["platform=b200", "platform.packages.flashinfer-python=0.7.4",
+    b = selector.load(["platform=b200", "stack=flashinfer_0_7_4",
+                       "platform.packages.flashinfer-python=0.7.4",
                        "platform.packages.Flashinfer_Python=0.6.1"])
     assert str(dict(a.platform.packages)["flashinfer-python"]) == "0.7.4"
     assert str(dict(b.platform.packages)["flashinfer-python"]) == "0.6.1"
@@ -248,6 +250,7 @@ def test_10_plain_values_only(tmp_path, monkeypatch, case, text, needle, command
 # -- 11. the cache is untrusted input ----------------------------------------------------------
 
 def _cache_file(tmp_path, overrides):
+    from selector.config import cache as cache_mod
     tree = ConfigTree.discover([])
     key = cache_mod.fingerprint(tree, normalize_overrides(overrides, tree))
     return tmp_path / "cache" / f"{key}.json", key
@@ -287,6 +290,7 @@ def test_11_cache_dir_writable_by_others_is_refused(tmp_path):
 
 
 def test_11_cache_is_bounded_on_disk(tmp_path, monkeypatch):
+    from selector.config import cache as cache_mod
     monkeypatch.setattr(cache_mod, "MAX_ENTRIES", 5)
     for i in range(1, 12):
         selector.load(["platform=b200", f"layer.ep_size={i}"])
@@ -323,6 +327,7 @@ def test_12_bad_probe_timeouts(monkeypatch, argv, needle):
 
 
 def test_12_good_timeouts_parse():
+    from selector import env_vars
     assert env_vars.parse_timeout("x", "2.5") == 2.5
     assert env_vars.parse_timeout("x", 86400) == 86400.0
 

@@ -132,13 +132,13 @@ def read_catalogue(tree: ConfigTree) -> Dict[str, Dict[str, Any]]:
     """Every backend file as plain data (validated in model.py): {op: {name: conf}}."""
     out: Dict[str, Dict[str, Any]] = {op: {} for op in schema.OPS}
     for (op, name), path in sorted(tree.backend_files.items()):
-        out[op][name] = read_backend(path)
+        out[op][name] = read_backend(path, f"catalogue.{op}.{name}")
     return out
 
 
-def read_backend(path: Path) -> Dict[str, Any]:
-    """One backend file as plain data."""
-    data = load_yaml(path)
+def read_backend(path: Path, key: str = "") -> Dict[str, Any]:
+    """One backend file as plain data (`key` prefixes the keys its errors name)."""
+    data = load_yaml(path, key=key)
     if not isinstance(data, dict):
         raise SelectorError(f"{path}: a backend file must hold a mapping (rank, rules, ...), "
                             f"not {type(data).__name__}", where=str(path))

@@ -61,13 +61,13 @@ def _too_large(path: Path, size: int) -> SelectorError:
                          f"{MAX_CONFIG_BYTES})", where=str(path))
 
 
-def load_yaml(path: Path, node: bool = False) -> Any:
+def load_yaml(path: Path, node: bool = False, key: str = "") -> Any:
     """A YAML file as plain data (or as its node tree, for line numbers)."""
-    root, data = load_document(path)
+    root, data = load_document(path, key)
     return root if node else data
 
 
-def load_document(path: Path) -> Tuple[Any, Any]:
+def load_document(path: Path, key: str = "") -> Tuple[Any, Any]:
     """A YAML file as (node tree, plain data), with errors that name the file and line.
 
     A file whose aliases expand to more than MAX_CONFIG_NODES values ("billion laughs"), one
@@ -100,7 +100,7 @@ def load_document(path: Path) -> Tuple[Any, Any]:
                             where=str(path)) from None
     except RecursionError:
         raise SelectorError(f"{path}: config file is nested too deeply", where=str(path)) from None
-    check_plain(data, "", str(path))
+    check_plain(data, key, str(path))
     return root, data
 
 
