@@ -25,8 +25,9 @@ SCHEMA_NODES = {"platform": schema.PlatformConf, "stack": schema.PlatformConf,
 def lint_tree(tree: ConfigTree) -> None:
     """Every file of the tree: readable plain YAML, versions quoted, presets confined."""
     graph: Dict[Path, List[Path]] = {}
+    backend_keys = {p: f"catalogue.{op}.{name}" for (op, name), p in tree.backend_files.items()}
     for f in tree.files():
-        node, data = load_document(f)
+        node, data = load_document(f, backend_keys.get(f, ""))
         if node is not None:
             _lint_versions(node, f, [])
         group = _group_of(tree, f)
