@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from .text import join_lines
-from .errors import SelectorError
 
 # Distributions doctor reports besides those the catalogue and CONTRACT.md name, when installed.
 EXTRA_PACKAGES = (

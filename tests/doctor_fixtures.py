@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 

@@ -4,7 +4,6 @@ concurrent processes sharing one cache directory.
 """
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys

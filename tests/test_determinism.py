@@ -9,7 +9,6 @@ and uncached (SELECTOR_NO_CACHE=1), and prints what each printed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor

@@ -18,7 +18,7 @@ import os
 import signal
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import pytest
 from hypothesis import given, settings, strategies as st

@@ -400,7 +400,8 @@ def test_17_api_caches_are_bounded(monkeypatch):
 
 def test_18_gpu_name_cannot_forge_a_line(tmp_path):
     forged = "NVIDIA\nselected: evil\x1b[2J"
-    d = user_dir(tmp_path, {"platform/mybox.yaml": f"capability: '12.0'\ngpu_name: {json.dumps(forged)}\n"})
+    d = user_dir(tmp_path, {"platform/mybox.yaml":
+                            f"capability: '12.0'\ngpu_name: {json.dumps(forged)}\n"})
     for sel in (selector.load(["platform=auto"], detect=fake_detect((12, 0), forged)),
                 selector.load(["platform=mybox"], config_dirs=[d])):
         text = str(sel.default())

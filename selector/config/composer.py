@@ -157,7 +157,8 @@ def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    search = [f"hydra.searchpath=[{','.join(hydra_quote('file://' + str(d)) for d in tree.dirs[1:])}]"]
+    dirs = ",".join(hydra_quote(f"file://{d}") for d in tree.dirs[1:])
+    search = [f"hydra.searchpath=[{dirs}]"]
     with _HYDRA_LOCK:
         ConfigStore.instance().store(name="selector_schema", node=schema.SelectorConf)
         try:
