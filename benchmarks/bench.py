@@ -156,7 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     row("repeated decision: decide(layer) (cache hit)", hit2, 1e-6, look, "dict lookup",
         note="an engine that keeps its Layer objects (sel.layer(...)) pays one dict lookup")
 
-    from selector.model import make_layer
+    from selector.layer import make_layer
     layers = [make_layer(dict(op="moe", activation=a, act_and_mul=a != "relu2",
                               num_tokens=i + 1))
               for i in range(50) for a in ("silu", "relu2", "gelu_tanh", "swigluoai")] + \
@@ -176,7 +176,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     distinct = len({tuple(sorted(m.items())) for m in model})
     whole = []
     for _ in range(n):
-        s2 = selector.Selector(sel.model)
+        s2 = selector.Selector(sel.run_config)
         t = time.perf_counter()
         for m in model:
             s2.select(**m)

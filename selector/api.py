@@ -8,43 +8,45 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from .config import ConfigTree, compose
 from .decision import Decision
 from .errors import SelectorError
+from .layer import make_layer
 from .locks import ForkSafeLock
-from .model import Layer, Model, make_layer, make_model
+from .model import RunConfig, make_run_config
 from .resolver import Resolver
+from .schema import Layer
 
 log = logging.getLogger("selector")
+CACHE_SIZE = 65536  # decisions kept per cache; a full cache starts over (bounded memory)
 
 
 class Selector:
     """Decisions for the layers of one model on one platform under one policy.
 
-    Thread-safe: the model is immutable, decisions are immutable, and a race computes the
-    same decision twice and keeps one. The caches are bounded: each holds at most MAX_CACHED
-    entries and starts afresh when full (an engine asks about a few hundred distinct layers;
-    a caller sweeping num_tokens must not grow the process without bound).
+    Thread-safe: the run config is immutable, decisions are immutable, and a race computes
+    the same decision twice and keeps one. Its locks are fork-safe (a child forked while a
+    thread holds one gets a fresh one).
     """
 
-    MAX_CACHED = 4096
-
-    def __init__(self, model: Model, tree: Optional[ConfigTree] = None,
+    def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
                  probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
-        self.model = model
+        self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
-        self.resolver = Resolver(model, self.probes)
+        self.resolver = Resolver(run_config, self.probes)
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
-        self._layers: Dict[Layer, Layer] = {}  # one canonical object per distinct layer
-        self._defaults = model.layer.to_dict()
+        # one object per distinct layer, so that a cache hit of decide() is an identity match
+        # (the decide-hit budget needs it: comparing two equal Layers field by field costs more)
+        self._layers: Dict[Layer, Layer] = {}
+        self._defaults = run_config.layer.to_dict()
         self._lock = ForkSafeLock()
 
     @property
     def catalogue(self):
-        return self.model.catalogue
+        return self.run_config.catalogue
 
     @property
     def platform(self):
-        return self.model.platform
+        return self.run_config.platform
 
     def select(self, **layer: Any) -> Decision:
         """The decision for a layer given as `layer.*` keywords; unset ones come from config."""
@@ -58,16 +60,15 @@ class Selector:
         except TypeError:  # an unhashable value: validate it for a clear error
             return self.decide(self.layer(**layer))
         d = self.decide(self.layer(**layer))
-        _bound(self._by_kwargs, self.MAX_CACHED)
+        if len(self._by_kwargs) >= CACHE_SIZE:
+            self._by_kwargs.clear()
         return self._by_kwargs.setdefault(key, d)
 
     def layer(self, **layer: Any) -> Layer:
-        """A validated Layer (unset keys from config): build once, then `decide` it cheaply.
-
-        Equal layers come back as one object, so a cache hit never compares fields.
-        """
+        """A validated Layer (unset keys from config): build once, then `decide` it cheaply."""
         made = make_layer({**self._defaults, **layer})
-        _bound(self._layers, self.MAX_CACHED)
+        if len(self._layers) >= CACHE_SIZE:
+            self._layers.clear()
         return self._layers.setdefault(made, made)
 
     def decide(self, layer: Layer) -> Decision:
@@ -77,7 +78,8 @@ class Selector:
             return d
         d = self.resolver.decide(layer)
         with self._lock:
-            _bound(self._by_layer, self.MAX_CACHED)
+            if len(self._by_layer) >= CACHE_SIZE:
+                self._by_layer.clear()
             if layer not in self._by_layer:
                 self._by_layer[layer] = d
                 log.info(d.log_line())
@@ -85,13 +87,7 @@ class Selector:
 
     def default(self) -> Decision:
         """The decision for the configured layer (`layer=` preset and `layer.*` overrides)."""
-        return self.decide(self.model.layer)
-
-
-def _bound(cache: Dict, limit: int) -> None:
-    """Start a full cache afresh (cheaper than LRU bookkeeping on every hit)."""
-    if len(cache) >= limit:
-        cache.clear()
+        return self.decide(self.run_config.layer)
 
 
 def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = (),
@@ -107,10 +103,10 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
         raise SelectorError("config_dirs must be a list of directories, not "
                             f"{type(config_dirs).__name__}")
     tree = ConfigTree.discover(config_dirs)
-    model = compose(tree, list(overrides), build=lambda data: make_model(
-        data, tree.backend_files, tree.group_options("platform"), detect))
+    run = compose(tree, list(overrides), build=lambda data: make_run_config(
+        data, tree.backend_files, detect))
     probes = None
-    if model.probe == "deep":
+    if run.probe == "deep":
         from .probing import run_deep_probes
-        probes = {name: (f.ok, f.message) for name, f in run_deep_probes(model.catalogue).items()}
-    return Selector(model, tree, probes)
+        probes = {name: (f.ok, f.message) for name, f in run_deep_probes(run.catalogue).items()}
+    return Selector(run, tree, probes)

@@ -14,7 +14,8 @@ from . import schema
 from .config import ConfigTree, compose, lint_tree, read_backend, validate_preset
 from .entry_points import load_entry_point
 from .errors import SelectorError
-from .model import make_backend, make_layer, make_model, make_platform
+from .layer import make_layer
+from .model import make_backend, make_platform, make_run_config
 
 
 def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str, Any]:
@@ -42,10 +43,9 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             try:
                 conf = validate_preset(path, group)
                 if group == "platform" and name != "auto":
-                    make_platform({**conf, "preset": name}, [], [], detect=lambda names: None)
+                    make_platform({**conf, "preset": name}, [], detect=lambda names: None)
                 elif group == "stack":
-                    make_platform({**conf, "preset": "check"}, [], [],
-                                  detect=lambda names: None)
+                    make_platform({**conf, "preset": "check"}, [], detect=lambda names: None)
                 elif group == "layer":
                     make_layer(conf, where=str(path))
             except SelectorError as exc:
@@ -64,8 +64,8 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     problems = [p for p in problems if not (p["problem"] in seen or seen.add(p["problem"]))]
     if not problems:
         try:
-            compose(tree, list(overrides), build=lambda data: make_model(
-                data, tree.backend_files, tree.group_options("platform")))
+            compose(tree, list(overrides), build=lambda data: make_run_config(
+                data, tree.backend_files))
         except SelectorError as exc:
             problems.append({"file": exc.where or "", "problem": str(exc)})
     return {"ok": not problems, "dirs": [str(d) for d in tree.dirs], "files": len(checked),

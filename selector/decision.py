@@ -7,23 +7,24 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from .rules import OPT_IN, Reason
+from .schema import USABLE, Status
 from .text import join_lines
-from .rules import Reason
 
 WRAP = 100  # text width of the rendered explanation
 # The text table reads at a glance: the selected backend first, then what else could run, then
 # the rejected ones with their reasons (the JSON keeps the preference order).
-_TEXT_ORDER = {"selected": 0, "eligible": 1, "opt_in": 2, "rejected": 3, "not_applicable": 4}
+_TEXT_ORDER = {s: i for i, s in enumerate(Status)}
 
 
 class Candidate(NamedTuple):
     backend: str
-    status: str
+    status: Status
     reasons: Tuple[Reason, ...]
     entry_point: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"backend": self.backend, "status": self.status,
+        return {"backend": self.backend, "status": str(self.status),
                 "reasons": [r.to_dict() for r in self.reasons]}
 
 
@@ -69,12 +70,11 @@ class Decision:
     def summary(self) -> str:
         """Kubernetes-style: '1/8 backends usable: 3 need SM 10.x, 2 need flashinfer ...'."""
         total = len(self.candidates)
-        usable = [c for c in self.candidates if c.status in ("selected", "eligible", "opt_in")]
-        opt = sum(1 for c in usable if c.status == "opt_in")
+        usable = [c for c in self.candidates if c.status in USABLE]
+        opt = sum(1 for c in usable if c.status == Status.OPT_IN)
         needs: Counter = Counter()
         for c in self.candidates:
-            if c.status == "opt_in" or (c.status == "selected" and self.requested == c.backend
-                                        and any(r.rule == "opt_in" for r in c.reasons)):
+            if c.status == Status.OPT_IN or any(r.rule == OPT_IN for r in c.reasons):
                 continue
             for need in dict.fromkeys(r.need for r in c.reasons if r.severity == "error"):
                 needs[need] += 1
@@ -128,8 +128,8 @@ def render_text(d: Decision) -> str:
     for c in sorted(d.candidates, key=lambda c: _TEXT_ORDER[c.status]):  # stable: preference
         head = f"  {c.backend.ljust(width)}  {c.status.ljust(14)}  "
         if not c.reasons:
-            lines.append(head + ("passes every rule" if c.status in ("selected", "eligible")
-                                 else ""))
+            lines.append(head + ("passes every rule" if c.status in (Status.SELECTED,
+                                                                     Status.ELIGIBLE) else ""))
             continue
         for r in c.reasons:
             lines.extend(textwrap.wrap(f"[{r.rule}] {r.message} ({r.source})",

@@ -124,7 +124,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
         return seen["env"]
 
     sel = load(list(overrides), config_dirs=list(config_dirs), detect=detect)
-    model = sel.model
+    model = sel.run_config
     catalogue = model.catalogue
     declared = declared_by(catalogue)
     validate_names(declared, {n: f"catalogue.{bs[0].replace('/', '.')}.probes"
@@ -141,7 +141,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     rep = None
     findings: Dict[str, Any] = {}
     if deep:
-        from backends.probes import DOCTOR_PROBES
+        from .probe_specs import DOCTOR_PROBES
         wanted = list(probes) if probes else list(DOCTOR_PROBES) + catalogue_probe_names(catalogue)
         validate_names(wanted, {n: "--probe" for n in wanted})
         nvml = {"capability": list(env.gpu.capability) if env.gpu.capability else None,
@@ -252,7 +252,7 @@ def render_text(r: Report) -> str:
         procs = sum(g.processes for g in rep.groups)
         add(f"deep probes ({len(rep.findings)} probes, {procs} child process"
             f"{'es' if procs != 1 else ''}, {rep.seconds:.2f} s wall; cached for this process)")
-        from backends.probes import group_label
+        from .probe_specs import group_label
         for g in rep.groups:
             imports = ", ".join(i.describe() for i in g.imports)
             if g.group == "metadata":

@@ -1,6 +1,6 @@
 """Resolve a backend's `entry_point` ('module:Class') without letting a config reach any code.
 
-Only the project's own `backends` namespace and modules that an installed distribution
+Only the project's own `selector.backends` namespace and modules that an installed distribution
 registers under the `selector.backends` entry-point group may be named; anything else is
 refused before it is imported (a config file is data, not a way to run code).
 """
@@ -28,7 +28,7 @@ def plugin_modules() -> FrozenSet[str]:
 
 def allowed(path: str) -> bool:
     module = path.partition(":")[0]
-    if module == "backends" or module.startswith("backends."):
+    if module == "selector.backends" or module.startswith("selector.backends."):
         return True
     return any(module == m or module.startswith(m + ".") for m in plugin_modules())
 
@@ -37,7 +37,7 @@ def load_entry_point(path: str, key: str = "entry_point") -> Any:
     """The class an entry point names, imported only if its module is allowed."""
     if not allowed(path):
         raise SelectorError(f"{key}: {path!r} is outside the backends namespace; a backend's "
-                            "implementation must live in `backends.*` or in a module registered "
+                            "implementation must live in `selector.backends.*` or in a module registered "
                             f"under the {GROUP!r} entry-point group of an installed package",
                             key=key, value=path)
     module, _, attr = path.partition(":")

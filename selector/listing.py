@@ -11,7 +11,10 @@ def catalogue_dict(cat: Catalogue) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for op, backends in cat.backends.items():
         out[op] = [{
-            "backend": b.name, "rank": b.rank, "opt_in": b.opt_in, "execution": b.execution,
+            "backend": b.name, "rank": b.rank, "execution": b.execution,
+            "opt_in": {"reason": b.opt_in.reason, "source": b.opt_in.source} if b.opt_in else None,
+            "preference": [{"rank": p.rank, "reason": p.reason, "source": p.source}
+                           for p in b.preference],
             "implements": list(b.implements), "entry_point": b.entry_point,
             "probes": list(b.probes), "description": b.description,
             "rules": [{"kind": r.kind, "rule": r.describe(), "severity": r.severity,
@@ -27,6 +30,10 @@ def catalogue_text(cat: Catalogue) -> str:
         for b in backends:
             flags = [b.execution] + (["opt-in"] if b.opt_in else [])
             lines.append(f"  {b.name} (rank {b.rank}; {', '.join(flags)}): {b.description}")
+            if b.opt_in:
+                lines.append(f"      opt-in: {b.opt_in.reason}  -- {b.opt_in.source}")
+            for p in b.preference:
+                lines.append(f"      preference rank {p.rank}: {p.reason}  -- {p.source}")
             for r in b.rules:
                 sev = " [warning]" if r.severity == "warning" else ""
                 lines.append(f"      {r.describe()}{sev}  -- {r.source}")
@@ -46,6 +53,10 @@ def catalogue_markdown(cat: Catalogue) -> str:
             lines += [f"### `{b.name}` (rank {b.rank}; {', '.join(flags)})", "",
                       f"{b.description}. Implements: {', '.join(b.implements)}. "
                       f"Entry point: `{b.entry_point}`.", "",
+                      *([f"Opt-in: {b.opt_in.reason} ({b.opt_in.source}).", ""]
+                        if b.opt_in else []),
+                      *([f"Preference: rank {p.rank} {p.reason} ({p.source})."
+                         for p in b.preference] + [""] if b.preference else []),
                       "| rule | kind | severity | message | source |",
                       "|---|---|---|---|---|"]
             for r in b.rules:
@@ -53,7 +64,8 @@ def catalogue_markdown(cat: Catalogue) -> str:
                 lines.append(f"| {r.describe().replace('|', '/')} | {r.kind} | {r.severity} | "
                              f"{msg} | {r.source} |")
             lines.append("")
-    return "\n".join(lines)
+    from .rules import kinds_markdown
+    return "\n".join(lines) + "\n" + kinds_markdown()
 
 
 if __name__ == "__main__":

@@ -5,9 +5,8 @@ the key, the value and what is accepted.
 """
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import asdict, dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from packaging.utils import canonicalize_name
@@ -16,76 +15,12 @@ from packaging.version import Version
 from . import schema
 from .entry_points import allowed as entry_point_allowed
 from .errors import SelectorError, bad_input, bad_value
-from .rules import Facts, Rule, compile_rule
+from .layer import LAYER_KEYS, make_layer
+from .rules import Condition, Facts, Rule, compile_rule
+from .schema import Layer
 from .versions import format_capability, parse_capability, parse_version
 
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-_LAYER_FIELDS = tuple(f.name for f in fields(schema.LayerConf))
-
-
-def _layer_to_dict(self) -> Dict[str, Any]:
-    return asdict(self)
-
-
-def _layer_post_init(self) -> None:
-    object.__setattr__(self, "_hash", hash(tuple(self.__dict__[k] for k in _LAYER_FIELDS)))
-
-
-def _layer_hash(self) -> int:
-    """Computed once at construction: a kept Layer costs one dict lookup a decision."""
-    return self._hash
-
-
-# One layer to decide for: the fields of schema.LayerConf (the `layer.*` keys), frozen so that
-# it is hashable and can key the decision cache. Derived, so the two cannot drift apart.
-Layer = make_dataclass(
-    "Layer", [(f.name, f.type, field(default=f.default)) for f in fields(schema.LayerConf)],
-    frozen=True, namespace={"to_dict": _layer_to_dict, "__hash__": _layer_hash,
-                            "__post_init__": _layer_post_init, "__module__": __name__})
-
-
-LAYER_KEYS = tuple(f.name for f in fields(Layer))
-_CHOICES = {"op": schema.OPS, "quant": schema.QUANTS, "activation": schema.ACTIVATIONS,
-            "dtype": schema.DTYPES}
-_POSITIVE_INTS = ("ep_size", "tp_size")
-_OPTIONAL_INTS = ("num_tokens", "hidden_size", "intermediate_size", "num_experts", "top_k")
-
-
-def make_layer(values: Mapping[str, Any], where: Optional[str] = None) -> Layer:
-    """A validated Layer; `values` may hold any subset of the layer keys."""
-    for k in values:
-        if k not in LAYER_KEYS:
-            raise bad_value("layer", k, LAYER_KEYS, what="key", where=where)
-    out: Dict[str, Any] = {}
-    for k, v in values.items():
-        key = f"layer.{k}"
-        if k in _CHOICES:
-            if not isinstance(v, str) or v not in _CHOICES[k]:
-                hint = ("other schemes are layers NVFP4 backends do not implement"
-                        if k == "quant" else "")
-                raise bad_value(key, v, _CHOICES[k], where=where, hint=hint)
-        elif k == "act_and_mul":
-            if not isinstance(v, bool):
-                raise bad_input(key, v, "is not a boolean; accepted: true, false", where=where)
-        elif k in _POSITIVE_INTS:
-            if not _is_int(v) or v < 1:
-                raise bad_input(key, v, "must be an integer >= 1", where=where)
-        elif k in _OPTIONAL_INTS:
-            if v is not None and (not _is_int(v) or v < 1):
-                raise bad_input(key, v, "must be null or an integer >= 1", where=where)
-        elif k == "swiglu_limit":
-            if v is not None:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                        not _finite(v) or v <= 0:
-                    raise bad_input(key, v, "must be null or a positive number", where=where)
-                v = float(v)
-        elif k == "all2all":
-            if v is not None and (not isinstance(v, str) or v not in schema.ALL2ALL):
-                raise bad_value(key, v, schema.ALL2ALL, where=where)
-        out[k] = v
-    return Layer(**out)
 
 
 def _is_int(v: Any) -> bool:
@@ -127,47 +62,52 @@ class Policy:
     moe_backend: str
     linear_backend: str
     strict: bool
+    allow_opt_in: Tuple[str, ...] = ()  # opt-in backends automatic selection may choose
 
     def requested(self, op: str) -> str:
         return self.moe_backend if op == "moe" else self.linear_backend
 
 
 @dataclass(frozen=True)
-class Hint:
-    message: str
+class OptIn:
+    """A backend never chosen automatically (unless policy.allow_opt_in names it)."""
+    reason: str
     source: str
-    min_num_tokens: Optional[int]
-    max_num_tokens: Optional[int]
-
-    def applies(self, num_tokens: Optional[int]) -> bool:
-        return num_tokens is not None and \
-            (self.min_num_tokens is None or num_tokens >= self.min_num_tokens) and \
-            (self.max_num_tokens is None or num_tokens <= self.max_num_tokens)
-
-
-HINT_KEYS = tuple(f.name for f in fields(schema.HintConf))
-
-
-def make_hint(conf: Any, key: str, file: str) -> Hint:
-    if not isinstance(conf, Mapping):
-        raise bad_input(key, conf, "is not a mapping (message, source, max_num_tokens)",
-                        where=file)
-    for k in conf:
-        if k not in HINT_KEYS:
-            raise bad_value(key, k, HINT_KEYS, what="key", where=file)
-    for k in ("message", "source"):
-        if not isinstance(conf.get(k), str) or not conf[k].strip():
-            raise bad_input(f"{key}.{k}", conf.get(k), "is required", where=file)
-    for k in ("min_num_tokens", "max_num_tokens"):
-        if conf.get(k) is not None and (not _is_int(conf[k]) or conf[k] < 1):
-            raise bad_input(f"{key}.{k}", conf[k], "must be null or an integer >= 1",
-                            where=file)
-    return Hint(conf["message"], conf["source"], conf.get("min_num_tokens"),
-                conf.get("max_num_tokens"))
 
 
 @dataclass(frozen=True)
-class Backend:
+class Preference:
+    """When `when` holds, the backend ranks at `rank` instead of its base rank."""
+    rank: int
+    reason: str
+    source: str
+    when: Condition
+
+
+def _text_fields(conf: Any, key: str, file: str, names: Tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(conf, Mapping):
+        raise bad_input(key, conf, f"is not a mapping ({', '.join(names)})", where=file)
+    for k in conf:
+        if k not in names:
+            raise bad_value(key, k, names, what="key", where=file)
+    for k in ("reason", "source"):
+        if not isinstance(conf.get(k), str) or not conf[k].strip() or conf[k] == "???":
+            raise bad_input(f"{key}.{k}", conf.get(k), "is required", where=file)
+    return conf
+
+
+def make_preference(conf: Any, key: str, file: str) -> Preference:
+    conf = _text_fields(conf, key, file, tuple(f.name for f in fields(schema.PreferenceConf)))
+    if not _is_int(conf.get("rank")):
+        raise bad_input(f"{key}.rank", conf.get("rank"), "must be an integer (lower is "
+                        "preferred)", where=file)
+    return Preference(conf["rank"], conf["reason"], conf["source"],
+                      Condition.parse(conf.get("when"), key, file))
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One catalogue entry: a backend of one op, its rules and preference, from its YAML."""
     name: str
     op: str
     description: str
@@ -178,27 +118,20 @@ class Backend:
     probes: Tuple[str, ...]
     rules: Tuple[Rule, ...]
     file: str
-    hints: Tuple[Hint, ...] = ()
-
-    @property
-    def opt_in(self) -> bool:
-        return any(r.kind == "opt_in" for r in self.rules)
+    opt_in: Optional[OptIn] = None
+    preference: Tuple[Preference, ...] = ()
 
     def packages(self) -> List[str]:
-        names = []
-        for r in self.rules:
-            names.extend(getattr(r, "names", ()))
-            req = getattr(r, "req", None)
-            if req is not None:
-                names.append(req.name)
-            names.extend(p.name for p in r.when.packages)
+        """Every distribution the rules and preference read (platform=auto detects these)."""
+        names = [n for r in self.rules for n in r.all_packages]
+        names += [p.name for pref in self.preference for p in pref.when.get("packages") or ()]
         return names
 
 
 BACKEND_KEYS = tuple(f.name for f in fields(schema.BackendConf))
 
 
-def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Backend:
+def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> BackendSpec:
     key = f"catalogue.{op}.{name}"
     if not isinstance(conf, Mapping):
         raise bad_input(key, conf, "is not a mapping (rank, rules, ...)", where=file)
@@ -230,28 +163,34 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Back
                         where=file)
     if ep is not None and not entry_point_allowed(ep):
         raise bad_input(f"{key}.entry_point", ep, "is outside the backends namespace: use "
-                        "backends.* or a module registered under the 'selector.backends' "
+                        "selector.backends.* or a module registered under the 'selector.backends' "
                         "entry-point group", where=file)
     rules = conf.get("rules") or []
     if not isinstance(rules, list):
         raise bad_input(f"{key}.rules", rules, "is not a list of rules", where=file)
     compiled = tuple(compile_rule(r, f"{key}.rules[{i}]", file) for i, r in enumerate(rules))
-    hints = conf.get("hints") or []
-    if not isinstance(hints, list):
-        raise bad_input(f"{key}.hints", hints, "is not a list of hints", where=file)
-    return Backend(name, op, str(conf.get("description") or ""), rank, execution,
-                   tuple(implements), ep, tuple(conf.get("probes") or ()), compiled, file,
-                   tuple(make_hint(h, f"{key}.hints[{i}]", file) for i, h in enumerate(hints)))
+    opt_in = None
+    if conf.get("opt_in") is not None:
+        o = _text_fields(conf["opt_in"], f"{key}.opt_in", file, ("reason", "source"))
+        opt_in = OptIn(o["reason"], o["source"])
+    prefs = conf.get("preference") or []
+    if not isinstance(prefs, list):
+        raise bad_input(f"{key}.preference", prefs, "is not a list of preference entries",
+                        where=file)
+    return BackendSpec(name, op, str(conf.get("description") or ""), rank, execution,
+                       tuple(implements), ep, tuple(conf.get("probes") or ()), compiled, file,
+                       opt_in, tuple(make_preference(p, f"{key}.preference[{i}]", file)
+                                     for i, p in enumerate(prefs)))
 
 
 @dataclass(frozen=True)
 class Catalogue:
-    backends: Mapping[str, Tuple[Backend, ...]]  # op -> backends sorted by (rank, name)
+    backends: Mapping[str, Tuple[BackendSpec, ...]]  # op -> backends sorted by (rank, name)
 
     def names(self, op: str) -> Tuple[str, ...]:
         return tuple(b.name for b in self.backends[op])
 
-    def get(self, op: str, name: str) -> Backend:
+    def get(self, op: str, name: str) -> BackendSpec:
         for b in self.backends[op]:
             if b.name == name:
                 return b
@@ -293,13 +232,21 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
     strict = conf.get("strict", True)
     if not isinstance(strict, bool):
         raise bad_input("policy.strict", strict, "is not a boolean; accepted: true, false")
+    allow = conf.get("allow_opt_in") or []
+    if not isinstance(allow, (list, tuple)) or not all(isinstance(n, str) for n in allow):
+        raise bad_input("policy.allow_opt_in", allow, "is not a list of backend names")
+    names = {n.strip().replace("-", "_").lower() for n in allow}
+    opt_in = sorted({b.name for bs in catalogue.backends.values() for b in bs if b.opt_in})
+    for n in sorted(names):
+        if n not in opt_in:
+            raise bad_value("policy.allow_opt_in", n, opt_in, what="opt-in backend")
     return Policy(normalize_backend("moe", conf.get("moe_backend", "auto"), catalogue),
                   normalize_backend("linear", conf.get("linear_backend", "auto"), catalogue),
-                  strict)
+                  strict, tuple(sorted(names)))
 
 
-def make_platform(conf: Mapping[str, Any], watched: List[str], presets: List[str],
-                  detect=None, explicit: Tuple[str, ...] = ()) -> Platform:
+def make_platform(conf: Mapping[str, Any], watched: List[str], detect=None,
+                  explicit: Tuple[str, ...] = ()) -> Platform:
     """A Platform from the platform config; `platform=auto` fills what is not given by detection.
 
     One rule for every key under `platform=auto`: a value given explicitly (a package in
@@ -348,8 +295,9 @@ def make_platform(conf: Mapping[str, Any], watched: List[str], presets: List[str
 
 
 @dataclass(frozen=True)
-class Model:
-    """Everything one composed config says: catalogue, platform, default layer, policy."""
+class RunConfig:
+    """The typed run config: everything one composed config says (catalogue, platform,
+    default layer, policy, probe mode)."""
     catalogue: Catalogue
     platform: Platform
     layer: Layer
@@ -366,8 +314,8 @@ def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
             raise bad_value(key or "config", k, names, what="key")
 
 
-def make_model(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
-               presets: List[str], detect=None) -> Model:
+def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
+                    detect=None) -> RunConfig:
     _known_keys(data, schema.SelectorConf, "")
     for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
         if isinstance(data.get(k), Mapping):
@@ -378,12 +326,12 @@ def make_model(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
         raise bad_value("probe", probe, schema.PROBE_MODES)
     watched = sorted(set(canonicalize_name(n) for n in schema.CORE_PACKAGES) |
                      set(catalogue.packages()))
-    platform = make_platform(data.get("platform") or {}, watched, presets, detect,
+    platform = make_platform(data.get("platform") or {}, watched, detect,
                              tuple(data.get("explicit") or ()))
     layer = make_layer(data.get("layer") or {})
     policy = make_policy(data.get("policy") or {}, catalogue)
-    return Model(catalogue, platform, layer, policy, probe)
+    return RunConfig(catalogue, platform, layer, policy, probe)
 
 
-__all__ = ["Layer", "Platform", "Policy", "Backend", "Catalogue", "Model", "make_model",
-           "make_layer", "LAYER_KEYS", "SelectorError"]
+__all__ = ["Layer", "Platform", "Policy", "BackendSpec", "Catalogue", "RunConfig",
+           "make_run_config", "make_layer", "LAYER_KEYS", "SelectorError"]

@@ -2,7 +2,7 @@
 
 Deciding is metadata-only; this is where selector looks deeper, on request (`doctor --deep`,
 `explain probe=deep`). Probes that import a kernel library run in one child process per library
-group (backends.probes: "torch" = torch, cutlass-dsl, flashinfer; "triton"; "import:<module>"),
+group (selector.probe_specs: "torch" = torch, cutlass-dsl, flashinfer; "triton"; "import:<module>"),
 started with this interpreter, the same sys.path and a time limit, because an import can hang or
 kill the interpreter. The child reports each step as it starts and ends, so a child that hangs
 or dies is a finding naming the step ("timed out after 120 s while importing flashinfer",
@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from . import env_vars
 from .errors import SelectorError, did_you_mean
 
-MARK = "@@selector-probe@@ "
+from .probe_child import MARK
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,8 @@ class DeepReport:
 # Names
 
 def _registry():
-    return importlib.import_module("backends.probes")
+    from . import probe_specs
+    return probe_specs
 
 
 def catalogue_probe_names(catalogue) -> List[str]:
@@ -189,13 +190,12 @@ def _skip_reason_unchecked(spec) -> Optional[str]:
 # Running
 
 def _backends_root() -> str:
-    """The directory that holds the `backends` package, so the child can import it."""
-    reg = _registry()
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(reg.__file__))))
+    """The directory that holds the `selector` package, so the child can import it."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 _BOOT = ("import sys; sys.path.insert(0, {root!r}); "
-         "from backends.probes._child import main; main()")
+         "from selector.probe_child import main; main()")
 
 
 def _parent_path() -> List[str]:

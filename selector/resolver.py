@@ -1,167 +1,180 @@
-"""Decide for one layer: evaluate every backend of the op, order them, pick one, say why.
+"""Decide for one layer: filter (every rule of every backend of the op), order the usable ones
+by preference, pick one, say why.
 
-Every candidate is evaluated (as in the Kubernetes scheduler's filters); a rejected one lists
-every failed rule. Ordering: preference rank, except that for a W4A4 layer a weight-only
-backend ranks below every native one (vLLM #55397), and a reference implementation is last.
+Filtering evaluates every candidate (as the Kubernetes scheduler's filters do); a rejected one
+lists every failed rule. Ordering is the preference step: a backend's rank, or the rank of the
+first of its YAML `preference:` entries whose `when` holds for this layer and platform. Opt-in
+(the backend's `opt_in:` field) keeps a usable backend out of automatic selection unless
+`policy.allow_opt_in` names it.
 
 The platform is fixed for a Resolver, so every rule's platform part is evaluated once when it
-is built; a decision then only looks at the layer.
+is built; a decision then evaluates only the rules that read the layer. The decision is made
+once per layer at load time: an engine that wants per-batch switching asks once per shape
+bucket (num_tokens) and keeps the answers.
 """
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .decision import Candidate, Decision
-from .model import LAYER_KEYS, Backend, Layer, Model
-from .rules import Condition, Reason, Rule
+from .layer import LAYER_KEYS
+from .model import BackendSpec, Preference, RunConfig
+from .rules import OPT_IN, Reason, Rule
+from .schema import Layer, Status
 
+MEMO_SIZE = 65536  # verdicts kept; a full memo starts over (bounded memory)
 NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
-_TIER = {"native": 0, "weight_only": 1, "reference": 2}
-
-# A rule whose outcome depends on the layer: (the layer part of its `when` or None, the reason
-# it gives when that part holds, or None when the rule itself must look at the layer, the rule)
-Dynamic = Tuple[Optional[Condition], Optional[Reason], Rule]
-# What a backend's rules give on this platform whatever the layer: failures, opt-in, warnings
-Fixed = Tuple[Tuple[Reason, ...], Tuple[Reason, ...], Tuple[Reason, ...]]
 
 
-def _split(reasons: Sequence[Reason]) -> Fixed:
-    """Reasons as (failures, opt-in, warnings), each in catalogue order."""
-    return (tuple(r for r in reasons if r.rule != "opt_in" and r.severity != "warning"),
-            tuple(r for r in reasons if r.rule == "opt_in"),
-            tuple(r for r in reasons if r.rule != "opt_in" and r.severity == "warning"))
+_ELIGIBLE, _OPT_IN, _SELECTED = Status.ELIGIBLE, Status.OPT_IN, Status.SELECTED
 
 
-def order(backends: Sequence[Backend], quant: str) -> List[Backend]:
-    def key(b: Backend):
-        tier = _TIER[b.execution]
-        if b.execution == "weight_only" and quant != "nvfp4":
-            tier = 0  # a weight-only kernel is the native path for a W4A16 layer
-        return (tier, b.rank, b.name)
-    return sorted(backends, key=key)
+class Verdict(NamedTuple):
+    """A backend's filter outcome for one layer: status before selection, the failures (or
+    the opt-in reason), warnings."""
+    status: Status
+    reasons: Tuple[Reason, ...]
+    warnings: Tuple[Reason, ...]
+
+
+class _Plan(NamedTuple):
+    """What a backend's rules give on this platform whatever the layer, and what is left."""
+    failures: Tuple[Reason, ...]
+    warnings: Tuple[Reason, ...]
+    layer_rules: Tuple[Rule, ...]  # platform part holds; the layer decides
+    preference: Tuple[Preference, ...]  # platform part holds; the layer decides
+    opt_in: Tuple[Reason, ...]
+    project: Callable[[Layer], Any]  # the layer fields the above read: the memo key
+
+
+def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
+    if b.opt_in is None:
+        return ()
+    return (Reason(OPT_IN, b.opt_in.reason, b.opt_in.source, "are opt-in", "error",
+                   f"catalogue.{b.op}.{b.name}.opt_in"),)
 
 
 class Resolver:
-    """Decisions for one model (catalogue, platform, policy), with optional probe findings."""
+    """Decisions for one run config (catalogue, platform, policy), with optional probe
+    findings."""
 
-    def __init__(self, model: Model, probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
-        self.model = model
-        facts = model.platform.facts
-        self._platform = model.platform.to_dict()
-        p = model.platform
+    def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+        self.run = run
+        facts = run.platform.facts
+        self._facts = facts
+        self._platform = run.platform.to_dict()
+        p = run.platform
         self._label = p.preset if p.source != "detected" else \
             f"detected {p.gpu_name}" if p.gpu_name else "detected"
         self._platform_notes = tuple(f"platform: {n}" for n in p.detection)
-        self._fixed: Dict[Tuple[str, str], Fixed] = {}
-        self._dynamic: Dict[Tuple[str, str], Tuple[Dynamic, ...]] = {}
-        self._orders: Dict[Tuple[str, str], List[Backend]] = {}
-        # A backend's verdict depends only on the few layer fields its rules read: memoized on
-        # them, layers that differ elsewhere (num_tokens, sizes no rule checks) share it.
-        self._project: Dict[Tuple[str, str], Any] = {}
-        self._verdicts: Dict[Tuple[str, str, Any], Tuple[str, Tuple[Reason, ...],
-                                                           Tuple[Reason, ...]]] = {}
-        for op, backends in model.catalogue.backends.items():
+        self._plans: Dict[Tuple[str, str], _Plan] = {}
+        self._specs = {(b.op, b.name): b for bs in run.catalogue.backends.values() for b in bs}
+        for op, backends in run.catalogue.backends.items():
             for b in backends:
                 fixed: List[Reason] = []
-                dynamic: List[Dynamic] = []
+                layered: List[Rule] = []
                 for rule in b.rules:
                     if not rule.when.platform_holds(facts):
                         continue
-                    cond = rule.when if rule.when.has_layer_terms else None
-                    reason = None if rule.reads_layer else rule.evaluate(None, facts)
-                    if not rule.reads_layer and reason is None:
+                    if rule.all_layer_fields:
+                        layered.append(rule)
                         continue
-                    if cond is None and reason is not None:
+                    reason = rule.evaluate(None, facts)
+                    if reason is not None:
                         fixed.append(reason)
-                    else:
-                        dynamic.append((cond, reason, rule))
                 fixed.extend(
                     Reason("feature", f"deep probe {name} failed: {probes[name][1]}",
                            f"selector doctor --deep (probe {name})", f"fail probe {name}")
                     for name in b.probes if probes and name in probes and not probes[name][0])
-                self._fixed[op, b.name] = _split(fixed)
-                self._dynamic[op, b.name] = tuple(dynamic)
-                attrs = {"quant"}
-                for cond, _, rule in dynamic:
-                    assert rule.layer_attrs or not rule.reads_layer, rule.kind  # memo key
-                    attrs.update(rule.layer_attrs)
-                    if cond is not None:
-                        attrs.update(cond.layer_attrs)
-                self._project[op, b.name] = attrgetter(*sorted(attrs))
+                prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
+                read = {"quant"}.union(*(r.all_layer_fields for r in layered),
+                                       *(pr.when.layer_fields for pr in prefs))
+                self._plans[op, b.name] = _Plan(
+                    tuple(r for r in fixed if r.severity != "warning"),
+                    tuple(r for r in fixed if r.severity == "warning"), tuple(layered),
+                    prefs, opt_in_reason(b), attrgetter(*sorted(read)))
+        # A backend's verdict and rank depend only on the layer fields its rules and preference
+        # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
+        # differ elsewhere (num_tokens, sizes no rule checks) share them.
+        self._memo: Dict[Tuple[str, str, Any], Tuple[Verdict, Tuple[int, Optional[Preference]]]
+                         ] = {}
 
-    def platform_reasons(self, op: str, name: str) -> Fixed:
+    def platform_reasons(self, op: str, name: str
+                         ) -> Tuple[Tuple[Reason, ...], Tuple[Reason, ...], Tuple[Reason, ...]]:
         """(failures, opt-in, warnings) of a backend on this platform whatever the layer: the
         rules without layer terms, and failed probes (`selector doctor`)."""
-        return self._fixed[op, name]
+        plan = self._plans[op, name]
+        return plan.failures, plan.opt_in, plan.warnings
 
-    def ordered(self, op: str, quant: str) -> List[Backend]:
-        key = (op, "nvfp4" if quant == "nvfp4" else "other")
-        got = self._orders.get(key)
-        if got is None:
-            got = self._orders[key] = order(self.model.catalogue.backends[op], quant)
-        return got
-
-    def verdict(self, b: Backend, layer: Layer) -> Tuple[str, Tuple[Reason, ...],
-                                                         Tuple[Reason, ...]]:
-        """evaluate(), memoized on the layer fields the backend's rules read."""
-        key = (b.op, b.name, self._project[b.op, b.name](layer))
-        got = self._verdicts.get(key)
-        if got is None:
-            got = self._verdicts.setdefault(key, self.evaluate(b, layer))
-        return got
-
-    def evaluate(self, b: Backend, layer: Layer) -> Tuple[str, Tuple[Reason, ...],
-                                                          Tuple[Reason, ...]]:
-        """(status before selection, failures or the opt-in reason, warnings)."""
+    def evaluate(self, b: BackendSpec, layer: Layer) -> Verdict:
+        """Filter: the backend's status for this layer, with every failed rule."""
         if layer.quant not in b.implements:
-            return "not_applicable", (Reason(
+            return Verdict(Status.NOT_APPLICABLE, (Reason(
                 "quant", f"implements {', '.join(b.implements)} layers, not {layer.quant}; "
                 "automatic selection decides for this layer", NOT_IMPLEMENTED_SOURCE,
-                f"do not implement {layer.quant}"),), ()
-        failures, opt_in, warnings = self._fixed[b.op, b.name]
-        dynamic = self._dynamic[b.op, b.name]
-        if dynamic:
-            found = [r for cond, reason, rule in dynamic
-                     if cond is None or cond.layer_holds(layer)
-                     for r in ((reason if reason is not None else rule.evaluate(layer, None)),)
-                     if r is not None]
-            if found:
-                more = _split(found)
-                failures, opt_in, warnings = (failures + more[0], opt_in + more[1],
-                                              warnings + more[2])
+                f"do not implement {layer.quant}"),), ())
+        plan = self._plans[b.op, b.name]
+        failures, warnings = plan.failures, plan.warnings
+        found = [r for rule in plan.layer_rules if rule.when.layer_holds(layer)
+                 for r in (rule.evaluate(layer, self._facts),) if r is not None]
+        if found:
+            failures += tuple(r for r in found if r.severity != "warning")
+            warnings += tuple(r for r in found if r.severity == "warning")
         if failures:
             # A backend that does not serve the layer's quant scheme does not implement the
             # layer: an explicit request for it falls to automatic selection (CONTRACT.md).
             if any(r.rule == "quant" for r in failures):
-                return "not_applicable", failures, warnings
-            return "rejected", failures, warnings
-        if opt_in:
-            return "opt_in", opt_in, warnings
-        return "eligible", (), warnings
+                return Verdict(Status.NOT_APPLICABLE, failures, warnings)
+            return Verdict(Status.REJECTED, failures, warnings)
+        if plan.opt_in and b.name not in self.run.policy.allow_opt_in:
+            return Verdict(Status.OPT_IN, plan.opt_in, warnings)
+        return Verdict(Status.ELIGIBLE, (), warnings)
+
+    def preference(self, b: BackendSpec, layer: Layer) -> Tuple[int, Optional[Preference]]:
+        """Order: the rank of the first preference entry that holds, else the base rank."""
+        for pref in self._plans[b.op, b.name].preference:
+            if pref.when.layer_holds(layer):
+                return pref.rank, pref
+        return b.rank, None
+
+    def judged(self, b: BackendSpec, layer: Layer
+               ) -> Tuple[Verdict, Tuple[int, Optional[Preference]]]:
+        """(evaluate(), preference()), memoized on the layer fields they read."""
+        key = (b.op, b.name, self._plans[b.op, b.name].project(layer))
+        got = self._memo.get(key)
+        if got is None:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            got = self._memo.setdefault(key, (self.evaluate(b, layer), self.preference(b, layer)))
+        return got
 
     def decide(self, layer: Layer) -> Decision:
-        model = self.model
-        requested = model.policy.requested(layer.op)
-        backends = self.ordered(layer.op, layer.quant)
-        evaluated = {b.name: self.verdict(b, layer) for b in backends}
+        run = self.run
+        requested = run.policy.requested(layer.op)
+        judge = self.judged
+        ranked = sorted([(j[1][0], b.name, j, b) for b in run.catalogue.backends[layer.op]
+                         for j in (judge(b, layer),)])
+        backends = [row[3] for row in ranked]
+        prefs = {name: j[1] for _, name, j, _ in ranked}
+        evaluated = {name: j[0] for _, name, j, _ in ranked}
         notes: List[str] = []
-        auto = next((b.name for b in backends if evaluated[b.name][0] == "eligible"), None)
+        auto = next((name for _, name, j, _ in ranked if j[0].status is _ELIGIBLE), None)
         selected: Optional[str] = None
         key = f"policy.{layer.op}_backend"
         if requested == "auto":
             selected = auto
         else:
             status, reasons, _ = evaluated[requested]
-            if status == "not_applicable":
+            if status == Status.NOT_APPLICABLE:
                 selected = auto
                 notes.append(f"{key}={requested} does not implement {layer.quant} {layer.op} "
                              f"layers; automatic selection chose {auto or 'nothing'} for this "
                              "layer")
-            elif status in ("eligible", "opt_in"):
+            elif status in (Status.ELIGIBLE, Status.OPT_IN):
                 selected = requested
-            elif model.policy.strict:
+            elif run.policy.strict:
                 notes.append(f"{key}={requested} was requested but fails {len(reasons)} rule(s); "
                              "policy.strict=true refuses to fall back"
                              + (f" (with policy.strict=false: {auto})" if auto else ""))
@@ -176,29 +189,54 @@ class Resolver:
             for w in warnings:
                 notes.append(f"{b.name}: {w.message} ({w.source})")
                 warned.append((b.name, w))
-            candidates.append(Candidate(b.name, "selected" if b.name == selected else status,
+            candidates.append(Candidate(b.name, _SELECTED if b.name == selected else status,
                                         reasons, b.entry_point))
-            if b.name != selected and status in ("eligible", "opt_in"):
-                notes.extend(f"{b.name} could run this layer and was not selected: {h.message} "
-                             f"({h.source})" for h in b.hints if h.applies(layer.num_tokens))
+        if selected is not None and selected == auto:
+            notes.extend(self._preference_notes(layer, selected, candidates, prefs))
         notes.extend(self._closing_notes(layer, requested, selected, candidates))
         notes.extend(self._platform_notes)
-        return Decision({k: getattr(layer, k) for k in LAYER_KEYS}, self._platform, requested,
+        values = layer.__dict__
+        return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, requested,
                         selected, tuple(candidates), tuple(notes), self._label, tuple(warned))
+
+    def _preference_notes(self, layer: Layer, selected: str, candidates: List[Candidate],
+                          prefs: Dict[str, Tuple[int, Optional[Preference]]]) -> List[str]:
+        """Why the winner outranked the other usable candidates (the preference step)."""
+        out = []
+        chosen = self._specs[layer.op, selected]
+        if chosen.opt_in is not None:
+            out.append(f"{selected} is opt-in ({chosen.opt_in.reason}); "
+                       "policy.allow_opt_in admits it to automatic selection")
+        rank = prefs[selected][0]
+        others = [c.backend for c in candidates
+                  if c.backend != selected and c.status is _ELIGIBLE]
+        if others:
+            pref = prefs[selected][1]
+            why = f": {pref.reason} ({pref.source})" if pref else ""
+            out.append(f"preference: {selected} (rank {rank}{why}) outranks "
+                       + ", ".join(f"{n} (rank {prefs[n][0]})" for n in others))
+        for c in candidates:  # a preference that would have won, were the backend admitted
+            pref = prefs[c.backend][1]
+            if pref is not None and c.status is _OPT_IN and prefs[c.backend][0] < rank:
+                out.append(f"{c.backend} could run this layer and was not selected: it is "
+                           f"opt-in, and would rank first ({pref.reason}; {pref.source}); "
+                           f"admit it with policy.allow_opt_in=[{c.backend}]")
+        return out
 
     def _closing_notes(self, layer: Layer, requested: str, selected: Optional[str],
                        candidates: List[Candidate]) -> List[str]:
         if selected is None and requested == "auto":
-            if all(c.status == "not_applicable" for c in candidates):
+            if all(c.status == Status.NOT_APPLICABLE for c in candidates):
                 return [f"no backend of the catalogue implements {layer.quant} {layer.op} "
                         "layers: this layer is outside selector's NVFP4 catalogue"]
-            opt = [c.backend for c in candidates if c.status == "opt_in"]
+            opt = [c.backend for c in candidates if c.status == Status.OPT_IN]
             return ["no backend can be chosen automatically" +
                     (f"; opt-in only: {', '.join(opt)} (request one with "
-                     f"policy.{layer.op}_backend=NAME)" if opt else "")]
+                     f"policy.{layer.op}_backend=NAME, or admit it with "
+                     f"policy.allow_opt_in=[NAME])" if opt else "")]
         if selected is None:
             return []
-        chosen = self.model.catalogue.get(layer.op, selected)
+        chosen = self._specs[layer.op, selected]
         if chosen.execution == "weight_only" and layer.quant == "nvfp4":
             return [f"{selected} is weight-only: it serves this W4A4 checkpoint as W4A16 "
                     f"(activation scales dropped), not native FP4 ({WEIGHT_ONLY_SOURCE})"]
@@ -207,8 +245,3 @@ class Resolver:
                     "correct but slow; no native NVFP4 kernel can run this layer here"]
         return []
 
-
-def decide(model: Model, layer: Layer, probes: Optional[Mapping[str, Tuple[bool, str]]] = None
-           ) -> Decision:
-    """One decision without keeping a Resolver (tests, one-off use)."""
-    return Resolver(model, probes).decide(layer)

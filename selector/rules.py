@@ -1,12 +1,45 @@
-"""Rule kinds: each a small class that compiles one RuleConf and checks it against a layer and
-the platform facts, returning None (pass) or a Reason a person can act on.
+"""Rule kinds: a registry of small classes, each compiling one `rules[i]` entry of a backend
+file and evaluating it against a layer and the platform facts (None = pass, else a Reason).
 
-A new rule kind is one class here, registered in KINDS, plus its fields in schema.RuleConf.
+How to add a rule kind (one class, here or in a module imported before a catalogue is read):
+
+    @register
+    class ToolkitRule(Rule):
+        '''Why the kind exists (one line); it is shown in docs/rules.md.'''
+        kind = "toolkit"                      # the YAML `kind:` value
+
+        @dataclass(frozen=True)
+        class Params:                         # the kind's own YAML fields, typed
+            specifier: str                    # no default = required
+            package: str = "nvidia-cuda-nvcc" # a default = optional
+
+        def setup(self, p: Params) -> None:   # optional: check and convert the params
+            self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+
+        @property
+        def packages(self) -> Tuple[str, ...]:   # distributions it reads (platform=auto
+            return (canonicalize_name(self.params.package),)   # detects exactly these)
+
+        layer_fields = ()                     # layer fields evaluate() reads (property if
+                                              # it depends on the params)
+        def evaluate(self, layer, facts) -> Optional[Reason]:  # the one verb
+            ...
+            return self.reason("needs ...", "need ...")
+
+        def describe(self) -> str:            # one line of `selector list`
+            return f"toolkit {self.spec}"
+
+The registry gives the list of kinds (KINDS), the field check of backend files (unknown,
+missing and mistyped fields name the key and the accepted ones) and the kinds section of
+docs/rules.md. Add a test showing the kind fire (tests/test_rules.py). `when:` conditions are
+the WHEN table below: one row per key.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -15,6 +48,9 @@ from packaging.version import Version
 from . import schema
 from .errors import SelectorError, bad_input, bad_value
 from .versions import contains, format_capability, parse_specifier
+
+#: the `rule` of the reason an opt-in backend gives (opt-in is a backend field, not a kind)
+OPT_IN = "opt_in"
 
 
 @dataclass(frozen=True)
@@ -77,7 +113,7 @@ class DeviceSpec:
         return f"SM {self.major}.{'x' if self.minor is None else self.minor}"
 
 
-def _describe_devices(specs: Tuple[DeviceSpec, ...]) -> str:
+def describe_devices(specs: Tuple[DeviceSpec, ...]) -> str:
     return " or ".join(s.describe() for s in specs)
 
 
@@ -99,104 +135,7 @@ def _installed(facts: Facts, name: str) -> str:
     return "not installed" if v is None else f"installed: {v}"
 
 
-@dataclass(frozen=True)
-class Condition:
-    """A rule's `when`: every given condition must hold for the rule to apply."""
-    activation: Optional[frozenset] = None
-    act_and_mul: Optional[bool] = None
-    quant: Optional[frozenset] = None
-    devices: Optional[Tuple[DeviceSpec, ...]] = None
-    packages: Tuple[PackageSpec, ...] = ()
-    ep: Optional[bool] = None
-    min_num_experts: Optional[int] = None
-
-    @classmethod
-    def parse(cls, conf: Mapping[str, Any], key: str, where: str) -> "Condition":
-        conf = conf or {}
-        if not isinstance(conf, Mapping):
-            raise bad_input(f"{key}.when", conf, "is not a mapping of conditions", where=where)
-        for k in conf:
-            if k not in WHEN_FIELDS:
-                raise bad_value(f"{key}.when", k, WHEN_FIELDS, what="key", where=where)
-        for k in ("act_and_mul", "ep"):  # else a typo such as 'yes' silently never holds
-            if conf.get(k) is not None and not isinstance(conf[k], bool):
-                raise bad_input(f"{key}.when.{k}", conf[k], "is not a boolean (true or false)",
-                                where=where)
-        m = conf.get("min_num_experts")
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise bad_input(f"{key}.when.min_num_experts", m, "must be an integer >= 1",
-                            where=where)
-        act = conf.get("activation")
-        quant = conf.get("quant")
-        _check_values(f"{key}.when.activation", act or [], schema.ACTIVATIONS, where)
-        _check_values(f"{key}.when.quant", quant or [], schema.QUANTS, where)
-        devices = conf.get("devices")
-        return cls(
-            activation=frozenset(act) if act is not None else None,
-            act_and_mul=conf.get("act_and_mul"),
-            quant=frozenset(quant) if quant is not None else None,
-            devices=tuple(DeviceSpec.parse(f"{key}.when.devices", d, where) for d in devices)
-            if devices is not None else None,
-            packages=_package_specs(conf.get("packages") or {}, f"{key}.when.packages", where),
-            ep=conf.get("ep"),
-            min_num_experts=conf.get("min_num_experts"),
-        )
-
-    def holds(self, layer, facts: Facts) -> bool:
-        return self.platform_holds(facts) and self.layer_holds(layer)
-
-    @property
-    def layer_attrs(self) -> Tuple[str, ...]:
-        """The layer fields layer_holds() reads."""
-        named = (("activation", self.activation), ("act_and_mul", self.act_and_mul),
-                 ("quant", self.quant), ("ep_size", self.ep),
-                 ("num_experts", self.min_num_experts))
-        return tuple(attr for attr, given in named if given is not None)
-
-    @property
-    def has_layer_terms(self) -> bool:
-        return (self.activation, self.act_and_mul, self.quant, self.ep,
-                self.min_num_experts) != (None,) * 5
-
-    def platform_holds(self, facts: Facts) -> bool:
-        if self.devices is not None and (facts.capability is None or not any(
-                d.matches(facts.capability) for d in self.devices)):
-            return False
-        return all(p.holds(facts) for p in self.packages)
-
-    def layer_holds(self, layer) -> bool:
-        if self.activation is not None and layer.activation not in self.activation:
-            return False
-        if self.act_and_mul is not None and layer.act_and_mul != self.act_and_mul:
-            return False
-        if self.quant is not None and layer.quant not in self.quant:
-            return False
-        if self.ep is not None and (layer.ep_size > 1) != self.ep:
-            return False
-        if self.min_num_experts is not None and (layer.num_experts is None or
-                                                 layer.num_experts < self.min_num_experts):
-            return False
-        return True
-
-    def describe_layer(self) -> str:
-        parts = []
-        if self.activation is not None:
-            parts.append("/".join(sorted(self.activation)))
-        if self.quant is not None:
-            parts.append("/".join(sorted(self.quant)))
-        return " ".join(parts)
-
-    def describe_platform(self, facts: Facts) -> str:
-        parts = [f"{p.name} {facts.version(p.name)}" for p in self.packages]
-        if self.devices is not None and facts.capability is not None:
-            parts.append(f"SM {format_capability(facts.capability)}")
-        return ", ".join(parts)
-
-
-WHEN_FIELDS = tuple(f for f in schema.WhenConf.__dataclass_fields__)
-
-
-def _check_values(key: str, values, accepted, where: str) -> None:
+def check_values(key: str, values: Any, accepted: Tuple[str, ...], where: str) -> None:
     if not isinstance(values, (list, tuple)):
         raise bad_input(key, values, "is not a list", where=where)
     for v in values:
@@ -204,7 +143,7 @@ def _check_values(key: str, values, accepted, where: str) -> None:
             raise bad_value(key, v, accepted, where=where)
 
 
-def _package_specs(packages: Mapping[str, Any], key: str, where: str) -> Tuple[PackageSpec, ...]:
+def package_specs(packages: Any, key: str, where: str) -> Tuple[PackageSpec, ...]:
     if not isinstance(packages, Mapping):
         raise bad_input(key, packages, "is not a mapping of distribution name to specifier",
                         where=where)
@@ -213,39 +152,170 @@ def _package_specs(packages: Mapping[str, Any], key: str, where: str) -> Tuple[P
 
 
 # --------------------------------------------------------------------------------------------
-# Rule kinds
+# `when:` conditions, table-driven: one row per key
 
-class Rule:
-    kind: ClassVar[str]
-    reads_layer: ClassVar[bool] = False  # evaluate() reads the layer (else facts only)
+@dataclass(frozen=True)
+class WhenTerm:
+    """One `when:` key: how its value is parsed, what it tests, which layer field it reads
+    (None: a platform term, decided once per platform)."""
+    parse: Callable[[Any, str, str], Any]
+    holds: Callable[[Any, Any, Facts], bool]  # (parsed value, layer, facts)
+    layer_field: Optional[str]
+    describe: Callable[[Any], str] = lambda v: ""
+
+
+def _bool(v: Any, key: str, where: str) -> bool:
+    if not isinstance(v, bool):  # else a typo such as 'yes' silently never holds
+        raise bad_input(key, v, "is not a boolean (true or false)", where=where)
+    return v
+
+
+def _positive(v: Any, key: str, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise bad_input(key, v, "must be an integer >= 1", where=where)
+    return v
+
+
+def _one_of(accepted: Tuple[str, ...]) -> Callable[[Any, str, str], frozenset]:
+    def parse(v: Any, key: str, where: str) -> frozenset:
+        check_values(key, v, accepted, where)
+        return frozenset(v)
+    return parse
+
+
+def _devices(v: Any, key: str, where: str) -> Tuple[DeviceSpec, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise bad_input(key, v, "is not a list of device specs such as ['12.x']", where=where)
+    return tuple(DeviceSpec.parse(key, d, where) for d in v)
+
+
+WHEN: Dict[str, WhenTerm] = {
+    "activation": WhenTerm(_one_of(schema.ACTIVATIONS),
+                           lambda v, layer, f: layer.activation in v, "activation",
+                           lambda v: "/".join(sorted(v))),
+    "act_and_mul": WhenTerm(_bool, lambda v, layer, f: layer.act_and_mul == v, "act_and_mul"),
+    "quant": WhenTerm(_one_of(schema.QUANTS), lambda v, layer, f: layer.quant in v, "quant",
+                      lambda v: "/".join(sorted(v))),
+    "ep": WhenTerm(_bool, lambda v, layer, f: (layer.ep_size > 1) == v, "ep_size"),
+    "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
+                                and layer.num_experts >= v, "num_experts"),
+    "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
+                               and layer.num_tokens >= v, "num_tokens"),
+    "max_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
+                               and layer.num_tokens <= v, "num_tokens"),
+    "devices": WhenTerm(_devices, lambda v, layer, f: f.capability is not None and any(
+        d.matches(f.capability) for d in v), None),
+    "packages": WhenTerm(package_specs, lambda v, layer, f: all(p.holds(f) for p in v), None),
+}
+WHEN_FIELDS = tuple(WHEN)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A `when:` mapping: every given term must hold."""
+    terms: Tuple[Tuple[str, Any], ...] = ()  # (WHEN key, parsed value), in WHEN order
+
+    def __post_init__(self) -> None:  # the terms split once, as (test, value) pairs
+        split = {True: [], False: []}  # type: Dict[bool, list]
+        for k, v in self.terms:
+            split[WHEN[k].layer_field is not None].append((WHEN[k].holds, v))
+        object.__setattr__(self, "_layer", tuple(split[True]))
+        object.__setattr__(self, "_platform", tuple(split[False]))
+
+    @classmethod
+    def parse(cls, conf: Any, key: str, where: str) -> "Condition":
+        conf = conf or {}
+        if not isinstance(conf, Mapping):
+            raise bad_input(f"{key}.when", conf, "is not a mapping of conditions", where=where)
+        for k in conf:
+            if k not in WHEN:
+                raise bad_value(f"{key}.when", k, WHEN_FIELDS, what="key", where=where)
+        return cls(tuple((k, WHEN[k].parse(conf[k], f"{key}.when.{k}", where))
+                         for k in WHEN if conf.get(k) is not None and
+                         not (k == "packages" and not conf[k])))
+
+    def get(self, name: str) -> Any:
+        return next((v for k, v in self.terms if k == name), None)
 
     @property
-    def layer_attrs(self) -> Tuple[str, ...]:
-        """The layer fields evaluate() reads (the resolver keys its memo on them)."""
-        return ()
-    reads: ClassVar[Tuple[str, ...]] = ()  # RuleConf fields this kind uses beside the common ones
+    def layer_fields(self) -> Tuple[str, ...]:
+        return tuple(WHEN[k].layer_field for k, _ in self.terms if WHEN[k].layer_field)
+
+    def platform_holds(self, facts: Facts) -> bool:
+        return all(test(v, None, facts) for test, v in self._platform)  # type: ignore[attr-defined]
+
+    def layer_holds(self, layer: Any) -> bool:
+        for test, v in self._layer:  # type: ignore[attr-defined]
+            if not test(v, layer, None):
+                return False
+        return True
+
+    def holds(self, layer: Any, facts: Facts) -> bool:
+        return self.platform_holds(facts) and self.layer_holds(layer)
+
+    def describe_layer(self) -> str:
+        return " ".join(p for p in (WHEN[k].describe(v) for k, v in self.terms
+                                    if WHEN[k].layer_field) if p)
+
+    def describe_platform(self, facts: Facts) -> str:
+        parts = [f"{p.name} {facts.version(p.name)}" for p in self.get("packages") or ()]
+        if self.get("devices") is not None and facts.capability is not None:
+            parts.append(f"SM {format_capability(facts.capability)}")
+        return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# The registry
+
+KINDS: Dict[str, Type["Rule"]] = {}
+COMMON_FIELDS = ("kind", "source", "message", "severity", "when")
+
+
+def register(cls: Type["Rule"]) -> Type["Rule"]:
+    """Class decorator: make `cls.kind` a rule kind backend files may use."""
+    if cls.kind in KINDS or cls.kind == OPT_IN:
+        raise ValueError(f"rule kind {cls.kind!r} is already taken")
+    KINDS[cls.kind] = cls
+    return cls
+
+
+def kind_fields(cls: Type["Rule"]) -> Tuple[str, ...]:
+    """The YAML fields of a kind beside the common ones."""
+    return tuple(f.name for f in dataclasses.fields(cls.Params))
+
+
+class Rule:
+    """Base of every rule kind: see the recipe at the top of this module."""
+    kind: ClassVar[str]
+    layer_fields: Tuple[str, ...] = ()  # the layer fields evaluate() reads
+
+    @dataclass(frozen=True)
+    class Params:
+        pass
 
     def __init__(self, conf: Mapping[str, Any], key: str, where: str):
         self.key, self.where = key, where
-        self.source = conf["source"]
-        self.message = conf.get("message")
-        self.severity = conf.get("severity", "error")
-        self.when = Condition.parse(conf.get("when") or {}, key, where)
-        self.parse(conf)
+        self.source: str = conf["source"]
+        self.message: Optional[str] = conf.get("message")
+        self.severity: str = conf.get("severity", "error")
+        self.when = Condition.parse(conf.get("when"), key, where)
+        self.params = _params(type(self), conf, key, where)
+        self.setup(self.params)
 
-    def parse(self, conf: Mapping[str, Any]) -> None:
-        """Compile this kind's fields."""
+    def setup(self, p: Any) -> None:
+        """Check and convert the typed params (vocabularies, specifiers)."""
 
-    def check(self, layer, facts: Facts) -> Optional[Reason]:
-        if not self.when.holds(layer, facts):
-            return None
-        return self.evaluate(layer, facts)
+    @property
+    def packages(self) -> Tuple[str, ...]:
+        """Canonical names of the distributions this rule reads (beside its `when`)."""
+        return ()
 
-    def evaluate(self, layer, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+        """None if the rule passes for this layer on this platform, else the Reason."""
         raise NotImplementedError
 
     def reason(self, message: str, need: str) -> Reason:
-        if self.message and self.kind not in ("known_issue", "opt_in"):
+        if self.message and self.kind != "known_issue":
             message = f"{message}: {self.message}"
         return Reason(self.kind, message, self.source, need, self.severity, self.key)
 
@@ -253,19 +323,127 @@ class Rule:
         """The rule as one line of the catalogue listing."""
         return self.kind
 
+    @property
+    def all_packages(self) -> Tuple[str, ...]:
+        return self.packages + tuple(p.name for p in self.when.get("packages") or ())
 
+    @property
+    def all_layer_fields(self) -> Tuple[str, ...]:
+        return tuple(self.layer_fields) + self.when.layer_fields
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if origin in (tuple, list):
+        return isinstance(value, (list, tuple)) and all(
+            _type_ok(v, typing.get_args(tp)[0]) for v in value)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _params(cls: Type[Rule], conf: Mapping[str, Any], key: str, where: str) -> Any:
+    hints = typing.get_type_hints(cls.Params)
+    values = {}
+    for f in dataclasses.fields(cls.Params):
+        if f.name not in conf or (conf[f.name] is None and
+                                  f.default is not dataclasses.MISSING):
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise bad_input(f"{key}.{f.name}", None, f"is required for a {cls.kind} rule",
+                                where=where)
+            continue
+        v = conf[f.name]
+        if not _type_ok(v, hints[f.name]):
+            raise bad_input(f"{key}.{f.name}", v, f"is not {_type_name(hints[f.name])}",
+                            where=where)
+        values[f.name] = tuple(v) if isinstance(v, list) else v
+    return cls.Params(**values)
+
+
+def _type_name(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union:
+        return " or ".join(_type_name(a) for a in args if a is not type(None))
+    if origin in (tuple, list):
+        return f"a list of {_type_name(args[0])}s"
+    return {str: "a string", int: "an integer", bool: "a boolean (true or false)"}.get(
+        tp, getattr(tp, "__name__", str(tp)))
+
+
+def compile_rule(conf: Any, key: str, where: str) -> Rule:
+    """A typed rule from one rules[i] entry, with errors naming the file and key."""
+    if not isinstance(conf, Mapping):
+        raise bad_input(key, conf, "is not a rule mapping (kind, source, ...)", where=where)
+    kind = conf.get("kind")
+    if kind == OPT_IN:
+        raise bad_input(f"{key}.kind", kind, "is a backend field now, not a rule: write "
+                        "`opt_in: {reason: ..., source: ...}` at the top of the backend file",
+                        where=where)
+    if not isinstance(kind, str) or kind not in KINDS:  # a list or mapping is unhashable
+        raise bad_value(f"{key}.kind", kind, KINDS, what="rule kind", where=where)
+    source = conf.get("source")
+    if not isinstance(source, str) or not source.strip() or source == "???":
+        raise bad_input(f"{key}.source", source, "is required: cite the PR, issue or release "
+                        "that the rule comes from", where=where)
+    if conf.get("severity", "error") not in schema.SEVERITIES:
+        raise bad_value(f"{key}.severity", conf.get("severity"), schema.SEVERITIES, where=where)
+    if conf.get("message") is not None and not isinstance(conf["message"], str):
+        raise bad_input(f"{key}.message", conf["message"], "is not a string", where=where)
+    cls = KINDS[kind]
+    accepted = COMMON_FIELDS + kind_fields(cls)
+    for f in conf:
+        if f not in accepted:
+            raise bad_value(f"{key}.{f}", f, accepted, what=f"field for rule kind {kind!r}",
+                            where=where)
+    try:
+        return cls(conf, key, where)
+    except SelectorError:
+        raise
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise bad_input(key, dict(conf), f"is malformed: {exc}", where=where) from None
+
+
+def kinds_markdown() -> str:
+    """The kinds section of docs/rules.md, derived from the registry."""
+    lines = ["## Rule kinds", "",
+             "Every rule has `kind`, `source` (required), `message`, `severity` "
+             "(error|warning) and `when` (keys: " + ", ".join(f"`{k}`" for k in WHEN) + ").",
+             "", "| kind | fields | what it checks |", "|---|---|---|"]
+    for kind, cls in KINDS.items():
+        hints = typing.get_type_hints(cls.Params)
+        fs = ", ".join(f"`{f.name}`: {_type_name(hints[f.name])}" +
+                       ("" if f.default is dataclasses.MISSING and
+                        f.default_factory is dataclasses.MISSING else " (optional)")
+                       for f in dataclasses.fields(cls.Params)) or "-"
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        lines.append(f"| `{kind}` | {fs} | {doc} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# The kinds
+
+@register
 class DeviceRule(Rule):
-    kind, reads = "device", ("devices",)
+    """The GPU's compute capability must match one of `devices`."""
+    kind = "device"
 
-    def parse(self, conf):
-        if not conf.get("devices"):
-            raise bad_input(f"{self.key}.devices", conf.get("devices"), "must list at least "
-                            "one device spec such as '12.x'", where=self.where)
-        self.devices = tuple(DeviceSpec.parse(f"{self.key}.devices", d, self.where)
-                             for d in conf["devices"])
+    @dataclass(frozen=True)
+    class Params:
+        devices: Tuple[str, ...]
+
+    def setup(self, p: Params) -> None:
+        if not p.devices:
+            raise bad_input(f"{self.key}.devices", list(p.devices), "must list at least one "
+                            "device spec such as '12.x'", where=self.where)
+        self.devices = _devices(p.devices, f"{self.key}.devices", self.where)
 
     def evaluate(self, layer, facts):
-        want = _describe_devices(self.devices)
+        want = describe_devices(self.devices)
         if facts.capability is None:
             return self.reason(f"needs a GPU of {want}; this platform has no GPU", f"need {want}")
         if any(d.matches(facts.capability) for d in self.devices):
@@ -274,14 +452,20 @@ class DeviceRule(Rule):
                            f"need {want}")
 
     def describe(self):
-        return f"device {_describe_devices(self.devices)}"
+        return f"device {describe_devices(self.devices)}"
 
 
+@register
 class CudaRule(Rule):
-    kind, reads = "cuda", ("specifier",)
+    """The CUDA runtime version must satisfy `specifier`."""
+    kind = "cuda"
 
-    def parse(self, conf):
-        self.spec = parse_specifier(f"{self.key}.specifier", conf.get("specifier"), where=self.where)
+    @dataclass(frozen=True)
+    class Params:
+        specifier: str
+
+    def setup(self, p: Params) -> None:
+        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
 
     def evaluate(self, layer, facts):
         if facts.cuda is None:
@@ -296,24 +480,28 @@ class CudaRule(Rule):
         return f"cuda {self.spec}"
 
 
+@register
 class PackageRule(Rule):
     """A distribution must be installed in a version range; `any_of` accepts any of several."""
-    kind, reads = "package", ("package", "any_of", "specifier")
+    kind = "package"
 
-    def parse(self, conf):
-        any_of = conf.get("any_of") or []
-        if not isinstance(any_of, list) or not all(isinstance(n, str) for n in any_of) or \
-                not isinstance(conf.get("package") or "", str):
-            raise bad_input(f"{self.key}.any_of" if any_of else f"{self.key}.package",
-                            any_of or conf.get("package"), "is not a distribution name (or, for "
-                            "any_of, a list of them)", where=self.where)
-        names = list(any_of) + ([conf["package"]] if conf.get("package") else [])
+    @dataclass(frozen=True)
+    class Params:
+        package: Optional[str] = None
+        any_of: Tuple[str, ...] = ()
+        specifier: str = ""
+
+    def setup(self, p: Params) -> None:
+        names = list(p.any_of) + ([p.package] if p.package else [])
         if not names:
             raise bad_input(f"{self.key}.package", None, "is required (or any_of: [...])",
                             where=self.where)
         self.names = tuple(canonicalize_name(n) for n in names)
-        self.spec = parse_specifier(f"{self.key}.specifier", conf.get("specifier") or "",
-                                    where=self.where)
+        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+
+    @property
+    def packages(self):
+        return self.names
 
     def evaluate(self, layer, facts):
         if any(PackageSpec(n, self.spec).holds(facts) for n in self.names):
@@ -332,41 +520,52 @@ class PackageRule(Rule):
         return f"package {' | '.join(self.names)} {self.spec}".rstrip()
 
 
+@register
 class KnownIssueRule(Rule):
-    """A combination known to break: fails whenever its `when` holds."""
+    """A combination known to break: fails whenever its `when` holds (`message` required)."""
     kind = "known_issue"
 
-    def parse(self, conf):
-        if not conf.get("message"):
+    def setup(self, p: Any) -> None:
+        if not self.message:
             raise bad_input(f"{self.key}.message", None, "is required for a known_issue rule: "
                             "say what breaks and how to avoid it", where=self.where)
-        if not self.when.packages and self.when.devices is None:
+        if self.when.get("packages") is None and self.when.get("devices") is None:
             raise bad_input(f"{self.key}.when", {}, "must name packages or devices for a "
                             "known_issue rule", where=self.where)
 
     def evaluate(self, layer, facts):
         seen = self.when.describe_platform(facts)
+        assert self.message is not None
         return self.reason(f"{self.message} (this platform: {seen})" if seen else self.message,
                            "hit a known issue")
 
     def describe(self):
-        parts = [p.describe() for p in self.when.packages]
-        if self.when.devices is not None:
-            parts.append(_describe_devices(self.when.devices))
+        parts = [p.describe() for p in self.when.get("packages") or ()]
+        if self.when.get("devices") is not None:
+            parts.append(describe_devices(self.when.get("devices")))
         return f"known_issue when {', '.join(parts)}"
 
 
+@register
 class FeatureRule(Rule):
-    """A layer feature (the `when`) that needs a package version (the requirement)."""
-    kind, reads = "feature", ("package", "specifier")
+    """A layer feature (the `when`) that needs a package version."""
+    kind = "feature"
 
-    def parse(self, conf):
-        if not conf.get("package"):
+    @dataclass(frozen=True)
+    class Params:
+        package: str
+        specifier: str = ""
+
+    def setup(self, p: Params) -> None:
+        if not p.package:
             raise bad_input(f"{self.key}.package", None, "is required for a feature rule",
                             where=self.where)
-        self.req = PackageSpec(canonicalize_name(conf["package"]),
-                               parse_specifier(f"{self.key}.specifier", conf.get("specifier")
-                                               or "", where=self.where))
+        self.req = PackageSpec(canonicalize_name(p.package), parse_specifier(
+            f"{self.key}.specifier", p.specifier, where=self.where))
+
+    @property
+    def packages(self):
+        return (self.req.name,)
 
     def evaluate(self, layer, facts):
         if self.req.holds(facts):
@@ -381,23 +580,24 @@ class FeatureRule(Rule):
 
 
 class _ValuesRule(Rule):
-    reads_layer = True
-
-    @property
-    def layer_attrs(self):
-        return (self.attr,)
-    reads = ("values",)
     attr: ClassVar[str]
     accepted: ClassVar[Tuple[str, ...]]
     noun: ClassVar[str]
 
-    def parse(self, conf):
-        vals = conf.get("values") or []
-        if not vals:
-            raise bad_input(f"{self.key}.values", vals, "must list at least one value",
+    @dataclass(frozen=True)
+    class Params:
+        values: Tuple[str, ...]
+
+    @property
+    def layer_fields(self):
+        return (self.attr,)
+
+    def setup(self, p: Params) -> None:
+        if not p.values:
+            raise bad_input(f"{self.key}.values", list(p.values), "must list at least one value",
                             where=self.where)
-        _check_values(f"{self.key}.values", vals, self.accepted, self.where)
-        self.values = tuple(vals)
+        check_values(f"{self.key}.values", p.values, self.accepted, self.where)
+        self.values = p.values
 
     def evaluate(self, layer, facts):
         got = getattr(layer, self.attr)
@@ -410,29 +610,39 @@ class _ValuesRule(Rule):
         return f"{self.kind} in {', '.join(self.values)}"
 
 
+@register
 class QuantRule(_ValuesRule):
+    """The layer's quant scheme must be one of `values`."""
     kind, attr, accepted, noun = "quant", "quant", schema.QUANTS, "quant scheme"
 
 
+@register
 class ActivationRule(_ValuesRule):
+    """The layer's activation must be one of `values`."""
     kind, attr, accepted, noun = "activation", "activation", schema.ACTIVATIONS, "activation"
 
 
+@register
 class DtypeRule(_ValuesRule):
+    """The layer's activation dtype must be one of `values`."""
     kind, attr, accepted, noun = "dtype", "dtype", schema.DTYPES, "dtype"
 
 
+@register
 class ActAndMulRule(Rule):
     """Which activations run gated (act_and_mul) and which non-gated."""
-    reads_layer = True
-    layer_attrs = ("activation", "act_and_mul")
-    kind, reads = "act_and_mul", ("gated", "non_gated")
+    kind = "act_and_mul"
+    layer_fields = ("activation", "act_and_mul")
 
-    def parse(self, conf):
-        self.gated = tuple(conf.get("gated") or [])
-        self.non_gated = tuple(conf.get("non_gated") or [])
-        _check_values(f"{self.key}.gated", self.gated, schema.ACTIVATIONS, self.where)
-        _check_values(f"{self.key}.non_gated", self.non_gated, schema.ACTIVATIONS, self.where)
+    @dataclass(frozen=True)
+    class Params:
+        gated: Tuple[str, ...] = ()
+        non_gated: Tuple[str, ...] = ()
+
+    def setup(self, p: Params) -> None:
+        check_values(f"{self.key}.gated", p.gated, schema.ACTIVATIONS, self.where)
+        check_values(f"{self.key}.non_gated", p.non_gated, schema.ACTIVATIONS, self.where)
+        self.gated, self.non_gated = p.gated, p.non_gated
 
     def evaluate(self, layer, facts):
         act = layer.activation
@@ -450,22 +660,24 @@ class ActAndMulRule(Rule):
                 f"non-gated: {', '.join(self.non_gated) or '-'}")
 
 
+@register
 class ParallelRule(Rule):
     """Expert parallelism (ep_size > 1) and the all2all exchanges it works with."""
-    reads_layer = True
-    layer_attrs = ("ep_size", "all2all")
-    kind, reads = "parallel", ("ep", "all2all_exclude")
+    kind = "parallel"
+    layer_fields = ("ep_size", "all2all")
 
-    def parse(self, conf):
-        self.ep = conf.get("ep")
-        if self.ep is not None and not isinstance(self.ep, bool):
-            raise bad_input(f"{self.key}.ep", self.ep, "is not a boolean (true or false)",
-                            where=self.where)
-        self.exclude = tuple(conf.get("all2all_exclude") or [])
-        _check_values(f"{self.key}.all2all_exclude", self.exclude, schema.ALL2ALL, self.where)
-        if self.ep is None and not self.exclude:
+    @dataclass(frozen=True)
+    class Params:
+        ep: Optional[bool] = None
+        all2all_exclude: Tuple[str, ...] = ()
+
+    def setup(self, p: Params) -> None:
+        check_values(f"{self.key}.all2all_exclude", p.all2all_exclude, schema.ALL2ALL,
+                     self.where)
+        if p.ep is None and not p.all2all_exclude:
             raise bad_input(f"{self.key}.ep", None, "is required: say whether expert "
                             "parallelism is supported (ep: true/false)", where=self.where)
+        self.ep, self.exclude = p.ep, p.all2all_exclude
 
     def evaluate(self, layer, facts):
         if layer.ep_size <= 1:
@@ -483,11 +695,11 @@ class ParallelRule(Rule):
         return text + (f", not with {', '.join(self.exclude)}" if self.exclude else "")
 
 
+@register
 class ClampRule(Rule):
     """The backend does not apply a model-level SwiGLU clamp (swiglu_limit)."""
-    reads_layer = True
-    layer_attrs = ("swiglu_limit",)
     kind = "clamp"
+    layer_fields = ("swiglu_limit",)
 
     def evaluate(self, layer, facts):
         if layer.swiglu_limit is None:
@@ -499,23 +711,25 @@ class ClampRule(Rule):
         return "clamp unsupported"
 
 
+@register
 class ShapeRule(Rule):
-    reads_layer = True
+    """A layer dimension must be a multiple of `multiple_of`."""
+    kind = "shape"
+
+    @dataclass(frozen=True)
+    class Params:
+        dim: str
+        multiple_of: int
 
     @property
-    def layer_attrs(self):
-        return (self.dim,)
-    kind, reads = "shape", ("dim", "multiple_of")
+    def layer_fields(self):
+        return (self.params.dim,)
 
-    def parse(self, conf):
-        dim = conf.get("dim")
-        if dim not in schema.SHAPE_DIMS:
-            raise bad_value(f"{self.key}.dim", dim, schema.SHAPE_DIMS, where=self.where)
-        m = conf.get("multiple_of")
-        if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-            raise bad_input(f"{self.key}.multiple_of", m, "must be an integer >= 1",
-                            where=self.where)
-        self.dim, self.multiple = dim, m
+    def setup(self, p: Params) -> None:
+        if p.dim not in schema.SHAPE_DIMS:
+            raise bad_value(f"{self.key}.dim", p.dim, schema.SHAPE_DIMS, where=self.where)
+        _positive(p.multiple_of, f"{self.key}.multiple_of", self.where)
+        self.dim, self.multiple = p.dim, p.multiple_of
 
     def evaluate(self, layer, facts):
         got = getattr(layer, self.dim)
@@ -528,51 +742,12 @@ class ShapeRule(Rule):
         return f"shape {self.dim} % {self.multiple} == 0"
 
 
-class OptInRule(Rule):
-    """Never chosen automatically; only when requested by name."""
-    kind = "opt_in"
-
-    def evaluate(self, layer, facts):
-        return Reason(self.kind, self.message or "never chosen automatically", self.source,
-                      "are opt-in", "error", self.key)
-
-    def describe(self):
-        return "opt_in"
+def rule_fields() -> Tuple[str, ...]:
+    """Every field some rule kind accepts."""
+    return tuple(dict.fromkeys(COMMON_FIELDS + tuple(
+        f for cls in KINDS.values() for f in kind_fields(cls))))
 
 
-KINDS: Dict[str, type] = {cls.kind: cls for cls in (
-    DeviceRule, CudaRule, PackageRule, KnownIssueRule, FeatureRule, QuantRule, ActivationRule,
-    ActAndMulRule, ParallelRule, ClampRule, DtypeRule, ShapeRule, OptInRule)}
-assert tuple(sorted(KINDS)) == tuple(sorted(schema.RULE_KINDS))
-
-_COMMON = ("kind", "source", "message", "severity", "when")
-_DEFAULTS = {f.name: getattr(schema.RuleConf(), f.name) for f in fields(schema.RuleConf)}
-
-
-def compile_rule(conf: Mapping[str, Any], key: str, where: str) -> Rule:
-    """A typed rule from one rules[i] entry, with errors naming the file and key."""
-    if not isinstance(conf, Mapping):
-        raise bad_input(key, conf, "is not a rule mapping (kind, source, ...)", where=where)
-    kind = conf.get("kind")
-    if not isinstance(kind, str) or kind not in KINDS:  # a list or mapping is unhashable
-        raise bad_value(f"{key}.kind", kind, KINDS, what="rule kind", where=where)
-    source = conf.get("source")
-    if not isinstance(source, str) or not source.strip() or source == "???":
-        raise bad_input(f"{key}.source", source, "is required: cite the PR, issue or release "
-                        "that the rule comes from", where=where)
-    if conf.get("severity", "error") not in schema.SEVERITIES:
-        raise bad_value(f"{key}.severity", conf.get("severity"), schema.SEVERITIES, where=where)
-    cls = KINDS[kind]
-    for f, v in conf.items():
-        if f in _COMMON or f in cls.reads:
-            continue
-        if f in _DEFAULTS and v == _DEFAULTS[f]:
-            continue
-        raise bad_value(f"{key}.{f}", f, _COMMON + cls.reads, what=f"field for rule kind {kind!r}",
-                        where=where)
-    try:
-        return cls(conf, key, where)
-    except SelectorError:
-        raise
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise bad_input(key, dict(conf), f"is malformed: {exc}", where=where) from None
+def reason_rules() -> Tuple[str, ...]:
+    """Every `rule` a reason may carry: the registered kinds, and opt_in."""
+    return tuple(KINDS) + (OPT_IN,)

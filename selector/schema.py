@@ -6,8 +6,9 @@ reads these classes when a config is composed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field, fields, make_dataclass
+from enum import Enum
+from typing import Any, Dict, List, Optional
 
 OPS = ("moe", "linear")
 NVFP4_QUANTS = ("nvfp4", "nvfp4_w4a16")
@@ -17,9 +18,24 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ")
 DTYPES = ("bfloat16", "float16", "float32")
 ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
            "flashinfer_nvlink", "naive")
-STATUSES = ("selected", "eligible", "opt_in", "rejected", "not_applicable")
-RULE_KINDS = ("device", "cuda", "package", "known_issue", "feature", "quant", "activation",
-              "act_and_mul", "parallel", "clamp", "dtype", "shape", "opt_in")
+
+
+class Status(str, Enum):
+    """A candidate's status (CONTRACT.md); a str, so JSON and comparisons see the name."""
+    SELECTED = "selected"
+    ELIGIBLE = "eligible"  # passes every rule, lower in preference
+    OPT_IN = "opt_in"  # passes every rule, never chosen automatically (backend `opt_in:`)
+    REJECTED = "rejected"  # fails at least one rule: every failed rule is listed
+    NOT_APPLICABLE = "not_applicable"  # does not implement the layer's quant scheme
+
+    def __str__(self) -> str:
+        return self.value
+
+    __hash__ = str.__hash__  # a Status and its name are one dict key
+
+
+STATUSES = tuple(s.value for s in Status)
+USABLE = (Status.SELECTED, Status.ELIGIBLE, Status.OPT_IN)
 SHAPE_DIMS = ("hidden_size", "intermediate_size", "num_experts", "top_k")
 SEVERITIES = ("error", "warning")
 PROBE_MODES = ("none", "deep")
@@ -39,22 +55,57 @@ class PlatformConf:
     packages: Dict[str, Optional[str]] = field(default_factory=dict)
 
 
-@dataclass
-class LayerConf:
-    op: str = "moe"
-    quant: str = "nvfp4"
-    activation: str = "silu"
+def _choice(default: Optional[str], choices: tuple, optional: bool = False) -> Any:
+    return field(default=default, metadata={"choices": choices, "optional": optional})
+
+
+def _int(default: Optional[int], minimum: int = 1) -> Any:
+    return field(default=default, metadata={"min": minimum})
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer to decide for: the `layer.*` keys. Frozen, so it keys the decision cache.
+
+    Validation (layer.make_layer) is driven by these field types and their `choices`.
+    """
+    op: str = _choice("moe", OPS)
+    quant: str = _choice("nvfp4", QUANTS)
+    activation: str = _choice("silu", ACTIVATIONS)
     act_and_mul: bool = True
-    ep_size: int = 1
-    tp_size: int = 1
+    ep_size: int = _int(1)
+    tp_size: int = _int(1)
     swiglu_limit: Optional[float] = None
-    num_tokens: Optional[int] = None
-    dtype: str = "bfloat16"
-    hidden_size: Optional[int] = None
-    intermediate_size: Optional[int] = None
-    num_experts: Optional[int] = None
-    top_k: Optional[int] = None
-    all2all: Optional[str] = None
+    num_tokens: Optional[int] = _int(None)
+    dtype: str = _choice("bfloat16", DTYPES)
+    hidden_size: Optional[int] = _int(None)
+    intermediate_size: Optional[int] = _int(None)
+    num_experts: Optional[int] = _int(None)
+    top_k: Optional[int] = _int(None)
+    all2all: Optional[str] = _choice(None, ALL2ALL, optional=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(tuple(self.__dict__.values())))
+
+    def __hash__(self) -> int:
+        """Computed once: a kept Layer costs one dict lookup a decision (the cache key)."""
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._hash == other._hash and self.__dict__ == other.__dict__  # type: ignore
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The Hydra node of `layer:`: Layer's fields, mutable (Hydra applies overrides to it).
+LayerConf = make_dataclass("LayerConf", [(f.name, f.type, field(default=f.default))
+                                         for f in fields(Layer)],
+                           namespace={"__module__": __name__})
 
 
 @dataclass
@@ -62,49 +113,25 @@ class PolicyConf:
     moe_backend: str = "auto"
     linear_backend: str = "auto"
     strict: bool = True
+    allow_opt_in: List[str] = field(default_factory=list)  # opt-in backends auto may choose
 
 
 @dataclass
-class WhenConf:
-    """Conditions under which a rule applies; all given ones must hold. Unset = no condition."""
-    activation: Optional[List[str]] = None
-    act_and_mul: Optional[bool] = None
-    quant: Optional[List[str]] = None
-    devices: Optional[List[str]] = None
-    packages: Dict[str, str] = field(default_factory=dict)
-    ep: Optional[bool] = None
-    min_num_experts: Optional[int] = None
-
-
-@dataclass
-class RuleConf:
-    """One capability rule. `kind` says which of the optional fields it reads (see rules.py)."""
-    kind: str = "???"
+class OptInConf:
+    """`opt_in:` of a backend: never chosen automatically (unless policy.allow_opt_in names
+    it), with why and the public source."""
+    reason: str = "???"
     source: str = "???"
-    message: Optional[str] = None
-    severity: str = "error"
-    when: WhenConf = field(default_factory=WhenConf)
-    devices: List[str] = field(default_factory=list)
-    package: Optional[str] = None
-    any_of: List[str] = field(default_factory=list)
-    specifier: Optional[str] = None
-    values: List[str] = field(default_factory=list)
-    gated: List[str] = field(default_factory=list)
-    non_gated: List[str] = field(default_factory=list)
-    ep: Optional[bool] = None
-    all2all_exclude: List[str] = field(default_factory=list)
-    dim: Optional[str] = None
-    multiple_of: Optional[int] = None
 
 
 @dataclass
-class HintConf:
-    """A note shown when the backend could run the layer but was not selected, and the layer's
-    num_tokens is in range: a measured speed-up the automatic order does not capture."""
-    message: str = "???"
+class PreferenceConf:
+    """One `preference:` entry: when `when` holds (layer and platform terms, as a rule's
+    `when`), the backend ranks at `rank` instead of its base rank; `reason` is shown."""
+    rank: int = "???"  # type: ignore[assignment]
+    reason: str = "???"
     source: str = "???"
-    max_num_tokens: Optional[int] = None
-    min_num_tokens: Optional[int] = None
+    when: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,8 +147,9 @@ class BackendConf:
     implements: List[str] = field(default_factory=lambda: list(NVFP4_QUANTS))
     entry_point: Optional[str] = None
     probes: List[str] = field(default_factory=list)
-    rules: List[RuleConf] = field(default_factory=list)
-    hints: List[HintConf] = field(default_factory=list)
+    opt_in: Optional[OptInConf] = None
+    preference: List[PreferenceConf] = field(default_factory=list)
+    rules: List[Any] = field(default_factory=list)  # each checked by its kind (rules.KINDS)
 
 
 @dataclass

@@ -16,33 +16,33 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends import nvfp4 as nv  # noqa: E402
-from backends._base import BackendUnavailable, decide  # noqa: E402
-from backends.emulation import EmulationLinear, EmulationMoE  # noqa: E402
-from backends.reference import route  # noqa: E402
+from selector.backends import nvfp4 as nv  # noqa: E402
+from selector.backends._base import BackendUnavailable, decide  # noqa: E402
+from selector.backends.emulation import EmulationLinear, EmulationMoE  # noqa: E402
+from selector.backends.reference import route  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 MOE_ENTRY_POINTS = {
-    "emulation": "backends.emulation:EmulationMoE",
-    "flashinfer_b12x": "backends.flashinfer_b12x:B12xMoE",
-    "b12x": "backends.b12x_native:B12xNativeMoE",
-    "flashinfer_trtllm": "backends.flashinfer_trtllm:TrtllmMoE",
-    "flashinfer_cutedsl": "backends.flashinfer_cutedsl:CuteDslMoE",
-    "flashinfer_cutlass": "backends.flashinfer_cutlass:CutlassMoE",
-    "cutlass": "backends.vllm_cutlass:VllmCutlassMoE",
-    "marlin": "backends.marlin:MarlinMoE",
+    "emulation": "selector.backends.emulation:EmulationMoE",
+    "flashinfer_b12x": "selector.backends.flashinfer_b12x:B12xMoE",
+    "b12x": "selector.backends.b12x_native:B12xNativeMoE",
+    "flashinfer_trtllm": "selector.backends.flashinfer_trtllm:TrtllmMoE",
+    "flashinfer_cutedsl": "selector.backends.flashinfer_cutedsl:CuteDslMoE",
+    "flashinfer_cutlass": "selector.backends.flashinfer_cutlass:CutlassMoE",
+    "cutlass": "selector.backends.vllm_cutlass:VllmCutlassMoE",
+    "marlin": "selector.backends.marlin:MarlinMoE",
 }
 LINEAR_ENTRY_POINTS = {
-    "emulation": "backends.emulation:EmulationLinear",
-    "flashinfer_cutedsl": "backends.flashinfer_cutedsl:CuteDslLinear",
-    "flashinfer_cutlass": "backends.flashinfer_cutlass:CutlassLinear",
-    "flashinfer_b12x": "backends.flashinfer_b12x:B12xLinear",
-    "cutlass": "backends.vllm_cutlass:VllmCutlassLinear",
-    "marlin": "backends.marlin:MarlinLinear",
-    "flashinfer_trtllm": "backends.flashinfer_trtllm:TrtllmLinear",
-    "flashinfer_cudnn": "backends.flashinfer_cudnn:CudnnLinear",
-    "b12x": "backends.b12x_native:B12xNativeLinear",
+    "emulation": "selector.backends.emulation:EmulationLinear",
+    "flashinfer_cutedsl": "selector.backends.flashinfer_cutedsl:CuteDslLinear",
+    "flashinfer_cutlass": "selector.backends.flashinfer_cutlass:CutlassLinear",
+    "flashinfer_b12x": "selector.backends.flashinfer_b12x:B12xLinear",
+    "cutlass": "selector.backends.vllm_cutlass:VllmCutlassLinear",
+    "marlin": "selector.backends.marlin:MarlinLinear",
+    "flashinfer_trtllm": "selector.backends.flashinfer_trtllm:TrtllmLinear",
+    "flashinfer_cudnn": "selector.backends.flashinfer_cudnn:CudnnLinear",
+    "b12x": "selector.backends.b12x_native:B12xNativeLinear",
 }
 ENTRY_POINTS = {"moe": MOE_ENTRY_POINTS, "linear": LINEAR_ENTRY_POINTS}
 FLASHINFER_MOE = ["flashinfer_b12x", "flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass"]
@@ -139,7 +139,7 @@ def test_importing_every_backend_module_imports_neither_torch_nor_flashinfer():
     mods = sorted({ep.split(":")[0] for eps in ENTRY_POINTS.values() for ep in eps.values()})
     code = ("import sys, importlib\n"
             f"for m in {mods!r}: importlib.import_module(m)\n"
-            "import backends\n"
+            "import selector.backends\n"
             "print(sorted(k for k in ('torch', 'flashinfer', 'triton', 'cutlass') if k in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          check=True)
@@ -222,8 +222,8 @@ def test_rejected_flashinfer_backend_raises_with_every_selector_reason(op, backe
 
 def test_gate_lets_an_eligible_or_opt_in_backend_through():
     _selector_or_skip()
-    from backends.flashinfer_b12x import B12xMoE
-    from backends.flashinfer_cutlass import CutlassLinear
+    from selector.backends.flashinfer_b12x import B12xMoE
+    from selector.backends.flashinfer_cutlass import CutlassLinear
     _, W, x, tw, ti = _moe("cpu")
     over = ["platform=rtx_5090", "stack=flashinfer_0_7_4"]
     moe = B12xMoE(activation="silu", selector_overrides=over)
@@ -241,7 +241,7 @@ def test_gate_lets_an_eligible_or_opt_in_backend_through():
 
 def test_gate_uses_the_decision_it_is_given_and_the_layer_it_describes():
     _selector_or_skip()
-    from backends.flashinfer_b12x import B12xMoE
+    from selector.backends.flashinfer_b12x import B12xMoE
     _, W, x, tw, ti = _moe("cpu", gated=False)
     # a gated relu2 layer: b12x serves relu2 only non-gated, so the act_and_mul rule fires
     moe = B12xMoE(activation="relu2", act_and_mul=True,
@@ -256,7 +256,7 @@ def test_gate_uses_the_decision_it_is_given_and_the_layer_it_describes():
 @pytest.mark.parametrize("op,backend", EXTERNAL)
 def test_external_kernel_backends_name_the_missing_distribution(op, backend):
     _selector_or_skip()
-    from backends._base import missing_distributions
+    from selector.backends._base import missing_distributions
     cls = resolve(ENTRY_POINTS[op][backend])
     if len(missing_distributions(cls.needs_any)) < len(cls.needs_any):
         pytest.skip(f"one of {cls.needs_any} is installed here")

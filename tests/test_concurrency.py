@@ -77,9 +77,9 @@ def test_many_threads_one_selector(platform):
     base = selector.load(platform)
     layers = layer_mix()
     assert len(layers) >= 45
-    reference = Selector(base.model, base.tree)  # serial answers
+    reference = Selector(base.run_config, base.tree)  # serial answers
     want = [reference.select(**kw).to_json() for kw in layers]
-    shared = Selector(base.model, base.tree)  # fresh: every first fill races
+    shared = Selector(base.run_config, base.tree)  # fresh: every first fill races
     barrier = threading.Barrier(THREADS)
     seen: Dict[int, set] = defaultdict(set)
     errors: List[BaseException] = []
@@ -105,7 +105,7 @@ def test_many_threads_one_selector(platform):
 
 def test_cached_answers_do_not_depend_on_what_was_asked_before():
     """A cache hit never turns bad input into an answer (True == 1, 1.0 == 1 in Python)."""
-    sel = Selector(selector.load(["platform=cpu"]).model)
+    sel = Selector(selector.load(["platform=cpu"]).run_config)
     sel.select(ep_size=1, act_and_mul=True, num_tokens=1)
     for bad in ({"ep_size": True}, {"act_and_mul": 1}, {"num_tokens": 1.0},
                 {"ep_size": 1.0}):

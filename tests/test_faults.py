@@ -436,7 +436,7 @@ def test_malformed_metadata_counts_as_absent_or_installed_never_a_crash(site, ca
 
 def test_in_process_probe_that_raises_is_a_failed_finding(monkeypatch, tmp_path):
     probing = pytest.importorskip("selector.probing")
-    registry = importlib.import_module("backends.probes")
+    registry = importlib.import_module("selector.probe_specs")
     mod = tmp_path / "mods"
     mod.mkdir()
     (mod / "faulty_probe_mod.py").write_text("def boom(arg, ctx):\n    raise OSError('disk')\n"
@@ -478,7 +478,7 @@ def test_failed_finding_rejects_the_backend_with_the_finding_as_reason():
     for i, n in enumerate(declared):
         probes[n] = (False, "the probe process was killed by SIGSEGV" if i % 2 == 0 else
                      "timed out after 120 s")
-    d = Selector(sel.model, sel.tree, probes).default()
+    d = Selector(sel.run_config, sel.tree, probes).default()
     assert d.selected != chosen
     c = d.candidate(chosen)
     assert c.status == "rejected"

@@ -29,11 +29,12 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import child_env
 from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
+from selector.rules import WHEN_FIELDS, reason_rules, rule_fields
 from selector import schema
 from selector.cli import main
 from selector.config import MAX_CONFIG_BYTES, load_yaml, schema_keys
 from selector.errors import SelectorError
-from selector.model import Layer, Model, Platform, Policy, make_catalogue, make_backend
+from selector.model import Layer, RunConfig, Platform, Policy, make_catalogue, make_backend
 from selector.resolver import Resolver
 from packaging.version import Version
 
@@ -337,9 +338,9 @@ json_like = st.recursive(
                                                       ">=1.0;", "1.0", ">=a.b", "12.x", ">=7.5",
                                                       "x.12", ">=12.x"]),
     lambda c: st.lists(c, max_size=4) | st.dictionaries(
-        st.sampled_from(list(schema.RuleConf.__dataclass_fields__) +
+        st.sampled_from(list(rule_fields()) +
                         list(schema.BackendConf.__dataclass_fields__) +
-                        list(schema.WhenConf.__dataclass_fields__) + ["bogus", "_target_"]),
+                        list(WHEN_FIELDS) + ["bogus", "_target_"]),
         c, max_size=4),
     max_leaves=12)
 
@@ -419,7 +420,7 @@ def _check_backend_conf(fuzzer: str, op: str, conf: Any) -> None:
         for strict in (True, False) if i < 2 else (True,):
             policy = Policy("fuzzed" if op == "moe" else "auto",
                             "fuzzed" if op == "linear" else "auto", strict)
-            resolver = Resolver(Model(cat, platform, Layer(), policy, "none"))
+            resolver = Resolver(RunConfig(cat, platform, Layer(), policy, "none"))
             for j, layer in enumerate(FUZZ_LAYERS):
                 d = resolver.decide(layer)
                 json.dumps(d.to_dict())
@@ -427,8 +428,9 @@ def _check_backend_conf(fuzzer: str, op: str, conf: Any) -> None:
                     str(d)
                 if d.selected:  # the selected backend breaks none of its rules
                     for rule in backend.rules:
-                        r = rule.check(layer, platform.facts)
-                        assert r is None or r.severity == "warning" or r.rule == "opt_in", r
+                        f = platform.facts
+                        r = rule.evaluate(layer, f) if rule.when.holds(layer, f) else None
+                        assert r is None or r.severity == "warning", r
 
 
 @settings(max_examples=n(300), **SETTINGS)
@@ -449,7 +451,7 @@ def test_fuzz_backend_conf_random(op, conf):
 
 @settings(max_examples=n(120), **SETTINGS)
 @given(op=st.sampled_from(schema.OPS), rules=st.lists(st.fixed_dictionaries(
-    {"kind": st.sampled_from(schema.RULE_KINDS), "source": st.just("fuzz")},
+    {"kind": st.sampled_from(reason_rules()), "source": st.just("fuzz")},
     optional={k: json_like for k in ("when", "devices", "package", "any_of", "specifier",
                                       "values", "gated", "non_gated", "ep", "all2all_exclude",
                                       "dim", "multiple_of", "message", "severity")}),

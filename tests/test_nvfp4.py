@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends import nvfp4 as nv  # noqa: E402
+from selector.backends import nvfp4 as nv  # noqa: E402
 
 GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 

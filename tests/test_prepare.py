@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends import nvfp4 as nv  # noqa: E402
-from backends import prepare as P  # noqa: E402
-from backends.flashinfer_b12x import B12xMoE  # noqa: E402
+from selector.backends import nvfp4 as nv  # noqa: E402
+from selector.backends import prepare as P  # noqa: E402
+from selector.backends.flashinfer_b12x import B12xMoE  # noqa: E402
 
 F64 = torch.float64
 E, H, I = 4, 128, 64

@@ -15,8 +15,8 @@ import pytest
 
 from selector import SelectorError, probing
 
-from backends import probes as registry
-from backends.probes import _util, metadata_probes
+from selector import probe_specs as registry
+from selector.backends.probes import _util, metadata_probes
 from doctor_fixtures import make_broken_packages, make_dist
 
 from conftest import REPO, cli_env, load
@@ -82,7 +82,7 @@ def test_unknown_probe_name_is_bad_input_with_a_suggestion():
 
 
 def test_importing_the_registry_imports_no_kernel_library():
-    code = ("import sys, backends.probes, selector.probing, selector.doctor; "
+    code = ("import sys, selector.probe_specs, selector.probing, selector.doctor; "
             "print(sorted(m for m in ('torch', 'flashinfer', 'triton', 'cutlass') "
             "if m in sys.modules))")
     import subprocess
@@ -263,7 +263,7 @@ def test_b12x_gemm_source_check_finds_calls_to_removed_dsl_apis(tmp_path, monkey
     dsl = _util.dist_version("nvidia-cutlass-dsl")
     if dsl is None:
         pytest.skip("nvidia-cutlass-dsl is not installed")
-    from backends.probes import flashinfer_probes
+    from selector.backends.probes import flashinfer_probes
     cute = importlib.import_module("cutlass.cute")
     (tmp_path / "old_b12x_kernel.py").write_text(
         "class Sm120B12xBlockScaledDenseGemmKernel:\n"

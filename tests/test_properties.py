@@ -2,7 +2,7 @@
 
 The catalogue is composed once through Hydra; platforms, layers and policies are then built
 in-process (selector.model objects) so that thousands of combinations run in seconds. Every
-decision is checked against the rules themselves (`rule.check(layer, facts)`), computed here
+decision is checked against the rules themselves (`rule.evaluate(layer, facts)`), computed here
 independently of the Resolver's precomputed platform/layer split:
 
 - a selected backend implements the layer, fails none of its error rules and no deep probe
@@ -34,11 +34,12 @@ from packaging.version import InvalidVersion, Version
 
 import selector
 from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
+from selector.rules import reason_rules
 from selector import schema
 from selector.config import ConfigTree, read_catalogue
-from selector.model import (Catalogue, Layer, Model, Platform, Policy, make_catalogue,
+from selector.model import (Catalogue, Layer, RunConfig, Platform, Policy, make_catalogue,
                             make_layer, make_platform)
-from selector.resolver import Resolver, _TIER
+from selector.resolver import Resolver, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
 OUTCOMES: Counter = Counter()  # reported by benchmarks/fuzz.py
@@ -91,10 +92,15 @@ def interesting() -> Tuple[Dict[str, List[str]], List[str], List[Tuple[int, int]
     for bs in catalogue().backends.values():
         for b in bs:
             probes.update(b.probes)
-            for r in b.rules:
-                for p in r.when.packages:
+            conds = [r.when for r in b.rules] + [p.when for p in b.preference]
+            for c in conds:
+                for p in c.get("packages") or ():
                     pkgs.setdefault(p.name, set()).update(_spec_versions(p.spec))
-                for d in (r.when.devices or ()) + tuple(getattr(r, "devices", ())):
+                for d in c.get("devices") or ():
+                    caps.add((d.major, d.minor or 0))
+                    caps.add((d.major, (d.minor or 0) + 1))
+            for r in b.rules:
+                for d in tuple(getattr(r, "devices", ())):
                     caps.add((d.major, d.minor or 0))
                     caps.add((d.major, (d.minor or 0) + 1))
                 if r.kind == "cuda":
@@ -186,13 +192,11 @@ def probe_findings(draw) -> Optional[Dict[str, Tuple[bool, str]]]:
 # ---------------------------------------------------------------------------------------------
 # The expected outcome, computed from the rules directly
 
-def expected_order(cat: Catalogue, op: str, quant: str) -> List[str]:
+def expected_order(cat: Catalogue, layer: Layer, facts) -> List[str]:
     def key(b):
-        tier = _TIER[b.execution]
-        if b.execution == "weight_only" and quant != "nvfp4":
-            tier = 0
-        return (tier, b.rank, b.name)
-    return [b.name for b in sorted(cat.backends[op], key=key)]
+        rank = next((p.rank for p in b.preference if p.when.holds(layer, facts)), b.rank)
+        return (rank, b.name)
+    return [b.name for b in sorted(cat.backends[layer.op], key=key)]
 
 
 def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
@@ -200,12 +204,14 @@ def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
     does not implement the layer (not_applicable, automatic selection decides)."""
     if layer.quant not in b.implements:
         return "not_applicable", [{"rule": "quant", "implements": True}]
-    failures, opt_in = [], []
+    failures = []
+    opt_in = [{"rule": "opt_in", "message": b.opt_in.reason, "source": b.opt_in.source}] \
+        if b.opt_in else []
     for rule in b.rules:
-        r = rule.check(layer, facts)
-        if r is None or r.severity == "warning" and r.rule != "opt_in":
+        r = rule.evaluate(layer, facts) if rule.when.holds(layer, facts) else None
+        if r is None or r.severity == "warning":
             continue
-        (opt_in if r.rule == "opt_in" else failures).append(r.to_dict())
+        failures.append(r.to_dict())
     for name in b.probes:
         if probes and name in probes and not probes[name][0]:
             failures.append({"rule": "feature", "probe": name})
@@ -218,7 +224,7 @@ def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
     return "eligible", []
 
 
-def check_invariants(model: Model, layer: Layer, probes, render: bool = True) -> dict:
+def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True) -> dict:
     cat, facts, policy = model.catalogue, model.platform.facts, model.policy
     d = Resolver(model, probes).decide(layer)
     out = d.to_dict()
@@ -227,7 +233,7 @@ def check_invariants(model: Model, layer: Layer, probes, render: bool = True) ->
         str(d)
 
     names = [c.backend for c in d.candidates]
-    assert names == expected_order(cat, layer.op, layer.quant), "candidates: every backend, in order"
+    assert names == expected_order(cat, layer, facts), "candidates: every backend, in order"
 
     expected = {b.name: expected_status(b, layer, facts, probes) for b in cat.backends[layer.op]}
     auto = next((n for n in names if expected[n][0] == "eligible"), None)
@@ -251,7 +257,7 @@ def check_invariants(model: Model, layer: Layer, probes, render: bool = True) ->
             probes_failed = sum(1 for r in reasons if "probe" in r)
             assert len(got) == sum(want.values()) + probes_failed
         for r in got:
-            assert r["rule"] in schema.RULE_KINDS and r["message"] and r["source"]
+            assert r["rule"] in reason_rules() and r["message"] and r["source"]
 
     selected = [c.backend for c in d.candidates if c.status == "selected"]
     assert selected == ([d.selected] if d.selected else [])
@@ -260,11 +266,11 @@ def check_invariants(model: Model, layer: Layer, probes, render: bool = True) ->
         b = cat.get(layer.op, d.selected)
         assert layer.quant in b.implements
         for rule in b.rules:
-            r = rule.check(layer, facts)
-            if r is None or r.severity == "warning":
-                continue
-            assert r.rule == "opt_in" and requested == d.selected, \
+            r = rule.evaluate(layer, facts) if rule.when.holds(layer, facts) else None
+            assert r is None or r.severity == "warning", \
                 f"{d.selected} selected although rule {rule.key} fails: {r.message}"
+        assert b.opt_in is None or requested == d.selected or \
+            d.selected in policy.allow_opt_in, f"opt-in {d.selected} chosen automatically"
         for name in b.probes:
             assert not (probes and name in probes and not probes[name][0])
 
@@ -297,7 +303,7 @@ def check_invariants(model: Model, layer: Layer, probes, render: bool = True) ->
 @given(platform=platforms(), layer=LAYERS, policy=policies(), probes=probe_findings())
 def test_decision_invariants(platform, layer, policy, probes):
     cat = catalogue()
-    model = Model(cat, platform, layer, policy, "none")
+    model = RunConfig(cat, platform, layer, policy, "none")
     out = check_invariants(model, layer, probes)
     # Deterministic within a process: a second Resolver gives the same JSON.
     assert Resolver(model, probes).decide(layer).to_dict() == out
@@ -308,7 +314,7 @@ def test_decision_invariants(platform, layer, policy, probes):
        policy=policies())
 def test_layers_do_not_influence_each_other(platform, layers, policy):
     """A Resolver keeps per-platform state: deciding other layers first changes nothing."""
-    model = Model(catalogue(), platform, layers[0], policy, "none")
+    model = RunConfig(catalogue(), platform, layers[0], policy, "none")
     shared = Resolver(model)
     for layer in layers:
         assert shared.decide(layer).to_dict() == Resolver(model).decide(layer).to_dict()
@@ -341,10 +347,10 @@ def test_independent_of_catalogue_and_package_order(platform, layer, policy, see
             "%d.%d" % platform.capability,
             "cuda": None if platform.cuda is None else str(platform.cuda),
             "packages": {n: (None if v is None else str(v)) for n, v in pk}}
-    plat2 = make_platform(conf, [], [])
-    a = Resolver(Model(make_catalogue(data, dict(sorted(files.items()))), platform, layer,
+    plat2 = make_platform(conf, [])
+    a = Resolver(RunConfig(make_catalogue(data, dict(sorted(files.items()))), platform, layer,
                        policy, "none")).decide(layer).to_json()
-    b = Resolver(Model(cat2, plat2, layer, policy, "none")).decide(layer).to_json()
+    b = Resolver(RunConfig(cat2, plat2, layer, policy, "none")).decide(layer).to_json()
     # make_platform keeps the preset name as source; the packaged Platform says "fuzz" too
     assert a == b
 
@@ -368,13 +374,13 @@ def test_explicit_request_matrix():
         if conf.get("preset") == "auto":
             continue
         for extra in ({}, {"cuda": "13.0", "packages": pkgs}):
-            platform = make_platform({**conf, **extra}, list(interesting()[0]), [])
+            platform = make_platform({**conf, **extra}, list(interesting()[0]))
             for op in schema.OPS:
                 for name in ("auto",) + cat.names(op):
                     for strict in (True, False):
                         pol = Policy(name if op == "moe" else "auto",
                                      name if op == "linear" else "auto", strict)
-                        model = Model(cat, platform, Layer(), pol, "none")
+                        model = RunConfig(cat, platform, Layer(), pol, "none")
                         for layer in layers:
                             check_invariants(model, layer, None, render=False)
                             n += 1
@@ -402,7 +408,7 @@ def test_preset_combinations(data, policy, probes):
     pkgs_known = interesting()[0]
     name = data.draw(st.sampled_from(sorted(pkgs_known)))
     conf["packages"][name] = data.draw(st.one_of(st.none(), st.sampled_from(pkgs_known[name])))
-    platform = make_platform(conf, list(pkgs_known), [])
+    platform = make_platform(conf, list(pkgs_known))
     layer_conf = dict(data.draw(st.sampled_from(_presets("layer"))))
     field = data.draw(st.sampled_from(["ep_size", "swiglu_limit", "quant", "activation",
                                        "hidden_size", "num_experts", "all2all", "none"]))
@@ -415,7 +421,7 @@ def test_preset_combinations(data, policy, probes):
     if field != "none":
         layer_conf[field] = data.draw(tweak)
     layer = make_layer(layer_conf)
-    check_invariants(Model(catalogue(), platform, layer, policy, "none"), layer, probes)
+    check_invariants(RunConfig(catalogue(), platform, layer, policy, "none"), layer, probes)
 
 
 def test_the_checker_catches_a_broken_resolver(monkeypatch):
@@ -423,30 +429,31 @@ def test_the_checker_catches_a_broken_resolver(monkeypatch):
     that ignores opt-in, is caught."""
     cat = catalogue()
     platform = make_platform({"preset": "dgx_spark", "capability": "12.1"},
-                             list(interesting()[0]), [])
-    model = Model(cat, platform, Layer(), Policy("auto", "auto", True), "none")
+                             list(interesting()[0]))
+    model = RunConfig(cat, platform, Layer(), Policy("auto", "auto", True), "none")
     check_invariants(model, Layer(), None)
     real = Resolver.evaluate
 
     def first_only(self, b, layer):
         status, reasons, warnings = real(self, b, layer)
-        return status, reasons[:1], warnings
+        return Verdict(status, reasons[:1], warnings)
     monkeypatch.setattr(Resolver, "evaluate", first_only)
     with pytest.raises(AssertionError):
         check_invariants(model, Layer(), None)
 
     def opt_in_ignored(self, b, layer):
         status, reasons, warnings = real(self, b, layer)
-        return ("eligible", (), warnings) if status == "opt_in" else (status, reasons, warnings)
+        return Verdict("eligible", (), warnings) if status == "opt_in" else \
+            Verdict(status, reasons, warnings)
     monkeypatch.setattr(Resolver, "evaluate", opt_in_ignored)
     full = make_platform({"preset": "dgx_spark", "capability": "12.1", "cuda": "13.0",
                           "packages": {"flashinfer-python": "0.7.4",
                                        "nvidia-cutlass-dsl": "4.8.1", "triton": "3.6.0"}},
-                         list(interesting()[0]), [])
+                         list(interesting()[0]))
     layer = Layer(op="linear")
     with pytest.raises(AssertionError):
         for lay in (Layer(activation="relu2", act_and_mul=False), Layer(), layer):
-            check_invariants(Model(cat, full, lay, Policy("auto", "auto", True), "none"),
+            check_invariants(RunConfig(cat, full, lay, Policy("auto", "auto", True), "none"),
                              lay, None)
 
 

@@ -9,8 +9,9 @@ import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from selector import SelectorError, schema
-from selector.model import make_layer
+from selector.rules import reason_rules
+from selector import SelectorError
+from selector.layer import make_layer
 from selector.rules import KINDS, Facts, Reason, compile_rule
 
 KEY = "catalogue.moe.testbackend.rules[3]"
@@ -36,12 +37,16 @@ def rule(**conf):
 
 
 def check(r, lay=None, f=None) -> Optional[Reason]:
-    return r.check(lay if lay is not None else layer(), f if f is not None else facts())
+    lay, f = (lay if lay is not None else layer()), (f if f is not None else facts())
+    return r.evaluate(lay, f) if r.when.holds(lay, f) else None
 
 
-def test_there_are_thirteen_kinds():
-    assert sorted(KINDS) == sorted(schema.RULE_KINDS)
-    assert len(KINDS) == 13
+def test_the_contract_kinds_are_registered():
+    """CONTRACT.md's reason rules: the twelve registered kinds and opt_in (a backend field)."""
+    contract = ("device", "cuda", "package", "known_issue", "feature", "quant", "activation",
+                "act_and_mul", "parallel", "clamp", "dtype", "shape", "opt_in")
+    assert set(contract) <= set(reason_rules())
+    assert "opt_in" not in KINDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,12 +443,10 @@ def test_shape_malformed(conf, field):
 # ---------------------------------------------------------------------------------------------
 # opt_in
 
-def test_opt_in_always_reports():
-    r = rule(kind="opt_in", message="request it with policy.moe_backend=x")
-    got = check(r)
-    assert got is not None and got.rule == "opt_in" and got.message == \
-        "request it with policy.moe_backend=x" and got.key == KEY
-    assert check(rule(kind="opt_in"), f=facts(None, None)).rule == "opt_in"
+def test_opt_in_is_a_backend_field_not_a_rule():
+    with pytest.raises(SelectorError) as e:
+        rule(kind="opt_in", message="request it with policy.moe_backend=x")
+    assert f"{KEY}.kind" in str(e.value) and "opt_in: {reason" in str(e.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,7 +514,7 @@ def test_unknown_kind_lists_kinds_and_suggests():
         rule(kind="devise", devices=["12.x"])
     msg = str(e.value)
     assert f"{KEY}.kind" in msg and "'devise'" in msg and "did you mean 'device'" in msg
-    for k in schema.RULE_KINDS:
+    for k in KINDS:
         assert k in msg
     assert WHERE in msg
 

@@ -15,7 +15,9 @@ from typing import Dict, Optional, Sequence, Set, Tuple
 import pytest
 
 from conftest import load, warm
+from selector.rules import reason_rules
 from selector import schema
+from selector.layer import make_layer
 
 # ---------------------------------------------------------------------------------------------
 # Building blocks
@@ -167,6 +169,17 @@ MOE = [
     S("moe-dgx-074-decode-hint", [DGX, FI_074], "flashinfer_cutlass", layer={"num_tokens": 8},
       status={"flashinfer_b12x": "opt_in"},
       notes=("flashinfer_b12x could run this layer and was not selected", "vLLM #40082")),
+    # --- policy.allow_opt_in: the preference step decides (TensorRT-LLM #13773) ------------
+    S("moe-rtx-074-allow-b12x-decode", [PRO, FI_074, 'platform.cuda="13.0"',
+                                         "policy.allow_opt_in=[flashinfer_b12x]"],
+      "flashinfer_b12x", layer={"num_tokens": 16},
+      notes=("preference: flashinfer_b12x (rank 5: decode-sized batch", "TensorRT-LLM #13773",
+             "outranks flashinfer_cutlass (rank 40)", "policy.allow_opt_in admits it")),
+    S("moe-rtx-074-allow-b12x-prefill", [PRO, FI_074, 'platform.cuda="13.0"',
+                                          "policy.allow_opt_in=[flashinfer_b12x]"],
+      "flashinfer_cutlass", layer={"num_tokens": 4096},
+      status={"flashinfer_b12x": "eligible"},
+      notes=("preference: flashinfer_cutlass (rank 40) outranks flashinfer_b12x (rank 45)",)),
     S("moe-dgx-074-prefill-no-hint", [DGX, FI_074], "flashinfer_cutlass",
       layer={"num_tokens": 8192}, no_notes=("could run this layer",)),
     S("moe-dgx-074-decode-hint-only-if-runnable", [DGX, FI_074], "flashinfer_cutlass",
@@ -462,14 +475,14 @@ def _warm_cache():
 # ---------------------------------------------------------------------------------------------
 # The checks
 
-def _order_key(sel, layer_quant):
-    """The preference order the contract describes: native, then weight-only (for W4A4), then
-    the reference; within a tier by rank."""
+def _order_key(sel, layer):
+    """The preference step: the rank of a backend's first `preference:` entry whose `when`
+    holds for the layer and platform, else its base rank; ties by name."""
+    lay, facts = make_layer(layer), sel.platform.facts
+
     def key(b):
-        tier = {"native": 0, "weight_only": 1, "reference": 2}[b.execution]
-        if b.execution == "weight_only" and layer_quant != "nvfp4":
-            tier = 0
-        return (tier, b.rank, b.name)
+        rank = next((p.rank for p in b.preference if p.when.holds(lay, facts)), b.rank)
+        return (rank, b.name)
     return key
 
 
@@ -477,14 +490,14 @@ def check_invariants(s: Scenario, d) -> None:
     sel = load(*s.overrides)
     op = d.layer["op"]
     backends = sel.catalogue.backends[op]
-    expected_order = [b.name for b in sorted(backends, key=_order_key(sel, d.layer["quant"]))]
+    expected_order = [b.name for b in sorted(backends, key=_order_key(sel, d.layer))]
     assert [c.backend for c in d.candidates] == expected_order
     selected = [c.backend for c in d.candidates if c.status == "selected"]
     assert selected == ([d.selected] if d.selected else [])
     for c in d.candidates:
         assert c.status in schema.STATUSES
         for r in c.reasons:
-            assert r.rule in schema.RULE_KINDS and r.message and r.source.strip()
+            assert r.rule in reason_rules() and r.message and r.source.strip()
             # a rule's reason names its rule (only "does not implement" is the resolver's own)
             assert r.key or c.status == "not_applicable", (c.backend, r)
         errors = [r for r in c.reasons if r.rule != "opt_in"]
@@ -503,7 +516,8 @@ def check_invariants(s: Scenario, d) -> None:
                      None)
         assert d.selected == first, "auto selection must take the first eligible candidate"
         if d.selected:
-            assert not sel.catalogue.get(op, d.selected).opt_in, "opt-in chosen automatically"
+            assert not sel.catalogue.get(op, d.selected).opt_in or \
+                d.selected in sel.run_config.policy.allow_opt_in, "opt-in chosen automatically"
 
 
 @pytest.mark.parametrize("s", SCENARIOS, ids=_IDS)
@@ -565,8 +579,10 @@ def _unreachable(sel):
 
 def test_every_rule_fires_somewhere():
     sel = load(CPU)
-    every = {r.key for bs in sel.catalogue.backends.values() for b in bs for r in b.rules}
-    assert len(every) > 100
+    every = {r.key for bs in sel.catalogue.backends.values() for b in bs for r in b.rules} | \
+        {f"catalogue.{b.op}.{b.name}.opt_in" for bs in sel.catalogue.backends.values()
+         for b in bs if b.opt_in}
+    assert len(every) > 95
     assert _unreachable(sel) == UNREACHABLE
     fired: Dict[str, str] = {}
     for s in SCENARIOS:
@@ -624,8 +640,8 @@ def test_linear_candidate_order():
 def test_moe_candidate_order():
     d = load(DGX, FI_074).default()
     assert [c.backend for c in d.candidates] == [
-        "flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_b12x", "b12x",
-        "flashinfer_cutlass", "cutlass", "marlin", "emulation"]
+        "flashinfer_trtllm", "flashinfer_cutedsl", "b12x", "flashinfer_cutlass",
+        "flashinfer_b12x", "cutlass", "marlin", "emulation"]
 
 
 def test_rejected_lists_every_failed_rule_not_the_first():

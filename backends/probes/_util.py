@@ -5,11 +5,12 @@ Nothing here imports a kernel library; the probe modules import them inside thei
 from __future__ import annotations
 
 import importlib
-import importlib.metadata as md
-import os
-import sys
-import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from selector.probe_child import describe_exc, dist_version, missing_module_hint, raised_at
+
+__all__ = ["describe_exc", "dist_version", "missing_module_hint", "raised_at", "find_symbol",
+           "ok", "warning", "failed", "skipped", "result"]
 
 
 def result(status: str, message: str, **details: Any) -> Dict[str, Any]:
@@ -30,75 +31,6 @@ def failed(message: str, **details: Any) -> Dict[str, Any]:
 
 def skipped(message: str, **details: Any) -> Dict[str, Any]:
     return result("skipped", message, **details)
-
-
-def dist_version(name: str) -> Optional[str]:
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - malformed metadata reads as absent
-        return None
-
-
-def _short(path: str) -> str:
-    """A file path relative to the sys.path entry that holds it (flashinfer/gemm/x.py)."""
-    best = path
-    for entry in sys.path:
-        if entry and path.startswith(entry.rstrip(os.sep) + os.sep):
-            rel = path[len(entry.rstrip(os.sep)) + 1:]
-            if len(rel) < len(best):
-                best = rel
-    return best
-
-
-def raised_at(exc: BaseException, prefer: Optional[str] = None) -> Optional[str]:
-    """'flashinfer/x.py:12': the deepest frame of the traceback, outside importlib and the
-    probes; with `prefer`, the deepest frame inside that package (None if it has none)."""
-    skip = (os.path.dirname(importlib.__file__) + os.sep,  # the stdlib's importlib
-            os.path.dirname(os.path.abspath(__file__)) + os.sep)  # the probes themselves
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith("<frozen") and not f.filename.startswith(skip) and
-              os.path.basename(f.filename) not in ("sitecustomize.py", "usercustomize.py")]
-    if prefer:
-        frames = [f for f in frames if f"{os.sep}{prefer}{os.sep}" in f.filename or
-                  os.path.basename(f.filename) == f"{prefer}.py"]
-    if not frames:
-        return None
-    f = frames[-1]
-    return f"{_short(f.filename)}:{f.lineno}"
-
-
-def missing_module_hint(exc: BaseException) -> str:
-    """For `No module named 'x'`: whether a distribution providing x is installed."""
-    name = getattr(exc, "name", None)
-    if not isinstance(exc, ModuleNotFoundError) or not name:
-        return ""
-    top = name.split(".")[0]
-    try:
-        dists = md.packages_distributions().get(top) or []
-    except Exception:  # noqa: BLE001
-        dists = []
-    dists = sorted(set(dists))
-    if not dists and dist_version(top) is not None:
-        dists = [top]
-    if dists:
-        found = ", ".join(f"{d} {dist_version(d)}" for d in dists)
-        return f"{found} is installed but `import {top}` fails"
-    return f"no installed distribution provides `{top}`: pip install {top}"
-
-
-def describe_exc(exc: BaseException, prefer: Optional[str] = None, hint: bool = True) -> str:
-    """'ModuleNotFoundError: No module named 'triton' (at flashinfer/x.py:5; hint)'."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, SystemExit):
-        text = f"sys.exit({exc.code!r}) was called"
-    out = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    extra = [p for p in (f"raised at {raised_at(exc, prefer)}" if raised_at(exc, prefer) else "",
-                         missing_module_hint(exc) if hint else "") if p]
-    if extra:
-        out += f" ({'; '.join(extra)})"
-    return out
 
 
 def find_symbol(candidates: Sequence[Tuple[str, str]]

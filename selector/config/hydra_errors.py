@@ -97,11 +97,12 @@ def unknown_key(key: str, where: Optional[str] = None) -> SelectorError:
     keys = schema_keys()
     parent, _, leaf = key.rpartition(".")
     if re.match(r"^catalogue\.(moe|linear)\.[a-z0-9_]+\.", key + "."):
+        from ..rules import WHEN_FIELDS, rule_fields
         parts = key.split(".")
         siblings = [f.name for f in fields(schema.BackendConf)] if len(parts) <= 4 else \
-            [f.name for f in fields(schema.RuleConf)]
+            list(rule_fields())
         if len(parts) > 4 and parts[-2] == "when":
-            siblings = [f.name for f in fields(schema.WhenConf)]
+            siblings = list(WHEN_FIELDS)
         return bad_value(key, leaf, siblings, what="key", where=where)
     siblings = [k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent]
     if not siblings:
