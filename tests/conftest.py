@@ -134,9 +134,11 @@ def child_env(*first: os.PathLike, **extra: str) -> Dict[str, str]:
     of this process's whole import path (passed through PYTHONPATH: on a machine where the
     project and its dependencies are installed with `pip install --target`, sys.path is the
     only place they are named)."""
+    import selector
     env = dict(os.environ)
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    paths = [str(p) for p in first] + [str(REPO)] + inherited + \
+    here = str(Path(selector.__file__).resolve().parent.parent)  # the selector tested here
+    paths = [str(p) for p in first] + [here] + inherited + \
         [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.update(extra)
