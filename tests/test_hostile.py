@@ -387,8 +387,9 @@ def test_16_bad_layer_values(key):
 # -- 17. bounded caches ------------------------------------------------------------------------
 
 def test_17_api_caches_are_bounded(monkeypatch):
+    import selector.api
     sel = selector.load(["platform=b200", "stack=vllm_0_32"])
-    monkeypatch.setattr(type(sel), "MAX_CACHED", 100)
+    monkeypatch.setattr(selector.api, "CACHE_SIZE", 100)
     for i in range(1, 1001):
         sel.select(num_tokens=i)
     assert len(sel._by_kwargs) <= 100 and len(sel._by_layer) <= 100
