@@ -37,6 +37,7 @@ the WHEN table below: one row per key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type
@@ -346,10 +347,15 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return isinstance(value, tp)
 
 
+@functools.lru_cache(maxsize=None)  # one entry per registered kind
+def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field, Any], ...]:
+    hints = typing.get_type_hints(params)
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(params))
+
+
 def _params(cls: Type[Rule], conf: Mapping[str, Any], key: str, where: str) -> Any:
-    hints = typing.get_type_hints(cls.Params)
     values = {}
-    for f in dataclasses.fields(cls.Params):
+    for f, tp in _param_fields(cls.Params):
         if f.name not in conf or (conf[f.name] is None and
                                   f.default is not dataclasses.MISSING):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -357,8 +363,8 @@ def _params(cls: Type[Rule], conf: Mapping[str, Any], key: str, where: str) -> A
                                 where=where)
             continue
         v = conf[f.name]
-        if not _type_ok(v, hints[f.name]):
-            raise bad_input(f"{key}.{f.name}", v, f"is not {_type_name(hints[f.name])}",
+        if not _type_ok(v, tp):
+            raise bad_input(f"{key}.{f.name}", v, f"is not {_type_name(tp)}",
                             where=where)
         values[f.name] = tuple(v) if isinstance(v, list) else v
     return cls.Params(**values)
