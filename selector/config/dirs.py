@@ -42,8 +42,11 @@ def packaged_conf_dir() -> Path:
 
 
 def search_path(user_dirs: Sequence[object]) -> List[Path]:
-    """The config dirs in lookup order: packaged, then each user dir (resolved, once)."""
+    """The config dirs in lookup order: packaged, then those installed distributions contribute
+    (entry-point group `selector.catalogues`), then each user dir (resolved, once)."""
     dirs = [packaged_conf_dir()]
+    from ..catalogues import contributed_dirs  # installed distributions' catalogues
+    dirs.extend(d for d in contributed_dirs(dirs[0]) if d not in dirs)
     for d in user_dirs:
         p = user_dir(d)
         if p not in dirs:
