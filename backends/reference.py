@@ -93,11 +93,13 @@ def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple["object"
 
 def _write_out(y, out, like):
     """``y`` in the dtype of ``like``, or copied into the caller's ``out``, which must have that
-    dtype, the shape and the device (checked as the FlashInfer paths check it: no silent cast)."""
+    dtype (or the compute dtype itself: a float64 reference keeps its precision), the shape and
+    the device (checked as the FlashInfer paths check it: no silent cast)."""
     if out is None:
         return y.to(like.dtype)
     from ._base import output_buffer
-    buf = output_buffer(out, tuple(y.shape), like.dtype, y.device)
+    dtype = y.dtype if getattr(out, "dtype", None) == y.dtype else like.dtype
+    buf = output_buffer(out, tuple(y.shape), dtype, y.device)
     buf.copy_(y)
     return buf
 
