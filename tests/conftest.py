@@ -133,9 +133,12 @@ def child_env(*first: os.PathLike, **extra: str) -> Dict[str, str]:
     """This process's environment for a child Python, with `first` and the repository ahead
     of this process's whole import path (passed through PYTHONPATH: on a machine where the
     project and its dependencies are installed with `pip install --target`, sys.path is the
-    only place they are named)."""
+    only place they are named). A parent started with -P passes PYTHONSAFEPATH on, so that a
+    checkout in the child's working directory cannot shadow the selector tested here."""
     import selector
     env = dict(os.environ)
+    if getattr(sys.flags, "safe_path", False):  # -P (Python 3.11+)
+        env["PYTHONSAFEPATH"] = "1"
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     here = str(Path(selector.__file__).resolve().parent.parent)  # the selector tested here
     paths = [str(p) for p in first] + [here] + inherited + \
@@ -145,8 +148,9 @@ def child_env(*first: os.PathLike, **extra: str) -> Dict[str, str]:
     return env
 
 
-def cli_env(**extra: str) -> Dict[str, str]:
-    env = child_env()
+def cli_env(*first: os.PathLike, **extra: str) -> Dict[str, str]:
+    """`child_env` for a CLI run: `first` ahead of the import path, the session's cache."""
+    env = child_env(*first)
     env.pop("SELECTOR_NO_CACHE", None)
     env.update(extra)
     return env

@@ -10,7 +10,6 @@ An absent rank never calls agree_all (it sleeps past the group's timeout, then l
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,9 +17,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 
 
 def free_port() -> int:
@@ -37,8 +33,9 @@ def run_ranks(world: int, scenarios: Sequence[Dict[str, Any]], tmp: Path, *,
     (a hang fails the test instead of blocking the suite)."""
     plan = tmp / "plan.json"
     plan.write_text(json.dumps(list(scenarios)))
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(REPO)}
+    from conftest import child_env  # each rank imports the selector (and Hydra) this process does
+    env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                    GLOO_SOCKET_IFNAME="lo")
     procs = [subprocess.Popen([sys.executable, str(Path(__file__)), str(r), str(world),
                                str(plan), str(tmp / f"rank{r}.json"), str(timeout_s)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

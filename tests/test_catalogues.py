@@ -5,11 +5,10 @@ origins; discovery never imports the contributing package."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from catalogue_dist import DEMO_BACKEND, build_wheel, demo_files, install
-from conftest import REPO, assert_clean_error, cli_env, run_cli_many
+from conftest import assert_clean_error, cli_env, run_cli_many
 
 DEMO_ORIGIN = "selector-demo-kernels 1.0 via entry point selector.catalogues:demo"
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
@@ -37,10 +36,8 @@ def sites(tmp_path_factory):
 
 
 def _env(site, log=None):
-    extra = {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
-    if log:
-        extra["DEMO_IMPORT_LOG"] = str(log)
-    return cli_env(**extra)
+    extra = {"DEMO_IMPORT_LOG": str(log)} if log else {}
+    return cli_env(site, **extra)
 
 
 @pytest.fixture(scope="module")

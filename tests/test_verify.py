@@ -41,7 +41,7 @@ def _backend_file(conf: Path, op: str, name: str, entry: str) -> None:
 def wrong():
     """(config dir, environment with the plugin registered, plugin site dir)."""
     site = WRONG / "site"
-    env = cli_env(PYTHONPATH=os.pathsep.join([str(site), cli_env()["PYTHONPATH"]]))
+    env = cli_env(site)
     return WRONG / "conf", env, site
 
 
