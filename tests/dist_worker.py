@@ -25,17 +25,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(world: int, scenarios: Sequence[Dict[str, Any]], tmp: Path, *,
+def run_ranks(world: int, scenarios: Sequence[Dict[str, Any]], tmp: Path, env: Dict[str, str], *,
               timeout_s: float = 30.0, deadline_s: float = 300.0) -> List[List[Dict[str, Any]]]:
     """Per rank, the outcome of each scenario: {"agreed": [...], "text": str} or {"error": str}.
 
     `timeout_s` is the process group's timeout; every process is killed after `deadline_s`
-    (a hang fails the test instead of blocking the suite)."""
+    (a hang fails the test instead of blocking the suite). `env` is a child Python's
+    environment (conftest.child_env(): each rank imports the selector and Hydra the caller does)."""
     plan = tmp / "plan.json"
     plan.write_text(json.dumps(list(scenarios)))
-    from conftest import child_env  # each rank imports the selector (and Hydra) this process does
-    env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                    GLOO_SOCKET_IFNAME="lo")
+    env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "GLOO_SOCKET_IFNAME": "lo"}
     procs = [subprocess.Popen([sys.executable, str(Path(__file__)), str(r), str(world),
                                str(plan), str(tmp / f"rank{r}.json"), str(timeout_s)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -15,7 +15,7 @@ import selector
 from selector import agreement
 from selector.agreement import Group
 
-from conftest import load
+from conftest import child_env, load
 
 torch_dist = pytest.importorskip("torch.distributed", reason="torch is not installed")
 if not torch_dist.is_available():  # pragma: no cover
@@ -49,7 +49,7 @@ SCENARIOS = [
 @pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory):
     """Every scenario, in order, on one spawned group of 4 gloo ranks."""
-    results = run_ranks(4, SCENARIOS, tmp_path_factory.mktemp("gloo4"), timeout_s=120)
+    results = run_ranks(4, SCENARIOS, tmp_path_factory.mktemp("gloo4"), child_env(), timeout_s=120)
     return {s["name"]: [r[i] for r in results] for i, s in enumerate(SCENARIOS)}
 
 
@@ -127,7 +127,7 @@ def test_ranks_deciding_different_layers(four_ranks):
 def test_rank_that_never_calls_in_times_out(tmp_path):
     """Rank 2 never calls agree_all: the others stop after the group's timeout, naming it."""
     scenario = {"name": "absent", "default": SPARK, "layers": [MOE], "absent": [2]}
-    results = run_ranks(3, [scenario], tmp_path, timeout_s=4, deadline_s=180)
+    results = run_ranks(3, [scenario], tmp_path, child_env(), timeout_s=4, deadline_s=180)
     errors = [r[0].get("error") for r in results[:2]]
     assert errors[0] == errors[1]
     assert errors[0].startswith("selector.distributed: rank(s) 2 did not call agree within "

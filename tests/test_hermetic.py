@@ -18,17 +18,13 @@ print(json.dumps({"selector": selector.__file__, "hydra": hydra.__file__,
 """
 
 
-def _child(*argv: str) -> dict:
-    p = subprocess.run([sys.executable, *argv, "-c", _CODE], cwd=str(REPO), env=child_env(),
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
-
-
 def test_a_child_imports_the_selector_and_hydra_tested_here():
     import hydra
     import selector
-    got = _child()
+    p = subprocess.run([sys.executable, "-c", _CODE], cwd=str(REPO), env=child_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
     assert got["selector"] == selector.__file__
     assert got["hydra"] == hydra.__file__
     assert got["safe_path"] == bool(getattr(sys.flags, "safe_path", False))
