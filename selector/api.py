@@ -33,7 +33,8 @@ class Selector:
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
-        self.resolver = Resolver(run_config, self.probes)
+        self.resolver = Resolver(run_config, self.probes,
+                                 tree.group_options("stack") if tree is not None else ())
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match

@@ -110,10 +110,11 @@ LayerConf = make_dataclass("LayerConf", [(f.name, f.type, field(default=f.defaul
 
 @dataclass
 class PolicyConf:
-    moe_backend: str = "auto"
-    linear_backend: str = "auto"
+    moe_backend: Any = "auto"  # a name, or an ordered list of names (first usable wins)
+    linear_backend: Any = "auto"
     strict: bool = True
     allow_opt_in: List[str] = field(default_factory=list)  # opt-in backends auto may choose
+    exclude: List[str] = field(default_factory=list)  # backends never chosen
 
 
 @dataclass

@@ -316,7 +316,7 @@ MOE = [
       "flashinfer_trtllm", kinds={"flashinfer_cutedsl": {"package"}},
       cites={"flashinfer_cutedsl": ("FlashInfer #2398",)}),
     S("moe-b200-no-cutlass-dsl", [B200, pk(flashinfer_python="0.7.4")], "flashinfer_trtllm",
-      kinds={"flashinfer_cutedsl": {"package"}, "emulation": {"package"}}),
+      kinds={"flashinfer_cutedsl": {"package"}}),
     S("moe-b200-074-cutlass-dsl-4.7", [B200, FI_074, pk(nvidia_cutlass_dsl="4.7.1")],
       "flashinfer_trtllm", kinds={"flashinfer_cutedsl": {"known_issue"}}),
     S("moe-b200-0611-cutlass-dsl-4.4", [B200, FI_0611, pk(nvidia_cutlass_dsl="4.4.2")],
@@ -351,10 +351,10 @@ MOE = [
       notes=("marlin is weight-only",)),
     S("moe-sm70-marlin-needs-7.5", [CPU, "platform.capability=7.0", VLLM], "emulation",
       kinds={"marlin": {"device"}}),
-    S("moe-cpu-nothing", [CPU], None,
-      kinds={"emulation": {"package"}, "marlin": {"device", "package"},
-             "flashinfer_trtllm": {"device", "package"}},
-      notes=("no backend can be chosen automatically",)),
+    # the reference needs no package: a hardware preset alone still has an answer (issue 17)
+    S("moe-cpu-no-packages-emulation", [CPU], "emulation",
+      kinds={"marlin": {"device", "package"}, "flashinfer_trtllm": {"device", "package"}},
+      notes=("this platform lists no packages",)),
     S("moe-cpu-torch-emulation", [CPU, pk(torch="2.11.0+cu130")], "emulation"),
     # --- weight-only on W4A4 vs W4A16 ---------------------------------------------------------
     S("moe-dgx-vllm-w4a4-native-first", [DGX, VLLM], "flashinfer_cutlass",
@@ -455,7 +455,7 @@ LINEAR = [
     S("lin-rtx5090-b12x-native-w4a16", [RTX, FI_074, pk(b12x="0.3.0"), W4A16_LIN], "emulation",
       kinds={"b12x": {"quant"}, "flashinfer_b12x": {"quant"}}),
     S("lin-cpu-torch-emulation", [CPU, pk(torch="2.11.0"), DENSE], "emulation"),
-    S("lin-cpu-nothing", [CPU], None, layer=DENSE_KW, kinds={"emulation": {"package"}}),
+    S("lin-cpu-no-packages-emulation", [CPU], "emulation", layer=DENSE_KW),
     S("lin-unquantized-explicit-backend", [DGX, FI_074, DENSE, LIN_FI_B12X], None,
       layer={"quant": "unquantized"},
       status={"flashinfer_b12x": "not_applicable", "emulation": "not_applicable"},
@@ -538,7 +538,7 @@ def test_scenario(s: Scenario):
         text = " ".join(f"{r.message} {r.source}" for r in by_name[backend].reasons)
         for n in needles:
             assert n in text, (backend, n, text)
-    notes = "\n".join(d.notes)
+    notes = "\n".join((d.hint,) + d.notes)
     for n in s.notes:
         assert n in notes, (n, d.notes)
     for n in s.no_notes:
