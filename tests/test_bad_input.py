@@ -270,7 +270,7 @@ def test_argparse_errors_exit_2(results):
 
 def test_version_4_10_stays_4_10(results):
     r = results[("explain", "version-4.10")]
-    assert r.returncode == 1, r.stderr  # cpu without packages: nothing selectable
+    assert r.returncode == 0, r.stderr  # cpu without packages: the reference
     plat = r.json["platform"]
     assert plat["packages"]["nvidia-cutlass-dsl"] == "4.10"
     assert plat["cuda"] == "12.10"
