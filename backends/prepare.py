@@ -606,7 +606,7 @@ def _marlin_one(weight, block_scale, size_n, size_k, padded_n, padded_k, scale_f
 
 def prepare_marlin_linear(weights: LinearWeights, *, param_dtype=None) -> MarlinPrepared:
     """vLLM ``prepare_fp4_layer_for_marlin`` for an NVFP4 linear layer (W4A16: the activation scale
-    is dropped; a W4A4 checkpoint is served weight-only, FACTS.md)."""
+    is dropped; a W4A4 checkpoint is served weight-only, vLLM marlin_utils_fp4.py)."""
     torch = _torch()
     dt = param_dtype or torch.bfloat16
     N, K = weights.out_features, weights.in_features

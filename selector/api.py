@@ -29,11 +29,11 @@ class Selector:
     """
 
     def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
-                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None, verify=None):
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
-        self.resolver = Resolver(run_config, self.probes,
+        self.resolver = Resolver(run_config, self.probes, verify,
                                  tree.group_options("stack") if tree is not None else ())
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
@@ -117,4 +117,8 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
     if run.probe == "deep":
         from .probing import run_deep_probes
         probes = {name: (f.ok, f.message) for name, f in run_deep_probes(run.catalogue).items()}
-    return Selector(run, tree, probes)
+    verify = None
+    if run.probe == "verify":  # each usable backend run once per machine: selector.verify
+        from .verify import verify_once
+        verify = verify_once(Selector(run, tree), overrides, config_dirs).rejections()
+    return Selector(run, tree, probes, verify)

@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
                            "$SELECTOR_PROBE_TIMEOUT, else 120)")
             s.add_argument("--probe", action="append", default=[], metavar="NAME",
                            help="run only this deep probe (repeatable; implies --deep)")
+            s.add_argument("--verify", action="store_true",
+                           help="run each usable backend on small NVFP4 problems (a child "
+                           "process each, --timeout) and compare it with the reference")
+            s.add_argument("--op", action="append", choices=("moe", "linear"), default=[],
+                           help="verify only this op (repeatable; implies --verify)")
+            s.add_argument("--no-cache", dest="verify_cache", action="store_false",
+                           help="verify again instead of reusing this machine's cached results")
     m = sub.add_parser("matrix", help="every backend on every platform preset, as a grid",
                        description="every backend on every platform preset, as a grid")
     m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
@@ -90,7 +97,8 @@ def _run(args) -> int:
     if args.command == "doctor":
         from .doctor import run_doctor
         return run_doctor(args.overrides, args.config_dir, deep=args.deep, timeout=args.timeout,
-                          fmt=args.format, probes=args.probe)
+                          fmt=args.format, probes=args.probe, verify=args.verify,
+                          verify_ops=args.op, verify_cache=args.verify_cache)
     if args.command == "matrix":
         from .matrix import run_matrix
         return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format)

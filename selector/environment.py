@@ -1,7 +1,7 @@
 """Detect this machine: GPU and driver through NVML, the CUDA runtime and package versions
 through distribution metadata. Nothing here imports torch or a kernel library in-process.
 
-NVML answers in about a millisecond (FACTS.md, detection on the lent H200) where `import torch`
+NVML answers in about a millisecond (measured on an H200) where `import torch`
 takes 3-6 s, so it comes first. torch is asked only when NVML is unusable yet a driver is
 present, and then in a child process with a time limit, since a broken torch can hang or crash.
 """

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Seq
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
-from .rules import OPT_IN, Reason, Rule
+from .rules import OPT_IN, Reason, Rule, VerifyFailure, VerifyRule
 from .schema import Layer, Status
 
 MEMO_SIZE = 65536  # verdicts kept; a full memo starts over (bounded memory)
@@ -79,9 +79,10 @@ def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
 
 class Resolver:
     """Decisions for one run config (catalogue, platform, policy), with optional probe
-    findings."""
+    findings and verification failures ((op, backend) -> failed cases: a `verify` rule each)."""
 
     def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
+                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None,
                  stacks: Sequence[str] = ()):
         self.run = run
         self._hint = no_packages_hint(run.platform, stacks)
@@ -107,17 +108,21 @@ class Resolver:
                     reason = rule.evaluate(None, facts)
                     if reason is not None:
                         fixed.append(reason)
+                explicit = tuple(r for r in fixed if r.rule == OPT_IN)  # explicit_only rules
+                fixed = [r for r in fixed if r.rule != OPT_IN]
                 fixed.extend(
                     Reason("feature", f"deep probe {name} failed: {probes[name][1]}",
                            f"selector doctor --deep (probe {name})", f"fail probe {name}")
                     for name in b.probes if probes and name in probes and not probes[name][0])
+                if verify and verify.get((op, b.name)):
+                    layered.append(VerifyRule.measured(op, b.name, verify[op, b.name]))
                 prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
                 read = {"quant"}.union(*(r.all_layer_fields for r in layered),
                                        *(pr.when.layer_fields for pr in prefs))
                 self._plans[op, b.name] = _Plan(
                     tuple(r for r in fixed if r.severity != "warning"),
                     tuple(r for r in fixed if r.severity == "warning"), tuple(layered),
-                    prefs, opt_in_reason(b), attrgetter(*sorted(read)))
+                    prefs, opt_in_reason(b) + explicit, attrgetter(*sorted(read)))
         # A backend's verdict and rank depend only on the layer fields its rules and preference
         # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
         # differ elsewhere (num_tokens, sizes no rule checks) share them.
@@ -211,7 +216,7 @@ class Resolver:
         else automatic selection decides."""
         key = f"policy.{layer.op}_backend"
         notes: List[str] = []
-        failing: List[str] = []
+        failing: List[Tuple[str, int]] = []  # (backend, failed rules)
         for name in requested:
             if name == "auto":
                 return auto, notes
@@ -222,16 +227,15 @@ class Resolver:
             elif status in (Status.ELIGIBLE, Status.OPT_IN):
                 return name, notes
             else:
-                failing.append(f"{name} {len(reasons)}")
+                failing.append((name, len(reasons)))
         asked = f"{key}={','.join(requested)}"
         if not failing:  # nothing requested implements this layer: automatic selection decides
             notes[:] = [f"{asked} does not implement {layer.quant} {layer.op} layers; automatic "
                         f"selection chose {auto or 'nothing'} for this layer"]
             return auto, notes
-        what = (f"{asked} was requested but fails {failing[0].split()[1]} rule(s)"
-                if len(requested) == 1 else
-                f"{asked} was requested but each fails: "
-                + ", ".join(f"{f.split()[0]} {f.split()[1]} rule(s)" for f in failing))
+        what = (f"{asked} was requested but fails {failing[0][1]} rule(s)"
+                if len(requested) == 1 else f"{asked} was requested but each fails: "
+                + ", ".join(f"{name} {n} rule(s)" for name, n in failing))
         if self.run.policy.strict:
             notes.append(what + "; policy.strict=true refuses to fall back"
                          + (f" (with policy.strict=false: {auto})" if auto else ""))

@@ -42,6 +42,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -258,6 +259,13 @@ class Condition:
         return " ".join(p for p in (WHEN[k].describe(v) for k, v in self.terms
                                     if WHEN[k].layer_field) if p)
 
+    def describe_platform_spec(self) -> str:
+        """The platform terms as written: 'SM 12.x', 'flashinfer-python >=0.7'."""
+        parts = [p.describe() for p in self.get("packages") or ()]
+        if self.get("devices") is not None:
+            parts.append(describe_devices(self.get("devices")))
+        return ", ".join(parts)
+
     def describe_platform(self, facts: Facts) -> str:
         parts = [f"{p.name} {facts.version(p.name)}" for p in self.get("packages") or ()]
         if self.get("devices") is not None and facts.capability is not None:
@@ -265,11 +273,33 @@ class Condition:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class Explained:
+    """A deliberate difference between a rule and what an installed library declares about
+    itself (`doctor --deep` drift report): which claim, why, and the public source."""
+    claim: str
+    reason: str
+    source: str
+
+
+def _explained(items: Any, key: str, where: str) -> Tuple[Explained, ...]:
+    if not isinstance(items, (list, tuple)):
+        raise bad_input(key, items, "is not a list of {claim, reason, source}", where=where)
+    out = []
+    for i, e in enumerate(items):
+        if not isinstance(e, Mapping) or set(e) != {"claim", "reason", "source"} or \
+                not all(isinstance(v, str) and v.strip() for v in e.values()):
+            raise bad_input(f"{key}[{i}]", e, "must have exactly the keys claim, reason and "
+                            "source, each a non-empty string", where=where)
+        out.append(Explained(e["claim"], e["reason"], e["source"]))
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------------------------
 # The registry
 
 KINDS: Dict[str, Type["Rule"]] = {}
-COMMON_FIELDS = ("kind", "source", "message", "severity", "when")
+COMMON_FIELDS = ("kind", "source", "message", "severity", "when", "explained")
 
 
 def register(cls: Type["Rule"]) -> Type["Rule"]:
@@ -300,6 +330,7 @@ class Rule:
         self.message: Optional[str] = conf.get("message")
         self.severity: str = conf.get("severity", "error")
         self.when = Condition.parse(conf.get("when"), key, where)
+        self.explained = _explained(conf.get("explained") or [], f"{key}.explained", where)
         self.params = _params(type(self), conf, key, where)
         self.setup(self.params)
 
@@ -488,7 +519,8 @@ class CudaRule(Rule):
 
 @register
 class PackageRule(Rule):
-    """A distribution must be installed in a version range; `any_of` accepts any of several."""
+    """A distribution must be installed in a version range; `any_of` accepts any of several,
+    each a name or a requirement with its own range ("sgl-kernel<=0.3.21")."""
     kind = "package"
 
     @dataclass(frozen=True)
@@ -498,32 +530,47 @@ class PackageRule(Rule):
         specifier: str = ""
 
     def setup(self, p: Params) -> None:
-        names = list(p.any_of) + ([p.package] if p.package else [])
-        if not names:
+        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+        reqs = [_requirement(f"{self.key}.any_of", e, self.spec, self.where) for e in p.any_of]
+        if p.package:
+            reqs.append(PackageSpec(canonicalize_name(p.package), self.spec))
+        if not reqs:
             raise bad_input(f"{self.key}.package", None, "is required (or any_of: [...])",
                             where=self.where)
-        self.names = tuple(canonicalize_name(n) for n in names)
-        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+        self.reqs = tuple(reqs)
+        self.names = tuple(r.name for r in reqs)
 
     @property
     def packages(self):
         return self.names
 
     def evaluate(self, layer, facts):
-        if any(PackageSpec(n, self.spec).holds(facts) for n in self.names):
+        if any(r.holds(facts) for r in self.reqs):
             return None
-        spec = f" {self.spec}" if str(self.spec) else ""
-        if len(self.names) == 1:
-            n = self.names[0]
-            hint = f"pip install '{n}{self.spec}'" if str(self.spec) else f"pip install {n}"
-            return self.reason(f"needs {n}{spec} ({_installed(facts, n)}; {hint})",
-                               f"need {n}{spec}")
-        found = ", ".join(f"{n} {_installed(facts, n)}" for n in self.names)
-        return self.reason(f"needs one of {' or '.join(self.names)}{spec} ({found})",
-                           f"need {' or '.join(self.names)}{spec}")
+        if len(self.reqs) == 1:
+            r = self.reqs[0]
+            spec = f" {r.spec}" if str(r.spec) else ""
+            hint = f"pip install '{r.name}{r.spec}'" if str(r.spec) else f"pip install {r.name}"
+            return self.reason(f"needs {r.name}{spec} ({_installed(facts, r.name)}; {hint})",
+                               f"need {r.name}{spec}")
+        want = " or ".join(r.describe() for r in self.reqs)
+        found = ", ".join(f"{r.name} {_installed(facts, r.name)}" for r in self.reqs)
+        return self.reason(f"needs one of {want} ({found})", f"need {want}")
 
     def describe(self):
-        return f"package {' | '.join(self.names)} {self.spec}".rstrip()
+        return f"package {' | '.join(r.describe() for r in self.reqs)}"
+
+
+def _requirement(key: str, text: str, spec: SpecifierSet, where: str) -> PackageSpec:
+    """'name' or 'name<spec>' (PEP 508 without extras or markers), and the rule's own range."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        req = None
+    if req is None or req.extras or req.marker or req.url:
+        raise bad_input(key, text, "is not a distribution name with an optional version range "
+                        "such as 'sgl-kernel<=0.3.21'", where=where)
+    return PackageSpec(canonicalize_name(req.name), req.specifier & spec)
 
 
 @register
@@ -748,10 +795,78 @@ class ShapeRule(Rule):
         return f"shape {self.dim} % {self.multiple} == 0"
 
 
+@register
+class ExplicitOnlyRule(Rule):
+    """Opt-in only where its `when` holds (devices, packages): never chosen automatically there."""
+    kind = "explicit_only"
+
+    def setup(self, p: Any) -> None:
+        if self.when.layer_fields or not self.when.terms:
+            raise bad_input(f"{self.key}.when", {}, "must name devices or packages only (the "
+                            "platform where the backend runs only when requested)",
+                            where=self.where)
+        if not self.message:
+            raise bad_input(f"{self.key}.message", None, "is required: say why and how to "
+                            "request the backend", where=self.where)
+
+    def evaluate(self, layer, facts):
+        assert self.message is not None
+        return Reason(OPT_IN, self.message, self.source, "are opt-in", "error", self.key)
+
+    def describe(self):
+        return f"explicit_only where {self.when.describe_platform_spec()}"
+
+
 def rule_fields() -> Tuple[str, ...]:
     """Every field some rule kind accepts."""
     return tuple(dict.fromkeys(COMMON_FIELDS + tuple(
         f for cls in KINDS.values() for f in kind_fields(cls))))
+
+
+@dataclass(frozen=True)
+class VerifyFailure:
+    """One case that `selector doctor --verify` measured wrong (or saw crash) on this machine."""
+    quant: str
+    act_and_mul: Optional[bool]  # None: whatever the layer's (a linear layer)
+    text: str  # the case and what was measured
+
+
+@register
+class VerifyRule(Rule):
+    """Added by `probe=verify`, never declared: the backend failed `doctor --verify` here.
+
+    It computed wrong numbers (or crashed) on this machine; the rule rejects layers of the
+    failed case's quant scheme (and, for an MoE, gating) with the measured error."""
+    kind = "verify"
+    layer_fields = ("quant", "act_and_mul")
+    SOURCE = ("selector doctor --verify, measured on this machine (kernels that load yet compute "
+              "wrong output: FlashInfer #3294, #2723)")
+    failures: Tuple[VerifyFailure, ...] = ()
+
+    def setup(self, p: Any) -> None:
+        raise bad_input(f"{self.key}.kind", self.kind, "is not declared in a backend file: "
+                        "probe=verify adds it to a backend that failed `selector doctor --verify` "
+                        "on this machine", where=self.where)
+
+    @classmethod
+    def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> "VerifyRule":
+        rule = cls.__new__(cls)
+        rule.key, rule.where = f"catalogue.{op}.{backend}.verify", "selector doctor --verify"
+        rule.source, rule.message, rule.severity = cls.SOURCE, None, "error"
+        rule.when, rule.params = Condition(), cls.Params()
+        rule.failures = tuple(failures)
+        return rule
+
+    def evaluate(self, layer, facts):
+        hits = [f.text for f in self.failures if f.quant == layer.quant and
+                f.act_and_mul in (None, layer.act_and_mul)]
+        if not hits:
+            return None
+        return self.reason("failed verification on this machine: " + "; ".join(hits),
+                           "fail verification here")
+
+    def describe(self):
+        return f"verify: {len(self.failures)} failed case(s) on this machine"
 
 
 def reason_rules() -> Tuple[str, ...]:
