@@ -130,6 +130,8 @@ def _run(args) -> int:
         _emit(out, args.format)
         return 0 if usable else 1
     if args.format == "line":
+        if d.hint:  # stdout stays one line per decision
+            print(f"selector: note: {d.hint}", file=sys.stderr)
         _emit(d.log_line(), "line")
         return 0 if d.selected else 1
     from .catalogues import explained
