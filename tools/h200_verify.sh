@@ -36,7 +36,10 @@ export PYTHONPATH="$STAGE${PYTHONPATH:+:$PYTHONPATH}"
 export SELECTOR_CACHE_DIR="$OUT/cache"
 rm -rf "$SELECTOR_CACHE_DIR"
 WRONG_ENV="PYTHONPATH=$PWD/tests/wrong_backends/site:$PYTHONPATH"  # the wrong backends' plugin
-WRONG_CONF="--config-dir tests/wrong_backends/conf"
+WRONG_CONF="--config-dir $PWD/tests/wrong_backends/conf"
+# Run from $OUT: from the checkout, `python -m` would put its plain selector/ (no backends inside)
+# first on sys.path, ahead of the link tree.
+cd "$OUT" || exit 3
 
 run() {  # print the command, run it (stdout to $JSON when set), print exit status and wall time
   echo "=== $*${JSON:+ > $JSON}"
