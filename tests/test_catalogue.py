@@ -50,7 +50,8 @@ def test_every_rule_cites_a_source(cat):
     n = 0
     for op, backends in cat.backends.items():
         for b in backends:
-            assert b.rules, f"{op}.{b.name} has no rules"
+            # the reference needs nothing the asking engine lacks (issue 17): it may have none
+            assert b.rules or b.execution == "reference", f"{op}.{b.name} has no rules"
             for r in b.rules:
                 n += 1
                 src = r.source.strip()
