@@ -33,7 +33,7 @@ class B12xNativeLinear(ExternalKernelMixin, LinearBackend):
     kernel_call = "the b12x package's dense NVFP4 GEMM"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights)
+        return prepare_fp4_linear(weights, pad=False)   # vLLM's b12x linear kernel does not pad
 
     def apply(self, x, prepared, *, out=None):
         self._unavailable_apply(x, prepared)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from . import engines
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
@@ -68,6 +69,14 @@ def no_packages_hint(platform: Any, stacks: Sequence[str]) -> str:
     adds = [f"stack={newest[f][1]}" for f in engines]
     return ("this platform lists no packages, so every backend that needs one is rejected: add "
             + ", ".join(adds) + " or platform.packages.<dist>=VERSION")
+
+
+def _not_implemented(layer: Layer, reasons: Tuple[Reason, ...]) -> str:
+    """Why a requested backend does not serve this layer: the engine's own reason, or the op
+    and quant scheme."""
+    if reasons and reasons[0].rule == "engine":
+        return reasons[0].message
+    return f"does not implement {layer.quant} {layer.op} layers"
 
 
 def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
@@ -138,6 +147,8 @@ class Resolver:
 
     def evaluate(self, b: BackendSpec, layer: Layer) -> Verdict:
         """Filter: the backend's status for this layer, with every failed rule."""
+        if b.unavailable is not None:  # the engine (engine=...) does not offer it
+            return Verdict(Status.NOT_APPLICABLE, (b.unavailable,), ())
         if layer.quant not in b.implements:
             return Verdict(Status.NOT_APPLICABLE, (Reason(
                 "quant", f"implements {', '.join(b.implements)} layers, not {layer.quant}; "
@@ -206,7 +217,8 @@ class Resolver:
         values = layer.__dict__
         return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, ",".join(requested),
                         selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
-                        self._hint)
+                        engines.view(run.engine, run.catalogue, layer.op, selected),
+                        hint=self._hint)
 
     def _requested(self, layer: Layer, requested: Tuple[str, ...],
                    evaluated: Dict[str, Verdict], auto: Optional[str]
@@ -222,16 +234,18 @@ class Resolver:
                 return auto, notes
             status, reasons, _ = evaluated[name]
             if status == Status.NOT_APPLICABLE:
-                notes.append(f"{key}: {name} does not implement {layer.quant} {layer.op} "
-                             "layers; skipped")
+                notes.append(f"{key}: {name} {_not_implemented(layer, reasons)}; skipped")
             elif status in (Status.ELIGIBLE, Status.OPT_IN):
                 return name, notes
             else:
                 failing.append((name, len(reasons)))
         asked = f"{key}={','.join(requested)}"
         if not failing:  # nothing requested implements this layer: automatic selection decides
-            notes[:] = [f"{asked} does not implement {layer.quant} {layer.op} layers; automatic "
-                        f"selection chose {auto or 'nothing'} for this layer"]
+            what = (_not_implemented(layer, evaluated[requested[0]].reasons)
+                    if len(requested) == 1 else
+                    f"does not implement {layer.quant} {layer.op} layers")
+            notes[:] = [f"{asked}: {what}; automatic selection chose {auto or 'nothing'} for "
+                        "this layer"]
             return auto, notes
         what = (f"{asked} was requested but fails {failing[0][1]} rule(s)"
                 if len(requested) == 1 else f"{asked} was requested but each fails: "

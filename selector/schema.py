@@ -154,6 +154,19 @@ class BackendConf:
     opt_in: Optional[OptInConf] = None
     preference: List[PreferenceConf] = field(default_factory=list)
     rules: List[Any] = field(default_factory=list)  # each checked by its kind (rules.KINDS)
+    engines: Dict[str, Any] = field(default_factory=dict)  # per engine: selector/engines
+
+
+@dataclass
+class EngineConf:
+    """The inference engine selector answers for (`engine=none|vllm|sglang`): its name, the
+    label its messages use, and the command-line flag that requests a backend per op."""
+    name: str = "none"
+    label: str = ""
+    moe_flag: Optional[str] = None
+    linear_flag: Optional[str] = None
+    source: str = ""
+    outside: Dict[str, str] = field(default_factory=dict)  # engine backends not modelled: source
 
 
 @dataclass
@@ -162,4 +175,5 @@ class SelectorConf:
     platform: PlatformConf = field(default_factory=PlatformConf)
     layer: LayerConf = field(default_factory=LayerConf)
     policy: PolicyConf = field(default_factory=PolicyConf)
+    engine: EngineConf = field(default_factory=EngineConf)
     probe: str = "none"
