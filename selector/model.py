@@ -67,6 +67,12 @@ class Policy:
     allow_opt_in: Tuple[str, ...] = ()  # opt-in backends automatic selection may choose
     exclude: Tuple[str, ...] = ()  # backends never chosen (policy.exclude)
 
+    def __post_init__(self) -> None:
+        """One backend name given as a string is a request of one."""
+        for f in ("moe_backend", "linear_backend"):
+            if isinstance(getattr(self, f), str):
+                object.__setattr__(self, f, (getattr(self, f),))
+
     def requested(self, op: str) -> Tuple[str, ...]:
         """The ordered request for an op: ('auto',), or names whose first usable one wins."""
         return self.moe_backend if op == "moe" else self.linear_backend

@@ -240,7 +240,7 @@ def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True
 
     expected = {b.name: expected_status(b, layer, facts, probes) for b in cat.backends[layer.op]}
     auto = next((n for n in names if expected[n][0] == "eligible"), None)
-    requested = policy.requested(layer.op)
+    requested = ",".join(policy.requested(layer.op))  # a list is joined by ","
     assert d.requested == requested
 
     for c in d.candidates:
