@@ -75,8 +75,8 @@ def _not_implemented(layer: Layer, reasons: Tuple[Reason, ...]) -> str:
     """Why a requested backend does not serve this layer: the engine's own reason, or the op
     and quant scheme."""
     if reasons and reasons[0].rule == "engine":
-        return reasons[0].message
-    return f"does not implement {layer.quant} {layer.op} layers"
+        return f": {reasons[0].message}"
+    return f" does not implement {layer.quant} {layer.op} layers"
 
 
 def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
@@ -234,7 +234,7 @@ class Resolver:
                 return auto, notes
             status, reasons, _ = evaluated[name]
             if status == Status.NOT_APPLICABLE:
-                notes.append(f"{key}: {name} {_not_implemented(layer, reasons)}; skipped")
+                notes.append(f"{key}: {name}{_not_implemented(layer, reasons)}; skipped")
             elif status in (Status.ELIGIBLE, Status.OPT_IN):
                 return name, notes
             else:
@@ -243,8 +243,8 @@ class Resolver:
         if not failing:  # nothing requested implements this layer: automatic selection decides
             what = (_not_implemented(layer, evaluated[requested[0]].reasons)
                     if len(requested) == 1 else
-                    f"does not implement {layer.quant} {layer.op} layers")
-            notes[:] = [f"{asked}: {what}; automatic selection chose {auto or 'nothing'} for "
+                    f" does not implement {layer.quant} {layer.op} layers")
+            notes[:] = [f"{asked}{what}; automatic selection chose {auto or 'nothing'} for "
                         "this layer"]
             return auto, notes
         what = (f"{asked} was requested but fails {failing[0][1]} rule(s)"
