@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch")
 
 from selector.backends import nvfp4 as nv  # noqa: E402
 from selector.backends import prepare as P  # noqa: E402
-from selector.backends.flashinfer_b12x import B12xMoE  # noqa: E402
 
 F64 = torch.float64
 E, H, I = 4, 128, 64
@@ -138,7 +137,7 @@ def test_b12x_fc2_input_scale_is_new_ones_and_a_backend_switch_still_sees_the_ch
 def test_b12x_w4a16_checkpoint_without_activation_scales():
     W = _weights(scales=False)
     assert W.a2_scale is None and W.a13_scale is None
-    p = B12xMoE(quant="nvfp4_w4a16").prepare(W)
+    p = P.prepare_b12x_moe(W, quant="nvfp4_w4a16")
     assert p.quant_mode == "w4a16" and p.input_global_scale is None
     assert torch.equal(p.fc2_input_scale, torch.ones(E))
     with pytest.raises(ValueError, match="W4A4 only"):
