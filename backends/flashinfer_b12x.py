@@ -34,6 +34,7 @@ class B12xMoE(MoEBackend):
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         import flashinfer  # type: ignore
         import torch
+
         from ._flashinfer import B12X_ACTIVATIONS, moe_output, supported_kwargs
         buf = moe_output(out, x)
         kwargs = dict(

@@ -20,6 +20,7 @@ class CuteDslMoE(MoEBackend):
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         import torch
         from flashinfer import cute_dsl_fused_moe  # type: ignore
+
         from ._flashinfer import activation_type, moe_output, quantize_fp4, supported_kwargs
         p = prepared
         buf = moe_output(out, x)

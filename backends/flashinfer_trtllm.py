@@ -22,6 +22,7 @@ class TrtllmMoE(MoEBackend):
         top_k = int(topk_ids.shape[-1])
         import torch
         from flashinfer.fused_moe import trtllm_fp4_block_scale_routed_moe  # type: ignore
+
         from ._flashinfer import activation_type, moe_output, quantize_fp4, supported_kwargs
         p = prepared
         g = p.geometry

@@ -38,10 +38,7 @@ torch is imported inside the functions (``import backends.nvfp4`` stays cheap).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Tuple
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+from typing import Any, Tuple
 
 BLOCK_SIZE = 16
 E2M1_MAX = 6.0
@@ -80,7 +77,7 @@ class NVFP4Tensor:
     def dequantize(self, dtype=None):
         return dequantize(self.packed, self.block_scale, self.scale_2, dtype=dtype)
 
-    def to(self, device) -> "NVFP4Tensor":
+    def to(self, device) -> NVFP4Tensor:
         return NVFP4Tensor(self.packed.to(device), self.block_scale.to(device), self.scale_2.to(device))
 
 

@@ -84,7 +84,7 @@ def activation_fn(h, activation: str, act_and_mul: bool, *, swiglu_limit: Option
     return F.gelu(g, approximate="tanh" if activation == "gelu_tanh" else "none") * u
 
 
-def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple["object", "object"]:
+def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple[object, object]:
     """Softmax top-k routing: ``(topk_weights float32 [T, k], topk_ids int32 [T, k])``."""
     torch = _torch()
     probs = torch.softmax(router_logits.to(torch.float32), dim=-1)

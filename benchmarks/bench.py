@@ -125,7 +125,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     build = timeit(lambda: selector.load(["platform=b200"]), n)
 
     def hydra_empty():
-        from hydra import compose as hc, initialize_config_dir
+        from hydra import compose as hc
+        from hydra import initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
         d = tempfile.mkdtemp()
         Path(d, "empty.yaml").write_text("{}\n")
@@ -199,13 +200,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         "python -c 'import flashinfer'" if fi else "(flashinfer not installed)")
 
     # 7. memory of a built selector, in a new process
-    snippet = ("import gc, sys; sys.path.insert(0, %r)\n"
+    snippet = (f"import gc, sys; sys.path.insert(0, {str(ROOT)!r})\n"
                "def rss():\n"
                "    for l in open('/proc/self/status'):\n"
                "        if l.startswith('VmRSS:'): return int(l.split()[1])\n"
                "a = rss(); import selector; s = selector.load(['platform=b200']); "
                "[s.select(op='moe', activation=x, act_and_mul=x!='relu2') for x in "
-               "('silu','relu2','gelu_tanh','swigluoai')]; gc.collect(); print(rss() - a)") % str(ROOT)
+               "('silu','relu2','gelu_tanh','swigluoai')]; gc.collect(); print(rss() - a)")
     mem = []
     for _ in range(5):
         out = subprocess.run([py, "-c", snippet], env=env, cwd=ROOT, capture_output=True,

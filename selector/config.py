@@ -50,7 +50,7 @@ class ConfigTree:
     backend_files: Dict[Tuple[str, str], Path] = field(default_factory=dict)
 
     @classmethod
-    def discover(cls, user_dirs: Sequence[os.PathLike] = ()) -> "ConfigTree":
+    def discover(cls, user_dirs: Sequence[os.PathLike] = ()) -> ConfigTree:
         dirs = [packaged_conf_dir()]
         for d in user_dirs:
             p = Path(d).expanduser().resolve()
@@ -126,7 +126,7 @@ def _refuse_links_out(root: Path) -> None:
                                 where=str(p))
 
 
-def normalize_overrides(overrides: Sequence[str], tree: Optional["ConfigTree"] = None
+def normalize_overrides(overrides: Sequence[str], tree: Optional[ConfigTree] = None
                         ) -> List[str]:
     """Make version overrides keep their text: `platform.packages.x=4.10` stays '4.10'."""
     out = []
@@ -216,7 +216,8 @@ _HYDRA_LOCK = threading.Lock()
 
 def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any]:
     import yaml
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException

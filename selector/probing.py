@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import SelectorError, did_you_mean
+from .probe_child import MARK
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_PROBE_TIMEOUT", "120"))
-from .probe_child import MARK
 
 
 @dataclass(frozen=True)
@@ -158,10 +158,11 @@ def _skip_reason(spec) -> Optional[str]:
 
 
 def _skip_reason_unchecked(spec) -> Optional[str]:
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
     import importlib.metadata as md
     import importlib.util
+
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
     for dist, spec_text in spec.requires:
         try:
             v = md.version(dist)

@@ -90,7 +90,7 @@ class DeviceSpec:
     at_least: bool
 
     @classmethod
-    def parse(cls, key: str, text: Any, where: str) -> "DeviceSpec":
+    def parse(cls, key: str, text: Any, where: str) -> DeviceSpec:
         if not isinstance(text, str):
             raise bad_input(key, text, "is not a device spec such as '12.x', '10.0' or '>=7.5'",
                             where=where)
@@ -224,7 +224,7 @@ class Condition:
         object.__setattr__(self, "_platform", tuple(split[False]))
 
     @classmethod
-    def parse(cls, conf: Any, key: str, where: str) -> "Condition":
+    def parse(cls, conf: Any, key: str, where: str) -> Condition:
         conf = conf or {}
         if not isinstance(conf, Mapping):
             raise bad_input(f"{key}.when", conf, "is not a mapping of conditions", where=where)
@@ -268,11 +268,11 @@ class Condition:
 # --------------------------------------------------------------------------------------------
 # The registry
 
-KINDS: Dict[str, Type["Rule"]] = {}
+KINDS: Dict[str, Type[Rule]] = {}
 COMMON_FIELDS = ("kind", "source", "message", "severity", "when")
 
 
-def register(cls: Type["Rule"]) -> Type["Rule"]:
+def register(cls: Type[Rule]) -> Type[Rule]:
     """Class decorator: make `cls.kind` a rule kind backend files may use."""
     if cls.kind in KINDS or cls.kind == OPT_IN:
         raise ValueError(f"rule kind {cls.kind!r} is already taken")
@@ -280,7 +280,7 @@ def register(cls: Type["Rule"]) -> Type["Rule"]:
     return cls
 
 
-def kind_fields(cls: Type["Rule"]) -> Tuple[str, ...]:
+def kind_fields(cls: Type[Rule]) -> Tuple[str, ...]:
     """The YAML fields of a kind beside the common ones."""
     return tuple(f.name for f in dataclasses.fields(cls.Params))
 
@@ -347,7 +347,7 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return isinstance(value, tp)
 
 
-@functools.lru_cache(maxsize=None)  # one entry per registered kind
+@functools.cache  # one entry per registered kind
 def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field, Any], ...]:
     hints = typing.get_type_hints(params)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(params))

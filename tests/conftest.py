@@ -50,7 +50,7 @@ def cache_dir() -> Path:
 # ---------------------------------------------------------------------------------------------
 # In-process API
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(overrides: tuple, config_dirs: tuple):
     import selector
     return selector.load(list(overrides), config_dirs=list(config_dirs))
@@ -71,6 +71,7 @@ def warm(override_lists: Iterable[Sequence[str]], config_dirs: Sequence[os.PathL
     composed when a test loads it.
     """
     import json
+
     import selector
     todo: List[Tuple[str, ...]] = []
     for o in override_lists:

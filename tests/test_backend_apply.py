@@ -69,7 +69,8 @@ def _moe(device, seed=0, gated=True):
 
 
 def _moe_to(W, device):
-    f = (lambda t: None if t is None else t.to(device))
+    def f(t):
+        return None if t is None else t.to(device)
     return nv.MoEWeights(W.w13.to(device), W.w2.to(device), f(W.a13_scale), f(W.a2_scale))
 
 
@@ -109,7 +110,7 @@ def _usable_or_skip(op, backend, layer):
 @pytest.mark.parametrize("op,backend", [(op, b) for op, eps in ENTRY_POINTS.items() for b in eps])
 def test_entry_point_resolves_to_a_class_with_prepare_and_apply(op, backend):
     cls = resolve(ENTRY_POINTS[op][backend])
-    assert callable(getattr(cls, "prepare")) and callable(getattr(cls, "apply"))
+    assert callable(cls.prepare) and callable(cls.apply)
     assert cls.backend == backend and cls.op == op
     assert "out" in __import__("inspect").signature(cls.apply).parameters
 

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, load
-from selector.rules import reason_rules
+
 from selector import schema
+from selector.rules import reason_rules
 
 CONTRACT_MOE = ["flashinfer_b12x", "b12x", "flashinfer_trtllm", "flashinfer_cutedsl",
                 "flashinfer_cutlass", "cutlass", "marlin", "emulation"]
@@ -146,7 +146,7 @@ def test_docs_rules_md_is_generated_from_the_catalogue(cat):
     want = catalogue_markdown(cat)
     assert path.read_text() == want, \
         "docs/rules.md drifted from conf/backend/: python -m selector.listing > docs/rules.md"
-    for op, bs in cat.backends.items():
+    for _op, bs in cat.backends.items():
         for b in bs:
             assert f"### `{b.name}`" in want
             for r in b.rules:

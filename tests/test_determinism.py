@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List
 
-
 import selector
 
 REPO = Path(__file__).resolve().parent.parent

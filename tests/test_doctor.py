@@ -19,13 +19,12 @@ import sys
 import time
 
 import pytest
+from conftest import REPO, assert_clean_error, cli_env, run_cli, run_cli_many
+from doctor_fixtures import make_broken_packages, make_config_dir, make_dist, make_hider
 
 import selector
 from selector import probing
 from selector.doctor import build_report, render_text
-
-from conftest import REPO, assert_clean_error, cli_env, run_cli, run_cli_many
-from doctor_fixtures import (make_broken_packages, make_config_dir, make_dist, make_hider)
 
 
 def _version(name):

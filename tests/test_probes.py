@@ -12,14 +12,12 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-
-from selector import SelectorError, probing
-
-from selector import probe_specs as registry
-from selector.backends.probes import _util, metadata_probes
+from conftest import REPO, cli_env, load
 from doctor_fixtures import make_broken_packages, make_dist
 
-from conftest import REPO, cli_env, load
+from selector import SelectorError, probing
+from selector import probe_specs as registry
+from selector.backends.probes import _util, metadata_probes
 
 
 @pytest.fixture(autouse=True)

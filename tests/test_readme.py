@@ -1,6 +1,5 @@
 """The README's worked examples are real output of the current code."""
 import pytest
-
 from readme_examples import README, examples, run
 
 CASES = examples(README.read_text())

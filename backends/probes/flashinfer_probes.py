@@ -17,8 +17,7 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ._util import (absent_message, describe_exc, dist_version, failed, find_symbol, ok,
-                    warning, why_absent)
+from ._util import absent_message, describe_exc, dist_version, failed, find_symbol, ok, warning, why_absent
 
 PKG = "flashinfer"
 MM_FP4_BACKENDS = ("cudnn", "trtllm", "cutlass", "cute-dsl", "b12x")
