@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO, cli_env, load, run_cli_many
+from helpers import REPO, cli_env, load, run_cli_many
 
 import selector
 from selector.decision import Decision

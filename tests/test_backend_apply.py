@@ -115,6 +115,7 @@ def test_entry_point_resolves_to_a_class_with_prepare_and_apply(op, backend):
     assert "out" in __import__("inspect").signature(cls.apply).parameters
 
 
+@pytest.mark.slow
 def test_importing_every_backend_module_imports_neither_torch_nor_flashinfer():
     mods = sorted({ep.split(":")[0] for eps in ENTRY_POINTS.values() for ep in eps.values()})
     code = ("import sys, importlib\n"

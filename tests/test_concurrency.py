@@ -19,6 +19,8 @@ import pytest
 import selector
 from selector.api import Selector
 
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
+
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 16
 DECISIONS = 10_000

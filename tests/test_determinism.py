@@ -16,7 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List
 
+import pytest
+
 import selector
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 REPO = Path(__file__).resolve().parent.parent
 

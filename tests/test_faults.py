@@ -34,6 +34,8 @@ import pytest
 from selector import environment
 from selector.cli import main
 
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -38,6 +38,8 @@ from selector.model import Layer, Platform, Policy, RunConfig, make_backend, mak
 from selector.resolver import Resolver
 from selector.rules import WHEN_FIELDS, reason_rules, rule_fields
 
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
+
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 

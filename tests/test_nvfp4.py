@@ -222,6 +222,7 @@ def test_mma_layout_equals_flashinfer_convert_sf_to_mma_layout():
     assert torch.equal(ours.view(torch.uint8), theirs.view(torch.uint8))
 
 
+@pytest.mark.slow
 def test_nvfp4_module_imports_no_torch():
     import subprocess
     import sys

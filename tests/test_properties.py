@@ -41,6 +41,8 @@ from selector.model import Catalogue, Layer, Platform, Policy, RunConfig, make_c
 from selector.resolver import Resolver, Verdict
 from selector.rules import reason_rules
 
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
+
 REPO = Path(__file__).resolve().parent.parent
 OUTCOMES: Counter = Counter()  # reported by benchmarks/fuzz.py
 

@@ -2,6 +2,8 @@
 import pytest
 from readme_examples import README, examples, run
 
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
+
 CASES = examples(README.read_text())
 
 

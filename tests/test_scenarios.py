@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Set, Tuple
 
 import pytest
-from conftest import load, warm
+from helpers import load, warm
 
 from selector import schema
 from selector.layer import make_layer
