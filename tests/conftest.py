@@ -2,7 +2,8 @@
 
 Every test process (and every CLI subprocess it starts) uses one fresh composed-config cache
 directory, set through SELECTOR_CACHE_DIR before any test runs: runs never read or pollute the
-user's ~/.cache/selector, and repeated inputs compose once per session.
+user's ~/.cache/selector, and repeated inputs compose once per session. SELECTOR_TEST_CACHE_DIR
+names a directory to use (and keep) instead, shared by several sessions (tools/mutate.py).
 """
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ _CACHE_DIR: Optional[str] = None
 def pytest_configure(config):
     """One cache dir for the whole session, set before collection imports anything."""
     global _CACHE_DIR
-    _CACHE_DIR = tempfile.mkdtemp(prefix="selector-test-cache-")
-    os.environ["SELECTOR_CACHE_DIR"] = _CACHE_DIR
+    shared = os.environ.get("SELECTOR_TEST_CACHE_DIR")
+    if shared:
+        os.environ["SELECTOR_CACHE_DIR"] = shared
+    else:
+        _CACHE_DIR = tempfile.mkdtemp(prefix="selector-test-cache-")
+        os.environ["SELECTOR_CACHE_DIR"] = _CACHE_DIR
     os.environ.pop("SELECTOR_NO_CACHE", None)
 
 

@@ -1,0 +1,151 @@
+"""Edges of the decision that the packaged catalogue hides: user backends from a test config
+dir, device specs at their boundary, `when` with several devices, the memo key, immutable
+value classes and the closing notes. Each test was written against a surviving mutant of
+rules.py / resolver.py (tools/mutate.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from packaging.version import Version
+
+import selector
+from selector import rules
+from selector.errors import SelectorError
+from selector.rules import Condition, DeviceSpec, Facts
+
+SPARK = ["platform=dgx_spark", "stack=flashinfer_0_7_4"]
+
+
+def _backend(root, op, name, body):
+    d = root / "backend" / op
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.yaml").write_text(body)
+    return root
+
+
+def _facts(cap):
+    return Facts(cap, Version("13.0"), {})
+
+
+# --------------------------------------------------------------------------------------------
+# the verdict memo: every field a `when` reads, and the op, are part of its key
+
+def test_a_when_on_activation_is_not_answered_from_another_activation(tmp_path):
+    conf = _backend(tmp_path, "moe", "gelu_broken", (
+        'description: "breaks on gelu"\nrank: 1\nrules:\n'
+        "  - kind: known_issue\n"
+        '    when: {activation: [gelu], devices: ["12.x"]}\n'
+        '    message: "gelu layers fail here"\n'
+        '    source: "test"\n'))
+    sel = selector.load(SPARK, config_dirs=[conf])
+    silu = sel.select(activation="silu")
+    assert silu.selected == "gelu_broken"
+    gelu = sel.select(activation="gelu")
+    c = gelu.candidate("gelu_broken")
+    assert c.status == "rejected" and any("gelu layers fail here" in r.message for r in c.reasons)
+    assert gelu.selected != "gelu_broken"
+
+
+def test_a_backend_name_in_two_ops_keeps_a_verdict_per_op(tmp_path):
+    _backend(tmp_path, "moe", "twin", (
+        'description: "moe twin"\nrank: 1\nrules:\n'
+        '  - kind: device\n    devices: ["9.0"]\n    source: "test"\n'))
+    conf = _backend(tmp_path, "linear", "twin", 'description: "linear twin"\nrank: 1\nrules: []\n')
+    sel = selector.load(SPARK, config_dirs=[conf])
+    assert sel.select(op="linear").candidate("twin").status == "selected"
+    moe = sel.select(op="moe").candidate("twin")
+    assert moe.status == "rejected" and [r.rule for r in moe.reasons] == ["device"]
+
+
+def test_opt_in_is_a_backend_field_not_a_rule(tmp_path):
+    conf = _backend(tmp_path, "moe", "old_style", (
+        'description: "opt-in as a rule"\nrank: 1\nrules:\n'
+        '  - kind: opt_in\n    when: {activation: [gelu]}\n    source: "test"\n'))
+    with pytest.raises(SelectorError) as exc:
+        selector.load(SPARK, config_dirs=[conf])
+    assert "opt_in" in str(exc.value) and "backend field" in str(exc.value)
+    with pytest.raises(ValueError):
+        rules.register(type("OptInRule", (rules.Rule,), {"kind": rules.OPT_IN}))
+
+
+# --------------------------------------------------------------------------------------------
+# device specs and `when` terms
+
+@pytest.mark.parametrize("cap,ok", [((9, 0), False), ((9, 9), False), ((10, 0), True),
+                                    ((10, 3), True), ((12, 1), True)])
+def test_at_least_spec_holds_from_its_exact_capability(cap, ok):
+    spec = DeviceSpec.parse("k", ">=10.0", "w")
+    assert spec.at_least and (spec.major, spec.minor) == (10, 0)
+    assert spec.matches(cap) is ok
+    assert spec.describe() == "SM >= 10.0"
+
+
+def test_at_least_spec_compares_the_minor_version():
+    spec = DeviceSpec.parse("k", ">=7.5", "w")
+    assert not spec.matches((7, 0)) and spec.matches((7, 5)) and spec.matches((8, 0))
+
+
+@pytest.mark.parametrize("text", ["12", ">=12.x", "x.0", "12.y", 12, ""])
+def test_bad_device_specs_are_refused(text):
+    with pytest.raises(SelectorError):
+        DeviceSpec.parse("k", text, "w")
+
+
+@pytest.mark.parametrize("cap,ok", [((10, 0), True), ((10, 3), True), ((12, 0), True),
+                                    ((12, 1), False), ((9, 0), False), (None, False)])
+def test_when_with_several_devices_holds_on_any_of_them(cap, ok):
+    cond = Condition.parse({"devices": ["10.x", "12.0"]}, "k", "w")
+    assert cond.platform_holds(_facts(cap)) is ok
+    assert cond.layer_fields == ()
+
+
+def test_when_reads_the_layer_fields_of_its_terms():
+    cond = Condition.parse({"activation": ["gelu"], "max_num_tokens": 63, "ep": True,
+                            "devices": ["12.x"]}, "k", "w")
+    assert set(cond.layer_fields) == {"activation", "num_tokens", "ep_size"}
+
+
+# --------------------------------------------------------------------------------------------
+# value classes are immutable (they key caches and are shared between threads)
+
+@pytest.mark.parametrize("cls", [rules.Reason, rules.Facts, rules.DeviceSpec, rules.PackageSpec,
+                                 rules.WhenTerm, rules.Condition])
+def test_value_classes_are_frozen(cls):
+    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+
+
+def test_every_kinds_params_are_frozen():
+    for kind, cls in rules.KINDS.items():
+        params = getattr(cls, "Params", None)
+        if params is not None and dataclasses.is_dataclass(params):
+            assert params.__dataclass_params__.frozen, kind
+
+
+# --------------------------------------------------------------------------------------------
+# closing notes
+
+def test_note_opt_in_only_when_nothing_can_be_chosen_automatically(tmp_path):
+    conf = _backend(tmp_path, "moe", "situ_kernel", (
+        'description: "serves situ"\nrank: 1\n'
+        'opt_in: {reason: "experimental", source: "test"}\nrules: []\n'))
+    sel = selector.load(SPARK, config_dirs=[conf])
+    d = sel.select(activation="situ")
+    assert d.selected is None
+    assert d.candidate("situ_kernel").status == "opt_in"
+    assert any(n.startswith("no backend can be chosen automatically; opt-in only: situ_kernel")
+               and "policy.moe_backend=NAME" in n for n in d.notes), d.notes
+
+
+def test_note_without_opt_in_backends_names_none(tmp_path):
+    d = selector.load(SPARK).select(activation="situ")
+    assert d.selected is None
+    assert "no backend can be chosen automatically" in d.notes
+    assert not any("opt-in only" in n for n in d.notes)
+
+
+def test_note_outside_the_catalogue_for_a_quant_no_backend_implements():
+    d = selector.load(SPARK).select(quant="fp8")
+    assert d.selected is None
+    assert all(c.status == "not_applicable" for c in d.candidates)
+    assert any("outside selector's NVFP4 catalogue" in n and "fp8 moe" in n for n in d.notes), d.notes
