@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata as md
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from selector.schema import USABLE
 
@@ -29,7 +29,7 @@ class BackendUnavailable(RuntimeError):
         self.backend = backend
         self.op = op
         self.status = status
-        self.reasons = [tuple(r) for r in reasons]
+        self.reasons: List[Tuple[str, str, str]] = [(rule, msg, src) for rule, msg, src in reasons]
         lines = [f"backend {backend!r} cannot run this {op} layer here (status: {status})"]
         if detail:
             lines[0] += f": {detail}"

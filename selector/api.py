@@ -4,13 +4,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .config import ConfigTree, compose
 from .decision import Decision
 from .errors import SelectorError
 from .layer import make_layer
-from .model import RunConfig, make_run_config
+from .model import Catalogue, Detect, Platform, RunConfig, make_run_config
 from .resolver import Resolver
 from .schema import Layer
 
@@ -31,7 +31,7 @@ class Selector:
         self.tree = tree
         self.probes = dict(probes or {})
         self.resolver = Resolver(run_config, self.probes)
-        self._by_kwargs: Dict[Tuple, Decision] = {}
+        self._by_kwargs: Dict[Tuple[Any, ...], Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match
         # (the decide-hit budget needs it: comparing two equal Layers field by field costs more)
@@ -40,11 +40,11 @@ class Selector:
         self._lock = threading.Lock()
 
     @property
-    def catalogue(self):
+    def catalogue(self) -> Catalogue:
         return self.run_config.catalogue
 
     @property
-    def platform(self):
+    def platform(self) -> Platform:
         return self.run_config.platform
 
     def select(self, **layer: Any) -> Decision:
@@ -89,8 +89,9 @@ class Selector:
         return self.decide(self.run_config.layer)
 
 
-def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = (),
-         detect=None) -> Selector:
+def load(overrides: Sequence[str] = (), *,
+         config_dirs: Sequence[Union[str, os.PathLike[str]]] = (),
+         detect: Optional[Detect] = None) -> Selector:
     """Build a Selector from the packaged configs, `config_dirs` and Hydra-style overrides.
 
     Raises SelectorError (one message naming key, value and accepted values) on bad input.

@@ -6,19 +6,20 @@ then the whole tree is composed once, as `explain` would.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Set, Union, cast
 
 from . import schema
 from .config import ConfigTree, _lint_yaml, compose, load_yaml, read_catalogue, translate
 from .entry_points import load_entry_point
 from .errors import SelectorError
 from .layer import make_layer
-from .model import make_backend, make_platform, make_run_config
+from .model import BackendSpec, make_backend, make_platform, make_run_config
 
 
-def _load_typed(path: Path, node_cls) -> Dict[str, Any]:
+def _load_typed(path: Path, node_cls: type) -> Dict[str, Any]:
     """One YAML file merged onto its schema node: unknown keys and wrong types are errors."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -31,13 +32,14 @@ def _load_typed(path: Path, node_cls) -> Dict[str, Any]:
     raw.pop("defaults", None)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(node_cls), raw)
-        return OmegaConf.to_container(merged, resolve=False)
+        return cast(Dict[str, Any], OmegaConf.to_container(merged, resolve=False))
     except (OmegaConfBaseException, ValueError, TypeError) as exc:
         err = translate(exc, ConfigTree((path.parent,)), [])
         raise SelectorError(f"{path}: {err}") from None
 
 
-def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str, Any]:
+def check_tree(overrides: Sequence[str],
+               config_dirs: Sequence[Union[str, os.PathLike[str]]]) -> Dict[str, Any]:
     problems: List[Dict[str, str]] = []
     checked: List[str] = []
     tree = ConfigTree.discover(config_dirs)
@@ -81,8 +83,14 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                                  f"{b.rank} is also the rank of {other.name} ({other.file}); "
                                  "ranks must be distinct so the preference order is explicit"})
             ranks[b.rank] = b
-    seen: set = set()  # the YAML lint and the per-file pass can find the same problem
-    problems = [p for p in problems if not (p["problem"] in seen or seen.add(p["problem"]))]
+    # the YAML lint and the per-file pass can find the same problem: keep the first
+    seen: Set[str] = set()
+    unique = []
+    for p in problems:
+        if p["problem"] not in seen:
+            seen.add(p["problem"])
+            unique.append(p)
+    problems = unique
     if not problems:
         try:
             data = compose(tree, list(overrides))
@@ -95,7 +103,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             "problems": problems}
 
 
-def _check_probes(b) -> None:
+def _check_probes(b: BackendSpec) -> None:
     """Every declared probe must be one doctor knows (cheap: nothing is imported)."""
     if b.probes:
         from .probing import validate_names
@@ -105,7 +113,7 @@ def _check_probes(b) -> None:
             raise SelectorError(f"{b.file}: {exc}") from None
 
 
-def _check_entry_point(b) -> None:
+def _check_entry_point(b: BackendSpec) -> None:
     """The entry point must name an allowed, importable class (backends/ imports cheaply)."""
     if b.entry_point:
         try:

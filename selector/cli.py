@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from .errors import SelectorError
 
@@ -17,7 +17,7 @@ COMMANDS = ("explain", "list", "check", "doctor")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own usage errors are bad input too: exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors are bad input too: exit 2
         self.print_usage(sys.stderr)
         print(f"selector: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -63,7 +63,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     from .api import load
     if args.command == "doctor":
         from .doctor import run_doctor
@@ -83,7 +83,7 @@ def _run(args) -> int:
     return 0 if d.selected else 1
 
 
-def _emit(obj, fmt: str) -> None:
+def _emit(obj: Any, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     else:

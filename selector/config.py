@@ -13,7 +13,7 @@ import re
 import threading
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 from . import schema
 from .errors import SelectorError, bad_input, bad_value, did_you_mean
@@ -50,7 +50,7 @@ class ConfigTree:
     backend_files: Dict[Tuple[str, str], Path] = field(default_factory=dict)
 
     @classmethod
-    def discover(cls, user_dirs: Sequence[os.PathLike] = ()) -> ConfigTree:
+    def discover(cls, user_dirs: Sequence[Union[str, os.PathLike[str]]] = ()) -> ConfigTree:
         dirs = [packaged_conf_dir()]
         for d in user_dirs:
             p = Path(d).expanduser().resolve()
@@ -88,7 +88,7 @@ class ConfigTree:
         return out
 
     def group_options(self, group: str) -> List[str]:
-        opts = set()
+        opts: set[str] = set()
         for d in self.dirs:
             g = d / group
             if g.is_dir():
@@ -181,7 +181,7 @@ def compose(tree: ConfigTree, overrides: Sequence[str]) -> Dict[str, Any]:
     key = tree.fingerprint(overrides)
     if cache is not None:
         try:
-            return json.loads((cache / f"{key}.json").read_text())
+            return cast(Dict[str, Any], json.loads((cache / f"{key}.json").read_text()))
         except (OSError, ValueError):
             pass
     _lint_yaml(tree)
@@ -235,7 +235,7 @@ def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any
             GlobalHydra.instance().clear()
             with initialize_config_dir(config_dir=str(tree.dirs[0]), version_base="1.3"):
                 cfg = hydra_compose(config_name="config", overrides=search + overrides)
-            data = OmegaConf.to_container(cfg, resolve=False)
+            data = cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
         except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError,
                 KeyError, AttributeError, RecursionError) as exc:
             raise translate(exc, tree, overrides) from None
@@ -289,7 +289,7 @@ _PLAIN_TAGS = frozenset("tag:yaml.org,2002:" + t for t in (
     "map", "merge", "value"))
 
 
-def _check_expansion(root, path: Path) -> None:
+def _check_expansion(root: Any, path: Path) -> None:
     """Refuse recursive aliases and documents that expand past MAX_CONFIG_NODES (iteratively:
     aliases share nodes, so sizes are memoised and the walk is linear in the file)."""
     import yaml
@@ -334,7 +334,7 @@ def _lint_yaml(tree: ConfigTree) -> None:
             _lint_defaults(node, f)
 
 
-def _lint_defaults(root, path: Path) -> None:
+def _lint_defaults(root: Any, path: Path) -> None:
     """A defaults list names presets inside the config search path: no `..`, no ${...}."""
     import yaml
     if not isinstance(root, yaml.MappingNode):
@@ -352,7 +352,7 @@ def _lint_defaults(root, path: Path) -> None:
                             "'/platform: cpu'", where=f"{path} line {n.start_mark.line + 1}")
 
 
-def _lint_versions(node, path: Path, keys: List[str]) -> None:
+def _lint_versions(node: Any, path: Path, keys: List[str]) -> None:
     import yaml
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
@@ -388,7 +388,7 @@ def _refuse_interpolation(data: Any, key: str, where: Optional[str] = None) -> N
 # ---------------------------------------------------------------------------------------------
 # Hydra/OmegaConf exceptions -> one sentence naming the key, the value and the accepted values
 
-def schema_keys(cls=schema.SelectorConf, prefix: str = "") -> Dict[str, Any]:
+def schema_keys(cls: type = schema.SelectorConf, prefix: str = "") -> Dict[str, Any]:
     """Every dotted key of the schema, mapped to its dataclass field type holder."""
     out: Dict[str, Any] = {}
     for f in fields(cls):
@@ -401,7 +401,8 @@ def schema_keys(cls=schema.SelectorConf, prefix: str = "") -> Dict[str, Any]:
 
 
 def translate(exc: BaseException, tree: ConfigTree, overrides: Sequence[str]) -> SelectorError:
-    parts, e = [], exc
+    parts: List[str] = []
+    e: Optional[BaseException] = exc
     while e is not None and len(parts) < 8:  # Hydra wraps OmegaConf's error as the cause
         parts.append(str(e))
         e = e.__cause__ or e.__context__
@@ -482,7 +483,8 @@ def _override_value(overrides: Sequence[str], key: str) -> str:
 
 def _kind_of(key: str) -> str:
     """What a schema key holds, in words, from its dataclass annotation."""
-    node, hint = schema.SelectorConf, None
+    node: Any = schema.SelectorConf
+    hint: Any = None
     for part in key.split("."):
         hints = {f.name: f.type for f in fields(node)} if is_dataclass(node) else {}
         hint = hints.get(part)

@@ -120,7 +120,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
 
     seen: Dict[str, Any] = {}
 
-    def detect(names):
+    def detect(names: Sequence[str]) -> Any:
         seen["env"] = environment.detect(names)
         return seen["env"]
 
@@ -177,7 +177,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
                   time.perf_counter() - t0)
 
 
-def _platform_dict(env, rep) -> Dict[str, Any]:
+def _platform_dict(env: Any, rep: Any) -> Dict[str, Any]:
     g = env.gpu
     d: Dict[str, Any] = {
         "gpu": g.name, "capability": None if g.capability is None else

@@ -17,7 +17,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -163,12 +163,12 @@ def detect_gpu() -> Gpu:
     return Gpu(method="none: no NVIDIA driver (libnvidia-ml and libcuda not loadable)")
 
 
-def _bounded(fn, what: str) -> Optional[Gpu]:
+def _bounded(fn: Callable[[], Optional[Gpu]], what: str) -> Optional[Gpu]:
     """fn() in a daemon thread with NVML_TIMEOUT_S: a hung driver call (or a binding that hangs
     on import) must not hang the caller. A binding that raises anything is unusable: None."""
     box: Dict[str, Optional[Gpu]] = {}
 
-    def run():
+    def run() -> None:
         try:
             box["gpu"] = fn()
         except BaseException:  # noqa: BLE001 - even SystemExit from a broken binding
@@ -295,7 +295,7 @@ def _cuda_int(v: int) -> Optional[Version]:
     return Version(f"{v // 1000}.{(v % 1000) // 10}") if v and v > 0 else None
 
 
-def _text(v) -> str:
+def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 

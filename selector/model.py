@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -19,6 +19,9 @@ from .layer import LAYER_KEYS, make_layer
 from .rules import Condition, Facts, Rule, compile_rule
 from .schema import Layer
 from .versions import format_capability, parse_capability, parse_version
+
+#: environment.detect, or a stand-in: the distributions to look up -> what was found
+Detect = Callable[[Sequence[str]], Any]
 
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -137,7 +140,7 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Back
         if v is not None and (not isinstance(v, list) or
                               not all(isinstance(x, str) for x in v)):
             raise bad_input(f"{key}.{k}", v, "is not a list of strings", where=file)
-    rank = conf.get("rank")
+    rank: Any = conf.get("rank")
     if not _is_int(rank):
         raise bad_input(f"{key}.rank", rank, "must be an integer (lower is preferred)",
                         where=file)
@@ -236,7 +239,8 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
                   strict, tuple(sorted(names)))
 
 
-def make_platform(conf: Mapping[str, Any], watched: List[str], detect=None) -> Platform:
+def make_platform(conf: Mapping[str, Any], watched: List[str],
+                  detect: Optional[Detect] = None) -> Platform:
     """A Platform from the platform config; `platform=auto` fills what is not given by detection."""
     preset = conf.get("preset") or "auto"
     given_pkgs = conf.get("packages") or {}
@@ -279,7 +283,7 @@ class RunConfig:
     probe: str
 
 
-def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
+def _known_keys(data: Mapping[str, Any], node: type, key: str) -> None:
     """`+key=value` adds keys that Hydra's struct mode lets through: refuse unknown ones."""
     names = tuple(f.name for f in fields(node))
     for k in data:
@@ -288,7 +292,7 @@ def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
 
 
 def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
-                    detect=None) -> RunConfig:
+                    detect: Optional[Detect] = None) -> RunConfig:
     _known_keys(data, schema.SelectorConf, "")
     for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
         if isinstance(data.get(k), Mapping):

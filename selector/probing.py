@@ -25,10 +25,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import SelectorError, did_you_mean
 from .probe_child import MARK
+
+if TYPE_CHECKING:  # annotations only: neither is imported when probing runs
+    from .model import Catalogue
+    from .probe_specs import ProbeSpec
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_PROBE_TIMEOUT", "120"))
 
@@ -108,12 +112,12 @@ class DeepReport:
 # ---------------------------------------------------------------------------------------------
 # Names
 
-def _registry():
+def _registry() -> Any:
     from . import probe_specs
     return probe_specs
 
 
-def catalogue_probe_names(catalogue) -> List[str]:
+def catalogue_probe_names(catalogue: Catalogue) -> List[str]:
     """Every probe the catalogue's backends declare, in catalogue order, once each."""
     names: Dict[str, None] = {}
     for backends in catalogue.backends.values():
@@ -123,7 +127,7 @@ def catalogue_probe_names(catalogue) -> List[str]:
     return list(names)
 
 
-def validate_names(names: Iterable[str], where: Mapping[str, str] = None) -> None:
+def validate_names(names: Iterable[str], where: Optional[Mapping[str, str]] = None) -> None:
     """SelectorError for a name no probe answers to (with the backends that declare it)."""
     reg = _registry()
     for n in names:
@@ -136,7 +140,7 @@ def validate_names(names: Iterable[str], where: Mapping[str, str] = None) -> Non
             raise SelectorError(text, key=key, value=n, accepted=reg.known_names())
 
 
-def declared_by(catalogue) -> Dict[str, List[str]]:
+def declared_by(catalogue: Catalogue) -> Dict[str, List[str]]:
     """probe name -> ['moe/flashinfer_b12x', ...]."""
     out: Dict[str, List[str]] = {}
     for op, backends in catalogue.backends.items():
@@ -149,7 +153,7 @@ def declared_by(catalogue) -> Dict[str, List[str]]:
 # ---------------------------------------------------------------------------------------------
 # Skips decided from metadata (no import)
 
-def _skip_reason(spec) -> Optional[str]:
+def _skip_reason(spec: ProbeSpec) -> Optional[str]:
     """Why the probe need not run (its distribution is absent or predates it), else None."""
     try:
         return _skip_reason_unchecked(spec)
@@ -157,7 +161,7 @@ def _skip_reason(spec) -> Optional[str]:
         return None
 
 
-def _skip_reason_unchecked(spec) -> Optional[str]:
+def _skip_reason_unchecked(spec: ProbeSpec) -> Optional[str]:
     import importlib.metadata as md
     import importlib.util
 
@@ -208,7 +212,7 @@ def _parent_path() -> List[str]:
     return out
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen[Any]) -> None:
     """Kill the child and everything it started (its own session/process group, by id)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -322,19 +326,19 @@ def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
             kind, phase = ev.get("event"), ev.get("phase")
             if kind == "import":
                 if phase == "start":
-                    current = ("import", ev.get("library"))
+                    current = ("import", ev.get("library", ""))
                 else:
                     current = None
                     if all(i.library != ev.get("library") for i in run.imports):  # 1st process
                         run.imports.append(ImportTiming(
-                            group, ev.get("library"), ev.get("seconds"), bool(ev.get("ok")),
+                            group, ev.get("library", ""), ev.get("seconds"), bool(ev.get("ok")),
                             ev.get("version"), ev.get("path"), ev.get("error")))
             elif kind == "probe":
                 if phase == "start":
-                    current = ("probe", ev.get("name"))
+                    current = ("probe", ev.get("name", ""))
                 else:
                     current = None
-                    name = ev.get("name")
+                    name = ev.get("name", "")
                     findings[name] = Finding(name, ev.get("status", "failed"),
                                              str(ev.get("message", "")), group,
                                              ev.get("seconds"), ev.get("details") or {})
@@ -371,7 +375,7 @@ def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
     return findings, run
 
 
-def _run_in_process(spec, ctx: Dict[str, Any]) -> Finding:
+def _run_in_process(spec: ProbeSpec, ctx: Dict[str, Any]) -> Finding:
     t0 = time.perf_counter()
     try:
         mod_name, _, fn_name = spec.func.partition(":")
@@ -449,7 +453,7 @@ def probe_once(names: Sequence[str], *, timeout: Optional[float] = None,
         return DeepReport({n: _CACHE[n] for n in names}, groups, seconds)
 
 
-def run_deep_probes(catalogue, *, timeout: Optional[float] = None) -> Dict[str, Finding]:
+def run_deep_probes(catalogue: Catalogue, *, timeout: Optional[float] = None) -> Dict[str, Finding]:
     """Findings (name -> Finding with .ok and .message) for every probe the catalogue declares,
     computed once per session."""
     names = catalogue_probe_names(catalogue)

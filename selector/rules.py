@@ -40,7 +40,7 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -177,8 +177,8 @@ def _positive(v: Any, key: str, where: str) -> int:
     return v
 
 
-def _one_of(accepted: Tuple[str, ...]) -> Callable[[Any, str, str], frozenset]:
-    def parse(v: Any, key: str, where: str) -> frozenset:
+def _one_of(accepted: Tuple[str, ...]) -> Callable[[Any, str, str], FrozenSet[str]]:
+    def parse(v: Any, key: str, where: str) -> FrozenSet[str]:
         check_values(key, v, accepted, where)
         return frozenset(v)
     return parse
@@ -217,7 +217,7 @@ class Condition:
     terms: Tuple[Tuple[str, Any], ...] = ()  # (WHEN key, parsed value), in WHEN order
 
     def __post_init__(self) -> None:  # the terms split once, as (test, value) pairs
-        split = {True: [], False: []}  # type: Dict[bool, list]
+        split: Dict[bool, List[Tuple[Any, Any]]] = {True: [], False: []}
         for k, v in self.terms:
             split[WHEN[k].layer_field is not None].append((WHEN[k].holds, v))
         object.__setattr__(self, "_layer", tuple(split[True]))
@@ -240,7 +240,7 @@ class Condition:
 
     @property
     def layer_fields(self) -> Tuple[str, ...]:
-        return tuple(WHEN[k].layer_field for k, _ in self.terms if WHEN[k].layer_field)
+        return tuple(f for k, _ in self.terms for f in (WHEN[k].layer_field,) if f)
 
     def platform_holds(self, facts: Facts) -> bool:
         return all(test(v, None, facts) for test, v in self._platform)  # type: ignore[attr-defined]
@@ -288,7 +288,6 @@ def kind_fields(cls: Type[Rule]) -> Tuple[str, ...]:
 class Rule:
     """Base of every rule kind: see the recipe at the top of this module."""
     kind: ClassVar[str]
-    layer_fields: Tuple[str, ...] = ()  # the layer fields evaluate() reads
 
     @dataclass(frozen=True)
     class Params:
@@ -309,6 +308,11 @@ class Rule:
     @property
     def packages(self) -> Tuple[str, ...]:
         """Canonical names of the distributions this rule reads (beside its `when`)."""
+        return ()
+
+    @property
+    def layer_fields(self) -> Tuple[str, ...]:
+        """The layer fields evaluate() reads (a kind overrides it, as a property or a tuple)."""
         return ()
 
     def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
@@ -348,7 +352,7 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 
 @functools.cache  # one entry per registered kind
-def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field, Any], ...]:
+def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field[Any], Any], ...]:
     hints = typing.get_type_hints(params)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(params))
 
@@ -448,7 +452,7 @@ class DeviceRule(Rule):
                             "device spec such as '12.x'", where=self.where)
         self.devices = _devices(p.devices, f"{self.key}.devices", self.where)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         want = describe_devices(self.devices)
         if facts.capability is None:
             return self.reason(f"needs a GPU of {want}; this platform has no GPU", f"need {want}")
@@ -457,7 +461,7 @@ class DeviceRule(Rule):
         return self.reason(f"needs {want}; this GPU is SM {format_capability(facts.capability)}",
                            f"need {want}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"device {describe_devices(self.devices)}"
 
 
@@ -473,7 +477,7 @@ class CudaRule(Rule):
     def setup(self, p: Params) -> None:
         self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         if facts.cuda is None:
             return self.reason(f"needs CUDA {self.spec}; this platform has no CUDA runtime",
                                f"need CUDA {self.spec}")
@@ -482,7 +486,7 @@ class CudaRule(Rule):
         return self.reason(f"needs CUDA {self.spec}; this platform has CUDA {facts.cuda}",
                            f"need CUDA {self.spec}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"cuda {self.spec}"
 
 
@@ -506,10 +510,10 @@ class PackageRule(Rule):
         self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
 
     @property
-    def packages(self):
+    def packages(self) -> Tuple[str, ...]:
         return self.names
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         if any(PackageSpec(n, self.spec).holds(facts) for n in self.names):
             return None
         spec = f" {self.spec}" if str(self.spec) else ""
@@ -522,7 +526,7 @@ class PackageRule(Rule):
         return self.reason(f"needs one of {' or '.join(self.names)}{spec} ({found})",
                            f"need {' or '.join(self.names)}{spec}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"package {' | '.join(self.names)} {self.spec}".rstrip()
 
 
@@ -539,13 +543,13 @@ class KnownIssueRule(Rule):
             raise bad_input(f"{self.key}.when", {}, "must name packages or devices for a "
                             "known_issue rule", where=self.where)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         seen = self.when.describe_platform(facts)
         assert self.message is not None
         return self.reason(f"{self.message} (this platform: {seen})" if seen else self.message,
                            "hit a known issue")
 
-    def describe(self):
+    def describe(self) -> str:
         parts = [p.describe() for p in self.when.get("packages") or ()]
         if self.when.get("devices") is not None:
             parts.append(describe_devices(self.when.get("devices")))
@@ -570,10 +574,10 @@ class FeatureRule(Rule):
             f"{self.key}.specifier", p.specifier, where=self.where))
 
     @property
-    def packages(self):
+    def packages(self) -> Tuple[str, ...]:
         return (self.req.name,)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         if self.req.holds(facts):
             return None
         what = self.when.describe_layer() or "this layer"
@@ -581,7 +585,7 @@ class FeatureRule(Rule):
                            f"({_installed(facts, self.req.name)})",
                            f"need {self.req.describe()} for {what}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"feature {self.when.describe_layer()} needs {self.req.describe()}"
 
 
@@ -595,7 +599,7 @@ class _ValuesRule(Rule):
         values: Tuple[str, ...]
 
     @property
-    def layer_fields(self):
+    def layer_fields(self) -> Tuple[str, ...]:
         return (self.attr,)
 
     def setup(self, p: Params) -> None:
@@ -605,14 +609,14 @@ class _ValuesRule(Rule):
         check_values(f"{self.key}.values", p.values, self.accepted, self.where)
         self.values = p.values
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         got = getattr(layer, self.attr)
         if got in self.values:
             return None
         return self.reason(f"supports {self.noun} {', '.join(self.values)} only; this layer "
                            f"uses {got}", f"do not support {self.noun} {got}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"{self.kind} in {', '.join(self.values)}"
 
 
@@ -650,7 +654,7 @@ class ActAndMulRule(Rule):
         check_values(f"{self.key}.non_gated", p.non_gated, schema.ACTIVATIONS, self.where)
         self.gated, self.non_gated = p.gated, p.non_gated
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         act = layer.activation
         if act not in self.gated + self.non_gated:
             return None  # an unknown activation is the activation rule's to report
@@ -661,7 +665,7 @@ class ActAndMulRule(Rule):
         return self.reason(f"runs {act} only {other}; this layer is {mode}",
                            f"do not run {act} {mode.split(' ')[0]}")
 
-    def describe(self):
+    def describe(self) -> str:
         return (f"act_and_mul gated: {', '.join(self.gated) or '-'}; "
                 f"non-gated: {', '.join(self.non_gated) or '-'}")
 
@@ -685,7 +689,7 @@ class ParallelRule(Rule):
                             "parallelism is supported (ep: true/false)", where=self.where)
         self.ep, self.exclude = p.ep, p.all2all_exclude
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         if layer.ep_size <= 1:
             return None
         if self.ep is False:
@@ -696,7 +700,7 @@ class ParallelRule(Rule):
                                f"do not support EP with {layer.all2all}")
         return None
 
-    def describe(self):
+    def describe(self) -> str:
         text = "parallel ep" if self.ep is not False else "parallel no EP"
         return text + (f", not with {', '.join(self.exclude)}" if self.exclude else "")
 
@@ -707,13 +711,13 @@ class ClampRule(Rule):
     kind = "clamp"
     layer_fields = ("swiglu_limit",)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         if layer.swiglu_limit is None:
             return None
         return self.reason(f"does not apply the SwiGLU clamp; this layer sets swiglu_limit="
                            f"{layer.swiglu_limit}", "do not apply swiglu_limit")
 
-    def describe(self):
+    def describe(self) -> str:
         return "clamp unsupported"
 
 
@@ -728,7 +732,7 @@ class ShapeRule(Rule):
         multiple_of: int
 
     @property
-    def layer_fields(self):
+    def layer_fields(self) -> Tuple[str, ...]:
         return (self.params.dim,)
 
     def setup(self, p: Params) -> None:
@@ -737,14 +741,14 @@ class ShapeRule(Rule):
         _positive(p.multiple_of, f"{self.key}.multiple_of", self.where)
         self.dim, self.multiple = p.dim, p.multiple_of
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
         got = getattr(layer, self.dim)
         if got is None or got % self.multiple == 0:
             return None
         return self.reason(f"needs {self.dim} % {self.multiple} == 0; this layer has "
                            f"{self.dim} {got}", f"need {self.dim} % {self.multiple} == 0")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"shape {self.dim} % {self.multiple} == 0"
 
 
