@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .config import ConfigTree, compose
 from .decision import Decision
@@ -13,6 +13,9 @@ from .layer import make_layer
 from .model import Catalogue, Detect, Platform, RunConfig, make_run_config
 from .resolver import Resolver
 from .schema import Layer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .checkpoint import Plan
 
 log = logging.getLogger("selector")
 CACHE_SIZE = 65536  # decisions kept per cache; a full cache starts over (bounded memory)
@@ -83,6 +86,11 @@ class Selector:
                 self._by_layer[layer] = d
                 log.info(d.log_line())
             return self._by_layer[layer]
+
+    def plan(self, model_dir: "os.PathLike[str] | str") -> "Plan":
+        """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
+        from .checkpoint import plan
+        return plan(self, model_dir)
 
     def default(self) -> Decision:
         """The decision for the configured layer (`layer=` preset and `layer.*` overrides)."""

@@ -1,4 +1,4 @@
-"""`python -m selector explain|list|check|doctor [--format text|json] [OVERRIDE ...]`.
+"""`python -m selector explain|list|check|doctor|matrix [--format ...] [OVERRIDE ...]`.
 
 Exit codes (CONTRACT.md): 0 a backend was selected (or the command found nothing wrong);
 1 nothing selectable, an explicit backend refused under strict, or doctor found a problem;
@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="an extra config directory (backend/<op>/*.yaml, platform/, layer/...)")
         s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                        help="Hydra overrides: key=value, group=option, +key=value, ~key")
+        if name == "explain":
+            s.add_argument("--model", metavar="DIR", help="a checkpoint directory: explain "
+                           "every NVFP4 layer kind its config.json describes")
         if name == "doctor":
             s.add_argument("--deep", action="store_true",
                            help="import the kernel libraries in a child process and probe them")
@@ -46,6 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
                            "$SELECTOR_PROBE_TIMEOUT, else 120)")
             s.add_argument("--probe", action="append", default=[], metavar="NAME",
                            help="run only this deep probe (repeatable; implies --deep)")
+    m = sub.add_parser("matrix", help="every backend on every platform preset, as a grid",
+                       description="every backend on every platform preset, as a grid")
+    m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
+                   help="only this op (default: both, or the op of the layer given)")
+    m.add_argument("--stack", metavar="NAME", help="the software stack preset for every "
+                   "platform (default: vllm_0_32)")
+    m.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
+    m.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
+    m.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="layer and policy overrides (layer=nemotron_moe, layer.ep_size=8)")
     return p
 
 
@@ -69,6 +83,9 @@ def _run(args: argparse.Namespace) -> int:
         from .doctor import run_doctor
         return run_doctor(args.overrides, args.config_dir, deep=args.deep, timeout=args.timeout,
                           fmt=args.format, probes=args.probe)
+    if args.command == "matrix":
+        from .matrix import run_matrix
+        return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format)
     if args.command == "check":
         from .check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)
@@ -78,8 +95,13 @@ def _run(args: argparse.Namespace) -> int:
         _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
               catalogue_text(sel.catalogue), args.format)
         return 0
+    if args.model is not None:
+        p = sel.plan(args.model)
+        _emit(p.to_dict() if args.format == "json" else str(p), args.format)
+        return 0 if p.ok else 1
     d = sel.default()
-    _emit(d.to_dict() if args.format == "json" else str(d), args.format)
+    from .catalogues import explained
+    _emit(explained(sel.catalogue, d, args.format), args.format)
     return 0 if d.selected else 1
 
 

@@ -52,6 +52,8 @@ class ConfigTree:
     @classmethod
     def discover(cls, user_dirs: Sequence[Union[str, os.PathLike[str]]] = ()) -> ConfigTree:
         dirs = [packaged_conf_dir()]
+        from .catalogues import contributed_dirs  # installed distributions' catalogues
+        dirs.extend(contributed_dirs(dirs[0]))
         for d in user_dirs:
             p = Path(d).expanduser().resolve()
             if not p.is_dir():

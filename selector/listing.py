@@ -7,6 +7,7 @@ from .model import Catalogue
 
 
 def catalogue_dict(cat: Catalogue) -> Dict[str, Any]:
+    from .catalogues import origin_of
     out: Dict[str, Any] = {}
     for op, backends in cat.backends.items():
         out[op] = [{
@@ -16,6 +17,7 @@ def catalogue_dict(cat: Catalogue) -> Dict[str, Any]:
                            for p in b.preference],
             "implements": list(b.implements), "entry_point": b.entry_point,
             "probes": list(b.probes), "description": b.description,
+            "origin": origin_of(b.file),
             "rules": [{"kind": r.kind, "rule": r.describe(), "severity": r.severity,
                        "source": r.source, **({"message": r.message} if r.message else {})}
                       for r in b.rules]} for b in backends]
@@ -23,12 +25,14 @@ def catalogue_dict(cat: Catalogue) -> Dict[str, Any]:
 
 
 def catalogue_text(cat: Catalogue) -> str:
+    from .catalogues import origin_of
     lines: List[str] = []
     for op, backends in cat.backends.items():
         lines.append(f"{op} backends, in preference order:")
         for b in backends:
             flags = [b.execution] + (["opt-in"] if b.opt_in else [])
-            lines.append(f"  {b.name} (rank {b.rank}; {', '.join(flags)}): {b.description}")
+            lines.append(f"  {b.name} (rank {b.rank}; {', '.join(flags)}; from "
+                         f"{origin_of(b.file)}): {b.description}")
             if b.opt_in:
                 lines.append(f"      opt-in: {b.opt_in.reason}  -- {b.opt_in.source}")
             for p in b.preference:

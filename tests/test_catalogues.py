@@ -1,0 +1,142 @@
+"""Catalogues from other packages: a distribution built and pip-installed into a temporary
+directory contributes a backend and a platform preset through `selector.catalogues`; list,
+explain and check show it with its origin; a clash with a packaged name is refused naming both
+origins; discovery never imports the contributing package."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from catalogue_dist import DEMO_BACKEND, build_wheel, demo_files, install
+from conftest import REPO, assert_clean_error, cli_env, run_cli_many
+
+DEMO_ORIGIN = "selector-demo-kernels 1.0 via entry point selector.catalogues:demo"
+SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
+
+
+def _site(tmp, label, **kw):
+    return install(build_wheel(tmp, **kw), tmp / f"site-{label}")
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dists")
+    return {
+        "good": _site(tmp, "good"),
+        "clash": _site(tmp, "clash", name="selector-demo-clash",
+                       files=demo_files(backend="marlin")),
+        "broken": _site(tmp, "broken", name="selector-demo-broken",
+                        files=demo_files(backend_text=DEMO_BACKEND.replace(
+                            "kind: device", "kind: devise"))),
+        "badvalue": _site(tmp, "badvalue", name="selector-demo-badvalue",
+                          catalogue_value="demo_kernels:selector_conf"),
+        "missing": _site(tmp, "missing", name="selector-demo-missing",
+                         catalogue_value="demo_kernels.no_such_dir"),
+    }
+
+
+def _env(site, log=None):
+    extra = {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    if log:
+        extra["DEMO_IMPORT_LOG"] = str(log)
+    return cli_env(**extra)
+
+
+@pytest.fixture(scope="module")
+def good(sites, tmp_path_factory):
+    log = tmp_path_factory.mktemp("log") / "imports.txt"
+    env = _env(sites["good"], log)
+    argvs = [("list",), ("list", "--format", "json"),
+             ("explain", *SPARK), ("explain", "--format", "json", *SPARK),
+             ("explain", "--format", "json", "platform=demo_gpu", "stack=flashinfer_0_7_4",
+              "policy.moe_backend=demo_moe"),
+             ("explain", "platform=dgx_spark", "stack=flashinfer_0_7_4", "layer=nemotron_moe",
+              "policy.moe_backend=demo-moe")]
+    runs = dict(zip(["list", "list-json", "explain", "explain-json", "request", "refused"],
+                    run_cli_many(argvs, env=env)))
+    imported_before_check = log.exists()
+    runs["check"] = run_cli_many([("check", "--format", "json")], env=env)[0]
+    return runs, imported_before_check, log
+
+
+def test_list_shows_the_contributed_backend_and_its_origin(good):
+    runs, _, _ = good
+    assert runs["list"].returncode == 0, runs["list"].stderr
+    assert f"  demo_moe (rank 95; native; from {DEMO_ORIGIN}):" in runs["list"].stdout
+    assert "  marlin (rank 60; weight_only; from packaged selector" in runs["list"].stdout
+    entries = {b["backend"]: b for b in runs["list-json"].json["moe"]}
+    assert entries["demo_moe"]["origin"] == DEMO_ORIGIN
+    assert entries["demo_moe"]["entry_point"] == "demo_kernels.moe:DemoMoE"
+    assert entries["marlin"]["origin"].startswith("packaged selector ")
+
+
+def test_explain_shows_origins_and_can_select_it(good):
+    runs, _, _ = good
+    text = runs["explain"]
+    assert text.returncode == 0, text.stderr
+    assert (f"origins: demo_moe from {DEMO_ORIGIN}; every other moe backend from packaged "
+            "selector") in text.stdout
+    d = runs["explain-json"].json
+    assert d["origins"]["demo_moe"] == DEMO_ORIGIN
+    assert d["origins"]["marlin"].startswith("packaged selector ")
+    demo = next(c for c in d["candidates"] if c["backend"] == "demo_moe")
+    assert demo["status"] == "eligible" and d["selected"] == "flashinfer_cutlass"  # rank 95
+    # the contributed platform preset (SM 12.0) and an explicit request of the new backend
+    r = runs["request"].json
+    assert r["platform"]["source"] == "demo_gpu" and r["platform"]["capability"] == "12.0"
+    assert r["selected"] == "demo_moe" and r["entry_point"] == "demo_kernels.moe:DemoMoE"
+    # its rules apply like any other: relu2 non-gated is refused, with its source
+    refused = runs["refused"]
+    assert refused.returncode == 1
+    assert "selector-demo-kernels 1.0 release notes" in refused.stdout
+
+
+def test_discovery_imports_nothing_check_imports_the_entry_point(good):
+    runs, imported_before_check, log = good
+    assert not imported_before_check, "list/explain imported the contributing package"
+    report = runs["check"].json
+    assert runs["check"].returncode == 0, runs["check"].stdout
+    assert "demo_moe" in report["backends"]["moe"]
+    assert any(d.endswith("demo_kernels/selector_conf") for d in report["dirs"])
+    assert log.read_text().count("imported") >= 1  # check validated the entry point
+
+
+@pytest.fixture(scope="module")
+def bad(sites):
+    names = ["clash", "broken", "badvalue", "missing"]
+    argvs = {"clash": ("explain", "platform=cpu"), "broken": ("check",),
+             "badvalue": ("list",), "missing": ("explain", "platform=cpu")}
+    out = {}
+    for n in names:
+        out[n] = run_cli_many([argvs[n]], env=_env(sites[n]))[0]
+    return out
+
+
+def test_a_packaged_name_is_refused_naming_both_origins(bad):
+    line = assert_clean_error(bad["clash"], "selector-demo-clash 1.0 via entry point "
+                              "selector.catalogues:demo", "backend moe backend 'marlin'",
+                              "packaged selector", "conf/backend/moe/marlin.yaml")
+    assert "needs a name of its own" in line
+
+
+def test_check_validates_contributed_files(bad):
+    r = bad["broken"]
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "demo_kernels/selector_conf/backend/moe/demo_moe.yaml" in r.stderr
+    assert "devise" in r.stderr
+
+
+def test_malformed_or_missing_catalogue_entry_points(bad):
+    assert_clean_error(bad["badvalue"], "selector-demo-badvalue",
+                       "selector.catalogues:demo", "'demo_kernels:selector_conf'",
+                       "dotted package path")
+    assert_clean_error(bad["missing"], "selector-demo-missing", "'demo_kernels.no_such_dir'",
+                       "is not installed")
+
+
+def test_no_contribution_leaves_output_unchanged(good):
+    """Without contributed backends explain prints no origins line and no `origins` key."""
+    r = run_cli_many([("explain", "--format", "json", *SPARK)])[0]
+    assert "origins" not in json.loads(r.stdout)
