@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import load
 from hypothesis import given
 from hypothesis import strategies as st
 
 import selector
 from selector import agreement
 from selector.agreement import Group
-
-from conftest import load
 
 torch_dist = pytest.importorskip("torch.distributed", reason="torch is not installed")
 if not torch_dist.is_available():  # pragma: no cover
