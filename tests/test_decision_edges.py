@@ -58,6 +58,34 @@ def test_a_backend_name_in_two_ops_keeps_a_verdict_per_op(tmp_path):
     assert moe.status == "rejected" and [r.rule for r in moe.reasons] == ["device"]
 
 
+# one rule, a layer it passes, then one differing only in the field the rule reads: the
+# second must not be answered from the first's memoized verdict
+MEMO_CASES = [
+    ("  - kind: act_and_mul\n    gated: [silu]\n    non_gated: [relu2]\n",
+     dict(activation="silu", act_and_mul=True), dict(activation="relu2", act_and_mul=True)),
+    ("  - kind: act_and_mul\n    gated: [silu]\n    non_gated: [relu2]\n",
+     dict(activation="relu2", act_and_mul=False), dict(activation="relu2", act_and_mul=True)),
+    ("  - kind: parallel\n    ep: true\n    all2all_exclude: [deepep_low_latency]\n",
+     dict(ep_size=4, all2all="naive"), dict(ep_size=4, all2all="deepep_low_latency")),
+    ("  - kind: parallel\n    ep: false\n", dict(ep_size=1), dict(ep_size=2)),
+    ("  - kind: clamp\n", dict(swiglu_limit=None), dict(swiglu_limit=7.0)),
+    ("  - kind: shape\n    dim: hidden_size\n    multiple_of: 128\n",
+     dict(hidden_size=4096), dict(hidden_size=4100)),
+    ("  - kind: activation\n    values: [silu]\n", dict(activation="silu"), dict(activation="gelu")),
+    ("  - kind: dtype\n    values: [bfloat16]\n", dict(dtype="bfloat16"), dict(dtype="float16")),
+]
+
+
+@pytest.mark.parametrize("rule,passing,failing", MEMO_CASES)
+def test_a_rules_layer_fields_key_its_memoized_verdict(tmp_path, rule, passing, failing):
+    conf = _backend(tmp_path, "moe", "one_rule", (
+        'description: "one rule"\nrank: 1\nrules:\n' + rule + '    source: "test"\n'))
+    sel = selector.load(SPARK, config_dirs=[conf])
+    assert sel.select(**passing).candidate("one_rule").status == "selected"
+    got = sel.select(**failing).candidate("one_rule")
+    assert got.status == "rejected", (failing, got)
+
+
 def test_opt_in_is_a_backend_field_not_a_rule(tmp_path):
     conf = _backend(tmp_path, "moe", "old_style", (
         'description: "opt-in as a rule"\nrank: 1\nrules:\n'
