@@ -177,3 +177,44 @@ def test_note_outside_the_catalogue_for_a_quant_no_backend_implements():
     assert d.selected is None
     assert all(c.status == "not_applicable" for c in d.candidates)
     assert any("outside selector's NVFP4 catalogue" in n and "fp8 moe" in n for n in d.notes), d.notes
+
+
+# --------------------------------------------------------------------------------------------
+# rule fields: boundaries and the words of a reason
+
+def _rule(**conf):
+    conf.setdefault("source", "test")
+    return rules.compile_rule(conf, "catalogue.moe.t.rules[0]", "t.yaml")
+
+
+def test_positive_integers_start_at_one():
+    assert _rule(kind="shape", dim="hidden_size", multiple_of=1).multiple == 1
+    assert Condition.parse({"min_num_tokens": 1}, "k", "w").get("min_num_tokens") == 1
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(SelectorError):
+            Condition.parse({"min_num_tokens": bad}, "k", "w")
+
+
+def test_a_boolean_is_not_an_integer_parameter():
+    with pytest.raises(SelectorError):
+        _rule(kind="shape", dim="hidden_size", multiple_of=True)
+
+
+def test_a_reason_without_message_adds_nothing_and_a_known_issue_says_its_message_once():
+    from selector.schema import Layer
+    plain = _rule(kind="device", devices=["9.0"]).evaluate(Layer(), _facts((12, 1)))
+    assert plain is not None and "None" not in plain.message and not plain.message.endswith(":")
+    told = _rule(kind="device", devices=["9.0"], message="only Hopper").evaluate(Layer(), _facts((12, 1)))
+    assert told.message.endswith(": only Hopper")
+    issue = _rule(kind="known_issue", message="breaks", when={"devices": ["12.x"]})
+    assert issue.evaluate(Layer(), _facts((12, 1))).message == "breaks (this platform: SM 12.1)"
+
+
+def test_a_known_issue_names_only_the_platform_terms_it_has():
+    from selector.schema import Layer
+    issue = _rule(kind="known_issue", message="breaks",
+                  when={"packages": {"flashinfer-python": "<0.8"}})
+    f = Facts((12, 1), Version("13.0"), {"flashinfer-python": Version("0.7.4")})
+    assert issue.evaluate(Layer(), f).message == "breaks (this platform: flashinfer-python 0.7.4)"
+    on_gpu_less = _rule(kind="known_issue", message="breaks", when={"devices": ["12.x"]})
+    assert on_gpu_less.evaluate(Layer(), Facts(None, None, {})).message == "breaks"

@@ -129,6 +129,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--sample", type=int, default=0,
                     help="run a random sample of this many, in random order (a budget then cuts fairly)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", help="a file of 'module:line: change' lines (an earlier run's "
+                    "survivors): run just those; adding tests never revives a killed mutant")
     ap.add_argument("--timeout", type=float, default=300.0, help="per mutant, seconds")
     args = ap.parse_args(argv)
     os.chdir(ROOT)
@@ -146,6 +148,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for index, desc, spec in sites(tree):
             node = list(ast.walk(tree))[index]
             mutants.append((mod, getattr(node, "lineno", 0), desc, index, spec))
+    if args.only:
+        wanted = {ln.split("survivor:")[-1].split("survived")[-1].strip()
+                  for ln in Path(args.only).read_text().splitlines() if ln.strip()}
+        mutants = [m for m in mutants if f"{m[0]}:{m[1]}: {m[2]}" in wanted]
     if args.sample and args.sample < len(mutants):
         mutants = random.Random(args.seed).sample(mutants, args.sample)  # random order too
     if not run_tests(args.tests, args.timeout):
