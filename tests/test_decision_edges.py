@@ -218,3 +218,12 @@ def test_a_known_issue_names_only_the_platform_terms_it_has():
     assert issue.evaluate(Layer(), f).message == "breaks (this platform: flashinfer-python 0.7.4)"
     on_gpu_less = _rule(kind="known_issue", message="breaks", when={"devices": ["12.x"]})
     assert on_gpu_less.evaluate(Layer(), Facts(None, None, {})).message == "breaks"
+
+
+def test_a_known_issue_describes_its_devices_and_packages():
+    on_devices = _rule(kind="known_issue", message="breaks", when={"devices": ["12.x", ">=10.0"]})
+    assert on_devices.describe() == "known_issue when SM 12.x or SM >= 10.0"
+    on_packages = _rule(kind="known_issue", message="breaks",
+                        when={"packages": {"flashinfer-python": "<0.8"}})
+    text = on_packages.describe()
+    assert text.startswith("known_issue when ") and "flashinfer-python" in text and "SM" not in text
