@@ -196,8 +196,9 @@ def test_positive_integers_start_at_one():
 
 
 def test_a_boolean_is_not_an_integer_parameter():
-    with pytest.raises(SelectorError):
+    with pytest.raises(SelectorError) as exc:  # refused by the type check, before any range check
         _rule(kind="shape", dim="hidden_size", multiple_of=True)
+    assert str(exc.value).endswith("multiple_of: True is not an integer")
 
 
 def test_a_reason_without_message_adds_nothing_and_a_known_issue_says_its_message_once():
