@@ -156,6 +156,6 @@ class BackendConf:
 class SelectorConf:
     """The run config Hydra composes (the catalogue is read file by file: see config.py)."""
     platform: PlatformConf = field(default_factory=PlatformConf)
-    layer: Any = field(default_factory=LayerConf)  # a LayerConf (made at run time)
+    layer: LayerConf = field(default_factory=LayerConf)  # type: ignore[valid-type]  # made at run time
     policy: PolicyConf = field(default_factory=PolicyConf)
     probe: str = "none"

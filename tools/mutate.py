@@ -129,6 +129,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--sample", type=int, default=0,
                     help="run a random sample of this many, in random order (a budget then cuts fairly)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0,
+                    help="skip the first N mutants of the (sampled) order: continue a budgeted run")
     ap.add_argument("--only", help="a file of 'module:line: change' lines (an earlier run's "
                     "survivors): run just those; adding tests never revives a killed mutant")
     ap.add_argument("--timeout", type=float, default=300.0, help="per mutant, seconds")
@@ -154,6 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         mutants = [m for m in mutants if f"{m[0]}:{m[1]}: {m[2]}" in wanted]
     if args.sample and args.sample < len(mutants):
         mutants = random.Random(args.seed).sample(mutants, args.sample)  # random order too
+    mutants = mutants[args.start:]
     if not run_tests(args.tests, args.timeout):
         print("the tests fail on the unmutated code; fix that first", file=sys.stderr)
         return 2
