@@ -379,7 +379,8 @@ def _type_name(tp: Any) -> str:
     if origin is typing.Union:
         return " or ".join(_type_name(a) for a in args if a is not type(None))
     if origin in (tuple, list):
-        return f"a list of {_type_name(args[0])}s"
+        return "a list of " + {str: "strings", int: "integers", bool: "booleans"}.get(
+            args[0], f"{_type_name(args[0])} values")
     return {str: "a string", int: "an integer", bool: "a boolean (true or false)"}.get(
         tp, getattr(tp, "__name__", str(tp)))
 

@@ -228,3 +228,33 @@ def test_a_known_issue_describes_its_devices_and_packages():
                         when={"packages": {"flashinfer-python": "<0.8"}})
     text = on_packages.describe()
     assert text.startswith("known_issue when ") and "flashinfer-python" in text and "SM" not in text
+
+
+@pytest.mark.parametrize("term,value,tokens", [
+    ("min_num_tokens", 64, {63: False, 64: True, 65: True, None: False}),
+    ("max_num_tokens", 63, {62: True, 63: True, 64: False, None: False})])
+def test_token_bounds_of_when_include_their_value(term, value, tokens):
+    from selector.schema import Layer
+    cond = Condition.parse({term: value}, "k", "w")
+    for n, holds in tokens.items():
+        assert cond.layer_holds(Layer(num_tokens=n)) is holds, (term, n)
+
+
+def test_parameter_type_errors_name_the_type():
+    for conf, text in ((dict(kind="activation", values=5), "5 is not a list of strings"),
+                       (dict(kind="parallel", ep="x"), "'x' is not a boolean (true or false)")):
+        with pytest.raises(SelectorError) as exc:
+            _rule(**conf)
+        assert str(exc.value).endswith(text)
+    # a field with a default, given as null, takes its default
+    assert _rule(kind="parallel", ep=True, all2all_exclude=None).exclude == ()
+
+
+def test_parallel_and_act_and_mul_rules_describe_themselves():
+    assert _rule(kind="parallel", ep=False).describe() == "parallel no EP"
+    assert _rule(kind="parallel", ep=True).describe() == "parallel ep"
+    assert _rule(kind="parallel", all2all_exclude=["naive"]).describe() == "parallel ep, not with naive"
+    assert _rule(kind="act_and_mul", gated=["silu"], non_gated=[]).describe() == \
+        "act_and_mul gated: silu; non-gated: -"
+    assert _rule(kind="act_and_mul", gated=[], non_gated=["relu2"]).describe() == \
+        "act_and_mul gated: -; non-gated: relu2"
