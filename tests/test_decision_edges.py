@@ -258,3 +258,14 @@ def test_parallel_and_act_and_mul_rules_describe_themselves():
         "act_and_mul gated: silu; non-gated: -"
     assert _rule(kind="act_and_mul", gated=[], non_gated=["relu2"]).describe() == \
         "act_and_mul gated: -; non-gated: relu2"
+
+
+def test_closing_notes_only_where_they_apply():
+    spark = selector.load(SPARK).select()
+    assert spark.selected and not any("no backend can be chosen" in n or "weight-only" in n
+                                      for n in spark.notes), spark.notes
+    h200 = selector.load(["platform=h200", "stack=vllm_0_32"])
+    w4a4 = h200.select(quant="nvfp4")
+    assert w4a4.selected == "marlin"
+    assert any(n.startswith("marlin is weight-only") for n in w4a4.notes), w4a4.notes
+    assert not any("weight-only" in n for n in h200.select(quant="nvfp4_w4a16").notes)
