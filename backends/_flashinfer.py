@@ -7,7 +7,6 @@ backend needs.
 from __future__ import annotations
 
 from ._base import output_buffer
-from .nvfp4 import E2M1_MAX, E4M3_MAX
 
 # The reference's activation names -> b12x_fused_moe's (FlashInfer blackwell_sm12x/moe_activation.py)
 B12X_ACTIVATIONS = {"silu": "silu", "gelu_tanh": "gelu_tanh", "relu2": "relu2",
@@ -29,10 +28,17 @@ def activation_type(activation: str, act_and_mul: bool) -> int:
 
 
 def dynamic_gscale(x):
-    """FlashInfer-convention global scale from the tensor's amax: 448 * 6 / amax (1 if all zero)."""
+    """FlashInfer-convention global scale from the tensor's amax: 448 * 6 / amax (1 if all zero;
+    NaN or inf in ``x`` is refused, never turned into 1)."""
+    from .nvfp4 import amax_checked, scale_2_from_amax
+    return (1.0 / scale_2_from_amax(amax_checked(x))).reshape(1)
+
+
+def pad_last(x, width: int):
+    """``x`` zero-padded on its last dimension to ``width`` (a kernel's padded K; vLLM pads the
+    activations of layers whose weights it padded, and slices the output back)."""
     import torch
-    amax = x.abs().amax().to(torch.float32)
-    return torch.where(amax > 0, (E4M3_MAX * E2M1_MAX) / amax, torch.ones_like(amax)).reshape(1)
+    return x if x.shape[-1] == width else torch.nn.functional.pad(x, (0, width - x.shape[-1]))
 
 
 def quantize_fp4(x, gscale, *, swizzled: bool = True):
@@ -51,19 +57,23 @@ def mm_fp4_apply(fi_backend: str, x, prepared, out=None, out_dtype=None):
     import flashinfer  # type: ignore
     import torch
     N, K = prepared.geometry["out_features"], prepared.geometry["hidden_size"]
+    Np, Kp = prepared.weight.shape[0], prepared.weight.shape[1] * 2   # padded to 32 (CUTLASS family)
     x2 = x.reshape(-1, K)
     gs = prepared.a_gscale if prepared.a_gscale is not None else dynamic_gscale(x2)
     alpha = prepared.alpha if prepared.alpha is not None else prepared.weight_scale_2 / gs
-    x_fp4, x_sf = quantize_fp4(x2, gs)
+    x_fp4, x_sf = quantize_fp4(pad_last(x2, Kp), gs)
     out_dtype = out_dtype or x.dtype
     buf = output_buffer(out, tuple(x.shape[:-1]) + (N,), out_dtype, x.device)
+    kbuf = buf.view(-1, N) if Np == N else torch.empty(x2.shape[0], Np, dtype=out_dtype, device=x.device)
     a_sf, b_sf = x_sf, prepared.weight_sf
     if fi_backend == "cutlass":  # vLLM flashinfer_scaled_fp4_mm: cutlass takes uint8 scale views
         a_sf, b_sf = a_sf.view(torch.uint8), b_sf.view(torch.uint8)
     else:
         a_sf, b_sf = a_sf.view(torch.float8_e4m3fn), b_sf.view(torch.float8_e4m3fn)
     flashinfer.mm_fp4(x_fp4, prepared.weight.T, a_sf, b_sf.T, alpha, out_dtype,
-                      out=buf.view(-1, N), backend=fi_backend)
+                      out=kbuf, backend=fi_backend)
+    if Np != N:
+        buf.view(-1, N).copy_(kbuf[:, :N])
     if prepared.bias is not None:
         buf.add_(prepared.bias.to(buf.dtype))
     return buf

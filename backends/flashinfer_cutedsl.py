@@ -21,12 +21,14 @@ class CuteDslMoE(MoEBackend):
         import torch
         from flashinfer import cute_dsl_fused_moe  # type: ignore
 
-        from ._flashinfer import activation_type, moe_output, quantize_fp4, supported_kwargs
+        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs
         p = prepared
         buf = moe_output(out, x)
+        Hp = p.padded[0]                       # H padded to 256 (vLLM pads and slices)
+        kbuf = buf if Hp == x.shape[-1] else torch.empty(x.shape[0], Hp, dtype=x.dtype, device=x.device)
         # activation quantized with the shared FC1 scale; 128x4 scales (unverified on hardware)
-        x_fp4, x_sf = quantize_fp4(x, p.a1_gscale[:1])
-        kwargs = dict(moe_output=buf, output_dtype=x.dtype, quant_mode="w4a4",
+        x_fp4, x_sf = quantize_fp4(pad_last(x, Hp), p.a1_gscale[:1])
+        kwargs = dict(moe_output=kbuf, output_dtype=x.dtype, quant_mode="w4a4",
                       activation_type=activation_type(self.activation, p.geometry["act_and_mul"]))
         if self.swiglu_limit is not None:
             kwargs["swiglu_limit"] = float(self.swiglu_limit)
@@ -34,6 +36,8 @@ class CuteDslMoE(MoEBackend):
                            p.w13, p.w13_sf_mma, p.g1_alphas, p.a2_gscale, p.w2, p.w2_sf_mma,
                            p.g2_alphas, p.geometry["num_experts"], int(topk_ids.shape[-1]),
                            **supported_kwargs(cute_dsl_fused_moe, **kwargs))
+        if kbuf is not buf:
+            buf.copy_(kbuf[:, :x.shape[-1]])
         return buf
 
 

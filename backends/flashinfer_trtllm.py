@@ -23,23 +23,27 @@ class TrtllmMoE(MoEBackend):
         import torch
         from flashinfer.fused_moe import trtllm_fp4_block_scale_routed_moe  # type: ignore
 
-        from ._flashinfer import activation_type, moe_output, quantize_fp4, supported_kwargs
+        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs
         p = prepared
         g = p.geometry
         buf = moe_output(out, x)
-        x_fp4, x_sf = quantize_fp4(x, p.a1_gscale[:1], swizzled=False)
+        Hp, Ip = p.padded                      # H to 256, I to 64 / 128 (vLLM pads and slices)
+        kbuf = buf if Hp == x.shape[-1] else torch.empty(x.shape[0], Hp, dtype=x.dtype, device=x.device)
+        x_fp4, x_sf = quantize_fp4(pad_last(x, Hp), p.a1_gscale[:1], swizzled=False)
         clamp = None
         if self.swiglu_limit is not None:
             clamp = torch.full((g["num_experts"],), float(self.swiglu_limit), dtype=torch.float32,
                                device=x.device)
-        kwargs = dict(activation_type=activation_type(self.activation, g["act_and_mul"]), output=buf)
+        kwargs = dict(activation_type=activation_type(self.activation, g["act_and_mul"]), output=kbuf)
         trtllm_fp4_block_scale_routed_moe(
             (topk_ids.to(torch.int32), topk_weights.to(torch.float32)), None, x_fp4,
             x_sf.view(torch.float8_e4m3fn).flatten(), p.w13, p.w13_sf.view(torch.float8_e4m3fn),
             None, None, None, clamp, p.w2, p.w2_sf.view(torch.float8_e4m3fn), None,
             p.g1_scale_c, p.g1_alphas, p.g2_alphas, g["num_experts"], top_k, 0, 0,
-            g["intermediate_size"], 0, g["num_experts"], None,
+            Ip, 0, g["num_experts"], None,
             **supported_kwargs(trtllm_fp4_block_scale_routed_moe, **kwargs))
+        if kbuf is not buf:
+            buf.copy_(kbuf[:, :x.shape[-1]])
         return buf
 
 

@@ -37,6 +37,7 @@ torch is imported inside the functions (``import backends.nvfp4`` stays cheap).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Tuple
 
@@ -52,8 +53,19 @@ SF_TILE_COLS = 4
 
 
 def _torch():
+    """torch, imported on first use (the one helper ``backends`` uses for that)."""
     import torch
     return torch
+
+
+def ceil_to(n: int, m: int) -> int:
+    """``n`` rounded up to a multiple of ``m``."""
+    return (n + m - 1) // m * m
+
+
+#: elements processed per step by quantize / dequantize: bounds their temporaries (a few bytes per
+#: element) to a few tens of MiB whatever the tensor size.
+CHUNK_ELEMENTS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -147,89 +159,180 @@ def _bcast(s, ndim: int):
     return s.reshape(tuple(s.shape) + (1,) * (ndim - s.dim()))
 
 
-def scale_2_from_amax(amax):
-    """ModelOpt's per-tensor scale: amax / (6 * 448); 1.0 where amax is 0 (an all-zero tensor)."""
+_FLOAT_INPUTS = ("float16", "bfloat16", "float32", "float64")
+
+
+def check_float_tensor(x, name: str = "x") -> None:
+    """Refuse what the quantizer and the reference cannot take: non-tensors, integer, bool and
+    float8 tensors (an integer input would be truncated on the way out)."""
     torch = _torch()
-    amax = amax.to(torch.float32)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if str(x.dtype).replace("torch.", "") not in _FLOAT_INPUTS:
+        raise ValueError(f"{name} has dtype {x.dtype}; accepted: {', '.join(_FLOAT_INPUTS)}")
+
+
+def check_scale(s, name: str) -> None:
+    """A global or activation scale must be finite and positive (0 or inf makes every value inf)."""
+    torch = _torch()
+    bad = ~(torch.isfinite(s) & (s > 0))
+    if bool(bad.any()):
+        raise ValueError(f"{name} must be finite and > 0; got {s[bad].flatten()[:4].tolist()} "
+                         f"({int(bad.sum())} of {s.numel()} values)")
+
+
+def amax_checked(x, global_dims: int = 0, name: str = "x"):
+    """max |x| (float32; per index of the first ``global_dims`` dimensions), refusing NaN and inf.
+
+    Computed from amax and amin, so no |x| copy is made; NaN propagates through both, so a single
+    NaN or inf anywhere is caught (ModelOpt would otherwise get a NaN or inf global scale, and the
+    old ``amax > 0`` test silently turned a NaN into 1.0). An empty tensor has amax 0.
+    """
+    torch = _torch()
+    lead = tuple(x.shape[:global_dims])
+    if x.numel() == 0:
+        return torch.zeros(lead, dtype=torch.float32, device=x.device)
+    v = x.reshape(lead + (-1,))
+    amax = torch.maximum(v.amax(-1), -v.amin(-1)).to(torch.float32)
+    if not bool(torch.isfinite(amax).all()):
+        raise ValueError(f"{name} holds {int(torch.isnan(x).sum())} NaN and "
+                         f"{int(torch.isinf(x).sum())} infinite values; NVFP4 cannot encode them "
+                         "(quantize finite values only)")
+    return amax
+
+
+def scale_2_from_amax(amax):
+    """ModelOpt's per-tensor scale: amax / (6 * 448); 1.0 where amax is 0 (an all-zero tensor).
+    A NaN or infinite amax is refused, never replaced."""
+    torch = _torch()
+    amax = torch.as_tensor(amax).to(torch.float32)
+    if not bool((torch.isfinite(amax) & (amax >= 0)).all()):
+        raise ValueError(f"amax must be finite and >= 0, got {amax.flatten()[:4].tolist()}")
     return torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
+
+
+def _per_row(s2, lead: Tuple[int, ...], name: str):
+    """A 0-d or leading-dims scale as one value per row of ``[prod(lead), K]``."""
+    if tuple(s2.shape) != tuple(lead[:s2.dim()]):
+        raise ValueError(f"{name} has shape {tuple(s2.shape)}; expected () or a prefix of the "
+                         f"leading dimensions {tuple(lead)}")
+    rows = math.prod(lead)
+    return s2.reshape(-1, 1).expand(-1, rows // max(1, s2.numel())).reshape(rows)
 
 
 def quantize(x, scale_2=None, *, global_dims: int = 0) -> NVFP4Tensor:
     """Quantize ``x`` (``[..., K]``, K % 16 == 0) to NVFP4.
 
     scale_2: the dequantization scale (ModelOpt convention, a float, 0-d tensor or a tensor over
-    the first ``global_dims`` dimensions); None computes it from amax, over the whole tensor
-    (``global_dims=0``) or per index of the first ``global_dims`` dimensions (1 = per expert).
-    The block math runs in float32 (float64 if ``x`` is float64).
+    the leading dimensions); None computes it from amax, over the whole tensor (``global_dims=0``)
+    or per index of the first ``global_dims`` dimensions (1 = per expert). NaN or inf in ``x`` and
+    a scale that is not finite and positive are refused. The block math runs in float32 (float64
+    for a float64 ``x``), ``CHUNK_ELEMENTS`` at a time: the peak is the outputs (K/2 + K/16 bytes a
+    row) plus a bounded work area. An empty ``x`` gives empty tensors.
     """
     torch = _torch()
+    check_float_tensor(x)
+    if x.dim() == 0:
+        raise ValueError("quantize: x is 0-d; expected [..., K] with K a multiple of 16")
     K = x.shape[-1]
     if K % BLOCK_SIZE:
         raise ValueError(f"the last dimension ({K}) must be a multiple of {BLOCK_SIZE}")
+    if not 0 <= global_dims < x.dim():
+        raise ValueError(f"global_dims={global_dims}: accepted 0..{x.dim() - 1} for a {x.dim()}-D x")
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xf = x.to(work)
+    lead = tuple(x.shape[:-1])
+    amax = amax_checked(x, global_dims)
     if scale_2 is None:
-        if global_dims:
-            amax = xf.abs().reshape(tuple(xf.shape[:global_dims]) + (-1,)).amax(-1)
-        else:
-            amax = xf.abs().amax()
         s2 = scale_2_from_amax(amax)
     else:
         s2 = torch.as_tensor(scale_2, dtype=torch.float32, device=x.device)
-    blocks = xf.reshape(tuple(xf.shape[:-1]) + (K // BLOCK_SIZE, BLOCK_SIZE))
-    s2w = _bcast(s2.to(work), blocks.dim() - 1)
-    amax_b = blocks.abs().amax(-1)
-    bs = to_e4m3(amax_b / (E2M1_MAX * s2w))
-    denom = (bs.to(work) * s2w).unsqueeze(-1)
-    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
-    scaled = torch.where(denom > 0, blocks / safe, torch.zeros_like(blocks))
-    codes = encode_e2m1(scaled).reshape(xf.shape)
-    return NVFP4Tensor(pack_e2m1(codes), bs, s2)
+        check_scale(s2, "scale_2")
+    s2_rows = _per_row(s2, lead, "scale_2").to(work)
+    packed = torch.empty(lead + (K // 2,), dtype=torch.uint8, device=x.device)
+    bs = torch.empty(lead + (K // BLOCK_SIZE,), dtype=torch.float8_e4m3fn, device=x.device)
+    rows = math.prod(lead)
+    if rows == 0 or K == 0:
+        return NVFP4Tensor(packed, bs, s2)
+    x2, p2, b2 = x.reshape(rows, K), packed.view(rows, K // 2), bs.view(rows, K // BLOCK_SIZE)
+    step = max(1, CHUNK_ELEMENTS // K)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        blocks = x2[r0:r1].to(work).reshape(r1 - r0, K // BLOCK_SIZE, BLOCK_SIZE)
+        s2w = s2_rows[r0:r1].unsqueeze(-1)
+        bsc = to_e4m3(blocks.abs().amax(-1) / (E2M1_MAX * s2w))
+        denom = (bsc.to(work) * s2w).unsqueeze(-1)
+        scaled = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), 0.0)
+        p2[r0:r1] = pack_e2m1(encode_e2m1(scaled).reshape(r1 - r0, K))
+        b2[r0:r1] = bsc
+    return NVFP4Tensor(packed, bs, s2)
 
 
 def dequantize(packed, block_scale, scale_2, dtype=None):
-    """NVFP4 -> float (``dtype``, default float32): e2m1 * block_scale * scale_2."""
+    """NVFP4 -> float (``dtype``, default float32): e2m1 * block_scale * scale_2.
+
+    Computed in float32 (float64 for a float64 ``dtype``) and cast at the end, so a float16 or
+    bfloat16 result is the float32 value rounded once (the global scale is never rounded to
+    ``dtype`` first). Works ``CHUNK_ELEMENTS`` at a time into the output: the peak is the output
+    plus a bounded work area.
+    """
     torch = _torch()
     dtype = dtype or torch.float32
-    vals = decode_e2m1(unpack_e2m1(packed), dtype)
-    K = vals.shape[-1]
-    blocks = vals.reshape(tuple(vals.shape[:-1]) + (K // BLOCK_SIZE, BLOCK_SIZE))
-    s2 = torch.as_tensor(scale_2, device=packed.device).to(dtype)
-    scale = block_scale.to(dtype) * _bcast(s2, block_scale.dim())
-    return (blocks * scale.unsqueeze(-1)).reshape(vals.shape)
+    if packed.dtype != torch.uint8 or block_scale.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"dequantize: packed must be uint8 and block_scale float8_e4m3fn; got "
+                         f"{packed.dtype} and {block_scale.dtype}")
+    if packed.dim() == 0 or (tuple(block_scale.shape[:-1]) != tuple(packed.shape[:-1])
+                             or packed.shape[-1] * 2 != block_scale.shape[-1] * BLOCK_SIZE):
+        raise ValueError(f"dequantize: packed {tuple(packed.shape)} and block_scale "
+                         f"{tuple(block_scale.shape)} do not describe the same [..., K] tensor "
+                         f"(expected [..., K/2] and [..., K/{BLOCK_SIZE}])")
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    lead, K = tuple(packed.shape[:-1]), packed.shape[-1] * 2
+    s2_rows = _per_row(torch.as_tensor(scale_2, device=packed.device), lead, "scale_2").to(work)
+    out = torch.empty(lead + (K,), dtype=dtype, device=packed.device)
+    rows = math.prod(lead)
+    if rows == 0 or K == 0:
+        return out
+    lut = e2m1_values(packed.device, work)
+    p2, b2, o2 = packed.reshape(rows, -1), block_scale.reshape(rows, -1), out.view(rows, K)
+    step = max(1, CHUNK_ELEMENTS // K)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        vals = lut[unpack_e2m1(p2[r0:r1]).int()].reshape(r1 - r0, K // BLOCK_SIZE, BLOCK_SIZE)
+        scale = b2[r0:r1].to(work) * s2_rows[r0:r1].unsqueeze(-1)
+        o2[r0:r1] = (vals * scale.unsqueeze(-1)).reshape(r1 - r0, K)
+    return out
 
 
 def quantize_dequantize(x, scale_2=None, *, global_dims: int = 0, dtype=None):
     """``dequantize(quantize(x))``: the value a W4A4 kernel sees for an activation."""
     q = quantize(x, scale_2, global_dims=global_dims)
-    return q.dequantize(dtype or (x.dtype if x.dtype.is_floating_point else None))
+    return q.dequantize(dtype or x.dtype)
 
 
 def roundtrip_error_bound(x, q: NVFP4Tensor):
     """Per-element bound on |x - dequantize(quantize(x))| for this quantization.
 
     With s = block_scale * scale_2 and v = |x| / s, round-to-nearest on E2M1 errs by at most half
-    a step: 0.25 s for v <= 2, 0.5 s for v <= 4, 1.0 s above (the saturated range v in (6, 6.4],
-    reached because the E4M3 block scale may round down by up to 2^-4, errs by < 0.4 s).
+    a step: 0.25 s for v <= 2, 0.5 s for v <= 4, 1.0 s for v <= 6. Above 6 the code saturates and
+    the error is (v - 6) s: under 0.4 s while the block scale is an E4M3 normal number (it rounds
+    down by at most 2^-4), but unbounded in those terms once it is subnormal (below 2^-6, where
+    rounding can lose up to half of it); a block scale flushed to 0 loses the block (error |x|).
+    The bound covers all three cases, so it holds for outlier-heavy data too.
     """
     torch = _torch()
     K = x.shape[-1]
     s = (q.block_scale.to(torch.float64)
          * _bcast(torch.as_tensor(q.scale_2, device=x.device).to(torch.float64), q.block_scale.dim()))
     s = s.repeat_interleave(BLOCK_SIZE, dim=-1).reshape(tuple(x.shape[:-1]) + (K,))
-    v = x.to(torch.float64).abs() / torch.where(s > 0, s, torch.ones_like(s))
-    half = torch.where(v <= 2, torch.full_like(v, 0.25), torch.where(v <= 4, torch.full_like(v, 0.5),
-                                                                     torch.ones_like(v)))
-    return half * s
+    ax = x.to(torch.float64).abs()
+    v = ax / torch.where(s > 0, s, torch.ones_like(s))
+    half = torch.where(v <= 2, 0.25, torch.where(v <= 4, 0.5, torch.clamp(v - 6, min=1.0)))
+    return torch.where(s > 0, half * s, ax)
 
 
 # ----------------------------------------------------------------------------------------------
 # scale layouts
 # ----------------------------------------------------------------------------------------------
-
-def _ceil_to(n: int, m: int) -> int:
-    return (n + m - 1) // m * m
-
 
 def swizzle_128x4(sf):
     """Linear scales ``[rows, cols]`` or ``[E, rows, cols]`` -> the 128x4 swizzled layout.
@@ -245,7 +348,7 @@ def swizzle_128x4(sf):
     if s.dim() != 3:
         raise ValueError(f"expected a 2-D or 3-D scale tensor, got shape {tuple(sf.shape)}")
     E, rows, cols = s.shape
-    rp, cp = _ceil_to(rows, SF_TILE_ROWS), _ceil_to(cols, SF_TILE_COLS)
+    rp, cp = ceil_to(rows, SF_TILE_ROWS), ceil_to(cols, SF_TILE_COLS)
     raw = s.view(torch.uint8) if s.element_size() == 1 else s
     padded = torch.zeros((E, rp, cp), dtype=raw.dtype, device=s.device)
     padded[:, :rows, :cols] = raw
@@ -259,7 +362,7 @@ def swizzle_128x4(sf):
 def unswizzle_128x4(sf_swizzled, rows: int, cols: int):
     """Inverse of :func:`swizzle_128x4`: ``[(E,) rows_pad, cols_pad]`` (or flat) -> ``[(E,) rows, cols]``."""
     torch = _torch()
-    rp, cp = _ceil_to(rows, SF_TILE_ROWS), _ceil_to(cols, SF_TILE_COLS)
+    rp, cp = ceil_to(rows, SF_TILE_ROWS), ceil_to(cols, SF_TILE_COLS)
     n = sf_swizzled.numel()
     if n % (rp * cp):
         raise ValueError(f"{n} scale bytes do not hold a whole number of {rp}x{cp} padded matrices")
@@ -394,4 +497,4 @@ def quantize_moe(w13, w2, a13_scale=None, a2_scale=None) -> MoEWeights:
 
 def activation_scale_from_amax(x):
     """A calibrated ModelOpt ``input_scale`` for activation ``x``: amax / (6 * 448)."""
-    return scale_2_from_amax(x.abs().amax())
+    return scale_2_from_amax(amax_checked(x))

@@ -27,19 +27,15 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor, quantize_dequantize
+from .nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor, _torch, check_float_tensor, check_scale, quantize_dequantize
 
 GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 NON_GATED_ACTIVATIONS = ("relu2", "silu", "gelu", "gelu_tanh")
 QUANTS = ("nvfp4", "nvfp4_w4a16")
+W13_ORDERS = ("gate_up", "up_gate")
 SWIGLUOAI_DEFAULTS = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
 
 _FROM_WEIGHTS = object()
-
-
-def _torch():
-    import torch
-    return torch
 
 
 def check_activation(activation: str, act_and_mul: bool) -> None:
@@ -95,15 +91,28 @@ def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple[object, 
 
 
 def _write_out(y, out, like):
-    """Return ``y`` in the dtype of ``like``, or copied into the caller's ``out`` buffer."""
+    """``y`` in the dtype of ``like``, or copied into the caller's ``out``, which must have that
+    dtype, the shape and the device (checked as the FlashInfer paths check it: no silent cast)."""
     if out is None:
         return y.to(like.dtype)
-    if tuple(out.shape) != tuple(y.shape):
-        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(y.shape)}")
-    if out.device != y.device:
-        raise ValueError(f"out is on {out.device}, expected {y.device}")
-    out.copy_(y)
-    return out
+    from ._base import output_buffer
+    buf = output_buffer(out, tuple(y.shape), like.dtype, y.device)
+    buf.copy_(y)
+    return buf
+
+
+def _check_scale_arg(scale, name: str, num_experts: int = 0):
+    """An activation scale override: None, or finite and positive, 0-d (or [E] for the MoE)."""
+    torch = _torch()
+    if scale is None:
+        return None
+    s = torch.as_tensor(scale, dtype=torch.float32)
+    shapes = ((), (num_experts,)) if num_experts else ((),)
+    if tuple(s.shape) not in shapes:
+        raise ValueError(f"{name}: expected a scalar{f' or [{num_experts}]' if num_experts else ''}, "
+                         f"got shape {list(s.shape)}")
+    check_scale(s, name)
+    return s
 
 
 def _act_input(x, quant: str, scale, compute_dtype):
@@ -122,11 +131,16 @@ def reference_linear(x, weights: LinearWeights, *, quant: str = "nvfp4", input_s
     """
     torch = _torch()
     _check_quant(quant)
+    check_float_tensor(x)
+    K = weights.in_features
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(f"x has shape {list(x.shape)}; expected [..., {K}] (the layer's in_features)")
     cd = compute_dtype or torch.float32
     if input_scale is _FROM_WEIGHTS:
         input_scale = weights.input_scale
+    input_scale = _check_scale_arg(input_scale, "input_scale")
     W = weights.weight.dequantize(cd) if w_deq is None else w_deq.to(cd)
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = x.reshape(-1, K)
     y = _act_input(x2, quant, input_scale, cd) @ W.T
     if weights.bias is not None:
         y = y + weights.bias.to(cd)
@@ -147,33 +161,46 @@ def _expert_scale(scale, e: int):
 def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: str = "silu",
                   quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS, fc2_input_scale=_FROM_WEIGHTS,
                   swiglu_limit: Optional[float] = None, swiglu_alpha: Optional[float] = None,
-                  swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None):
+                  swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None,
+                  w13_order: str = "gate_up"):
     """Fused MoE: ``out[t] = sum_k topk_weights[t,k] * W2_e @ act(W13_e @ q(x_t))``, e = topk_ids[t,k].
 
     x: ``[T, H]``; topk_weights / topk_ids: ``[T, k]`` (ids < 0 are unrouted slots, skipped).
     fc1/fc2_input_scale: W4A4 activation scales (0-d or per expert ``[E]``); default the
     checkpoint's ``a13_scale`` / ``a2_scale``; None = dynamic (amax of the rows routed to each
     expert). deq: cached ``dequantize_moe(weights)``. Output in x's dtype, or written into ``out``.
+    w13_order: ``"gate_up"`` (checkpoint) or ``"up_gate"`` (the FlashInfer / b12x convention: the
+    first half of FC1's output is up, the second gate), for weights already reordered.
     """
     torch = _torch()
     _check_quant(quant)
     act_and_mul = weights.act_and_mul
     check_activation(activation, act_and_mul)
+    if w13_order not in W13_ORDERS:
+        raise ValueError(f"w13_order {w13_order!r}: accepted: {', '.join(W13_ORDERS)}")
+    check_float_tensor(x)
+    E, H = weights.num_experts, weights.hidden_size
+    if x.dim() != 2 or x.shape[1] != H:
+        raise ValueError(f"x has shape {list(x.shape)}; expected [num_tokens, {H}] (2-D, hidden size {H})")
+    T = x.shape[0]
+    if (tuple(topk_ids.shape) != tuple(topk_weights.shape) or topk_ids.dim() != 2
+            or topk_ids.shape[0] != T):
+        raise ValueError(f"topk_ids {list(topk_ids.shape)} and topk_weights "
+                         f"{list(topk_weights.shape)} must both be [T={T}, top_k]")
+    if topk_ids.dtype.is_floating_point or topk_ids.dtype == torch.bool:
+        raise ValueError(f"topk_ids must be an integer tensor, got {topk_ids.dtype}")
+    if topk_ids.numel() and int(topk_ids.max()) >= E:
+        raise ValueError(f"topk_ids holds expert {int(topk_ids.max())}; this layer has {E} experts "
+                         f"(0..{E - 1}, negative = unrouted)")
     cd = compute_dtype or torch.float32
     if fc1_input_scale is _FROM_WEIGHTS:
         fc1_input_scale = weights.a13_scale
     if fc2_input_scale is _FROM_WEIGHTS:
         fc2_input_scale = weights.a2_scale
-
-    def as_scale(s):
-        return None if s is None else torch.as_tensor(s, dtype=torch.float32, device=x.device)
-
-    s1, s2 = as_scale(fc1_input_scale), as_scale(fc2_input_scale)
+    s1 = _check_scale_arg(fc1_input_scale, "fc1_input_scale", E)
+    s2 = _check_scale_arg(fc2_input_scale, "fc2_input_scale", E)
+    s1, s2 = (None if s is None else s.to(x.device) for s in (s1, s2))
     w13, w2 = deq if deq is not None else dequantize_moe(weights, cd)
-    T, H = x.shape
-    if topk_ids.shape != topk_weights.shape or topk_ids.shape[0] != T:
-        raise ValueError(f"topk_ids {tuple(topk_ids.shape)} and topk_weights "
-                         f"{tuple(topk_weights.shape)} must both be [T={T}, top_k]")
     y = torch.zeros((T, H), dtype=cd, device=x.device)
     # A scalar FC1 scale quantizes x once for all experts; a per-expert one inside the loop.
     shared_x = None
@@ -187,6 +214,8 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
         else:
             xe = _act_input(x[tok], quant, _expert_scale(s1, e), cd)
         h = xe @ w13[e].to(cd).T
+        if act_and_mul and w13_order == "up_gate":
+            h = torch.cat([h[:, h.shape[1] // 2:], h[:, :h.shape[1] // 2]], dim=1)
         a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
                           swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
         a = _act_input(a, quant, _expert_scale(s2, e), cd)

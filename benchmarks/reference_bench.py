@@ -1,11 +1,16 @@
 """Time the reference NVFP4 linear layer and fused MoE (the ``emulation`` backend) next to bf16.
 
-    PYTHONUNBUFFERED=1 python3 benchmarks/reference_bench.py [--quick]
+    PYTHONUNBUFFERED=1 python3 benchmarks/reference_bench.py [--quick] [--memory-only]
 
 Runs on CUDA when a GPU is visible, else on CPU. For each shape it prints the reference time
 (NVFP4 activation quantize-dequantize for W4A4, then a float32 matmul on the weights dequantized
 once at prepare time), a bf16 matmul of the same shape, and their ratio. With a GPU it also runs
 the same inputs on the CPU and prints how far the CUDA results are from the CPU ones.
+
+It first measures the peak memory of ``quantize`` and ``dequantize`` of an 8192 x 8192 float32
+matrix, as a multiple of that matrix's size (CUDA: ``max_memory_allocated``; CPU: the process's
+peak resident set, reset through ``/proc/self/clear_refs`` once the input exists, each operation in
+a fresh process).
 
 The reference never uses FP4 tensor cores (SM 9.0 has none; SM100/SM120 kernels are FlashInfer's
 and are not run here): its times say what the emulation fallback costs, nothing about FP4 kernels.
@@ -13,7 +18,9 @@ and are not run here): its times say what the emulation fallback costs, nothing 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,6 +70,52 @@ def timeit(fn, device, iters):
     return statistics.median(times)
 
 
+MEMORY_SHAPE = (8192, 8192)
+
+
+def _status_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_child(op: str, device: str) -> None:
+    """One measurement in this (fresh) process: prints the peak extra bytes of ``op``."""
+    dev = torch.device(device)
+    x = torch.randn(MEMORY_SHAPE, generator=torch.Generator().manual_seed(0)).to(dev)
+    q = nv.quantize(x) if op == "dequantize" else None
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y = nv.quantize(x) if op == "quantize" else q.dequantize()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        Path("/proc/self/clear_refs").write_text("5")      # reset the peak RSS (VmHWM) to now
+        base = _status_kib("VmRSS")
+        y = nv.quantize(x) if op == "quantize" else q.dequantize()
+        peak = (max(_status_kib("VmHWM"), _status_kib("VmRSS")) - base) * 1024
+    del y
+    print(peak)
+
+
+def memory_figures(device: str):
+    """``[(op, peak extra bytes, peak / tensor bytes)]``, each op in a fresh process."""
+    size = MEMORY_SHAPE[0] * MEMORY_SHAPE[1] * 4
+    rows = []
+    for op in ("quantize", "dequantize"):
+        # glibc: every buffer >= 64 KiB its own mapping, unmapped when freed, so the kernel's
+        # peak-RSS bookkeeping (updated at each unmap) sees every transient peak
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+        out = subprocess.run([sys.executable, __file__, "--memory-child", op, "--device", device],
+                             capture_output=True, text=True, check=True, env=env)
+        peak = int(out.stdout.strip().splitlines()[-1])
+        rows.append((op, peak, peak / size))
+    return rows
+
+
 def compare(gpu_out, cpu_out):
     d = (gpu_out.double().cpu() - cpu_out.double()).abs()
     ref = cpu_out.double().abs().max().item()
@@ -74,8 +127,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small shapes (a CPU smoke run)")
     ap.add_argument("--no-cpu-check", action="store_true")
+    ap.add_argument("--memory-only", action="store_true", help="only the memory figures")
+    ap.add_argument("--memory-child", choices=("quantize", "dequantize"), help=argparse.SUPPRESS)
+    ap.add_argument("--device", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child, args.device)
+        return
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    mb = MEMORY_SHAPE[0] * MEMORY_SHAPE[1] * 4 / 2 ** 20
+    print(f"peak memory on {dev.type}, {MEMORY_SHAPE[0]}x{MEMORY_SHAPE[1]} float32 ({mb:.0f} MiB), "
+          "beyond the input:")
+    for op, peak, ratio in memory_figures(dev.type):
+        print(f"  {op:11} {peak / 2 ** 20:8.1f} MiB = {ratio:.2f}x the tensor")
+    if args.memory_only:
+        return
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -112,13 +178,13 @@ def main():
             for m in ms:
                 x_cpu = torch.randn(m, K, generator=gen).bfloat16()
                 x = x_cpu.to(dev)
-                out = torch.empty(m, N, dtype=torch.float32, device=dev)
+                out = torch.empty(m, N, dtype=x.dtype, device=dev)
                 t_ref = timeit(lambda: emu.apply(x, prep, out=out), dev, iters_for(m))
                 t_bf = timeit(lambda: x @ w_bf16.T, dev, iters_for(m))
                 rows.append(("linear", quant, phase, f"M={m} N={N} K={K}", t_ref, t_bf))
-                if check:
-                    y_gpu = emu.apply(x, prep, out=torch.empty(m, N, dtype=torch.float32, device=dev))
-                    y_cpu = emu.apply(x_cpu, prep_cpu, out=torch.empty(m, N, dtype=torch.float32))
+                if check:  # float32 copies of the bf16 inputs (same values), float32 outputs
+                    y_gpu = emu.apply(x.float(), prep)
+                    y_cpu = emu.apply(x_cpu.float(), prep_cpu)
                     errs.append(("linear", quant, f"M={m}") + compare(y_gpu, y_cpu))
 
     # ---------------------------------------------------------------- MoE
@@ -150,13 +216,13 @@ def main():
                 x_cpu = torch.randn(t, Hd, generator=gen).bfloat16()
                 tw_cpu, ti_cpu = route(torch.randn(t, E, generator=gen), k)
                 x, tw, ti = x_cpu.to(dev), tw_cpu.to(dev), ti_cpu.to(dev)
-                out = torch.empty(t, Hd, dtype=torch.float32, device=dev)
+                out = torch.empty(t, Hd, dtype=x.dtype, device=dev)
                 t_ref = timeit(lambda: emu.apply(x, prep, tw, ti, out=out), dev, iters_for(t))
                 t_bf = timeit(lambda: bf16_moe(x, tw, ti), dev, iters_for(t))
                 rows.append(("moe", quant, phase, f"T={t} E={E} k={k} H={Hd} I={In}", t_ref, t_bf))
                 if check:
-                    y_gpu = emu.apply(x, prep, tw, ti, out=torch.empty(t, Hd, dtype=torch.float32, device=dev))
-                    y_cpu = emu.apply(x_cpu, prep_cpu, tw_cpu, ti_cpu, out=torch.empty(t, Hd, dtype=torch.float32))
+                    y_gpu = emu.apply(x.float(), prep, tw, ti)
+                    y_cpu = emu.apply(x_cpu.float(), prep_cpu, tw_cpu, ti_cpu)
                     errs.append(("moe", quant, f"T={t}") + compare(y_gpu, y_cpu))
 
     hdr = f"{'op':7}{'quant':13}{'phase':9}{'shape':34}{'reference ms':>13}{'bf16 ms':>10}{'ratio':>8}"

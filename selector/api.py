@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .config import ConfigTree, compose
 from .decision import Decision
 from .errors import SelectorError
 from .layer import make_layer
-from .model import Catalogue, Detect, Platform, RunConfig, make_run_config
+from .locks import ForkSafeLock
+from .model import RunConfig, make_run_config
 from .resolver import Resolver
 from .schema import Layer
 
@@ -25,29 +25,30 @@ class Selector:
     """Decisions for the layers of one model on one platform under one policy.
 
     Thread-safe: the run config is immutable, decisions are immutable, and a race computes
-    the same decision twice and keeps one.
+    the same decision twice and keeps one. Its locks are fork-safe (a child forked while a
+    thread holds one gets a fresh one).
     """
 
     def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
-                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None, verify=None):
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
-        self.resolver = Resolver(run_config, self.probes)
-        self._by_kwargs: Dict[Tuple[Any, ...], Decision] = {}
+        self.resolver = Resolver(run_config, self.probes, verify)
+        self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match
         # (the decide-hit budget needs it: comparing two equal Layers field by field costs more)
         self._layers: Dict[Layer, Layer] = {}
         self._defaults = run_config.layer.to_dict()
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     @property
-    def catalogue(self) -> Catalogue:
+    def catalogue(self):
         return self.run_config.catalogue
 
     @property
-    def platform(self) -> Platform:
+    def platform(self):
         return self.run_config.platform
 
     def select(self, **layer: Any) -> Decision:
@@ -97,9 +98,8 @@ class Selector:
         return self.decide(self.run_config.layer)
 
 
-def load(overrides: Sequence[str] = (), *,
-         config_dirs: Sequence[Union[str, os.PathLike[str]]] = (),
-         detect: Optional[Detect] = None) -> Selector:
+def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = (),
+         detect=None) -> Selector:
     """Build a Selector from the packaged configs, `config_dirs` and Hydra-style overrides.
 
     Raises SelectorError (one message naming key, value and accepted values) on bad input.
@@ -111,10 +111,14 @@ def load(overrides: Sequence[str] = (), *,
         raise SelectorError("config_dirs must be a list of directories, not "
                             f"{type(config_dirs).__name__}")
     tree = ConfigTree.discover(config_dirs)
-    data = compose(tree, list(overrides))
-    run = make_run_config(data, tree.backend_files, detect)
+    run = compose(tree, list(overrides), build=lambda data: make_run_config(
+        data, tree.backend_files, detect))
     probes = None
     if run.probe == "deep":
         from .probing import run_deep_probes
         probes = {name: (f.ok, f.message) for name, f in run_deep_probes(run.catalogue).items()}
-    return Selector(run, tree, probes)
+    verify = None
+    if run.probe == "verify":  # each usable backend run once per machine: selector.verify
+        from .verify import verify_once
+        verify = verify_once(Selector(run, tree), overrides, config_dirs).rejections()
+    return Selector(run, tree, probes, verify)

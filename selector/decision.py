@@ -9,6 +9,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from .rules import OPT_IN, Reason
 from .schema import USABLE, Status
+from .text import join_lines
 
 WRAP = 100  # text width of the rendered explanation
 # The text table reads at a glance: the selected backend first, then what else could run, then
@@ -37,6 +38,7 @@ class Decision:
     notes: Tuple[str, ...]
     platform_label: str = ""
     warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason) of warning-level rules
+    engine: Optional[Dict[str, Any]] = None  # engine=vllm|sglang: its name and flags
 
     # -- lookups -------------------------------------------------------------------------------
     def candidate(self, backend: str) -> Candidate:
@@ -56,11 +58,14 @@ class Decision:
 
     # -- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
-        return {"layer": dict(self.layer), "platform": json.loads(json.dumps(self.platform)),
-                "requested": self.requested, "selected": self.selected,
-                "candidates": [c.to_dict() for c in self.candidates],
-                "notes": list(self.notes), "summary": self.summary(),
-                "entry_point": self.entry_point}
+        out = {"layer": dict(self.layer), "platform": json.loads(json.dumps(self.platform)),
+               "requested": self.requested, "selected": self.selected,
+               "candidates": [c.to_dict() for c in self.candidates],
+               "notes": list(self.notes), "summary": self.summary(),
+               "entry_point": self.entry_point}
+        if self.engine is not None:
+            out["engine"] = json.loads(json.dumps(self.engine))
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
@@ -120,6 +125,9 @@ def render_text(d: Decision) -> str:
         lines.append(f"selected: {d.selected}" + (f"  -> {ep}" if ep else ""))
     else:
         lines.append("selected: none")
+    if d.engine is not None and d.selected:
+        from .engines import command_line
+        lines.append(f"{d.engine['label']} flags: {command_line(d.engine)}")
     lines.append("")
     width = max([len(c.backend) for c in d.candidates] + [7])
     pad = " " * (width + 20)
@@ -143,4 +151,4 @@ def render_text(d: Decision) -> str:
         for n in d.notes:
             lines.extend(textwrap.wrap(n, width=WRAP, initial_indent="  - ",
                                        subsequent_indent="    ", break_on_hyphens=False))
-    return "\n".join(lines)
+    return join_lines(lines)

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from .errors import SelectorError
+from .text import join_lines
 
 # Distributions doctor reports besides those the catalogue and CONTRACT.md name, when installed.
 EXTRA_PACKAGES = (
@@ -66,10 +66,16 @@ class Report:
     declared: Dict[str, List[str]] = field(default_factory=dict)
     problems: List[str] = field(default_factory=list)
     seconds: float = 0.0
+    drift: Optional[List[Any]] = None  # drift.DriftItem, with --deep
+    verify_report: Any = None  # verify.Report (--verify)
+
+    @property
+    def drifted(self) -> bool:
+        return any(i.status == "drift" for i in self.drift or ())
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.problems else 0
+        return 1 if self.problems or self.drifted else 0
 
     def to_dict(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {
@@ -77,7 +83,8 @@ class Report:
             "platform": self.platform, "packages": self.packages,
             "verdicts_for": self.verdicts_for,
             "backends": [b.to_dict() for b in self.backends], "probes": None,
-            "problems": list(self.problems), "exit_code": self.exit_code}
+            "problems": list(self.problems), "exit_code": self.exit_code,
+            "drift": None if self.drift is None else [i.to_dict() for i in self.drift]}
         if self.deep_report is not None:
             rep = self.deep_report
             d["probes"] = {
@@ -86,6 +93,10 @@ class Report:
                              for n, f in rep.findings.items()],
                 "groups": [g.to_dict() for g in rep.groups],
                 "imports": [i.to_dict() for i in rep.imports]}
+        v = self.verify_report
+        d["verify"] = None if v is None else [r.to_dict() for r in v.results]
+        if v is not None:
+            d["verify_info"] = v.info()
         return d
 
 
@@ -93,10 +104,13 @@ class Report:
 
 def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
                deep: bool = False, timeout: Optional[float] = None, fmt: str = "text",
-               probes: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None) -> int:
+               probes: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
+               verify: bool = False, verify_ops: Optional[Sequence[str]] = None,
+               verify_cache: bool = True) -> int:
     """Print the doctor report; return the exit code (0 fine, 1 a problem found).
     Bad input raises SelectorError (the CLI prints it and exits 2)."""
-    report = build_report(overrides, config_dirs, deep=deep, timeout=timeout, probes=probes)
+    report = build_report(overrides, config_dirs, deep=deep, timeout=timeout, probes=probes,
+                          verify=verify, verify_ops=verify_ops, verify_cache=verify_cache)
     out = stream or sys.stdout
     if fmt == "json":
         out.write(json.dumps(report.to_dict(), indent=2) + "\n")
@@ -107,12 +121,13 @@ def run_doctor(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *
 
 def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
                  deep: bool = False, timeout: Optional[float] = None,
-                 probes: Optional[Sequence[str]] = None) -> Report:
+                 probes: Optional[Sequence[str]] = None, verify: bool = False,
+                 verify_ops: Optional[Sequence[str]] = None, verify_cache: bool = True) -> Report:
     t0 = time.perf_counter()
-    if timeout is not None and (not isinstance(timeout, (int, float)) or
-                                isinstance(timeout, bool) or not timeout > 0):
-        raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
-                            key="--timeout", value=timeout)
+    from .env_vars import parse_timeout
+    from .env_vars import timeout as env_timeout
+    timeout = env_timeout("SELECTOR_PROBE_TIMEOUT") if timeout is None else \
+        parse_timeout("--timeout", timeout)
     from . import environment
     from .api import load
     from .probing import catalogue_probe_names, declared_by, probe_once, validate_names
@@ -169,12 +184,26 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     for n, f in findings.items():
         if f.status == "failed":
             problems.append(f"probe {n} failed: {f.message}")
+    drift = None
+    if rep is not None:
+        from .drift import compare
+        drift = compare(catalogue, model.platform.facts,
+                        {n: dict(f.details) for n, f in findings.items() if f.status != "skipped"})
+    vrep = None
+    if verify or verify_ops or model.probe == "verify":  # selector.verify: kernels vs reference
+        from .verify import DEFAULT_TIMEOUT_S, run_verify, verify_once
+        run = verify_once if verify_cache else run_verify
+        vrep = run(sel, overrides, config_dirs, ops=verify_ops,
+                   timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+                   use_cache=verify_cache)
+        problems.extend(f"verify {r.op}/{r.backend} {r.case_text} FAIL: {r.detail}"
+                        for r in vrep.failures)
     p = model.platform
     platform = _platform_dict(env, rep)
     verdicts_for = "this machine (detected)" if p.source == "detected" else (
         f"platform={p.preset} from the overrides (hardware preset), not this machine")
     return Report(deep, platform, packages, verdicts_for, verdicts, rep, declared, problems,
-                  time.perf_counter() - t0)
+                  time.perf_counter() - t0, drift, vrep)
 
 
 def _platform_dict(env: Any, rep: Any) -> Dict[str, Any]:
@@ -268,16 +297,37 @@ def render_text(r: Report) -> str:
             add(f"  {f.status.upper():<8} {n:<{nw}}  {f.message}")
             if users:
                 add(f"  {'':<8} {'':<{nw}}  (declared by {', '.join(users)})")
+    if r.drift is not None:
+        _render_drift(r.drift, add)
+    if r.verify_report is not None:
+        from .verify import render_text as verify_text
+        add("")
+        lines.extend(verify_text(r.verify_report))
     add("")
     if r.problems:
         add(f"problems ({len(r.problems)}):")
         for pr in r.problems:
             add(f"  - {pr}")
         add("exit status 1: a problem was found")
+    elif r.drifted:
+        add("exit status 1: the catalogue drifted from the installed libraries")
     else:
         add("exit status 0: nothing wrong found" + ("" if r.deep else
                                                     " (metadata only: --deep looks further)"))
-    return "\n".join(lines)
+    return join_lines(lines)
+
+
+def _render_drift(items, add) -> None:
+    from .drift import counts
+    c = counts(items)
+    add("")
+    add(f"drift: the catalogue against what the installed libraries declare ({c['agrees']} "
+        f"agree, {c['explained']} explained, {c['drift']} drift)")
+    for i in items:
+        if i.status != "agrees":
+            add(f"  {i.status.upper():<9} {i.backend}  {i.claim}: catalogue {i.catalogue}; "
+                f"installed {i.installed}")
+            add(f"  {'':<9} {i.detail}")
 
 
 __all__ = ["run_doctor", "build_report", "render_text", "Report", "BackendVerdict"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from .model import Catalogue
+from .text import join_lines
 
 
 def catalogue_dict(cat: Catalogue) -> Dict[str, Any]:
@@ -41,7 +42,7 @@ def catalogue_text(cat: Catalogue) -> str:
                 sev = " [warning]" if r.severity == "warning" else ""
                 lines.append(f"      {r.describe()}{sev}  -- {r.source}")
         lines.append("")
-    return "\n".join(lines)
+    return join_lines(lines)
 
 
 def catalogue_markdown(cat: Catalogue) -> str:

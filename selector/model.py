@@ -5,29 +5,36 @@ the key, the value and what is accepted.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from . import schema
+from . import engines, schema
 from .entry_points import allowed as entry_point_allowed
 from .errors import SelectorError, bad_input, bad_value
 from .layer import LAYER_KEYS, make_layer
-from .rules import Condition, Facts, Rule, compile_rule
+from .rules import Condition, Facts, Reason, Rule, compile_rule
 from .schema import Layer
 from .versions import format_capability, parse_capability, parse_version
-
-#: environment.detect, or a stand-in: the distributions to look up -> what was found
-Detect = Callable[[Sequence[str]], Any]
 
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An int (not a bool) within int64: no layer dimension is larger."""
+    return isinstance(v, int) and not isinstance(v, bool) and -2 ** 63 <= v < 2 ** 63
+
+
+def _finite(v: Any) -> bool:
+    """A finite number that converts to a float (a 401-digit int overflows)."""
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,8 @@ class BackendSpec:
     file: str
     opt_in: Optional[OptIn] = None
     preference: Tuple[Preference, ...] = ()
+    engines: Tuple[Tuple[str, Any], ...] = ()  # (engine, selector.engines.EngineEntry)
+    unavailable: Optional[Reason] = None  # set when the chosen engine does not offer it
 
     def packages(self) -> List[str]:
         """Every distribution the rules and preference read (platform=auto detects these)."""
@@ -140,7 +149,7 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Back
         if v is not None and (not isinstance(v, list) or
                               not all(isinstance(x, str) for x in v)):
             raise bad_input(f"{key}.{k}", v, "is not a list of strings", where=file)
-    rank: Any = conf.get("rank")
+    rank = conf.get("rank")
     if not _is_int(rank):
         raise bad_input(f"{key}.rank", rank, "must be an integer (lower is preferred)",
                         where=file)
@@ -174,7 +183,8 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> Back
     return BackendSpec(name, op, str(conf.get("description") or ""), rank, execution,
                        tuple(implements), ep, tuple(conf.get("probes") or ()), compiled, file,
                        opt_in, tuple(make_preference(p, f"{key}.preference[{i}]", file)
-                                     for i, p in enumerate(prefs)))
+                                     for i, p in enumerate(prefs)),
+                       engines.parse_entries(conf.get("engines"), f"{key}.engines", file))
 
 
 @dataclass(frozen=True)
@@ -239,26 +249,42 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
                   strict, tuple(sorted(names)))
 
 
-def make_platform(conf: Mapping[str, Any], watched: List[str],
-                  detect: Optional[Detect] = None) -> Platform:
-    """A Platform from the platform config; `platform=auto` fills what is not given by detection."""
+def make_platform(conf: Mapping[str, Any], watched: List[str], detect=None,
+                  explicit: Tuple[str, ...] = ()) -> Platform:
+    """A Platform from the platform config; `platform=auto` fills what is not given by detection.
+
+    One rule for every key under `platform=auto`: a value given explicitly (a package in
+    `packages`, or a key named in `explicit` by the overrides) wins over detection, null
+    included.
+    """
     preset = conf.get("preset") or "auto"
     given_pkgs = conf.get("packages") or {}
     packages: Dict[str, Optional[Version]] = {}
+    spelled: Dict[str, str] = {}
     for name, v in given_pkgs.items():
-        packages[canonicalize_name(name)] = parse_version(f"platform.packages.{name}", v)
+        canon = canonicalize_name(name)
+        if canon in spelled and spelled[canon] != name:
+            raise bad_input(f"platform.packages.{name}", v, f"names the distribution "
+                            f"{canon!r} that platform.packages.{spelled[canon]} names too; "
+                            "write it once")
+        spelled[canon] = name
+        packages[canon] = parse_version(f"platform.packages.{name}", v)
     capability = parse_capability("platform.capability", conf.get("capability"))
     cuda = parse_version("platform.cuda", conf.get("cuda"))
     gpu_name = conf.get("gpu_name")
+    if gpu_name is not None and not isinstance(gpu_name, str):
+        raise bad_input("platform.gpu_name", gpu_name, "is not a string")
     notes: Tuple[str, ...] = ()
     if preset == "auto":
         if detect is None:
             from .environment import detect as detect_env
             detect = detect_env
         env = detect([n for n in watched if n not in packages])
-        if conf.get("capability") is None:
-            capability, gpu_name = env.capability, env.gpu_name
-        if conf.get("cuda") is None:
+        if conf.get("capability") is None and "platform.capability" not in explicit:
+            capability = env.capability
+            if "platform.gpu_name" not in explicit:
+                gpu_name = env.gpu_name
+        if conf.get("cuda") is None and "platform.cuda" not in explicit:
             cuda = env.cuda
         for n, v in env.packages.items():
             packages.setdefault(n, v)
@@ -281,32 +307,36 @@ class RunConfig:
     layer: Layer
     policy: Policy
     probe: str
+    engine: engines.Engine = engines.NO_ENGINE
 
 
-def _known_keys(data: Mapping[str, Any], node: type, key: str) -> None:
+def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
     """`+key=value` adds keys that Hydra's struct mode lets through: refuse unknown ones."""
     names = tuple(f.name for f in fields(node))
     for k in data:
-        if k not in names and not (node is schema.SelectorConf and k == "catalogue"):
+        if k not in names and not (node is schema.SelectorConf and k in ("catalogue",
+                                                                         "explicit")):
             raise bad_value(key or "config", k, names, what="key")
 
 
 def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
-                    detect: Optional[Detect] = None) -> RunConfig:
+                    detect=None) -> RunConfig:
     _known_keys(data, schema.SelectorConf, "")
     for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
         if isinstance(data.get(k), Mapping):
             _known_keys(data[k], node, k)
-    catalogue = make_catalogue(data.get("catalogue") or {}, files)
+    engine = engines.make_engine(data.get("engine"))
+    catalogue = engines.apply(make_catalogue(data.get("catalogue") or {}, files), engine)
     probe = data.get("probe", "none")
     if probe not in schema.PROBE_MODES:
         raise bad_value("probe", probe, schema.PROBE_MODES)
     watched = sorted(set(canonicalize_name(n) for n in schema.CORE_PACKAGES) |
                      set(catalogue.packages()))
-    platform = make_platform(data.get("platform") or {}, watched, detect)
+    platform = make_platform(data.get("platform") or {}, watched, detect,
+                             tuple(data.get("explicit") or ()))
     layer = make_layer(data.get("layer") or {})
     policy = make_policy(data.get("policy") or {}, catalogue)
-    return RunConfig(catalogue, platform, layer, policy, probe)
+    return RunConfig(catalogue, platform, layer, policy, probe, engine)
 
 
 __all__ = ["Layer", "Platform", "Policy", "BackendSpec", "Catalogue", "RunConfig",

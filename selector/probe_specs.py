@@ -21,6 +21,9 @@ Probe names:
   cutlass_dsl.wheel_collision    same-path files of the nvidia-cutlass-dsl-libs-* wheels differ
   b12x.module_shadowing          a top-level `b12x` module that the b12x distribution lacks
   triton.importable              `import triton` works for an installed triton
+  flashinfer.declarations        flashinfer's own capability lists, CUDA floors, activation
+                                 sets and requirements (doctor --deep's drift report)
+  b12x.declarations              the native b12x distribution's gating constants (drift report)
   torch.cuda                     torch's own view of CUDA and the GPU (doctor --deep runs it)
   import:<module>[:<attr>]       generic: the module imports and has the (dotted) attribute
 
@@ -100,7 +103,8 @@ PROBES: Dict[str, ProbeSpec] = {p.name: p for p in (
               (("torch", ""),)),
     ProbeSpec("triton.importable", "selector.backends.probes.import_probes:triton_importable", "triton",
               "import triton works (flashinfer's b12x MoE imports it)", ("triton",),
-              (("triton", ""),), source="measured on this project's CI machine kind (FACTS.md)"),
+              (("triton", ""),), source="flashinfer-python 0.7.4 fused_moe/cute_dsl/"
+              "blackwell_sm12x (triton_compact.py imports triton)"),
     ProbeSpec("cutlass_dsl.wheel_collision", "selector.backends.probes.metadata_probes:wheel_collision",
               "metadata", "the nvidia-cutlass-dsl-libs-* wheels ship no same-path files with "
               "different content (RECORD hashes; no import)",
@@ -109,11 +113,21 @@ PROBES: Dict[str, ProbeSpec] = {p.name: p for p in (
     ProbeSpec("b12x.module_shadowing", "selector.backends.probes.metadata_probes:module_shadowing",
               "metadata", "a top-level `b12x` module belongs to the b12x distribution, not to "
               "flashinfer-python's compatibility shim (find_spec; no import)",
-              source="FACTS.md (flashinfer-python 0.7.4 installs a top-level b12x module)"),
+              source="flashinfer-python 0.7.4 wheel (installs a top-level b12x module)"),
+    ProbeSpec("flashinfer.declarations",
+              "selector.backends.probes.declarations:flashinfer_declarations", "torch",
+              "what flashinfer declares about itself: capability lists, mm_fp4 backends, "
+              "minimum CUDA, activation sets, required nvidia-cutlass-dsl (the drift report "
+              "compares them with the catalogue)", _TORCH_STACK, (("flashinfer-python", ""),),
+              source="flashinfer utils.py supported_compute_capability / backend_requirement"),
+    ProbeSpec("b12x.declarations", "selector.backends.probes.declarations:b12x_declarations",
+              "torch", "what the native b12x distribution declares: its gating constants and "
+              "requirements (the drift report compares them with the catalogue)", ("torch",),
+              (("b12x", ""),), source="b12x 1.5.1 wheel _lib/gating.py"),
 )}
 
 # Probes doctor --deep runs besides those the catalogue declares.
-DOCTOR_PROBES = ("torch.cuda",)
+DOCTOR_PROBES = ("torch.cuda", "flashinfer.declarations", "b12x.declarations")
 
 # Probes that take an argument after ':' (flashinfer.mm_fp4:b12x).
 _WITH_ARG = {"flashinfer.mm_fp4"}

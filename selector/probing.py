@@ -25,16 +25,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from . import env_vars
 from .errors import SelectorError, did_you_mean
 from .probe_child import MARK
-
-if TYPE_CHECKING:  # annotations only: neither is imported when probing runs
-    from .model import Catalogue
-    from .probe_specs import ProbeSpec
-
-DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_PROBE_TIMEOUT", "120"))
 
 
 @dataclass(frozen=True)
@@ -112,12 +107,12 @@ class DeepReport:
 # ---------------------------------------------------------------------------------------------
 # Names
 
-def _registry() -> Any:
+def _registry():
     from . import probe_specs
     return probe_specs
 
 
-def catalogue_probe_names(catalogue: Catalogue) -> List[str]:
+def catalogue_probe_names(catalogue) -> List[str]:
     """Every probe the catalogue's backends declare, in catalogue order, once each."""
     names: Dict[str, None] = {}
     for backends in catalogue.backends.values():
@@ -127,7 +122,7 @@ def catalogue_probe_names(catalogue: Catalogue) -> List[str]:
     return list(names)
 
 
-def validate_names(names: Iterable[str], where: Optional[Mapping[str, str]] = None) -> None:
+def validate_names(names: Iterable[str], where: Mapping[str, str] = None) -> None:
     """SelectorError for a name no probe answers to (with the backends that declare it)."""
     reg = _registry()
     for n in names:
@@ -140,7 +135,7 @@ def validate_names(names: Iterable[str], where: Optional[Mapping[str, str]] = No
             raise SelectorError(text, key=key, value=n, accepted=reg.known_names())
 
 
-def declared_by(catalogue: Catalogue) -> Dict[str, List[str]]:
+def declared_by(catalogue) -> Dict[str, List[str]]:
     """probe name -> ['moe/flashinfer_b12x', ...]."""
     out: Dict[str, List[str]] = {}
     for op, backends in catalogue.backends.items():
@@ -153,7 +148,7 @@ def declared_by(catalogue: Catalogue) -> Dict[str, List[str]]:
 # ---------------------------------------------------------------------------------------------
 # Skips decided from metadata (no import)
 
-def _skip_reason(spec: ProbeSpec) -> Optional[str]:
+def _skip_reason(spec) -> Optional[str]:
     """Why the probe need not run (its distribution is absent or predates it), else None."""
     try:
         return _skip_reason_unchecked(spec)
@@ -161,7 +156,7 @@ def _skip_reason(spec: ProbeSpec) -> Optional[str]:
         return None
 
 
-def _skip_reason_unchecked(spec: ProbeSpec) -> Optional[str]:
+def _skip_reason_unchecked(spec) -> Optional[str]:
     import importlib.metadata as md
     import importlib.util
 
@@ -212,7 +207,7 @@ def _parent_path() -> List[str]:
     return out
 
 
-def _kill(proc: subprocess.Popen[Any]) -> None:
+def _kill(proc: subprocess.Popen) -> None:
     """Kill the child and everything it started (its own session/process group, by id)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -251,7 +246,7 @@ def _run_child(group: str, steps: List[Tuple[str, str]], ctx: Dict[str, Any], ti
                root: str) -> Tuple[List[Dict[str, Any]], Optional[int], bool, str, float]:
     """(events, exit status, timed out, stderr, seconds) of one child process."""
     payload = json.dumps({"path": _parent_path(), "steps": steps, "ctx": ctx})
-    env = dict(os.environ)
+    env = dict(os.environ)  # the child gets sys.path in its payload (_parent_path)
     env.setdefault("PYTHONFAULTHANDLER", "1")
     t0 = time.perf_counter()
     try:
@@ -326,19 +321,19 @@ def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
             kind, phase = ev.get("event"), ev.get("phase")
             if kind == "import":
                 if phase == "start":
-                    current = ("import", ev.get("library", ""))
+                    current = ("import", ev.get("library"))
                 else:
                     current = None
                     if all(i.library != ev.get("library") for i in run.imports):  # 1st process
                         run.imports.append(ImportTiming(
-                            group, ev.get("library", ""), ev.get("seconds"), bool(ev.get("ok")),
+                            group, ev.get("library"), ev.get("seconds"), bool(ev.get("ok")),
                             ev.get("version"), ev.get("path"), ev.get("error")))
             elif kind == "probe":
                 if phase == "start":
-                    current = ("probe", ev.get("name", ""))
+                    current = ("probe", ev.get("name"))
                 else:
                     current = None
-                    name = ev.get("name", "")
+                    name = ev.get("name")
                     findings[name] = Finding(name, ev.get("status", "failed"),
                                              str(ev.get("message", "")), group,
                                              ev.get("seconds"), ev.get("details") or {})
@@ -375,7 +370,7 @@ def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
     return findings, run
 
 
-def _run_in_process(spec: ProbeSpec, ctx: Dict[str, Any]) -> Finding:
+def _run_in_process(spec, ctx: Dict[str, Any]) -> Finding:
     t0 = time.perf_counter()
     try:
         mod_name, _, fn_name = spec.func.partition(":")
@@ -391,10 +386,13 @@ def _run_in_process(spec: ProbeSpec, ctx: Dict[str, Any]) -> Finding:
                        spec.group, time.perf_counter() - t0, {"exception": type(exc).__name__})
 
 
-def run_probes(names: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+def run_probes(names: Sequence[str], *, timeout: Optional[float] = None,
                ctx: Optional[Dict[str, Any]] = None) -> DeepReport:
     """Run the named probes now (no cache): skips from metadata, in-process metadata probes,
-    then one child per library group, the groups in parallel."""
+    then one child per library group, the groups in parallel. The time limit per child is
+    `timeout`, else SELECTOR_PROBE_TIMEOUT, else 120 s."""
+    timeout = env_vars.timeout("SELECTOR_PROBE_TIMEOUT") if timeout is None else \
+        env_vars.parse_timeout("timeout", timeout)
     t0 = time.perf_counter()
     validate_names(names)
     reg = _registry()
@@ -443,7 +441,7 @@ def probe_once(names: Sequence[str], *, timeout: Optional[float] = None,
     with _LOCK:
         missing = [n for n in names if n not in _CACHE]
         if missing:
-            rep = run_probes(missing, timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+            rep = run_probes(missing, timeout=timeout,
                              ctx=ctx)
             _CACHE.update(rep.findings)
             _RUNS.extend(rep.groups)
@@ -453,7 +451,7 @@ def probe_once(names: Sequence[str], *, timeout: Optional[float] = None,
         return DeepReport({n: _CACHE[n] for n in names}, groups, seconds)
 
 
-def run_deep_probes(catalogue: Catalogue, *, timeout: Optional[float] = None) -> Dict[str, Finding]:
+def run_deep_probes(catalogue, *, timeout: Optional[float] = None) -> Dict[str, Finding]:
     """Findings (name -> Finding with .ok and .message) for every probe the catalogue declares,
     computed once per session."""
     names = catalogue_probe_names(catalogue)

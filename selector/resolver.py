@@ -17,10 +17,11 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from . import engines
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
-from .rules import OPT_IN, Reason, Rule
+from .rules import OPT_IN, Reason, Rule, VerifyFailure, VerifyRule
 from .schema import Layer, Status
 
 MEMO_SIZE = 65536  # verdicts kept; a full memo starts over (bounded memory)
@@ -58,9 +59,10 @@ def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
 
 class Resolver:
     """Decisions for one run config (catalogue, platform, policy), with optional probe
-    findings."""
+    findings and verification failures ((op, backend) -> failed cases: a `verify` rule each)."""
 
-    def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None):
+    def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
+                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None):
         self.run = run
         facts = run.platform.facts
         self._facts = facts
@@ -84,17 +86,21 @@ class Resolver:
                     reason = rule.evaluate(None, facts)
                     if reason is not None:
                         fixed.append(reason)
+                explicit = tuple(r for r in fixed if r.rule == OPT_IN)  # explicit_only rules
+                fixed = [r for r in fixed if r.rule != OPT_IN]
                 fixed.extend(
                     Reason("feature", f"deep probe {name} failed: {probes[name][1]}",
                            f"selector doctor --deep (probe {name})", f"fail probe {name}")
                     for name in b.probes if probes and name in probes and not probes[name][0])
+                if verify and verify.get((op, b.name)):
+                    layered.append(VerifyRule.measured(op, b.name, verify[op, b.name]))
                 prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
                 read = {"quant"}.union(*(r.all_layer_fields for r in layered),
                                        *(pr.when.layer_fields for pr in prefs))
                 self._plans[op, b.name] = _Plan(
                     tuple(r for r in fixed if r.severity != "warning"),
                     tuple(r for r in fixed if r.severity == "warning"), tuple(layered),
-                    prefs, opt_in_reason(b), attrgetter(*sorted(read)))
+                    prefs, opt_in_reason(b) + explicit, attrgetter(*sorted(read)))
         # A backend's verdict and rank depend only on the layer fields its rules and preference
         # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
         # differ elsewhere (num_tokens, sizes no rule checks) share them.
@@ -110,6 +116,8 @@ class Resolver:
 
     def evaluate(self, b: BackendSpec, layer: Layer) -> Verdict:
         """Filter: the backend's status for this layer, with every failed rule."""
+        if b.unavailable is not None:  # the engine (engine=...) does not offer it
+            return Verdict(Status.NOT_APPLICABLE, (b.unavailable,), ())
         if layer.quant not in b.implements:
             return Verdict(Status.NOT_APPLICABLE, (Reason(
                 "quant", f"implements {', '.join(b.implements)} layers, not {layer.quant}; "
@@ -169,9 +177,10 @@ class Resolver:
             status, reasons, _ = evaluated[requested]
             if status == Status.NOT_APPLICABLE:
                 selected = auto
-                notes.append(f"{key}={requested} does not implement {layer.quant} {layer.op} "
-                             f"layers; automatic selection chose {auto or 'nothing'} for this "
-                             "layer")
+                what = reasons[0].message if reasons[0].rule == "engine" else \
+                    f"does not implement {layer.quant} {layer.op} layers"
+                notes.append(f"{key}={requested}: {what}; automatic selection chose "
+                             f"{auto or 'nothing'} for this layer")
             elif status in (Status.ELIGIBLE, Status.OPT_IN):
                 selected = requested
             elif run.policy.strict:
@@ -197,7 +206,8 @@ class Resolver:
         notes.extend(self._platform_notes)
         values = layer.__dict__
         return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, requested,
-                        selected, tuple(candidates), tuple(notes), self._label, tuple(warned))
+                        selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
+                        engines.view(run.engine, run.catalogue, layer.op, selected))
 
     def _preference_notes(self, layer: Layer, selected: str, candidates: List[Candidate],
                           prefs: Dict[str, Tuple[int, Optional[Preference]]]) -> List[str]:

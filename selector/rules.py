@@ -40,8 +40,9 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -177,8 +178,8 @@ def _positive(v: Any, key: str, where: str) -> int:
     return v
 
 
-def _one_of(accepted: Tuple[str, ...]) -> Callable[[Any, str, str], FrozenSet[str]]:
-    def parse(v: Any, key: str, where: str) -> FrozenSet[str]:
+def _one_of(accepted: Tuple[str, ...]) -> Callable[[Any, str, str], frozenset]:
+    def parse(v: Any, key: str, where: str) -> frozenset:
         check_values(key, v, accepted, where)
         return frozenset(v)
     return parse
@@ -217,7 +218,7 @@ class Condition:
     terms: Tuple[Tuple[str, Any], ...] = ()  # (WHEN key, parsed value), in WHEN order
 
     def __post_init__(self) -> None:  # the terms split once, as (test, value) pairs
-        split: Dict[bool, List[Tuple[Any, Any]]] = {True: [], False: []}
+        split = {True: [], False: []}  # type: Dict[bool, list]
         for k, v in self.terms:
             split[WHEN[k].layer_field is not None].append((WHEN[k].holds, v))
         object.__setattr__(self, "_layer", tuple(split[True]))
@@ -240,7 +241,7 @@ class Condition:
 
     @property
     def layer_fields(self) -> Tuple[str, ...]:
-        return tuple(f for k, _ in self.terms for f in (WHEN[k].layer_field,) if f)
+        return tuple(WHEN[k].layer_field for k, _ in self.terms if WHEN[k].layer_field)
 
     def platform_holds(self, facts: Facts) -> bool:
         return all(test(v, None, facts) for test, v in self._platform)  # type: ignore[attr-defined]
@@ -258,6 +259,13 @@ class Condition:
         return " ".join(p for p in (WHEN[k].describe(v) for k, v in self.terms
                                     if WHEN[k].layer_field) if p)
 
+    def describe_platform_spec(self) -> str:
+        """The platform terms as written: 'SM 12.x', 'flashinfer-python >=0.7'."""
+        parts = [p.describe() for p in self.get("packages") or ()]
+        if self.get("devices") is not None:
+            parts.append(describe_devices(self.get("devices")))
+        return ", ".join(parts)
+
     def describe_platform(self, facts: Facts) -> str:
         parts = [f"{p.name} {facts.version(p.name)}" for p in self.get("packages") or ()]
         if self.get("devices") is not None and facts.capability is not None:
@@ -265,11 +273,33 @@ class Condition:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class Explained:
+    """A deliberate difference between a rule and what an installed library declares about
+    itself (`doctor --deep` drift report): which claim, why, and the public source."""
+    claim: str
+    reason: str
+    source: str
+
+
+def _explained(items: Any, key: str, where: str) -> Tuple[Explained, ...]:
+    if not isinstance(items, (list, tuple)):
+        raise bad_input(key, items, "is not a list of {claim, reason, source}", where=where)
+    out = []
+    for i, e in enumerate(items):
+        if not isinstance(e, Mapping) or set(e) != {"claim", "reason", "source"} or \
+                not all(isinstance(v, str) and v.strip() for v in e.values()):
+            raise bad_input(f"{key}[{i}]", e, "must have exactly the keys claim, reason and "
+                            "source, each a non-empty string", where=where)
+        out.append(Explained(e["claim"], e["reason"], e["source"]))
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------------------------
 # The registry
 
 KINDS: Dict[str, Type[Rule]] = {}
-COMMON_FIELDS = ("kind", "source", "message", "severity", "when")
+COMMON_FIELDS = ("kind", "source", "message", "severity", "when", "explained")
 
 
 def register(cls: Type[Rule]) -> Type[Rule]:
@@ -288,6 +318,7 @@ def kind_fields(cls: Type[Rule]) -> Tuple[str, ...]:
 class Rule:
     """Base of every rule kind: see the recipe at the top of this module."""
     kind: ClassVar[str]
+    layer_fields: Tuple[str, ...] = ()  # the layer fields evaluate() reads
 
     @dataclass(frozen=True)
     class Params:
@@ -299,6 +330,7 @@ class Rule:
         self.message: Optional[str] = conf.get("message")
         self.severity: str = conf.get("severity", "error")
         self.when = Condition.parse(conf.get("when"), key, where)
+        self.explained = _explained(conf.get("explained") or [], f"{key}.explained", where)
         self.params = _params(type(self), conf, key, where)
         self.setup(self.params)
 
@@ -308,11 +340,6 @@ class Rule:
     @property
     def packages(self) -> Tuple[str, ...]:
         """Canonical names of the distributions this rule reads (beside its `when`)."""
-        return ()
-
-    @property
-    def layer_fields(self) -> Tuple[str, ...]:
-        """The layer fields evaluate() reads (a kind overrides it, as a property or a tuple)."""
         return ()
 
     def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
@@ -352,7 +379,7 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 
 @functools.cache  # one entry per registered kind
-def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field[Any], Any], ...]:
+def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field, Any], ...]:
     hints = typing.get_type_hints(params)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(params))
 
@@ -453,7 +480,7 @@ class DeviceRule(Rule):
                             "device spec such as '12.x'", where=self.where)
         self.devices = _devices(p.devices, f"{self.key}.devices", self.where)
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         want = describe_devices(self.devices)
         if facts.capability is None:
             return self.reason(f"needs a GPU of {want}; this platform has no GPU", f"need {want}")
@@ -462,7 +489,7 @@ class DeviceRule(Rule):
         return self.reason(f"needs {want}; this GPU is SM {format_capability(facts.capability)}",
                            f"need {want}")
 
-    def describe(self) -> str:
+    def describe(self):
         return f"device {describe_devices(self.devices)}"
 
 
@@ -478,7 +505,7 @@ class CudaRule(Rule):
     def setup(self, p: Params) -> None:
         self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         if facts.cuda is None:
             return self.reason(f"needs CUDA {self.spec}; this platform has no CUDA runtime",
                                f"need CUDA {self.spec}")
@@ -487,13 +514,14 @@ class CudaRule(Rule):
         return self.reason(f"needs CUDA {self.spec}; this platform has CUDA {facts.cuda}",
                            f"need CUDA {self.spec}")
 
-    def describe(self) -> str:
+    def describe(self):
         return f"cuda {self.spec}"
 
 
 @register
 class PackageRule(Rule):
-    """A distribution must be installed in a version range; `any_of` accepts any of several."""
+    """A distribution must be installed in a version range; `any_of` accepts any of several,
+    each a name or a requirement with its own range ("sgl-kernel<=0.3.21")."""
     kind = "package"
 
     @dataclass(frozen=True)
@@ -503,32 +531,47 @@ class PackageRule(Rule):
         specifier: str = ""
 
     def setup(self, p: Params) -> None:
-        names = list(p.any_of) + ([p.package] if p.package else [])
-        if not names:
+        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+        reqs = [_requirement(f"{self.key}.any_of", e, self.spec, self.where) for e in p.any_of]
+        if p.package:
+            reqs.append(PackageSpec(canonicalize_name(p.package), self.spec))
+        if not reqs:
             raise bad_input(f"{self.key}.package", None, "is required (or any_of: [...])",
                             where=self.where)
-        self.names = tuple(canonicalize_name(n) for n in names)
-        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+        self.reqs = tuple(reqs)
+        self.names = tuple(r.name for r in reqs)
 
     @property
-    def packages(self) -> Tuple[str, ...]:
+    def packages(self):
         return self.names
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
-        if any(PackageSpec(n, self.spec).holds(facts) for n in self.names):
+    def evaluate(self, layer, facts):
+        if any(r.holds(facts) for r in self.reqs):
             return None
-        spec = f" {self.spec}" if str(self.spec) else ""
-        if len(self.names) == 1:
-            n = self.names[0]
-            hint = f"pip install '{n}{self.spec}'" if str(self.spec) else f"pip install {n}"
-            return self.reason(f"needs {n}{spec} ({_installed(facts, n)}; {hint})",
-                               f"need {n}{spec}")
-        found = ", ".join(f"{n} {_installed(facts, n)}" for n in self.names)
-        return self.reason(f"needs one of {' or '.join(self.names)}{spec} ({found})",
-                           f"need {' or '.join(self.names)}{spec}")
+        if len(self.reqs) == 1:
+            r = self.reqs[0]
+            spec = f" {r.spec}" if str(r.spec) else ""
+            hint = f"pip install '{r.name}{r.spec}'" if str(r.spec) else f"pip install {r.name}"
+            return self.reason(f"needs {r.name}{spec} ({_installed(facts, r.name)}; {hint})",
+                               f"need {r.name}{spec}")
+        want = " or ".join(r.describe() for r in self.reqs)
+        found = ", ".join(f"{r.name} {_installed(facts, r.name)}" for r in self.reqs)
+        return self.reason(f"needs one of {want} ({found})", f"need {want}")
 
-    def describe(self) -> str:
-        return f"package {' | '.join(self.names)} {self.spec}".rstrip()
+    def describe(self):
+        return f"package {' | '.join(r.describe() for r in self.reqs)}"
+
+
+def _requirement(key: str, text: str, spec: SpecifierSet, where: str) -> PackageSpec:
+    """'name' or 'name<spec>' (PEP 508 without extras or markers), and the rule's own range."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        req = None
+    if req is None or req.extras or req.marker or req.url:
+        raise bad_input(key, text, "is not a distribution name with an optional version range "
+                        "such as 'sgl-kernel<=0.3.21'", where=where)
+    return PackageSpec(canonicalize_name(req.name), req.specifier & spec)
 
 
 @register
@@ -544,13 +587,13 @@ class KnownIssueRule(Rule):
             raise bad_input(f"{self.key}.when", {}, "must name packages or devices for a "
                             "known_issue rule", where=self.where)
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         seen = self.when.describe_platform(facts)
         assert self.message is not None
         return self.reason(f"{self.message} (this platform: {seen})" if seen else self.message,
                            "hit a known issue")
 
-    def describe(self) -> str:
+    def describe(self):
         parts = [p.describe() for p in self.when.get("packages") or ()]
         if self.when.get("devices") is not None:
             parts.append(describe_devices(self.when.get("devices")))
@@ -575,10 +618,10 @@ class FeatureRule(Rule):
             f"{self.key}.specifier", p.specifier, where=self.where))
 
     @property
-    def packages(self) -> Tuple[str, ...]:
+    def packages(self):
         return (self.req.name,)
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         if self.req.holds(facts):
             return None
         what = self.when.describe_layer() or "this layer"
@@ -586,7 +629,7 @@ class FeatureRule(Rule):
                            f"({_installed(facts, self.req.name)})",
                            f"need {self.req.describe()} for {what}")
 
-    def describe(self) -> str:
+    def describe(self):
         return f"feature {self.when.describe_layer()} needs {self.req.describe()}"
 
 
@@ -600,7 +643,7 @@ class _ValuesRule(Rule):
         values: Tuple[str, ...]
 
     @property
-    def layer_fields(self) -> Tuple[str, ...]:
+    def layer_fields(self):
         return (self.attr,)
 
     def setup(self, p: Params) -> None:
@@ -610,14 +653,14 @@ class _ValuesRule(Rule):
         check_values(f"{self.key}.values", p.values, self.accepted, self.where)
         self.values = p.values
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         got = getattr(layer, self.attr)
         if got in self.values:
             return None
         return self.reason(f"supports {self.noun} {', '.join(self.values)} only; this layer "
                            f"uses {got}", f"do not support {self.noun} {got}")
 
-    def describe(self) -> str:
+    def describe(self):
         return f"{self.kind} in {', '.join(self.values)}"
 
 
@@ -655,7 +698,7 @@ class ActAndMulRule(Rule):
         check_values(f"{self.key}.non_gated", p.non_gated, schema.ACTIVATIONS, self.where)
         self.gated, self.non_gated = p.gated, p.non_gated
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         act = layer.activation
         if act not in self.gated + self.non_gated:
             return None  # an unknown activation is the activation rule's to report
@@ -666,7 +709,7 @@ class ActAndMulRule(Rule):
         return self.reason(f"runs {act} only {other}; this layer is {mode}",
                            f"do not run {act} {mode.split(' ')[0]}")
 
-    def describe(self) -> str:
+    def describe(self):
         return (f"act_and_mul gated: {', '.join(self.gated) or '-'}; "
                 f"non-gated: {', '.join(self.non_gated) or '-'}")
 
@@ -690,7 +733,7 @@ class ParallelRule(Rule):
                             "parallelism is supported (ep: true/false)", where=self.where)
         self.ep, self.exclude = p.ep, p.all2all_exclude
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         if layer.ep_size <= 1:
             return None
         if self.ep is False:
@@ -701,7 +744,7 @@ class ParallelRule(Rule):
                                f"do not support EP with {layer.all2all}")
         return None
 
-    def describe(self) -> str:
+    def describe(self):
         text = "parallel ep" if self.ep is not False else "parallel no EP"
         return text + (f", not with {', '.join(self.exclude)}" if self.exclude else "")
 
@@ -712,13 +755,13 @@ class ClampRule(Rule):
     kind = "clamp"
     layer_fields = ("swiglu_limit",)
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         if layer.swiglu_limit is None:
             return None
         return self.reason(f"does not apply the SwiGLU clamp; this layer sets swiglu_limit="
                            f"{layer.swiglu_limit}", "do not apply swiglu_limit")
 
-    def describe(self) -> str:
+    def describe(self):
         return "clamp unsupported"
 
 
@@ -733,7 +776,7 @@ class ShapeRule(Rule):
         multiple_of: int
 
     @property
-    def layer_fields(self) -> Tuple[str, ...]:
+    def layer_fields(self):
         return (self.params.dim,)
 
     def setup(self, p: Params) -> None:
@@ -742,21 +785,89 @@ class ShapeRule(Rule):
         _positive(p.multiple_of, f"{self.key}.multiple_of", self.where)
         self.dim, self.multiple = p.dim, p.multiple_of
 
-    def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
+    def evaluate(self, layer, facts):
         got = getattr(layer, self.dim)
         if got is None or got % self.multiple == 0:
             return None
         return self.reason(f"needs {self.dim} % {self.multiple} == 0; this layer has "
                            f"{self.dim} {got}", f"need {self.dim} % {self.multiple} == 0")
 
-    def describe(self) -> str:
+    def describe(self):
         return f"shape {self.dim} % {self.multiple} == 0"
+
+
+@register
+class ExplicitOnlyRule(Rule):
+    """Opt-in only where its `when` holds (devices, packages): never chosen automatically there."""
+    kind = "explicit_only"
+
+    def setup(self, p: Any) -> None:
+        if self.when.layer_fields or not self.when.terms:
+            raise bad_input(f"{self.key}.when", {}, "must name devices or packages only (the "
+                            "platform where the backend runs only when requested)",
+                            where=self.where)
+        if not self.message:
+            raise bad_input(f"{self.key}.message", None, "is required: say why and how to "
+                            "request the backend", where=self.where)
+
+    def evaluate(self, layer, facts):
+        assert self.message is not None
+        return Reason(OPT_IN, self.message, self.source, "are opt-in", "error", self.key)
+
+    def describe(self):
+        return f"explicit_only where {self.when.describe_platform_spec()}"
 
 
 def rule_fields() -> Tuple[str, ...]:
     """Every field some rule kind accepts."""
     return tuple(dict.fromkeys(COMMON_FIELDS + tuple(
         f for cls in KINDS.values() for f in kind_fields(cls))))
+
+
+@dataclass(frozen=True)
+class VerifyFailure:
+    """One case that `selector doctor --verify` measured wrong (or saw crash) on this machine."""
+    quant: str
+    act_and_mul: Optional[bool]  # None: whatever the layer's (a linear layer)
+    text: str  # the case and what was measured
+
+
+@register
+class VerifyRule(Rule):
+    """Added by `probe=verify`, never declared: the backend failed `doctor --verify` here.
+
+    It computed wrong numbers (or crashed) on this machine; the rule rejects layers of the
+    failed case's quant scheme (and, for an MoE, gating) with the measured error."""
+    kind = "verify"
+    layer_fields = ("quant", "act_and_mul")
+    SOURCE = ("selector doctor --verify, measured on this machine (kernels that load yet compute "
+              "wrong output: FlashInfer #3294, #2723)")
+    failures: Tuple[VerifyFailure, ...] = ()
+
+    def setup(self, p: Any) -> None:
+        raise bad_input(f"{self.key}.kind", self.kind, "is not declared in a backend file: "
+                        "probe=verify adds it to a backend that failed `selector doctor --verify` "
+                        "on this machine", where=self.where)
+
+    @classmethod
+    def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> VerifyRule:
+        rule = cls.__new__(cls)
+        rule.key, rule.where = f"catalogue.{op}.{backend}.verify", "selector doctor --verify"
+        rule.source, rule.message, rule.severity = cls.SOURCE, None, "error"
+        rule.when, rule.params = Condition(), cls.Params()
+        rule.failures = tuple(failures)
+        return rule
+
+    def evaluate(self, layer, facts):
+        hits = [f.text for f in self.failures if f.quant == layer.quant and
+                f.act_and_mul in (None, layer.act_and_mul)]
+        if not hits:
+            return None
+        return self.reason("failed verification on this machine: " + "; ".join(hits),
+                           "fail verification here")
+
+    def describe(self):
+        return f"verify: {len(self.failures)} failed case(s) on this machine"
 
 
 def reason_rules() -> Tuple[str, ...]:

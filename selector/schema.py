@@ -14,7 +14,10 @@ OPS = ("moe", "linear")
 NVFP4_QUANTS = ("nvfp4", "nvfp4_w4a16")
 OTHER_QUANTS = ("fp8", "mxfp4", "mxfp8", "int8", "int4", "unquantized")
 QUANTS = NVFP4_QUANTS + OTHER_QUANTS
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ")
+# swigluoai reads gate/up interleaved (gpt-oss checkpoints); swigluoai_uninterleave is the same
+# function on packed [gate; up] halves: vLLM 0.32.0 fused_moe/activation.py MoEActivation.
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ",
+               "swigluoai_uninterleave", "swiglustep")
 DTYPES = ("bfloat16", "float16", "float32")
 ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
            "flashinfer_nvlink", "naive")
@@ -38,7 +41,7 @@ STATUSES = tuple(s.value for s in Status)
 USABLE = (Status.SELECTED, Status.ELIGIBLE, Status.OPT_IN)
 SHAPE_DIMS = ("hidden_size", "intermediate_size", "num_experts", "top_k")
 SEVERITIES = ("error", "warning")
-PROBE_MODES = ("none", "deep")
+PROBE_MODES = ("none", "deep", "verify")
 EXECUTIONS = ("native", "weight_only", "reference")
 
 # Distributions every platform reports (CONTRACT.md), beside those the catalogue names.
@@ -150,6 +153,19 @@ class BackendConf:
     opt_in: Optional[OptInConf] = None
     preference: List[PreferenceConf] = field(default_factory=list)
     rules: List[Any] = field(default_factory=list)  # each checked by its kind (rules.KINDS)
+    engines: Dict[str, Any] = field(default_factory=dict)  # per engine: selector/engines
+
+
+@dataclass
+class EngineConf:
+    """The inference engine selector answers for (`engine=none|vllm|sglang`): its name, the
+    label its messages use, and the command-line flag that requests a backend per op."""
+    name: str = "none"
+    label: str = ""
+    moe_flag: Optional[str] = None
+    linear_flag: Optional[str] = None
+    source: str = ""
+    outside: Dict[str, str] = field(default_factory=dict)  # engine backends not modelled: source
 
 
 @dataclass
@@ -158,4 +174,5 @@ class SelectorConf:
     platform: PlatformConf = field(default_factory=PlatformConf)
     layer: LayerConf = field(default_factory=LayerConf)  # type: ignore[valid-type]  # made at run time
     policy: PolicyConf = field(default_factory=PolicyConf)
+    engine: EngineConf = field(default_factory=EngineConf)
     probe: str = "none"

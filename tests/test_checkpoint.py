@@ -29,16 +29,20 @@ SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 SUMMARIES = {
     "deepseek_v3": "61 layers: 58 MoE -> flashinfer_cutlass, 3 dense; 183 linear -> "
                    "flashinfer_cutlass; not NVFP4: 305 attention, 1 LM head; flashinfer_b12x "
-                   "available with policy.moe_backend=flashinfer_b12x",
+                   "available with policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl "
+                   "available with policy.linear_backend=flashinfer_cutedsl",
     "qwen3_moe": "48 layers: 48 MoE -> flashinfer_cutlass; 192 linear -> flashinfer_cutlass; "
                  "not NVFP4: 1 LM head; flashinfer_b12x available with "
-                 "policy.moe_backend=flashinfer_b12x",
+                 "policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl available with "
+                 "policy.linear_backend=flashinfer_cutedsl",
     "nemotron_h": "52 layers: 23 MoE -> flashinfer_cutlass, 23 Mamba, 6 attention; 46 linear "
                   "-> flashinfer_cutlass; not NVFP4: 46 Mamba, 24 attention, 1 LM head; "
-                  "flashinfer_b12x available with policy.moe_backend=flashinfer_b12x",
-    "gpt_oss": "36 layers: 36 MoE -> flashinfer_cutlass; not NVFP4: 144 attention, 1 LM head; "
-               "flashinfer_b12x available with policy.moe_backend=flashinfer_b12x",
-    "llama": "32 layers: 32 dense; 224 linear -> flashinfer_cutlass; not NVFP4: 1 LM head",
+                  "flashinfer_b12x available with policy.moe_backend=flashinfer_b12x; "
+                  "flashinfer_cutedsl available with policy.linear_backend=flashinfer_cutedsl",
+    # gpt-oss uses vLLM's interleaved swigluoai layout, which flashinfer_b12x does not take.
+    "gpt_oss": "36 layers: 36 MoE -> flashinfer_cutlass; not NVFP4: 144 attention, 1 LM head",
+    "llama": "32 layers: 32 dense; 224 linear -> flashinfer_cutlass; not NVFP4: 1 LM head; "
+             "flashinfer_cutedsl available with policy.linear_backend=flashinfer_cutedsl",
 }
 
 

@@ -79,7 +79,7 @@ def test_explain_text(runs):
     for name in MOE:
         assert any(ln.strip().startswith(name + " ") for ln in lines), name
     flat = " ".join(out.split())  # the text form wraps long reasons and notes
-    assert "flashinfer_trtllm rejected [device] needs SM 10.0 or SM 10.3; this GPU is SM 12.1" \
+    assert "flashinfer_trtllm rejected [device] needs SM 10.0 or SM 10.3 or SM 10.7; this GPU is SM 12.1" \
         in flat
     assert "flashinfer_b12x opt_in [opt_in] never chosen automatically" in flat
     assert "vLLM #40082" in flat

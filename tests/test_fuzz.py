@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import pytest
 import yaml
 from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
+from helpers import child_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
@@ -37,8 +38,6 @@ from selector.errors import SelectorError
 from selector.model import Layer, Platform, Policy, RunConfig, make_backend, make_catalogue
 from selector.resolver import Resolver
 from selector.rules import WHEN_FIELDS, reason_rules, rule_fields
-
-pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -655,9 +654,7 @@ def test_hostile_directory_named_yaml(tmp_path):
 # A handful through a real subprocess
 
 def _subprocess(args: Sequence[str], tmp_path: Path, **env: str) -> Tuple[int, str, str]:
-    e = dict(os.environ, SELECTOR_CACHE_DIR=str(tmp_path / "cache"), **env)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in
-                                                     e.get("PYTHONPATH", "").split(os.pathsep) if p])
+    e = child_env(SELECTOR_CACHE_DIR=str(tmp_path / "cache"), **env)
     e.pop("SELECTOR_NO_CACHE", None)
     p = subprocess.run([sys.executable, "-m", "selector", *args], capture_output=True, text=True,
                        env=e, timeout=120, cwd=str(tmp_path))

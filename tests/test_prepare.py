@@ -61,7 +61,7 @@ def test_full_fold_dequantizes_to_the_checkpoint_within_the_bound():
     assert torch.equal(p.w1_alpha, torch.ones(E)) and torch.equal(p.w2_alpha, torch.ones(E))
     sw = nv.from_mma_layout(p.w13_sf_mma)          # the view the kernel gets, back to swizzled
     folded = nv.unswizzle_128x4(sw, 2 * I, H // 16)
-    got = _dequant(p.w13, folded, p.w1_alpha)
+    got = _unreorder(_dequant(p.w13, folded, p.w1_alpha))      # b12x takes [up; gate]
     ckpt = W.w13.dequantize(F64)
     rel = (got - ckpt).abs() / ckpt.abs().clamp_min(1e-30)
     assert float(rel[ckpt != 0].max()) <= P.FOLD_MAX_REL_ERROR
@@ -93,7 +93,7 @@ def test_fold_mode_none_is_exact_for_any_weights():
     assert all(r.max_rel_error == 0 and r.ok for r in p.fold_reports)
     torch.testing.assert_close(p.w1_alpha, W.w13.scale_2, rtol=0, atol=0)
     got = _dequant(p.w13, nv.unswizzle_128x4(p.w13_sf, 2 * I, H // 16), p.w1_alpha)
-    assert torch.equal(got, W.w13.dequantize(F64))
+    assert torch.equal(_unreorder(got), W.w13.dequantize(F64))
     assert torch.equal(p.input_global_scale, W.a13_scale)      # explicit: w1_alpha is not 1 here
 
 
@@ -178,10 +178,6 @@ def test_b12x_mma_layout_uses_flashinfer_when_present():
 
 def _trtllm(W):
     pytest.importorskip("flashinfer")
-    if not W.act_and_mul:
-        with pytest.raises(ValueError, match="multiple of 128"):   # I = 64 rows
-            P.prepare_trtllm_moe(W)
-        pytest.skip("TRT-LLM needs w13 rows % 128 == 0; I = 64 here")
     return P.prepare_trtllm_moe(W)
 
 
@@ -250,40 +246,70 @@ def test_swizzled_moe_inverts_to_the_checkpoint(backend, gated):
 def test_cutedsl_moe_inverts_to_the_checkpoint():
     W = _weights(seed=7)
     p = P.prepare_cutedsl_moe(W)
-    assert p.layout == "w31_interleaved64"
+    assert p.layout == "w31_interleaved64" and p.padded == (256, I)    # H padded to 256
 
     def deinterleave(t, group=64):
         rows = t.shape[1]
         rest = tuple(t.shape[2:])
         return t.reshape((E, rows // (2 * group), 2, group) + rest).transpose(1, 2).reshape((E, rows) + rest)
 
-    assert torch.equal(_unreorder(deinterleave(p.w13)), W.w13.packed)
+    assert torch.equal(_unreorder(deinterleave(p.w13))[..., :H // 2], W.w13.packed)
+    assert int(p.w13[..., H // 2:].count_nonzero()) == 0
     sw = nv.from_mma_layout(p.w13_sf_mma)
-    s13 = nv.unswizzle_128x4(sw, 2 * I, H // 16)
-    assert torch.equal(_bytes(_unreorder(deinterleave(s13))), _bytes(W.w13.block_scale))
+    s13 = nv.unswizzle_128x4(sw, 2 * I, 256 // 16)
+    assert torch.equal(_bytes(_unreorder(deinterleave(s13)))[..., :H // 16], _bytes(W.w13.block_scale))
+    assert torch.equal(p.w2[:, :H], W.w2.packed) and int(p.w2[:, H:].count_nonzero()) == 0
     # the 64-row groups alternate up, gate: row 64 of the prepared tensor is gate row 0
-    assert torch.equal(p.w13[:, 64], W.w13.packed[:, 0]) and torch.equal(p.w13[:, 0], W.w13.packed[:, I])
+    assert torch.equal(p.w13[:, 64, :H // 2], W.w13.packed[:, 0])
+    assert torch.equal(p.w13[:, 0, :H // 2], W.w13.packed[:, I])
 
 
-def test_trtllm_moe_permutes_weights_and_scales_identically():
-    flashinfer = pytest.importorskip("flashinfer")  # noqa: F841
+@pytest.mark.parametrize("gated,i,expect", [(True, 48, 64), (False, 64, 128), (False, 160, 256)])
+def test_cutedsl_and_trtllm_pad_the_intermediate_size_instead_of_refusing(gated, i, expect):
+    """vLLM align_fp4_moe_weights_for_fi: I to 64 (gated, each half) or 128 (non-gated)."""
+    g = torch.Generator().manual_seed(20)
+    W = nv.quantize_moe(torch.randn(E, (2 if gated else 1) * i, H, generator=g),
+                        torch.randn(E, H, i, generator=g), torch.full((E,), 1e-3), torch.full((E,), 1e-2))
+    preps = [P.prepare_cutedsl_moe(W)]
+    try:
+        import flashinfer.fused_moe.core  # noqa: F401
+        preps.append(P.prepare_trtllm_moe(W))
+    except ImportError:
+        pass
+    for p in preps:
+        assert p.padded == (256, expect)
+        assert p.w13.shape[1] == (2 if gated else 1) * expect and p.w2.shape == (E, 256, expect // 2)
+        assert p.geometry["intermediate_size"] == i and p.geometry["hidden_size"] == H
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_trtllm_moe_permutes_weights_and_scales_identically(gated):
+    pytest.importorskip("flashinfer")
     from flashinfer.fused_moe.core import _maybe_get_cached_w3_w1_permute_indices, get_w2_permute_indices_with_cache
-    W = _weights(seed=8)
+    W = _weights(seed=8, gated=gated)
     p = P.prepare_trtllm_moe(W)
-    w31, s31 = P.reorder_w13_to_w31(W.w13.packed), P.reorder_w13_to_w31(W.w13.block_scale)
-    sf = nv.unswizzle_128x4(p.w13_sf, 2 * I, H // 16)
+    Hp, Ip = p.padded
+    assert (Hp, Ip) == (256, I if gated else 128)
+    rows = 2 * Ip if gated else Ip
+    w31 = P.reorder_w13_to_w31(W.w13.packed) if gated else W.w13.packed
+    s31 = P.reorder_w13_to_w31(W.w13.block_scale) if gated else W.w13.block_scale
+    w31 = torch.nn.functional.pad(w31, (0, (Hp - H) // 2, 0, rows - w31.shape[1]))
+    s31 = torch.nn.functional.pad(s31.view(torch.uint8), (0, (Hp - H) // 16, 0, rows - s31.shape[1]))
+    sf = nv.unswizzle_128x4(p.w13_sf, rows, Hp // 16)
     for e in range(E):
-        perm = _maybe_get_cached_w3_w1_permute_indices({}, w31[e], 128)
-        perm_sf = _maybe_get_cached_w3_w1_permute_indices({}, s31[e].view(torch.uint8), 128, num_elts_per_sf=16)
-        assert torch.equal(perm, perm_sf) and sorted(perm.tolist()) == list(range(2 * I))
+        perm = _maybe_get_cached_w3_w1_permute_indices({}, w31[e], 128, is_gated_act_gemm=gated)
+        perm_sf = _maybe_get_cached_w3_w1_permute_indices({}, s31[e], 128, num_elts_per_sf=16,
+                                                          is_gated_act_gemm=gated)
+        assert torch.equal(perm, perm_sf) and sorted(perm.tolist()) == list(range(rows))
         assert torch.equal(p.w13[e], w31[e][perm])
-        assert torch.equal(_bytes(sf[e]), _bytes(s31[e][perm]))
-        # row i of the prepared layer dequantizes like checkpoint row perm[i]
-        deq = _dequant(p.w13[e], sf[e], W.w13.scale_2[e])
-        assert torch.equal(deq, _dequant(w31[e], s31[e], W.w13.scale_2[e])[perm])
-        p2 = get_w2_permute_indices_with_cache({}, W.w2.packed[e], 128)
-        assert torch.equal(p.w2[e], W.w2.packed[e][p2])
-    torch.testing.assert_close(p.g1_scale_c, W.a13_scale.max() * W.w13.scale_2 / W.a2_scale.max(), rtol=1e-6, atol=0)
+        assert torch.equal(_bytes(sf[e]), s31[e][perm])
+        w2 = torch.nn.functional.pad(W.w2.packed[e], (0, (Ip - I) // 2, 0, Hp - H))
+        assert torch.equal(p.w2[e], w2[get_w2_permute_indices_with_cache({}, w2, 128)])
+    a13, a2 = W.a13_scale.max(), W.a2_scale.max()
+    g1 = W.w13.scale_2 * a13
+    # vLLM _compute_g1_scale_c: g1_alphas * a2_gscale gated, a2_gscale (1 / a2) non-gated
+    expect = g1 * (1.0 / a2) if gated else (1.0 / a2).expand(E)
+    assert torch.equal(p.g1_scale_c, expect) and torch.equal(p.g1_alphas, g1)
 
 
 def test_b12x_native_pads_each_half_to_64_rows():
@@ -296,11 +322,30 @@ def test_b12x_native_pads_each_half_to_64_rows():
     half = i + p.pad_half
     rows = p.w13.shape[1]
     assert rows == 128 and p.w13.shape == (E, 128, H // 2)
-    assert torch.equal(p.w13[:, :i], W.w13.packed[:, :i]) and torch.equal(p.w13[:, half:half + i], W.w13.packed[:, i:])
+    ckpt = P.canonicalize_fp4_zero_signs(W.w13.packed)
+    assert torch.equal(p.w13[:, :i], ckpt[:, :i]) and torch.equal(p.w13[:, half:half + i], ckpt[:, i:])
     assert int(p.w13[:, i:half].count_nonzero()) == 0
     s13 = nv.unswizzle_128x4(p.w13_sf, rows, H // 16)
     assert torch.equal(_bytes(s13[:, half:half + i]), _bytes(W.w13.block_scale[:, i:]))
-    assert p.w2.shape == (E, H, half // 2) and torch.equal(p.w2[..., : i // 2], W.w2.packed)
+    assert p.w2.shape == (E, H, half // 2)
+    assert torch.equal(p.w2[..., : i // 2], P.canonicalize_fp4_zero_signs(W.w2.packed))
+
+
+def test_b12x_native_clears_fp4_negative_zero_codes():
+    """vLLM _canonicalize_fp4_zero_signs_: code 0x8 (-0) becomes 0x0; other codes are kept."""
+    packed = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 256)
+    out = P.canonicalize_fp4_zero_signs(packed)
+    lo, hi = out & 0xF, out >> 4
+    plo, phi = packed & 0xF, packed >> 4
+    assert torch.equal(lo, torch.where(plo == 8, 0, plo).to(torch.uint8))
+    assert torch.equal(hi, torch.where(phi == 8, 0, phi).to(torch.uint8))
+    g = torch.Generator().manual_seed(21)
+    W = nv.quantize_moe(-torch.rand(E, 2 * I, H, generator=g) * 1e-3 + torch.randn(E, 2 * I, H, generator=g),
+                        torch.randn(E, H, I, generator=g), torch.full((E,), 1e-3), torch.full((E,), 1e-2))
+    assert int(((nv.unpack_e2m1(W.w13.packed)) == 8).sum()) > 0      # the quantizer writes -0
+    p = P.prepare_b12x_native_moe(W)
+    assert int((nv.unpack_e2m1(p.w13) == 8).sum()) == 0
+    assert torch.equal(nv.decode_e2m1(nv.unpack_e2m1(p.w13)), nv.decode_e2m1(nv.unpack_e2m1(W.w13.packed)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -333,23 +378,73 @@ def test_marlin_linear_scales_decode_exactly_and_qweight_holds_the_checkpoint():
     torch.testing.assert_close(gs, lw.weight.scale_2.to(F64), rtol=1e-7, atol=0)
 
 
-def test_marlin_scale_factor_rescues_small_scales():
-    """vLLM rescales scales whose S0E5M3 top bit would be 0 (scale * 2^7 < 2) by a power of two."""
-    bs = nv.to_e4m3(torch.tensor([[2.0 ** -9, 1.0, 40.0, 3.0] * 4] * 64))
-    assert P.marlin_scale_factor(bs.to(torch.half)) == 2.0 ** 3
-    lw = nv.LinearWeights(nv.NVFP4Tensor(torch.zeros(64, 128, dtype=torch.uint8), bs, torch.tensor(1.0)))
+def test_marlin_scale_factor_comes_from_the_largest_scale():
+    """vLLM 0.32.0 _nvfp4_compute_scale_factor: 2^floor(log2(448 * 2^7 / max(scale * 2^7)))."""
+    bs = nv.to_e4m3(torch.tensor([[2.0 ** -6, 1.0, 40.0, 3.0] * 4] * 64))
+    assert P.marlin_scale_factor(bs.to(torch.half)) == 2.0 ** 3            # 448 / 40 -> 8
+    assert P.marlin_scale_factor(bs.to(torch.bfloat16), torch.half) == 1.0  # fp16: no rescale
+    lw = nv.LinearWeights(nv.NVFP4Tensor(torch.full((64, 128), 0x11, dtype=torch.uint8), bs, torch.tensor(1.0)))
     m = P.prepare_marlin_linear(lw)
-    assert m.scale_factor == 8.0
+    assert m.scale_factor == 8.0 and m.flush.flushed == 0
     assert torch.equal(_marlin_decode_scales(m.scales, 64, 256) / m.scale_factor, bs.float())
+    h = P.prepare_marlin_linear(lw, param_dtype=torch.half)
+    assert h.scale_factor == 1.0 and h.param_dtype == torch.half
+    gs = h.global_scale.to(F64) / 2.0 ** (14 - 7)                  # fp16 exponent bias 14
+    assert float(gs) == 1.0
+    # at factor 1, 2^-6 * 2^7 = 2 is kept, so fp16 stores the whole range {2^-6 .. 448}
+    assert torch.equal(_marlin_decode_scales(h.scales, 64, 256), bs.float())
 
 
-def test_marlin_refuses_scales_spanning_more_than_fp16_can_hold():
-    """A ModelOpt tensor (max block scale 448) with one block scale under 2^-6: the rescale would
-    push 448 * factor * 2^7 past fp16's max (vLLM would store inf)."""
+def test_marlin_reports_the_blocks_its_scale_processing_flushes():
+    """Scales {2^-9, 448}: factor 1, and 2^-9 * 2^7 < 2 is set to 0 by vLLM: the block is lost.
+    The report counts those blocks and the error they add; nothing is refused."""
     bs = nv.to_e4m3(torch.tensor([[2.0 ** -9, 1.0, 448.0, 3.0] * 4] * 64))
-    lw = nv.LinearWeights(nv.NVFP4Tensor(torch.zeros(64, 128, dtype=torch.uint8), bs, torch.tensor(1.0)))
-    with pytest.raises(ValueError, match="Marlin scale range"):
-        P.prepare_marlin_linear(lw)
+    packed = torch.full((64, 128), 0x22, dtype=torch.uint8)       # every code 1.0
+    lw = nv.LinearWeights(nv.NVFP4Tensor(packed, bs, torch.tensor(1.0)))
+    m = P.prepare_marlin_linear(lw)
+    assert m.scale_factor == 1.0
+    rep = m.flush
+    assert rep.flushed == 64 * 4 and rep.blocks == 64 * 16
+    assert rep.max_abs_error == 2.0 ** -9
+    w = lw.weight.dequantize(F64)
+    assert rep.rel_error == pytest.approx(float(w[:, (w[0] == 2.0 ** -9)].norm() / w.norm()), rel=1e-12)
+    assert "flushed" in rep.describe()
+    dec = _marlin_decode_scales(m.scales, 64, 256)
+    assert torch.equal(dec, torch.where(bs.float() == 2.0 ** -9, 0.0, bs.float()))
+    # blocks whose codes are all zero lose nothing and are not counted
+    lz = nv.LinearWeights(nv.NVFP4Tensor(torch.zeros(64, 128, dtype=torch.uint8), bs, torch.tensor(1.0)))
+    assert P.prepare_marlin_linear(lz).flush.flushed == 0
+
+
+@pytest.mark.parametrize("n,k,expect", [(100, 256, (128, 256)), (96, 192, (128, 192)),
+                                        (64, 64, (64, 128)), (200, 320, (256, 320))])
+def test_marlin_linear_pads_n_and_k_like_vllm(n, k, expect):
+    """vLLM marlin_padded_nk: the cheaper of (n % 64, k % 128) and (n % 128, k % 64)."""
+    assert P.marlin_padded_nk(n, k) == expect
+    g = torch.Generator().manual_seed(22)
+    lw = nv.quantize_linear(torch.randn(n, k, generator=g))
+    m = P.prepare_marlin_linear(lw)
+    Np, Kp = expect
+    assert (m.padded_n, m.padded_k) == expect and m.qweight.shape == (Kp // 8, Np)
+    back = m.qweight.T.contiguous().view(torch.uint8)
+    assert torch.equal(back[:n, :k // 2], lw.weight.packed) and int(back[n:].count_nonzero()) == 0
+    assert int(back[:, k // 2:].count_nonzero()) == 0
+    dec = _marlin_decode_scales(m.scales, Np, Kp) / m.scale_factor
+    assert torch.equal(dec[:n, :k // 16], lw.weight.block_scale.float())
+
+
+def test_marlin_moe_pads_each_shard():
+    g = torch.Generator().manual_seed(23)
+    i = 48
+    W = nv.quantize_moe(torch.randn(E, 2 * i, H, generator=g), torch.randn(E, H, i, generator=g))
+    p13, p2 = P.prepare_marlin_moe(W)
+    assert p13.padded_n == 128 and p2.padded_k == 64
+    back = p13.qweight[0].T.contiguous().view(torch.uint8)
+    assert torch.equal(back[:i], W.w13.packed[0, :i]) and torch.equal(back[64:64 + i], W.w13.packed[0, i:])
+    assert int(back[i:64].count_nonzero()) == 0
+    with pytest.raises(ValueError, match="multiple of 64"):
+        P.prepare_marlin_moe(nv.quantize_moe(torch.randn(E, 2 * I, 96, generator=g),
+                                             torch.randn(E, 96, I, generator=g)))
 
 
 def test_marlin_moe_per_expert():
@@ -371,12 +466,18 @@ def test_fp4_linear_swizzled_scales_and_alpha():
     g = torch.Generator().manual_seed(12)
     lw = nv.quantize_linear(torch.randn(200, 256, generator=g), input_scale=2e-3)
     p = P.prepare_fp4_linear(lw)
-    assert p.weight is lw.weight.packed and p.weight_sf.shape == (256, 16)
+    assert p.weight.shape == (224, 128) and p.weight_sf.shape == (256, 16)   # N padded to 32
+    assert torch.equal(p.weight[:200], lw.weight.packed) and int(p.weight[200:].count_nonzero()) == 0
     assert torch.equal(_bytes(nv.unswizzle_128x4(p.weight_sf, 200, 16)), _bytes(lw.weight.block_scale))
     torch.testing.assert_close(p.alpha, lw.input_scale * lw.weight.scale_2, rtol=0, atol=0)
     torch.testing.assert_close(p.a_gscale, 1 / lw.input_scale, rtol=0, atol=0)
     p16 = P.prepare_fp4_linear(nv.LinearWeights(lw.weight))
     assert p16.alpha is None and p16.a_gscale is None
+    aligned = nv.quantize_linear(torch.randn(64, 256, generator=g))
+    assert P.prepare_fp4_linear(aligned).weight is aligned.weight.packed      # nothing to pad
+    k16 = nv.quantize_linear(torch.randn(64, 48, generator=g))                # K = 48 -> 64
+    assert P.prepare_fp4_linear(k16).weight.shape == (64, 32)
+    assert P.prepare_fp4_linear(lw, pad=False).weight is lw.weight.packed     # native b12x dense
 
 
 def test_trtllm_linear_shuffles_rows_consistently():
@@ -405,3 +506,118 @@ def test_fold_report_describe_mentions_every_count():
     for word in ("overflow", "flushed", "subnormal", "bound"):
         assert word in text
     assert math.isfinite(rep.mean_rel_error)
+
+
+# ------------------------------------------------------------------------------------------------
+# b12x: [up; gate], padding, ModelOpt's all-zero blocks
+# ------------------------------------------------------------------------------------------------
+
+def _from_b12x(p, W):
+    """An MoEWeights holding exactly what the b12x kernel gets (scales read back from the MMA view)."""
+    rows, K13 = p.w13.shape[1], p.w13.shape[2] * 2
+    s13 = nv.unswizzle_128x4(nv.from_mma_layout(p.w13_sf_mma), rows, K13 // 16)
+    s2 = nv.unswizzle_128x4(nv.from_mma_layout(p.w2_sf_mma), p.w2.shape[1], p.w2.shape[2] * 2 // 16)
+    return nv.MoEWeights(nv.NVFP4Tensor(p.w13, s13, p.w1_alpha), nv.NVFP4Tensor(p.w2, s2, p.w2_alpha),
+                         W.a13_scale, W.a2_scale)
+
+
+@pytest.mark.parametrize("fold_mode", ["none", "full"])
+def test_b12x_gated_layer_run_with_the_b12x_convention_equals_the_checkpoint(fold_mode):
+    """FlashInfer 0.7.4's dispatcher: "w1 packs [up(0:n), gate(n:2n)]". The prepared layer, read
+    with that convention by the reference, gives the checkpoint's output (exactly without a fold,
+    within the fold's bound with one); read as [gate; up] it does not."""
+    from selector.backends.reference import reference_moe, route
+    W = _weights(sigma=1.0, seed=40)
+    p = P.prepare_b12x_moe(W, fold_mode=fold_mode)
+    assert p.layout == "w31"
+    g = torch.Generator().manual_seed(41)
+    x = torch.randn(16, H, generator=g)
+    tw, ti = route(torch.randn(16, E, generator=g), 2)
+    ref = reference_moe(x, W, tw, ti, quant="nvfp4_w4a16")
+    K = _from_b12x(p, W)
+    got = reference_moe(x, K, tw, ti, quant="nvfp4_w4a16", w13_order="up_gate")
+    rel = float((got - ref).norm() / ref.norm())
+    assert rel < (1e-6 if fold_mode == "none" else 2 * P.FOLD_MAX_REL_ERROR), rel
+    wrong = reference_moe(x, K, tw, ti, quant="nvfp4_w4a16")
+    assert float((wrong - ref).norm() / ref.norm()) > 0.3
+
+
+def test_b12x_pads_a_non_gated_intermediate_to_128_and_refuses_an_unaligned_gated_one():
+    g = torch.Generator().manual_seed(42)
+    W = nv.quantize_moe(torch.randn(E, 96, H, generator=g), torch.randn(E, H, 96, generator=g))
+    p = P.prepare_b12x_moe(W, quant="nvfp4_w4a16")
+    assert p.w13.shape == (E, 128, H // 2) and p.w2.shape == (E, H, 64) and p.layout == "w13"
+    assert torch.equal(p.w13[:, :96], W.w13.packed) and int(p.w13[:, 96:].count_nonzero()) == 0
+    assert torch.equal(p.w2[..., :48], W.w2.packed) and int(p.w2[..., 48:].count_nonzero()) == 0
+    s2 = nv.unswizzle_128x4(p.w2_sf, H, 8)
+    assert int(_bytes(s2[..., 6:]).count_nonzero()) == 0
+    Wg = nv.quantize_moe(torch.randn(E, 2 * 96, H, generator=g), torch.randn(E, H, 96, generator=g))
+    with pytest.raises(ValueError, match="2I = 192 rows, not a multiple of 128"):
+        P.prepare_b12x_moe(Wg)
+
+
+def test_fold_ignores_modelopt_all_zero_blocks():
+    """ModelOpt writes 1.0 (not 0) as the scale of an all-zero block; folded with a tiny scale_2
+    it becomes subnormal or 0, which changes nothing (every code is 0): not counted, not refused."""
+    W = _weights(sigma=1.0, seed=43)
+    packed, bs = W.w13.packed.clone(), W.w13.block_scale.clone()
+    packed[:, 5, 8:16] = 0                          # block 1 of row 5: all codes zero
+    bs[:, 5, 1] = nv.to_e4m3(torch.tensor(1.0))     # ModelOpt's convention
+    s2 = torch.full((E,), 2.0 ** -12)               # tiny global scale: 1.0 * 2^-12 is subnormal
+    bs = nv.to_e4m3(bs.float().clamp(min=2.0 ** 2))  # the other blocks stay normal after the fold
+    bs[:, 5, 1] = nv.to_e4m3(torch.tensor(1.0))
+    w13 = nv.NVFP4Tensor(packed, bs, s2)
+    _, _, with_codes = P.fold_global_scale(bs, s2, strict=False, packed=packed)
+    _, _, blind = P.fold_global_scale(bs, s2, strict=False)
+    assert with_codes.ok and with_codes.nonzero == blind.nonzero - E
+    assert not blind.ok                              # what the old check refused
+    Wz = nv.MoEWeights(w13, W.w2, W.a13_scale, W.a2_scale)
+    P.prepare_b12x_moe(Wz)                           # a valid checkpoint prepares
+
+
+# ------------------------------------------------------------------------------------------------
+# validation: one clear message naming the tensor, expected and actual
+# ------------------------------------------------------------------------------------------------
+
+def _replace(W, **kw):
+    d = dict(w13=W.w13, w2=W.w2, a13_scale=W.a13_scale, a2_scale=W.a2_scale)
+    d.update(kw)
+    return nv.MoEWeights(**d)
+
+
+def _bad_inputs():
+    W = _weights(seed=44)
+    t = W.w13
+    yield "bf16 block scales", _replace(W, w13=nv.NVFP4Tensor(t.packed, t.block_scale.to(torch.bfloat16), t.scale_2)), \
+        r"w13.block_scale: expected float8_e4m3fn \[4, 128, 8\], got bfloat16 \[4, 128, 8\]"
+    yield "a scale row missing", _replace(W, w13=nv.NVFP4Tensor(t.packed, t.block_scale[:, :-1], t.scale_2)), \
+        r"w13.block_scale: expected float8_e4m3fn \[4, 128, 8\], got float8_e4m3fn \[4, 127, 8\]"
+    w2 = nv.quantize(torch.randn(E, 2 * H, I), global_dims=1)
+    yield "w2 hidden size", _replace(W, w2=w2), r"w2.packed: expected uint8 \[4, 128, 32\], got uint8 \[4, 256, 32\]"
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        yield f"a2_scale {bad}", _replace(W, a2_scale=torch.full((E,), bad)), "a2_scale must be finite and > 0"
+    yield "short a13_scale", _replace(W, a13_scale=torch.full((E - 1,), 1e-3)), r"a13_scale: expected .*\[4\]"
+    yield "scale_2 zero", _replace(W, w2=nv.NVFP4Tensor(W.w2.packed, W.w2.block_scale, torch.zeros(E))), \
+        "w2.scale_2 must be finite and > 0"
+    yield "w13 rows", _replace(W, w13=nv.quantize(torch.randn(E, 100, H), global_dims=1)), "expected I = 64"
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in _bad_inputs()])
+@pytest.mark.parametrize("prepare", ["b12x", "flashinfer_cutlass", "cutedsl", "b12x_native", "marlin",
+                                     "emulation"])
+def test_every_prepare_validates_its_inputs(name, prepare):
+    W, msg = next((w, m) for n, w, m in _bad_inputs() if n == name)
+    with pytest.raises(ValueError, match=msg):
+        PREPARES[prepare](W)
+
+
+def test_linear_prepare_validates_its_inputs():
+    lw = nv.quantize_linear(torch.randn(64, 128), input_scale=1e-3)
+    bad = nv.LinearWeights(nv.NVFP4Tensor(lw.weight.packed, lw.weight.block_scale[:-1], lw.weight.scale_2))
+    for f in (P.prepare_fp4_linear, P.prepare_marlin_linear, P.prepare_emulation):
+        with pytest.raises(ValueError, match=r"weight.block_scale: expected float8_e4m3fn \[64, 8\]"):
+            f(bad)
+        with pytest.raises(ValueError, match="input_scale must be finite"):
+            f(nv.LinearWeights(lw.weight, torch.tensor(0.0)))
+    with pytest.raises(ValueError, match="param_dtype"):
+        P.prepare_marlin_linear(lw, param_dtype=torch.float32)

@@ -213,6 +213,9 @@ def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
         r = rule.evaluate(layer, facts) if rule.when.holds(layer, facts) else None
         if r is None or r.severity == "warning":
             continue
+        if r.rule == "opt_in":  # an explicit_only rule: opt-in where its `when` holds
+            opt_in.append(r.to_dict())
+            continue
         failures.append(r.to_dict())
     for name in b.probes:
         if probes and name in probes and not probes[name][0]:
@@ -269,7 +272,8 @@ def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True
         assert layer.quant in b.implements
         for rule in b.rules:
             r = rule.evaluate(layer, facts) if rule.when.holds(layer, facts) else None
-            assert r is None or r.severity == "warning", \
+            assert r is None or r.severity == "warning" or (
+                r.rule == "opt_in" and requested == d.selected), \
                 f"{d.selected} selected although rule {rule.key} fails: {r.message}"
         assert b.opt_in is None or requested == d.selected or \
             d.selected in policy.allow_opt_in, f"opt-in {d.selected} chosen automatically"

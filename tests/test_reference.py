@@ -279,3 +279,73 @@ def test_moe_rejects_a_gated_relu2_and_bad_quant():
         reference_moe(x, W, tw, ti, activation="relu2")
     with pytest.raises(ValueError, match="quant"):
         reference_moe(x, W, tw, ti, quant="fp8")
+
+
+# ------------------------------------------------------------------------------------------------
+# bad and edge-case input: clear errors, empty in / empty out
+# ------------------------------------------------------------------------------------------------
+
+def test_empty_batches_give_empty_outputs():
+    x, _, lw = _linear_case(6)
+    for scale in (None, lw.input_scale):                  # dynamic and static activation scale
+        y = reference_linear(x[:0], lw, input_scale=scale)
+        assert y.shape == (0, 96) and y.dtype == x.dtype
+    assert EmulationLinear().apply(x[:0], EmulationLinear().prepare(lw)).shape == (0, 96)
+    xm, _, _, W, tw, ti, _ = _moe_case(True, seed=6)
+    for s in (None, W.a13_scale):
+        y = reference_moe(xm[:0], W, tw[:0], ti[:0], fc1_input_scale=s, fc2_input_scale=None)
+        assert y.shape == (0, H)
+    moe = EmulationMoE(activation="silu")
+    assert moe.apply(xm[:0], moe.prepare(W), tw[:0], ti[:0]).shape == (0, H)
+
+
+def test_linear_bad_input_is_refused_clearly():
+    x, _, lw = _linear_case(7)
+    lin = EmulationLinear()
+    p = lin.prepare(lw)
+    with pytest.raises(ValueError, match="dtype"):
+        lin.apply(x.to(torch.int32), p)                   # used to truncate the output
+    with pytest.raises(ValueError, match=r"expected \[\.\.\., 256\]"):
+        lin.apply(torch.tensor(1.0), p)                   # 0-d: used to raise IndexError
+    with pytest.raises(ValueError, match=r"expected \[\.\.\., 256\]"):
+        lin.apply(x[:, :128], p)
+    with pytest.raises(ValueError, match="out is"):       # no silent cast into another dtype
+        lin.apply(x, p, out=torch.empty(33, 96, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="finite and > 0"):
+        reference_linear(x, lw, input_scale=0.0)
+
+
+def test_moe_bad_input_is_refused_clearly():
+    x, _, _, W, tw, ti, _ = _moe_case(True, seed=8)
+    moe = EmulationMoE(activation="silu")
+    p = moe.prepare(W)
+    cases = [
+        ((x.unsqueeze(0), p, tw, ti), "2-D"),                            # 3-D x
+        ((x[:, :64], p, tw, ti), "hidden size"),                         # wrong K
+        ((x.to(torch.int64), p, tw, ti), "dtype"),
+        ((x, p, tw, torch.full_like(ti, E)), "experts"),                 # topk_ids >= E
+        ((x, p, tw, ti.float()), "integer"),
+        ((x, p, tw[:, :1], ti), "top_k"),
+    ]
+    for args, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            moe.apply(*args)
+    with pytest.raises(ValueError, match="fc1_input_scale"):              # too-short per-expert scale
+        reference_moe(x, W, tw, ti, fc1_input_scale=torch.full((E - 1,), 1e-3))
+    with pytest.raises(ValueError, match="out is"):
+        moe.apply(x, p, tw, ti, out=torch.empty(T, H, dtype=torch.float64))
+
+
+def test_up_gate_order_reproduces_the_checkpoint_and_gate_up_does_not():
+    """The convention flag: weights reordered to [up; gate] (FlashInfer / b12x) give the
+    checkpoint's output with w13_order="up_gate", and a different one when read as [gate; up]."""
+    from selector.backends.prepare import reorder_w13_to_w31
+    x, _, _, W, tw, ti, _ = _moe_case(True, seed=9)
+    w31 = nv.NVFP4Tensor(reorder_w13_to_w31(W.w13.packed), reorder_w13_to_w31(W.w13.block_scale),
+                         W.w13.scale_2)
+    R = nv.MoEWeights(w31, W.w2, W.a13_scale, W.a2_scale)
+    ref = reference_moe(x, W, tw, ti)
+    torch.testing.assert_close(reference_moe(x, R, tw, ti, w13_order="up_gate"), ref, rtol=1e-6, atol=1e-7)
+    assert rel_max(reference_moe(x, R, tw, ti), ref) > 0.1
+    with pytest.raises(ValueError, match="w13_order"):
+        reference_moe(x, W, tw, ti, w13_order="interleaved")

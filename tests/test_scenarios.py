@@ -65,6 +65,10 @@ def pk(**versions: Optional[str]) -> Tuple[str, ...]:
                  for n, v in versions.items())
 
 
+# native b12x 1.5.1 as vllm[b12x] installs it: torch >= 2.12 and its nvidia-cutlass-dsl==4.8.0 pin
+B12X_151 = pk(b12x="1.5.1", torch="2.13.0", nvidia_cutlass_dsl="4.8.0")
+
+
 @dataclass(frozen=True)
 class Scenario:
     id: str
@@ -81,6 +85,11 @@ class Scenario:
     def decide(self):
         sel = load(*self.overrides)
         return sel.select(**self.layer) if self.layer else sel.default()
+
+
+# Platform-wide warnings that fire on whole device families (GB10 CUTLASS reports; TRT-LLM cubins
+# downloaded at run time on flashinfer >= 0.6.14): tests/test_knowledge.py pins them.
+AMBIENT_WARNINGS = ("FlashInfer #3294 #2723", "flashinfer-python 0.7.4 jit/env.py")
 
 
 def S(id: str, overrides: Sequence[str], selected: Optional[str], **kw) -> Scenario:
@@ -122,7 +131,7 @@ MOE = [
     S("moe-dgx-074-situ-nothing", [DGX, FI_074], None, layer={"activation": "situ"},
       kinds={"flashinfer_trtllm": {"device", "activation"}, "flashinfer_cutedsl": {"device"},
              "flashinfer_b12x": {"activation"}, "flashinfer_cutlass": {"activation"},
-             "cutlass": {"package", "activation"}, "marlin": {"package"},
+             "cutlass": {"package"}, "marlin": {"package"},
              "emulation": {"activation"}, "b12x": {"package"}}),
     S("moe-dgx-074-fp8-layer-not-applicable", [DGX, FI_074], None, layer={"quant": "fp8"},
       status={b: "not_applicable" for b in ("flashinfer_trtllm", "flashinfer_cutedsl",
@@ -165,7 +174,12 @@ MOE = [
       cites={"flashinfer_b12x": ("FlashInfer #3302",)}),
     S("moe-dgx-074-ep1-is-not-ep", [DGX, FI_074, REQ_FI_B12X], "flashinfer_b12x",
       layer={"ep_size": 1, "tp_size": 4}),
-    S("moe-dgx-074-gpt-oss-swigluoai", [DGX, FI_074, GPT_OSS, REQ_FI_B12X], "flashinfer_b12x"),
+    # gpt-oss checkpoints interleave gate/up (vLLM swigluoai); FlashInfer's b12x takes the
+    # un-interleaved layout only
+    S("moe-dgx-074-gpt-oss-swigluoai", [DGX, FI_074, GPT_OSS, REQ_FI_B12X], None,
+      kinds={"flashinfer_b12x": {"activation"}}),
+    S("moe-dgx-074-swigluoai-uninterleave", [DGX, FI_074, REQ_FI_B12X], "flashinfer_b12x",
+      layer={"activation": "swigluoai_uninterleave"}),
     S("moe-dgx-074-decode-hint", [DGX, FI_074], "flashinfer_cutlass", layer={"num_tokens": 8},
       status={"flashinfer_b12x": "opt_in"},
       notes=("flashinfer_b12x could run this layer and was not selected", "vLLM #40082")),
@@ -227,7 +241,7 @@ MOE = [
     S("moe-rtx5090-0615-gelu-tanh-ok", [RTX, FI_0615, REQ_FI_B12X], "flashinfer_b12x",
       layer={"activation": "gelu_tanh"}),
     S("moe-rtx5090-0615-swigluoai-ok", [RTX, FI_0615, REQ_FI_B12X], "flashinfer_b12x",
-      layer={"activation": "swigluoai"}),
+      layer={"activation": "swigluoai_uninterleave"}),
     # --- known-bad combinations -------------------------------------------------------------
     S("moe-dgx-0611-cutlass-dsl-4.4-two-issues", [DGX, FI_0611, pk(nvidia_cutlass_dsl="4.4.2"),
                                                   REQ_FI_B12X], None,
@@ -239,11 +253,11 @@ MOE = [
                                                        REQ_FI_B12X], None,
       kinds={"flashinfer_b12x": {"known_issue"}, "flashinfer_cutedsl": {"device", "known_issue"}},
       cites={"flashinfer_b12x": ("0.7.4 PyPI metadata",)}),
-    S("moe-rtx5090-072post1-needs-cutlass-dsl-4.7.1", [RTX, FI_074,
-                                                       pk(flashinfer_python="0.7.2.post1"),
-                                                       REQ_FI_B12X], None,
-      kinds={"flashinfer_b12x": {"known_issue"}},
-      cites={"flashinfer_b12x": ("0.7.2 PyPI metadata",)}),
+    # the [b12x] extra's 4.7.1 pin is a warning, never a rejection (vLLM 0.33.0 ships 4.8.0)
+    S("moe-rtx5090-072post1-extra-pin-warns", [RTX, FI_074,
+                                               pk(flashinfer_python="0.7.2.post1"),
+                                               REQ_FI_B12X], "flashinfer_b12x",
+      kinds={"flashinfer_b12x": {"opt_in"}}, warned=("flashinfer_b12x",)),
     S("moe-rtx5090-072post1-with-4.7.1-ok", [RTX, FI_074,
                                              pk(flashinfer_python="0.7.2.post1",
                                                 nvidia_cutlass_dsl="4.7.1"), REQ_FI_B12X],
@@ -271,28 +285,28 @@ MOE = [
     S("moe-rtx5090-flashinfer-0.6.8-no-b12x", [RTX, FI_074, pk(flashinfer_python="0.6.8")],
       "flashinfer_cutlass", kinds={"flashinfer_b12x": {"package"}}),
     S("moe-rtx5090-no-triton", [RTX, FI_074, pk(triton=None), REQ_FI_B12X], None,
-      kinds={"flashinfer_b12x": {"package"}}, cites={"flashinfer_b12x": ("CI machine",)}),
+      kinds={"flashinfer_b12x": {"package"}}, cites={"flashinfer_b12x": ("triton_compact.py",)}),
     S("moe-rtx5090-cuda-12.8", [RTX, FI_074, "platform.cuda=12.8"], "flashinfer_cutlass",
       kinds={"flashinfer_b12x": {"cuda"}, "flashinfer_cutlass": set()},
       warned=("flashinfer_cutlass",), notes=("FlashInfer #2725",)),
     S("moe-rtx5090-cuda-12.9-no-warning", [RTX, FI_074, "platform.cuda=12.9"],
       "flashinfer_cutlass", kinds={"flashinfer_b12x": {"cuda"}}, warned=()),
     # --- the native b12x package -----------------------------------------------------------
-    S("moe-rtx5090-b12x-native-opt-in", [RTX, FI_074, pk(b12x="0.3.0")], "flashinfer_cutlass",
+    S("moe-rtx5090-b12x-native-opt-in", [RTX, FI_074, B12X_151], "flashinfer_cutlass",
       kinds={"b12x": {"opt_in"}, "flashinfer_b12x": {"opt_in"}},
       status={"b12x": "opt_in", "flashinfer_b12x": "opt_in"},
       notes=()),
-    S("moe-rtx5090-b12x-native-requested", [RTX, FI_074, pk(b12x="0.3.0"), REQ_B12X], "b12x",
+    S("moe-rtx5090-b12x-native-requested", [RTX, FI_074, B12X_151, REQ_B12X], "b12x",
       kinds={"b12x": {"opt_in"}}),
-    S("moe-rtx5090-b12x-native-gelu", [RTX, FI_074, pk(b12x="0.3.0"), REQ_B12X], None,
+    S("moe-rtx5090-b12x-native-gelu", [RTX, FI_074, B12X_151, REQ_B12X], None,
       layer={"activation": "gelu"}, kinds={"b12x": {"activation"}}),
-    S("moe-rtx5090-b12x-native-ep", [RTX, FI_074, pk(b12x="0.3.0"), REQ_B12X], None,
+    S("moe-rtx5090-b12x-native-ep", [RTX, FI_074, B12X_151, REQ_B12X], None,
       layer={"ep_size": 4}, kinds={"b12x": {"parallel"}}),
-    S("moe-rtx5090-b12x-native-applies-clamp", [RTX, FI_074, pk(b12x="0.3.0"), REQ_B12X, DSV4],
+    S("moe-rtx5090-b12x-native-applies-clamp", [RTX, FI_074, B12X_151, REQ_B12X, DSV4],
       "b12x", kinds={"flashinfer_b12x": {"clamp"}}),
-    S("moe-rtx5090-b12x-native-w4a16", [RTX, FI_074, pk(b12x="0.3.0"), REQ_B12X], "b12x",
+    S("moe-rtx5090-b12x-native-w4a16", [RTX, FI_074, B12X_151, REQ_B12X], "b12x",
       layer=W4A16, kinds={"flashinfer_cutlass": {"quant"}}),
-    S("moe-rtx5090-b12x-native-gated-relu2", [RTX, FI_074, pk(b12x="0.3.0"), REQ_B12X], None,
+    S("moe-rtx5090-b12x-native-gated-relu2", [RTX, FI_074, B12X_151, REQ_B12X], None,
       layer=GATED_RELU2, kinds={"b12x": {"act_and_mul"}}),
     # --- Blackwell datacenter --------------------------------------------------------------
     S("moe-b200-074-trtllm", [B200, FI_074], "flashinfer_trtllm",
@@ -301,7 +315,9 @@ MOE = [
       status={"flashinfer_b12x": "rejected", "flashinfer_cutedsl": "eligible",
               "flashinfer_cutlass": "eligible", "emulation": "eligible"}),
     S("moe-b300-074-nemotron-trtllm", [B300, FI_074, NEMOTRON], "flashinfer_trtllm"),
-    S("moe-gb200-074-gpt-oss-trtllm", [GB200, FI_074, GPT_OSS], "flashinfer_trtllm"),
+    # TRT-LLM refuses vLLM's interleaved swigluoai: gpt-oss goes to CuTe-DSL (vLLM 0.32.0 oracle)
+    S("moe-gb200-074-gpt-oss-cutedsl", [GB200, FI_074, GPT_OSS], "flashinfer_cutedsl",
+      kinds={"flashinfer_trtllm": {"activation"}}),
     S("moe-b200-074-ep8-trtllm", [B200, FI_074], "flashinfer_trtllm", layer={"ep_size": 8},
       kinds={"flashinfer_b12x": {"device", "parallel"}}),
     S("moe-b200-074-situ-cutedsl", [B200, FI_074], "flashinfer_cutedsl",
@@ -370,7 +386,7 @@ MOE = [
 
 LINEAR = [
     S("lin-dgx-074-dense-auto", [DGX, FI_074, DENSE], "flashinfer_cutlass",
-      kinds={"flashinfer_cutedsl": {"device"}, "flashinfer_b12x": set(), "cutlass": {"package"},
+      kinds={"flashinfer_cutedsl": {"opt_in"}, "flashinfer_b12x": set(), "cutlass": {"package"},
              "marlin": {"package"}, "flashinfer_trtllm": {"device"},
              "flashinfer_cudnn": {"package"}, "b12x": {"package"}},
       status={"flashinfer_b12x": "eligible", "flashinfer_trtllm": "rejected",
@@ -409,11 +425,12 @@ LINEAR = [
     S("lin-rtx5090-074-cutlass-dsl-4.7", [RTX, FI_074, pk(nvidia_cutlass_dsl="4.7.1")],
       "flashinfer_cutlass", layer=DENSE_KW, kinds={"flashinfer_b12x": {"known_issue"}}),
     S("lin-rtx5090-0722-cutlass-dsl-4.8", [RTX, FI_074, pk(flashinfer_python="0.7.2"), DENSE],
-      "flashinfer_cutlass", kinds={"flashinfer_b12x": {"known_issue"}}),
+      "flashinfer_cutlass", warned=("flashinfer_b12x",)),
     S("lin-rtx5090-wheel-collision", [RTX, FI_0611, LIBS_BOTH, DENSE], "flashinfer_cutlass",
       kinds={"flashinfer_b12x": {"known_issue"}}),
     S("lin-rtx5090-vllm-cuda-12.6", [RTX, VLLM, "platform.cuda=12.6", DENSE],
-      "flashinfer_cutlass", kinds={"flashinfer_b12x": {"cuda"}, "cutlass": {"cuda"}}),
+      "marlin", kinds={"flashinfer_b12x": {"cuda"}, "cutlass": {"cuda"},
+                       "flashinfer_cutlass": {"cuda"}}),
     S("lin-b200-074-cutedsl", [B200, FI_074], "flashinfer_cutedsl", layer=DENSE_KW,
       kinds={"flashinfer_trtllm": {"opt_in"}, "flashinfer_cudnn": {"package"},
              "flashinfer_b12x": {"device"}},
@@ -427,7 +444,8 @@ LINEAR = [
       layer={"dtype": "float16"}, kinds={"flashinfer_trtllm": {"dtype"}}),
     S("lin-b200-074-cudnn-installed", [B200, FI_074, DENSE, pk(nvidia_cudnn_cu13="9.10.2")],
       "flashinfer_cutedsl", status={"flashinfer_cudnn": "eligible"}),
-    S("lin-b200-no-cutlass-dsl", [B200, pk(flashinfer_python="0.7.4")], "flashinfer_cutlass",
+    S("lin-b200-no-cutlass-dsl", [B200, "platform.cuda=13.0", pk(flashinfer_python="0.7.4")],
+      "flashinfer_cutlass",
       layer=DENSE_KW, kinds={"flashinfer_cutedsl": {"package"}}),
     S("lin-b200-074-cutlass-dsl-4.7", [B200, FI_074, pk(nvidia_cutlass_dsl="4.7.1")],
       "flashinfer_cutlass", layer=DENSE_KW, kinds={"flashinfer_cutedsl": {"known_issue"}}),
@@ -443,17 +461,17 @@ LINEAR = [
       kinds={"flashinfer_cutlass": {"quant"}, "flashinfer_b12x": {"quant"},
              "cutlass": {"quant"}, "flashinfer_trtllm": {"device", "quant"}},
       no_notes=("weight-only",)),
-    S("lin-rtx5090-b12x-native-opt-in", [RTX, FI_074, pk(b12x="0.3.0")],
+    S("lin-rtx5090-b12x-native-opt-in", [RTX, FI_074, B12X_151],
       "flashinfer_cutlass", layer=DENSE_KW, kinds={"b12x": {"opt_in"}}, status={"b12x": "opt_in"}),
-    S("lin-rtx5090-b12x-native-requested", [RTX, FI_074, pk(b12x="0.3.0"), DENSE,
+    S("lin-rtx5090-b12x-native-requested", [RTX, FI_074, B12X_151, DENSE,
                                             "policy.linear_backend=b12x"], "b12x"),
-    S("lin-rtx5090-b12x-native-explicit-on-w4a16", [RTX, FI_074, pk(b12x="0.3.0"), DENSE,
-                                                    "policy.linear_backend=b12x"], "emulation",
-      layer=W4A16, kinds={"b12x": {"quant"}}, status={"b12x": "not_applicable"},
-      notes=("policy.linear_backend=b12x does not implement nvfp4_w4a16 linear layers",
-             "automatic selection chose emulation")),
-    S("lin-rtx5090-b12x-native-w4a16", [RTX, FI_074, pk(b12x="0.3.0"), W4A16_LIN], "emulation",
-      kinds={"b12x": {"quant"}, "flashinfer_b12x": {"quant"}}),
+    S("lin-rtx5090-b12x-native-explicit-on-w4a16", [RTX, FI_074, B12X_151, DENSE,
+                                                    "policy.linear_backend=b12x"], "b12x",
+      layer=W4A16, kinds={"b12x": {"opt_in"}}),
+    S("lin-rtx5090-b12x-native-w4a16", [RTX, FI_074, B12X_151, W4A16_LIN], "emulation",
+      kinds={"b12x": {"opt_in"}, "flashinfer_b12x": {"quant"}}),
+    S("lin-b200-sm107-w4a16-marlin", [B200, VLLM, "platform.capability=10.7", W4A16_LIN],
+      "marlin", kinds={"flashinfer_cutedsl": {"device"}}),
     S("lin-cpu-torch-emulation", [CPU, pk(torch="2.11.0"), DENSE], "emulation"),
     S("lin-cpu-nothing", [CPU], None, layer=DENSE_KW, kinds={"emulation": {"package"}}),
     S("lin-unquantized-explicit-backend", [DGX, FI_074, DENSE, LIN_FI_B12X], None,
@@ -544,7 +562,8 @@ def test_scenario(s: Scenario):
     for n in s.no_notes:
         assert n not in notes, (n, d.notes)
     if s.warned is not None:
-        assert sorted({b for b, _ in d.warnings}) == sorted(s.warned), d.warnings
+        warned = {b for b, r in d.warnings if not r.source.startswith(AMBIENT_WARNINGS)}
+        assert sorted(warned) == sorted(s.warned), d.warnings
     for _b, w in d.warnings:
         assert w.severity == "warning" and any(w.message in n for n in d.notes)
     check_invariants(s, d)
@@ -585,14 +604,16 @@ def test_every_rule_fires_somewhere():
     assert len(every) > 95
     assert _unreachable(sel) == UNREACHABLE
     fired: Dict[str, str] = {}
-    for s in SCENARIOS:
-        d = s.decide()
+    import knowledge_cases  # the boundary cases that pin each rule (tests/test_knowledge.py)
+    decided = [(s.id, s.decide()) for s in SCENARIOS] + \
+        [(c.id, knowledge_cases.decide(c)) for c in knowledge_cases.CASES]
+    for sid, d in decided:
         for c in d.candidates:
             for r in c.reasons:
                 if r.key:
-                    fired.setdefault(r.key, s.id)
+                    fired.setdefault(r.key, sid)
         for _, w in d.warnings:
-            fired.setdefault(w.key, s.id)
+            fired.setdefault(w.key, sid)
     assert not (set(fired) - every), "reasons carry keys of rules that do not exist"
     missing = sorted(every - set(fired) - UNREACHABLE)
     assert not missing, f"rules that no scenario shows firing: {missing}"

@@ -1,7 +1,7 @@
 """Probes of flashinfer's NVFP4 entry points (run in the child process, after `import flashinfer`).
 
 Symbol names are those of flashinfer-python 0.7.4, with the older layouts that
-shared/knowledge/FLASHINFER.md records: the b12x dense GEMM kernel was
+FlashInfer's history records: the b12x dense GEMM kernel was
 `flashinfer.gemm.kernels.dense_blockscaled_gemm_sm120.Sm120BlockScaledDenseGemmKernel` in 0.6.9
 and is `...dense_blockscaled_gemm_sm120_b12x.Sm120B12xBlockScaledDenseGemmKernel` from 0.6.10
 (#3128); the MoE entry points are exported from `flashinfer`, `flashinfer.fused_moe` and

@@ -1,0 +1,296 @@
+"""The drift report: what the catalogue claims against what the installed kernel libraries declare.
+
+`doctor --deep` runs the `flashinfer.declarations` and `b12x.declarations` probes (in the
+deep-probe child process: backends/probes/declarations.py); this module only compares their
+plain-data findings with the catalogue's rules, importing nothing. Each comparison is one item
+with both values and a status: `agrees`, `explained` (a deliberate difference, declared on the
+rule as `explained: [{claim, reason, source}]`) or `drift` (the catalogue is out of date: doctor
+exits 1). docs/maintaining.md says how to act on a drift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+STATUSES = ("agrees", "explained", "drift")
+
+# Catalogue backends whose devices a FlashInfer MoE entry point declares (its
+# @supported_compute_capability list); linear backends are matched through their
+# `flashinfer.mm_fp4:<backend>` probe instead.
+MOE_ENTRY_POINTS = {"flashinfer_b12x": "b12x_fused_moe",
+                    "flashinfer_cutedsl": "cute_dsl_fused_moe_nvfp4"}
+MIN_CUDA = {("moe", "flashinfer_b12x"): "moe:b12x_fused_moe",
+            ("linear", "flashinfer_b12x"): "mm_fp4:b12x"}
+# The layer vocabulary as FlashInfer's TRT-LLM ActivationType (vLLM 0.32.0
+# quantization/utils/flashinfer_utils.py ACTIVATION_TO_FI_ACTIVATION, plus the names that
+# enum added for swiglustep and situ): (activation, gated) -> member.
+ACTIVATION_TYPE = {("silu", True): "Swiglu", ("swigluoai", True): "Swiglu",
+                   ("swigluoai_uninterleave", True): "Swiglu", ("gelu", True): "Geglu",
+                   ("gelu_tanh", True): "GegluTanh", ("swiglustep", True): "SwigluStep",
+                   ("situ", True): "Situ", ("silu", False): "Silu", ("gelu", False): "Gelu",
+                   ("relu2", False): "Relu2"}
+ENUM_SENTINELS = ("InvalidType",)
+
+
+@dataclass(frozen=True)
+class DriftItem:
+    backend: str  # "<op>/<name>"
+    claim: str
+    installed: str
+    status: str
+    detail: str
+    catalogue: str = ""
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"backend": self.backend, "claim": self.claim, "catalogue": self.catalogue,
+                "installed": self.installed, "status": self.status, "detail": self.detail}
+
+
+def _cc(c: int) -> Tuple[int, int]:
+    return (c // 10, c % 10)
+
+
+def _fmt(ccs: Iterable[int]) -> str:
+    return ", ".join(f"{c // 10}.{c % 10}" for c in sorted(ccs)) or "none"
+
+
+def _unconditional(b, kind: str):
+    return [r for r in b.rules if r.kind == kind and not r.when.terms]
+
+
+def _explanation(backends: Sequence[Any], claim: str):
+    for b in backends:
+        for r in b.rules:
+            for e in getattr(r, "explained", ()):
+                if e.claim == claim:
+                    return b, e
+    return None, None
+
+
+class _Report:
+    def __init__(self, catalogue, facts):
+        self.catalogue, self.facts, self.items = catalogue, facts, []
+
+    def add(self, op: str, b, claim: str, catalogue: str, installed: str, same: bool,
+            detail: str) -> None:
+        backends = [b] if b is not None else list(self.catalogue.backends.get(op, ()))
+        who, e = (None, None) if same else _explanation(backends, claim)
+        name = f"{op}/{(who or b).name}" if (who or b) is not None else f"{op}/-"
+        if same:
+            status = "agrees"
+        elif e is not None:
+            status, detail = "explained", f"{detail}; {e.reason} ({e.source})"
+        else:
+            status = "drift"
+        self.items.append(DriftItem(name, claim, installed, status, detail, catalogue))
+
+    # -- devices --------------------------------------------------------------------------
+
+    def devices(self, op: str, b, declared: Optional[List[int]], where: str,
+                universe: Sequence[int]) -> None:
+        rules = _unconditional(b, "device") if b is not None else []
+        if declared is None or not rules:
+            return
+        claimed = {c for c in universe if all(any(d.matches(_cc(c)) for d in r.devices)
+                                               for r in rules)}
+        have = {c for c in declared if c in universe}
+        only_c, only_i = sorted(claimed - have), sorted(have - claimed)
+        detail = f"{where} declares SM {_fmt(have)}"
+        if only_c or only_i:
+            detail += (f"; only in the catalogue: {_fmt(only_c)}" if only_c else "") + \
+                (f"; only in the library: {_fmt(only_i)}" if only_i else "")
+        self.add(op, b, "devices", _fmt(claimed), _fmt(have), claimed == have, detail)
+
+    # -- minimum CUDA ---------------------------------------------------------------------
+
+    def min_cuda(self, op: str, b, declared: Optional[str], where: str) -> None:
+        if declared is None or b is None:
+            return
+        floors = [_floor(r.spec) for r in b.rules if r.kind == "cuda" and
+                  not r.when.layer_fields and r.when.get("devices") is None and
+                  all(p.holds(self.facts) for p in r.when.get("packages") or ())]
+        floors = [f for f in floors if f is not None]
+        claimed = max(floors) if floors else None
+        try:
+            have = Version(declared)
+        except InvalidVersion:
+            return
+        self.add(op, b, "minimum CUDA", str(claimed) if claimed else "none", str(have),
+                 claimed == have, f"{where} requires CUDA >= {have}")
+
+    # -- activations ----------------------------------------------------------------------
+
+    def activation_set(self, op: str, b, kind: str, claim: str, declared: Optional[List[str]],
+                       where: str) -> None:
+        rules = _unconditional(b, kind) if b is not None else []
+        if declared is None or not rules:
+            return
+        claimed = set(rules[0].values if kind == "activation" else rules[0].gated)
+        have = set(declared)
+        detail = f"{where}: {', '.join(sorted(have))}"
+        if claimed != have:
+            detail += f"; the catalogue lists {', '.join(sorted(claimed))}"
+        self.add(op, b, claim, ", ".join(sorted(claimed)), ", ".join(sorted(have)),
+                 claimed == have, detail)
+
+    def activation_enum(self, op: str, b, members: Optional[List[str]]) -> None:
+        if members is None or b is None:
+            return
+        for m in members:
+            if m in ENUM_SENTINELS:
+                continue
+            ours = sorted(f"{a}{'' if g else ' (non-gated)'}"
+                          for (a, g), v in ACTIVATION_TYPE.items() if v == m)
+            self.add(op, b, f"ActivationType.{m}", ", ".join(ours) or "no vocabulary value",
+                     "in flashinfer tllm_enums.ActivationType", bool(ours),
+                     f"vocabulary value(s): {', '.join(ours)}" if ours else
+                     "a TRT-LLM activation the layer vocabulary cannot name")
+        for (a, _g), v in sorted(ACTIVATION_TYPE.items()):
+            if v not in members:
+                self.add(op, b, f"ActivationType.{v}", a, "absent", False,
+                         f"the vocabulary maps {a} to ActivationType.{v}, which the installed "
+                         "flashinfer lacks")
+
+    # -- mm_fp4 backends ------------------------------------------------------------------
+
+    def mm_fp4_backends(self, installed: Optional[List[str]], experimental: List[str]) -> None:
+        if installed is None:
+            return
+        named = _mm_fp4_probes(self.catalogue)
+        for name in sorted(set(installed) | set(named)):
+            b = named.get(name)
+            tag = " (experimental)" if name in experimental else ""
+            if name not in installed:
+                self.add("linear", b, f"mm_fp4 backend {name}", b.name, "absent", False,
+                         f"the catalogue's {b.name} probes mm_fp4 backend {name!r}, which the "
+                         "installed flashinfer does not register")
+            else:
+                self.add("linear", b, f"mm_fp4 backend {name}",
+                         b.name if b else "no catalogue backend", f"registered{tag}",
+                         b is not None, f"mm_fp4 backend {name!r}{tag}" +
+                         (f" is the catalogue's {b.name}" if b else " has no catalogue backend"))
+
+    def requirements(self, nb: Mapping[str, Any]) -> None:
+        _b12x_requirements(self, nb)
+        for op, backends in self.catalogue.backends.items():
+            for b in backends:
+                if any("b12x" in getattr(r, "names", ()) for r in _unconditional(b, "package")):
+                    self.devices(op, b, nb.get("devices"), "b12x gating.is_b12x",
+                                 nb.get("universe", ()))
+                    self.gate_floor(op, b, nb)
+
+    def gate_floor(self, op: str, b, nb: Mapping[str, Any]) -> None:
+        """b12x's run-time nvidia-cutlass-dsl minimum (MIN_CUTLASS_DSL) against the catalogue."""
+        gate = (nb.get("constants") or {}).get("MIN_CUTLASS_DSL")
+        floors = [_floor(q.spec) for r in _unconditional(b, "package")
+                  for q in getattr(r, "reqs", ()) if q.name == "nvidia-cutlass-dsl"]
+        if gate is None or not floors or floors[0] is None:
+            return
+        self.add(op, b, "nvidia-cutlass-dsl run-time minimum", f">={floors[0]}", f">={gate}",
+                 floors[0] == Version(gate), f"b12x _lib/gating.py MIN_CUTLASS_DSL = {gate!r}")
+
+    # -- the nvidia-cutlass-dsl floor of the installed flashinfer --------------------------
+
+    def dsl_floor(self, version: Optional[str], requires: Mapping[str, str]) -> None:
+        spec = requires.get("nvidia-cutlass-dsl")
+        if version is None or spec is None:
+            return
+        have = _floor(_spec(spec))
+        fi = Version(version)
+        for op, backends in self.catalogue.backends.items():
+            for b in backends:
+                floors = []
+                for r in b.rules:
+                    if r.kind != "known_issue" or r.severity != "error":
+                        continue
+                    pk = {p.name: p.spec for p in r.when.get("packages") or ()}
+                    if set(pk) != {"flashinfer-python", "nvidia-cutlass-dsl"} or \
+                            not pk["flashinfer-python"].contains(fi, prereleases=True):
+                        continue
+                    ceiling = [s.version for s in pk["nvidia-cutlass-dsl"] if s.operator == "<"]
+                    floors.extend(Version(c) for c in ceiling)
+                if floors:
+                    claimed = max(floors)
+                    self.add(op, b, "nvidia-cutlass-dsl floor", f">={claimed}", spec,
+                             claimed == have, f"flashinfer-python {version} requires "
+                             f"nvidia-cutlass-dsl{spec} (distribution metadata)")
+
+
+def _b12x_requirements(rep: _Report, nb: Mapping[str, Any]) -> None:
+    """Native b12x: its Requires-Dist floors against the catalogue's package rules."""
+    requires = nb.get("requires", {})
+    for op, backends in rep.catalogue.backends.items():
+        for b in backends:
+            if not any("b12x" in getattr(r, "names", ()) for r in b.rules):
+                continue
+            for r in _unconditional(b, "package"):
+                for req in getattr(r, "reqs", ()):
+                    if req.name in ("b12x", "nvidia-cutlass-dsl") or req.name not in requires:
+                        continue
+                    claimed, have = _floor(req.spec), _floor(_spec(requires[req.name]))
+                    if claimed is None or have is None:
+                        continue
+                    rep.add(op, b, f"{req.name} floor", f">={claimed}", requires[req.name],
+                            claimed == have, f"b12x {nb['version']} requires "
+                            f"{req.name}{requires[req.name]} (distribution metadata)")
+
+
+def _spec(text: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        return SpecifierSet()
+
+
+def _floor(spec: SpecifierSet) -> Optional[Version]:
+    lows = [Version(s.version) for s in spec if s.operator in (">=", "==", "~=")
+            and "*" not in s.version]
+    return max(lows) if lows else None
+
+
+def _mm_fp4_probes(catalogue) -> Dict[str, Any]:
+    out = {}
+    for b in catalogue.backends.get("linear", ()):
+        for p in b.probes:
+            base, _, arg = p.partition(":")
+            if base == "flashinfer.mm_fp4" and arg:
+                out[arg] = b
+    return out
+
+
+def compare(catalogue, facts, findings: Mapping[str, Mapping[str, Any]]) -> List[DriftItem]:
+    """Drift items from the details of the declaration probes (probe name -> details)."""
+    rep = _Report(catalogue, facts)
+    fi = findings.get("flashinfer.declarations") or {}
+    if fi.get("version"):
+        caps, universe = fi.get("capabilities", {}), fi.get("universe", ())
+        def get(op, name):
+            return next((b for b in catalogue.backends.get(op, ()) if b.name == name), None)
+        for name, entry in MOE_ENTRY_POINTS.items():
+            rep.devices("moe", get("moe", name), caps.get(f"moe:{entry}"),
+                        f"flashinfer {entry}", universe)
+        for backend, b in sorted(_mm_fp4_probes(catalogue).items()):
+            rep.devices("linear", b, caps.get(f"mm_fp4:{backend}"),
+                        f"flashinfer mm_fp4 backend {backend!r}", universe)
+        rep.mm_fp4_backends(fi.get("mm_fp4_backends"), fi.get("mm_fp4_experimental", []))
+        for (op, name), key in MIN_CUDA.items():
+            rep.min_cuda(op, get(op, name), fi.get("min_cuda", {}).get(key), f"flashinfer {key}")
+        acts = fi.get("activations", {})
+        b12x = get("moe", "flashinfer_b12x")
+        rep.activation_set("moe", b12x, "activation", "activations", acts.get("b12x_moe"),
+                           "flashinfer SUPPORTED_MOE_ACTIVATIONS")
+        rep.activation_set("moe", b12x, "act_and_mul", "gated activations",
+                           acts.get("b12x_moe_gated"), "flashinfer GATED_MOE_ACTIVATIONS")
+        rep.activation_enum("moe", get("moe", "flashinfer_trtllm"), acts.get("ActivationType"))
+        rep.dsl_floor(fi.get("version"), fi.get("requires", {}))
+    nb = findings.get("b12x.declarations") or {}
+    if nb.get("version"):
+        rep.requirements(nb)
+    return rep.items
+
+
+def counts(items: Sequence[DriftItem]) -> Dict[str, int]:
+    return {s: sum(1 for i in items if i.status == s) for s in STATUSES}

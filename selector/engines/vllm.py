@@ -1,0 +1,303 @@
+"""selector inside vLLM: vLLM's own objects in, vLLM's own backend names out.
+
+`register()` is vLLM's general plugin (entry point group `vllm.general_plugins`, name
+`selector`). It does nothing unless the operator sets SELECTOR_VLLM=1; then every NVFP4 MoE and
+linear layer is decided by selector, and vLLM builds that choice through its own explicit-backend
+path (`moe_backend=` / `--linear-backend`), so vLLM's checks still run on it. One log line per
+distinct layer says what selector chose and why; when selector refuses, vLLM's error carries
+selector's whole explanation.
+
+Extra selector overrides (a stack preset, packages, policy.strict=false) come from
+SELECTOR_VLLM_OVERRIDES (space-separated). vLLM is imported only inside the functions here.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+import shlex
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+log = logging.getLogger("vllm.selector")  # vLLM's handlers print it beside vLLM's own lines
+
+ENV_ENABLE = "SELECTOR_VLLM"
+ENV_OVERRIDES = "SELECTOR_VLLM_OVERRIDES"
+MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
+LINEAR_KERNELS = "vllm.model_executor.kernels.linear"
+_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float32": "float32"}
+# vLLM all2all backend -> selector's layer.all2all vocabulary
+_ALL2ALL = {"allgather_reducescatter": "allgather_reducescatter",
+            "deepep_high_throughput": "deepep_high_throughput",
+            "deepep_low_latency": "deepep_low_latency", "naive": "naive",
+            "flashinfer_all2allv": "flashinfer_nvlink",
+            "flashinfer_nvlink_two_sided": "flashinfer_nvlink",
+            "flashinfer_nvlink_one_sided": "flashinfer_nvlink"}
+
+
+class NotExpressible(Exception):
+    """A vLLM layer selector's vocabulary cannot describe: vLLM decides it alone."""
+
+
+# -- vLLM objects -> selector layer and policy -------------------------------------------------
+def moe_activation(activation: Any) -> Tuple[str, bool]:
+    """vLLM's MoEActivation -> (selector activation, act_and_mul)."""
+    from ..schema import ACTIVATIONS
+    value = getattr(activation, "value", activation)
+    base, gated = (value[:-len("_no_mul")], False) if value.endswith("_no_mul") else (value, True)
+    if base not in ACTIVATIONS:  # swigluoai_uninterleave, swiglustep: no selector name yet
+        raise NotExpressible(f"activation {value}")
+    return base, gated
+
+
+def moe_quant(weight_key: Any, activation_key: Any) -> str:
+    """vLLM's (weight, activation) QuantKeys -> selector's quant scheme."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+    if weight_key != q.kNvfp4Static:
+        raise NotExpressible(f"weight quantization {weight_key}")
+    if activation_key is None:
+        return "nvfp4_w4a16"
+    if activation_key in (q.kNvfp4Dynamic, q.kNvfp4DynamicToken):
+        return "nvfp4"
+    raise NotExpressible(f"activation quantization {activation_key}")
+
+
+def moe_layer(config: Any, weight_key: Any, activation_key: Any) -> Dict[str, Any]:
+    """A FusedMoEConfig (with its parallel config and activation enum) as `layer.*` keys."""
+    par = config.moe_parallel_config
+    activation, gated = moe_activation(config.activation)
+    return {"op": "moe", "quant": moe_quant(weight_key, activation_key),
+            "activation": activation, "act_and_mul": gated,
+            "ep_size": par.ep_size if par.use_ep else 1, "tp_size": par.tp_size,
+            "swiglu_limit": config.swiglu_limit,
+            "dtype": _DTYPES.get(str(config.in_dtype), "bfloat16"),
+            "hidden_size": config.hidden_dim,
+            "intermediate_size": config.intermediate_size_per_partition,
+            "num_experts": config.num_experts, "top_k": config.experts_per_token,
+            "all2all": _ALL2ALL.get(par.all2all_backend) if par.use_all2all_kernels else None}
+
+
+def linear_layer(use_a16: bool) -> Dict[str, Any]:
+    """What init_nvfp4_linear_kernel knows of its layer: W4A16 or W4A4."""
+    return {"op": "linear", "quant": "nvfp4_w4a16" if use_a16 else "nvfp4"}
+
+
+def capability() -> Optional[str]:
+    """The compute capability as vLLM's current platform reports it ("12.0"), or None."""
+    from vllm.platforms import current_platform
+    if not current_platform.is_cuda():
+        return None
+    cap = current_platform.get_device_capability()
+    return None if cap is None else f"{cap.major}.{cap.minor}"
+
+
+def requested_name(op: str, vllm_name: str, catalogue: Any) -> str:
+    """vLLM's requested backend value -> selector's backend name ('auto' stays)."""
+    if vllm_name == "auto":
+        return "auto"
+    for b in catalogue.backends[op]:
+        e = dict(b.engines).get("vllm")
+        if e is not None and e.name == vllm_name:
+            return b.name
+    raise NotExpressible(f"{op} backend {vllm_name!r} (not in selector's catalogue)")
+
+
+# -- the decisions ------------------------------------------------------------------------------
+class Chooser:
+    """One Selector per (capability, overrides, requested backends), built on first use."""
+
+    def __init__(self, extra: Optional[List[str]] = None):
+        self.extra = extra
+        self._selectors: Dict[Tuple, Any] = {}
+        self._logged: set = set()
+        self._lock = threading.Lock()
+
+    def _base(self, overrides: Tuple[str, ...]) -> Any:
+        """The Selector for these overrides with policy auto (one config composition)."""
+        import selector
+        sel = self._selectors.get(overrides)
+        if sel is None:
+            sel = self._selectors.setdefault(overrides, selector.load(overrides=list(overrides)))
+        return sel
+
+    @staticmethod
+    def _with_policy(base: Any, op: str, requested: str) -> Any:
+        """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
+        from ..api import Selector
+        from ..model import normalize_backend
+        run = base.run_config
+        req = normalize_backend(op, requested_name(op, requested, run.catalogue), run.catalogue)
+        policy = dataclasses.replace(run.policy, **{f"{op}_backend": req})
+        return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
+
+    def overrides(self) -> List[str]:
+        extra = self.extra if self.extra is not None else \
+            shlex.split(os.environ.get(ENV_OVERRIDES, ""))
+        cap = capability()
+        return ["engine=vllm", "platform=auto",
+                "platform.capability=" + (cap if cap else "null"), *extra]
+
+    def decide(self, layer: Dict[str, Any], requested: str) -> Any:
+        base = tuple(self.overrides())
+        key = base + (layer["op"], requested)
+        sel = self._selectors.get(key)
+        if sel is None:
+            sel = self._with_policy(self._base(base), layer["op"], requested)
+            with self._lock:
+                sel = self._selectors.setdefault(key, sel)
+        d = sel.select(**layer)
+        first = (key, tuple(sorted(d.layer.items())))
+        if first not in self._logged:
+            with self._lock:
+                self._logged.add(first)
+            flags = " ".join(d.engine["flags"]) if d.engine and d.engine["flags"] else "none"
+            log.info("%s [vLLM: %s]", d.log_line(), flags)
+        return d
+
+
+def refusal(d: Any, what: str) -> str:
+    return f"selector refuses {what}: {d.summary()}\n{d}"
+
+
+CHOOSER = Chooser()
+
+
+def select_moe(original: Callable, config: Any, weight_key: Any, activation_key: Any,
+               chooser: Optional[Chooser] = None) -> Any:
+    """select_nvfp4_moe_backend, decided by selector and built by vLLM's explicit path."""
+    chooser = chooser or CHOOSER
+    try:
+        layer = moe_layer(config, weight_key, activation_key)
+        d = chooser.decide(layer, config.moe_backend)
+    except NotExpressible as exc:
+        log.info("selector: NVFP4 MoE layer with %s: vLLM decides alone", exc)
+        return original(config, weight_key, activation_key)
+    if d.selected is None:
+        error = NotImplementedError if config.moe_backend == "auto" else ValueError
+        raise error(refusal(d, "every NvFp4 MoE backend for this layer"
+                            if config.moe_backend == "auto" else
+                            f"moe_backend={config.moe_backend!r} for this layer"))
+    forced = copy.copy(config)
+    forced.moe_backend = d.engine["backend"]
+    try:
+        return original(forced, weight_key, activation_key)
+    except (ValueError, NotImplementedError) as exc:
+        raise ValueError(f"vLLM cannot build selector's choice {d.selected}: {exc}\n{d}") \
+            from exc
+
+
+_forced = threading.local()
+
+
+def linear_backend_hook(original: Callable) -> Callable:
+    """vLLM's _get_linear_backend, answering selector's choice while one is being built."""
+    def _get_linear_backend(*, quantization: str) -> str:
+        forced = getattr(_forced, "name", None)
+        return forced if forced is not None else \
+            _get_linear_backend.__selector_original__(quantization=quantization)
+    _get_linear_backend.__selector_original__ = original  # type: ignore[attr-defined]
+    return _get_linear_backend
+
+
+def select_linear(original: Callable, use_a16: bool = False,
+                  chooser: Optional[Chooser] = None) -> Any:
+    """init_nvfp4_linear_kernel, decided by selector and built with its --linear-backend."""
+    chooser = chooser or CHOOSER
+    mod = sys.modules[LINEAR_KERNELS]
+    getter = getattr(mod._get_linear_backend, "__selector_original__", mod._get_linear_backend)
+    requested = getter(quantization="nvfp4_w4a16" if use_a16 else "nvfp4_w4a4")
+    try:
+        d = chooser.decide(linear_layer(use_a16), requested)
+    except NotExpressible as exc:
+        log.info("selector: NVFP4 linear layer with %s: vLLM decides alone", exc)
+        return original(use_a16)
+    if d.selected is None:
+        raise ValueError(refusal(d, "every NVFP4 linear kernel for this layer"
+                                 if requested == "auto" else
+                                 f"--linear-backend={requested} for this layer"))
+    name = d.engine["backend"]
+    _forced.name = name
+    try:
+        kernel = original(use_a16)
+    except ValueError as exc:
+        raise ValueError(f"vLLM cannot build selector's choice {d.selected}: {exc}\n{d}") \
+            from exc
+    finally:
+        _forced.name = None
+    if type(kernel) not in mod._LINEAR_BACKEND_KERNEL_MAP.get(name, ()):
+        raise ValueError(f"vLLM built {type(kernel).__name__}, not a {name} kernel, for "
+                         f"selector's choice {d.selected}\n{d}")
+    return kernel
+
+
+# -- installation ---------------------------------------------------------------------------------
+def _rebind(old: Any, new: Any) -> int:
+    """Point every loaded vLLM module's name for `old` at `new` (callers import by name)."""
+    n = 0
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("vllm") or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            if value is old:
+                setattr(mod, attr, new)
+                n += 1
+    return n
+
+
+def _wrap(original: Callable, body: Callable) -> Callable:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return body(original, *args, **kwargs)
+    wrapper.__name__ = original.__name__
+    wrapper.__doc__ = original.__doc__
+    wrapper.__selector_original__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
+def installed() -> bool:
+    mod = sys.modules.get(MOE_ORACLE)
+    return mod is not None and hasattr(mod.select_nvfp4_moe_backend, "__selector_original__")
+
+
+def install() -> None:
+    """Route vLLM's NVFP4 MoE and linear selection through selector (idempotent)."""
+    import importlib
+    if installed():
+        return
+    oracle = importlib.import_module(MOE_ORACLE)
+    kernels = importlib.import_module(LINEAR_KERNELS)
+    _rebind(oracle.select_nvfp4_moe_backend,
+            _wrap(oracle.select_nvfp4_moe_backend, select_moe))
+    kernels._get_linear_backend = linear_backend_hook(kernels._get_linear_backend)
+    _rebind(kernels.init_nvfp4_linear_kernel,
+            _wrap(kernels.init_nvfp4_linear_kernel, select_linear))
+
+
+def uninstall() -> None:
+    """Undo install() (tests)."""
+    mod = sys.modules.get(MOE_ORACLE)
+    if mod is None or not installed():
+        return
+    kernels = sys.modules[LINEAR_KERNELS]
+    _rebind(mod.select_nvfp4_moe_backend, mod.select_nvfp4_moe_backend.__selector_original__)
+    _rebind(kernels.init_nvfp4_linear_kernel,
+            kernels.init_nvfp4_linear_kernel.__selector_original__)
+    kernels._get_linear_backend = kernels._get_linear_backend.__selector_original__
+
+
+def register() -> None:
+    """vLLM general plugin: active only with SELECTOR_VLLM=1."""
+    if os.environ.get(ENV_ENABLE) != "1":
+        return
+    install()
+    log.info("selector: deciding NVFP4 MoE and linear backends (%s=1)", ENV_ENABLE)
+
+
+def iter_rebound() -> Iterator[str]:
+    """Modules whose selection functions point at selector now (tests, diagnostics)."""
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("vllm") and mod is not None:
+            for attr in ("select_nvfp4_moe_backend", "init_nvfp4_linear_kernel"):
+                if hasattr(getattr(mod, attr, None), "__selector_original__"):
+                    yield f"{name}.{attr}"

@@ -1,0 +1,720 @@
+"""Verify: run each usable backend on small NVFP4 problems and compare it with the reference.
+
+Metadata and imports can pass while a kernel returns garbage (FlashInfer #3294, #2723: releases
+without SM12x cubins; CUTLASS MoE garbage on GB10). `selector doctor --verify` and `explain
+probe=verify` run every backend that passes its rules on this machine, once per case (op, quant
+scheme, gated or not), in a child process with a time limit (selector.backends.verify_child,
+named only by its "module:function"): it prepares the weights with the backend's own `prepare`,
+runs its `apply` on the device and compares with selector.backends.reference in float64 on the
+CPU. A crash, a hang or a CUDA error is a FAIL naming what happened, never a crash of selector.
+
+Results are cached per platform fingerprint (GPU, driver, CUDA, package versions, Python), so an
+engine pays for verification once per machine and stack: see `VerifyCache`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform as _platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import SelectorError
+
+CHILD = "selector.backends.verify_child:main"
+MARK = "@@selector-verify@@ "
+VERSION = 1  # of the problems, bounds and cache format: a change invalidates cached results
+DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_VERIFY_TIMEOUT", "120"))
+STATUSES = ("OK", "FAIL", "SKIPPED")
+
+# The problems: small, and of shapes every kernel of the catalogue accepts (multiples of 256).
+SHAPES: Mapping[str, Mapping[str, int]] = {
+    "moe": {"num_tokens": 16, "hidden_size": 256, "intermediate_size": 256, "num_experts": 8,
+            "top_k": 2},
+    "linear": {"num_tokens": 16, "hidden_size": 256, "out_features": 256}}
+SEED = 0
+# Activations tried in this order: the first one the backend accepts is verified.
+ACTIVATIONS = {True: ("silu", "gelu_tanh", "swigluoai", "gelu"),
+               False: ("relu2", "silu", "gelu_tanh", "gelu")}
+
+
+@dataclass(frozen=True)
+class Bound:
+    max_rel_err: float
+    rms_rel_err: float
+
+
+# Error bounds, in the format's own rounding steps (docs/verify.md has the derivation and the
+# measured errors). u = 2^-8 is bfloat16's half-ULP: the relative rounding of the output, of an
+# intermediate and of weights a kernel dequantizes to bf16.
+# - W4A16: kernel and reference multiply the same FP4 weights by the same bf16 activations; only
+#   bf16 roundings differ: rms <= 4u = 2^-6, max <= 8u = 2^-5.
+# - W4A4: the kernel quantizes its own GEMM inputs. Where its input differs from the reference's
+#   by one bf16 rounding (an MoE intermediate stored in bf16), an element next to an E2M1
+#   midpoint takes the neighbouring code, one NVFP4 step: rms <= 2^-3, max <= 2^-2.
+# Garbage (a flipped sign, a dropped scale, a wrong layout) errs by 1 or more.
+BOUNDS: Mapping[str, Bound] = {"nvfp4_w4a16": Bound(2.0 ** -5, 2.0 ** -6),
+                               "nvfp4": Bound(2.0 ** -2, 2.0 ** -3)}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem for one backend: the layer the selector judged, and the reference's scheme."""
+    op: str
+    quant: str
+    activation: Optional[str] = None  # moe only
+    act_and_mul: Optional[bool] = None
+    reference_quant: str = ""  # a weight-only backend serves W4A4 as W4A16 (vLLM #55397)
+
+    @property
+    def id(self) -> str:
+        if self.op == "linear":
+            return self.quant
+        return f"{self.quant} {'gated' if self.act_and_mul else 'non-gated'} {self.activation}"
+
+    def layer(self) -> Dict[str, Any]:
+        s = SHAPES[self.op]
+        d: Dict[str, Any] = {"quant": self.quant, "dtype": "bfloat16",
+                             "num_tokens": s["num_tokens"], "hidden_size": s["hidden_size"]}
+        if self.op == "moe":
+            d.update(activation=self.activation, act_and_mul=self.act_and_mul,
+                     intermediate_size=s["intermediate_size"], num_experts=s["num_experts"],
+                     top_k=s["top_k"], ep_size=1)
+        return d
+
+    def spec(self) -> Dict[str, Any]:
+        layer = dict(self.layer(), quant=self.reference_quant or self.quant)
+        return {"id": self.id, "layer": self.layer(), "reference_layer": layer,
+                "shape": dict(SHAPES[self.op]), "seed": SEED}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One line of the `verify` list (CONTRACT.md)."""
+    backend: str
+    op: str
+    scheme: Optional[str]  # the layer's quant; None when the whole backend was skipped
+    status: str  # OK | FAIL | SKIPPED
+    detail: str
+    max_rel_err: Optional[float] = None
+    rms_rel_err: Optional[float] = None
+    seconds: Optional[float] = None
+    activation: Optional[str] = None
+    act_and_mul: Optional[bool] = None
+    bound: Optional[Bound] = None
+    device: Optional[str] = None
+    worst: Optional[Dict[str, Any]] = None
+    timeout_s: Optional[float] = None  # set when the process ran out of time
+    cached: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        def num(v):
+            return None if v is None else float(f"{v:.4g}")
+        return {"backend": self.backend, "op": self.op, "scheme": self.scheme,
+                "status": self.status, "max_rel_err": num(self.max_rel_err),
+                "rms_rel_err": num(self.rms_rel_err),
+                "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "detail": self.detail, "activation": self.activation,
+                "act_and_mul": self.act_and_mul,
+                "bound": None if self.bound is None else {"max_rel_err": self.bound.max_rel_err,
+                                                          "rms_rel_err": self.bound.rms_rel_err},
+                "device": self.device, "worst": self.worst, "cached": self.cached}
+
+    @property
+    def case_text(self) -> str:
+        if self.scheme is None:
+            return "-"
+        if self.op == "linear":
+            return self.scheme
+        return f"{self.scheme} {'gated' if self.act_and_mul else 'non-gated'} {self.activation}"
+
+
+@dataclass
+class Report:
+    results: List[Result]
+    fingerprint: str
+    cache_path: Optional[str]
+    seconds: float
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> List[Result]:
+        return [r for r in self.results if r.status == "FAIL"]
+
+    def rejections(self) -> Dict[Tuple[str, str], Tuple[Any, ...]]:
+        """(op, backend) -> the failed cases, for the `verify` rule (probe=verify)."""
+        from .rules import VerifyFailure
+        out: Dict[Tuple[str, str], Tuple[Any, ...]] = {}
+        for r in self.failures:
+            out[r.op, r.backend] = out.get((r.op, r.backend), ()) + (VerifyFailure(
+                r.scheme or "", r.act_and_mul if r.op == "moe" else None,
+                f"{r.op} {r.case_text}: {r.detail}"),)
+        return out
+
+    def info(self) -> Dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "cache": self.cache_path,
+                "seconds": round(self.seconds, 3), "notes": list(self.notes),
+                "bounds": {q: {"max_rel_err": b.max_rel_err, "rms_rel_err": b.rms_rel_err}
+                           for q, b in BOUNDS.items()},
+                "reference": "selector.backends.reference in float64 on the CPU"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Which cases each backend gets
+
+def _usable(sel, op: str, name: str, layer: Dict[str, Any]) -> bool:
+    return sel.decide(sel.layer(op=op, **layer)).candidate(name).status in (
+        "selected", "eligible", "opt_in")
+
+
+def cases_for(sel, op: str, b) -> Tuple[List[Case], str]:
+    """The cases a backend supports (per its rules), or ([], why none)."""
+    quants = [q for q in BOUNDS if q in b.implements]
+    if not quants:
+        return [], f"implements {', '.join(b.implements) or 'nothing'}, no NVFP4 scheme"
+    out: List[Case] = []
+    for quant in quants:
+        ref = "nvfp4_w4a16" if b.execution == "weight_only" else quant
+        if op == "linear":
+            c = Case(op, quant, reference_quant=ref)
+            if _usable(sel, op, b.name, c.layer()):
+                out.append(c)
+            continue
+        for gated in (True, False):
+            for act in ACTIVATIONS[gated]:
+                c = Case(op, quant, act, gated, ref)
+                if _usable(sel, op, b.name, c.layer()):
+                    out.append(c)
+                    break
+    if not out:
+        return [], "its rules reject every verification layer (" + ", ".join(quants) + ")"
+    return out, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The child process
+
+def child_overrides(overrides: Sequence[str]) -> List[str]:
+    """The overrides without `probe=...`: the child must not start a verification of its own."""
+    out = []
+    for o in overrides:
+        key = str(o).lstrip("+~").partition("=")[0].strip()
+        if key != "probe":
+            out.append(str(o))
+    return out
+
+
+def _boot(function: str) -> str:
+    """The child's `-c` program: the directory holding this `selector` package first (as
+    selector.probing does), then the function."""
+    module, _, fn = function.partition(":")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return f"import sys; sys.path.insert(0, {root!r}); from {module} import {fn}; {fn}()"
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the child and everything it started (its own session), by process group id."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError, AttributeError):
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+def _exit_text(rc: Optional[int], timed_out: bool, timeout: float) -> str:
+    if timed_out:
+        return f"timed out after {timeout:g} s (the verify process was killed)"
+    if rc is None:
+        return "the verify process could not be started"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"the verify process was killed by {name} (exit status {rc})"
+    return f"the verify process exited with status {rc}"
+
+
+def _last_line(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]  # faulthandler
+    last = fatal[0] if fatal else lines[-1]
+    return last if len(last) <= limit else last[:limit] + "..."
+
+
+def run_child(payload: Dict[str, Any], timeout: float, function: str = CHILD
+              ) -> Tuple[List[Dict[str, Any]], Optional[int], bool, str]:
+    """(events, exit status, timed out, stderr) of one child running `function` on `payload`."""
+    path = list(dict.fromkeys(os.path.abspath(p) if p else os.getcwd() for p in sys.path))
+    env = dict(os.environ)
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _boot(function)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True)
+    except OSError as exc:
+        return [], None, False, f"{sys.executable}: {exc}"
+    timed_out = False
+    data = json.dumps(dict(payload, path=path)).encode()
+    try:
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill(proc)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a grandchild holds the pipes open
+            out, err = b"", b""
+    events = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        at = line.find(MARK)
+        if at >= 0:
+            try:
+                events.append(json.loads(line[at + len(MARK):]))
+            except ValueError:
+                continue
+    return events, proc.returncode, timed_out, err.decode("utf-8", "replace")
+
+
+def _finite(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _worst(w: Any) -> Optional[Dict[str, Any]]:
+    """The worst element as the child (or a cache file) gave it, kept only if well-formed."""
+    if not isinstance(w, dict) or not isinstance(w.get("index"), list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in w["index"][:8]):
+        return None
+    got = w.get("got")
+    got = got[:40] if isinstance(got, str) else _finite(got)
+    return {"index": w["index"][:8], "got": got, "expected": _finite(w.get("expected"))}
+
+
+def judge(b_name: str, case: Case, ev: Mapping[str, Any]) -> Result:
+    """A case's Result from its child "end" event: the bounds decide OK or FAIL."""
+    base = Result(b_name, case.op, case.quant, "FAIL", "", activation=case.activation,
+                  act_and_mul=case.act_and_mul, bound=BOUNDS[case.quant],
+                  seconds=_finite(ev.get("seconds")))
+    outcome = ev.get("outcome")
+    if outcome == "unavailable":
+        return replace(base, status="SKIPPED", bound=None,
+                       detail=f"the entry point cannot run this kernel here: {ev.get('error')}")
+    if outcome != "measured":
+        return replace(base, detail=f"raised {ev.get('error')}")
+    bound = BOUNDS[case.quant]
+    mx, rms = _finite(ev.get("max_rel_err")), _finite(ev.get("rms_rel_err"))
+    worst = _worst(ev.get("worst"))
+    ref = str(ev.get("reference") or "")
+    base = replace(base, max_rel_err=mx, rms_rel_err=rms, device=str(ev.get("device") or ""),
+                   worst=worst)
+    where = ""
+    if worst:
+        def g(v):
+            return f"{v:.6g}" if isinstance(v, float) else str(v)
+        where = (f"; worst element {worst['index']}: {g(worst['got'])}, reference "
+                 f"{g(worst['expected'])}")
+    if ev.get("nonfinite"):
+        return replace(base, detail=f"{ev.get('nonfinite')} output values are not finite"
+                       f"{where}")
+    if mx is None or rms is None:
+        return replace(base, detail=f"no error could be measured (max {ev.get('max_rel_err')}, "
+                       f"rms {ev.get('rms_rel_err')}){where}")
+    text = (f"max relative error {mx:.3g} (bound {bound.max_rel_err:.3g}), RMS {rms:.3g} "
+            f"(bound {bound.rms_rel_err:.3g}); ran on {base.device}"
+            + (f"; reference {ref}" if ref else ""))
+    if mx <= bound.max_rel_err and rms <= bound.rms_rel_err:
+        return replace(base, status="OK", detail=text)
+    return replace(base, detail=text + where)
+
+
+def run_backend(b, cases: Sequence[Case], overrides: Sequence[str], config_dirs: Sequence[Any],
+                timeout: float, function: str = CHILD) -> List[Result]:
+    """Every case of one backend, in as few child processes as the outcomes allow."""
+    results: Dict[str, Result] = {}
+    pending = list(cases)
+    while pending:
+        payload = {"overrides": child_overrides(overrides),
+                   "config_dirs": [str(d) for d in config_dirs], "backend": b.name, "op": b.op,
+                   "entry_point": b.entry_point, "cases": [c.spec() for c in pending]}
+        events, rc, timed_out, err = run_child(payload, timeout, function)
+        by_id = {c.id: c for c in pending}
+        current: Optional[Case] = None
+        for ev in events:
+            if ev.get("event") != "case" or ev.get("id") not in by_id:
+                continue
+            case = by_id[ev["id"]]
+            if ev.get("phase") == "start":
+                current = case
+            else:
+                current = None
+                results[case.id] = judge(b.name, case, ev)
+        before = len(pending)
+        pending = [c for c in pending if c.id not in results]
+        if not pending:
+            break
+        if current is None and len(pending) < before:
+            continue  # the child stopped after an error: a fresh one runs the rest
+        why = _exit_text(rc, timed_out, timeout)
+        tail = _last_line(err)
+        stuck = current or pending[0]
+        where = f"while running {b.op} {stuck.id}" if current else "before it ran a case"
+        detail = f"{why} {where}" + (f": {tail}" if tail and not timed_out else "")
+        results[stuck.id] = Result(b.name, b.op, stuck.quant, "FAIL", detail,
+                                   activation=stuck.activation, act_and_mul=stuck.act_and_mul,
+                                   bound=BOUNDS[stuck.quant],
+                                   seconds=timeout if timed_out else None,
+                                   timeout_s=timeout if timed_out else None)
+        pending = [c for c in pending if c.id not in results]
+    return [results[c.id] for c in cases]
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache
+
+MAX_FILES = 16  # fingerprints (machines and stacks) kept; the oldest go first
+MAX_ENTRIES = 512  # results per fingerprint
+MAX_BYTES = 4 << 20  # a larger file is not read
+
+
+def _cache_root() -> Optional[Path]:
+    from .config.cache import directory
+    base = directory()
+    return None if base is None else base / "verify"
+
+
+def fingerprint(run) -> Tuple[str, Dict[str, Any]]:
+    """A key for this machine and stack: what a kernel's behaviour can depend on."""
+    import importlib.metadata as md
+
+    from . import environment
+    from .doctor import EXTRA_PACKAGES
+    gpu = environment.detect_gpu()
+    p = run.platform
+    pkgs = {n: None if v is None else str(v) for n, v in p.packages}
+    for n, v in environment.installed_versions(EXTRA_PACKAGES).items():
+        pkgs.setdefault(n, None if v is None else str(v))
+    try:
+        own = md.version("selector")
+    except md.PackageNotFoundError:
+        own = None
+    data = {"gpu": gpu.name, "capability": list(gpu.capability) if gpu.capability else None,
+            "gpu_count": gpu.count, "driver": gpu.driver,
+            "cuda": None if p.cuda is None else str(p.cuda), "packages": dict(sorted(pkgs.items())),
+            "python": sys.version.split()[0], "machine": _platform.machine(),
+            "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "selector": own,
+            "version": VERSION}
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
+    return digest, data
+
+
+def _file_digest(path: Path) -> bytes:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return b""
+
+
+def _package_dir(module: str) -> Optional[Path]:
+    """Where `module`'s top-level package (selector.backends for selector.backends.*) lives,
+    found by file name without importing it: installed under selector/, or beside it in a
+    checkout (pyproject maps backends/ onto selector.backends)."""
+    parts = module.split(".")
+    if parts[0] == "selector" and len(parts) > 1:
+        here = Path(__file__).resolve().parent
+        for candidate in (here / parts[1], here.parent / parts[1]):
+            if (candidate / "__init__.py").is_file():
+                return candidate
+        return None
+    for entry in sys.path:
+        base = Path(entry or os.getcwd())
+        if (base / parts[0] / "__init__.py").is_file() or (base / f"{parts[0]}.py").is_file():
+            return base / parts[0] if (base / parts[0]).is_dir() else base / f"{parts[0]}.py"
+    return None
+
+
+def code_digest(module: str) -> bytes:
+    """A digest of the files of `module`'s top-level package: a result is stale once the code
+    that produced it changes."""
+    h = hashlib.sha256()
+    where = _package_dir(module)
+    if where is None:
+        return h.digest()
+    files = sorted(where.rglob("*.py")) if where.is_dir() else [where]
+    for f in files:  # name, size and mtime: cheap for a package of thousands of files
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"{f.relative_to(where.parent)}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.digest()
+
+
+def entry_key(b, case: Case) -> str:
+    """A result's key: the backend's definition (its YAML's bytes, entry point, the code of its
+    package and of the child) and the case."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"op": b.op, "backend": b.name, "entry_point": b.entry_point,
+                         "execution": b.execution, "case": case.spec(), "child": CHILD},
+                        sort_keys=True).encode())
+    h.update(_file_digest(Path(b.file)))
+    for module in dict.fromkeys((CHILD.partition(":")[0], str(b.entry_point).partition(":")[0])):
+        h.update(code_digest(module))
+    return h.hexdigest()[:32]
+
+
+_RESULT_FIELDS = {"backend": str, "op": str, "scheme": (str, type(None)), "status": str,
+                  "detail": str}
+
+
+def _result_from(d: Any) -> Optional[Result]:
+    """A cached Result, or None when the entry is not one this version wrote."""
+    if not isinstance(d, dict) or d.get("status") not in STATUSES:
+        return None
+    if any(not isinstance(d.get(k), t) for k, t in _RESULT_FIELDS.items()):
+        return None
+    if len(d["detail"]) > 4000:
+        return None
+    nums = {k: d.get(k) for k in ("max_rel_err", "rms_rel_err", "seconds", "timeout_s")}
+    if any(v is not None and _finite(v) is None for v in nums.values()):
+        return None
+    b = d.get("bound")
+    bound = None
+    if isinstance(b, dict) and _finite(b.get("max_rel_err")) and _finite(b.get("rms_rel_err")):
+        bound = Bound(float(b["max_rel_err"]), float(b["rms_rel_err"]))
+    worst = _worst(d.get("worst"))
+    act = d.get("activation") if isinstance(d.get("activation"), str) else None
+    gated = d.get("act_and_mul") if isinstance(d.get("act_and_mul"), bool) else None
+    return Result(d["backend"], d["op"], d["scheme"], d["status"], d["detail"],
+                  nums["max_rel_err"], nums["rms_rel_err"], nums["seconds"], act, gated, bound,
+                  d.get("device") if isinstance(d.get("device"), str) else None, worst,
+                  nums["timeout_s"], cached=True)
+
+
+class VerifyCache:
+    """Results per platform fingerprint, in `<cache dir>/verify/<fingerprint>.json`.
+
+    Bounded: MAX_FILES fingerprints (least recently written dropped), MAX_ENTRIES results each,
+    files over MAX_BYTES ignored. Safe: the directory is private (0700), files are written to a
+    temporary file and renamed (a reader never sees half a file), merged under an advisory lock,
+    read without following symlinks and only when owned by this user; every entry is validated
+    and a malformed one is recomputed. Any OS error only disables the cache.
+    """
+
+    def __init__(self, digest: str, data: Dict[str, Any], root: Optional[Path]):
+        """root None: no cache (nothing read or written)."""
+        self.digest, self.data, self.root = digest, data, root
+        self.path = None if root is None else root / f"{digest}.json"
+        self.entries: Dict[str, Dict[str, Any]] = self._read()
+
+    def _read(self) -> Dict[str, Dict[str, Any]]:
+        if self.path is None:
+            return {}
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return {}
+        try:
+            st = os.fstat(fd)
+            import stat
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES or (
+                    hasattr(os, "getuid") and st.st_uid != os.getuid()):
+                return {}
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                doc = json.loads(fh.read(MAX_BYTES + 1))
+        except (OSError, ValueError, RecursionError):
+            return {}
+        finally:
+            os.close(fd)
+        if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(
+                doc.get("entries"), dict):
+            return {}
+        return {k: v for k, v in doc["entries"].items()
+                if isinstance(k, str) and isinstance(v, dict) and _result_from(v.get("result"))}
+
+    def get(self, key: str, timeout: float) -> Optional[Result]:
+        e = self.entries.get(key)
+        r = None if e is None else _result_from(e.get("result"))
+        if r is not None and r.timeout_s is not None and r.timeout_s < timeout:
+            return None  # it ran out of a shorter time than this run allows: try again
+        return r
+
+    def put(self, key: str, result: Result) -> None:
+        d = result.to_dict()
+        d.update(max_rel_err=result.max_rel_err, rms_rel_err=result.rms_rel_err,
+                 seconds=result.seconds, timeout_s=result.timeout_s)
+        self.entries[key] = {"stored": time.time(), "result": d}
+
+    def save(self) -> Optional[str]:
+        """Merge this run's entries into the file; the path, or None (cache off, or failed)."""
+        if self.path is None:
+            return None
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with _Lock(self.root / ".lock"):
+                merged = self._read()
+                merged.update(self.entries)
+                keep = sorted(merged.items(), key=lambda kv: -float(kv[1].get("stored") or 0))
+                doc = {"version": VERSION, "fingerprint": self.data,
+                       "entries": dict(keep[:MAX_ENTRIES])}
+                tmp = self.root / f".{self.digest}.{os.getpid()}.{threading.get_ident()}.tmp"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(doc, fh, sort_keys=True)
+                os.replace(tmp, self.path)
+                self._evict()
+        except OSError:
+            return None
+        return str(self.path)
+
+    def _evict(self) -> None:
+        files = sorted(self.root.glob("*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
+        for f in files[MAX_FILES:]:
+            f.unlink(missing_ok=True)
+
+
+class _Lock:
+    """An advisory file lock (fcntl) for the read-merge-write; none where fcntl is absent."""
+
+    def __init__(self, path: Path):
+        self.path, self.fd = path, None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the lock
+
+
+# ---------------------------------------------------------------------------------------------
+# Running everything
+
+_MEMO: Dict[Tuple, Report] = {}
+_MEMO_LOCK = threading.Lock()
+
+
+def run_verify(sel, overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
+               ops: Optional[Sequence[str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
+               use_cache: bool = True, function: str = CHILD) -> Report:
+    """Verify every backend of `ops` (default all) that passes its rules on this machine.
+
+    `sel` is the Selector built from `overrides` and `config_dirs` (the child builds the same one
+    for the backend's own selector gate). Bad input raises SelectorError.
+    """
+    from . import schema
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
+                            key="--timeout", value=timeout)
+    ops = list(ops) if ops else list(schema.OPS)
+    for op in ops:
+        if op not in schema.OPS:
+            raise SelectorError(f"--op: unknown op {op!r}; accepted: {', '.join(schema.OPS)}",
+                                key="--op", value=op, accepted=list(schema.OPS))
+    t0 = time.perf_counter()
+    run = sel.run_config
+    digest, data = fingerprint(run)
+    cache = VerifyCache(digest, data, _cache_root() if use_cache else None)
+    results: List[Result] = []
+    notes: List[str] = []
+    here = run.platform.source == "detected"
+    if not here:
+        notes.append(f"platform={run.platform.preset} describes other hardware: verification "
+                     "runs kernels on this machine (use platform=auto)")
+    for op in ops:
+        for b in run.catalogue.backends[op]:
+            results.extend(_verify_backend(sel, b, here, cache, overrides, config_dirs,
+                                           timeout, function))
+    path = cache.save() if any(not r.cached for r in results) else (
+        str(cache.path) if cache.path is not None and cache.path.exists() else None)
+    return Report(results, digest, path, time.perf_counter() - t0, notes)
+
+
+def _verify_backend(sel, b, here: bool, cache: VerifyCache, overrides, config_dirs,
+                    timeout: float, function: str) -> List[Result]:
+    def skipped(why: str) -> List[Result]:
+        return [Result(b.name, b.op, None, "SKIPPED", why)]
+    if not here:
+        return skipped("not run: the platform is a preset, not this machine")
+    failures, _, _ = sel.resolver.platform_reasons(b.op, b.name)
+    if failures:
+        return skipped("cannot run on this machine: " + "; ".join(
+            f"[{r.rule}] {r.message}" for r in failures))
+    if not b.entry_point:
+        return skipped("the catalogue names no entry point to run")
+    cases, why = cases_for(sel, b.op, b)
+    if not cases:
+        return skipped(why)
+    keys = {c.id: entry_key(b, c) for c in cases}
+    found = {c.id: cache.get(keys[c.id], timeout) for c in cases}
+    todo = [c for c in cases if found[c.id] is None]
+    if todo:
+        for c, r in zip(todo, run_backend(b, todo, overrides, config_dirs, timeout, function)):
+            found[c.id] = r
+            cache.put(keys[c.id], r)
+    return [found[c.id] for c in cases]
+
+
+def verify_once(sel, overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), **kw
+                ) -> Report:
+    """run_verify, memoized per process for the same inputs (explain probe=verify, doctor)."""
+    key = (tuple(child_overrides(overrides)), tuple(str(d) for d in config_dirs),
+           tuple(kw.get("ops") or ()), kw.get("timeout", DEFAULT_TIMEOUT_S))
+    with _MEMO_LOCK:
+        rep = _MEMO.get(key)
+        if rep is None:
+            rep = _MEMO[key] = run_verify(sel, overrides, config_dirs, **kw)
+        return rep
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+
+def render_text(rep: Report) -> List[str]:
+    lines = [f"verify (each usable backend on small NVFP4 problems, one child process per "
+             f"backend, compared with selector.backends.reference in float64 on the CPU; "
+             f"{rep.seconds:.2f} s)"]
+    bounds = ", ".join(f"{q} max {b.max_rel_err:g} rms {b.rms_rel_err:g}"
+                       for q, b in BOUNDS.items())
+    lines.append(f"  bounds (relative to the reference): {bounds}")
+    for n in rep.notes:
+        lines.append(f"  note: {n}")
+    for op in dict.fromkeys(r.op for r in rep.results):
+        lines.append(f"  {op}")
+        rows = [r for r in rep.results if r.op == op]
+        bw = max(len(r.backend) for r in rows)
+        cw = max(len(r.case_text) for r in rows)
+        for r in rows:
+            nums = ""
+            if r.max_rel_err is not None and r.rms_rel_err is not None:
+                nums = f"  max {r.max_rel_err:.2e}  rms {r.rms_rel_err:.2e}"
+            took = "" if r.seconds is None else f"  {r.seconds:.2f} s"
+            lines.append(f"    {r.backend:<{bw}}  {r.case_text:<{cw}}  {r.status:<7}{nums}"
+                         f"{took}{' (cached)' if r.cached else ''}")
+            if r.status != "OK":
+                lines.append(f"      {r.detail}")
+    lines.append(f"  cache: {rep.cache_path or 'off'} (fingerprint {rep.fingerprint})")
+    return lines
+
+
+__all__ = ["run_verify", "verify_once", "Report", "Result", "Case", "Bound", "BOUNDS",
+           "VerifyCache", "fingerprint", "render_text", "child_overrides"]

@@ -1,0 +1,544 @@
+"""Scenario cases that pin every catalogue rule on both sides of each boundary.
+
+Each case is a platform (a compute capability, a CUDA runtime and installed distributions), a
+layer and one backend, with the exact set of rule kinds that must fail for that backend and the
+rule kinds that must warn. The expectations are literal facts with their public source, never
+derived from the catalogue, so deleting a rule, moving a version boundary by one release or
+dropping a listed device, activation or value makes a case fail (tools/mutate_catalogue.py
+measures that). Deciding a case builds the platform directly (no Hydra composition per case).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import FrozenSet, List, Optional, Tuple
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+# Every distribution at a version no rule objects to (b12x 1.5.1 with its own 4.8.0 pin).
+FULL = {"flashinfer-python": "0.7.4", "nvidia-cutlass-dsl": "4.8.0", "triton": "3.7.1",
+        "torch": "2.13.0", "vllm": "0.33.0", "b12x": "1.5.1", "nvidia-cudnn-cu13": "9.10.2"}
+W4A16 = {"quant": "nvfp4_w4a16"}
+DENSE = {"op": "linear", "act_and_mul": False, "hidden_size": 4096, "intermediate_size": 4096}
+DEVICES = ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0",
+           "12.1")
+GATED = ("silu", "gelu", "gelu_tanh", "situ", "swigluoai", "swigluoai_uninterleave",
+         "swiglustep", "relu2")
+NON_GATED = ("silu", "gelu", "gelu_tanh", "relu2", "situ", "swigluoai",
+             "swigluoai_uninterleave", "swiglustep")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    device: str
+    backend: str
+    fails: FrozenSet[str] = frozenset()     # rule kinds that fail for the backend, exactly
+    warns: FrozenSet[str] = frozenset()     # rule kinds that warn for the backend, exactly
+    packages: Tuple[Tuple[str, Optional[str]], ...] = ()  # over FULL; None removes
+    layer: Tuple[Tuple[str, object], ...] = ()
+    cuda: Optional[str] = "13.0"
+    status: Optional[str] = None
+    only: Optional[str] = None  # check only whether this kind is among the failures
+
+
+def C(id: str, device: str, backend: str, fails=(), warns=(), pk=None, layer=None,
+      cuda: Optional[str] = "13.0", status=None, only=None) -> Case:
+    return Case(id, device, backend, frozenset(fails), frozenset(warns),
+                tuple(sorted((pk or {}).items())), tuple(sorted((layer or {}).items())), cuda,
+                status, only)
+
+
+MOE, LIN = "moe/", "linear/"
+
+
+# ---------------------------------------------------------------------------------------------
+# Expected devices, activations and quant schemes per backend (literal, with sources)
+
+EXPECT_DEVICES = {
+    # FlashInfer #3080 ([120, 121]); flashinfer 0.7.4 b12x_moe.py
+    "moe/flashinfer_b12x": {"12.0", "12.1"},
+    # b12x 1.5.1 _lib/gating.py is_b12x: exactly 12.0 or 12.1
+    "moe/b12x": {"12.0", "12.1"}, "linear/b12x": {"12.0", "12.1"},
+    # vLLM 0.32.0 trtllm_nvfp4_moe.py; flashinfer 0.7.4 (sm107 module)
+    "moe/flashinfer_trtllm": {"10.0", "10.3", "10.7"},
+    # flashinfer 0.7.4 cute_dsl/fused_moe.py [100, 103, 107]
+    "moe/flashinfer_cutedsl": {"10.0", "10.3", "10.7"},
+    # FlashInfer #3134: NVFP4 needs >= 10.0, 11.x excluded
+    "moe/flashinfer_cutlass": {"10.0", "10.3", "10.7", "12.0", "12.1"},
+    # vLLM 0.32.0 cutlass NVFP4 MoE (SM100/SM120 flags)
+    "moe/cutlass": {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "moe/marlin": set(DEVICES) - {"7.0"},  # Marlin FP4: cc >= 7.5
+    "moe/emulation": set(DEVICES),
+    # flashinfer 0.7.4 gemm_base.py requirement lists
+    "linear/flashinfer_b12x": {"12.0", "12.1"},
+    "linear/flashinfer_cutedsl": {"10.0", "10.3", "10.7", "12.0", "12.1"},
+    "linear/flashinfer_cutlass": {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "linear/flashinfer_trtllm": {"10.0", "10.3", "10.7"},
+    "linear/flashinfer_cudnn": {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "linear/cutlass": {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "linear/marlin": set(DEVICES) - {"7.0"},
+    "linear/emulation": set(DEVICES),
+}
+
+# (gated, non-gated) activations each MoE backend runs (vLLM 0.32.0 _supports_activation;
+# FlashInfer moe_activation.py for flashinfer_b12x; selector's reference for emulation)
+_APPLY = {"silu", "gelu", "gelu_tanh", "situ", "swigluoai", "swigluoai_uninterleave",
+          "swiglustep"}
+EXPECT_ACTIVATIONS = {
+    "moe/flashinfer_b12x": ({"silu", "gelu_tanh", "swigluoai_uninterleave"}, {"relu2"}),
+    "moe/b12x": ({"silu", "situ", "swigluoai_uninterleave"}, {"relu2"}),
+    "moe/flashinfer_trtllm": ({"silu", "gelu", "gelu_tanh", "swigluoai_uninterleave"},
+                              {"relu2"}),
+    "moe/flashinfer_cutedsl": ({"silu", "swigluoai", "swigluoai_uninterleave", "situ"},
+                               {"relu2"}),
+    "moe/flashinfer_cutlass": ({"silu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave"},
+                               {"relu2"}),
+    "moe/cutlass": (_APPLY, {"silu", "gelu", "gelu_tanh", "relu2"}),
+    "moe/marlin": (_APPLY, {"silu", "gelu", "gelu_tanh", "relu2"}),
+    "moe/emulation": ({"silu", "gelu", "gelu_tanh", "swigluoai"},
+                      {"silu", "gelu", "gelu_tanh", "relu2"}),
+}
+
+# The quant schemes each backend runs (W4A4 only unless W4A16 is listed).
+EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation",
+                "linear/b12x", "linear/flashinfer_cutedsl", "linear/marlin",
+                "linear/emulation"}
+
+# A device on which each backend's device rule passes, for the activation and quant cases.
+HOME = {"moe/flashinfer_b12x": "12.0", "moe/b12x": "12.0", "moe/flashinfer_trtllm": "10.0",
+        "moe/flashinfer_cutedsl": "10.0", "moe/flashinfer_cutlass": "10.0", "moe/cutlass": "10.0",
+        "moe/marlin": "9.0", "moe/emulation": "9.0", "linear/flashinfer_b12x": "12.0",
+        "linear/b12x": "12.0", "linear/flashinfer_cutedsl": "10.0",
+        "linear/flashinfer_cutlass": "10.0", "linear/flashinfer_trtllm": "10.0",
+        "linear/flashinfer_cudnn": "10.0", "linear/cutlass": "10.0", "linear/marlin": "9.0",
+        "linear/emulation": "9.0"}
+
+
+def _generated() -> List[Case]:
+    out = []
+    for backend, ok in EXPECT_DEVICES.items():
+        layer = DENSE if backend.startswith(LIN) else {}
+        for dev in DEVICES:
+            out.append(C(f"{backend}-device-{dev}", dev, backend, fails={"device"} - (
+                {"device"} if dev in ok else set()), layer=layer, only="device"))
+    for backend, (gated, non_gated) in EXPECT_ACTIVATIONS.items():
+        for act in GATED:
+            out.append(C(f"{backend}-gated-{act}", HOME[backend], backend,
+                         fails=() if act in gated else {"activation|act_and_mul"},
+                         layer={"activation": act, "act_and_mul": True}, only="activation"))
+        for act in NON_GATED:
+            out.append(C(f"{backend}-nongated-{act}", HOME[backend], backend,
+                         fails=() if act in non_gated else {"activation|act_and_mul"},
+                         layer={"activation": act, "act_and_mul": False}, only="activation"))
+    for backend in EXPECT_DEVICES:
+        layer = dict(DENSE) if backend.startswith(LIN) else {}
+        dev = HOME[backend]
+        out.append(C(f"{backend}-w4a16", dev, backend,
+                     fails=() if backend in EXPECT_W4A16 else {"quant"},
+                     layer={**layer, **W4A16}, only="quant"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Version boundaries, packages, CUDA floors, known issues, warnings (one row each side)
+
+FI = "flashinfer-python"
+DSL = "nvidia-cutlass-dsl"
+B12X_MOE, B12X_LIN = "moe/flashinfer_b12x", "linear/flashinfer_b12x"
+REQ_PAIR = {FI: "0.6.9", DSL: "4.4.2"}  # the first b12x release with the DSL it shipped with
+
+BOUNDARIES = [
+    # FlashInfer #3051 #3080: b12x first released in 0.6.9
+    C("fi-b12x-moe-0.6.8", "12.0", B12X_MOE, {"package"}, pk={FI: "0.6.8", DSL: "4.4.2"}),
+    C("fi-b12x-moe-0.6.9", "12.0", B12X_MOE, pk=REQ_PAIR, status="opt_in"),
+    C("fi-b12x-lin-0.6.8", "12.0", B12X_LIN, {"package"}, pk={FI: "0.6.8", DSL: "4.4.2"},
+      layer=DENSE, cuda="13.0"),
+    C("fi-b12x-lin-0.6.9", "12.0", B12X_LIN, pk=REQ_PAIR, layer=DENSE),
+    C("fi-b12x-no-dsl", "12.0", B12X_MOE, {"package"}, pk={DSL: None}),
+    C("fi-b12x-lin-no-dsl", "12.0", B12X_LIN, {"package"}, pk={DSL: None}, layer=DENSE),
+    C("fi-b12x-no-triton", "12.0", B12X_MOE, {"package"}, pk={"triton": None}),
+    C("fi-b12x-lin-no-triton", "12.0", B12X_LIN, pk={"triton": None}, layer=DENSE),
+    C("fi-b12x-cuda-12.9", "12.0", B12X_MOE, {"cuda"}, cuda="12.9"),
+    C("fi-b12x-no-cuda", "12.0", B12X_MOE, {"cuda"}, cuda=None),
+    C("fi-b12x-fp16", "12.0", B12X_MOE, {"dtype"}, layer={"dtype": "float16"}),
+    C("fi-b12x-clamp", "12.0", B12X_MOE, {"clamp"}, layer={"swiglu_limit": 7.0}),
+    # FlashInfer #3271: W4A16 from 0.6.12
+    C("fi-b12x-w4a16-0.6.11", "12.0", B12X_MOE, {"feature"}, pk={FI: "0.6.11", DSL: "4.5.0"},
+      layer=W4A16),
+    C("fi-b12x-w4a16-0.6.12", "12.0", B12X_MOE, pk={FI: "0.6.12", DSL: "4.5.0"}, layer=W4A16),
+    C("fi-b12x-w4a4-0.6.11", "12.0", B12X_MOE, pk={FI: "0.6.11", DSL: "4.5.0"}),
+    # FlashInfer #3744: gelu_tanh and swigluoai_uninterleave from 0.6.15
+    C("fi-b12x-gelu-tanh-0.6.14", "12.0", B12X_MOE, {"feature"},
+      pk={FI: "0.6.14", DSL: "4.5.0"}, layer={"activation": "gelu_tanh"}),
+    C("fi-b12x-gelu-tanh-0.6.15", "12.0", B12X_MOE, pk={FI: "0.6.15", DSL: "4.5.0"},
+      layer={"activation": "gelu_tanh"}),
+    C("fi-b12x-swiglu-0.6.14", "12.0", B12X_MOE, {"feature"}, pk={FI: "0.6.14", DSL: "4.5.0"},
+      layer={"activation": "swigluoai_uninterleave"}),
+    C("fi-b12x-silu-0.6.14", "12.0", B12X_MOE, pk={FI: "0.6.14", DSL: "4.5.0"}),
+    # FlashInfer #3302 / #4302: W4A4 EP raises; W4A16 EP from 0.7.4
+    C("fi-b12x-ep-w4a4", "12.0", B12X_MOE, {"parallel"}, layer={"ep_size": 2}),
+    C("fi-b12x-ep-w4a16-0.7.4", "12.0", B12X_MOE, layer={"ep_size": 2, **W4A16}),
+    C("fi-b12x-ep-w4a16-0.7.3", "12.0", B12X_MOE, {"feature"}, pk={FI: "0.7.3"},
+      layer={"ep_size": 2, **W4A16}),
+    C("fi-b12x-ep1-w4a16-0.7.3", "12.0", B12X_MOE, pk={FI: "0.7.3"}, layer=W4A16),
+    # FlashInfer #3246: 0.6.9-0.6.10 with DSL >= 4.5 fail
+    C("fi-b12x-0.6.10-dsl-4.5", "12.0", B12X_MOE, {"known_issue"},
+      pk={FI: "0.6.10", DSL: "4.5.0"}),
+    C("fi-b12x-0.6.9-dsl-4.5", "12.0", B12X_MOE, {"known_issue"}, pk={FI: "0.6.9", DSL: "4.5.0"}),
+    C("fi-b12x-0.6.11-dsl-4.5", "12.0", B12X_MOE, pk={FI: "0.6.11", DSL: "4.5.0"}),
+    C("fi-b12x-0.6.10-dsl-4.4.2", "12.0", B12X_MOE, pk={FI: "0.6.10", DSL: "4.4.2"}),
+    C("fi-b12x-0.6.8-dsl-4.5", "12.0", B12X_MOE, {"package"}, pk={FI: "0.6.8", DSL: "4.5.0"}),
+    # CUTLASS 4.5.0 changelog / PR #3082: DSL 4.4.x rejects sm_121a
+    C("fi-b12x-sm121-dsl-4.4.2", "12.1", B12X_MOE, {"known_issue"}, pk=REQ_PAIR),
+    C("fi-b12x-sm121-dsl-4.4.0", "12.1", B12X_MOE, {"known_issue"}, pk={FI: "0.6.9", DSL: "4.4.0"}),
+    C("fi-b12x-sm121-dsl-4.3.5", "12.1", B12X_MOE, pk={FI: "0.6.9", DSL: "4.3.5"}),
+    C("fi-b12x-sm120-dsl-4.4.2", "12.0", B12X_MOE, pk=REQ_PAIR),
+    C("fi-b12x-lin-sm121-dsl-4.4.2", "12.1", B12X_LIN, {"known_issue"}, pk=REQ_PAIR, layer=DENSE),
+    C("fi-b12x-lin-sm120-dsl-4.4.2", "12.0", B12X_LIN, pk=REQ_PAIR, layer=DENSE),
+    # FlashInfer #3246: >= 0.6.11 requires DSL >= 4.5.0
+    C("fi-b12x-0.6.11-dsl-4.4.2", "12.0", B12X_MOE, {"known_issue"},
+      pk={FI: "0.6.11", DSL: "4.4.2"}),
+    C("fi-b12x-lin-0.6.11-dsl-4.4.2", "12.0", B12X_LIN, {"known_issue"},
+      pk={FI: "0.6.11", DSL: "4.4.2"}, layer=DENSE),
+    C("fi-b12x-lin-0.6.11-dsl-4.5", "12.0", B12X_LIN, pk={FI: "0.6.11", DSL: "4.5.0"},
+      layer={**DENSE, "hidden_size": 4096}),
+    # flashinfer 0.7.4 metadata: DSL >= 4.8.0
+    C("fi-b12x-0.7.4-dsl-4.7.1", "12.0", B12X_MOE, {"known_issue"}, pk={DSL: "4.7.1"}),
+    C("fi-b12x-0.7.4-dsl-4.8.0", "12.0", B12X_MOE, pk={DSL: "4.8.0"}),
+    C("fi-b12x-0.7.3-dsl-4.7.1", "12.0", B12X_MOE, pk={FI: "0.7.3", DSL: "4.7.1"}),
+    C("fi-b12x-lin-0.7.4-dsl-4.7.1", "12.0", B12X_LIN, {"known_issue"}, pk={DSL: "4.7.1"},
+      layer=DENSE),
+    # the 0.7.2 [b12x] extra's 4.7.1 pin: a warning, never a rejection
+    C("fi-b12x-0.7.2.post1-dsl-4.8.0", "12.0", B12X_MOE, warns={"known_issue"},
+      pk={FI: "0.7.2.post1", DSL: "4.8.0"}),
+    C("fi-b12x-0.7.2-dsl-4.7.1", "12.0", B12X_MOE, pk={FI: "0.7.2", DSL: "4.7.1"}),
+    C("fi-b12x-0.7.1-dsl-4.8.0", "12.0", B12X_MOE, pk={FI: "0.7.1", DSL: "4.8.0"}),
+    C("fi-b12x-0.7.3-dsl-4.8.0", "12.0", B12X_MOE, pk={FI: "0.7.3", DSL: "4.8.0"}),
+    C("fi-b12x-lin-0.7.2-dsl-4.8.0", "12.0", B12X_LIN, warns={"known_issue"},
+      pk={FI: "0.7.2", DSL: "4.8.0"}, layer=DENSE),
+    # CUTLASS #3170 #3227 #3259: libs-base and libs-cu13 together, DSL 4.4-4.5.x
+    C("fi-b12x-collision-4.5", "12.0", B12X_MOE, {"known_issue"},
+      pk={FI: "0.6.11", DSL: "4.5.0", "nvidia-cutlass-dsl-libs-base": "4.5.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.5.0"}),
+    C("fi-b12x-collision-4.6", "12.0", B12X_MOE,
+      pk={FI: "0.6.16", DSL: "4.6.0", "nvidia-cutlass-dsl-libs-base": "4.6.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.6.0"}),
+    C("fi-b12x-collision-4.4.0", "12.0", B12X_MOE, {"known_issue"},
+      pk={FI: "0.6.9", DSL: "4.4.0", "nvidia-cutlass-dsl-libs-base": "4.4.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.4.0"}),
+    C("fi-b12x-collision-4.3.5", "12.0", B12X_MOE,
+      pk={FI: "0.6.9", DSL: "4.3.5", "nvidia-cutlass-dsl-libs-base": "4.3.5",
+          "nvidia-cutlass-dsl-libs-cu13": "4.3.5"}),
+    C("fi-b12x-lin-collision-4.5", "12.0", B12X_LIN, {"known_issue"}, layer=DENSE,
+      pk={FI: "0.6.11", DSL: "4.5.0", "nvidia-cutlass-dsl-libs-base": "4.5.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.5.0"}),
+    C("cutedsl-collision-4.5", "10.0", "moe/flashinfer_cutedsl", {"known_issue"},
+      pk={FI: "0.6.11", DSL: "4.5.0", "nvidia-cutlass-dsl-libs-base": "4.5.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.5.0"}),
+    # FlashInfer #3170 comment; #5446: single reports, warnings
+    C("fi-b12x-0.6.18.post1-sm121", "12.1", B12X_MOE, warns={"known_issue"},
+      pk={FI: "0.6.18.post1", DSL: "4.6.2"}),
+    C("fi-b12x-0.6.18.post1-sm120", "12.0", B12X_MOE, pk={FI: "0.6.18.post1", DSL: "4.6.2"}),
+    C("fi-b12x-0.6.18-sm121", "12.1", B12X_MOE, pk={FI: "0.6.18", DSL: "4.6.2"}),
+    C("fi-b12x-512-experts", "12.0", B12X_MOE, warns={"known_issue"},
+      pk={FI: "0.7.0", DSL: "4.7.0"}, layer={"num_experts": 512}),
+    C("fi-b12x-511-experts", "12.0", B12X_MOE, pk={FI: "0.7.0", DSL: "4.7.0"},
+      layer={"num_experts": 511}),
+    C("fi-b12x-512-experts-0.7.1", "12.0", B12X_MOE, pk={FI: "0.7.1", DSL: "4.7.0"},
+      layer={"num_experts": 512}),
+    C("fi-b12x-512-experts-sm121", "12.1", B12X_MOE, pk={FI: "0.7.0", DSL: "4.7.0"},
+      layer={"num_experts": 512}),
+    # linear flashinfer_b12x: CUDA >= 12.9 from 0.7.2 (13.0 before), K multiple of 32 / 128
+    C("fi-b12x-lin-cuda-12.9", "12.0", B12X_LIN, cuda="12.9", layer=DENSE),
+    C("fi-b12x-lin-cuda-12.8", "12.0", B12X_LIN, {"cuda"}, cuda="12.8", layer=DENSE),
+    C("fi-b12x-lin-0.7.1-cuda-12.9", "12.0", B12X_LIN, {"cuda"}, cuda="12.9",
+      pk={FI: "0.7.1"}, layer=DENSE),
+    C("fi-b12x-lin-0.7.2-cuda-12.9", "12.0", B12X_LIN, cuda="12.9", pk={FI: "0.7.2", DSL: "4.7.1"},
+      layer=DENSE),
+    C("fi-b12x-lin-k32", "12.0", B12X_LIN, layer={**DENSE, "hidden_size": 4128}),
+    C("fi-b12x-lin-k16", "12.0", B12X_LIN, {"shape"}, layer={**DENSE, "hidden_size": 4112}),
+    C("fi-b12x-lin-k32-0.6.13", "12.0", B12X_LIN, {"shape"}, pk={FI: "0.6.13", DSL: "4.5.0"},
+      layer={**DENSE, "hidden_size": 4128}),
+    C("fi-b12x-lin-k32-0.6.14", "12.0", B12X_LIN, pk={FI: "0.6.14", DSL: "4.5.0"},
+      layer={**DENSE, "hidden_size": 4128}),
+    # FlashInfer #3922: make_fragment removed in DSL 4.6.0
+    C("fi-b12x-lin-0.6.15-dsl-4.6", "12.0", B12X_LIN, {"known_issue"},
+      pk={FI: "0.6.15", DSL: "4.6.0"}, layer=DENSE),
+    C("fi-b12x-lin-0.6.14-dsl-4.6", "12.0", B12X_LIN, {"known_issue"},
+      pk={FI: "0.6.14", DSL: "4.6.0"}, layer=DENSE),
+    C("fi-b12x-lin-0.6.16-dsl-4.6", "12.0", B12X_LIN, pk={FI: "0.6.16", DSL: "4.6.0"},
+      layer=DENSE),
+    C("fi-b12x-lin-0.6.13-dsl-4.6", "12.0", B12X_LIN, pk={FI: "0.6.13", DSL: "4.6.0"},
+      layer=DENSE),
+    C("fi-b12x-lin-0.6.15-dsl-4.5.3", "12.0", B12X_LIN, pk={FI: "0.6.15", DSL: "4.5.3"},
+      layer=DENSE),
+    # native b12x 1.5.1 (wheel _lib/gating.py, metadata) and vLLM #52018 (>= 1.2.6)
+    C("b12x-1.2.5", "12.0", "moe/b12x", {"package"}, pk={"b12x": "1.2.5"}),
+    C("b12x-1.2.6", "12.0", "moe/b12x", pk={"b12x": "1.2.6"}, status="opt_in"),
+    C("b12x-absent", "12.0", "moe/b12x", {"package"}, pk={"b12x": None}),
+    C("b12x-dsl-4.5.3", "12.0", "moe/b12x", {"package"}, pk={"b12x": "1.5.0", DSL: "4.5.3"}),
+    C("b12x-dsl-4.6.0", "12.0", "moe/b12x", pk={"b12x": "1.5.0", DSL: "4.6.0"}),
+    C("b12x-torch-2.11", "12.0", "moe/b12x", {"package"}, pk={"torch": "2.11.0"}),
+    C("b12x-torch-2.12", "12.0", "moe/b12x", pk={"torch": "2.12.0"}),
+    C("b12x-no-triton", "12.0", "moe/b12x", {"package"}, pk={"triton": None}),
+    C("b12x-lin-1.2.5", "12.0", "linear/b12x", {"package"}, pk={"b12x": "1.2.5"}, layer=DENSE),
+    C("b12x-lin-dsl-4.5.3", "12.0", "linear/b12x", {"package"}, pk={"b12x": "1.5.0", DSL: "4.5.3"},
+      layer=DENSE),
+    C("b12x-lin-torch-2.11", "12.0", "linear/b12x", {"package"}, pk={"torch": "2.11.0"},
+      layer=DENSE),
+    C("b12x-lin-no-triton", "12.0", "linear/b12x", {"package"}, pk={"triton": None}, layer=DENSE),
+    C("b12x-1.5.1-dsl-4.8.1", "12.0", "moe/b12x", warns={"known_issue"}, pk={DSL: "4.8.1"}),
+    C("b12x-1.5.0-dsl-4.8.1", "12.0", "moe/b12x", pk={"b12x": "1.5.0", DSL: "4.8.1"}),
+    C("b12x-lin-1.5.1-dsl-4.8.1", "12.0", "linear/b12x", warns={"known_issue"}, pk={DSL: "4.8.1"},
+      layer=DENSE),
+    C("b12x-fp16", "12.0", "moe/b12x", layer={"dtype": "float16"}),
+    C("b12x-fp32", "12.0", "moe/b12x", {"dtype"}, layer={"dtype": "float32"}),
+    C("b12x-lin-fp16", "12.0", "linear/b12x", layer={**DENSE, "dtype": "float16"}),
+    C("b12x-lin-fp32", "12.0", "linear/b12x", {"dtype"}, layer={**DENSE, "dtype": "float32"}),
+    C("b12x-swiglu-w4a4", "12.0", "moe/b12x", {"quant"},
+      layer={"activation": "swigluoai_uninterleave"}),
+    C("b12x-swiglu-w4a16", "12.0", "moe/b12x",
+      layer={"activation": "swigluoai_uninterleave", **W4A16}),
+    C("b12x-ep", "12.0", "moe/b12x", {"parallel"}, layer={"ep_size": 2}),
+    C("b12x-lin-opt-in", "12.0", "linear/b12x", layer=DENSE, status="opt_in"),
+    # TRT-LLM cubins: downloaded at run time from flashinfer 0.6.14 (flashinfer-cubin ends at 0.6.13)
+    C("trtllm-cubin-0.6.14", "10.0", "moe/flashinfer_trtllm", warns={"known_issue"},
+      pk={FI: "0.6.14", DSL: "4.5.0"}),
+    C("trtllm-cubin-0.6.13", "10.0", "moe/flashinfer_trtllm", pk={FI: "0.6.13", DSL: "4.5.0"}),
+    C("trtllm-cubin-sm107", "10.7", "moe/flashinfer_trtllm", warns={"known_issue"}),
+    C("trtllm-cubin-sm103", "10.3", "moe/flashinfer_trtllm", warns={"known_issue"}),
+    C("trtllm-cubin-sm120", "12.0", "moe/flashinfer_trtllm", {"device"}),
+    C("trtllm-lin-cubin-0.7.4", "10.0", "linear/flashinfer_trtllm", warns={"known_issue"},
+      layer=DENSE, status="opt_in"),
+    C("trtllm-lin-cubin-0.6.13", "10.0", "linear/flashinfer_trtllm",
+      pk={FI: "0.6.13", DSL: "4.5.0"}, layer=DENSE),
+    C("trtllm-lin-cubin-sm107", "10.7", "linear/flashinfer_trtllm", warns={"known_issue"},
+      layer=DENSE),
+    C("trtllm-lin-cubin-sm103", "10.3", "linear/flashinfer_trtllm", warns={"known_issue"},
+      layer=DENSE),
+    C("trtllm-lin-fp16", "10.0", "linear/flashinfer_trtllm", {"dtype"}, warns={"known_issue"},
+      layer={**DENSE, "dtype": "float16"}),
+    C("trtllm-no-flashinfer", "10.0", "moe/flashinfer_trtllm", {"package"}, pk={FI: None}),
+    C("trtllm-lin-no-flashinfer", "10.0", "linear/flashinfer_trtllm", {"package"}, pk={FI: None},
+      layer=DENSE),
+    # FlashInfer CUTLASS MoE: the fast TMA tactics on 12.x need CUDA >= 12.9 (FlashInfer #2725);
+    # garbage reports on GB10 (FlashInfer #3294 #2723)
+    C("fi-cutlass-12.0-cuda-12.8", "12.0", "moe/flashinfer_cutlass", warns={"cuda"}, cuda="12.8"),
+    C("fi-cutlass-12.0-cuda-12.9", "12.0", "moe/flashinfer_cutlass", cuda="12.9"),
+    C("fi-cutlass-10.0-cuda-12.8", "10.0", "moe/flashinfer_cutlass", cuda="12.8"),
+    C("fi-cutlass-gb10", "12.1", "moe/flashinfer_cutlass", warns={"known_issue"}),
+    C("fi-cutlass-no-flashinfer", "10.0", "moe/flashinfer_cutlass", {"package"}, pk={FI: None}),
+    # FlashInfer CuTe-DSL MoE: from 0.6.4 (FlashInfer #2398), needs the DSL
+    C("cutedsl-0.6.3", "10.0", "moe/flashinfer_cutedsl", {"package"},
+      pk={FI: "0.6.3", DSL: "4.3.5"}),
+    C("cutedsl-0.6.4", "10.0", "moe/flashinfer_cutedsl", pk={FI: "0.6.4", DSL: "4.3.5"}),
+    C("cutedsl-no-dsl", "10.0", "moe/flashinfer_cutedsl", {"package"}, pk={DSL: None}),
+    C("cutedsl-0.6.11-dsl-4.4.2", "10.0", "moe/flashinfer_cutedsl", {"known_issue"},
+      pk={FI: "0.6.11", DSL: "4.4.2"}),
+    C("cutedsl-0.7.4-dsl-4.7.1", "10.0", "moe/flashinfer_cutedsl", {"known_issue"},
+      pk={DSL: "4.7.1"}),
+    # linear CuTe-DSL: 12.x only when requested, with CUDA >= 13; W4A16 on 10.0/10.3/12.x (vLLM)
+    C("cutedsl-lin-12.0-opt-in", "12.0", "linear/flashinfer_cutedsl", layer=DENSE,
+      status="opt_in"),
+    C("cutedsl-lin-10.0-auto", "10.0", "linear/flashinfer_cutedsl", layer=DENSE,
+      status="selected"),
+    C("cutedsl-lin-12.0-cuda-12.9", "12.0", "linear/flashinfer_cutedsl", {"cuda"}, cuda="12.9",
+      layer=DENSE),
+    C("cutedsl-lin-10.0-cuda-12.9", "10.0", "linear/flashinfer_cutedsl", cuda="12.9",
+      layer=DENSE),
+    C("cutedsl-lin-w4a16-10.7", "10.7", "linear/flashinfer_cutedsl", {"device"},
+      layer={**DENSE, **W4A16}),
+    C("cutedsl-lin-w4a16-10.3", "10.3", "linear/flashinfer_cutedsl", layer={**DENSE, **W4A16},
+      status="selected"),
+    C("cutedsl-lin-w4a16-12.1", "12.1", "linear/flashinfer_cutedsl", layer={**DENSE, **W4A16},
+      status="opt_in"),
+    C("cutedsl-lin-n-mod-8", "10.0", "linear/flashinfer_cutedsl", {"shape"},
+      layer={**DENSE, "intermediate_size": 4100}),
+    C("cutedsl-lin-no-dsl", "10.0", "linear/flashinfer_cutedsl", {"package"}, pk={DSL: None},
+      layer=DENSE),
+    C("cutedsl-lin-no-flashinfer", "10.0", "linear/flashinfer_cutedsl", {"package"},
+      pk={FI: None}, layer=DENSE),
+    C("cutedsl-lin-0.6.11-dsl-4.4.2", "10.0", "linear/flashinfer_cutedsl", {"known_issue"},
+      pk={FI: "0.6.11", DSL: "4.4.2"}, layer=DENSE),
+    C("cutedsl-lin-0.7.4-dsl-4.7.1", "10.0", "linear/flashinfer_cutedsl", {"known_issue"},
+      pk={DSL: "4.7.1"}, layer=DENSE),
+    # linear FlashInfer CUTLASS: vLLM's FP4 build check, CUDA >= 12.8
+    C("fi-cutlass-lin-cuda-12.7", "12.0", "linear/flashinfer_cutlass", {"cuda"}, cuda="12.7",
+      layer=DENSE),
+    C("fi-cutlass-lin-cuda-12.8", "12.0", "linear/flashinfer_cutlass", cuda="12.8", layer=DENSE),
+    C("fi-cutlass-lin-no-flashinfer", "12.0", "linear/flashinfer_cutlass", {"package"},
+      pk={FI: None}, layer=DENSE),
+    # cuDNN GEMM needs the cuDNN library (cu13 or cu12 wheel)
+    C("cudnn-none", "10.0", "linear/flashinfer_cudnn", {"package"},
+      pk={"nvidia-cudnn-cu13": None}, layer=DENSE),
+    C("cudnn-cu12", "10.0", "linear/flashinfer_cudnn",
+      pk={"nvidia-cudnn-cu13": None, "nvidia-cudnn-cu12": "9.10.2"}, layer=DENSE),
+    C("cudnn-no-flashinfer", "10.0", "linear/flashinfer_cudnn", {"package"}, pk={FI: None},
+      layer=DENSE),
+    # vLLM's own CUTLASS: the vllm distribution, built with CUDA >= 12.8; EP exchanges
+    C("vllm-cutlass-no-vllm", "10.0", "moe/cutlass", {"package"}, pk={"vllm": None}),
+    C("vllm-cutlass-cuda-12.7", "10.0", "moe/cutlass", {"cuda"}, cuda="12.7"),
+    C("vllm-cutlass-cuda-12.8", "10.0", "moe/cutlass", cuda="12.8"),
+    C("vllm-cutlass-ep-allgather", "10.0", "moe/cutlass",
+      layer={"ep_size": 2, "all2all": "allgather_reducescatter"}),
+    C("vllm-cutlass-ep-deepep-ht", "10.0", "moe/cutlass", {"parallel"},
+      layer={"ep_size": 2, "all2all": "deepep_high_throughput"}),
+    C("vllm-cutlass-ep-fi-nvlink", "10.0", "moe/cutlass", {"parallel"},
+      layer={"ep_size": 2, "all2all": "flashinfer_nvlink"}),
+    C("vllm-cutlass-ep-deepep-ll", "10.0", "moe/cutlass",
+      layer={"ep_size": 2, "all2all": "deepep_low_latency"}),
+    C("vllm-cutlass-lin-no-vllm", "10.0", "linear/cutlass", {"package"}, pk={"vllm": None},
+      layer=DENSE),
+    C("vllm-cutlass-lin-cuda-12.7", "10.0", "linear/cutlass", {"cuda"}, cuda="12.7", layer=DENSE),
+    C("vllm-cutlass-lin-cuda-12.8", "10.0", "linear/cutlass", cuda="12.8", layer=DENSE),
+    # Marlin providers: vllm, sgl-kernel <= 0.3.21, sglang >= 0.5.10 (JIT, needs nvcc: a warning)
+    C("marlin-none", "9.0", "moe/marlin", {"package"}, pk={"vllm": None}),
+    C("marlin-vllm", "9.0", "moe/marlin"),
+    C("marlin-sgl-kernel-0.3.21", "9.0", "moe/marlin", pk={"vllm": None, "sgl-kernel": "0.3.21"}),
+    C("marlin-sgl-kernel-0.3.22", "9.0", "moe/marlin", {"package"},
+      pk={"vllm": None, "sgl-kernel": "0.3.22"}),
+    C("marlin-sglang-kernel-only", "9.0", "moe/marlin", {"package"},
+      pk={"vllm": None, "sglang-kernel": "0.4.10"}),
+    C("marlin-sglang-0.5.10", "9.0", "moe/marlin", warns={"known_issue"},
+      pk={"vllm": None, "sglang": "0.5.10"}),
+    C("marlin-sglang-0.5.9", "9.0", "moe/marlin", {"package"}, pk={"vllm": None, "sglang": "0.5.9"}),
+    C("marlin-lin-none", "9.0", "linear/marlin", {"package"}, pk={"vllm": None}, layer=DENSE),
+    C("marlin-lin-sgl-kernel-0.3.21", "9.0", "linear/marlin",
+      pk={"vllm": None, "sgl-kernel": "0.3.21"}, layer=DENSE),
+    C("marlin-lin-sgl-kernel-0.3.22", "9.0", "linear/marlin", {"package"},
+      pk={"vllm": None, "sgl-kernel": "0.3.22"}, layer=DENSE),
+    C("marlin-lin-sglang-0.5.10", "9.0", "linear/marlin", warns={"known_issue"},
+      pk={"vllm": None, "sglang": "0.5.10"}, layer=DENSE),
+    C("marlin-lin-sglang-0.5.9", "9.0", "linear/marlin", {"package"},
+      pk={"vllm": None, "sglang": "0.5.9"}, layer=DENSE),
+    # the reference runs on torch
+    C("emulation-no-torch", "9.0", "moe/emulation", {"package"}, pk={"torch": None}),
+    C("emulation-lin-no-torch", "9.0", "linear/emulation", {"package"}, pk={"torch": None},
+      layer=DENSE),
+    # opt-in backends (vLLM #40082 #52016 #52018; FlashInfer mm_fp4 heuristic)
+    C("fi-b12x-opt-in", "12.0", B12X_MOE, status="opt_in"),
+    C("b12x-opt-in", "12.0", "moe/b12x", status="opt_in"),
+    C("trtllm-lin-opt-in", "10.0", "linear/flashinfer_trtllm", warns={"known_issue"},
+      layer=DENSE, status="opt_in"),
+    # the other side of each known-issue and shape boundary, for every backend that has it
+    C("fi-b12x-sm121-dsl-4.5.0", "12.1", B12X_MOE, pk={FI: "0.6.11", DSL: "4.5.0"}),
+    C("fi-b12x-lin-sm121-dsl-4.5.0", "12.1", B12X_LIN, pk={FI: "0.6.11", DSL: "4.5.0"},
+      layer=DENSE),
+    C("fi-b12x-lin-sm121-dsl-4.3.5", "12.1", B12X_LIN, pk={FI: "0.6.9", DSL: "4.3.5"},
+      layer=DENSE),
+    C("fi-b12x-lin-0.6.10-dsl-4.4.2", "12.0", B12X_LIN, pk={FI: "0.6.10", DSL: "4.4.2"},
+      layer=DENSE),
+    C("fi-b12x-lin-0.7.3-dsl-4.7.1", "12.0", B12X_LIN, pk={FI: "0.7.3", DSL: "4.7.1"},
+      layer=DENSE),
+    C("fi-b12x-lin-0.7.4-dsl-4.8.0", "12.0", B12X_LIN, pk={DSL: "4.8.0"}, layer=DENSE),
+    C("fi-b12x-lin-collision-4.4.0", "12.0", B12X_LIN, {"known_issue"}, layer=DENSE,
+      pk={FI: "0.6.9", DSL: "4.4.0", "nvidia-cutlass-dsl-libs-base": "4.4.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.4.0"}),
+    C("fi-b12x-lin-collision-4.3.5", "12.0", B12X_LIN, layer=DENSE,
+      pk={FI: "0.6.9", DSL: "4.3.5", "nvidia-cutlass-dsl-libs-base": "4.3.5",
+          "nvidia-cutlass-dsl-libs-cu13": "4.3.5"}),
+    C("fi-b12x-lin-collision-4.6", "12.0", B12X_LIN, layer=DENSE,
+      pk={FI: "0.6.16", DSL: "4.6.0", "nvidia-cutlass-dsl-libs-base": "4.6.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.6.0"}),
+    C("fi-b12x-lin-k128-0.6.13", "12.0", B12X_LIN, pk={FI: "0.6.13", DSL: "4.5.0"},
+      layer={**DENSE, "hidden_size": 4224}),
+    C("fi-b12x-lin-k64-0.6.13", "12.0", B12X_LIN, {"shape"}, pk={FI: "0.6.13", DSL: "4.5.0"},
+      layer={**DENSE, "hidden_size": 4160}),
+    C("cutedsl-0.6.10-dsl-4.4.2", "10.0", "moe/flashinfer_cutedsl",
+      pk={FI: "0.6.10", DSL: "4.4.2"}),
+    C("cutedsl-0.6.11-dsl-4.5.0", "10.0", "moe/flashinfer_cutedsl",
+      pk={FI: "0.6.11", DSL: "4.5.0"}),
+    C("cutedsl-0.7.3-dsl-4.7.1", "10.0", "moe/flashinfer_cutedsl", pk={FI: "0.7.3", DSL: "4.7.1"}),
+    C("cutedsl-0.7.4-dsl-4.8.0", "10.0", "moe/flashinfer_cutedsl", pk={DSL: "4.8.0"}),
+    C("cutedsl-collision-4.4.0", "10.0", "moe/flashinfer_cutedsl", {"known_issue"},
+      pk={FI: "0.6.9", DSL: "4.4.0", "nvidia-cutlass-dsl-libs-base": "4.4.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.4.0"}),
+    C("cutedsl-collision-4.3.5", "10.0", "moe/flashinfer_cutedsl",
+      pk={FI: "0.6.9", DSL: "4.3.5", "nvidia-cutlass-dsl-libs-base": "4.3.5",
+          "nvidia-cutlass-dsl-libs-cu13": "4.3.5"}),
+    C("cutedsl-collision-4.6", "10.0", "moe/flashinfer_cutedsl",
+      pk={FI: "0.6.16", DSL: "4.6.0", "nvidia-cutlass-dsl-libs-base": "4.6.0",
+          "nvidia-cutlass-dsl-libs-cu13": "4.6.0"}),
+    C("cutedsl-lin-0.6.10-dsl-4.4.2", "10.0", "linear/flashinfer_cutedsl",
+      pk={FI: "0.6.10", DSL: "4.4.2"}, layer=DENSE),
+    C("cutedsl-lin-0.6.11-dsl-4.5.0", "10.0", "linear/flashinfer_cutedsl",
+      pk={FI: "0.6.11", DSL: "4.5.0"}, layer=DENSE),
+    C("cutedsl-lin-0.7.3-dsl-4.7.1", "10.0", "linear/flashinfer_cutedsl",
+      pk={FI: "0.7.3", DSL: "4.7.1"}, layer=DENSE),
+    C("cutedsl-lin-0.7.4-dsl-4.8.0", "10.0", "linear/flashinfer_cutedsl", pk={DSL: "4.8.0"},
+      layer=DENSE),
+    C("cutedsl-lin-n-4104", "10.0", "linear/flashinfer_cutedsl",
+      layer={**DENSE, "intermediate_size": 4104}),
+    C("cutedsl-lin-w4a16-10.0", "10.0", "linear/flashinfer_cutedsl", layer={**DENSE, **W4A16},
+      status="selected"),
+    C("b12x-lin-1.2.6", "12.0", "linear/b12x", pk={"b12x": "1.2.6"}, layer=DENSE),
+    C("b12x-lin-dsl-4.6.0", "12.0", "linear/b12x", pk={"b12x": "1.5.0", DSL: "4.6.0"},
+      layer=DENSE),
+    C("b12x-lin-torch-2.12", "12.0", "linear/b12x", pk={"torch": "2.12.0"}, layer=DENSE),
+    C("trtllm-lin-cubin-0.6.14", "10.0", "linear/flashinfer_trtllm", warns={"known_issue"},
+      pk={FI: "0.6.14", DSL: "4.5.0"}, layer=DENSE),
+]
+
+CASES: List[Case] = _generated() + BOUNDARIES
+
+
+# ---------------------------------------------------------------------------------------------
+# Deciding a case
+
+@functools.cache
+def base():
+    import selector
+    return selector.load(["platform=cpu"])
+
+
+def platform_for(case: Case):
+    from selector.versions import parse_capability
+    sel = base()
+    pk = dict(FULL)
+    pk.update(dict(case.packages))
+    packages = {canonicalize_name(n): (None if v is None else Version(v)) for n, v in pk.items()}
+    for n, _ in sel.run_config.platform.packages:
+        packages.setdefault(n, None)
+    return replace(sel.run_config.platform, preset="case", source="case",
+                   capability=parse_capability("case.device", case.device),
+                   cuda=None if case.cuda is None else Version(case.cuda),
+                   packages=tuple(sorted(packages.items())))
+
+
+def decide(case: Case, catalogue=None):
+    from selector.api import Selector
+    sel = base()
+    model = replace(sel.run_config, platform=platform_for(case),
+                    catalogue=catalogue or sel.run_config.catalogue)
+    return Selector(model).select(**dict(case.layer))
+
+
+def problem(case: Case, catalogue=None) -> Optional[str]:
+    """Why the case does not hold (None: it holds)."""
+    op, name = case.backend.split("/")
+    d = decide(case, catalogue)
+    if d.layer["op"] != op:
+        return f"the case's layer is a {d.layer['op']} layer, not {op}"
+    cand = next((c for c in d.candidates if c.backend == name), None)
+    if cand is None:
+        return f"{case.backend} is not in the decision"
+    kinds = {r.rule for r in cand.reasons if r.severity != "warning"} - {"opt_in"}
+    warns = {w.rule for b, w in d.warnings if b == name}
+    want = set(case.fails)
+    if case.only is not None:
+        related = {"activation", "act_and_mul"} if case.only == "activation" else {case.only}
+        got = bool(kinds & related)
+        if got != bool(want):
+            return f"{case.backend}: expected {case.only} to {'fail' if want else 'pass'}; " \
+                   f"failing kinds {sorted(kinds)}"
+        return None
+    if kinds != want:
+        return f"{case.backend}: failing kinds {sorted(kinds)}, expected {sorted(want)} " \
+               f"({[r.message for r in cand.reasons][:3]})"
+    if warns != set(case.warns):
+        return f"{case.backend}: warning kinds {sorted(warns)}, expected {sorted(case.warns)}"
+    if case.status is not None and cand.status != case.status:
+        return f"{case.backend}: status {cand.status}, expected {case.status}"
+    return None

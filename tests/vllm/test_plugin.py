@@ -1,0 +1,128 @@
+"""selector as vLLM's general plugin: loaded by vLLM's own loader, vLLM builds selector's choice
+for every NVFP4 MoE and linear layer of the sweep, and a refusal carries the explanation."""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+
+import parity
+import pytest
+import sim
+
+from selector.engines import vllm as adapter
+
+PLUGIN = "selector.engines.vllm:register"
+
+
+@pytest.fixture(scope="module")
+def entry_point(tmp_path_factory):
+    """selector's `vllm.general_plugins` entry point: the installed one (pip install -e .), or
+    the same entry point in a throw-away distribution when selector runs from a checkout."""
+    found = [e for e in md.entry_points(group="vllm.general_plugins") if e.name == "selector"]
+    if found:
+        assert found[0].value == PLUGIN
+        yield found[0]
+        return
+    root = tmp_path_factory.mktemp("dist")
+    info = root / "selector_checkout-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: selector-checkout\n"
+                                   "Version: 0\n")
+    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\nselector = {PLUGIN}\n")
+    mp = pytest.MonkeyPatch()
+    mp.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+    yield next(e for e in md.entry_points(group="vllm.general_plugins") if e.name == "selector")
+    mp.undo()
+
+
+def load_plugins(monkeypatch, enabled: bool) -> None:
+    import vllm.plugins
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    if enabled:
+        monkeypatch.setenv(adapter.ENV_ENABLE, "1")
+    else:
+        monkeypatch.delenv(adapter.ENV_ENABLE, raising=False)
+    vllm.plugins.load_general_plugins()
+
+
+@pytest.fixture
+def simulation():
+    s = sim.Simulation()
+    yield s
+    s.close()
+    adapter.uninstall()
+
+
+def test_plugin_is_inert_without_selector_vllm(entry_point, monkeypatch, simulation):
+    load_plugins(monkeypatch, enabled=False)
+    assert not adapter.installed()
+
+
+def built(s: sim.Scenario):
+    """What vLLM builds for scenario `s` with the plugin, through the names modelopt imported."""
+    from vllm.model_executor.layers.quantization import modelopt
+    if s.op == "moe":
+        return parity.vllm_moe(s, modelopt.select_nvfp4_moe_backend)
+    kernels = importlib.import_module(adapter.LINEAR_KERNELS)
+    hook = kernels._get_linear_backend
+    original = hook.__selector_original__
+    hook.__selector_original__ = lambda *, quantization: s.requested  # vLLM's --linear-backend
+    try:
+        kernel = modelopt.init_nvfp4_linear_kernel(use_a16=s.quant == "nvfp4_w4a16")
+    except ValueError as exc:
+        return None, str(exc).splitlines()[0]
+    finally:
+        hook.__selector_original__ = original
+    return parity.linear_kernel_name(kernel), ""
+
+
+def test_vllm_builds_selectors_choice_over_the_sweep(entry_point, monkeypatch, simulation):
+    load_plugins(monkeypatch, enabled=True)
+    assert adapter.installed()
+    rebound = set(adapter.iter_rebound())
+    assert "vllm.model_executor.layers.quantization.modelopt.select_nvfp4_moe_backend" in rebound
+    assert "vllm.model_executor.layers.quantization.modelopt.init_nvfp4_linear_kernel" in rebound
+    counts = {"built": 0, "refused": 0}
+    for s in sim.sweep():
+        monkeypatch.setenv(adapter.ENV_OVERRIDES, " ".join(s.selector_overrides()))
+        with simulation.scenario(s):
+            d = parity.selector_decision(s)
+            name, error = built(s)
+        if d.selected is None:
+            assert name is None and "selector refuses" in error, s.label()
+            counts["refused"] += 1
+        else:
+            assert name == d.engine["backend"], (s.label(), name, error)
+            counts["built"] += 1
+    print(f"plugin sweep: {sum(counts.values())} scenarios, {counts['built']} built as selector "
+          f"chose, {counts['refused']} refused with selector's explanation")
+    assert counts["built"] > 1000 and counts["refused"] > 50
+
+
+def test_strict_refusal_raises_vllms_error_with_the_explanation(entry_point, monkeypatch,
+                                                                  simulation):
+    load_plugins(monkeypatch, enabled=True)
+    from vllm.model_executor.layers.quantization import modelopt
+    s = sim.Scenario("12.0", "12.8", sim.FLASHINFER, None, "moe", "nvfp4", "relu2", False,
+                     requested="flashinfer_b12x")
+    monkeypatch.setenv(adapter.ENV_OVERRIDES, " ".join(s.selector_overrides()))
+    with simulation.scenario(s), pytest.raises(ValueError) as exc:
+        modelopt.select_nvfp4_moe_backend(sim.moe_config(s, s.requested), *sim.quant_keys(s))
+    text = str(exc.value)
+    assert "policy.moe_backend=flashinfer_b12x was requested but fails 1 rule(s)" in text
+    assert "[cuda]" in text and "CUDA 13" in text and "flashinfer_cutlass" in text
+
+
+def test_lenient_policy_falls_back_and_vllm_builds_it(entry_point, monkeypatch, simulation):
+    load_plugins(monkeypatch, enabled=True)
+    from vllm.model_executor.layers.quantization import modelopt
+    s = sim.Scenario("12.0", "12.8", sim.FLASHINFER, None, "moe", "nvfp4", "relu2", False,
+                     requested="flashinfer_b12x")
+    monkeypatch.setenv(adapter.ENV_OVERRIDES,
+                       " ".join(s.selector_overrides() + ["policy.strict=false"]))
+    with simulation.scenario(s):
+        backend, _ = modelopt.select_nvfp4_moe_backend(sim.moe_config(s, s.requested),
+                                                       *sim.quant_keys(s))
+    assert backend.value == "FLASHINFER_CUTLASS"

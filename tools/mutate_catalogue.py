@@ -1,0 +1,166 @@
+"""Mutation run over the catalogue: does a scenario test catch each small change to a rule?
+
+Mutations of conf/backend/<op>/<name>.yaml, applied in memory one at a time:
+- delete one rule;
+- move one version boundary by one release (the last component of a version in a specifier,
+  `when.packages` or `any_of` entry, up or down by one: `>=0.6.9` -> `>=0.6.8`, `<4.8.0` ->
+  `<4.8.1`; a CUDA floor by one minor: `>=12.9` -> `>=12.8`);
+- drop one listed value (a device, activation, gated/non-gated activation, quant scheme, dtype,
+  all2all exchange, `when` list entry).
+Each mutated catalogue is compiled exactly as selector compiles it and the cases of
+tests/knowledge_cases.py are decided against it; the mutation is killed when a case fails.
+A mutation that the catalogue's own validation refuses (e.g. an empty device list) is reported
+apart. Usage:
+
+    python tools/mutate_catalogue.py [--sample N] [--seed S] [--json] [--show-survivors]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+_VERSION = re.compile(r"(?P<op>===|==|!=|~=|<=|>=|<|>)\s*(?P<v>\d+(?:\.\d+)*)")
+LIST_FIELDS = ("devices", "values", "gated", "non_gated", "all2all_exclude")
+WHEN_LISTS = ("activation", "quant", "devices")
+
+Mutation = Tuple[str, Callable[[Dict[str, Any]], None]]  # (description, apply to backend conf)
+
+
+def _bump(version: str, step: int) -> Optional[str]:
+    parts = version.split(".")
+    last = int(parts[-1]) + step
+    if last < 0:
+        return None
+    return ".".join(parts[:-1] + [str(last)])
+
+
+def _moved(text: str) -> Iterator[Tuple[str, str]]:
+    """Each way of moving one version of a specifier text by one release."""
+    for m in _VERSION.finditer(text):
+        for step in (-1, 1):
+            new = _bump(m.group("v"), step)
+            if new is not None:
+                yield (f"{m.group(0)!s} -> {m.group('op')}{new}",
+                       text[:m.start("v")] + new + text[m.end("v"):])
+
+
+def _set(path: Tuple, value: Any) -> Callable[[Dict[str, Any]], None]:
+    def apply(conf: Dict[str, Any]) -> None:
+        node = conf
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return apply
+
+
+def _delete(path: Tuple) -> Callable[[Dict[str, Any]], None]:
+    def apply(conf: Dict[str, Any]) -> None:
+        node = conf
+        for k in path[:-1]:
+            node = node[k]
+        del node[path[-1]]
+    return apply
+
+
+def mutations(conf: Dict[str, Any]) -> List[Mutation]:
+    out: List[Mutation] = []
+    for i, rule in enumerate(conf.get("rules") or []):
+        kind = rule.get("kind")
+        where = f"rules[{i}] ({kind})"
+        out.append((f"delete {where}", _delete(("rules", i))))
+        for f in ("specifier",):
+            if isinstance(rule.get(f), str):
+                for what, new in _moved(rule[f]):
+                    out.append((f"{where} {f} {what}", _set(("rules", i, f), new)))
+        for j, entry in enumerate(rule.get("any_of") or []):
+            for what, new in _moved(entry):
+                out.append((f"{where} any_of {what}", _set(("rules", i, "any_of", j), new)))
+        for name, spec in ((rule.get("when") or {}).get("packages") or {}).items():
+            for what, new in _moved(str(spec)):
+                out.append((f"{where} when.packages.{name} {what}",
+                            _set(("rules", i, "when", "packages", name), new)))
+        for f in LIST_FIELDS:
+            for j, v in enumerate(rule.get(f) or []):
+                out.append((f"{where} drop {f} {v}", _delete(("rules", i, f, j))))
+        for f in WHEN_LISTS:
+            for j, v in enumerate((rule.get("when") or {}).get(f) or []):
+                out.append((f"{where} drop when.{f} {v}", _delete(("rules", i, "when", f, j))))
+        m = (rule.get("when") or {}).get("min_num_experts")
+        if isinstance(m, int):
+            for step in (-1, 1):
+                out.append((f"{where} when.min_num_experts {m} -> {m + step}",
+                            _set(("rules", i, "when", "min_num_experts"), m + step)))
+        if isinstance(rule.get("multiple_of"), int):
+            for new in (rule["multiple_of"] // 2, rule["multiple_of"] * 2):
+                out.append((f"{where} multiple_of -> {new}",
+                            _set(("rules", i, "multiple_of"), new)))
+    return out
+
+
+def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
+    import knowledge_cases as kc
+
+    from selector.config import ConfigTree, read_catalogue
+    from selector.errors import SelectorError
+    from selector.model import make_catalogue
+
+    tree = ConfigTree.discover()
+    data = read_catalogue(tree)
+    todo = [(op, name, desc, apply) for op, backends in data.items()
+            for name, conf in backends.items() for desc, apply in mutations(conf)]
+    total = len(todo)
+    if sample is not None and sample < total:
+        todo = random.Random(seed).sample(todo, sample)
+    killed, survived, invalid = [], [], []
+    for op, name, desc, apply in todo:
+        mutated = copy.deepcopy(data)
+        apply(mutated[op][name])
+        label = f"{op}/{name} {desc}"
+        try:
+            cat = make_catalogue(mutated, tree.backend_files)
+        except SelectorError as exc:
+            invalid.append({"mutation": label, "refused": str(exc).splitlines()[0]})
+            continue
+        # a rule of op/name changes that backend's verdict (and, through it, which one is
+        # selected): its own cases and every case that checks a status can see it
+        cases = [c for c in kc.CASES if c.backend == f"{op}/{name}" or c.status]
+        failing = next(((c.id, p) for c in cases for p in [kc.problem(c, cat)] if p), None)
+        (killed if failing else survived).append(
+            {"mutation": label, "case": failing[0] if failing else None})
+    run_n = len(killed) + len(survived)
+    return {"mutations_possible": total, "sampled": len(todo), "refused_by_validation": invalid,
+            "killed": len(killed), "survived": survived, "run": run_n,
+            "score": f"{len(killed)}/{run_n}", "killed_by": killed}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sample", type=int, default=None, help="run N random mutations (all: omit)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--show-survivors", action="store_true")
+    args = ap.parse_args(argv)
+    res = run(args.sample, args.seed)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"mutations: {res['mutations_possible']} possible, {res['sampled']} run; "
+              f"{len(res['refused_by_validation'])} refused by the catalogue's validation; "
+              f"killed {res['score']}")
+        if args.show_survivors:
+            for s in res["survived"]:
+                print(f"  survived: {s['mutation']}")
+    return 0 if not res["survived"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
