@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Set, Tuple
 
 import pytest
+from helpers import load, warm
 
-from conftest import load, warm
-from selector.rules import reason_rules
 from selector import schema
 from selector.layer import make_layer
+from selector.rules import reason_rules
 
 # ---------------------------------------------------------------------------------------------
 # Building blocks
@@ -564,7 +564,7 @@ def test_scenario(s: Scenario):
     if s.warned is not None:
         warned = {b for b, r in d.warnings if not r.source.startswith(AMBIENT_WARNINGS)}
         assert sorted(warned) == sorted(s.warned), d.warnings
-    for b, w in d.warnings:
+    for _b, w in d.warnings:
         assert w.severity == "warning" and any(w.message in n for n in d.notes)
     check_invariants(s, d)
 
@@ -586,7 +586,7 @@ UNREACHABLE: set = set()  # a rule no valid layer can trip is dead data: keep th
 
 def _unreachable(sel):
     out = set()
-    for op, backends in sel.catalogue.backends.items():
+    for _op, backends in sel.catalogue.backends.items():
         for b in backends:
             for r in b.rules:
                 if r.kind == "quant" and set(b.implements) <= set(r.values):
