@@ -391,14 +391,15 @@ MAX_BYTES = 4 << 20  # a larger file is not read
 
 
 def _cache_root() -> Optional[Path]:
-    from .config import _cache_dir
-    base = _cache_dir()
+    from .config.cache import directory
+    base = directory()
     return None if base is None else base / "verify"
 
 
 def fingerprint(run) -> Tuple[str, Dict[str, Any]]:
     """A key for this machine and stack: what a kernel's behaviour can depend on."""
     import importlib.metadata as md
+
     from . import environment
     from .doctor import EXTRA_PACKAGES
     gpu = environment.detect_gpu()

@@ -8,6 +8,8 @@ import pytest
 
 from readme_examples import README, all_examples, run
 
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
+
 CASES = all_examples()
 
 
