@@ -76,7 +76,7 @@ def _not_implemented(layer: Layer, reasons: Tuple[Reason, ...]) -> str:
     and quant scheme."""
     if reasons and reasons[0].rule == "engine":
         return f": {reasons[0].message}"
-    return f" does not implement {layer.quant} {layer.op} layers"
+    return f": does not implement {layer.quant} {layer.op} layers"
 
 
 def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
@@ -243,7 +243,7 @@ class Resolver:
         if not failing:  # nothing requested implements this layer: automatic selection decides
             what = (_not_implemented(layer, evaluated[requested[0]].reasons)
                     if len(requested) == 1 else
-                    f" does not implement {layer.quant} {layer.op} layers")
+                    f": does not implement {layer.quant} {layer.op} layers")
             notes[:] = [f"{asked}{what}; automatic selection chose {auto or 'nothing'} for "
                         "this layer"]
             return auto, notes
