@@ -136,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     sel = load(args.overrides, config_dirs=args.config_dir)
     if args.command == "list" and args.presets:
         from .presets import presets_dict, presets_text
+        assert sel.tree is not None  # load() always records the tree it composed
         _emit(presets_dict(sel.tree) if args.format == "json" else presets_text(sel.tree),
               args.format)
         return 0

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from readme_examples import README, all_examples, run
 
 pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO, assert_clean_error, load, run_cli, run_cli_many
+
 from selector.errors import SelectorError
 
 DGX = ("platform=dgx_spark", "stack=flashinfer_0_7_4", "layer=nemotron_moe")
