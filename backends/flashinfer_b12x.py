@@ -2,7 +2,7 @@
 DGX Spark).
 
 MoE: ``flashinfer.b12x_fused_moe`` (FlashInfer #3080, v0.6.9; W4A16 ``quant_mode`` #3271 v0.6.12;
-gelu_tanh / swigluoai #3744 v0.6.15; ``input_global_scale`` #3932 v0.6.17). bf16 in and out; the
+gelu_tanh / swigluoai_uninterleave #3744 v0.6.15; ``input_global_scale`` #3932 v0.6.17). bf16 in and out; the
 kernel quantizes activations itself. Weights from :func:`backends.prepare.prepare_b12x_moe`.
 Dense: ``flashinfer.mm_fp4(..., backend="b12x")`` (FlashInfer #3051, v0.6.9).
 """
@@ -35,16 +35,18 @@ class B12xMoE(MoEBackend):
         self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
         import flashinfer  # type: ignore
         import torch
-        from ._flashinfer import B12X_ACTIVATIONS, moe_output, supported_kwargs
+        from ._flashinfer import B12X_ACTIVATIONS, check_activation, moe_output, supported_kwargs
+        check_activation(self.backend, self.activation, prepared.geometry["act_and_mul"],
+                         B12X_ACTIVATIONS)
         buf = moe_output(out, x)
         kwargs = dict(
             w1_alpha=prepared.w1_alpha, w2_alpha=prepared.w2_alpha,
             fc2_input_scale=prepared.fc2_input_scale, output=buf,
-            output_dtype=torch.bfloat16, activation=B12X_ACTIVATIONS[self.activation],
+            output_dtype=torch.bfloat16, activation=self.activation,
             quant_mode=prepared.quant_mode)
         if prepared.input_global_scale is not None:
             kwargs["input_global_scale"] = prepared.input_global_scale
-        if self.activation == "swigluoai":
+        if self.activation == "swigluoai_uninterleave":
             kwargs.update({k: v for k, v in (("swiglu_alpha", self.swiglu_alpha),
                                              ("swiglu_beta", self.swiglu_beta),
                                              ("swiglu_limit", self.swiglu_limit)) if v is not None})
