@@ -10,6 +10,7 @@ from ._base import output_buffer
 # Activations b12x_fused_moe takes, under the same names (FlashInfer 0.7.4
 # blackwell_sm12x/moe_activation.py SUPPORTED_MOE_ACTIVATIONS): only the [gate; up] SwiGLU-OAI.
 B12X_ACTIVATIONS = ("silu", "gelu_tanh", "relu2", "swigluoai_uninterleave")
+B12X_GATED = ("silu", "gelu_tanh", "swigluoai_uninterleave")  # GATED_MOE_ACTIVATIONS
 
 # selector activation -> FlashInfer ``ActivationType`` member (tllm_enums.py) for the CUTLASS /
 # TRT-LLM / CuTe-DSL MoEs. Both SwiGLU-OAI layouts run as ``Swiglu`` with the OAI alpha, beta and

@@ -27,6 +27,12 @@ class B12xMoE(MoEBackend):
         self.max_fold_rel_error = max_fold_rel_error
         self.swiglu_alpha, self.swiglu_beta = swiglu_alpha, swiglu_beta
 
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations ``b12x_fused_moe`` takes (gated or not); the catalogue must agree."""
+        from ._flashinfer import B12X_ACTIVATIONS, B12X_GATED
+        return tuple(a for a in B12X_ACTIVATIONS if (a in B12X_GATED) == bool(gated))
+
     def prepare(self, weights):
         return prepare_b12x_moe(weights, quant=self.quant, fold_mode=self.fold_mode,
                                 max_rel_error=self.max_fold_rel_error)
@@ -35,9 +41,9 @@ class B12xMoE(MoEBackend):
         self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
         import flashinfer  # type: ignore
         import torch
-        from ._flashinfer import B12X_ACTIVATIONS, check_activation, moe_output, supported_kwargs
-        check_activation(self.backend, self.activation, prepared.geometry["act_and_mul"],
-                         B12X_ACTIVATIONS)
+        from ._flashinfer import check_activation, moe_output, supported_kwargs
+        gated = prepared.geometry["act_and_mul"]
+        check_activation(self.backend, self.activation, gated, self.activations(gated))
         buf = moe_output(out, x)
         kwargs = dict(
             w1_alpha=prepared.w1_alpha, w2_alpha=prepared.w2_alpha,

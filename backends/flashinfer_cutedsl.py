@@ -18,6 +18,12 @@ class CuteDslMoE(MoEBackend):
     backend = "flashinfer_cutedsl"
     deinterleaves = True
 
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
+        from ._flashinfer import kernel_activations
+        return kernel_activations(cls.deinterleaves)[bool(gated)]
+
     def prepare(self, weights):
         if self.activation == "swigluoai":
             from ._flashinfer import deinterleave_w13

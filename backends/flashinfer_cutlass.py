@@ -19,6 +19,12 @@ class CutlassMoE(MoEBackend):
     backend = "flashinfer_cutlass"
     deinterleaves = True
 
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
+        from ._flashinfer import kernel_activations
+        return kernel_activations(cls.deinterleaves)[bool(gated)]
+
     def prepare(self, weights):
         if self.activation == "swigluoai":
             from ._flashinfer import deinterleave_w13

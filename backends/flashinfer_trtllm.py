@@ -19,6 +19,12 @@ class TrtllmMoE(MoEBackend):
     backend = "flashinfer_trtllm"
     deinterleaves = False
 
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
+        from ._flashinfer import kernel_activations
+        return kernel_activations(cls.deinterleaves)[bool(gated)]
+
     def prepare(self, weights):
         return prepare_trtllm_moe(weights)
 
