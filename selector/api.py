@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .config import ConfigTree, compose
 from .decision import Decision
 from .errors import SelectorError
 from .layer import make_layer
+from .locks import ForkSafeLock
 from .model import RunConfig, make_run_config
 from .resolver import Resolver
 from .schema import Layer
@@ -25,7 +25,8 @@ class Selector:
     """Decisions for the layers of one model on one platform under one policy.
 
     Thread-safe: the run config is immutable, decisions are immutable, and a race computes
-    the same decision twice and keeps one.
+    the same decision twice and keeps one. Its locks are fork-safe (a child forked while a
+    thread holds one gets a fresh one).
     """
 
     def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
@@ -40,7 +41,7 @@ class Selector:
         # (the decide-hit budget needs it: comparing two equal Layers field by field costs more)
         self._layers: Dict[Layer, Layer] = {}
         self._defaults = run_config.layer.to_dict()
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     @property
     def catalogue(self):
@@ -110,8 +111,8 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = 
         raise SelectorError("config_dirs must be a list of directories, not "
                             f"{type(config_dirs).__name__}")
     tree = ConfigTree.discover(config_dirs)
-    data = compose(tree, list(overrides))
-    run = make_run_config(data, tree.backend_files, detect)
+    run = compose(tree, list(overrides), build=lambda data: make_run_config(
+        data, tree.backend_files, detect))
     probes = None
     if run.probe == "deep":
         from .probing import run_deep_probes

@@ -1,40 +1,21 @@
 """`selector check`: validate every file of a config tree, the packaged one and the user's.
 
 Each file is validated on its own against the schema, so one run reports every broken file;
-then the whole tree is composed once, as `explain` would.
+then the whole tree is composed once, as `explain` would, through the same public functions
+of `selector.config`, so the two agree.
 """
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 from . import schema
-from .config import ConfigTree, _lint_yaml, compose, load_yaml, read_catalogue, translate
+from .config import ConfigTree, compose, lint_tree, read_backend, validate_preset
 from .entry_points import load_entry_point
 from .errors import SelectorError
 from .layer import make_layer
 from .model import make_backend, make_platform, make_run_config
-
-
-def _load_typed(path: Path, node_cls) -> Dict[str, Any]:
-    """One YAML file merged onto its schema node: unknown keys and wrong types are errors."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-    raw = load_yaml(path)
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise SelectorError(f"{path}: the file must hold a mapping of keys, not "
-                            f"{type(raw).__name__}")
-    raw.pop("defaults", None)
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(node_cls), raw)
-        return OmegaConf.to_container(merged, resolve=False)
-    except (OmegaConfBaseException, ValueError, TypeError) as exc:
-        err = translate(exc, ConfigTree((path.parent,)), [])
-        raise SelectorError(f"{path}: {err}") from None
 
 
 def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str, Any]:
@@ -42,35 +23,33 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     checked: List[str] = []
     tree = ConfigTree.discover(config_dirs)
     try:
-        _lint_yaml(tree)
+        lint_tree(tree)
     except SelectorError as exc:
         problems.append({"file": exc.where or "", "problem": str(exc)})
     backends = []
     for (op, name), path in sorted(tree.backend_files.items()):
         checked.append(str(path))
         try:
-            conf = read_catalogue(ConfigTree(tree.dirs, {(op, name): path}))[op][name]
+            conf = read_backend(path, f"catalogue.{op}.{name}")
             b = make_backend(op, name, conf, str(path))
             _check_entry_point(b)
             _check_probes(b)
             backends.append(b)
         except SelectorError as exc:
             problems.append({"file": str(path), "problem": str(exc)})
-    for group, node in (("platform", schema.PlatformConf), ("stack", schema.PlatformConf),
-                        ("layer", schema.LayerConf), ("policy", schema.PolicyConf)):
-        for d in tree.dirs:
-            for path in sorted((d / group).glob("*.yaml")) if (d / group).is_dir() else []:
-                checked.append(str(path))
-                try:
-                    conf = _load_typed(path, node)
-                    if group in ("platform", "stack"):
-                        make_platform({**conf, "preset": conf.get("preset") or "check"}, [],
-                                      detect=lambda names: None) \
-                            if conf.get("preset") != "auto" else None
-                    elif group == "layer":
-                        make_layer(conf, where=str(path))
-                except SelectorError as exc:
-                    problems.append({"file": str(path), "problem": str(exc)})
+    for group, options in tree.presets.items():
+        for name, path in sorted(options.items()):
+            checked.append(str(path))
+            try:
+                conf = validate_preset(path, group)
+                if group == "platform" and name != "auto":
+                    make_platform({**conf, "preset": name}, [], detect=lambda names: None)
+                elif group == "stack":
+                    make_platform({**conf, "preset": "check"}, [], detect=lambda names: None)
+                elif group == "layer":
+                    make_layer(conf, where=str(path))
+            except SelectorError as exc:
+                problems.append({"file": str(path), "problem": str(exc)})
     for op in schema.OPS:
         ranks: Dict[int, Any] = {}
         for b in (b for b in backends if b.op == op):
@@ -85,8 +64,8 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     problems = [p for p in problems if not (p["problem"] in seen or seen.add(p["problem"]))]
     if not problems:
         try:
-            data = compose(tree, list(overrides))
-            make_run_config(data, tree.backend_files)
+            compose(tree, list(overrides), build=lambda data: make_run_config(
+                data, tree.backend_files))
         except SelectorError as exc:
             problems.append({"file": exc.where or "", "problem": str(exc)})
     return {"ok": not problems, "dirs": [str(d) for d in tree.dirs], "files": len(checked),

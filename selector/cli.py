@@ -7,11 +7,14 @@ Exit codes (CONTRACT.md): 0 a backend was selected (or the command found nothing
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from typing import Optional, Sequence
 
 from .errors import SelectorError
+from .text import printable
 
 COMMANDS = ("explain", "list", "check", "doctor")
 
@@ -44,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "doctor":
             s.add_argument("--deep", action="store_true",
                            help="import the kernel libraries in a child process and probe them")
-            s.add_argument("--timeout", type=float, default=None,
+            s.add_argument("--timeout", default=None, metavar="SECONDS",
                            help="seconds each deep probe process may take (default: "
-                           "$SELECTOR_PROBE_TIMEOUT, else 120)")
+                           "SELECTOR_PROBE_TIMEOUT, else 120)")
             s.add_argument("--probe", action="append", default=[], metavar="NAME",
                            help="run only this deep probe (repeatable; implies --deep)")
             s.add_argument("--verify", action="store_true",
@@ -71,17 +74,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (`>&-`)
+        return _output_failed("standard output is closed")
     args = build_parser().parse_args(argv)
     if args.command is None:
         build_parser().print_help(sys.stderr)
         return 2
     try:
-        return _run(args)
+        rc = _run(args)
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
+        return rc
     except SelectorError as exc:
-        print(f"selector: error: {exc}", file=sys.stderr)
+        print(f"selector: error: {printable(str(exc))}", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        return 0
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        return _output_failed(exc.strerror or str(exc), exc.errno == errno.EPIPE)
+
+
+_OUTPUT_ERRNOS = (errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO, errno.EFBIG,
+                  errno.EDQUOT, errno.EINVAL)
+
+
+def _output_failed(why: str, quiet: bool = False) -> int:
+    """Writing the answer failed: say so on stderr (not for a reader that stopped reading,
+    such as `| head`), exit 2, and point stdout at /dev/null so that the interpreter's
+    final flush does not fail again with a traceback."""
+    if not quiet:
+        print(f"selector: error: cannot write the output: {why}", file=sys.stderr)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+    return 2
 
 
 def _run(args) -> int:

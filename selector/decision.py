@@ -9,6 +9,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from .rules import OPT_IN, Reason
 from .schema import USABLE, Status
+from .text import join_lines
 
 WRAP = 100  # text width of the rendered explanation
 # The text table reads at a glance: the selected backend first, then what else could run, then
@@ -150,4 +151,4 @@ def render_text(d: Decision) -> str:
         for n in d.notes:
             lines.extend(textwrap.wrap(n, width=WRAP, initial_indent="  - ",
                                        subsequent_indent="    ", break_on_hyphens=False))
-    return "\n".join(lines)
+    return join_lines(lines)

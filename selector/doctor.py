@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from .errors import SelectorError
+from .text import join_lines
 
 # Distributions doctor reports besides those the catalogue and CONTRACT.md name, when installed.
 EXTRA_PACKAGES = (
@@ -124,10 +124,9 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
                  probes: Optional[Sequence[str]] = None, verify: bool = False,
                  verify_ops: Optional[Sequence[str]] = None, verify_cache: bool = True) -> Report:
     t0 = time.perf_counter()
-    if timeout is not None and (not isinstance(timeout, (int, float)) or
-                                isinstance(timeout, bool) or not timeout > 0):
-        raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
-                            key="--timeout", value=timeout)
+    from .env_vars import parse_timeout, timeout as env_timeout
+    timeout = env_timeout("SELECTOR_PROBE_TIMEOUT") if timeout is None else \
+        parse_timeout("--timeout", timeout)
     from . import environment
     from .api import load
     from .probing import catalogue_probe_names, declared_by, probe_once, validate_names
@@ -314,7 +313,7 @@ def render_text(r: Report) -> str:
     else:
         add("exit status 0: nothing wrong found" + ("" if r.deep else
                                                     " (metadata only: --deep looks further)"))
-    return "\n".join(lines)
+    return join_lines(lines)
 
 
 def _render_drift(items, add) -> None:

@@ -1,32 +1,30 @@
 """Detect this machine: GPU and driver through NVML, the CUDA runtime and package versions
-through distribution metadata. Nothing here imports torch or a kernel library in-process.
+through distribution metadata. Nothing here loads torch, NVML or a kernel library in-process.
 
-NVML answers in about a millisecond (measured on an H200) where `import torch`
-takes 3-6 s, so it comes first. torch is asked only when NVML is unusable yet a driver is
-present, and then in a child process with a time limit, since a broken torch can hang or crash.
+NVML is asked first, in a short-lived child process (nvml_query.py: tens of milliseconds, where
+`import torch` takes seconds), so a driver that crashes or hangs inside NVML costs a note, not
+the caller. torch is asked only when NVML is unusable yet a driver is present, also in a child.
 """
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata as md
 import json
-import os
 import re
+import signal
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-_CU_LABEL = re.compile(r"^cu(\d{2,3})$")
+from . import env_vars
+
+_CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
 _RUNTIME_DISTS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
                   "nvidia-cuda-runtime-cu11")
-TORCH_TIMEOUT_S = float(os.environ.get("SELECTOR_TORCH_PROBE_TIMEOUT", "60"))
-NVML_TIMEOUT_S = float(os.environ.get("SELECTOR_NVML_TIMEOUT", "10"))
 
 
 @dataclass
@@ -133,7 +131,7 @@ def cuda_runtime(pkgs: Dict[str, Optional[Version]]) -> Tuple[Optional[Version],
     return None, "none found (no CUDA build of torch, no nvidia-cuda-runtime wheel)"
 
 
-_TORCH_CUDA_LINE = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+\.\d+)['\"]", re.M)
+_TORCH_CUDA_LINE = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([0-9]+\.[0-9]+)['\"]", re.M)
 
 
 def _torch_version_file() -> Optional[Tuple[Version, str]]:
@@ -151,108 +149,107 @@ def _torch_version_file() -> Optional[Tuple[Version, str]]:
 
 
 def detect_gpu() -> Gpu:
-    """GPU 0 through NVML (pynvml, else the driver's libnvidia-ml directly), else torch."""
-    gpu = _bounded(_nvml_pynvml, "nvml (pynvml)")
-    if gpu is not None:
-        return gpu
-    gpu = _bounded(_nvml_ctypes, "nvml (libnvidia-ml)")
-    if gpu is not None:
-        return gpu
-    if _driver_present():
-        return _torch_child()
-    return Gpu(method="none: no NVIDIA driver (libnvidia-ml and libcuda not loadable)")
+    """GPU 0 through NVML (pynvml, else libnvidia-ml), else torch, each in a child process."""
+    limit = env_vars.timeout("SELECTOR_NVML_TIMEOUT")
+    env_vars.timeout("SELECTOR_TORCH_PROBE_TIMEOUT")  # bad input whatever this machine has
+    raw, problem = _nvml_child(limit)
+    if problem is not None:
+        return Gpu(method="nvml", notes=[problem])
+    if raw.get("via") is None:
+        if raw.get("driver_present") is True:
+            return _torch_child()
+        return Gpu(method="none: no NVIDIA driver (libnvidia-ml and libcuda not loadable)")
+    return gpu_from_answer(raw)
 
 
-def _bounded(fn, what: str) -> Optional[Gpu]:
-    """fn() in a daemon thread with NVML_TIMEOUT_S: a hung driver call (or a binding that hangs
-    on import) must not hang the caller. A binding that raises anything is unusable: None."""
-    box: Dict[str, Optional[Gpu]] = {}
+def _nvml_child(limit: float) -> Tuple[Dict[str, Any], Optional[str]]:
+    """selector/nvml_query.py in a child process: (its answer, None) or ({}, why not).
 
-    def run():
+    A crash inside NVML (a signal, an abort, an _exit) or a hang ends the child, not selector.
+    `-S` skips site initialisation (a third of the start-up); child_env passes sys.path on.
+    """
+    script = Path(__file__).with_name("nvml_query.py")
+    try:
+        r = subprocess.run([sys.executable, "-S", str(script)], capture_output=True, text=True,
+                           timeout=limit, env=env_vars.child_env(), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {}, (f"NVML did not answer within {limit:g} s (a hung driver?): no GPU "
+                    "detected")
+    except OSError as exc:
+        return {}, f"NVML could not be asked (no child process: {exc}): no GPU detected"
+    if r.returncode < 0:
         try:
-            box["gpu"] = fn()
-        except BaseException:  # noqa: BLE001 - even SystemExit from a broken binding
-            box["gpu"] = None
-    t = threading.Thread(target=run, name=f"selector {what}", daemon=True)
-    t.start()
-    t.join(NVML_TIMEOUT_S)
-    if t.is_alive():
-        return Gpu(method=what, notes=[f"{what} did not answer within {NVML_TIMEOUT_S:g} s "
-                                       "(a hung driver?): no GPU detected"])
-    return box.get("gpu")
+            sig = signal.Signals(-r.returncode).name
+        except ValueError:
+            sig = f"signal {-r.returncode}"
+        return {}, f"NVML crashed ({sig}) in its child process: GPU unknown"
+    try:
+        answer = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        answer = None
+    if r.returncode != 0 or not isinstance(answer, dict):
+        return {}, f"NVML's child process ended with exit code {r.returncode} and no answer: " \
+            "GPU unknown"
+    return answer, None
 
 
-def _nvml_pynvml() -> Optional[Gpu]:
-    try:
-        import pynvml  # nvidia-ml-py
-    except Exception:  # noqa: BLE001 - a broken binding is simply not usable
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001
-        return None if "LibraryNotFound" in type(exc).__name__ or "not found" in str(exc).lower() \
-            else Gpu(method="nvml", notes=[f"NVML failed to initialise: {exc}"])
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        dcuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        if count == 0:
-            return Gpu(driver=driver, driver_cuda=_cuda_int(dcuda), method="nvml (pynvml)",
-                       notes=["NVML sees a driver but no GPU"])
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-        return Gpu(_text(pynvml.nvmlDeviceGetName(h)), (int(major), int(minor)), driver,
-                   _cuda_int(dcuda), count, "nvml (pynvml)", _count_note(count))
-    except Exception as exc:  # noqa: BLE001
-        return Gpu(method="nvml (pynvml)", notes=[f"NVML query failed: {exc}"])
-    finally:
+_DRIVER = re.compile(r"^[0-9]{2,4}(\.[0-9]{1,4}){1,3}$")
+
+
+def gpu_from_answer(raw: Dict[str, Any]) -> Gpu:
+    """A Gpu from NVML's raw answers: every value checked, garbage is "GPU unknown" with a
+    note (never a made-up SM: a capability must be two plain integers in range)."""
+    method = f"nvml ({raw.get('via')})"
+    if raw.get("init_error"):
+        return Gpu(method=method, notes=[f"NVML failed to initialise: {raw['init_error']}"])
+    notes = [f"NVML query failed: {f}" for f in raw.get("failed") or [] if isinstance(f, str)]
+    count = raw.get("count")
+    if not (_plain_int(count) and 0 <= count <= 4096):
+        return Gpu(method=method, notes=notes + [f"NVML returned an invalid GPU count "
+                                                 f"({_show(count)}): GPU unknown"])
+    driver = _text(raw.get("driver"))
+    if driver is not None and not _DRIVER.match(driver):
+        notes.append(f"NVML returned an invalid driver version ({_show(driver)}); ignored")
+        driver = None
+    dcuda = raw.get("cuda_driver")
+    driver_cuda = _cuda_int(dcuda) if _plain_int(dcuda) and 1000 <= dcuda < 100_000 else None
+    if count == 0:
+        return Gpu(driver=driver, driver_cuda=driver_cuda, method=method,
+                   notes=notes + ["NVML sees a driver but no GPU"])
+    cap, name = raw.get("capability"), _text(raw.get("name"))
+    capability = None
+    if isinstance(cap, list) and len(cap) == 2 and all(_plain_int(x) for x in cap) and \
+            1 <= cap[0] <= 99 and 0 <= cap[1] <= 9:
+        capability = (cap[0], cap[1])
+    elif "capability" in raw or not notes:
+        notes.append(f"NVML returned an invalid compute capability ({_show(cap)}): GPU "
+                     "unknown")
+    if name is not None and not (0 < len(name) <= 96 and name.isprintable()):
+        notes.append(f"NVML returned an invalid GPU name ({_show(name)}); ignored")
+        name = None
+    if capability is None:
+        return Gpu(name, None, driver, driver_cuda, count, method, notes)
+    return Gpu(name, capability, driver, driver_cuda, count, method,
+               notes + _count_note(count))
+
+
+def _plain_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _text(v: Any) -> Optional[str]:
+    """A string NVML returned (as text, or as hex bytes from the child), else None."""
+    if isinstance(v, dict) and isinstance(v.get("bytes"), str):
         try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+            return bytes.fromhex(v["bytes"]).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return "\ufffd"  # not printable as a name: refused by the caller's check
+    return v if isinstance(v, str) else None
 
 
-def _nvml_ctypes() -> Optional[Gpu]:
-    try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    try:
-        if lib.nvmlInit_v2() != 0:
-            return Gpu(method="nvml (libnvidia-ml)", notes=["NVML failed to initialise"])
-        count = ctypes.c_uint(0)
-        lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
-        buf = ctypes.create_string_buffer(96)
-        lib.nvmlSystemGetDriverVersion(buf, 96)
-        driver = buf.value.decode()
-        dcuda = ctypes.c_int(0)
-        lib.nvmlSystemGetCudaDriverVersion(ctypes.byref(dcuda))
-        if count.value == 0:
-            return Gpu(driver=driver, driver_cuda=_cuda_int(dcuda.value),
-                       method="nvml (libnvidia-ml)", notes=["NVML sees a driver but no GPU"])
-        h = ctypes.c_void_p()
-        lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h))
-        major, minor = ctypes.c_int(0), ctypes.c_int(0)
-        lib.nvmlDeviceGetCudaComputeCapability(h, ctypes.byref(major), ctypes.byref(minor))
-        lib.nvmlDeviceGetName(h, buf, 96)
-        return Gpu(buf.value.decode(), (major.value, minor.value), driver,
-                   _cuda_int(dcuda.value), count.value, "nvml (libnvidia-ml)",
-                   _count_note(count.value))
-    except Exception as exc:  # noqa: BLE001 - ctypes.ArgumentError, a bad decode, ...
-        return Gpu(method="nvml (libnvidia-ml)", notes=[f"NVML query failed: {exc}"])
-    finally:
-        try:
-            lib.nvmlShutdown()
-        except (OSError, AttributeError):
-            pass
-
-
-def _driver_present() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 _TORCH_SNIPPET = (
@@ -266,11 +263,13 @@ _TORCH_SNIPPET = (
 
 
 def _torch_child() -> Gpu:
+    limit = env_vars.timeout("SELECTOR_TORCH_PROBE_TIMEOUT")
     try:
         r = subprocess.run([sys.executable, "-c", _TORCH_SNIPPET], capture_output=True,
-                           text=True, timeout=TORCH_TIMEOUT_S)
+                           text=True, timeout=limit, env=env_vars.child_env(),
+                           stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return Gpu(method="torch", notes=[f"torch did not answer within {TORCH_TIMEOUT_S:.0f} s"])
+        return Gpu(method="torch", notes=[f"torch did not answer within {limit:g} s"])
     except OSError as exc:
         return Gpu(method="torch", notes=[f"could not run torch: {exc}"])
     if r.returncode != 0:
@@ -286,17 +285,15 @@ def _torch_child() -> Gpu:
             all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 100 for x in cap))):
         return Gpu(method="torch", notes=[f"torch gave a malformed answer: {str(out)[:200]}"])
     name, count = out.get("name"), out.get("count", 0)
-    return Gpu(name if isinstance(name, str) else None, tuple(cap) if cap else None, None, None,
+    if not (isinstance(name, str) and 0 < len(name) <= 96 and name.isprintable()):
+        name = None
+    return Gpu(name, tuple(cap) if cap else None, None, None,
                count if isinstance(count, int) and not isinstance(count, bool) else 0,
                "torch (in a child process; NVML unavailable)")
 
 
 def _cuda_int(v: int) -> Optional[Version]:
     return Version(f"{v // 1000}.{(v % 1000) // 10}") if v and v > 0 else None
-
-
-def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _count_note(count: int) -> List[str]:

@@ -27,7 +27,7 @@ def bad_value(key: str, value: object, accepted: Iterable[str], *, what: str = "
               where: Optional[str] = None, hint: str = "") -> SelectorError:
     """An error for `key=value` where value is not one of `accepted`."""
     accepted = sorted({str(a) for a in accepted})
-    text = f"{_prefix(where)}{key}: unknown {what} {value!r}; accepted: {', '.join(accepted)}"
+    text = f"{_prefix(where)}{key}: unknown {what} {show(value)}; accepted: {', '.join(accepted)}"
     close = did_you_mean(str(value), accepted)
     if close:
         text += f" (did you mean {close!r}?)"
@@ -39,7 +39,7 @@ def bad_value(key: str, value: object, accepted: Iterable[str], *, what: str = "
 def bad_input(key: str, value: object, problem: str, *, accepted: Optional[Iterable[str]] = None,
               where: Optional[str] = None) -> SelectorError:
     """An error for a value of the right kind that is malformed (a version, a size, a type)."""
-    text = f"{_prefix(where)}{key}: {value!r} {problem}"
+    text = f"{_prefix(where)}{key}: {show(value)} {problem}"
     return SelectorError(text, key=key, value=value, accepted=accepted, where=where)
 
 
@@ -48,6 +48,16 @@ def did_you_mean(value: str, choices: Iterable[str]) -> Optional[str]:
     norm = {c.replace("-", "_").lower(): c for c in choices}
     hits = difflib.get_close_matches(value.replace("-", "_").lower(), list(norm), n=1, cutoff=0.6)
     return norm[hits[0]] if hits else None
+
+
+def show(value: object, limit: int = 200) -> str:
+    """repr(value) for a message: bounded, and never failing (a 5,000-digit int has no repr
+    under Python's digit limit; a hostile object's __repr__ may raise)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - the message must still be written
+        text = f"<a {type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _prefix(where: Optional[str]) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, Optional
 from .errors import bad_input, bad_value
 from .schema import Layer
 
+MAX_INT = 2 ** 63 - 1  # no layer dimension is larger; beyond it an int is bad input
 LAYER_KEYS = tuple(f.name for f in fields(Layer))
 _TYPES = typing.get_type_hints(Layer)
 _FIELDS = {f.name: f for f in fields(Layer)}
@@ -22,8 +23,8 @@ def _check(k: str, v: Any, where: Optional[str]) -> Any:
     base = next((a for a in typing.get_args(tp) if a is not type(None)), tp)
     if v is None and optional:
         return None
-    if "choices" in f.metadata:
-        if v not in f.metadata["choices"]:
+    if "choices" in f.metadata:  # a str first: a numpy array compared to one has no truth value
+        if not isinstance(v, str) or v not in f.metadata["choices"]:
             hint = ("other schemes are layers NVFP4 backends do not implement"
                     if k == "quant" else "")
             raise bad_value(key, v, f.metadata["choices"], where=where, hint=hint)
@@ -33,16 +34,24 @@ def _check(k: str, v: Any, where: Optional[str]) -> Any:
             raise bad_input(key, v, "is not a boolean; accepted: true, false", where=where)
         return v
     if base is int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < f.metadata.get("min", 1):
+        if isinstance(v, bool) or not isinstance(v, int) or v < f.metadata.get("min", 1) or \
+                v > MAX_INT:
             raise bad_input(key, v, ("must be null or an integer >= 1" if optional
                                      else "must be an integer >= 1"), where=where)
         return v
     if base is float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v <= 0:
             raise bad_input(key, v, "must be null or a positive number", where=where)
         return float(v)
     raise TypeError(f"schema.Layer.{k}: no validation for type {tp}")  # pragma: no cover
+
+
+def _finite(v: Any) -> bool:
+    """A finite number that converts to a float (a 401-digit int overflows)."""
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def make_layer(values: Mapping[str, Any], where: Optional[str] = None) -> Layer:

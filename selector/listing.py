@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from .text import join_lines
 from .model import Catalogue
 
 
@@ -41,7 +42,7 @@ def catalogue_text(cat: Catalogue) -> str:
                 sev = " [warning]" if r.severity == "warning" else ""
                 lines.append(f"      {r.describe()}{sev}  -- {r.source}")
         lines.append("")
-    return "\n".join(lines)
+    return join_lines(lines)
 
 
 def catalogue_markdown(cat: Catalogue) -> str:

@@ -25,7 +25,16 @@ _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An int (not a bool) within int64: no layer dimension is larger."""
+    return isinstance(v, int) and not isinstance(v, bool) and -2 ** 63 <= v < 2 ** 63
+
+
+def _finite(v: Any) -> bool:
+    """A finite number that converts to a float (a 401-digit int overflows)."""
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -240,25 +249,42 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
                   strict, tuple(sorted(names)))
 
 
-def make_platform(conf: Mapping[str, Any], watched: List[str], detect=None) -> Platform:
-    """A Platform from the platform config; `platform=auto` fills what is not given by detection."""
+def make_platform(conf: Mapping[str, Any], watched: List[str], detect=None,
+                  explicit: Tuple[str, ...] = ()) -> Platform:
+    """A Platform from the platform config; `platform=auto` fills what is not given by detection.
+
+    One rule for every key under `platform=auto`: a value given explicitly (a package in
+    `packages`, or a key named in `explicit` by the overrides) wins over detection, null
+    included.
+    """
     preset = conf.get("preset") or "auto"
     given_pkgs = conf.get("packages") or {}
     packages: Dict[str, Optional[Version]] = {}
+    spelled: Dict[str, str] = {}
     for name, v in given_pkgs.items():
-        packages[canonicalize_name(name)] = parse_version(f"platform.packages.{name}", v)
+        canon = canonicalize_name(name)
+        if canon in spelled and spelled[canon] != name:
+            raise bad_input(f"platform.packages.{name}", v, f"names the distribution "
+                            f"{canon!r} that platform.packages.{spelled[canon]} names too; "
+                            "write it once")
+        spelled[canon] = name
+        packages[canon] = parse_version(f"platform.packages.{name}", v)
     capability = parse_capability("platform.capability", conf.get("capability"))
     cuda = parse_version("platform.cuda", conf.get("cuda"))
     gpu_name = conf.get("gpu_name")
+    if gpu_name is not None and not isinstance(gpu_name, str):
+        raise bad_input("platform.gpu_name", gpu_name, "is not a string")
     notes: Tuple[str, ...] = ()
     if preset == "auto":
         if detect is None:
             from .environment import detect as detect_env
             detect = detect_env
         env = detect([n for n in watched if n not in packages])
-        if conf.get("capability") is None:
-            capability, gpu_name = env.capability, env.gpu_name
-        if conf.get("cuda") is None:
+        if conf.get("capability") is None and "platform.capability" not in explicit:
+            capability = env.capability
+            if "platform.gpu_name" not in explicit:
+                gpu_name = env.gpu_name
+        if conf.get("cuda") is None and "platform.cuda" not in explicit:
             cuda = env.cuda
         for n, v in env.packages.items():
             packages.setdefault(n, v)
@@ -288,7 +314,8 @@ def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
     """`+key=value` adds keys that Hydra's struct mode lets through: refuse unknown ones."""
     names = tuple(f.name for f in fields(node))
     for k in data:
-        if k not in names and not (node is schema.SelectorConf and k == "catalogue"):
+        if k not in names and not (node is schema.SelectorConf and k in ("catalogue",
+                                                                         "explicit")):
             raise bad_value(key or "config", k, names, what="key")
 
 
@@ -305,7 +332,8 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
         raise bad_value("probe", probe, schema.PROBE_MODES)
     watched = sorted(set(canonicalize_name(n) for n in schema.CORE_PACKAGES) |
                      set(catalogue.packages()))
-    platform = make_platform(data.get("platform") or {}, watched, detect)
+    platform = make_platform(data.get("platform") or {}, watched, detect,
+                             tuple(data.get("explicit") or ()))
     layer = make_layer(data.get("layer") or {})
     policy = make_policy(data.get("policy") or {}, catalogue)
     return RunConfig(catalogue, platform, layer, policy, probe, engine)

@@ -27,9 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from . import env_vars
 from .errors import SelectorError, did_you_mean
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_PROBE_TIMEOUT", "120"))
 from .probe_child import MARK
 
 
@@ -246,7 +246,7 @@ def _run_child(group: str, steps: List[Tuple[str, str]], ctx: Dict[str, Any], ti
                root: str) -> Tuple[List[Dict[str, Any]], Optional[int], bool, str, float]:
     """(events, exit status, timed out, stderr, seconds) of one child process."""
     payload = json.dumps({"path": _parent_path(), "steps": steps, "ctx": ctx})
-    env = dict(os.environ)
+    env = dict(os.environ)  # the child gets sys.path in its payload (_parent_path)
     env.setdefault("PYTHONFAULTHANDLER", "1")
     t0 = time.perf_counter()
     try:
@@ -386,10 +386,13 @@ def _run_in_process(spec, ctx: Dict[str, Any]) -> Finding:
                        spec.group, time.perf_counter() - t0, {"exception": type(exc).__name__})
 
 
-def run_probes(names: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+def run_probes(names: Sequence[str], *, timeout: Optional[float] = None,
                ctx: Optional[Dict[str, Any]] = None) -> DeepReport:
     """Run the named probes now (no cache): skips from metadata, in-process metadata probes,
-    then one child per library group, the groups in parallel."""
+    then one child per library group, the groups in parallel. The time limit per child is
+    `timeout`, else SELECTOR_PROBE_TIMEOUT, else 120 s."""
+    timeout = env_vars.timeout("SELECTOR_PROBE_TIMEOUT") if timeout is None else \
+        env_vars.parse_timeout("timeout", timeout)
     t0 = time.perf_counter()
     validate_names(names)
     reg = _registry()
@@ -438,7 +441,7 @@ def probe_once(names: Sequence[str], *, timeout: Optional[float] = None,
     with _LOCK:
         missing = [n for n in names if n not in _CACHE]
         if missing:
-            rep = run_probes(missing, timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+            rep = run_probes(missing, timeout=timeout,
                              ctx=ctx)
             _CACHE.update(rep.findings)
             _RUNS.extend(rep.groups)

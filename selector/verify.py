@@ -391,8 +391,8 @@ MAX_BYTES = 4 << 20  # a larger file is not read
 
 
 def _cache_root() -> Optional[Path]:
-    from .config import _cache_dir
-    base = _cache_dir()
+    from .config.cache import directory
+    base = directory()
     return None if base is None else base / "verify"
 
 

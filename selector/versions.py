@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import bad_input
 
-_CAPABILITY = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
+_CAPABILITY = re.compile(r"^([0-9]{1,2})\.([0-9]{1,2})$")  # ASCII digits only, as versions
 
 
 @lru_cache(maxsize=1024)

@@ -129,11 +129,24 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def cli_env(**extra: str) -> Dict[str, str]:
+def child_env(*first: os.PathLike, **extra: str) -> Dict[str, str]:
+    """This process's environment for a child Python, with `first` and the repository ahead
+    of this process's whole import path (passed through PYTHONPATH: on a machine where the
+    project and its dependencies are installed with `pip install --target`, sys.path is the
+    only place they are named)."""
+    import selector
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in
-                                                       env.get("PYTHONPATH", "").split(os.pathsep)
-                                                       if p])
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    here = str(Path(selector.__file__).resolve().parent.parent)  # the selector tested here
+    paths = [str(p) for p in first] + [here] + inherited + \
+        [p for p in sys.path if p and os.path.isdir(p)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env.update(extra)
+    return env
+
+
+def cli_env(**extra: str) -> Dict[str, str]:
+    env = child_env()
     env.pop("SELECTOR_NO_CACHE", None)
     env.update(extra)
     return env

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
@@ -96,5 +97,7 @@ def make_hider(root: Path, *modules: str) -> Path:
 
 
 def pythonpath(*dirs: os.PathLike) -> str:
+    """dirs, then this process's PYTHONPATH and sys.path (a child must import what we do)."""
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return os.pathsep.join([str(d) for d in dirs] + rest)
+    return os.pathsep.join(dict.fromkeys([str(d) for d in dirs] + rest +
+                                         [p for p in sys.path if p and os.path.isdir(p)]))

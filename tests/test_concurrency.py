@@ -4,7 +4,6 @@ concurrent processes sharing one cache directory.
 """
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+
+from conftest import child_env
 
 import selector
 from selector.api import Selector
@@ -145,8 +146,7 @@ def test_concurrent_processes_share_a_cold_cache(tmp_path):
     """Several processes starting at once on one empty cache dir: identical output, a usable
     cache afterwards, no stray temporary files."""
     cache = tmp_path / "shared-cache"
-    env = dict(os.environ, SELECTOR_CACHE_DIR=str(cache),
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = child_env(SELECTOR_CACHE_DIR=str(cache))
     env.pop("SELECTOR_NO_CACHE", None)
     argv = [sys.executable, "-m", "selector", "explain", "--format", "json",
             "platform=rtx_5090", "stack=flashinfer_0_6_15", "layer=qwen_moe"]

@@ -9,7 +9,6 @@ and uncached (SELECTOR_NO_CACHE=1), and prints what each printed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from typing import Dict, List
 
 
 import selector
+from conftest import child_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,8 +61,7 @@ print(json.dumps(result))
 
 def _child(seed: str, cold: Path, warm: Path, modes: str = "cold,warm"
            ) -> Dict[str, List[dict]]:
-    env = dict(os.environ, PYTHONHASHSEED=seed,
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = child_env(PYTHONHASHSEED=seed)
     env.pop("SELECTOR_NO_CACHE", None)
     p = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(COMMANDS), str(cold),
                         str(warm), modes], capture_output=True, text=True, env=env, timeout=300,

@@ -18,13 +18,13 @@ def _timeout_used(monkeypatch, argv):
 
 
 def test_without_timeout_the_environment_default_applies(monkeypatch):
-    monkeypatch.setattr(probing, "DEFAULT_TIMEOUT_S", 7.5)
+    monkeypatch.setenv("SELECTOR_PROBE_TIMEOUT", "7.5")
     assert cli.build_parser().parse_args(["doctor"]).timeout is None
     assert _timeout_used(monkeypatch, ["doctor", "--probe", "triton.importable",
                                        "platform=cpu"]) == 7.5
 
 
 def test_an_explicit_timeout_wins(monkeypatch):
-    monkeypatch.setattr(probing, "DEFAULT_TIMEOUT_S", 7.5)
+    monkeypatch.setenv("SELECTOR_PROBE_TIMEOUT", "7.5")
     assert _timeout_used(monkeypatch, ["doctor", "--probe", "triton.importable", "--timeout",
                                        "3", "platform=cpu"]) == 3.0

@@ -27,6 +27,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
+from conftest import child_env
 from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
 from selector.rules import WHEN_FIELDS, reason_rules, rule_fields
 from selector import schema
@@ -652,9 +653,7 @@ def test_hostile_directory_named_yaml(tmp_path):
 # A handful through a real subprocess
 
 def _subprocess(args: Sequence[str], tmp_path: Path, **env: str) -> Tuple[int, str, str]:
-    e = dict(os.environ, SELECTOR_CACHE_DIR=str(tmp_path / "cache"), **env)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in
-                                                     e.get("PYTHONPATH", "").split(os.pathsep) if p])
+    e = child_env(SELECTOR_CACHE_DIR=str(tmp_path / "cache"), **env)
     e.pop("SELECTOR_NO_CACHE", None)
     p = subprocess.run([sys.executable, "-m", "selector", *args], capture_output=True, text=True,
                        env=e, timeout=120, cwd=str(tmp_path))

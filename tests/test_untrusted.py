@@ -28,6 +28,7 @@ from typing import Sequence, Tuple
 
 import pytest
 
+from conftest import child_env
 from selector import entry_points
 from selector.cli import main
 from selector.entry_points import allowed, load_entry_point
@@ -441,8 +442,7 @@ def test_config_dir_given_through_a_symlink_is_fine(tmp_path):
 def test_subprocess_refusals(tmp_path, marker, outside):
     d = user_dir(tmp_path, {
         "backend/moe/evil.yaml": f"rank: 3\nentry_point: {marker.name}:Boom\nrules: []\n"})
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(marker.dir)]),
-               SELECTOR_CACHE_DIR=str(tmp_path / "cache2"))
+    env = child_env(marker.dir, SELECTOR_CACHE_DIR=str(tmp_path / "cache2"))
     cases = [["check", "--config-dir", str(d)],
              ["explain", "--config-dir", str(d), "platform=cpu"],
              ["explain", "platform=cpu", "layer.activation=${oc.env:SELECTOR_CANARY}"],

@@ -1,0 +1,137 @@
+"""The composed-config cache: one JSON file per (config files, schema, loader, overrides).
+
+A repeated run answers without importing Hydra. The cache is untrusted input like any config:
+an entry is used only when it has the expected envelope and shape (the caller then validates
+its values as it would fresh data, and composes afresh on any mismatch); the directory must
+belong to the user and be writable by nobody else (as ssh treats ~/.ssh); it holds at most
+MAX_ENTRIES files, the oldest removed first.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+from .. import env_vars, schema
+from ..errors import SelectorError
+from .dirs import ConfigTree
+from .safe_yaml import check_plain, read_config_bytes
+
+CACHE_FORMAT = 2
+MAX_ENTRIES = 256  # about 60 KB each: at most ~15 MB on disk
+MAX_ENTRY_BYTES = 8 * 1024 * 1024
+_TOP_KEYS = frozenset(f for f in schema.SelectorConf.__dataclass_fields__) | {"catalogue",
+                                                                             "explicit"}
+
+
+def fingerprint(tree: ConfigTree, overrides: Sequence[str]) -> str:
+    """The cache key: the content of every config file, the schema, this package's code, and
+    the overrides (so a changed file or a new selector version never reads a stale entry)."""
+    h = hashlib.sha256(f"format={CACHE_FORMAT}".encode())
+    h.update(Path(schema.__file__).read_bytes())
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(module.read_bytes())
+    for f in tree.files():
+        h.update(str(f).encode("utf-8", "surrogateescape") + b"\0" + read_config_bytes(f) + b"\0")
+    h.update(json.dumps(list(overrides)).encode())
+    return h.hexdigest()
+
+
+def directory() -> Optional[Path]:
+    """The cache directory, or None when caching is off; refused if others can write it."""
+    d = env_vars.cache_dir()
+    if d is None:
+        return None
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return d  # created, private, on the first write
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(d)
+        except OSError:
+            return None
+    if not stat.S_ISDIR(st.st_mode):
+        raise SelectorError(f"cache directory {d} is not a directory: remove it, set "
+                            "SELECTOR_CACHE_DIR elsewhere, or SELECTOR_NO_CACHE=1")
+    if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o022:
+        raise SelectorError(f"cache directory {d} can be written by other users (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid}): whoever "
+                            f"writes it changes selector's answers; run 'chmod go-w {d}' as its "
+                            "owner, set SELECTOR_CACHE_DIR to a private directory, or "
+                            "SELECTOR_NO_CACHE=1")
+    return d
+
+
+def get(d: Path, key: str) -> Optional[Dict[str, Any]]:
+    """The cached data for key, if it is there and has the shape of composed data."""
+    try:
+        with open(d / f"{key}.json", "rb") as fh:
+            text = fh.read(MAX_ENTRY_BYTES + 1)
+        if len(text) > MAX_ENTRY_BYTES:
+            return None
+        entry = json.loads(text)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and
+            entry.get("key") == key and isinstance(entry.get("data"), dict)):
+        return None
+    data = entry["data"]
+    try:
+        check_shape(data)
+    except SelectorError:
+        return None
+    return data
+
+
+def check_shape(data: Dict[str, Any]) -> None:
+    """What composition always gives: the schema's top-level keys, mappings where the schema
+    has mappings, a catalogue of {op: {name: mapping}}, and only JSON-plain values."""
+    if set(data) != _TOP_KEYS:
+        raise SelectorError(f"composed config has keys {sorted(data)}")
+    for k in ("platform", "layer", "policy", "engine"):
+        if not isinstance(data[k], dict):
+            raise SelectorError(f"composed config: {k} is not a mapping")
+    cat = data["catalogue"]
+    if not (isinstance(cat, dict) and set(cat) == set(schema.OPS) and
+            all(isinstance(v, dict) and all(isinstance(c, dict) for c in v.values())
+                for v in cat.values())):
+        raise SelectorError("composed config: the catalogue is not {op: {name: mapping}}")
+    if not (isinstance(data["explicit"], list) and
+            all(isinstance(x, str) for x in data["explicit"])):
+        raise SelectorError("composed config: explicit is not a list of keys")
+    check_plain(data, "")
+
+
+def put(d: Path, key: str, data: Dict[str, Any]) -> None:
+    """Write atomically (a private temporary file, then rename), then prune to MAX_ENTRIES."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = d / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"format": CACHE_FORMAT, "key": key, "data": data}, fh, sort_keys=True)
+        os.replace(tmp, d / f"{key}.json")
+        _prune(d)
+    except (OSError, ValueError):
+        pass  # a cache that cannot be written only costs time
+
+
+def _prune(d: Path) -> None:
+    entries = []
+    for p in d.glob("*.json"):
+        try:
+            entries.append((p.stat().st_mtime, p.name, p))
+        except OSError:
+            continue
+    for _, _, p in sorted(entries)[:max(0, len(entries) - MAX_ENTRIES)]:
+        try:
+            p.unlink()
+        except OSError:
+            pass

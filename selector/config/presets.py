@@ -1,0 +1,163 @@
+"""Checks on the files of a config tree before Hydra composes them, each naming the file.
+
+A preset changes only its own group: its `# @package` header and its defaults list cannot
+reach another group (a layer preset could otherwise rewrite the platform), its defaults cannot
+loop, a platform preset's `preset:` key is its own name, and versions are quoted. `check`
+runs the same functions as `explain`, so the two agree.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .. import schema
+from ..errors import SelectorError, bad_input
+from .dirs import ConfigTree
+from .safe_yaml import load_document
+
+# The package a preset of each group may write to (None: the group's own, Hydra's default).
+PACKAGES = {"platform": (None, "_group_", "platform"), "stack": ("platform",),
+            "layer": (None, "_group_", "layer"), "policy": (None, "_group_", "policy"),
+            "engine": (None, "_group_", "engine")}
+SCHEMA_NODES = {"platform": schema.PlatformConf, "stack": schema.PlatformConf,
+                "layer": schema.LayerConf, "policy": schema.PolicyConf,
+                "engine": schema.EngineConf}
+
+
+def lint_tree(tree: ConfigTree) -> None:
+    """Every file of the tree: readable plain YAML, versions quoted, presets confined."""
+    graph: Dict[Path, List[Path]] = {}
+    backend_keys = {p: f"catalogue.{op}.{name}" for (op, name), p in tree.backend_files.items()}
+    for f in tree.files():
+        node, data = load_document(f, backend_keys.get(f, ""))
+        if node is not None:
+            _lint_versions(node, f, [])
+        group = _group_of(tree, f)
+        if group is not None:
+            graph[f] = _lint_preset(tree, group, f, data, node)
+    _refuse_loops(graph)
+
+
+def _group_of(tree: ConfigTree, f: Path) -> Optional[str]:
+    for group, options in tree.presets.items():
+        if options.get(f.stem) == f:
+            return group
+    return None
+
+
+def _lint_preset(tree: ConfigTree, group: str, f: Path, data: Any, node: Any) -> List[Path]:
+    """The package header, the `preset:` key and the defaults list of one preset file."""
+    package = _header_package(f)
+    if package not in PACKAGES[group]:
+        allowed = ", ".join(f"'# @package {p}'" for p in PACKAGES[group] if p)
+        raise bad_input(f"{group}={f.stem}", f"@package {package}", "writes outside its own "
+                        f"group: a {group} preset may change only {PACKAGES[group][-1]}.* "
+                        f"(accepted header: none or {allowed})", where=str(f))
+    if data is not None and not isinstance(data, dict):
+        raise SelectorError(f"{f}: a preset file must hold a mapping of keys, not "
+                            f"{type(data).__name__}", where=str(f))
+    data = data or {}
+    if "preset" in data and (group != "platform" or data["preset"] != f.stem):
+        raise bad_input(f"{PACKAGES[group][-1]}.preset", data["preset"], "is set by the preset's "
+                        f"file name ({group}={f.stem}); remove the key" if group == "platform"
+                        else "is the name of the platform preset; a stack preset cannot set it",
+                        where=str(f))
+    out = []
+    defaults = data.get("defaults", [])
+    if not isinstance(defaults, list):
+        raise bad_input(f"{group}={f.stem}.defaults", defaults, "is not a list", where=str(f))
+    for i, entry in enumerate(defaults):
+        if entry == "_self_":
+            continue
+        target = tree.presets[group].get(entry) if isinstance(entry, str) else None
+        if target is None:
+            raise bad_input("defaults", entry, f"is not accepted: a {group} preset's defaults "
+                            f"name only _self_ and other {group} presets "
+                            f"({', '.join(tree.group_options(group))})",
+                            where=f"{f} line {_defaults_line(node, i)}")
+        out.append(target)
+    return out
+
+
+def _defaults_line(node: Any, i: int) -> int:
+    """The line of the i-th defaults entry (1-based), from the YAML node tree."""
+    for k, v in node.value:
+        if getattr(k, "value", None) == "defaults" and i < len(getattr(v, "value", ())):
+            return v.value[i].start_mark.line + 1
+    return 1
+
+
+def _header_package(f: Path) -> Optional[str]:
+    """The `# @package` header, parsed as Hydra parses it."""
+    from hydra.plugins.config_source import ConfigSource
+    from .safe_yaml import read_config_bytes
+    try:
+        header = ConfigSource._get_header_dict(read_config_bytes(f).decode("utf-8"))
+    except ValueError as exc:
+        raise SelectorError(f"{f}: malformed '# @' header: {exc}", where=str(f)) from None
+    return header.get("package")
+
+
+def _refuse_loops(graph: Dict[Path, List[Path]]) -> None:
+    """A preset whose defaults lead back to itself (Hydra would recurse until it gives up)."""
+    done: set = set()
+    for start in sorted(graph):
+        path: List[Path] = []
+        stack = [(start, iter(graph.get(start, ())))]
+        path.append(start)
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                done.add(node)
+                stack.pop()
+                path.pop()
+            elif nxt in path:
+                loop = path[path.index(nxt):] + [nxt]
+                raise bad_input("defaults", nxt.stem, "makes a loop: " + " -> ".join(
+                    f"{p.parent.name}/{p.stem}" for p in loop), where=str(start))
+            elif nxt not in done:
+                stack.append((nxt, iter(graph.get(nxt, ()))))
+                path.append(nxt)
+
+
+def _lint_versions(node, path: Path, keys: List[str]) -> None:
+    import yaml
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            _lint_versions(v, path, keys + [str(getattr(k, "value", k))])
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            _lint_versions(v, path, keys)
+    elif isinstance(node, yaml.ScalarNode) and keys:
+        versiony = keys[-1] in ("cuda", "capability") or (len(keys) >= 2 and keys[-2] ==
+                                                          "packages" and ("platform" in keys or
+                                                          path.parent.name in ("platform",
+                                                                               "stack")))
+        if versiony and node.tag.endswith((":float", ":int")) and not node.style:
+            raise bad_input(".".join(keys), node.value, "is an unquoted number; quote versions "
+                            f"(\"{node.value}\") so that 4.10 does not become 4.1",
+                            where=f"{path} line {node.start_mark.line + 1}")
+
+
+def validate_preset(path: Path, group: str) -> Dict[str, Any]:
+    """One preset file merged onto its schema node: unknown keys and wrong types are errors
+    naming the file (Hydra's own errors do not say which file a value came from)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from .hydra_errors import translate_omegaconf
+    _, raw = load_document(path)
+    raw = dict(raw or {})
+    raw.pop("defaults", None)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(SCHEMA_NODES[group]), raw)
+        return OmegaConf.to_container(merged, resolve=False)
+    except (OmegaConfBaseException, ValueError, TypeError, ArithmeticError) as exc:
+        raise translate_omegaconf(exc, prefix=PACKAGES[group][-1], where=str(path)) from None
+
+
+def validate_presets(tree: ConfigTree) -> None:
+    """Every preset of the tree on its own (the first error found is raised)."""
+    for group, options in tree.presets.items():
+        for name in sorted(options):
+            validate_preset(options[name], group)

@@ -1,0 +1,22 @@
+"""Text output that a detected or user-given string cannot forge.
+
+A GPU name, a preset's gpu_name, a path or a message is printed inside one line of the text
+output; a newline or a terminal escape in it could start a fake "selected:" line or rewrite
+the screen, so every character that is not printable is shown as its escape.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def printable(line: str) -> str:
+    """`line` with every non-printable character (newline, tab, ESC, U+2028...) escaped."""
+    if line.isprintable():
+        return line
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in line)
+
+
+def join_lines(lines: Iterable[str]) -> str:
+    """Lines joined by newlines, each made printable first (so each stays one line)."""
+    return "\n".join(printable(line) for line in lines)

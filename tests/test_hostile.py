@@ -1,0 +1,475 @@
+"""Regression tests for the adversarial review (reliability issue): hostile files, environments
+and callers. Each test names the point it covers; each failed before its fix.
+
+Most cases run the CLI in-process (`selector.cli.main`); those that could hang, crash the
+interpreter or need a real file descriptor run it in a subprocess with a time limit.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Sequence, Tuple
+
+import pytest
+
+import selector
+from conftest import child_env
+from selector.cli import main
+from selector.config import ConfigTree, normalize_overrides
+from selector.environment import Environment, Gpu
+from selector.errors import SelectorError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
+
+
+def run_main(argv: Sequence[str]) -> Tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(argv))
+        except SystemExit as exc:
+            rc = exc.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def refused(argv: Sequence[str], *needles: str) -> str:
+    """Exit 2 with a message (one line, or check's list) containing every needle."""
+    rc, out, err = run_main(argv)
+    assert rc == 2, (argv, rc, out, err)
+    assert "Traceback" not in out + err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+def user_dir(root: Path, files: Dict[str, str]) -> Path:
+    d = root / "user"
+    for rel, text in files.items():
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def subprocess_cli(args: Sequence[str], timeout: float = 60, **env: str):
+    return subprocess.run([sys.executable, "-m", "selector", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=str(REPO), env=child_env(**env))
+
+
+def fake_detect(capability=(12, 0), name="NVIDIA RTX PRO 6000"):
+    def detect(names):
+        return Environment(capability, name, None, {n: None for n in names},
+                           Gpu(name, capability), "fake", ())
+    return detect
+
+
+# -- 1. non-regular files, size checked before reading ----------------------------------------
+
+@pytest.mark.parametrize("command", ["explain", "check"])
+def test_1_fifo_is_refused_not_read(tmp_path, command):
+    d = user_dir(tmp_path, {})
+    (d / "platform").mkdir()
+    os.mkfifo(d / "platform" / "pipe.yaml")
+    p = subprocess_cli([command, "--config-dir", str(d), "platform=cpu"], timeout=60,
+                       SELECTOR_CACHE_DIR=str(tmp_path / "c"))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "pipe.yaml" in p.stderr and "not a regular file" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_1_sparse_huge_file_is_refused_before_reading(tmp_path, monkeypatch):
+    d = user_dir(tmp_path, {})
+    (d / "backend" / "moe").mkdir(parents=True)
+    with open(d / "backend" / "moe" / "big.yaml", "wb") as fh:
+        fh.truncate(1 << 30)  # 1 GiB, sparse
+    read = []
+    real_read = os.read
+    def spy(fd, n):
+        if os.fstat(fd).st_size == 1 << 30:
+            read.append(n)
+        return real_read(fd, n)
+    monkeypatch.setattr(os, "read", spy)
+    err = refused(["explain", "--config-dir", str(d), "platform=cpu"], "big.yaml", "too large")
+    assert not read, "the file was read before its size was checked"
+    assert "1073741824 bytes" in err
+
+
+# -- 2. fork while another thread is inside a cold load ----------------------------------------
+
+def test_2_fork_while_composing_does_not_deadlock(tmp_path, monkeypatch):
+    from selector.config import composer as compose_mod
+    monkeypatch.setenv("SELECTOR_NO_CACHE", "1")
+    inside, release = threading.Event(), threading.Event()
+
+    def holder():
+        with compose_mod._HYDRA_LOCK:  # a thread in the middle of a cold load()
+            inside.set()
+            release.wait(30)
+    t = threading.Thread(target=holder)
+    t.start()
+    inside.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: a cold load must complete
+            try:
+                selector.load(["platform=cpu", "layer.ep_size=3"])
+                os._exit(0)
+            except BaseException:  # noqa: BLE001
+                os._exit(3)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child deadlocked on the composition lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        t.join()
+
+
+# -- 3. a preset changes only its own group ----------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "# @package _global_\nplatform:\n  capability: '12.1'\nlayer:\n  op: moe\n",
+    "defaults:\n  - /platform@_global_.platform: gb200\n  - _self_\nop: moe\n",
+    "defaults:\n  - /stack: vllm_0_32\n  - _self_\nop: moe\n",
+])
+@pytest.mark.parametrize("command", ["explain", "check"])
+def test_3_layer_preset_cannot_rewrite_platform(tmp_path, text, command):
+    d = user_dir(tmp_path, {"layer/evil.yaml": text})
+    refused([command, "--config-dir", str(d), "platform=b200", "layer=evil"], "evil.yaml")
+
+
+def test_3_stack_preset_still_writes_platform():
+    """Control: the packaged stacks write platform.* through '# @package platform'."""
+    d = selector.load(["platform=b200", "stack=vllm_0_32"]).default()
+    assert d.platform["packages"]["vllm"] == "0.32.0"
+
+
+# -- 4. platform.preset is not a key -----------------------------------------------------------
+
+@pytest.mark.parametrize("overrides", [["platform=b200", "platform.preset=cpu"],
+                                       ["platform=b200", "platform.preset=auto"],
+                                       ["+platform.preset=cpu"]])
+def test_4_platform_preset_key_is_refused(overrides):
+    refused(["explain", *overrides], "platform.preset", "platform=<name>")
+
+
+def test_4_preset_name_comes_from_the_file(tmp_path):
+    d = user_dir(tmp_path / "a", {"platform/mybox.yaml": "capability: '12.0'\n"})
+    sel = selector.load(["platform=mybox"], config_dirs=[d], detect=fake_detect((9, 0)))
+    assert sel.platform.source == "mybox" and sel.platform.capability == (12, 0)
+    d = user_dir(tmp_path / "b", {"platform/liar.yaml": "preset: auto\ncapability: '12.0'\n"})
+    refused(["explain", "--config-dir", str(d), "platform=liar"], "liar.yaml", "preset")
+
+
+# -- 7. user presets named like packaged ones; reserved names ----------------------------------
+
+@pytest.mark.parametrize("command", ["explain", "check"])
+def test_7_shadowing_preset_is_refused(tmp_path, command):
+    d = user_dir(tmp_path, {"platform/b200.yaml": "capability: '12.1'\n"})
+    refused([command, "--config-dir", str(d), "platform=b200"], "b200.yaml",
+            "already defines")
+
+
+@pytest.mark.parametrize("name", ["selector_schema.yaml", "config.yaml"])
+def test_7_reserved_names_are_refused(tmp_path, name):
+    d = user_dir(tmp_path, {name: "platform:\n  capability: '12.1'\n"})
+    refused(["explain", "--config-dir", str(d), "platform=b200"], name, "reserved")
+
+
+# -- 8. an explicit null wins over detection, for every key ------------------------------------
+
+def test_8_explicit_null_capability_under_auto():
+    det = fake_detect((12, 0))
+    assert selector.load(["platform=auto"], detect=det).platform.capability == (12, 0)
+    sel = selector.load(["platform=auto", "platform.capability=null"], detect=det)
+    assert sel.platform.capability is None
+    sel = selector.load(["platform=auto", "platform.packages.torch=null"], detect=det)
+    assert dict(sel.platform.packages)["torch"] is None
+
+
+# -- 9. one spelling per distribution ----------------------------------------------------------
+
+def test_9_package_spellings_merge_and_the_later_wins():
+    """The stack names flashinfer-python first: a non-canonical spelling used to be appended
+    after it and win whatever the order of the overrides."""
+    a = selector.load(["platform=b200", "stack=flashinfer_0_7_4",
+                       "platform.packages.Flashinfer_Python=0.6.1",
+                       "platform.packages.flashinfer-python=0.7.4"])
+    b = selector.load(["platform=b200", "stack=flashinfer_0_7_4",
+                       "platform.packages.flashinfer-python=0.7.4",
+                       "platform.packages.Flashinfer_Python=0.6.1"])
+    assert str(dict(a.platform.packages)["flashinfer-python"]) == "0.7.4"
+    assert str(dict(b.platform.packages)["flashinfer-python"]) == "0.6.1"
+
+
+# -- 10. values JSON cannot hold: the same clean error with and without the cache -------------
+
+BACKEND = "rank: 50\nexecution: reference\nrules: []\n"
+
+
+@pytest.mark.parametrize("case,text,needle", [
+    ("date", BACKEND + "description: 2024-01-01\n", "timestamp"),
+    ("set", BACKEND + "description: !!set {a, b}\n", "set"),
+    ("bool key", BACKEND + "on: true\n", "key"),
+    ("huge rank", "rank: " + "9" * 5000 + "\nexecution: reference\nrules: []\n", "big.yaml"),
+    ("big rank", "rank: " + "9" * 40 + "\nexecution: reference\nrules: []\n", "out of range"),
+])
+@pytest.mark.parametrize("command", ["explain", "list", "doctor"])
+def test_10_plain_values_only(tmp_path, monkeypatch, case, text, needle, command):
+    d = user_dir(tmp_path, {"backend/moe/big.yaml": text})
+    args = [command, "--config-dir", str(d), "platform=cpu"]
+    with_cache = refused(args, needle)
+    monkeypatch.setenv("SELECTOR_NO_CACHE", "1")
+    assert refused(args, needle) == with_cache
+    with pytest.raises(SelectorError):
+        selector.load(["platform=cpu"], config_dirs=[d])
+
+
+# -- 11. the cache is untrusted input ----------------------------------------------------------
+
+def _cache_file(tmp_path, overrides):
+    from selector.config import cache as cache_mod
+    tree = ConfigTree.discover([])
+    key = cache_mod.fingerprint(tree, normalize_overrides(overrides, tree))
+    return tmp_path / "cache" / f"{key}.json", key
+
+
+@pytest.mark.parametrize("content", ["[]", "null", "{}", '"x"', "1e999",
+                                     '{"format": 2, "key": "%s", "data": {}}',
+                                     '{"format": 2, "key": "%s", "data": []}',
+                                     '{"format": 2, "key": "%s", "data": {"layer": 1}}'])
+def test_11_cached_data_of_the_wrong_shape_is_composed_afresh(tmp_path, content):
+    overrides = ["platform=b200", "stack=vllm_0_32", "layer.ep_size=2"]
+    fresh = selector.load(overrides).default().to_json()
+    path, key = _cache_file(tmp_path, overrides)
+    assert path.is_file()
+    path.write_text(content.replace("%s", key))
+    assert selector.load(overrides).default().to_json() == fresh
+
+
+def test_11_cached_values_are_validated_like_fresh_ones(tmp_path):
+    overrides = ["platform=b200", "stack=vllm_0_32", "layer.ep_size=3"]
+    fresh = selector.load(overrides).default().to_json()
+    path, _ = _cache_file(tmp_path, overrides)
+    entry = json.loads(path.read_text())
+    entry["data"]["layer"]["ep_size"] = "three"
+    path.write_text(json.dumps(entry))
+    assert selector.load(overrides).default().to_json() == fresh
+
+
+def test_11_cache_dir_writable_by_others_is_refused(tmp_path):
+    c = tmp_path / "cache"
+    c.mkdir()
+    c.chmod(0o777)
+    err = refused(["explain", "platform=b200"], "can be written by other users", "chmod")
+    assert str(c) in err
+    c.chmod(0o700)
+    assert run_main(["explain", "platform=b200"])[0] in (0, 1)
+
+
+def test_11_cache_is_bounded_on_disk(tmp_path, monkeypatch):
+    from selector.config import cache as cache_mod
+    monkeypatch.setattr(cache_mod, "MAX_ENTRIES", 5)
+    for i in range(1, 12):
+        selector.load(["platform=b200", f"layer.ep_size={i}"])
+    files = list((tmp_path / "cache").glob("*.json"))
+    assert len(files) == 5
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) == 0o700
+
+
+# -- 12. one parser for every timeout ----------------------------------------------------------
+
+@pytest.mark.parametrize("var,value", [
+    ("SELECTOR_NVML_TIMEOUT", ""), ("SELECTOR_NVML_TIMEOUT", "abc"),
+    ("SELECTOR_NVML_TIMEOUT", "nan"), ("SELECTOR_NVML_TIMEOUT", "inf"),
+    ("SELECTOR_NVML_TIMEOUT", "-1"), ("SELECTOR_TORCH_PROBE_TIMEOUT", "nan"),
+    ("SELECTOR_TORCH_PROBE_TIMEOUT", "inf"), ("SELECTOR_TORCH_PROBE_TIMEOUT", "1e9"),
+])
+def test_12_bad_detection_timeouts(monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    refused(["explain", "platform=auto"], var, "seconds")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["doctor"], "SELECTOR_PROBE_TIMEOUT"),
+    (["doctor", "--timeout", "inf"], "--timeout"),
+    (["doctor", "--timeout", "3e6"], "--timeout"),
+    (["doctor", "--timeout", "-1"], "--timeout"),
+    (["doctor", "--timeout", "abc"], "--timeout"),
+])
+def test_12_bad_probe_timeouts(monkeypatch, argv, needle):
+    if argv == ["doctor"]:
+        monkeypatch.setenv("SELECTOR_PROBE_TIMEOUT", "abc")
+    refused([*argv, "platform=cpu"], needle, "seconds")
+
+
+def test_12_good_timeouts_parse():
+    from selector import env_vars
+    assert env_vars.parse_timeout("x", "2.5") == 2.5
+    assert env_vars.parse_timeout("x", 86400) == 86400.0
+
+
+# -- 13, 14. numbers and keys too large for Python or the file system -------------------------
+
+def test_13_huge_swiglu_limit():
+    refused(["explain", "platform=b200", "layer.swiglu_limit=" + "9" * 401],
+            "layer.swiglu_limit")
+    with pytest.raises(SelectorError, match="swiglu_limit"):
+        selector.load(["platform=b200"]).select(swiglu_limit=10 ** 400)
+
+
+def test_14_long_override_key():
+    refused(["explain", "platform=b200", "layer." + "x" * 300 + "=1"], "override", "at most")
+    refused(["explain", "platform=b200", "x" * 250 + "=1"], "override")
+
+
+# -- 15. output that cannot be written ---------------------------------------------------------
+
+def test_15_full_disk_and_closed_stdout():
+    for redirect in ("> /dev/full", ">&-"):
+        p = subprocess.run(f"{sys.executable} -m selector explain platform=b200 {redirect}",
+                           shell=True, capture_output=False, stderr=subprocess.PIPE, text=True,
+                           cwd=str(REPO), env=child_env(), timeout=60)
+        assert p.returncode == 2, (redirect, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "cannot write the output" in lines[0], p.stderr
+
+
+# -- 16. API arguments of the wrong type -------------------------------------------------------
+
+class Ambiguous:
+    """Behaves like a numpy array: comparing it gives something with no truth value."""
+
+    def __eq__(self, other):
+        return self
+
+    def __bool__(self):
+        raise ValueError("The truth value of an array with more than one element is ambiguous")
+
+    __hash__ = None
+
+
+@pytest.mark.parametrize("dirs", [[None], [b"/tmp"], ["\x00"], [""], [3]])
+def test_16_bad_config_dirs(dirs):
+    with pytest.raises(SelectorError, match="config"):
+        selector.load(["platform=b200"], config_dirs=dirs)
+
+
+@pytest.mark.parametrize("key", ["op", "quant", "activation", "dtype", "all2all"])
+def test_16_bad_layer_values(key):
+    with pytest.raises(SelectorError, match=key):
+        selector.load(["platform=b200"]).select(**{key: Ambiguous()})
+
+
+# -- 17. bounded caches ------------------------------------------------------------------------
+
+def test_17_api_caches_are_bounded(monkeypatch):
+    import selector.api
+    sel = selector.load(["platform=b200", "stack=vllm_0_32"])
+    monkeypatch.setattr(selector.api, "CACHE_SIZE", 100)
+    for i in range(1, 1001):
+        sel.select(num_tokens=i)
+    assert len(sel._by_kwargs) <= 100 and len(sel._by_layer) <= 100
+    assert len(sel._layers) <= 100
+    assert sel.select(num_tokens=7).to_dict()["layer"]["num_tokens"] == 7
+
+
+# -- 18. detected and user strings cannot forge output lines -----------------------------------
+
+def test_18_gpu_name_cannot_forge_a_line(tmp_path):
+    forged = "NVIDIA\nselected: evil\x1b[2J"
+    d = user_dir(tmp_path, {"platform/mybox.yaml":
+                            f"capability: '12.0'\ngpu_name: {json.dumps(forged)}\n"})
+    for sel in (selector.load(["platform=auto"], detect=fake_detect((12, 0), forged)),
+                selector.load(["platform=mybox"], config_dirs=[d])):
+        text = str(sel.default())
+        assert [ln for ln in text.splitlines() if ln.startswith("selected:")] == \
+            [ln for ln in text.splitlines() if ln.startswith("selected:")][:1]
+        assert "\x1b" not in text
+    from selector.text import printable
+    assert printable("a\nb\x1b") == "a\\nb\\x1b"
+
+
+# -- 19. smaller ones ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["back\\slash", "new\nline", "quote'dir", "trail\\"])
+def test_19_config_dir_path_with_odd_characters(tmp_path, name):
+    d = tmp_path / name
+    (d / "platform").mkdir(parents=True)
+    (d / "platform" / "mybox.yaml").write_text("capability: '12.0'\n")
+    sel = selector.load(["platform=mybox"], config_dirs=[d])
+    assert sel.platform.source == "mybox" and sel.platform.capability == (12, 0)
+
+
+def test_19_yml_preset_is_refused(tmp_path):
+    d = user_dir(tmp_path, {"platform/px.yml": "capability: '12.0'\n"})
+    refused(["explain", "--config-dir", str(d), "platform=px"], "px.yml", "rename it")
+
+
+@pytest.mark.parametrize("name", ["none", "auto"])
+def test_19_reserved_backend_names(tmp_path, name):
+    d = user_dir(tmp_path, {f"backend/moe/{name}.yaml": BACKEND})
+    refused(["explain", "--config-dir", str(d), "platform=cpu"], f"{name}.yaml", "reserved")
+
+
+def test_19_cache_environment_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("SELECTOR_NO_CACHE", "0")
+    selector.load(["platform=b200", "layer.ep_size=5"])
+    assert list((tmp_path / "cache").glob("*.json")), "SELECTOR_NO_CACHE=0 turned the cache off"
+    monkeypatch.setenv("SELECTOR_NO_CACHE", "maybe")
+    refused(["explain", "platform=b200"], "SELECTOR_NO_CACHE")
+    monkeypatch.delenv("SELECTOR_NO_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", "~/x")
+    selector.load(["platform=b200", "layer.ep_size=6"])
+    assert list((tmp_path / "home" / "x").glob("*.json"))
+    monkeypatch.delenv("SELECTOR_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    selector.load(["platform=b200", "layer.ep_size=7"])
+    assert list((tmp_path / "xdg" / "selector").glob("*.json"))
+
+
+@pytest.mark.parametrize("value", ["\u0661\u0662.\u0660", "１２.０", "12.\u0660"])
+def test_19_capability_takes_ascii_digits_only(value):
+    refused(["explain", f"platform.capability={value}"], "platform.capability")
+
+
+def test_19_self_including_preset(tmp_path):
+    d = user_dir(tmp_path, {"layer/me.yaml": "defaults:\n  - me\n  - _self_\nop: moe\n",
+                            "layer/a.yaml": "defaults:\n  - b\n  - _self_\n",
+                            "layer/b.yaml": "defaults:\n  - a\n  - _self_\n"})
+    refused(["explain", "--config-dir", str(d), "platform=cpu", "layer=me"], "loop")
+
+
+# -- issue 9 item 7: errors translated from attributes, not message text ----------------------
+
+def test_errors_come_from_attributes_not_message_text():
+    from omegaconf.errors import ValidationError
+    from selector.config.hydra_errors import translate_omegaconf
+    exc = ValidationError("Could not override 'policy.strict'. full_key: layer.op")
+    exc.full_key, exc.value = "layer.ep_size", "abc"
+    msg = str(translate_omegaconf(exc))
+    assert msg.startswith("layer.ep_size: 'abc'") and "integer" in msg, msg
