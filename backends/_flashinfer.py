@@ -1,7 +1,8 @@
 """Calls into FlashInfer shared by the FlashInfer entry points (imported lazily, on apply only).
 
-Every function here is reached only after ``Backend.check`` let the layer through: the selector
-found the device, CUDA runtime and packages the backend needs.
+Every function here is reached only after the selector gate (``KernelBackend.gate``, at
+``prepare``) let the layer through: the selector found the device, CUDA runtime and packages the
+backend needs.
 """
 from __future__ import annotations
 

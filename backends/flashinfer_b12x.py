@@ -14,9 +14,9 @@ from .prepare import FOLD_MAX_REL_ERROR, prepare_b12x_moe, prepare_fp4_linear
 
 class B12xMoE(MoEBackend):
     """``prepare`` folds the weight global scales into the block scales (checked), sets the FC2
-    input scale to 1 in a new tensor, converts scales to the MMA layout once; ``apply`` calls
-    ``b12x_fused_moe`` into the caller's ``out`` (reused, never reallocated) after the selector
-    gate. ``fold_mode="none"`` skips the fold (alpha = the global scale; exact; FlashInfer >= 0.6.17)."""
+    input scale to 1 in a new tensor, converts scales to the MMA layout once, then passes the
+    selector gate; ``apply`` calls ``b12x_fused_moe`` into the caller's ``out`` (reused, never
+    reallocated). ``fold_mode="none"`` skips the fold (alpha = the global scale; exact; FlashInfer >= 0.6.17)."""
 
     backend = "flashinfer_b12x"
 
@@ -34,11 +34,10 @@ class B12xMoE(MoEBackend):
         return tuple(a for a in B12X_ACTIVATIONS if (a in B12X_GATED) == bool(gated))
 
     def prepare(self, weights):
-        return prepare_b12x_moe(weights, quant=self.quant, fold_mode=self.fold_mode,
-                                max_rel_error=self.max_fold_rel_error)
+        return self.admit(prepare_b12x_moe(weights, quant=self.quant, fold_mode=self.fold_mode,
+                                           max_rel_error=self.max_fold_rel_error))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
         import flashinfer  # type: ignore
         import torch
         from ._flashinfer import check_activation, moe_output, supported_kwargs
@@ -77,9 +76,8 @@ class B12xLinear(LinearBackend):
     fi_backend = "b12x"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights)
+        return self.admit(prepare_fp4_linear(weights))
 
     def apply(self, x, prepared, *, out=None):
-        self.check(x, prepared)
         from ._flashinfer import mm_fp4_apply
         return mm_fp4_apply(self.fi_backend, x, prepared, out)

@@ -28,10 +28,9 @@ class CuteDslMoE(MoEBackend):
         if self.activation == "swigluoai":
             from ._flashinfer import deinterleave_w13
             weights = deinterleave_w13(weights)
-        return prepare_cutedsl_moe(weights)
+        return self.admit(prepare_cutedsl_moe(weights))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
         import torch
         from flashinfer import cute_dsl_fused_moe  # type: ignore
         from ._flashinfer import (activation_type, moe_output, pad_last, quantize_fp4,
@@ -62,9 +61,8 @@ class CuteDslLinear(LinearBackend):
     fi_backend = "cute-dsl"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights)
+        return self.admit(prepare_fp4_linear(weights))
 
     def apply(self, x, prepared, *, out=None):
-        self.check(x, prepared)
         from ._flashinfer import mm_fp4_apply
         return mm_fp4_apply(self.fi_backend, x, prepared, out)

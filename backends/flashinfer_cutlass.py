@@ -29,10 +29,9 @@ class CutlassMoE(MoEBackend):
         if self.activation == "swigluoai":
             from ._flashinfer import deinterleave_w13
             weights = deinterleave_w13(weights)
-        return prepare_swizzled_moe(weights, backend="flashinfer_cutlass")
+        return self.admit(prepare_swizzled_moe(weights, backend="flashinfer_cutlass"))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
         import torch
         from flashinfer.fused_moe import cutlass_fused_moe  # type: ignore
         from ._flashinfer import activation_type, moe_output, supported_kwargs, swiglu_params
@@ -58,9 +57,8 @@ class CutlassLinear(LinearBackend):
     fi_backend = "cutlass"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights)
+        return self.admit(prepare_fp4_linear(weights))
 
     def apply(self, x, prepared, *, out=None):
-        self.check(x, prepared)
         from ._flashinfer import mm_fp4_apply
         return mm_fp4_apply(self.fi_backend, x, prepared, out)

@@ -26,11 +26,10 @@ class TrtllmMoE(MoEBackend):
         return kernel_activations(cls.deinterleaves)[bool(gated)]
 
     def prepare(self, weights):
-        return prepare_trtllm_moe(weights)
+        return self.admit(prepare_trtllm_moe(weights))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         top_k = int(topk_ids.shape[-1])
-        self.check(x, prepared, top_k=top_k)
         import torch
         from flashinfer.fused_moe import trtllm_fp4_block_scale_routed_moe  # type: ignore
         from ._flashinfer import (activation_type, moe_output, pad_last, quantize_fp4,
@@ -64,9 +63,8 @@ class TrtllmLinear(LinearBackend):
     fi_backend = "trtllm"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights, shuffle_trtllm=True)
+        return self.admit(prepare_fp4_linear(weights, shuffle_trtllm=True))
 
     def apply(self, x, prepared, *, out=None):
-        self.check(x, prepared)
         from ._flashinfer import mm_fp4_apply
         return mm_fp4_apply(self.fi_backend, x, prepared, out)

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .nvfp4 import (LinearWeights, MoEWeights, NVFP4Tensor, _torch, check_float_tensor,
-                    check_scale, quantize_dequantize)
+from .nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor, _torch, check_float_tensor, check_scale, quantize_dequantize
 
 GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave",
                      "swiglustep")
@@ -97,7 +96,7 @@ def activation_fn(h, activation: str, act_and_mul: bool, *, swiglu_limit: Option
     return F.gelu(g, approximate="tanh" if activation == "gelu_tanh" else "none") * u
 
 
-def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple["object", "object"]:
+def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple[object, object]:
     """Softmax top-k routing: ``(topk_weights float32 [T, k], topk_ids int32 [T, k])``."""
     torch = _torch()
     probs = torch.softmax(router_logits.to(torch.float32), dim=-1)
@@ -109,11 +108,13 @@ def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple["object"
 
 def _write_out(y, out, like):
     """``y`` in the dtype of ``like``, or copied into the caller's ``out``, which must have that
-    dtype, the shape and the device (checked as the FlashInfer paths check it: no silent cast)."""
+    dtype (or the compute dtype itself: a float64 reference keeps its precision), the shape and
+    the device (checked as the FlashInfer paths check it: no silent cast)."""
     if out is None:
         return y.to(like.dtype)
     from ._base import output_buffer
-    buf = output_buffer(out, tuple(y.shape), like.dtype, y.device)
+    dtype = y.dtype if getattr(out, "dtype", None) == y.dtype else like.dtype
+    buf = output_buffer(out, tuple(y.shape), dtype, y.device)
     buf.copy_(y)
     return buf
 

@@ -22,7 +22,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO
 
 MARK = "@@selector-verify@@ "
 
@@ -49,6 +49,7 @@ def pow2_scale(amax):
     ``backends.prepare`` checks and reports on its own).
     """
     import torch
+
     from .nvfp4 import E2M1_MAX, E4M3_MAX
     amax = torch.as_tensor(amax, dtype=torch.float32)
     ratio = torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
@@ -63,6 +64,7 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
     from x, FC2's per expert from the activation output of every token.
     """
     import torch
+
     from .nvfp4 import MoEWeights, quantize, quantize_dequantize
     from .reference import activation_fn, route
     T, H, I = shape["num_tokens"], shape["hidden_size"], shape["intermediate_size"]
@@ -85,6 +87,7 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
 def build_linear(shape: Dict[str, int], quant: str, seed: int):
     """(x bf16 [T, K], LinearWeights) on the CPU, from ``seed``; scales as in ``build_moe``."""
     import torch
+
     from .nvfp4 import LinearWeights, quantize
     T, K, N = shape["num_tokens"], shape["hidden_size"], shape["out_features"]
     g = torch.Generator().manual_seed(seed)
@@ -131,7 +134,8 @@ def compare(y, ref) -> Dict[str, Any]:
     err = (y - ref).abs()
     scale = float(ref.abs().max())
     norm = float(ref.norm())
-    flat, index = int(torch.argmax(err)), []
+    flat = int(torch.argmax(err))
+    index: List[int] = []
     for n in reversed(err.shape):
         flat, i = divmod(flat, int(n))
         index.insert(0, i)
@@ -169,7 +173,9 @@ def _decision(spec: Dict[str, Any], op: str, layer: Dict[str, Any]):
 def run_case(spec: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
     """Build, prepare, apply, compare: the measurements of one case (raises on failure)."""
     import torch
+
     from selector.entry_points import load_entry_point
+
     from .reference import reference_linear, reference_moe
     op, backend = spec["op"], spec["backend"]
     layer, shape, seed = case["layer"], case["shape"], int(case.get("seed", 0))

@@ -88,7 +88,7 @@ class Selector:
                 log.info(d.log_line())
             return self._by_layer[layer]
 
-    def plan(self, model_dir: "os.PathLike[str] | str") -> "Plan":
+    def plan(self, model_dir: os.PathLike[str] | str) -> Plan:
         """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
         from .checkpoint import plan
         return plan(self, model_dir)

@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from .errors import SelectorError
 from .text import printable
@@ -20,7 +20,7 @@ COMMANDS = ("explain", "list", "check", "doctor")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own usage errors are bad input too: exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors are bad input too: exit 2
         self.print_usage(sys.stderr)
         print(f"selector: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -112,7 +112,7 @@ def _output_failed(why: str, quiet: bool = False) -> int:
     return 2
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     from .api import load
     if args.command == "doctor":
         from .doctor import run_doctor
@@ -141,7 +141,7 @@ def _run(args) -> int:
     return 0 if d.selected else 1
 
 
-def _emit(obj, fmt: str) -> None:
+def _emit(obj: Any, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     else:

@@ -76,7 +76,7 @@ class Decision:
         total = len(self.candidates)
         usable = [c for c in self.candidates if c.status in USABLE]
         opt = sum(1 for c in usable if c.status == Status.OPT_IN)
-        needs: Counter = Counter()
+        needs: Counter[str] = Counter()
         for c in self.candidates:
             if c.status == Status.OPT_IN or any(r.rule == OPT_IN for r in c.reasons):
                 continue

@@ -5,6 +5,7 @@ the key, the value and what is accepted.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -12,10 +13,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from . import schema
+from . import engines, schema
 from .entry_points import allowed as entry_point_allowed
 from .errors import SelectorError, bad_input, bad_value
-from . import engines
 from .layer import LAYER_KEYS, make_layer
 from .rules import Condition, Facts, Reason, Rule, compile_rule
 from .schema import Layer

@@ -487,7 +487,7 @@ CASES: List[Case] = _generated() + BOUNDARIES
 # ---------------------------------------------------------------------------------------------
 # Deciding a case
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def base():
     import selector
     return selector.load(["platform=cpu"])

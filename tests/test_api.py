@@ -9,9 +9,9 @@ import sys
 import threading
 
 import pytest
+from helpers import REPO, cli_env, load, run_cli_many
 
 import selector
-from conftest import REPO, cli_env, load, run_cli_many
 from selector.decision import Decision
 
 DGX = ("platform=dgx_spark", "stack=flashinfer_0_7_4")

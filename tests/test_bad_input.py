@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
+from helpers import assert_clean_error, run_cli_many, warm
 
 import selector
-from conftest import assert_clean_error, run_cli_many, warm
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 # (id, overrides, pieces the one-line message must contain). Every case runs through the API;
 # those in CLI_CASES also through a `python -m selector` subprocess (most of a CLI run is

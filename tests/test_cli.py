@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import cli_env, run_cli_many, warm
 
-from conftest import cli_env, run_cli_many, warm
-from selector.rules import reason_rules
 from selector import schema
+from selector.rules import reason_rules
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 DGX_NEMOTRON = ("platform=dgx_spark", "stack=flashinfer_0_7_4", "layer=nemotron_moe")
 DGX_0610_B12X = ("platform=dgx_spark", "stack=flashinfer_0_6_10", "layer=nemotron_moe",

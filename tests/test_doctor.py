@@ -19,13 +19,14 @@ import sys
 import time
 
 import pytest
+from doctor_fixtures import make_broken_packages, make_config_dir, make_dist, make_hider
+from helpers import REPO, assert_clean_error, cli_env, run_cli, run_cli_many
 
 import selector
 from selector import probing
 from selector.doctor import build_report, render_text
 
-from conftest import REPO, assert_clean_error, cli_env, run_cli, run_cli_many
-from doctor_fixtures import (make_broken_packages, make_config_dir, make_dist, make_hider)
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 
 def _version(name):

@@ -38,6 +38,8 @@ import pytest
 from selector import environment, nvml_query
 from selector.cli import main
 
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -165,7 +167,7 @@ def test_pynvml_faults(tmp_path):
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(run, jobs))
-    for case, p, seconds in results:
+    for case, p, _seconds in results:
         want = PYNVML[case][1]
         assert p.returncode == 0, (case, p.stderr)
         got = json.loads(p.stdout.strip().splitlines()[-1])

@@ -11,7 +11,7 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-from conftest import REPO, assert_clean_error, run_cli_many
+from helpers import REPO, assert_clean_error, run_cli_many
 
 DOC = REPO / "docs" / "matrix.md"
 RUNS = {
@@ -68,7 +68,7 @@ def test_every_backend_on_every_preset_agrees_with_explain(runs):
     assert grids["moe"]["cells"]["flashinfer_cutlass"]["dgx_spark"]["short"] == "selected"
     assert grids["moe"]["cells"]["flashinfer_b12x"]["dgx_spark"]["short"] == "opt-in"
     assert grids["linear"]["cells"]["marlin"]["h100"]["short"] == "selected"
-    assert grids["moe"]["cells"]["flashinfer_trtllm"]["h100"]["short"] == "need SM 10.0/10.3"
+    assert grids["moe"]["cells"]["flashinfer_trtllm"]["h100"]["short"] == "need SM 10.0/10.3/10.7"
 
 
 def test_the_layer_given_and_the_stack(runs):

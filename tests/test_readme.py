@@ -1,7 +1,8 @@
 """The README's worked examples are real output of the current code."""
 import pytest
-
 from readme_examples import README, examples, run
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 CASES = examples(README.read_text())
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Set, Tuple
 
 import pytest
+from helpers import load, warm
 
-from conftest import load, warm
-from selector.rules import reason_rules
 from selector import schema
 from selector.layer import make_layer
+from selector.rules import reason_rules
 
 # ---------------------------------------------------------------------------------------------
 # Building blocks
@@ -143,13 +143,13 @@ MOE = [
       None, layer={"quant": "fp8"},
       status={"flashinfer_b12x": "not_applicable", "flashinfer_cutlass": "not_applicable"},
       kinds={"flashinfer_b12x": {"quant"}},
-      notes=("policy.moe_backend=flashinfer_b12x does not implement fp8 moe layers",
+      notes=("policy.moe_backend=flashinfer_b12x: does not implement fp8 moe layers",
              "automatic selection chose nothing"),
       cites={"flashinfer_b12x": ("vLLM #49076",)}),
     S("moe-dgx-074-unquantized-explicit-marlin", [DGX, VLLM, "policy.moe_backend=marlin"],
       None, layer={"quant": "unquantized"},
       status={"marlin": "not_applicable", "cutlass": "not_applicable"},
-      notes=("policy.moe_backend=marlin does not implement unquantized moe layers",)),
+      notes=("policy.moe_backend=marlin: does not implement unquantized moe layers",)),
     S("moe-request-applies-to-moe-only", [DGX, FI_074, REQ_FI_B12X], "flashinfer_cutlass",
       layer={"op": "linear", "hidden_size": 4096, "intermediate_size": 4096,
              "act_and_mul": False},
@@ -477,7 +477,7 @@ LINEAR = [
     S("lin-unquantized-explicit-backend", [DGX, FI_074, DENSE, LIN_FI_B12X], None,
       layer={"quant": "unquantized"},
       status={"flashinfer_b12x": "not_applicable", "emulation": "not_applicable"},
-      notes=("policy.linear_backend=flashinfer_b12x does not implement unquantized linear",)),
+      notes=("policy.linear_backend=flashinfer_b12x: does not implement unquantized linear",)),
 ]
 
 SCENARIOS = MOE + LINEAR
@@ -564,7 +564,7 @@ def test_scenario(s: Scenario):
     if s.warned is not None:
         warned = {b for b, r in d.warnings if not r.source.startswith(AMBIENT_WARNINGS)}
         assert sorted(warned) == sorted(s.warned), d.warnings
-    for b, w in d.warnings:
+    for _b, w in d.warnings:
         assert w.severity == "warning" and any(w.message in n for n in d.notes)
     check_invariants(s, d)
 
@@ -586,7 +586,7 @@ UNREACHABLE: set = set()  # a rule no valid layer can trip is dead data: keep th
 
 def _unreachable(sel):
     out = set()
-    for op, backends in sel.catalogue.backends.items():
+    for _op, backends in sel.catalogue.backends.items():
         for b in backends:
             for r in b.rules:
                 if r.kind == "quant" and set(b.implements) <= set(r.values):

@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Sequence, Tuple
 
 import pytest
+from helpers import child_env
 
-from conftest import child_env
 from selector import entry_points
 from selector.cli import main
 from selector.entry_points import allowed, load_entry_point
 from selector.errors import SelectorError
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 REPO = Path(__file__).resolve().parent.parent
 CANARY = "canary-" + uuid.uuid4().hex

@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import cli_env, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import cli_env, run_cli
 from selector import verify
 from selector.errors import SelectorError
 from selector.rules import VerifyFailure, VerifyRule, compile_rule
-
 
 WRONG = Path(__file__).resolve().parent / "wrong_backends"  # site/ (the plugin) and conf/
 
