@@ -190,16 +190,16 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
     settings = REFERENCE_SETTINGS.get((op, backend, quant), {})
     if op == "moe":
         x, w, tw, ti = build_moe(shape, quant, layer["act_and_mul"], layer["activation"], seed)
-        ref = torch.empty(tuple(x.shape), dtype=torch.float64)
-        reference_moe(x, w, tw, ti, activation=layer["activation"], quant=ref_quant,
-                      compute_dtype=torch.float64, out=ref, **settings)  # type: ignore[arg-type]
+        # x's bf16 values are exact in float64: the float64 input gives a float64 output
+        ref = reference_moe(x.to(torch.float64), w, tw, ti, activation=layer["activation"],
+                            quant=ref_quant, compute_dtype=torch.float64, **settings)
         t0 = time.perf_counter()
         prepared = impl.prepare(_moe_to(w, device))
         y = impl.apply(x.to(device), prepared, tw.to(device), ti.to(device))
     else:
         x, w = build_linear(shape, quant, seed)
-        ref = torch.empty((x.shape[0], w.out_features), dtype=torch.float64)
-        reference_linear(x, w, quant=ref_quant, compute_dtype=torch.float64, out=ref, **settings)
+        ref = reference_linear(x.to(torch.float64), w, quant=ref_quant,
+                               compute_dtype=torch.float64, **settings)
         t0 = time.perf_counter()
         prepared = impl.prepare(_linear_to(w, device))
         y = impl.apply(x.to(device), prepared)
