@@ -67,6 +67,7 @@ def deinterleave_w13(weights):
     """``weights`` with w13's rows (FC1 outputs) reordered from interleaved ``[g0, u0, g1, u1, ...]``
     to ``[gate; up]`` halves, block scales alike: exact (whole rows move; NVFP4 blocks run along K)."""
     import dataclasses
+
     import torch
     w13 = weights.w13
     rows = w13.packed.shape[-2]

@@ -40,6 +40,7 @@ class B12xMoE(MoEBackend):
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         import flashinfer  # type: ignore
         import torch
+
         from ._flashinfer import check_activation, moe_output, supported_kwargs
         gated = prepared.geometry["act_and_mul"]
         check_activation(self.backend, self.activation, gated, self.activations(gated))

@@ -33,8 +33,8 @@ class CuteDslMoE(MoEBackend):
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         import torch
         from flashinfer import cute_dsl_fused_moe  # type: ignore
-        from ._flashinfer import (activation_type, moe_output, pad_last, quantize_fp4,
-                                  supported_kwargs, swiglu_params)
+
+        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs, swiglu_params
         p = prepared
         buf = moe_output(out, x)
         Hp = p.padded[0]                       # H padded to 256 (vLLM pads and slices)

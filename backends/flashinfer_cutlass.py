@@ -34,6 +34,7 @@ class CutlassMoE(MoEBackend):
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         import torch
         from flashinfer.fused_moe import cutlass_fused_moe  # type: ignore
+
         from ._flashinfer import activation_type, moe_output, supported_kwargs, swiglu_params
         buf = moe_output(out, x)
         p = prepared

@@ -32,8 +32,8 @@ class TrtllmMoE(MoEBackend):
         top_k = int(topk_ids.shape[-1])
         import torch
         from flashinfer.fused_moe import trtllm_fp4_block_scale_routed_moe  # type: ignore
-        from ._flashinfer import (activation_type, moe_output, pad_last, quantize_fp4,
-                                  supported_kwargs, swiglu_params)
+
+        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs, swiglu_params
         p = prepared
         g = p.geometry
         buf = moe_output(out, x)

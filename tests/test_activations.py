@@ -14,10 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from backends import verify_child  # noqa: E402
-from backends._flashinfer import (FI_ACTIVATION_TYPES, check_activation,  # noqa: E402
-                                  deinterleave_w13)
-from backends.reference import (GATED_ACTIVATIONS, NON_GATED_ACTIVATIONS,  # noqa: E402
-                                activation_fn, reference_moe)
+from backends._flashinfer import FI_ACTIVATION_TYPES, check_activation, deinterleave_w13  # noqa: E402
+from backends.reference import GATED_ACTIVATIONS, NON_GATED_ACTIVATIONS, activation_fn, reference_moe  # noqa: E402
 
 
 def _sig(z):
