@@ -29,7 +29,8 @@ MARK = "@@selector-verify@@ "
 # Reference settings a backend's documented semantics need (else the reference's defaults apply).
 # FlashInfer b12x re-quantizes FC2's input per 16-element block with global scale 1 instead of
 # the checkpoint's a2_scale (vLLM #40082; backends/prepare.py prepare_b12x_moe).
-REFERENCE_SETTINGS: Dict[Tuple[str, str, str], Dict[str, Any]] = {("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0}}
+REFERENCE_SETTINGS: Dict[Tuple[str, str, str], Dict[str, Any]] = {
+    ("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0}}
 
 
 def _emit(out: TextIO, **event: Any) -> None:
