@@ -24,7 +24,10 @@ def test_quick_start_comes_first_and_answers_for_b200():
     assert sections[:4] == ["Quick start", "Keys", "API", "Examples"], sections
     quick = text.split("\n## ")[1]
     commands = re.findall(r"```(?:bash|console)\n\$? ?([^\n]+)", quick)
-    assert "pip install" in commands[0] and "platform=b200" in commands[1], commands
+    # the two commands (set up and answer for this machine; run the tests), then the B200 answer
+    assert "pip install" in commands[0] and "selector explain" in commands[0], commands
+    assert commands[1] == ".venv/bin/python -m pytest -q", commands
+    assert "platform=b200" in commands[2], commands
 
 
 def test_quick_start_python_block_runs(tmp_path):
