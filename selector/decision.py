@@ -99,9 +99,8 @@ class Decision:
         ep = self.entry_point
         if not ep:
             raise SelectorError(f"backend {self.selected} declares no entry_point")
-        import importlib
-        module, _, name = ep.partition(":")
-        cls = getattr(importlib.import_module(module), name)
+        from .entry_points import load_entry_point  # only modules selector allows
+        cls = load_entry_point(ep, f"catalogue.{self.layer['op']}.{self.selected}.entry_point")
         lay = self.layer
         kw: Dict[str, Any] = {"quant": lay["quant"], "decision": self}
         if lay["op"] == "moe":
