@@ -1,10 +1,12 @@
 """What every entry-point class shares: the selector gate, the output buffer, the missing-package error.
 
-A kernel path runs only where the selector says its backend is usable for the layer at hand:
-``Backend.check`` builds (or takes) a selector decision and raises :class:`BackendUnavailable`,
-with every reason (rule, message, source) the selector gave, unless the backend's candidate
-status is ``selected``, ``eligible`` or ``opt_in``. Paths whose kernels are not installed here
-raise :class:`BackendUnavailable` naming the missing distribution; none returns a made-up result.
+A kernel path runs only where the selector says its backend is usable for the layer: the gate
+runs once, at load time (``KernelBackend.gate``, from the constructor when it is given a decision,
+else from ``prepare`` with the weights' sizes), and raises :class:`BackendUnavailable` with every
+reason (rule, message, source) the selector gave unless the backend's candidate status is
+``selected``, ``eligible`` or ``opt_in``; ``apply`` does not ask again. Paths whose kernels are
+not installed here raise :class:`BackendUnavailable` naming the missing distribution; none
+returns a made-up result.
 
 Imports neither torch nor flashinfer at module import.
 """
@@ -12,14 +14,11 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata as md
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-USABLE = ("selected", "eligible", "opt_in")
+from selector.schema import USABLE
+
 DEFAULT_OVERRIDES: Tuple[str, ...] = ("platform=auto",)
-
-# torch dtypes -> the selector's layer.dtype vocabulary
-_SELECTOR_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16",
-                    "torch.float32": "float32"}
 
 
 class BackendUnavailable(RuntimeError):
@@ -30,7 +29,7 @@ class BackendUnavailable(RuntimeError):
         self.backend = backend
         self.op = op
         self.status = status
-        self.reasons = [tuple(r) for r in reasons]
+        self.reasons: List[Tuple[str, str, str]] = [(rule, msg, src) for rule, msg, src in reasons]
         lines = [f"backend {backend!r} cannot run this {op} layer here (status: {status})"]
         if detail:
             lines[0] += f": {detail}"
@@ -84,10 +83,6 @@ def require_any_distribution(backend: str, op: str, names: Sequence[str], source
                              status="rejected", detail=f"requires {wanted}")
 
 
-def dtype_name(dtype) -> str:
-    return _SELECTOR_DTYPES.get(str(dtype), str(dtype).replace("torch.", ""))
-
-
 def output_buffer(out, shape, dtype, device):
     """Validate and return the caller's ``out`` (reused as is), or allocate one of ``shape``."""
     import torch
@@ -101,12 +96,14 @@ def output_buffer(out, shape, dtype, device):
     return out
 
 
-class Backend:
-    """Base of every entry-point class: ``prepare(weights)`` (pure) and ``apply(x, prepared, ...)``.
+class KernelBackend:
+    """Base of every entry-point class: ``prepare(weights)`` gates, then prepares; ``apply(x, prepared, ...)``.
 
     backend/op: the catalogue name and op this class implements. Constructor keywords describe the
-    layer the way the selector does (``layer.*`` keys); ``decision`` takes a decision the caller
-    already has, ``selector_overrides`` the platform to decide on (default ``platform=auto``).
+    layer the way the selector does (``layer.*`` keys; the weights add their sizes at ``prepare``);
+    ``decision`` takes a decision the caller already has (checked here, when the object is built),
+    ``selector_overrides`` the platform to decide on (default ``platform=auto``). The decision is
+    made once per layer at load time (docs/architecture.md): ``apply`` does not ask again.
     """
 
     backend: str = ""
@@ -117,42 +114,47 @@ class Backend:
 
     def __init__(self, *, quant: str = "nvfp4", activation: str = "silu",
                  act_and_mul: Optional[bool] = None, ep_size: int = 1,
-                 swiglu_limit: Optional[float] = None, decision=None,
+                 swiglu_limit: Optional[float] = None, dtype: str = "bfloat16",
+                 top_k: Optional[int] = None, num_tokens: Optional[int] = None, decision=None,
                  selector_overrides: Optional[Sequence[str]] = None):
         self.quant = quant
         self.activation = activation
         self.act_and_mul = act_and_mul
         self.ep_size = ep_size
         self.swiglu_limit = swiglu_limit
+        self.dtype = dtype
+        self.top_k = top_k
+        self.num_tokens = num_tokens
         self.decision = decision
         self.selector_overrides = list(selector_overrides) if selector_overrides is not None else None
-        self._decisions: Dict[Tuple, Any] = {}
+        if decision is not None:
+            self.gate()
 
-    # -- selector gate -----------------------------------------------------------------------
-    def layer_spec(self, x, prepared) -> Dict[str, Any]:
-        """The ``layer.*`` keywords describing this call (subclasses add shapes)."""
-        spec: Dict[str, Any] = {"quant": self.quant, "dtype": dtype_name(x.dtype),
-                                "num_tokens": int(x.reshape(-1, x.shape[-1]).shape[0])}
-        if self.op == "moe":
-            spec.update(activation=self.activation, ep_size=self.ep_size,
-                        swiglu_limit=self.swiglu_limit)
+    # -- selector gate (load time) -------------------------------------------------------------
+    def layer_spec(self, geometry: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The ``layer.*`` keywords of this layer: constructor keywords plus the weights' sizes."""
+        spec: Dict[str, Any] = {"quant": self.quant, "dtype": self.dtype}
+        if self.num_tokens is not None:
+            spec["num_tokens"] = self.num_tokens
         return spec
 
-    def check(self, x=None, prepared=None, *, layer: Optional[Dict[str, Any]] = None, **extra):
+    def gate(self, geometry: Optional[Dict[str, Any]] = None, *,
+             layer: Optional[Dict[str, Any]] = None):
         """The selector's candidate for this backend and layer, or :class:`BackendUnavailable`.
 
-        ``layer`` replaces the description derived from ``x``/``prepared``; ``extra`` adds keys
-        (``top_k`` for a MoE call).
+        Uses the decision given to the constructor, else decides for ``layer`` (default: the
+        layer the constructor keywords and ``geometry``, the prepared weights' sizes, describe).
         """
         if self.decision is not None:
             return require_usable(self.backend, self.op, self.decision)
-        spec = dict(layer) if layer is not None else self.layer_spec(x, prepared)
-        spec.update(extra)
-        key = tuple(sorted(spec.items()))
-        d = self._decisions.get(key)
-        if d is None:
-            d = self._decisions[key] = decide(self.op, spec, self.selector_overrides)
-        return require_usable(self.backend, self.op, d)
+        spec = dict(layer) if layer is not None else self.layer_spec(geometry)
+        return require_usable(self.backend, self.op, decide(self.op, spec, self.selector_overrides))
+
+    def admit(self, prepared):
+        """Gate once, on the layer these prepared weights make; return them (called by ``prepare``)."""
+        head = prepared[0] if isinstance(prepared, tuple) else prepared
+        self.gate(getattr(head, "geometry", None) or {})
+        return prepared
 
     def require_kernels(self) -> str:
         """For paths whose kernels ship in another distribution: which one is installed, or raise."""
@@ -166,13 +168,16 @@ class Backend:
         raise NotImplementedError
 
 
-class MoEBackend(Backend):
+class MoEBackend(KernelBackend):
     op = "moe"
 
-    def layer_spec(self, x, prepared) -> Dict[str, Any]:
-        spec = super().layer_spec(x, prepared)
-        geom = getattr(prepared, "geometry", None) or {}
-        spec.update(geom)
+    def layer_spec(self, geometry: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        spec = super().layer_spec(geometry)
+        spec.update(activation=self.activation, ep_size=self.ep_size,
+                    swiglu_limit=self.swiglu_limit)
+        if self.top_k is not None:
+            spec["top_k"] = self.top_k
+        spec.update(geometry or {})
         if self.act_and_mul is not None:
             spec["act_and_mul"] = self.act_and_mul
         elif "act_and_mul" not in spec:
@@ -183,45 +188,48 @@ class MoEBackend(Backend):
         raise NotImplementedError
 
 
-class LinearBackend(Backend):
+class LinearBackend(KernelBackend):
     op = "linear"
 
-    def layer_spec(self, x, prepared) -> Dict[str, Any]:
-        spec = super().layer_spec(x, prepared)
-        geom = getattr(prepared, "geometry", None) or {}
-        if "hidden_size" in geom:
-            spec["hidden_size"] = geom["hidden_size"]
+    def layer_spec(self, geometry: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        spec = super().layer_spec(geometry)
+        if geometry and "hidden_size" in geometry:
+            spec["hidden_size"] = geometry["hidden_size"]
         return spec
 
     def apply(self, x, prepared, *, out=None):  # pragma: no cover
         raise NotImplementedError
 
 
-class ExternalKernelMixin:
-    """``apply`` for backends whose kernels live in vllm / sgl-kernel / b12x (none installed here).
+class ExternalKernelMixin(KernelBackend):
+    """For backends whose kernels live in vllm / sgl-kernel / b12x (none installed here).
 
-    Raises :class:`BackendUnavailable` with the selector's reasons and the missing distribution;
-    where both are satisfied it raises NotImplementedError naming the kernel call this project does
-    not make. It never computes a result of its own.
+    ``prepare`` raises :class:`BackendUnavailable` with the selector's reasons and the missing
+    distribution together; where both are satisfied ``apply`` raises NotImplementedError naming
+    the kernel call this project does not make. It never computes a result of its own.
     """
 
     kernel_call: str = ""
 
-    def _unavailable_apply(self, x, prepared, **layer_extra):
-        reasons, status = [], "rejected"
+    def gate(self, geometry: Optional[Dict[str, Any]] = None, *,
+             layer: Optional[Dict[str, Any]] = None):
+        reasons, status, cand = [], "rejected", None
         try:
-            self.check(x, prepared, **layer_extra)
+            cand = super().gate(geometry, layer=layer)
         except BackendUnavailable as exc:
             reasons, status = list(exc.reasons), exc.status
         try:
-            dist = self.require_kernels()
+            self.require_kernels()
         except BackendUnavailable as exc:
             reasons += [r for r in exc.reasons if r not in reasons]
-            dist = None
         if reasons:
             wanted = " or ".join(repr(n) for n in self.needs_any)
             raise BackendUnavailable(self.backend, self.op, reasons, status=status,
                                      detail=f"kernel {self.kernel_call} (distribution {wanted})")
+        return cand
+
+    def _unavailable_apply(self):
+        dist = self.require_kernels()
         raise NotImplementedError(
             f"backend {self.backend!r}: distribution {dist!r} is installed, but this project does "
             f"not call {self.kernel_call}; run the layer through the engine that ships it")

@@ -1,29 +1,80 @@
 """Calls into FlashInfer shared by the FlashInfer entry points (imported lazily, on apply only).
 
-Every function here is reached only after ``Backend.check`` let the layer through: the selector
-found the device, CUDA runtime and packages the backend needs.
+Every function here is reached only after the selector gate (``KernelBackend.gate``, at
+``prepare``) let the layer through: the selector found the device, CUDA runtime and packages the
+backend needs.
 """
 from __future__ import annotations
 
 from ._base import output_buffer
 
-# The reference's activation names -> b12x_fused_moe's (FlashInfer blackwell_sm12x/moe_activation.py)
-B12X_ACTIVATIONS = {"silu": "silu", "gelu_tanh": "gelu_tanh", "relu2": "relu2",
-                    "swigluoai": "swigluoai_uninterleave"}
+# Activations b12x_fused_moe takes, under the same names (FlashInfer 0.7.4
+# blackwell_sm12x/moe_activation.py SUPPORTED_MOE_ACTIVATIONS): only the [gate; up] SwiGLU-OAI.
+B12X_ACTIVATIONS = ("silu", "gelu_tanh", "relu2", "swigluoai_uninterleave")
+B12X_GATED = ("silu", "gelu_tanh", "swigluoai_uninterleave")  # GATED_MOE_ACTIVATIONS
+
+# selector activation -> FlashInfer ``ActivationType`` member (tllm_enums.py) for the CUTLASS /
+# TRT-LLM / CuTe-DSL MoEs. Both SwiGLU-OAI layouts run as ``Swiglu`` with the OAI alpha, beta and
+# clamp passed as the kernel's swiglu/gemm1 arguments (vLLM 0.32.0 flashinfer_utils.py
+# ACTIVATION_TO_FI_ACTIVATION); the kernels read [gate; up] halves, so an interleaved
+# ``swigluoai`` is accepted only by a wrapper that de-interleaves w13 (``deinterleave_w13``).
+FI_ACTIVATION_TYPES = {
+    True: {"silu": "Swiglu", "gelu": "Geglu", "gelu_tanh": "GegluTanh",
+           "swigluoai": "Swiglu", "swigluoai_uninterleave": "Swiglu"},
+    False: {"relu2": "Relu2", "silu": "Silu", "gelu": "Gelu"},
+}
+SWIGLUOAI = ("swigluoai", "swigluoai_uninterleave")
 
 
-def activation_type(activation: str, act_and_mul: bool) -> int:
-    """FlashInfer ``ActivationType`` (``tllm_enums.py``) for the CUTLASS / TRT-LLM / CuTe-DSL MoEs."""
+def kernel_activations(deinterleaves: bool) -> dict:
+    """``{gated: activations}`` a CUTLASS / TRT-LLM / CuTe-DSL wrapper runs: the interleaved
+    ``swigluoai`` only where the wrapper de-interleaves w13 first."""
+    return {gated: tuple(a for a in table if deinterleaves or a != "swigluoai")
+            for gated, table in FI_ACTIVATION_TYPES.items()}
+
+
+def check_activation(backend: str, activation: str, act_and_mul: bool, accepted) -> None:
+    """Refuse an activation this wrapper cannot run, naming it and the ones it can."""
+    if activation not in accepted:
+        kind = "gated" if act_and_mul else "non-gated"
+        hint = (" (gate/up interleaved; this kernel reads [gate; up] halves: declare "
+                "swigluoai_uninterleave for weights in that order)" if activation == "swigluoai" else "")
+        raise ValueError(f"{backend}: {kind} activation {activation!r} is not supported{hint}; "
+                         f"accepted: {', '.join(accepted)}")
+
+
+def activation_type(activation: str, act_and_mul: bool, *, backend: str, deinterleaves: bool) -> int:
+    """FlashInfer ``ActivationType`` value for ``activation`` (see ``FI_ACTIVATION_TYPES``)."""
     from flashinfer.tllm_enums import ActivationType  # type: ignore
-    table = ({"silu": ActivationType.Swiglu, "gelu": ActivationType.Geglu,
-              "gelu_tanh": ActivationType.GegluTanh, "swigluoai": ActivationType.SwigluBias}
-             if act_and_mul else
-             {"relu2": ActivationType.Relu2, "silu": ActivationType.Silu,
-              "gelu": ActivationType.Gelu})
-    if activation not in table:
-        raise ValueError(f"no FlashInfer ActivationType for {'gated' if act_and_mul else 'non-gated'} "
-                         f"{activation!r}")
-    return int(table[activation])
+    check_activation(backend, activation, act_and_mul,
+                     kernel_activations(deinterleaves)[bool(act_and_mul)])
+    return int(getattr(ActivationType, FI_ACTIVATION_TYPES[bool(act_and_mul)][activation]))
+
+
+def swiglu_params(activation: str, limit=None, alpha=None, beta=None) -> dict:
+    """The SwiGLU alpha / beta / limit a kernel needs (None: not passed): the OAI defaults (vLLM
+    SwigluOAIAndMul, FlashInfer moe_activation.py: 1.702, 1.0, 7.0) for both SwiGLU-OAI layouts,
+    the clamp alone otherwise (silu's DeepSeek-V4 clamp, swiglustep's limit)."""
+    if activation in SWIGLUOAI:
+        from .reference import SWIGLUOAI_DEFAULTS as d
+        return {"alpha": d["alpha"] if alpha is None else float(alpha),
+                "beta": d["beta"] if beta is None else float(beta),
+                "limit": d["limit"] if limit is None else float(limit)}
+    return {"alpha": None, "beta": None, "limit": None if limit is None else float(limit)}
+
+
+def deinterleave_w13(weights):
+    """``weights`` with w13's rows (FC1 outputs) reordered from interleaved ``[g0, u0, g1, u1, ...]``
+    to ``[gate; up]`` halves, block scales alike: exact (whole rows move; NVFP4 blocks run along K)."""
+    import dataclasses
+
+    import torch
+    w13 = weights.w13
+    rows = w13.packed.shape[-2]
+    order = torch.cat([torch.arange(0, rows, 2), torch.arange(1, rows, 2)]).to(w13.packed.device)
+    moved = dataclasses.replace(w13, packed=w13.packed.index_select(-2, order),
+                                block_scale=w13.block_scale.index_select(-2, order))
+    return dataclasses.replace(weights, w13=moved)
 
 
 def dynamic_gscale(x):

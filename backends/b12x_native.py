@@ -1,10 +1,10 @@
 """``b12x``: the native ``b12x`` package's SM12x kernels (vLLM ``vllm[b12x]``, #52016 #52018).
 
 flashinfer-python 0.7.4 also installs a top-level module named ``b12x``: only the distribution
-metadata proves the package is there (flashinfer-python 0.7.4 also installs a top-level ``b12x`` module), which is what ``apply`` checks. Weights:
+metadata proves the package is there, which is what ``prepare`` checks. Weights:
 :func:`backends.prepare.prepare_b12x_native_moe` (vLLM ``quantization/utils/b12x_moe.py``) and,
 for dense layers, the swizzled 128x4 form of :func:`backends.prepare.prepare_fp4_linear`
-(assumed as for the MoE; not verified against the package). ``apply`` raises
+(assumed as for the MoE; not verified against the package). ``prepare`` raises
 :class:`backends._base.BackendUnavailable` naming the missing distribution ``b12x``.
 """
 from __future__ import annotations
@@ -16,14 +16,15 @@ from .prepare import prepare_b12x_native_moe, prepare_fp4_linear
 class B12xNativeMoE(ExternalKernelMixin, MoEBackend):
     backend = "b12x"
     needs_any = ("b12x",)
-    needs_source = "vLLM #52016 #52018 (vllm[b12x]); flashinfer-python 0.7.4 wheel (its top-level b12x module: distribution metadata, not the import)"
+    needs_source = ("vLLM #52016 #52018 (vllm[b12x]); flashinfer-python 0.7.4 wheel (its top-level "
+                    "b12x module: distribution metadata, not the import)")
     kernel_call = "the b12x package's NVFP4 MoE (vLLM fused_moe/b12x.py B12xExperts)"
 
     def prepare(self, weights):
-        return prepare_b12x_native_moe(weights, quant=self.quant)
+        return self.admit(prepare_b12x_native_moe(weights, quant=self.quant))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self._unavailable_apply(x, prepared, top_k=int(topk_ids.shape[-1]))
+        self._unavailable_apply()
 
 
 class B12xNativeLinear(ExternalKernelMixin, LinearBackend):
@@ -33,7 +34,7 @@ class B12xNativeLinear(ExternalKernelMixin, LinearBackend):
     kernel_call = "the b12x package's dense NVFP4 GEMM"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights, pad=False)   # vLLM's b12x linear kernel does not pad
+        return self.admit(prepare_fp4_linear(weights, pad=False))  # vLLM's b12x linear kernel does not pad
 
     def apply(self, x, prepared, *, out=None):
-        self._unavailable_apply(x, prepared)
+        self._unavailable_apply()

@@ -27,6 +27,12 @@ class EmulationMoE(MoEBackend):
                                 if v is not None}
         self.swiglu_alpha, self.swiglu_beta = swiglu_alpha, swiglu_beta
 
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations the reference implements (gated or not), both SwiGLU-OAI layouts."""
+        from .reference import GATED_ACTIVATIONS, NON_GATED_ACTIVATIONS
+        return GATED_ACTIVATIONS if gated else NON_GATED_ACTIVATIONS
+
     def prepare(self, weights):
         """Pure: caches the dequantized weights next to the (unmodified) checkpoint."""
         return prepare_emulation(weights, self.compute_dtype)

@@ -12,16 +12,29 @@ from .prepare import prepare_cutedsl_moe, prepare_fp4_linear
 
 
 class CuteDslMoE(MoEBackend):
+    """Both SwiGLU-OAI layouts run as ``Swiglu`` with swiglu alpha / beta / limit (vLLM's
+    mapping); an interleaved ``swigluoai`` checkpoint's w13 is de-interleaved in ``prepare``."""
+
     backend = "flashinfer_cutedsl"
+    deinterleaves = True
+
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
+        from ._flashinfer import kernel_activations
+        return kernel_activations(cls.deinterleaves)[bool(gated)]
 
     def prepare(self, weights):
-        return prepare_cutedsl_moe(weights)
+        if self.activation == "swigluoai":
+            from ._flashinfer import deinterleave_w13
+            weights = deinterleave_w13(weights)
+        return self.admit(prepare_cutedsl_moe(weights))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
         import torch
         from flashinfer import cute_dsl_fused_moe  # type: ignore
-        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs
+
+        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs, swiglu_params
         p = prepared
         buf = moe_output(out, x)
         Hp = p.padded[0]                       # H padded to 256 (vLLM pads and slices)
@@ -29,9 +42,11 @@ class CuteDslMoE(MoEBackend):
         # activation quantized with the shared FC1 scale; 128x4 scales (unverified on hardware)
         x_fp4, x_sf = quantize_fp4(pad_last(x, Hp), p.a1_gscale[:1])
         kwargs = dict(moe_output=kbuf, output_dtype=x.dtype, quant_mode="w4a4",
-                      activation_type=activation_type(self.activation, p.geometry["act_and_mul"]))
-        if self.swiglu_limit is not None:
-            kwargs["swiglu_limit"] = float(self.swiglu_limit)
+                      activation_type=activation_type(self.activation, p.geometry["act_and_mul"],
+                                                      backend=self.backend,
+                                                      deinterleaves=self.deinterleaves))
+        kwargs.update({f"swiglu_{k}": v for k, v in
+                       swiglu_params(self.activation, self.swiglu_limit).items() if v is not None})
         cute_dsl_fused_moe(x_fp4, x_sf, topk_ids.to(torch.int32), topk_weights.to(torch.float32),
                            p.w13, p.w13_sf_mma, p.g1_alphas, p.a2_gscale, p.w2, p.w2_sf_mma,
                            p.g2_alphas, p.geometry["num_experts"], int(topk_ids.shape[-1]),
@@ -46,9 +61,8 @@ class CuteDslLinear(LinearBackend):
     fi_backend = "cute-dsl"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights)
+        return self.admit(prepare_fp4_linear(weights))
 
     def apply(self, x, prepared, *, out=None):
-        self.check(x, prepared)
         from ._flashinfer import mm_fp4_apply
         return mm_fp4_apply(self.fi_backend, x, prepared, out)

@@ -13,26 +13,40 @@ from .prepare import prepare_fp4_linear, prepare_swizzled_moe
 
 
 class CutlassMoE(MoEBackend):
+    """Both SwiGLU-OAI layouts run as ``Swiglu`` with per-expert swiglu alpha / beta / limit
+    (vLLM's mapping); an interleaved ``swigluoai`` checkpoint's w13 is de-interleaved in ``prepare``."""
+
     backend = "flashinfer_cutlass"
+    deinterleaves = True
+
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
+        from ._flashinfer import kernel_activations
+        return kernel_activations(cls.deinterleaves)[bool(gated)]
 
     def prepare(self, weights):
-        return prepare_swizzled_moe(weights, backend="flashinfer_cutlass")
+        if self.activation == "swigluoai":
+            from ._flashinfer import deinterleave_w13
+            weights = deinterleave_w13(weights)
+        return self.admit(prepare_swizzled_moe(weights, backend="flashinfer_cutlass"))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self.check(x, prepared, top_k=int(topk_ids.shape[-1]))
         import torch
         from flashinfer.fused_moe import cutlass_fused_moe  # type: ignore
-        from ._flashinfer import activation_type, moe_output, supported_kwargs
+
+        from ._flashinfer import activation_type, moe_output, supported_kwargs, swiglu_params
         buf = moe_output(out, x)
         p = prepared
         quant_scales = [p.a1_gscale, p.w13_sf.view(torch.int32), p.g1_alphas, p.a2_gscale,
                         p.w2_sf.view(torch.int32), p.g2_alphas]
         gated = p.geometry["act_and_mul"]
-        kwargs = dict(output=buf, activation_type=activation_type(self.activation, gated))
-        if self.swiglu_limit is not None:
-            E = p.geometry["num_experts"]
-            kwargs["swiglu_limit"] = torch.full((E,), float(self.swiglu_limit),
-                                                dtype=torch.float32, device=x.device)
+        kwargs = dict(output=buf, activation_type=activation_type(
+            self.activation, gated, backend=self.backend, deinterleaves=self.deinterleaves))
+        E = p.geometry["num_experts"]
+        kwargs.update({f"swiglu_{k}": torch.full((E,), v, dtype=torch.float32, device=x.device)
+                       for k, v in swiglu_params(self.activation, self.swiglu_limit).items()
+                       if v is not None})
         cutlass_fused_moe(x, topk_ids.to(torch.int32), topk_weights.to(torch.float32),
                           p.w13.view(torch.int64), p.w2.view(torch.int64), x.dtype, quant_scales,
                           **supported_kwargs(cutlass_fused_moe, **kwargs))
@@ -44,9 +58,8 @@ class CutlassLinear(LinearBackend):
     fi_backend = "cutlass"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights)
+        return self.admit(prepare_fp4_linear(weights))
 
     def apply(self, x, prepared, *, out=None):
-        self.check(x, prepared)
         from ._flashinfer import mm_fp4_apply
         return mm_fp4_apply(self.fi_backend, x, prepared, out)

@@ -13,32 +13,43 @@ from .prepare import prepare_fp4_linear, prepare_trtllm_moe
 
 
 class TrtllmMoE(MoEBackend):
+    """Runs the [gate; up] SwiGLU-OAI (``swigluoai_uninterleave``) as ``Swiglu`` with per-expert
+    gemm1 alpha / beta / clamp (vLLM's mapping); refuses the interleaved ``swigluoai``."""
+
     backend = "flashinfer_trtllm"
+    deinterleaves = False
+
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
+        from ._flashinfer import kernel_activations
+        return kernel_activations(cls.deinterleaves)[bool(gated)]
 
     def prepare(self, weights):
-        return prepare_trtllm_moe(weights)
+        return self.admit(prepare_trtllm_moe(weights))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         top_k = int(topk_ids.shape[-1])
-        self.check(x, prepared, top_k=top_k)
         import torch
         from flashinfer.fused_moe import trtllm_fp4_block_scale_routed_moe  # type: ignore
-        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs
+
+        from ._flashinfer import activation_type, moe_output, pad_last, quantize_fp4, supported_kwargs, swiglu_params
         p = prepared
         g = p.geometry
         buf = moe_output(out, x)
         Hp, Ip = p.padded                      # H to 256, I to 64 / 128 (vLLM pads and slices)
         kbuf = buf if Hp == x.shape[-1] else torch.empty(x.shape[0], Hp, dtype=x.dtype, device=x.device)
         x_fp4, x_sf = quantize_fp4(pad_last(x, Hp), p.a1_gscale[:1], swizzled=False)
-        clamp = None
-        if self.swiglu_limit is not None:
-            clamp = torch.full((g["num_experts"],), float(self.swiglu_limit), dtype=torch.float32,
-                               device=x.device)
-        kwargs = dict(activation_type=activation_type(self.activation, g["act_and_mul"]), output=kbuf)
+        act = activation_type(self.activation, g["act_and_mul"], backend=self.backend,
+                              deinterleaves=self.deinterleaves)
+        alpha, beta, clamp = (None if v is None else torch.full(
+            (g["num_experts"],), v, dtype=torch.float32, device=x.device)
+            for v in swiglu_params(self.activation, self.swiglu_limit).values())
+        kwargs = dict(activation_type=act, output=kbuf)
         trtllm_fp4_block_scale_routed_moe(
             (topk_ids.to(torch.int32), topk_weights.to(torch.float32)), None, x_fp4,
             x_sf.view(torch.float8_e4m3fn).flatten(), p.w13, p.w13_sf.view(torch.float8_e4m3fn),
-            None, None, None, clamp, p.w2, p.w2_sf.view(torch.float8_e4m3fn), None,
+            None, alpha, beta, clamp, p.w2, p.w2_sf.view(torch.float8_e4m3fn), None,
             p.g1_scale_c, p.g1_alphas, p.g2_alphas, g["num_experts"], top_k, 0, 0,
             Ip, 0, g["num_experts"], None,
             **supported_kwargs(trtllm_fp4_block_scale_routed_moe, **kwargs))
@@ -52,9 +63,8 @@ class TrtllmLinear(LinearBackend):
     fi_backend = "trtllm"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights, shuffle_trtllm=True)
+        return self.admit(prepare_fp4_linear(weights, shuffle_trtllm=True))
 
     def apply(self, x, prepared, *, out=None):
-        self.check(x, prepared)
         from ._flashinfer import mm_fp4_apply
         return mm_fp4_apply(self.fi_backend, x, prepared, out)

@@ -4,7 +4,7 @@
 Weights: :func:`backends.prepare.prepare_marlin_linear` / :func:`backends.prepare.prepare_marlin_moe`
 (vLLM ``marlin_utils_fp4.py``): N padded to 64, scales permuted and turned into S0E5M3 bytes, global
 scale re-biased; the final tile repack (``ops.gptq_marlin_repack``) is a CUDA op of vLLM and is not
-reproduced here. ``apply`` raises :class:`backends._base.BackendUnavailable` naming the missing
+reproduced here. ``prepare`` raises :class:`backends._base.BackendUnavailable` naming the missing
 distribution (vllm or sgl-kernel) and the selector's reasons.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ class MarlinMoE(ExternalKernelMixin, MoEBackend):
     kernel_call = "vllm fused_marlin_moe (ops.moe_wna16_marlin_gemm)"
 
     def prepare(self, weights):
-        return prepare_marlin_moe(weights)
+        return self.admit(prepare_marlin_moe(weights))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self._unavailable_apply(x, prepared[0], top_k=int(topk_ids.shape[-1]))
+        self._unavailable_apply()
 
 
 class MarlinLinear(ExternalKernelMixin, LinearBackend):
@@ -33,7 +33,7 @@ class MarlinLinear(ExternalKernelMixin, LinearBackend):
     kernel_call = "vllm._custom_ops.marlin_gemm (apply_fp4_marlin_linear)"
 
     def prepare(self, weights):
-        return prepare_marlin_linear(weights)
+        return self.admit(prepare_marlin_linear(weights))
 
     def apply(self, x, prepared, *, out=None):
-        self._unavailable_apply(x, prepared)
+        self._unavailable_apply()

@@ -89,7 +89,7 @@ class NVFP4Tensor:
     def dequantize(self, dtype=None):
         return dequantize(self.packed, self.block_scale, self.scale_2, dtype=dtype)
 
-    def to(self, device) -> "NVFP4Tensor":
+    def to(self, device) -> NVFP4Tensor:
         return NVFP4Tensor(self.packed.to(device), self.block_scale.to(device), self.scale_2.to(device))
 
 

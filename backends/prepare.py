@@ -22,9 +22,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from .nvfp4 import (E4M3_MAX, E4M3_MIN_NORMAL, E4M3_REL_HALF_ULP, LinearWeights, MoEWeights,
-                    NVFP4Tensor, _bcast, _torch, ceil_to, check_scale, flashinfer_mma_layout,
-                    swizzle_128x4, to_e4m3, to_mma_layout)
+from .nvfp4 import (
+    E4M3_MAX,
+    E4M3_MIN_NORMAL,
+    E4M3_REL_HALF_ULP,
+    LinearWeights,
+    MoEWeights,
+    NVFP4Tensor,
+    _bcast,
+    _torch,
+    ceil_to,
+    check_scale,
+    flashinfer_mma_layout,
+    swizzle_128x4,
+    to_e4m3,
+    to_mma_layout,
+)
 
 #: default bound on the relative change of any block scale (hence of any weight) by a fold: one
 #: E4M3 rounding (2^-4, the half-ULP of an E4M3 normal number). A fold that pushes block scales
@@ -566,8 +579,7 @@ def prepare_trtllm_moe(weights: MoEWeights) -> SwizzledMoEPrepared:
     """
     torch = _torch()
     E, H, I, gated = moe_shape(weights)
-    from flashinfer.fused_moe.core import (  # type: ignore
-        _maybe_get_cached_w3_w1_permute_indices, get_w2_permute_indices_with_cache)
+    from flashinfer.fused_moe.core import _maybe_get_cached_w3_w1_permute_indices, get_w2_permute_indices_with_cache  # type: ignore
     a13, a2 = _static_scales(weights, E, shared=True, backend="flashinfer_trtllm")
     w13, s13 = weights.w13.packed, weights.w13.block_scale
     if gated:
@@ -897,8 +909,7 @@ def prepare_fp4_linear(weights: LinearWeights, *, shuffle_trtllm: bool = False,
         if N % TRTLLM_EPILOGUE_TILE_M:
             raise ValueError(f"flashinfer_trtllm linear: N = {N} must be a multiple of "
                              f"{TRTLLM_EPILOGUE_TILE_M} (the row shuffle's epilogue tile)")
-        from flashinfer.utils import (get_shuffle_matrix_a_row_indices,  # type: ignore
-                                      get_shuffle_matrix_sf_a_row_indices)
+        from flashinfer.utils import get_shuffle_matrix_a_row_indices, get_shuffle_matrix_sf_a_row_indices  # type: ignore
         rows = get_shuffle_matrix_a_row_indices(w, TRTLLM_EPILOGUE_TILE_M).to(w.device)
         srows = get_shuffle_matrix_sf_a_row_indices(s.view(torch.uint8), TRTLLM_EPILOGUE_TILE_M,
                                                     16).to(w.device)

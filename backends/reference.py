@@ -15,26 +15,32 @@ MoE conventions: ``w13`` rows are ``[gate; up]`` (vLLM's ``[w1; w3]``) and gated
 compute ``act(gate) * up``; routing is softmax -> top-k -> optional renormalisation (vLLM
 ``fused_topk``); each token's output is ``sum_k weight_k * expert_k(x)``.
 
-Activations (gated unless noted): silu, gelu (erf), gelu_tanh, swigluoai (FlashInfer's
-``swigluoai_uninterleave``: ``g * sigmoid(alpha * g) * (u + beta)``, g clamped above and u on both
-sides at ``swiglu_limit``, defaults alpha 1.702, beta 1.0, limit 7.0: FlashInfer
-``blackwell_sm12x/moe_activation.py``); non-gated relu2 (``relu(x)^2``), silu, gelu, gelu_tanh.
+Activations (gated unless noted): silu, gelu (erf), gelu_tanh; the SwiGLU-OAI pair
+``g * sigmoid(alpha * g) * (u + beta)``, g clamped above and u on both sides at ``swiglu_limit``
+(defaults alpha 1.702, beta 1.0, limit 7.0: vLLM ``activation.py SwigluOAIAndMul``, FlashInfer
+0.7.4 ``blackwell_sm12x/moe_activation.py``) in two layouts of FC1's output: ``swigluoai`` reads
+gate/up *interleaved* (gate = even columns, up = odd: vLLM ``swigluoai_and_mul``, gpt-oss
+checkpoints), ``swigluoai_uninterleave`` reads ``[gate; up]`` halves (FlashInfer b12x / TRT-LLM);
+``swiglustep``: ``min(silu(g), limit) * clamp(u, -limit, limit)`` on ``[gate; up]`` halves, limit
+7.0 by default, no alpha/beta (vLLM ``SwigluStepAndMul``; FlashInfer 0.7.4 ``SwiGLUStep``,
+``ActivationType.SwigluStep``); non-gated relu2 (``relu(x)^2``), silu, gelu, gelu_tanh.
 ``swiglu_limit`` on silu clamps gate above and up on both sides (the DeepSeek-V4 SwiGLU clamp).
-vLLM's own ``swigluoai_and_mul`` reads gate/up *interleaved* (even/odd columns); a checkpoint in
-that order must be de-interleaved into ``[gate; up]`` before it is given to this module.
 """
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .nvfp4 import (LinearWeights, MoEWeights, NVFP4Tensor, _torch, check_float_tensor,
-                    check_scale, quantize_dequantize)
+from .nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor, _torch, check_float_tensor, check_scale, quantize_dequantize
 
-GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
+GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave",
+                     "swiglustep")
+# Gated activations that read gate/up interleaved (even/odd columns), not as [gate; up] halves.
+INTERLEAVED_ACTIVATIONS = ("swigluoai",)
 NON_GATED_ACTIVATIONS = ("relu2", "silu", "gelu", "gelu_tanh")
 QUANTS = ("nvfp4", "nvfp4_w4a16")
 W13_ORDERS = ("gate_up", "up_gate")
 SWIGLUOAI_DEFAULTS = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
+SWIGLUSTEP_DEFAULT_LIMIT = 7.0  # vLLM SwigluStepAndMul; FlashInfer fused_moe/api.py SwiGLUStep
 
 _FROM_WEIGHTS = object()
 
@@ -64,15 +70,24 @@ def activation_fn(h, activation: str, act_and_mul: bool, *, swiglu_limit: Option
         if activation == "silu":
             return F.silu(h)
         return F.gelu(h, approximate="tanh" if activation == "gelu_tanh" else "none")
-    half = h.shape[-1] // 2
-    g, u = h[..., :half], h[..., half:]
-    if activation == "swigluoai":
+    if activation in INTERLEAVED_ACTIVATIONS:
+        g, u = h[..., 0::2], h[..., 1::2]
+    else:
+        half = h.shape[-1] // 2
+        g, u = h[..., :half], h[..., half:]
+    if activation in ("swigluoai", "swigluoai_uninterleave"):
         limit = SWIGLUOAI_DEFAULTS["limit"] if swiglu_limit is None else swiglu_limit
         alpha = SWIGLUOAI_DEFAULTS["alpha"] if swiglu_alpha is None else swiglu_alpha
         beta = SWIGLUOAI_DEFAULTS["beta"] if swiglu_beta is None else swiglu_beta
         g = g.clamp(max=limit)
         u = u.clamp(min=-limit, max=limit)
         return g * torch.sigmoid(alpha * g) * (u + beta)
+    if swiglu_alpha is not None or swiglu_beta is not None:
+        raise ValueError(f"swiglu_alpha / swiglu_beta apply to swigluoai and swigluoai_uninterleave "
+                         f"only, not {activation!r}")
+    if activation == "swiglustep":
+        limit = SWIGLUSTEP_DEFAULT_LIMIT if swiglu_limit is None else swiglu_limit
+        return F.silu(g).clamp(max=limit) * u.clamp(min=-limit, max=limit)
     if swiglu_limit is not None:
         g = g.clamp(max=swiglu_limit)
         u = u.clamp(min=-swiglu_limit, max=swiglu_limit)
@@ -81,7 +96,7 @@ def activation_fn(h, activation: str, act_and_mul: bool, *, swiglu_limit: Option
     return F.gelu(g, approximate="tanh" if activation == "gelu_tanh" else "none") * u
 
 
-def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple["object", "object"]:
+def route(router_logits, top_k: int, renormalize: bool = True) -> Tuple[object, object]:
     """Softmax top-k routing: ``(topk_weights float32 [T, k], topk_ids int32 [T, k])``."""
     torch = _torch()
     probs = torch.softmax(router_logits.to(torch.float32), dim=-1)
@@ -181,6 +196,9 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
     check_activation(activation, act_and_mul)
     if w13_order not in W13_ORDERS:
         raise ValueError(f"w13_order {w13_order!r}: accepted: {', '.join(W13_ORDERS)}")
+    if w13_order == "up_gate" and act_and_mul and activation in INTERLEAVED_ACTIVATIONS:
+        raise ValueError(f"w13_order 'up_gate' swaps [gate; up] halves; activation {activation!r} "
+                         f"reads gate/up interleaved: pass its weights in checkpoint order")
     check_float_tensor(x)
     E, H = weights.num_experts, weights.hidden_size
     if x.dim() != 2 or x.shape[1] != H:
@@ -217,7 +235,7 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
         else:
             xe = _act_input(x[tok], quant, _expert_scale(s1, e), cd)
         h = xe @ w13[e].to(cd).T
-        if act_and_mul and w13_order == "up_gate":
+        if act_and_mul and w13_order == "up_gate":  # halves only (checked above)
             h = torch.cat([h[:, h.shape[1] // 2:], h[:, :h.shape[1] // 2]], dim=1)
         a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
                           swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
@@ -228,4 +246,5 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
 
 
 __all__ = ["activation_fn", "check_activation", "dequantize_moe", "route", "reference_linear",
-           "reference_moe", "GATED_ACTIVATIONS", "NON_GATED_ACTIVATIONS", "NVFP4Tensor"]
+           "reference_moe", "GATED_ACTIVATIONS", "INTERLEAVED_ACTIVATIONS", "NON_GATED_ACTIVATIONS",
+           "NVFP4Tensor"]

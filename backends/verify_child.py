@@ -22,14 +22,15 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 MARK = "@@selector-verify@@ "
 
 # Reference settings a backend's documented semantics need (else the reference's defaults apply).
 # FlashInfer b12x re-quantizes FC2's input per 16-element block with global scale 1 instead of
 # the checkpoint's a2_scale (vLLM #40082; backends/prepare.py prepare_b12x_moe).
-REFERENCE_SETTINGS = {("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0}}
+REFERENCE_SETTINGS: Dict[Tuple[str, str, str], Dict[str, Any]] = {
+    ("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0}}
 
 
 def _emit(out: TextIO, **event: Any) -> None:
@@ -49,6 +50,7 @@ def pow2_scale(amax):
     ``backends.prepare`` checks and reports on its own).
     """
     import torch
+
     from .nvfp4 import E2M1_MAX, E4M3_MAX
     amax = torch.as_tensor(amax, dtype=torch.float32)
     ratio = torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
@@ -63,6 +65,7 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
     from x, FC2's per expert from the activation output of every token.
     """
     import torch
+
     from .nvfp4 import MoEWeights, quantize, quantize_dequantize
     from .reference import activation_fn, route
     T, H, I = shape["num_tokens"], shape["hidden_size"], shape["intermediate_size"]
@@ -85,6 +88,7 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
 def build_linear(shape: Dict[str, int], quant: str, seed: int):
     """(x bf16 [T, K], LinearWeights) on the CPU, from ``seed``; scales as in ``build_moe``."""
     import torch
+
     from .nvfp4 import LinearWeights, quantize
     T, K, N = shape["num_tokens"], shape["hidden_size"], shape["out_features"]
     g = torch.Generator().manual_seed(seed)
@@ -131,7 +135,8 @@ def compare(y, ref) -> Dict[str, Any]:
     err = (y - ref).abs()
     scale = float(ref.abs().max())
     norm = float(ref.norm())
-    flat, index = int(torch.argmax(err)), []
+    flat = int(torch.argmax(err))
+    index: List[int] = []
     for n in reversed(err.shape):
         flat, i = divmod(flat, int(n))
         index.insert(0, i)
@@ -169,7 +174,9 @@ def _decision(spec: Dict[str, Any], op: str, layer: Dict[str, Any]):
 def run_case(spec: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
     """Build, prepare, apply, compare: the measurements of one case (raises on failure)."""
     import torch
+
     from selector.entry_points import load_entry_point
+
     from .reference import reference_linear, reference_moe
     op, backend = spec["op"], spec["backend"]
     layer, shape, seed = case["layer"], case["shape"], int(case.get("seed", 0))
@@ -184,16 +191,16 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
     settings = REFERENCE_SETTINGS.get((op, backend, quant), {})
     if op == "moe":
         x, w, tw, ti = build_moe(shape, quant, layer["act_and_mul"], layer["activation"], seed)
-        ref = torch.empty(tuple(x.shape), dtype=torch.float64)
-        reference_moe(x, w, tw, ti, activation=layer["activation"], quant=ref_quant,
-                      compute_dtype=torch.float64, out=ref, **settings)
+        # x's bf16 values are exact in float64: the float64 input gives a float64 output
+        ref = reference_moe(x.to(torch.float64), w, tw, ti, activation=layer["activation"],
+                            quant=ref_quant, compute_dtype=torch.float64, **settings)
         t0 = time.perf_counter()
         prepared = impl.prepare(_moe_to(w, device))
         y = impl.apply(x.to(device), prepared, tw.to(device), ti.to(device))
     else:
         x, w = build_linear(shape, quant, seed)
-        ref = torch.empty((x.shape[0], w.out_features), dtype=torch.float64)
-        reference_linear(x, w, quant=ref_quant, compute_dtype=torch.float64, out=ref, **settings)
+        ref = reference_linear(x.to(torch.float64), w, quant=ref_quant,
+                               compute_dtype=torch.float64, **settings)
         t0 = time.perf_counter()
         prepared = impl.prepare(_linear_to(w, device))
         y = impl.apply(x.to(device), prepared)

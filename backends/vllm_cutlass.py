@@ -3,9 +3,9 @@
 
 Weights: :func:`backends.prepare.prepare_fp4_linear` (swizzled 128x4, vLLM ``swizzle_blockscale``)
 and :func:`backends.prepare.prepare_swizzled_moe` (``[gate; up]`` kept, per-expert activation
-scales: vLLM ``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` with ``VLLM_CUTLASS``). ``apply`` needs
-the ``vllm`` distribution, which is not installed in this project's environments: it raises
-:class:`backends._base.BackendUnavailable` naming it (and the selector's reasons).
+scales: vLLM ``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` with ``VLLM_CUTLASS``). The kernels need
+the ``vllm`` distribution, which is not installed in this project's environments: ``prepare``
+raises :class:`backends._base.BackendUnavailable` naming it (and the selector's reasons).
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ class VllmCutlassMoE(ExternalKernelMixin, MoEBackend):
     kernel_call = "vllm._custom_ops.cutlass_fp4_moe_mm"
 
     def prepare(self, weights):
-        return prepare_swizzled_moe(weights, backend="cutlass")
+        return self.admit(prepare_swizzled_moe(weights, backend="cutlass"))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        self._unavailable_apply(x, prepared, top_k=int(topk_ids.shape[-1]))
+        self._unavailable_apply()
 
 
 class VllmCutlassLinear(ExternalKernelMixin, LinearBackend):
@@ -33,7 +33,7 @@ class VllmCutlassLinear(ExternalKernelMixin, LinearBackend):
     kernel_call = "vllm._custom_ops.cutlass_scaled_fp4_mm"
 
     def prepare(self, weights):
-        return prepare_fp4_linear(weights)
+        return self.admit(prepare_fp4_linear(weights))
 
     def apply(self, x, prepared, *, out=None):
-        self._unavailable_apply(x, prepared)
+        self._unavailable_apply()

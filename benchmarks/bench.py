@@ -125,7 +125,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     build = timeit(lambda: selector.load(["platform=b200"]), n)
 
     def hydra_empty():
-        from hydra import compose as hc, initialize_config_dir
+        from hydra import compose as hc
+        from hydra import initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
         d = tempfile.mkdtemp()
         Path(d, "empty.yaml").write_text("{}\n")
@@ -199,13 +200,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         "python -c 'import flashinfer'" if fi else "(flashinfer not installed)")
 
     # 7. memory of a built selector, in a new process
-    snippet = ("import gc, sys; sys.path.insert(0, %r)\n"
+    snippet = (f"import gc, sys; sys.path.insert(0, {str(ROOT)!r})\n"
                "def rss():\n"
                "    for l in open('/proc/self/status'):\n"
                "        if l.startswith('VmRSS:'): return int(l.split()[1])\n"
                "a = rss(); import selector; s = selector.load(['platform=b200']); "
                "[s.select(op='moe', activation=x, act_and_mul=x!='relu2') for x in "
-               "('silu','relu2','gelu_tanh','swigluoai')]; gc.collect(); print(rss() - a)") % str(ROOT)
+               "('silu','relu2','gelu_tanh','swigluoai')]; gc.collect(); print(rss() - a)")
     mem = []
     for _ in range(5):
         out = subprocess.run([py, "-c", snippet], env=env, cwd=ROOT, capture_output=True,
@@ -214,14 +215,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     row("memory of a built selector (RSS over interpreter)", mem, 20.0, unit="MB")
 
     # 8. the API's caches are bounded: 200,000 distinct num_tokens grow RSS by little
-    sweep = ("import gc, sys; sys.path.insert(0, %r)\n"
+    sweep = (f"import gc, sys; sys.path.insert(0, {str(ROOT)!r})\n"
              "def rss():\n"
              "    for l in open('/proc/self/status'):\n"
              "        if l.startswith('VmRSS:'): return int(l.split()[1])\n"
              "import selector; s = selector.load(['platform=b200']); s.select(num_tokens=1)\n"
              "gc.collect(); a = rss()\n"
              "for i in range(1, 200001): s.select(num_tokens=i)\n"
-             "gc.collect(); print(rss() - a)") % str(ROOT)
+             "gc.collect(); print(rss() - a)")
     out = subprocess.run([py, "-c", sweep], env=env, cwd=ROOT, capture_output=True,
                          text=True).stdout.strip()
     row("RSS growth over 200,000 distinct select(num_tokens=...)", [int(out) / 1024], 20.0,

@@ -249,7 +249,8 @@ def _differ(a: Dict[str, Any], b: Dict[str, Any], la: int, va: int, lb: int, vb:
 
 
 def _merge(verdicts: List[Tuple[Group, Dict[str, Any]]], layer: Dict[str, Any],
-           hosts: Dict[int, str], world: int):
+           hosts: Dict[int, str], world: int
+           ) -> Tuple[Any, Optional[str], Tuple[Candidate, ...], Tuple[str, ...], bool]:
     """(requested, selected, candidates, notes, strict refusal) for one layer over all groups."""
     op = layer.get("op")
     lead = verdicts[0][1]
@@ -302,7 +303,8 @@ def _merge(verdicts: List[Tuple[Group, Dict[str, Any]]], layer: Dict[str, Any],
     return requested, selected, candidates, tuple(notes), refuse
 
 
-def _reasons(failing, hosts: Dict[int, str], world: int) -> Tuple[Reason, ...]:
+def _reasons(failing: List[Tuple[Group, Any]], hosts: Dict[int, str], world: int
+             ) -> Tuple[Reason, ...]:
     """Reasons of the failing groups, one entry per distinct reason, with the ranks it holds on;
     prefixed with them unless it holds on every rank."""
     ranks_of: Dict[Tuple[str, str, str], List[int]] = {}

@@ -34,7 +34,8 @@ class Selector:
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
-        self.resolver = Resolver(run_config, self.probes, verify)
+        self.resolver = Resolver(run_config, self.probes, verify,
+                                 tree.group_options("stack") if tree is not None else ())
         self._by_kwargs: Dict[Tuple, Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match
@@ -88,7 +89,7 @@ class Selector:
                 log.info(d.log_line())
             return self._by_layer[layer]
 
-    def plan(self, model_dir: "os.PathLike[str] | str") -> "Plan":
+    def plan(self, model_dir: os.PathLike[str] | str) -> Plan:
         """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
         from .checkpoint import plan
         return plan(self, model_dir)

@@ -53,7 +53,7 @@ class Contribution:
         return f"{self.distribution} {self.version} via entry point {GROUP}:{self.entry_point}"
 
 
-def _locate(ep: "md.EntryPoint", dist: "md.Distribution", dist_name: str) -> Path:
+def _locate(ep: md.EntryPoint, dist: md.Distribution, dist_name: str) -> Path:
     value = ep.value.strip()
     where = f"distribution {dist_name!r}, entry point {GROUP}:{ep.name}"
     if not _DOTTED.match(value):
@@ -185,7 +185,7 @@ def origins(files: Iterable[Tuple[str, str]]) -> Dict[str, str]:
     return {name: origin_of(f) for name, f in files}
 
 
-def explained(catalogue: "Catalogue", decision: "Decision", fmt: str) -> Any:
+def explained(catalogue: Catalogue, decision: Decision, fmt: str) -> Any:
     """`explain` output with each backend's origin, added when not every backend of the op is
     packaged (the packaged-only output stays as it was)."""
     op = decision.layer["op"]

@@ -15,7 +15,11 @@ from .config import ConfigTree, compose, lint_tree, read_backend, validate_prese
 from .entry_points import load_entry_point
 from .errors import SelectorError
 from .layer import make_layer
-from .model import make_backend, make_platform, make_run_config
+from .model import make_backend, make_platform, make_preference, make_run_config
+from .rules import compile_rule
+
+# A MoE backend without these rules claims every activation and both gatings.
+_ACTIVATION_KINDS = ("activation", "act_and_mul")
 
 
 def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str, Any]:
@@ -31,12 +35,25 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
         checked.append(str(path))
         try:
             conf = read_backend(path, f"catalogue.{op}.{name}")
+        except SelectorError as exc:
+            problems.append({"file": str(path), "problem": str(exc)})
+            continue
+        found = backend_problems(op, name, conf, str(path))
+        problems.extend({"file": str(path), "problem": p} for p in found)
+        if found:
+            continue
+        try:
             b = make_backend(op, name, conf, str(path))
             _check_entry_point(b)
             _check_probes(b)
             backends.append(b)
         except SelectorError as exc:
             problems.append({"file": str(path), "problem": str(exc)})
+    warnings = [{"file": b.file, "warning": f"{b.file}: catalogue.{b.op}.{b.name} declares no "
+                 "activation or act_and_mul rule, so it claims to support every activation, "
+                 "gated and non-gated"}
+                for b in backends if b.op == "moe"
+                and not any(r.kind in _ACTIVATION_KINDS for r in b.rules)]
     for group, options in tree.presets.items():
         for name, path in sorted(options.items()):
             checked.append(str(path))
@@ -71,7 +88,48 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     return {"ok": not problems, "dirs": [str(d) for d in tree.dirs], "files": len(checked),
             "backends": {op: sorted(n for (o, n) in tree.backend_files if o == op)
                          for op in schema.OPS},
-            "problems": problems}
+            "problems": problems, "warnings": warnings}
+
+
+def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
+    """Every problem of one backend file, not only the first: each top-level key, each rule
+    and each preference entry is validated on its own."""
+    try:
+        make_backend(op, name, conf, file)
+        return []
+    except SelectorError as exc:
+        if not isinstance(conf, dict):
+            return [str(exc)]
+        first = str(exc)
+    key = f"catalogue.{op}.{name}"
+    out: List[str] = []
+
+    def attempt(fn, *args) -> None:
+        try:
+            fn(*args)
+        except SelectorError as e:
+            if str(e) not in out:
+                out.append(str(e))
+
+    parts = [k for k in conf if k not in ("rules", "preference")]
+    if "rank" not in conf:
+        attempt(make_backend, op, name, {}, file)
+    for k in parts:
+        attempt(make_backend, op, name, {"rank": 0, k: conf[k]} if k != "rank" else
+                {k: conf[k]}, file)
+    rules = conf.get("rules")
+    if isinstance(rules, list):
+        for i, r in enumerate(rules):
+            attempt(compile_rule, r, f"{key}.rules[{i}]", file)
+    elif rules is not None:
+        attempt(make_backend, op, name, {"rank": 0, "rules": rules}, file)
+    prefs = conf.get("preference")
+    if isinstance(prefs, list):
+        for i, p in enumerate(prefs):
+            attempt(make_preference, p, f"{key}.preference[{i}]", file)
+    elif prefs is not None:
+        attempt(make_backend, op, name, {"rank": 0, "preference": prefs}, file)
+    return out or [first]
 
 
 def _check_probes(b) -> None:
@@ -99,6 +157,8 @@ def run_check(overrides: Sequence[str], config_dirs: Sequence[str], fmt: str = "
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         n = sum(len(v) for v in report["backends"].values())
+        for w in report["warnings"]:
+            print(f"warning: {w['warning']}", file=sys.stderr)
         if report["ok"]:
             print(f"ok: {report['files']} config files, {n} backends "
                   f"({', '.join(f'{len(v)} {k}' for k, v in report['backends'].items())}) in "

@@ -99,7 +99,7 @@ class Plan:
         if total:
             head += f"; {total} linear -> " + ", ".join(
                 sel if n == total else f"{n} {sel}" for sel, n in lin.items())
-        off: "Counter[str]" = Counter()
+        off: Counter[str] = Counter()
         for k in self.kinds:
             if not k.quant:
                 off[k.component] += k.modules
@@ -146,15 +146,15 @@ def _join_whys(whys: List[str]) -> str:
                                             else "")
 
 
-def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> "OrderedDict[str, int]":
-    out: "OrderedDict[str, int]" = OrderedDict()
+def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int]:
+    out: OrderedDict[str, int] = OrderedDict()
     for s, n in items:
         sel = s.decision.selected or "none"
         out[sel] = out.get(sel, 0) + n
     return out
 
 
-def plan(selector: "Selector", model_dir: "os.PathLike[str] | str") -> Plan:
+def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
     """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
 
     Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
@@ -172,7 +172,7 @@ def plan(selector: "Selector", model_dir: "os.PathLike[str] | str") -> Plan:
     quant = read_quantization(root, config)
     dtype = checkpoint_dtype(config, config_path)
     # group modules by (component, scheme): layers, module counts, distinct field sets
-    groups: "OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]" = OrderedDict()
+    groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
     for m in arch.modules:
         scheme, why = quant.scheme_of(m.names, m.linear_class)
         g = groups.setdefault((m.component, scheme), {"layers": [], "modules": 0, "why": {},
@@ -237,11 +237,11 @@ def _layers_text(layers: Sequence[int]) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _needs(c: "Candidate") -> List[str]:
+def _needs(c: Candidate) -> List[str]:
     return list(dict.fromkeys(r.need for r in c.reasons if r.severity == "error"))
 
 
-def _verdict(d: "Decision") -> List[str]:
+def _verdict(d: Decision) -> List[str]:
     """A decision in three short lines: selected, what else could run, what could not and why."""
     usable = [c.backend for c in d.candidates if c.status == "eligible"]
     opt = [c.backend for c in d.candidates if c.status == "opt_in"]
@@ -284,7 +284,7 @@ def render_plan(p: Plan) -> str:
             continue
         lines.append(f"{k.component}: {count}{mods}: {k.op} {k.quant}")
         # shapes with the same verdict are shown together
-        by_verdict: "OrderedDict[Tuple[str, ...], List[Shape]]" = OrderedDict()
+        by_verdict: OrderedDict[Tuple[str, ...], List[Shape]] = OrderedDict()
         for s in k.shapes:
             by_verdict.setdefault(tuple(_verdict(s.decision)), []).append(s)
         for verdict, shapes in by_verdict.items():

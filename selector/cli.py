@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from .errors import SelectorError
 from .text import printable
@@ -20,7 +20,7 @@ COMMANDS = ("explain", "list", "check", "doctor")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own usage errors are bad input too: exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors are bad input too: exit 2
         self.print_usage(sys.stderr)
         print(f"selector: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -36,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
              "doctor": "detect this machine: GPU, CUDA, packages, what could run here"}
     for name in COMMANDS:
         s = sub.add_parser(name, help=helps[name], description=helps[name])
-        s.add_argument("--format", choices=("text", "json"), default="text")
+        s.add_argument("--format", choices=("text", "json", "line") if name == "explain"
+                       else ("text", "json"), default="text",
+                       help="line: one line per decision (explain only)" if name == "explain"
+                       else None)
         s.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                        help="an extra config directory (backend/<op>/*.yaml, platform/, layer/...)")
         s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
@@ -44,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "explain":
             s.add_argument("--model", metavar="DIR", help="a checkpoint directory: explain "
                            "every NVFP4 layer kind its config.json describes")
+            s.add_argument("--why", metavar="BACKEND", help="only this backend's verdict and "
+                           "every reason for it")
+        if name == "list":
+            s.add_argument("--presets", action="store_true", help="every preset of every group "
+                           "(platform, stack with the versions it holds, layer, policy)")
         if name == "doctor":
             s.add_argument("--deep", action="store_true",
                            help="import the kernel libraries in a child process and probe them")
@@ -112,7 +120,7 @@ def _output_failed(why: str, quiet: bool = False) -> int:
     return 2
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     from .api import load
     if args.command == "doctor":
         from .doctor import run_doctor
@@ -126,6 +134,12 @@ def _run(args) -> int:
         from .check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)
     sel = load(args.overrides, config_dirs=args.config_dir)
+    if args.command == "list" and args.presets:
+        from .presets import presets_dict, presets_text
+        assert sel.tree is not None  # load() always records the tree it composed
+        _emit(presets_dict(sel.tree) if args.format == "json" else presets_text(sel.tree),
+              args.format)
+        return 0
     if args.command == "list":
         from .listing import catalogue_dict, catalogue_text
         _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
@@ -133,16 +147,29 @@ def _run(args) -> int:
         return 0
     if args.model is not None:
         p = sel.plan(args.model)
-        _emit(p.to_dict() if args.format == "json" else str(p), args.format)
+        if args.format == "line":
+            _emit("\n".join(d.log_line() for d in p.decisions()), "line")
+        else:
+            _emit(p.to_dict() if args.format == "json" else str(p), args.format)
         return 0 if p.ok else 1
     d = sel.default()
+    if args.why is not None:
+        from .why import why
+        out, usable = why(d, args.why, args.format)
+        _emit(out, args.format)
+        return 0 if usable else 1
+    if args.format == "line":
+        if d.hint:  # stdout stays one line per decision
+            print(f"selector: note: {d.hint}", file=sys.stderr)
+        _emit(d.log_line(), "line")
+        return 0 if d.selected else 1
     from .catalogues import explained
     _emit(explained(sel.catalogue, d, args.format), args.format)
     return 0 if d.selected else 1
 
 
-def _emit(obj, fmt: str) -> None:
-    if fmt == "json":
+def _emit(obj: Any, fmt: str) -> None:
+    if fmt == "json" and not isinstance(obj, str):
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     else:
         sys.stdout.write(obj.rstrip("\n") + "\n")

@@ -28,8 +28,20 @@ class Candidate(NamedTuple):
                 "reasons": [r.to_dict() for r in self.reasons]}
 
 
+OUTCOMES = ("selected", "refused_explicit", "unsupported_layer", "nothing_fits")
+
+
 @dataclass(frozen=True)
 class Decision:
+    """The decision for one layer.
+
+    layer, platform: what was decided for (the JSON objects). requested: the policy's request
+    for this op: "auto", a backend name, or an ordered list joined by ",". selected: the chosen
+    backend, or None; `outcome` says why None. candidates: every backend of the op with status
+    and every failed rule, in preference order; `candidate(name)` finds one (KeyError if the op
+    has no such backend). notes: sentences on how the choice was made (preference, fallbacks,
+    warnings, detection). hint: one line when the platform describes no software.
+    """
     layer: Dict[str, Any]
     platform: Dict[str, Any]
     requested: str
@@ -39,9 +51,11 @@ class Decision:
     platform_label: str = ""
     warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason) of warning-level rules
     engine: Optional[Dict[str, Any]] = None  # engine=vllm|sglang: its name and flags
+    hint: str = ""
 
     # -- lookups -------------------------------------------------------------------------------
     def candidate(self, backend: str) -> Candidate:
+        """The candidate named `backend` (its status, failed rules, entry point)."""
         for c in self.candidates:
             if c.backend == backend:
                 return c
@@ -54,15 +68,55 @@ class Decision:
 
     @property
     def ok(self) -> bool:
+        """True when a backend was selected (the CLI's exit code 0)."""
         return self.selected is not None
+
+    @property
+    def outcome(self) -> str:
+        """Why `selected` is what it is, machine-readable: 'selected'; 'refused_explicit' (a
+        requested backend fails its rules and policy.strict refuses a fallback);
+        'unsupported_layer' (no backend implements the layer's quant scheme, e.g. an
+        unquantized layer); 'nothing_fits' (automatic selection found no usable backend)."""
+        if self.selected is not None:
+            return "selected"
+        if self.requested != "auto" and any(
+                c.backend in self.requested.split(",") and c.status == Status.REJECTED
+                for c in self.candidates):
+            return "refused_explicit"
+        if all(c.status == Status.NOT_APPLICABLE for c in self.candidates):
+            return "unsupported_layer"
+        return "nothing_fits"
+
+    def instantiate(self, **options: Any) -> Any:
+        """The selected backend's object: its entry-point class built with this decision (so
+        its gate does not decide again) and the layer's own keys, plus `options` (the class's
+        constructor keywords, e.g. compute_dtype, fold_mode). Raises SelectorError when nothing
+        was selected, naming the outcome."""
+        from .errors import SelectorError
+        if self.selected is None:
+            raise SelectorError(f"nothing to instantiate: outcome {self.outcome} "
+                                f"({self.notes[0] if self.notes else self.summary()})")
+        ep = self.entry_point
+        if not ep:
+            raise SelectorError(f"backend {self.selected} declares no entry_point")
+        from .entry_points import load_entry_point  # only modules selector allows
+        cls = load_entry_point(ep, f"catalogue.{self.layer['op']}.{self.selected}.entry_point")
+        lay = self.layer
+        kw: Dict[str, Any] = {"quant": lay["quant"], "decision": self}
+        if lay["op"] == "moe":
+            kw.update(activation=lay["activation"], act_and_mul=lay["act_and_mul"],
+                      ep_size=lay["ep_size"], swiglu_limit=lay["swiglu_limit"])
+        kw.update(options)
+        return cls(**kw)
 
     # -- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         out = {"layer": dict(self.layer), "platform": json.loads(json.dumps(self.platform)),
                "requested": self.requested, "selected": self.selected,
                "candidates": [c.to_dict() for c in self.candidates],
-               "notes": list(self.notes), "summary": self.summary(),
-               "entry_point": self.entry_point}
+               "notes": ([self.hint] if self.hint else []) + list(self.notes),
+               "summary": self.summary(), "entry_point": self.entry_point,
+               "outcome": self.outcome}
         if self.engine is not None:
             out["engine"] = json.loads(json.dumps(self.engine))
         return out
@@ -76,7 +130,7 @@ class Decision:
         total = len(self.candidates)
         usable = [c for c in self.candidates if c.status in USABLE]
         opt = sum(1 for c in usable if c.status == Status.OPT_IN)
-        needs: Counter = Counter()
+        needs: Counter[str] = Counter()
         for c in self.candidates:
             if c.status == Status.OPT_IN or any(r.rule == OPT_IN for r in c.reasons):
                 continue
@@ -91,13 +145,37 @@ class Decision:
         return f"{head}: {', '.join(parts)}"
 
     def log_line(self) -> str:
+        """One line an engine can keep per decision: the layer's distinguishing fields (no
+        MoE-only field on a linear layer), the outcome, and for a refusal what was requested
+        and its first failing rule."""
         lay = self.layer
-        what = f"{lay['op']} {lay['quant']} {lay['activation']}" + \
-            ("" if lay["op"] == "linear" else (" gated" if lay["act_and_mul"] else " non-gated"))
-        return f"selector: {what} -> {self.selected or 'none'} ({self.summary()})"
+        keys = _LOG_KEYS[lay["op"]]
+        fields = " ".join(f"{k}={lay[k]}" for k in keys
+                          if lay.get(k) is not None and not (k in _LOG_DEFAULTS
+                                                             and lay[k] == _LOG_DEFAULTS[k]))
+        head = f"selector: {lay['op']} {fields} -> {self.selected or 'none'} [{self.outcome}]"
+        if self.outcome == "refused_explicit":
+            first = next(c for c in self.candidates if c.backend in self.requested.split(",")
+                         and c.reasons)
+            r = first.reasons[0]
+            return f"{head} requested {self.requested}: {first.backend} [{r.rule}] {r.message}"
+        return f"{head} ({self.summary()})"
 
     def __str__(self) -> str:
         return render_text(self)
+
+
+_LOG_KEYS = {"moe": ("quant", "activation", "act_and_mul", "dtype", "hidden_size",
+                     "intermediate_size", "num_experts", "top_k", "ep_size", "tp_size",
+                     "swiglu_limit", "all2all", "num_tokens"),
+             "linear": ("quant", "dtype", "hidden_size", "intermediate_size", "tp_size",
+                        "num_tokens")}
+_LOG_DEFAULTS = {"ep_size": 1, "tp_size": 1}
+
+
+def render_line(d: Decision) -> str:
+    """`--format line`: one line per decision (the log line)."""
+    return d.log_line()
 
 
 def render_text(d: Decision) -> str:
@@ -118,8 +196,10 @@ def render_text(d: Decision) -> str:
     pk = plat["packages"]
     shown = ", ".join(f"{n} {v}" for n, v in pk.items() if v is not None) or "no kernel packages"
     lines = [desc,
-             f"platform: {d.platform_label or plat['source']} ({cap}, {cuda}); {shown}",
-             f"requested: {d.requested}"]
+             f"platform: {d.platform_label or plat['source']} ({cap}, {cuda}); {shown}"]
+    if d.hint:
+        lines.extend(textwrap.wrap(f"!! {d.hint}", width=WRAP, subsequent_indent="   "))
+    lines.append(f"requested: {d.requested}")
     if d.selected:
         ep = d.entry_point
         lines.append(f"selected: {d.selected}" + (f"  -> {ep}" if ep else ""))

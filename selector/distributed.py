@@ -24,7 +24,7 @@ import sys
 import threading
 import zlib
 from datetime import timedelta
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List, Sequence, Union, cast
 
 from . import agreement
 from .agreement import AgreedDecision, Group
@@ -89,7 +89,7 @@ def _active(group: Any) -> bool:
                 and dist.get_world_size(group) > 1)
 
 
-def _distributed():
+def _distributed() -> Any:
     try:
         import torch.distributed as dist
     except ImportError as e:
@@ -98,7 +98,7 @@ def _distributed():
 
 
 # -- transport ---------------------------------------------------------------------------------
-def _exchange(dist, group: Any, raw: bytes) -> List[Group]:
+def _exchange(dist: Any, group: Any, raw: bytes) -> List[Group]:
     """Every rank's fingerprint, grouped by content, the same list on every rank."""
     import torch
     from torch.distributed import distributed_c10d as c10d
@@ -155,7 +155,7 @@ def _decode(wire: bytes, rank: int) -> Dict[str, Any]:
     return body
 
 
-def _arrive(store, pg, rank: int, world: int, timeout: timedelta) -> None:
+def _arrive(store: Any, pg: Any, rank: int, world: int, timeout: timedelta) -> None:
     """Wait until every rank of the group called in, or name the ones that did not."""
     with _lock:
         seq = _calls[pg.group_name] = _calls.get(pg.group_name, 0) + 1
@@ -176,28 +176,28 @@ def _arrive(store, pg, rank: int, world: int, timeout: timedelta) -> None:
             "or select() failed (pass the exception)") from e
 
 
-def _has(store, key: str) -> bool:
+def _has(store: Any, key: str) -> bool:
     try:
         return bool(store.check([key]))
     except RuntimeError:
         return False
 
 
-def _timeout(pg, device) -> timedelta:
+def _timeout(pg: Any, device: Any) -> timedelta:
     """The group's own timeout (init_process_group(timeout=...)), else its store's."""
     try:
-        return pg._get_backend(device).options._timeout
+        return cast(timedelta, pg._get_backend(device).options._timeout)
     except (AttributeError, RuntimeError):
         from torch.distributed import distributed_c10d as c10d
-        return c10d._get_process_group_store(pg).timeout  # type: ignore[attr-defined]
+        return cast(timedelta, c10d._get_process_group_store(pg).timeout)  # type: ignore[attr-defined]
 
 
-def _tensor(data: bytes, device):
+def _tensor(data: bytes, device: Any) -> Any:
     import torch
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
 
 
-def _bytes(t) -> bytes:
+def _bytes(t: Any) -> bytes:
     """A uint8 tensor's bytes without numpy (not every torch install has it)."""
     import ctypes
     t = t.cpu().contiguous()

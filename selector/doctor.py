@@ -124,7 +124,8 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
                  probes: Optional[Sequence[str]] = None, verify: bool = False,
                  verify_ops: Optional[Sequence[str]] = None, verify_cache: bool = True) -> Report:
     t0 = time.perf_counter()
-    from .env_vars import parse_timeout, timeout as env_timeout
+    from .env_vars import parse_timeout
+    from .env_vars import timeout as env_timeout
     timeout = env_timeout("SELECTOR_PROBE_TIMEOUT") if timeout is None else \
         parse_timeout("--timeout", timeout)
     from . import environment
@@ -134,7 +135,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
 
     seen: Dict[str, Any] = {}
 
-    def detect(names):
+    def detect(names: Sequence[str]) -> Any:
         seen["env"] = environment.detect(names)
         return seen["env"]
 
@@ -205,7 +206,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
                   time.perf_counter() - t0, drift, vrep)
 
 
-def _platform_dict(env, rep) -> Dict[str, Any]:
+def _platform_dict(env: Any, rep: Any) -> Dict[str, Any]:
     g = env.gpu
     d: Dict[str, Any] = {
         "gpu": g.name, "capability": None if g.capability is None else

@@ -148,7 +148,7 @@ class _Report:
                      "in flashinfer tllm_enums.ActivationType", bool(ours),
                      f"vocabulary value(s): {', '.join(ours)}" if ours else
                      "a TRT-LLM activation the layer vocabulary cannot name")
-        for (a, g), v in sorted(ACTIVATION_TYPE.items()):
+        for (a, _g), v in sorted(ACTIVATION_TYPE.items()):
             if v not in members:
                 self.add(op, b, f"ActivationType.{v}", a, "absent", False,
                          f"the vocabulary maps {a} to ActivationType.{v}, which the installed "
@@ -219,7 +219,7 @@ class _Report:
                              f"nvidia-cutlass-dsl{spec} (distribution metadata)")
 
 
-def _b12x_requirements(rep: "_Report", nb: Mapping[str, Any]) -> None:
+def _b12x_requirements(rep: _Report, nb: Mapping[str, Any]) -> None:
     """Native b12x: its Requires-Dist floors against the catalogue's package rules."""
     requires = nb.get("requires", {})
     for op, backends in rep.catalogue.backends.items():

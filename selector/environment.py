@@ -273,7 +273,7 @@ def _torch_child() -> Gpu:
     except OSError as exc:
         return Gpu(method="torch", notes=[f"could not run torch: {exc}"])
     if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["exit code %d" % r.returncode])[-1]
+        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
         return Gpu(method="torch", notes=[f"torch failed: {last}"])
     try:
         out = json.loads(r.stdout.strip().splitlines()[-1])

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from .text import join_lines
 from .model import Catalogue
+from .text import join_lines
 
 
 def catalogue_dict(cat: Catalogue) -> Dict[str, Any]:

@@ -19,7 +19,7 @@ class ForkSafeLock:
         self._lock = threading.Lock()
         _ALL.add(self)
 
-    def __enter__(self) -> "ForkSafeLock":
+    def __enter__(self) -> ForkSafeLock:
         self._lock.acquire()
         return self
 
@@ -30,7 +30,7 @@ class ForkSafeLock:
         return self._lock.locked()
 
 
-_ALL: "weakref.WeakSet[ForkSafeLock]" = weakref.WeakSet()
+_ALL: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
 
 
 def _renew_all() -> None:

@@ -58,7 +58,7 @@ class Grid:
                               for p, _ in self.platforms} for b in self.backends}}
 
 
-def _cell(c: "Candidate") -> Cell:
+def _cell(c: Candidate) -> Cell:
     reasons = tuple(r.to_dict() for r in c.reasons)
     if c.status == "rejected":
         needs = list(dict.fromkeys(r.need for r in c.reasons if r.severity == "error"))

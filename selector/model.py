@@ -5,6 +5,7 @@ the key, the value and what is accepted.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -12,10 +13,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from . import schema
+from . import engines, schema
 from .entry_points import allowed as entry_point_allowed
 from .errors import SelectorError, bad_input, bad_value
-from . import engines
 from .layer import LAYER_KEYS, make_layer
 from .rules import Condition, Facts, Reason, Rule, compile_rule
 from .schema import Layer
@@ -60,12 +60,20 @@ class Platform:
 
 @dataclass(frozen=True)
 class Policy:
-    moe_backend: str
-    linear_backend: str
+    moe_backend: Tuple[str, ...]  # ("auto",) or backends in order of preference
+    linear_backend: Tuple[str, ...]
     strict: bool
     allow_opt_in: Tuple[str, ...] = ()  # opt-in backends automatic selection may choose
+    exclude: Tuple[str, ...] = ()  # backends never chosen (policy.exclude)
 
-    def requested(self, op: str) -> str:
+    def __post_init__(self) -> None:
+        """One backend name given as a string is a request of one."""
+        for f in ("moe_backend", "linear_backend"):
+            if isinstance(getattr(self, f), str):
+                object.__setattr__(self, f, (getattr(self, f),))
+
+    def requested(self, op: str) -> Tuple[str, ...]:
+        """The ordered request for an op: ('auto',), or names whose first usable one wins."""
         return self.moe_backend if op == "moe" else self.linear_backend
 
 
@@ -218,8 +226,20 @@ def make_catalogue(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any]
     return Catalogue(out)
 
 
+def normalize_backends(op: str, value: Any, catalogue: Catalogue) -> Tuple[str, ...]:
+    """`policy.<op>_backend`: 'auto', a backend of that op, or an ordered list of them (the
+    first usable one wins; 'auto' in the list stands for automatic selection)."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise bad_input(f"policy.{op}_backend", value, "is an empty list; accepted: auto, a "
+                        "backend name, or a list of backend names")
+    names = tuple(dict.fromkeys(normalize_backend(op, v, catalogue) for v in values))
+    return ("auto",) if names[0] == "auto" else names
+
+
 def normalize_backend(op: str, value: Any, catalogue: Catalogue) -> str:
-    """`policy.<op>_backend`: 'auto' or a backend of that op; '-' is accepted for '_'."""
+    """One backend name of `policy.<op>_backend`: 'auto' or a backend of that op; '-' is
+    accepted for '_'."""
     key = f"policy.{op}_backend"
     if not isinstance(value, str):
         raise bad_input(key, value, "is not a backend name")
@@ -244,9 +264,17 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
     for n in sorted(names):
         if n not in opt_in:
             raise bad_value("policy.allow_opt_in", n, opt_in, what="opt-in backend")
-    return Policy(normalize_backend("moe", conf.get("moe_backend", "auto"), catalogue),
-                  normalize_backend("linear", conf.get("linear_backend", "auto"), catalogue),
-                  strict, tuple(sorted(names)))
+    exclude = conf.get("exclude") or []
+    if not isinstance(exclude, (list, tuple)) or not all(isinstance(n, str) for n in exclude):
+        raise bad_input("policy.exclude", exclude, "is not a list of backend names")
+    every = sorted({b.name for bs in catalogue.backends.values() for b in bs})
+    excluded = {n.strip().replace("-", "_").lower() for n in exclude}
+    for n in sorted(excluded):
+        if n not in every:
+            raise bad_value("policy.exclude", n, every, what="backend")
+    return Policy(normalize_backends("moe", conf.get("moe_backend", "auto"), catalogue),
+                  normalize_backends("linear", conf.get("linear_backend", "auto"), catalogue),
+                  strict, tuple(sorted(names)), tuple(sorted(excluded)))
 
 
 def make_platform(conf: Mapping[str, Any], watched: List[str], detect=None,

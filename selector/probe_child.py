@@ -25,7 +25,7 @@ def _probe_dirs() -> Tuple[str, ...]:
     """The directories of the probe functions already imported (frames there are ours)."""
     return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
                  for name, m in list(sys.modules.items())
-                 if name.endswith(".probes") and getattr(m, "__file__", None))
+                 if name.endswith(".probes") and m.__file__ is not None)
 
 
 def dist_version(name: str) -> Optional[str]:

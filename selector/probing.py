@@ -29,7 +29,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import env_vars
 from .errors import SelectorError, did_you_mean
-
 from .probe_child import MARK
 
 
@@ -158,10 +157,11 @@ def _skip_reason(spec) -> Optional[str]:
 
 
 def _skip_reason_unchecked(spec) -> Optional[str]:
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
     import importlib.metadata as md
     import importlib.util
+
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
     for dist, spec_text in spec.requires:
         try:
             v = md.version(dist)

@@ -15,7 +15,7 @@ bucket (num_tokens) and keeps the answers.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import engines
 from .decision import Candidate, Decision
@@ -29,6 +29,8 @@ NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not cr
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
 
 
+EXCLUDED = Reason("exclude", "policy.exclude names it: never chosen",
+                  "policy.exclude (this run's configuration)", "are excluded by policy.exclude")
 _ELIGIBLE, _OPT_IN, _SELECTED = Status.ELIGIBLE, Status.OPT_IN, Status.SELECTED
 
 
@@ -50,6 +52,33 @@ class _Plan(NamedTuple):
     project: Callable[[Layer], Any]  # the layer fields the above read: the memo key
 
 
+def no_packages_hint(platform: Any, stacks: Sequence[str]) -> str:
+    """The one line a hardware preset without software gets: which `stack=` presets (the
+    newest of each family) or `platform.packages.<dist>=` overrides would describe it."""
+    if platform.source == "detected" or any(v is not None for _, v in platform.packages):
+        return ""
+    newest: Dict[str, Tuple[Any, str]] = {}
+    for name in stacks:
+        family, _, ver = name.partition("_")
+        if name == "none" or not ver:
+            continue
+        key = tuple(int(p) if p.isdigit() else -1 for p in ver.split("_"))
+        if family not in newest or key > newest[family][0]:
+            newest[family] = (key, name)
+    engines = sorted(newest, key=lambda f: (f not in ("vllm", "sglang"), f))
+    adds = [f"stack={newest[f][1]}" for f in engines]
+    return ("this platform lists no packages, so every backend that needs one is rejected: add "
+            + ", ".join(adds) + " or platform.packages.<dist>=VERSION")
+
+
+def _not_implemented(layer: Layer, reasons: Tuple[Reason, ...]) -> str:
+    """Why a requested backend does not serve this layer: the engine's own reason, or the op
+    and quant scheme."""
+    if reasons and reasons[0].rule == "engine":
+        return f": {reasons[0].message}"
+    return f": does not implement {layer.quant} {layer.op} layers"
+
+
 def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
     if b.opt_in is None:
         return ()
@@ -62,8 +91,10 @@ class Resolver:
     findings and verification failures ((op, backend) -> failed cases: a `verify` rule each)."""
 
     def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
-                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None):
+                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None,
+                 stacks: Sequence[str] = ()):
         self.run = run
+        self._hint = no_packages_hint(run.platform, stacks)
         facts = run.platform.facts
         self._facts = facts
         self._platform = run.platform.to_dict()
@@ -130,6 +161,8 @@ class Resolver:
         if found:
             failures += tuple(r for r in found if r.severity != "warning")
             warnings += tuple(r for r in found if r.severity == "warning")
+        if b.name in self.run.policy.exclude:
+            failures = (EXCLUDED,) + failures
         if failures:
             # A backend that does not serve the layer's quant scheme does not implement the
             # layer: an explicit request for it falls to automatic selection (CONTRACT.md).
@@ -167,31 +200,8 @@ class Resolver:
         backends = [row[3] for row in ranked]
         prefs = {name: j[1] for _, name, j, _ in ranked}
         evaluated = {name: j[0] for _, name, j, _ in ranked}
-        notes: List[str] = []
         auto = next((name for _, name, j, _ in ranked if j[0].status is _ELIGIBLE), None)
-        selected: Optional[str] = None
-        key = f"policy.{layer.op}_backend"
-        if requested == "auto":
-            selected = auto
-        else:
-            status, reasons, _ = evaluated[requested]
-            if status == Status.NOT_APPLICABLE:
-                selected = auto
-                what = reasons[0].message if reasons[0].rule == "engine" else \
-                    f"does not implement {layer.quant} {layer.op} layers"
-                notes.append(f"{key}={requested}: {what}; automatic selection chose "
-                             f"{auto or 'nothing'} for this layer")
-            elif status in (Status.ELIGIBLE, Status.OPT_IN):
-                selected = requested
-            elif run.policy.strict:
-                notes.append(f"{key}={requested} was requested but fails {len(reasons)} rule(s); "
-                             "policy.strict=true refuses to fall back"
-                             + (f" (with policy.strict=false: {auto})" if auto else ""))
-            else:
-                selected = auto
-                notes.append(f"{key}={requested} was requested but fails {len(reasons)} rule(s); "
-                             f"policy.strict=false: fell back to {auto or 'nothing'}")
-
+        selected, notes = self._requested(layer, requested, evaluated, auto)
         candidates, warned = [], []
         for b in backends:
             status, reasons, warnings = evaluated[b.name]
@@ -205,9 +215,47 @@ class Resolver:
         notes.extend(self._closing_notes(layer, requested, selected, candidates))
         notes.extend(self._platform_notes)
         values = layer.__dict__
-        return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, requested,
+        return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, ",".join(requested),
                         selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
-                        engines.view(run.engine, run.catalogue, layer.op, selected))
+                        engines.view(run.engine, run.catalogue, layer.op, selected),
+                        hint=self._hint)
+
+    def _requested(self, layer: Layer, requested: Tuple[str, ...],
+                   evaluated: Dict[str, Verdict], auto: Optional[str]
+                   ) -> Tuple[Optional[str], List[str]]:
+        """Apply `policy.<op>_backend`: the first usable backend of the ordered request wins;
+        one that does not implement the layer is skipped; none usable is refused under strict,
+        else automatic selection decides."""
+        key = f"policy.{layer.op}_backend"
+        notes: List[str] = []
+        failing: List[Tuple[str, int]] = []  # (backend, failed rules)
+        for name in requested:
+            if name == "auto":
+                return auto, notes
+            status, reasons, _ = evaluated[name]
+            if status == Status.NOT_APPLICABLE:
+                notes.append(f"{key}: {name}{_not_implemented(layer, reasons)}; skipped")
+            elif status in (Status.ELIGIBLE, Status.OPT_IN):
+                return name, notes
+            else:
+                failing.append((name, len(reasons)))
+        asked = f"{key}={','.join(requested)}"
+        if not failing:  # nothing requested implements this layer: automatic selection decides
+            what = (_not_implemented(layer, evaluated[requested[0]].reasons)
+                    if len(requested) == 1 else
+                    f": does not implement {layer.quant} {layer.op} layers")
+            notes[:] = [f"{asked}{what}; automatic selection chose {auto or 'nothing'} for "
+                        "this layer"]
+            return auto, notes
+        what = (f"{asked} was requested but fails {failing[0][1]} rule(s)"
+                if len(requested) == 1 else f"{asked} was requested but each fails: "
+                + ", ".join(f"{name} {n} rule(s)" for name, n in failing))
+        if self.run.policy.strict:
+            notes.append(what + "; policy.strict=true refuses to fall back"
+                         + (f" (with policy.strict=false: {auto})" if auto else ""))
+            return None, notes
+        notes.append(f"{what}; policy.strict=false: fell back to {auto or 'nothing'}")
+        return auto, notes
 
     def _preference_notes(self, layer: Layer, selected: str, candidates: List[Candidate],
                           prefs: Dict[str, Tuple[int, Optional[Preference]]]) -> List[str]:
@@ -233,9 +281,9 @@ class Resolver:
                            f"admit it with policy.allow_opt_in=[{c.backend}]")
         return out
 
-    def _closing_notes(self, layer: Layer, requested: str, selected: Optional[str],
+    def _closing_notes(self, layer: Layer, requested: Tuple[str, ...], selected: Optional[str],
                        candidates: List[Candidate]) -> List[str]:
-        if selected is None and requested == "auto":
+        if selected is None and requested == ("auto",):
             if all(c.status == Status.NOT_APPLICABLE for c in candidates):
                 return [f"no backend of the catalogue implements {layer.quant} {layer.op} "
                         "layers: this layer is outside selector's NVFP4 catalogue"]

@@ -91,7 +91,7 @@ class DeviceSpec:
     at_least: bool
 
     @classmethod
-    def parse(cls, key: str, text: Any, where: str) -> "DeviceSpec":
+    def parse(cls, key: str, text: Any, where: str) -> DeviceSpec:
         if not isinstance(text, str):
             raise bad_input(key, text, "is not a device spec such as '12.x', '10.0' or '>=7.5'",
                             where=where)
@@ -225,7 +225,7 @@ class Condition:
         object.__setattr__(self, "_platform", tuple(split[False]))
 
     @classmethod
-    def parse(cls, conf: Any, key: str, where: str) -> "Condition":
+    def parse(cls, conf: Any, key: str, where: str) -> Condition:
         conf = conf or {}
         if not isinstance(conf, Mapping):
             raise bad_input(f"{key}.when", conf, "is not a mapping of conditions", where=where)
@@ -298,11 +298,11 @@ def _explained(items: Any, key: str, where: str) -> Tuple[Explained, ...]:
 # --------------------------------------------------------------------------------------------
 # The registry
 
-KINDS: Dict[str, Type["Rule"]] = {}
+KINDS: Dict[str, Type[Rule]] = {}
 COMMON_FIELDS = ("kind", "source", "message", "severity", "when", "explained")
 
 
-def register(cls: Type["Rule"]) -> Type["Rule"]:
+def register(cls: Type[Rule]) -> Type[Rule]:
     """Class decorator: make `cls.kind` a rule kind backend files may use."""
     if cls.kind in KINDS or cls.kind == OPT_IN:
         raise ValueError(f"rule kind {cls.kind!r} is already taken")
@@ -310,7 +310,7 @@ def register(cls: Type["Rule"]) -> Type["Rule"]:
     return cls
 
 
-def kind_fields(cls: Type["Rule"]) -> Tuple[str, ...]:
+def kind_fields(cls: Type[Rule]) -> Tuple[str, ...]:
     """The YAML fields of a kind beside the common ones."""
     return tuple(f.name for f in dataclasses.fields(cls.Params))
 
@@ -378,7 +378,7 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return isinstance(value, tp)
 
 
-@functools.lru_cache(maxsize=None)  # one entry per registered kind
+@functools.cache  # one entry per registered kind
 def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field, Any], ...]:
     hints = typing.get_type_hints(params)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(params))
@@ -406,7 +406,8 @@ def _type_name(tp: Any) -> str:
     if origin is typing.Union:
         return " or ".join(_type_name(a) for a in args if a is not type(None))
     if origin in (tuple, list):
-        return f"a list of {_type_name(args[0])}s"
+        return "a list of " + {str: "strings", int: "integers", bool: "booleans"}.get(
+            args[0], f"{_type_name(args[0])} values")
     return {str: "a string", int: "an integer", bool: "a boolean (true or false)"}.get(
         tp, getattr(tp, "__name__", str(tp)))
 
@@ -849,7 +850,7 @@ class VerifyRule(Rule):
                         "on this machine", where=self.where)
 
     @classmethod
-    def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> "VerifyRule":
+    def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> VerifyRule:
         rule = cls.__new__(cls)
         rule.key, rule.where = f"catalogue.{op}.{backend}.verify", "selector doctor --verify"
         rule.source, rule.message, rule.severity = cls.SOURCE, None, "error"

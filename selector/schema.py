@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 OPS = ("moe", "linear")
 NVFP4_QUANTS = ("nvfp4", "nvfp4_w4a16")
@@ -58,7 +58,7 @@ class PlatformConf:
     packages: Dict[str, Optional[str]] = field(default_factory=dict)
 
 
-def _choice(default: Optional[str], choices: tuple, optional: bool = False) -> Any:
+def _choice(default: Optional[str], choices: Tuple[str, ...], optional: bool = False) -> Any:
     return field(default=default, metadata={"choices": choices, "optional": optional})
 
 
@@ -113,10 +113,11 @@ LayerConf = make_dataclass("LayerConf", [(f.name, f.type, field(default=f.defaul
 
 @dataclass
 class PolicyConf:
-    moe_backend: str = "auto"
-    linear_backend: str = "auto"
+    moe_backend: Any = "auto"  # a name, or an ordered list of names (first usable wins)
+    linear_backend: Any = "auto"
     strict: bool = True
     allow_opt_in: List[str] = field(default_factory=list)  # opt-in backends auto may choose
+    exclude: List[str] = field(default_factory=list)  # backends never chosen
 
 
 @dataclass
@@ -172,7 +173,7 @@ class EngineConf:
 class SelectorConf:
     """The run config Hydra composes (the catalogue is read file by file: see config.py)."""
     platform: PlatformConf = field(default_factory=PlatformConf)
-    layer: LayerConf = field(default_factory=LayerConf)
+    layer: LayerConf = field(default_factory=LayerConf)  # type: ignore[valid-type]  # made at run time
     policy: PolicyConf = field(default_factory=PolicyConf)
     engine: EngineConf = field(default_factory=EngineConf)
     probe: str = "none"

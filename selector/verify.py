@@ -399,6 +399,7 @@ def _cache_root() -> Optional[Path]:
 def fingerprint(run) -> Tuple[str, Dict[str, Any]]:
     """A key for this machine and stack: what a kernel's behaviour can depend on."""
     import importlib.metadata as md
+
     from . import environment
     from .doctor import EXTRA_PACKAGES
     gpu = environment.detect_gpu()

@@ -31,7 +31,7 @@ def run_ranks(world: int, scenarios: Sequence[Dict[str, Any]], tmp: Path, env: D
 
     `timeout_s` is the process group's timeout; every process is killed after `deadline_s`
     (a hang fails the test instead of blocking the suite). `env` is a child Python's
-    environment (conftest.child_env(): each rank imports the selector and Hydra the caller does)."""
+    environment (helpers.child_env(): each rank imports the selector and Hydra the caller does)."""
     plan = tmp / "plan.json"
     plan.write_text(json.dumps(list(scenarios)))
     env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),

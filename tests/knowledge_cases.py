@@ -413,9 +413,9 @@ BOUNDARIES = [
       pk={"vllm": None, "sglang": "0.5.10"}, layer=DENSE),
     C("marlin-lin-sglang-0.5.9", "9.0", "linear/marlin", {"package"},
       pk={"vllm": None, "sglang": "0.5.9"}, layer=DENSE),
-    # the reference runs on torch
-    C("emulation-no-torch", "9.0", "moe/emulation", {"package"}, pk={"torch": None}),
-    C("emulation-lin-no-torch", "9.0", "linear/emulation", {"package"}, pk={"torch": None},
+    # the reference needs no package: torch is the asking engine's own (issue 17)
+    C("emulation-no-torch", "9.0", "moe/emulation", set(), pk={"torch": None}),
+    C("emulation-lin-no-torch", "9.0", "linear/emulation", set(), pk={"torch": None},
       layer=DENSE),
     # opt-in backends (vLLM #40082 #52016 #52018; FlashInfer mm_fp4 heuristic)
     C("fi-b12x-opt-in", "12.0", B12X_MOE, status="opt_in"),
@@ -487,7 +487,7 @@ CASES: List[Case] = _generated() + BOUNDARIES
 # ---------------------------------------------------------------------------------------------
 # Deciding a case
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def base():
     import selector
     return selector.load(["platform=cpu"])

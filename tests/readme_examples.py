@@ -1,8 +1,9 @@
-"""The README's console examples: run each `$ python -m selector ...` block and compare.
+"""The README's (and docs/examples.md's) console examples: run each `$ python -m selector ...`
+block and compare.
 
-    python tests/readme_examples.py --write   # refresh the README's outputs after a change
+    python tests/readme_examples.py --write   # refresh the shown outputs after a change
 
-tests/test_readme.py fails when the README shows output that the code no longer prints.
+tests/test_readme.py fails when a page shows output that the code no longer prints.
 """
 from __future__ import annotations
 
@@ -14,16 +15,21 @@ from pathlib import Path
 from typing import List, Tuple
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCK = re.compile(r"```console\n\$ (python -m selector [^\n]*)\n(.*?)```", re.S)
+PAGES = (README, README.parent / "docs" / "examples.md")
+BLOCK = re.compile(r"```console\n\$ ((?:\.venv/bin/)?python -m selector [^\n]*)\n(.*?)```", re.S)
 
 
 def examples(text: str) -> List[Tuple[str, str]]:
     return [(m.group(1), m.group(2)) for m in BLOCK.finditer(text)]
 
 
+def all_examples() -> List[Tuple[str, str]]:
+    return [e for page in PAGES if page.is_file() for e in examples(page.read_text())]
+
+
 def run(command: str) -> str:
     argv = shlex.split(command)
-    assert argv[:3] == ["python", "-m", "selector"], command
+    assert argv[0] in ("python", ".venv/bin/python") and argv[1:3] == ["-m", "selector"], command
     r = subprocess.run([sys.executable, "-m", "selector", *argv[3:]], capture_output=True,
                        text=True, cwd=README.parent, timeout=120)
     assert r.returncode in (0, 1), (command, r.returncode, r.stderr)
@@ -31,13 +37,15 @@ def run(command: str) -> str:
 
 
 def write() -> None:
-    text = README.read_text()
-    text = BLOCK.sub(lambda m: f"```console\n$ {m.group(1)}\n{run(m.group(1))}```", text)
-    README.write_text(text)
+    for page in PAGES:
+        if page.is_file():
+            text = BLOCK.sub(lambda m: f"```console\n$ {m.group(1)}\n{run(m.group(1))}```",
+                             page.read_text())
+            page.write_text(text)
 
 
 if __name__ == "__main__":
     if "--write" in sys.argv:
         write()
-    for cmd, _ in examples(README.read_text()):
+    for cmd, _ in all_examples():
         print(cmd)

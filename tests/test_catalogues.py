@@ -8,7 +8,7 @@ import json
 
 import pytest
 from catalogue_dist import DEMO_BACKEND, build_wheel, demo_files, install
-from conftest import assert_clean_error, cli_env, run_cli_many
+from helpers import assert_clean_error, cli_env, run_cli_many
 
 DEMO_ORIGIN = "selector-demo-kernels 1.0 via entry point selector.catalogues:demo"
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
@@ -133,6 +133,7 @@ def test_malformed_or_missing_catalogue_entry_points(bad):
                        "is not installed")
 
 
+@pytest.mark.slow
 def test_no_contribution_leaves_output_unchanged(good):
     """Without contributed backends explain prints no origins line and no `origins` key."""
     r = run_cli_many([("explain", "--format", "json", *SPARK)])[0]

@@ -19,7 +19,7 @@ from checkpoint_fixtures import (
     compressed_tensors_nvfp4,
     write_checkpoint,
 )
-from conftest import assert_clean_error, load, run_cli_many
+from helpers import assert_clean_error, load, run_cli_many
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -211,6 +211,7 @@ def test_bad_checkpoints_exit_2_naming_the_key(bad, case):
     assert_clean_error(r, *needles)
 
 
+@pytest.mark.slow
 def test_cli_explain_model(ckpts):
     argvs = [("explain", "--model", str(ckpts[n]), *SPARK) for n in sorted(SUMMARIES)]
     argvs += [("explain", "--format", "json", "--model", str(ckpts["nemotron_h"]), *SPARK),
@@ -221,7 +222,8 @@ def test_cli_explain_model(ckpts):
         flat = " ".join(r.stdout.split())
         assert f"summary: {SUMMARIES[name]}" in flat
     assert js.returncode == 0 and js.json["summary"] == SUMMARIES["nemotron_h"]
-    assert cpu.returncode == 1 and "no usable backend" in cpu.stdout
+    # a bare preset: the reference, which needs no package (issue 17)
+    assert cpu.returncode == 0 and "-> emulation" in cpu.stdout, cpu.stdout
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10 ** 6) |
@@ -231,6 +233,7 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10 ** 6) |
                      max_leaves=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(sorted(SUMMARIES)), data=st.data())

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
-
-from conftest import child_env
+from helpers import child_env
 
 import selector
 from selector.api import Selector
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 16

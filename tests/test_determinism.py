@@ -15,9 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List
 
+import pytest
+from helpers import child_env
 
 import selector
-from conftest import child_env
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from helpers import child_env, load
 from hypothesis import given
 from hypothesis import strategies as st
 
 import selector
 from selector import agreement
 from selector.agreement import Group
-
-from conftest import child_env, load
 
 torch_dist = pytest.importorskip("torch.distributed", reason="torch is not installed")
 if not torch_dist.is_available():  # pragma: no cover
@@ -215,6 +214,7 @@ def synthetic(statuses, requested="auto", strict=True):
                                          for n, s in zip(NAMES, statuses)], "notes": []}]}
 
 
+@pytest.mark.slow
 @given(st.lists(st.lists(STATUSES, min_size=4, max_size=4), min_size=1, max_size=6))
 def test_selected_is_the_first_backend_eligible_on_every_rank(per_group):
     groups = [Group((i,), ("h",), synthetic(s)) for i, s in enumerate(per_group)]
@@ -233,6 +233,7 @@ def test_selected_is_the_first_backend_eligible_on_every_rank(per_group):
             assert {r for reason in c.reasons for r in reason.ranks} == bad
 
 
+@pytest.mark.slow
 @given(st.lists(st.sampled_from(["eligible", "rejected"]), min_size=1, max_size=5),
        st.booleans())
 def test_explicit_backend_failing_on_some_rank(statuses, strict):
@@ -277,6 +278,7 @@ def test_agree_needs_an_initialized_group():
         agree(load(*SPARK).select(**MOE))
 
 
+@pytest.mark.slow
 def test_importing_selector_distributed_imports_no_torch():
     code = ("import sys, selector, selector.distributed, selector.agreement; "
             "print([m for m in ('torch', 'hydra', 'omegaconf') if m in sys.modules])")

@@ -13,19 +13,19 @@ from __future__ import annotations
 import importlib.metadata as md
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
 
 import pytest
+from doctor_fixtures import make_broken_packages, make_config_dir, make_dist, make_hider
+from helpers import REPO, assert_clean_error, cli_env, run_cli, run_cli_many
 
 import selector
 from selector import probing
 from selector.doctor import build_report, render_text
 
-from conftest import REPO, assert_clean_error, cli_env, run_cli, run_cli_many
-from doctor_fixtures import (make_broken_packages, make_config_dir, make_dist, make_hider)
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 
 def _version(name):
@@ -43,12 +43,6 @@ needs_flashinfer = pytest.mark.skipif(
     "the kernel stack (pip install -c constraints.txt -e '.[kernels]')")
 FAKE_BACKENDS = {f"{n}_be": (n, [f"import:{n}:entry"]) for n in
                  ("fakeraise", "fakehang", "fakeexit", "fakesegv", "fakeok")}
-
-
-def _env(*first):
-    env = cli_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(d) for d in first] + [env["PYTHONPATH"]])
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +139,7 @@ def test_without_triton_the_b12x_moe_entry_points_are_absent(tmp_path):
     hider = make_hider(tmp_path / "hide", "triton")
     r = run_cli("doctor", "--format", "json", "--probe", "flashinfer.b12x_moe", "--probe",
                 "flashinfer.cute_dsl_moe", "--probe", "flashinfer.cutlass_moe", "--probe",
-                "flashinfer.b12x_gemm", "--probe", "triton.importable", env=_env(hider),
+                "flashinfer.b12x_gemm", "--probe", "triton.importable", env=cli_env(hider),
                 timeout=300)
     assert r.returncode == 1, r.stderr
     d = r.json
@@ -214,7 +208,7 @@ def broken_runs(fakes):
               "--probe", probe) for probe in CASES]
     argvs.append(("doctor", "--config-dir", str(cfg), "--timeout", "2",
                   "--probe", "import:fakeraise:entry"))  # the text form
-    runs = run_cli_many(argvs, env=_env(site))
+    runs = run_cli_many(argvs, env=cli_env(site))
     return dict(zip(list(CASES) + ["text"], runs))
 
 
@@ -259,7 +253,7 @@ def test_cutlass_dsl_wheel_collision_is_found(tmp_path):
     make_dist(site, "nvidia-cutlass-dsl-libs-cu13", "4.5.0", {rel: b"cu13"}, {rel: b"cu13"})
     deep, plain = run_cli_many([("doctor", "--format", "json", "--probe",
                                  "cutlass_dsl.wheel_collision"),
-                                ("doctor", "--format", "json")], env=_env(site))
+                                ("doctor", "--format", "json")], env=cli_env(site))
     assert deep.returncode == 1, deep.stderr
     (f,) = deep.json["probes"]["findings"]
     assert f["status"] == "failed" and "1 match nvidia-cutlass-dsl-libs-cu13" in f["message"]

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO, load, run_cli_many, warm
 
-from conftest import REPO, load, run_cli_many, warm
 from selector import SelectorError
 from selector.engines import sglang
 
@@ -87,7 +87,7 @@ def test_explicit_backend_the_engine_lacks_falls_to_automatic_selection():
 
 def test_every_backend_names_itself_in_every_engine():
     sel = load("engine=none", "platform=cpu")
-    for op, backends in sel.catalogue.backends.items():
+    for _op, backends in sel.catalogue.backends.items():
         for b in backends:
             entries = dict(b.engines)
             assert set(entries) == {"vllm", "sglang"}, b.file

@@ -25,7 +25,6 @@ import ctypes
 import importlib
 import io
 import json
-import os
 import subprocess
 import sys
 import time
@@ -34,11 +33,12 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
+from helpers import child_env
 
 from selector import environment, nvml_query
 from selector.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 
 @pytest.fixture(autouse=True)
@@ -54,12 +54,7 @@ NO_DRIVER = {"SELECTOR_NVML_LIBRARY": "/nonexistent/libnvidia-ml.so.1",
 def _env(*paths: Path, **extra: str) -> Dict[str, str]:
     """This process's environment and import path (a `--target` install lives there), with
     the fakes first and the machine's own NVML and CUDA driver kept out."""
-    env = dict(os.environ, **NO_DRIVER)
-    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in paths] + [str(REPO)] + inherited +
-                                        [p for p in sys.path if p and os.path.isdir(p)])
-    env.update(extra)
-    return env
+    return child_env(*paths, **{**NO_DRIVER, **extra})
 
 
 @pytest.fixture
@@ -165,7 +160,7 @@ def test_pynvml_faults(tmp_path):
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(run, jobs))
-    for case, p, seconds in results:
+    for case, p, _seconds in results:
         want = PYNVML[case][1]
         assert p.returncode == 0, (case, p.stderr)
         got = json.loads(p.stdout.strip().splitlines()[-1])

@@ -25,18 +25,19 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
-
-from conftest import child_env
 from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
-from selector.rules import WHEN_FIELDS, reason_rules, rule_fields
+from helpers import child_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.version import Version
+
 from selector import schema
 from selector.cli import main
 from selector.config import MAX_CONFIG_BYTES, load_yaml, schema_keys
 from selector.errors import SelectorError
-from selector.model import Layer, RunConfig, Platform, Policy, make_catalogue, make_backend
+from selector.model import Layer, Platform, Policy, RunConfig, make_backend, make_catalogue
 from selector.resolver import Resolver
-from packaging.version import Version
+from selector.rules import WHEN_FIELDS, reason_rules, rule_fields
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import List, Sequence, Tuple
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from selector.cli import main
 from selector.config import MAX_CONFIG_BYTES
 

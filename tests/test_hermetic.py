@@ -8,7 +8,10 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO, child_env
+import pytest
+from helpers import REPO, child_env
+
+pytestmark = pytest.mark.slow  # subprocess suite: `pytest -m "not slow"` skips it
 
 _CODE = """
 import json, sys
@@ -20,6 +23,7 @@ print(json.dumps({"selector": selector.__file__, "hydra": hydra.__file__,
 
 def test_a_child_imports_the_selector_and_hydra_tested_here():
     import hydra
+
     import selector
     p = subprocess.run([sys.executable, "-c", _CODE], cwd=str(REPO), env=child_env(),
                        capture_output=True, text=True, timeout=120)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Dict, Sequence, Tuple
 
 import pytest
+from helpers import child_env
 
 import selector
-from conftest import child_env
 from selector.cli import main
 from selector.config import ConfigTree, normalize_overrides
 from selector.environment import Environment, Gpu
@@ -468,6 +468,7 @@ def test_19_self_including_preset(tmp_path):
 
 def test_errors_come_from_attributes_not_message_text():
     from omegaconf.errors import ValidationError
+
     from selector.config.hydra_errors import translate_omegaconf
     exc = ValidationError("Could not override 'policy.strict'. full_key: layer.op")
     exc.full_key, exc.value = "layer.ep_size", "abc"

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import knowledge_cases as kc
 import pytest
 import yaml
 
-import knowledge_cases as kc
 from selector import schema
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def _sources():
     from selector.probe_specs import PROBES
     for p in PROBES.values():
         yield f"probe {p.name}", f"{p.source} {p.description}"
-    for op, bs in kc.base().catalogue.backends.items():
+    for _op, bs in kc.base().catalogue.backends.items():
         for b in bs:
             for r in b.rules:
                 text = " ".join([r.source, r.message or ""] +

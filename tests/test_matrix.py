@@ -11,7 +11,7 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-from conftest import REPO, assert_clean_error, run_cli_many
+from helpers import REPO, assert_clean_error, run_cli_many
 
 DOC = REPO / "docs" / "matrix.md"
 RUNS = {

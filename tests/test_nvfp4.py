@@ -131,7 +131,8 @@ def test_scale_2_is_amax_over_2688_and_the_top_block_scale_is_448():
 
 
 def test_per_expert_global_scales():
-    w = torch.randn(3, 64, 128, generator=torch.Generator().manual_seed(6)) * torch.tensor([0.01, 1.0, 50.0]).view(3, 1, 1)
+    w = (torch.randn(3, 64, 128, generator=torch.Generator().manual_seed(6))
+         * torch.tensor([0.01, 1.0, 50.0]).view(3, 1, 1))
     q = nv.quantize(w, global_dims=1)
     assert q.scale_2.shape == (3,)
     for e in range(3):
@@ -224,6 +225,7 @@ def test_mma_layout_equals_flashinfer_convert_sf_to_mma_layout():
     assert torch.equal(ours.view(torch.uint8), theirs.view(torch.uint8))
 
 
+@pytest.mark.slow
 def test_nvfp4_module_imports_no_torch():
     import subprocess
     import sys

@@ -12,14 +12,12 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from doctor_fixtures import make_broken_packages, make_dist
+from helpers import REPO, cli_env, load
 
 from selector import SelectorError, probing
-
 from selector import probe_specs as registry
 from selector.backends.probes import _util, metadata_probes
-from doctor_fixtures import make_broken_packages, make_dist
-
-from conftest import REPO, cli_env, load
 
 
 @pytest.fixture(autouse=True)
@@ -81,6 +79,7 @@ def test_unknown_probe_name_is_bad_input_with_a_suggestion():
         probing.run_deep_probes(cat)
 
 
+@pytest.mark.slow
 def test_importing_the_registry_imports_no_kernel_library():
     code = ("import sys, selector.probe_specs, selector.probing, selector.doctor; "
             "print(sorted(m for m in ('torch', 'flashinfer', 'triton', 'cutlass') "

@@ -28,18 +28,20 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 import selector
-from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
-from selector.rules import reason_rules
 from selector import schema
 from selector.config import ConfigTree, read_catalogue
-from selector.model import (Catalogue, Layer, RunConfig, Platform, Policy, make_catalogue,
-                            make_layer, make_platform)
+from selector.model import Catalogue, Layer, Platform, Policy, RunConfig, make_catalogue, make_layer, make_platform
 from selector.resolver import Resolver, Verdict
+from selector.rules import reason_rules
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 REPO = Path(__file__).resolve().parent.parent
 OUTCOMES: Counter = Counter()  # reported by benchmarks/fuzz.py
@@ -240,7 +242,7 @@ def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True
 
     expected = {b.name: expected_status(b, layer, facts, probes) for b in cat.backends[layer.op]}
     auto = next((n for n in names if expected[n][0] == "eligible"), None)
-    requested = policy.requested(layer.op)
+    requested = ",".join(policy.requested(layer.op))  # a list is joined by ","
     assert d.requested == requested
 
     for c in d.candidates:
@@ -348,7 +350,7 @@ def test_independent_of_catalogue_and_package_order(platform, layer, policy, see
     rng.shuffle(pk)
     conf = {"preset": "fuzz",
             "capability": None if platform.capability is None else
-            "%d.%d" % platform.capability,
+            "{}.{}".format(*platform.capability),
             "cuda": None if platform.cuda is None else str(platform.cuda),
             "packages": {n: (None if v is None else str(v)) for n, v in pk}}
     plat2 = make_platform(conf, [])

@@ -81,7 +81,7 @@ def toolkit_kind():
             package: str
             specifier: str = ""
 
-        def setup(self, p: "ToolkitRule.Params") -> None:
+        def setup(self, p: ToolkitRule.Params) -> None:
             self.req = PackageSpec(canonicalize_name(p.package), parse_specifier(
                 f"{self.key}.specifier", p.specifier, where=self.where))
 

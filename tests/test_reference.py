@@ -36,12 +36,15 @@ def _act64(h, activation, gated, limit=None):
             return 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
         raise AssertionError(activation)
     n = h.shape[-1] // 2
-    g, u = h[..., :n], h[..., n:]
-    if activation == "swigluoai":
+    g, u = (h[..., 0::2], h[..., 1::2]) if activation == "swigluoai" else (h[..., :n], h[..., n:])
+    if activation in ("swigluoai", "swigluoai_uninterleave"):
         lim = 7.0 if limit is None else limit
         g = torch.minimum(g, torch.tensor(lim, dtype=F64))
         u = torch.clamp(u, -lim, lim)
         return g * sig(1.702 * g) * (u + 1.0)
+    if activation == "swiglustep":
+        lim = 7.0 if limit is None else limit
+        return torch.clamp(g * sig(g), max=lim) * torch.clamp(u, -lim, lim)
     if limit is not None:
         g = torch.minimum(g, torch.tensor(limit, dtype=F64))
         u = torch.clamp(u, -limit, limit)
@@ -171,6 +174,7 @@ def test_linear_bias_out_buffer_and_bf16():
 # ------------------------------------------------------------------------------------------------
 
 CASES = [("silu", True), ("gelu", True), ("gelu_tanh", True), ("swigluoai", True),
+         ("swigluoai_uninterleave", True), ("swiglustep", True),
          ("relu2", False), ("silu", False)]
 
 

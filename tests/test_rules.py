@@ -9,10 +9,9 @@ import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from selector.rules import reason_rules
 from selector import SelectorError
 from selector.layer import make_layer
-from selector.rules import KINDS, Facts, Reason, compile_rule
+from selector.rules import KINDS, Facts, Reason, compile_rule, reason_rules
 
 KEY = "catalogue.moe.testbackend.rules[3]"
 WHERE = "/tmp/user-conf/backend/moe/testbackend.yaml"

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Set, Tuple
 
 import pytest
+from helpers import load, warm
 
-from conftest import load, warm
-from selector.rules import reason_rules
 from selector import schema
 from selector.layer import make_layer
+from selector.rules import reason_rules
 
 # ---------------------------------------------------------------------------------------------
 # Building blocks
@@ -332,7 +332,7 @@ MOE = [
       "flashinfer_trtllm", kinds={"flashinfer_cutedsl": {"package"}},
       cites={"flashinfer_cutedsl": ("FlashInfer #2398",)}),
     S("moe-b200-no-cutlass-dsl", [B200, pk(flashinfer_python="0.7.4")], "flashinfer_trtllm",
-      kinds={"flashinfer_cutedsl": {"package"}, "emulation": {"package"}}),
+      kinds={"flashinfer_cutedsl": {"package"}}),
     S("moe-b200-074-cutlass-dsl-4.7", [B200, FI_074, pk(nvidia_cutlass_dsl="4.7.1")],
       "flashinfer_trtllm", kinds={"flashinfer_cutedsl": {"known_issue"}}),
     S("moe-b200-0611-cutlass-dsl-4.4", [B200, FI_0611, pk(nvidia_cutlass_dsl="4.4.2")],
@@ -367,10 +367,10 @@ MOE = [
       notes=("marlin is weight-only",)),
     S("moe-sm70-marlin-needs-7.5", [CPU, "platform.capability=7.0", VLLM], "emulation",
       kinds={"marlin": {"device"}}),
-    S("moe-cpu-nothing", [CPU], None,
-      kinds={"emulation": {"package"}, "marlin": {"device", "package"},
-             "flashinfer_trtllm": {"device", "package"}},
-      notes=("no backend can be chosen automatically",)),
+    # the reference needs no package: a hardware preset alone still has an answer (issue 17)
+    S("moe-cpu-no-packages-emulation", [CPU], "emulation",
+      kinds={"marlin": {"device", "package"}, "flashinfer_trtllm": {"device", "package"}},
+      notes=("this platform lists no packages",)),
     S("moe-cpu-torch-emulation", [CPU, pk(torch="2.11.0+cu130")], "emulation"),
     # --- weight-only on W4A4 vs W4A16 ---------------------------------------------------------
     S("moe-dgx-vllm-w4a4-native-first", [DGX, VLLM], "flashinfer_cutlass",
@@ -473,7 +473,7 @@ LINEAR = [
     S("lin-b200-sm107-w4a16-marlin", [B200, VLLM, "platform.capability=10.7", W4A16_LIN],
       "marlin", kinds={"flashinfer_cutedsl": {"device"}}),
     S("lin-cpu-torch-emulation", [CPU, pk(torch="2.11.0"), DENSE], "emulation"),
-    S("lin-cpu-nothing", [CPU], None, layer=DENSE_KW, kinds={"emulation": {"package"}}),
+    S("lin-cpu-no-packages-emulation", [CPU], "emulation", layer=DENSE_KW),
     S("lin-unquantized-explicit-backend", [DGX, FI_074, DENSE, LIN_FI_B12X], None,
       layer={"quant": "unquantized"},
       status={"flashinfer_b12x": "not_applicable", "emulation": "not_applicable"},
@@ -556,7 +556,7 @@ def test_scenario(s: Scenario):
         text = " ".join(f"{r.message} {r.source}" for r in by_name[backend].reasons)
         for n in needles:
             assert n in text, (backend, n, text)
-    notes = "\n".join(d.notes)
+    notes = "\n".join((d.hint,) + d.notes)
     for n in s.notes:
         assert n in notes, (n, d.notes)
     for n in s.no_notes:
@@ -564,7 +564,7 @@ def test_scenario(s: Scenario):
     if s.warned is not None:
         warned = {b for b, r in d.warnings if not r.source.startswith(AMBIENT_WARNINGS)}
         assert sorted(warned) == sorted(s.warned), d.warnings
-    for b, w in d.warnings:
+    for _b, w in d.warnings:
         assert w.severity == "warning" and any(w.message in n for n in d.notes)
     check_invariants(s, d)
 
@@ -586,7 +586,7 @@ UNREACHABLE: set = set()  # a rule no valid layer can trip is dead data: keep th
 
 def _unreachable(sel):
     out = set()
-    for op, backends in sel.catalogue.backends.items():
+    for _op, backends in sel.catalogue.backends.items():
         for b in backends:
             for r in b.rules:
                 if r.kind == "quant" and set(b.implements) <= set(r.values):

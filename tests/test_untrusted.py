@@ -20,6 +20,7 @@ import importlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -27,12 +28,14 @@ from pathlib import Path
 from typing import Sequence, Tuple
 
 import pytest
+from helpers import child_env
 
-from conftest import child_env
 from selector import entry_points
 from selector.cli import main
 from selector.entry_points import allowed, load_entry_point
 from selector.errors import SelectorError
+
+pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
 REPO = Path(__file__).resolve().parent.parent
 CANARY = "canary-" + uuid.uuid4().hex
@@ -240,10 +243,12 @@ def test_yaml_python_tags_are_never_constructed(tmp_path, marker, where, tag):
 
 
 def test_selector_never_instantiates():
-    """No code path of selector can instantiate a config: it never calls Hydra's instantiate."""
-    for f in (REPO / "selector").glob("*.py"):
+    """No code path of selector can instantiate a config: it never calls Hydra's instantiate
+    (Decision.instantiate builds a backend through the entry-point allow-list, not Hydra)."""
+    hydra_instantiate = re.compile(r"hydra\.utils|_target_|utils\.instantiate|utils\.call\(")
+    for f in (REPO / "selector").rglob("*.py"):
         text = f.read_text()
-        assert "instantiate" not in text, f
+        assert not hydra_instantiate.search(text), f
         assert "register_new_resolver" not in text and "register_resolver" not in text, f
 
 

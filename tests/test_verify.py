@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import cli_env, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import cli_env, run_cli
 from selector import verify
 from selector.errors import SelectorError
 from selector.rules import VerifyFailure, VerifyRule, compile_rule
-
 
 WRONG = Path(__file__).resolve().parent / "wrong_backends"  # site/ (the plugin) and conf/
 
@@ -217,9 +216,8 @@ def test_bounds_admit_kernel_roundings_and_refuse_garbage():
     from selector.backends.verify_child import build_moe, compare
     case = verify.Case("moe", "nvfp4", "silu", True, "nvfp4")
     x, w, tw, ti = build_moe(dict(verify.SHAPES["moe"]), "nvfp4", True, "silu", 0)
-    ref = torch.empty(x.shape, dtype=torch.float64)
-    reference_moe(x, w, tw, ti, activation="silu", quant="nvfp4", compute_dtype=torch.float64,
-                  out=ref)
+    ref = reference_moe(x.to(torch.float64), w, tw, ti, activation="silu", quant="nvfp4",
+                        compute_dtype=torch.float64)
     w13, w2 = w.w13.dequantize(), w.w2.dequantize()
     y = torch.zeros(x.shape)
     for e in range(w13.shape[0]):

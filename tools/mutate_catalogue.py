@@ -108,6 +108,7 @@ def mutations(conf: Dict[str, Any]) -> List[Mutation]:
 
 def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
     import knowledge_cases as kc
+
     from selector.config import ConfigTree, read_catalogue
     from selector.errors import SelectorError
     from selector.model import make_catalogue

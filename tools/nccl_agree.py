@@ -71,8 +71,8 @@ def scenario(s: Dict[str, Any], rank: int, world: int) -> Dict[str, Any]:
 
 def timings(rank: int, world: int, calls: int) -> Dict[str, List[float]]:
     import torch.distributed as dist
-
     from distributed_bench import decisions
+
     from selector import agreement, distributed
     ds = decisions(["platform=auto"] + (VLLM if rank == 1 else []))
     raw = agreement.encode(ds)

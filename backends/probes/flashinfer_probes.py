@@ -17,8 +17,7 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ._util import (absent_message, describe_exc, dist_version, failed, find_symbol, ok,
-                    warning, why_absent)
+from ._util import absent_message, describe_exc, dist_version, failed, find_symbol, ok, warning, why_absent
 
 PKG = "flashinfer"
 MM_FP4_BACKENDS = ("cudnn", "trtllm", "cutlass", "cute-dsl", "b12x")
@@ -30,7 +29,7 @@ def _cands(attr: str, *modules: str) -> List[Tuple[str, str]]:
 
 
 def _symbols(wanted: Sequence[Tuple[str, List[Tuple[str, str]]]]
-             ) -> Tuple[Dict[str, Any], Dict[str, str], List[str]]:
+             ) -> Tuple[Dict[str, Any], Dict[str, Optional[str]], List[str]]:
     """Look up each wanted symbol; (objects, where found, absence messages)."""
     objs, where, problems = {}, {}, []
     absent: Dict[str, List[str]] = {}  # why -> names, so one cause is said once
@@ -122,7 +121,7 @@ def b12x_gemm(arg: Optional[str], ctx: Dict[str, Any]) -> Dict[str, Any]:
     cands = [(f"{PKG}.gemm", new), (f"{kernels}.dense_blockscaled_gemm_sm120_b12x", new),
              (f"{PKG}.gemm", old), (f"{kernels}.dense_blockscaled_gemm_sm120", old)]
     kernel, at, errors = find_symbol(cands)
-    if kernel is None:
+    if kernel is None or at is None:
         return failed(absent_message(f"the b12x dense GEMM kernel ({new}, or {old} in 0.6.9)",
                                      cands, errors, PKG))
     details: Dict[str, Any] = {"found": {"kernel": at}}

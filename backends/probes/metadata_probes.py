@@ -93,7 +93,7 @@ def wheel_collision(arg: Optional[str], ctx: Dict[str, Any]) -> Dict[str, Any]:
         for p in differing[:_HASH_LIMIT_FILES]:
             wheel_hashes = shared[p]
             first = next(iter(wheel_hashes))
-            on_disk = _file_hash(Path(libs[first].locate_file(p)))
+            on_disk = _file_hash(Path(str(libs[first].locate_file(p))))
             who = [n for n, h in wheel_hashes.items() if h == on_disk] or ["neither wheel"]
             for n in who:
                 winners[n] = winners.get(n, 0) + 1
@@ -146,7 +146,7 @@ def _owners(origin: Path, names: Sequence[str]) -> Dict[str, Tuple[str, Optional
         except Exception:  # noqa: BLE001
             continue
         try:
-            rel = target.relative_to(Path(d.locate_file("")).resolve()).as_posix()
+            rel = target.relative_to(Path(str(d.locate_file(""))).resolve()).as_posix()
         except (ValueError, OSError):
             continue  # installed in another directory: cannot own this file
         entry = _record_entry(d, rel)

@@ -150,7 +150,8 @@ _HYDRA_LOCK = ForkSafeLock()  # GlobalHydra is process-wide: one compose at a ti
 
 def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any]:
     import yaml
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException

@@ -81,7 +81,7 @@ class ConfigTree:
     all_files: Tuple[Path, ...]
 
     @classmethod
-    def discover(cls, user_dirs: Sequence[object] = ()) -> "ConfigTree":
+    def discover(cls, user_dirs: Sequence[object] = ()) -> ConfigTree:
         dirs = search_path(user_dirs)
         backends: Dict[Tuple[str, str], Path] = {}
         presets: Dict[str, Dict[str, Path]] = {g: {} for g in PRESET_GROUPS}

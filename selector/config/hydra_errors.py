@@ -57,8 +57,13 @@ def translate(exc: BaseException, tree: ConfigTree, overrides: Sequence[str]) ->
 def translate_omegaconf(exc: BaseException, prefix: str = "", where: Optional[str] = None,
                         overrides: Sequence[str] = ()) -> SelectorError:
     """An OmegaConf error (possibly wrapped): the first one in the chain with a key."""
-    from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, ConfigTypeError,
-                                  MissingMandatoryValue, OmegaConfBaseException)
+    from omegaconf.errors import (
+        ConfigAttributeError,
+        ConfigKeyError,
+        ConfigTypeError,
+        MissingMandatoryValue,
+        OmegaConfBaseException,
+    )
     for e in chain(exc):
         key = getattr(e, "full_key", None) if isinstance(e, OmegaConfBaseException) else None
         if not key:

@@ -90,6 +90,7 @@ def _defaults_line(node: Any, i: int) -> int:
 def _header_package(f: Path) -> Optional[str]:
     """The `# @package` header, parsed as Hydra parses it."""
     from hydra.plugins.config_source import ConfigSource
+
     from .safe_yaml import read_config_bytes
     try:
         header = ConfigSource._get_header_dict(read_config_bytes(f).decode("utf-8"))
@@ -145,6 +146,7 @@ def validate_preset(path: Path, group: str) -> Dict[str, Any]:
     naming the file (Hydra's own errors do not say which file a value came from)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+
     from .hydra_errors import translate_omegaconf
     _, raw = load_document(path)
     raw = dict(raw or {})

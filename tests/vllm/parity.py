@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import sim
+
 from selector.engines import vllm as adapter
 
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
@@ -48,8 +49,8 @@ class Report:
     def unexplained(self) -> List[Row]:
         return [r for r in self.differ if r.why is None]
 
-    def clusters(self) -> "OrderedDict[Tuple, List[Row]]":
-        out: "OrderedDict[Tuple, List[Row]]" = OrderedDict()
+    def clusters(self) -> OrderedDict[Tuple, List[Row]]:
+        out: OrderedDict[Tuple, List[Row]] = OrderedDict()
         for r in self.differ:
             key = (r.vllm or "error", r.selected or "refusal",
                    r.why if r.why is not None else ("UNEXPLAINED", ()))

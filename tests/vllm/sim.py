@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from packaging.version import Version
-
 from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
 
 FLASHINFER = "0.7.0.post1"  # what vllm 0.32.0 pins
@@ -180,7 +179,7 @@ class Simulation:
         SimulatedCuda.capability = DeviceCapability(major, minor)
         answers = _probes(s)
         patched = []
-        for name, mod in self._modules():
+        for name, mod in self._modules():  # noqa: B007
             for attr in answers:
                 if attr in vars(mod) and callable(vars(mod)[attr]):
                     patched.append((mod, attr, vars(mod)[attr]))
@@ -201,9 +200,7 @@ class Simulation:
 def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
     import torch
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import (FusedMoEConfig,
-                                                             FusedMoEParallelConfig,
-                                                             RoutingMethodType)
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, FusedMoEParallelConfig, RoutingMethodType
     act = MoEActivation(s.activation if s.act_and_mul else f"{s.activation}_no_mul")
     par = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=1, ep_size=s.ep_size,
                                  tp_rank=0, pcp_rank=0, dp_rank=0, ep_rank=0, sp_size=1,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 
-import pytest
-
 import parity
+import pytest
 import sim
+
 from selector.engines import vllm as adapter
 
 PLUGIN = "selector.engines.vllm:register"

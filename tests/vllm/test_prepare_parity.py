@@ -170,8 +170,9 @@ def compare_alphas(kernel, p, qc):
 @pytest.mark.parametrize("kernel,be", [("flashinfer_cutlass", "FLASHINFER_CUTLASS"),
                                        ("cutlass", "VLLM_CUTLASS")])
 def test_cutlass_moe(shape, kernel, be):
-    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import \
-        prepare_nvfp4_moe_layer_for_fi_or_cutlass
+    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
+        prepare_nvfp4_moe_layer_for_fi_or_cutlass,
+    )
     gated, H, I = MOE_SHAPES[shape]
     W = checkpoint(gated, H, I, seed=1)
     args = vllm_args(W, a13_2d=(be == "VLLM_CUTLASS"))
@@ -198,8 +199,9 @@ def vllm_b12x(W, gated, H, I):
     """vLLM's FLASHINFER_B12X preparation, then ``FlashInferB12xExperts.process_weights_after_loading``
     (the fold and the FC2 scale fill), on stand-ins."""
     from vllm.model_executor.layers.fused_moe.experts.flashinfer_b12x_moe import FlashInferB12xExperts
-    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import \
-        prepare_nvfp4_moe_layer_for_fi_or_cutlass
+    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
+        prepare_nvfp4_moe_layer_for_fi_or_cutlass,
+    )
     out = prepare_nvfp4_moe_layer_for_fi_or_cutlass(backend("FLASHINFER_B12X"), moe_layer(gated, H, I),
                                                     is_act_and_mul=gated, **vllm_args(W))
     prm = lambda t: torch.nn.Parameter(t, requires_grad=False)  # noqa: E731
@@ -218,8 +220,9 @@ def test_flashinfer_b12x_moe(shape):
     gated, H, I = MOE_SHAPES[shape]
     W = checkpoint(gated, H, I, seed=2)
     if gated and (2 * I) % 128:
-        from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import \
-            prepare_nvfp4_moe_layer_for_fi_or_cutlass
+        from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
+            prepare_nvfp4_moe_layer_for_fi_or_cutlass,
+        )
         with pytest.raises(NotImplementedError):
             prepare_nvfp4_moe_layer_for_fi_or_cutlass(backend("FLASHINFER_B12X"), moe_layer(gated, H, I),
                                                       is_act_and_mul=True, **vllm_args(W))
@@ -237,8 +240,9 @@ def test_flashinfer_b12x_moe(shape):
     same("flashinfer_b12x", "fc2_input_scale", p.fc2_input_scale, me._fc2_input_scale)
     # unfolded: the scales before process_weights_after_loading
     q = P.prepare_b12x_moe(W, fold_mode="none")
-    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import \
-        prepare_nvfp4_moe_layer_for_fi_or_cutlass
+    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
+        prepare_nvfp4_moe_layer_for_fi_or_cutlass,
+    )
     raw = prepare_nvfp4_moe_layer_for_fi_or_cutlass(backend("FLASHINFER_B12X"), moe_layer(gated, H, I),
                                                     is_act_and_mul=gated, **vllm_args(W))
     same("flashinfer_b12x", "w13_sf (fold none)", q.w13_sf, raw[1])
@@ -265,8 +269,9 @@ def test_flashinfer_b12x_fold_of_typical_weights_is_refused_where_vllm_folds_sil
 
 @pytest.mark.parametrize("shape", sorted(MOE_SHAPES))
 def test_flashinfer_cutedsl_moe(shape):
-    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import \
-        prepare_nvfp4_moe_layer_for_flashinfer_cutedsl
+    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
+        prepare_nvfp4_moe_layer_for_flashinfer_cutedsl,
+    )
     gated, H, I = MOE_SHAPES[shape]
     W = checkpoint(gated, H, I, seed=4)
     layer = moe_layer(gated, H, I)
@@ -294,8 +299,9 @@ def fi_interleave(monkeypatch):
 @pytest.mark.parametrize("shape", sorted(MOE_SHAPES))
 def test_flashinfer_trtllm_moe(shape, fi_interleave):
     from vllm.model_executor.layers.fused_moe.experts.trtllm_nvfp4_moe import TrtLlmNvFp4ExpertsBase
-    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import \
-        prepare_nvfp4_moe_layer_for_fi_or_cutlass
+    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
+        prepare_nvfp4_moe_layer_for_fi_or_cutlass,
+    )
     gated, H, I = MOE_SHAPES[shape]
     W = checkpoint(gated, H, I, seed=5)
     layer = moe_layer(gated, H, I)
@@ -348,8 +354,7 @@ def test_b12x_native_moe(shape, quant):
 @pytest.mark.parametrize("shape", sorted(MOE_SHAPES))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_marlin_moe(shape, dtype):
-    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import \
-        prepare_nvfp4_moe_layer_for_marlin
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import prepare_nvfp4_moe_layer_for_marlin
     gated, H, I = MOE_SHAPES[shape]
     dt = getattr(torch, dtype)
     W = checkpoint(gated, H, I, seed=7)
@@ -369,8 +374,7 @@ def test_marlin_moe(shape, dtype):
 def test_marlin_flush_is_reported_and_matches_vllm():
     """vLLM zeroes rescaled scales under 2^-6 (``marlin_scales[marlin_scales < 2] = 0``); ours
     produces the same bytes and reports the lost blocks."""
-    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import \
-        prepare_nvfp4_moe_layer_for_marlin
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import prepare_nvfp4_moe_layer_for_marlin
     gated, H, I = MOE_SHAPES["gated_aligned"]
     W = checkpoint(gated, H, I, seed=8)
     bs = W.w13.block_scale.clone()
@@ -397,8 +401,13 @@ def linear_module(lw: nv.LinearWeights, dt):
         m.input_scale = prm(torch.as_tensor(lw.input_scale, dtype=torch.float32).reshape(1))
     m.output_size_per_partition, m.input_size_per_partition = lw.out_features, lw.in_features
     m.params_dtype = dt
-    from vllm.model_executor.layers.quantization.modelopt import (ACT, WEIGHT, KNvfp4Dynamic,
-                                                                  KNvfp4Static, maybe_fuse_global_scales)
+    from vllm.model_executor.layers.quantization.modelopt import (
+        ACT,
+        WEIGHT,
+        KNvfp4Dynamic,
+        KNvfp4Static,
+        maybe_fuse_global_scales,
+    )
     KNvfp4Static().process(m, WEIGHT)
     if lw.input_scale is not None:
         KNvfp4Dynamic().process(m, ACT)
@@ -438,10 +447,12 @@ def test_marlin_linear(shape, dtype):
 @pytest.mark.parametrize("w4a4", [True, False])
 def test_cutlass_family_linear(shape, w4a4):
     from vllm.model_executor.kernels.linear.nvfp4.cutlass import CutlassNvFp4LinearKernel
-    from vllm.model_executor.kernels.linear.nvfp4.flashinfer import (FlashInferB12xNvFp4LinearKernel,
-                                                                     FlashInferCudnnNvFp4LinearKernel,
-                                                                     FlashInferCutlassNvFp4LinearKernel,
-                                                                     FlashInferCuteDslNvFp4LinearKernel)
+    from vllm.model_executor.kernels.linear.nvfp4.flashinfer import (
+        FlashInferB12xNvFp4LinearKernel,
+        FlashInferCudnnNvFp4LinearKernel,
+        FlashInferCuteDslNvFp4LinearKernel,
+        FlashInferCutlassNvFp4LinearKernel,
+    )
     N, K = LINEAR_SHAPES[shape]
     lw = linear_checkpoint(N, K, seed=10, w4a4=w4a4)
     p = P.prepare_fp4_linear(lw)
@@ -471,8 +482,9 @@ def test_every_deliberate_difference_is_in_the_docs_table():
 
 def test_deliberate_b12x_input_scale_inputs_untouched_and_refusal_types():
     """b12x-input-global-scale, pure-prepare, refusal-type: the differences exist as documented."""
-    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import \
-        prepare_nvfp4_moe_layer_for_fi_or_cutlass
+    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
+        prepare_nvfp4_moe_layer_for_fi_or_cutlass,
+    )
     gated, H, I = MOE_SHAPES["gated_aligned"]
     W = checkpoint(gated, H, I, seed=11)
     args = vllm_args(W)

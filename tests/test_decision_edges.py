@@ -1,0 +1,274 @@
+"""Edges of the decision that the packaged catalogue hides: user backends from a test config
+dir, device specs at their boundary, `when` with several devices, the memo key, immutable
+value classes and the closing notes. Each test was written against a surviving mutant of
+rules.py / resolver.py (tools/mutate.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from packaging.version import Version
+
+import selector
+from selector import rules
+from selector.errors import SelectorError
+from selector.rules import Condition, DeviceSpec, Facts
+
+SPARK = ["platform=dgx_spark", "stack=flashinfer_0_7_4"]
+
+
+def _backend(root, op, name, body):
+    d = root / "backend" / op
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.yaml").write_text(body)
+    return root
+
+
+def _facts(cap):
+    return Facts(cap, Version("13.0"), {})
+
+
+# --------------------------------------------------------------------------------------------
+# the verdict memo: every field a `when` reads, and the op, are part of its key
+
+def test_a_when_on_activation_is_not_answered_from_another_activation(tmp_path):
+    conf = _backend(tmp_path, "moe", "gelu_broken", (
+        'description: "breaks on gelu"\nrank: 1\nrules:\n'
+        "  - kind: known_issue\n"
+        '    when: {activation: [gelu], devices: ["12.x"]}\n'
+        '    message: "gelu layers fail here"\n'
+        '    source: "test"\n'))
+    sel = selector.load(SPARK, config_dirs=[conf])
+    silu = sel.select(activation="silu")
+    assert silu.selected == "gelu_broken"
+    gelu = sel.select(activation="gelu")
+    c = gelu.candidate("gelu_broken")
+    assert c.status == "rejected" and any("gelu layers fail here" in r.message for r in c.reasons)
+    assert gelu.selected != "gelu_broken"
+
+
+def test_a_backend_name_in_two_ops_keeps_a_verdict_per_op(tmp_path):
+    _backend(tmp_path, "moe", "twin", (
+        'description: "moe twin"\nrank: 1\nrules:\n'
+        '  - kind: device\n    devices: ["9.0"]\n    source: "test"\n'))
+    conf = _backend(tmp_path, "linear", "twin", 'description: "linear twin"\nrank: 1\nrules: []\n')
+    sel = selector.load(SPARK, config_dirs=[conf])
+    assert sel.select(op="linear").candidate("twin").status == "selected"
+    moe = sel.select(op="moe").candidate("twin")
+    assert moe.status == "rejected" and [r.rule for r in moe.reasons] == ["device"]
+
+
+# one rule, a layer it passes, then one differing only in the field the rule reads: the
+# second must not be answered from the first's memoized verdict
+MEMO_CASES = [
+    ("  - kind: act_and_mul\n    gated: [silu]\n    non_gated: [relu2]\n",
+     dict(activation="silu", act_and_mul=True), dict(activation="relu2", act_and_mul=True)),
+    ("  - kind: act_and_mul\n    gated: [silu]\n    non_gated: [relu2]\n",
+     dict(activation="relu2", act_and_mul=False), dict(activation="relu2", act_and_mul=True)),
+    ("  - kind: parallel\n    ep: true\n    all2all_exclude: [deepep_low_latency]\n",
+     dict(ep_size=4, all2all="naive"), dict(ep_size=4, all2all="deepep_low_latency")),
+    ("  - kind: parallel\n    ep: false\n", dict(ep_size=1), dict(ep_size=2)),
+    ("  - kind: clamp\n", dict(swiglu_limit=None), dict(swiglu_limit=7.0)),
+    ("  - kind: shape\n    dim: hidden_size\n    multiple_of: 128\n",
+     dict(hidden_size=4096), dict(hidden_size=4100)),
+    ("  - kind: activation\n    values: [silu]\n", dict(activation="silu"), dict(activation="gelu")),
+    ("  - kind: dtype\n    values: [bfloat16]\n", dict(dtype="bfloat16"), dict(dtype="float16")),
+]
+
+
+@pytest.mark.parametrize("rule,passing,failing", MEMO_CASES)
+def test_a_rules_layer_fields_key_its_memoized_verdict(tmp_path, rule, passing, failing):
+    conf = _backend(tmp_path, "moe", "one_rule", (
+        'description: "one rule"\nrank: 1\nrules:\n' + rule + '    source: "test"\n'))
+    sel = selector.load(SPARK, config_dirs=[conf])
+    assert sel.select(**passing).candidate("one_rule").status == "selected"
+    got = sel.select(**failing).candidate("one_rule")
+    assert got.status == "rejected", (failing, got)
+
+
+def test_opt_in_is_a_backend_field_not_a_rule(tmp_path):
+    conf = _backend(tmp_path, "moe", "old_style", (
+        'description: "opt-in as a rule"\nrank: 1\nrules:\n'
+        '  - kind: opt_in\n    when: {activation: [gelu]}\n    source: "test"\n'))
+    with pytest.raises(SelectorError) as exc:
+        selector.load(SPARK, config_dirs=[conf])
+    assert "opt_in" in str(exc.value) and "backend field" in str(exc.value)
+    with pytest.raises(ValueError):
+        rules.register(type("OptInRule", (rules.Rule,), {"kind": rules.OPT_IN}))
+
+
+# --------------------------------------------------------------------------------------------
+# device specs and `when` terms
+
+@pytest.mark.parametrize("cap,ok", [((9, 0), False), ((9, 9), False), ((10, 0), True),
+                                    ((10, 3), True), ((12, 1), True)])
+def test_at_least_spec_holds_from_its_exact_capability(cap, ok):
+    spec = DeviceSpec.parse("k", ">=10.0", "w")
+    assert spec.at_least and (spec.major, spec.minor) == (10, 0)
+    assert spec.matches(cap) is ok
+    assert spec.describe() == "SM >= 10.0"
+
+
+def test_at_least_spec_compares_the_minor_version():
+    spec = DeviceSpec.parse("k", ">=7.5", "w")
+    assert not spec.matches((7, 0)) and spec.matches((7, 5)) and spec.matches((8, 0))
+
+
+@pytest.mark.parametrize("text", ["12", ">=12.x", "x.0", "12.y", 12, ""])
+def test_bad_device_specs_are_refused(text):
+    with pytest.raises(SelectorError):
+        DeviceSpec.parse("k", text, "w")
+
+
+@pytest.mark.parametrize("cap,ok", [((10, 0), True), ((10, 3), True), ((12, 0), True),
+                                    ((12, 1), False), ((9, 0), False), (None, False)])
+def test_when_with_several_devices_holds_on_any_of_them(cap, ok):
+    cond = Condition.parse({"devices": ["10.x", "12.0"]}, "k", "w")
+    assert cond.platform_holds(_facts(cap)) is ok
+    assert cond.layer_fields == ()
+
+
+def test_when_reads_the_layer_fields_of_its_terms():
+    cond = Condition.parse({"activation": ["gelu"], "max_num_tokens": 63, "ep": True,
+                            "devices": ["12.x"]}, "k", "w")
+    assert set(cond.layer_fields) == {"activation", "num_tokens", "ep_size"}
+
+
+# --------------------------------------------------------------------------------------------
+# value classes are immutable (they key caches and are shared between threads)
+
+@pytest.mark.parametrize("cls", [rules.Reason, rules.Facts, rules.DeviceSpec, rules.PackageSpec,
+                                 rules.WhenTerm, rules.Condition])
+def test_value_classes_are_frozen(cls):
+    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+
+
+def test_every_kinds_params_are_frozen():
+    for kind, cls in rules.KINDS.items():
+        params = getattr(cls, "Params", None)
+        if params is not None and dataclasses.is_dataclass(params):
+            assert params.__dataclass_params__.frozen, kind
+
+
+# --------------------------------------------------------------------------------------------
+# closing notes
+
+def test_note_opt_in_only_when_nothing_can_be_chosen_automatically(tmp_path):
+    conf = _backend(tmp_path, "moe", "situ_kernel", (
+        'description: "serves situ"\nrank: 1\n'
+        'opt_in: {reason: "experimental", source: "test"}\nrules: []\n'))
+    sel = selector.load(SPARK, config_dirs=[conf])
+    d = sel.select(activation="situ")
+    assert d.selected is None
+    assert d.candidate("situ_kernel").status == "opt_in"
+    assert any(n.startswith("no backend can be chosen automatically; opt-in only: situ_kernel")
+               and "policy.moe_backend=NAME" in n for n in d.notes), d.notes
+
+
+def test_note_without_opt_in_backends_names_none(tmp_path):
+    d = selector.load(SPARK).select(activation="situ")
+    assert d.selected is None
+    assert "no backend can be chosen automatically" in d.notes
+    assert not any("opt-in only" in n for n in d.notes)
+
+
+def test_note_outside_the_catalogue_for_a_quant_no_backend_implements():
+    d = selector.load(SPARK).select(quant="fp8")
+    assert d.selected is None
+    assert all(c.status == "not_applicable" for c in d.candidates)
+    assert any("outside selector's NVFP4 catalogue" in n and "fp8 moe" in n for n in d.notes), d.notes
+
+
+# --------------------------------------------------------------------------------------------
+# rule fields: boundaries and the words of a reason
+
+def _rule(**conf):
+    conf.setdefault("source", "test")
+    return rules.compile_rule(conf, "catalogue.moe.t.rules[0]", "t.yaml")
+
+
+def test_positive_integers_start_at_one():
+    assert _rule(kind="shape", dim="hidden_size", multiple_of=1).multiple == 1
+    assert Condition.parse({"min_num_tokens": 1}, "k", "w").get("min_num_tokens") == 1
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(SelectorError):
+            Condition.parse({"min_num_tokens": bad}, "k", "w")
+
+
+def test_a_boolean_is_not_an_integer_parameter():
+    with pytest.raises(SelectorError) as exc:  # refused by the type check, before any range check
+        _rule(kind="shape", dim="hidden_size", multiple_of=True)
+    assert str(exc.value).endswith("multiple_of: True is not an integer")
+
+
+def test_a_reason_without_message_adds_nothing_and_a_known_issue_says_its_message_once():
+    from selector.schema import Layer
+    plain = _rule(kind="device", devices=["9.0"]).evaluate(Layer(), _facts((12, 1)))
+    assert plain is not None and "None" not in plain.message and not plain.message.endswith(":")
+    told = _rule(kind="device", devices=["9.0"], message="only Hopper").evaluate(Layer(), _facts((12, 1)))
+    assert told.message.endswith(": only Hopper")
+    issue = _rule(kind="known_issue", message="breaks", when={"devices": ["12.x"]})
+    assert issue.evaluate(Layer(), _facts((12, 1))).message == "breaks (this platform: SM 12.1)"
+
+
+def test_a_known_issue_names_only_the_platform_terms_it_has():
+    from selector.schema import Layer
+    issue = _rule(kind="known_issue", message="breaks",
+                  when={"packages": {"flashinfer-python": "<0.8"}})
+    f = Facts((12, 1), Version("13.0"), {"flashinfer-python": Version("0.7.4")})
+    assert issue.evaluate(Layer(), f).message == "breaks (this platform: flashinfer-python 0.7.4)"
+    on_gpu_less = _rule(kind="known_issue", message="breaks", when={"devices": ["12.x"]})
+    assert on_gpu_less.evaluate(Layer(), Facts(None, None, {})).message == "breaks"
+
+
+def test_a_known_issue_describes_its_devices_and_packages():
+    on_devices = _rule(kind="known_issue", message="breaks", when={"devices": ["12.x", ">=10.0"]})
+    assert on_devices.describe() == "known_issue when SM 12.x or SM >= 10.0"
+    on_packages = _rule(kind="known_issue", message="breaks",
+                        when={"packages": {"flashinfer-python": "<0.8"}})
+    text = on_packages.describe()
+    assert text.startswith("known_issue when ") and "flashinfer-python" in text and "SM" not in text
+
+
+@pytest.mark.parametrize("term,value,tokens", [
+    ("min_num_tokens", 64, {63: False, 64: True, 65: True, None: False}),
+    ("max_num_tokens", 63, {62: True, 63: True, 64: False, None: False})])
+def test_token_bounds_of_when_include_their_value(term, value, tokens):
+    from selector.schema import Layer
+    cond = Condition.parse({term: value}, "k", "w")
+    for n, holds in tokens.items():
+        assert cond.layer_holds(Layer(num_tokens=n)) is holds, (term, n)
+
+
+def test_parameter_type_errors_name_the_type():
+    for conf, text in ((dict(kind="activation", values=5), "5 is not a list of strings"),
+                       (dict(kind="parallel", ep="x"), "'x' is not a boolean (true or false)")):
+        with pytest.raises(SelectorError) as exc:
+            _rule(**conf)
+        assert str(exc.value).endswith(text)
+    # a field with a default, given as null, takes its default
+    assert _rule(kind="parallel", ep=True, all2all_exclude=None).exclude == ()
+
+
+def test_parallel_and_act_and_mul_rules_describe_themselves():
+    assert _rule(kind="parallel", ep=False).describe() == "parallel no EP"
+    assert _rule(kind="parallel", ep=True).describe() == "parallel ep"
+    assert _rule(kind="parallel", all2all_exclude=["naive"]).describe() == "parallel ep, not with naive"
+    assert _rule(kind="act_and_mul", gated=["silu"], non_gated=[]).describe() == \
+        "act_and_mul gated: silu; non-gated: -"
+    assert _rule(kind="act_and_mul", gated=[], non_gated=["relu2"]).describe() == \
+        "act_and_mul gated: -; non-gated: relu2"
+
+
+def test_closing_notes_only_where_they_apply():
+    spark = selector.load(SPARK).select()
+    assert spark.selected and not any("no backend can be chosen" in n or "weight-only" in n
+                                      for n in spark.notes), spark.notes
+    h200 = selector.load(["platform=h200", "stack=vllm_0_32"])
+    w4a4 = h200.select(quant="nvfp4")
+    assert w4a4.selected == "marlin"
+    assert any(n.startswith("marlin is weight-only") for n in w4a4.notes), w4a4.notes
+    assert not any("weight-only" in n for n in h200.select(quant="nvfp4_w4a16").notes)
+    cpu = selector.load(["platform=h200", "stack=flashinfer_0_7_4"]).select()
+    assert cpu.selected == "emulation"
+    assert any(n.startswith("emulation is the reference implementation") for n in cpu.notes)

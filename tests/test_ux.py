@@ -1,0 +1,165 @@
+"""The first ten minutes and the daily loop (issue 17): each point has a test here."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from helpers import REPO, assert_clean_error, load, run_cli, run_cli_many
+
+from selector.errors import SelectorError
+
+DGX = ("platform=dgx_spark", "stack=flashinfer_0_7_4", "layer=nemotron_moe")
+
+
+# 1. A hardware preset alone answers, with one prominent line naming what to add -------------
+def test_preset_without_stack_selects_the_reference_and_says_what_to_add():
+    d = load("platform=b200").default()
+    assert d.selected == "emulation" and d.outcome == "selected"
+    assert d.hint.startswith("this platform lists no packages")
+    assert "stack=" in d.hint and "platform.packages.<dist>=" in d.hint
+    text = str(d).splitlines()
+    assert text[2].startswith("!! this platform lists no packages")  # right under platform:
+    assert d.to_dict()["notes"][0] == d.hint
+
+
+def test_no_hint_once_packages_are_given():
+    assert load("platform=b200", "stack=vllm_0_32").default().hint == ""
+    assert load("platform=b200", "platform.packages.torch=2.11.0").default().hint == ""
+
+
+def test_hint_names_only_existing_stacks():
+    hint = load("platform=dgx_spark").default().hint
+    stacks = {p.stem for p in (REPO / "conf" / "stack").glob("*.yaml")}
+    named = re.findall(r"stack=(\w+)", hint)
+    assert named and set(named) <= stacks
+
+
+def test_cpu_preset_runs_the_reference():
+    assert load("platform=cpu").default().selected == "emulation"
+    assert load("platform=cpu", "layer=dense_linear").default().selected == "emulation"
+
+
+# 4. Why selected is None: the outcome field --------------------------------------------------
+@pytest.mark.parametrize("overrides,outcome", [
+    (DGX, "selected"),
+    (DGX + ("policy.moe_backend=flashinfer_trtllm",), "refused_explicit"),
+    (("platform=cpu", "layer.activation=relu2"), "nothing_fits"),
+    (DGX + ("layer.quant=unquantized",), "unsupported_layer"),
+])
+def test_outcome(overrides, outcome):
+    d = load(*overrides).default()
+    assert d.outcome == outcome and d.to_dict()["outcome"] == outcome
+    assert d.ok == (outcome == "selected")
+
+
+def test_outcome_in_cli_json():
+    r = run_cli("explain", "--format", "json", *DGX, "policy.moe_backend=flashinfer_trtllm")
+    assert r.returncode == 1 and r.json["outcome"] == "refused_explicit"
+
+
+# 3. From decision to a running backend --------------------------------------------------------
+def test_instantiate_prepare_apply_emulation_on_cpu():
+    torch = pytest.importorskip("torch")
+    from selector.backends import nvfp4 as nv
+    from selector.backends.reference import route
+    d = load("platform=cpu", "layer.hidden_size=256", "layer.intermediate_size=128",
+             "layer.num_experts=8", "layer.top_k=2").default()
+    moe = d.instantiate(compute_dtype=torch.float32)
+    assert type(moe).__name__ == "EmulationMoE" and moe.decision is d
+    g = torch.Generator().manual_seed(0)
+    w13 = torch.randn(8, 256, 256, generator=g) * 0.05
+    w2 = torch.randn(8, 256, 128, generator=g) * 0.05
+    x = torch.randn(4, 256, generator=g, dtype=torch.bfloat16)
+    prepared = moe.prepare(nv.quantize_moe(w13, w2))
+    tw, ti = route(torch.randn(4, 8, generator=g), 2)
+    y = moe.apply(x, prepared, tw, ti)
+    assert y.shape == (4, 256) and torch.isfinite(y.float()).all()
+
+
+def test_instantiate_without_selection_names_the_outcome():
+    d = load(*DGX, "policy.moe_backend=flashinfer_trtllm").default()
+    with pytest.raises(SelectorError, match="refused_explicit"):
+        d.instantiate()
+
+
+# 5. Log lines an engine can keep ---------------------------------------------------------------
+def test_log_line_names_distinguishing_fields_and_no_moe_fields_on_linear():
+    moe = load(*DGX).default().log_line()
+    assert all(f in moe for f in ("selector: moe ", "activation=relu2", "act_and_mul=False",
+                                  "hidden_size=2688", "num_experts=128", "top_k=6"))
+    lin = load("platform=dgx_spark", "stack=flashinfer_0_7_4", "layer=dense_linear"
+               ).default().log_line()
+    assert "linear" in lin and "hidden_size=4096" in lin
+    for moe_only in ("activation", "act_and_mul", "num_experts", "top_k", "ep_size"):
+        assert moe_only not in lin.split("->")[0], lin
+
+
+def test_refusal_log_line_names_request_and_first_failing_rule():
+    line = load(*DGX, "policy.moe_backend=flashinfer_trtllm").default().log_line()
+    assert "[refused_explicit]" in line and "requested flashinfer_trtllm" in line
+    assert "[device]" in line
+
+
+# 6. The operator's daily loop -------------------------------------------------------------------
+def test_explain_why_line_presets_exclude():
+    why, why_bad, line, presets, presets_json = run_cli_many([
+        ("explain", *DGX, "--why", "flashinfer_trtllm"),
+        ("explain", *DGX, "--why", "flashinfer_trtlm"),
+        ("explain", *DGX, "--format", "line"),
+        ("list", "--presets"),
+        ("list", "--presets", "--format", "json")])
+    assert why.returncode == 1 and why.stdout.startswith("flashinfer_trtllm: rejected")
+    assert "marlin" not in why.stdout and "[device]" in why.stdout
+    assert_clean_error(why_bad, "--why", "did you mean 'flashinfer_trtllm'")
+    assert line.returncode == 0 and len(line.stdout.splitlines()) == 1
+    assert "-> flashinfer_cutlass [selected]" in line.stdout
+    for group in ("platform=", "stack=", "layer=", "policy="):
+        assert group in presets.stdout
+    stacks = json.loads(presets_json.stdout)["stack"]
+    assert "vllm 0.32.0" in stacks["vllm_0_32"]["describes"]
+
+
+def test_backend_list_first_usable_wins_and_strict_applies_to_the_list():
+    d = load(*DGX, "policy.moe_backend=[flashinfer_trtllm,flashinfer_b12x]").default()
+    assert d.selected == "flashinfer_b12x" and d.requested == "flashinfer_trtllm,flashinfer_b12x"
+    d = load(*DGX, "policy.moe_backend=[flashinfer_trtllm,flashinfer_cutedsl]").default()
+    assert d.selected is None and d.outcome == "refused_explicit"
+    assert "each fails" in " ".join(d.notes)
+    d = load(*DGX, "policy.moe_backend=[flashinfer_trtllm,flashinfer_cutedsl]",
+             "policy.strict=false").default()
+    assert d.selected == "flashinfer_cutlass" and "fell back" in " ".join(d.notes)
+
+
+def test_exclude_never_chooses():
+    d = load(*DGX, "policy.exclude=[flashinfer_cutlass]").default()
+    assert d.selected == "emulation"
+    c = d.candidate("flashinfer_cutlass")
+    assert c.status == "rejected" and c.reasons[0].rule == "exclude"
+    with pytest.raises(SelectorError, match="policy.exclude"):
+        load(*DGX, "policy.exclude=[nope]")
+
+
+# 7. check reports every problem of a file, and warns on activation-blind backends -------------
+def test_check_reports_every_problem_and_warns(tmp_path: Path):
+    (tmp_path / "backend" / "moe").mkdir(parents=True)
+    (tmp_path / "backend" / "moe" / "broken.yaml").write_text(
+        'rank: 777\nexecuton: native\nrules:\n  - kind: devise\n    source: "x"\n'
+        '  - kind: cuda\n    specifier: ">=12.8"\n')
+    (tmp_path / "backend" / "moe" / "blind.yaml").write_text(
+        'rank: 778\nrules:\n  - kind: cuda\n    specifier: ">=12.8"\n    source: "vLLM 0.32.0"\n')
+    r = run_cli("check", "--config-dir", str(tmp_path))
+    assert r.returncode == 2
+    problems = [ln for ln in r.stderr.splitlines() if ln.startswith("  - ")]
+    assert len(problems) == 3, r.stderr
+    assert any("executon" in p for p in problems) and any("devise" in p for p in problems)
+    assert any("rules[1]" in p for p in problems)
+    assert "warning:" in r.stderr and "blind" in r.stderr
+
+
+# 8. The docs stand alone --------------------------------------------------------------------------
+def test_no_reference_to_files_outside_the_repository():
+    for f in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = f.read_text()
+        assert "CONTRACT.md" not in text and "FACTS.md" not in text, f

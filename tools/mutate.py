@@ -1,0 +1,195 @@
+"""A small AST mutation run: how many one-token changes to a module do the tests notice?
+
+    python tools/mutate.py selector/rules.py selector/resolver.py selector/versions.py \
+        --tests tests/test_rules.py tests/test_decision_edges.py --budget 900
+
+Operators: comparison swaps (< <=, > >=, == !=, in / not in, is / is not), and <-> or,
+dropping `not`, True <-> False, an integer constant n -> n + 1, an element dropped from a
+tuple of strings (a memo key's fields, a `when` term list), `frozen=True` -> False. Each mutant
+is written over the module and the tests run in a forked child (imports of hydra, packaging,
+pytest stay warm in the parent; every `selector` module is imported afresh); the first failing
+test kills it (`-x`). The module is restored afterwards, also on Ctrl-C. Docstrings are not
+mutated. Prints killed/total and the survivors (file:line, the change); `--budget` (seconds)
+stops early and reports what was run. One mutant at a time: the machine is shared.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+        ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot,
+        ast.IsNot: ast.Is}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def sites(tree: ast.AST) -> Iterator[Tuple[int, str, object]]:
+    """(node index in ast.walk order, description, replacement spec) for every mutant."""
+    skip = _docstrings(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if isinstance(node, ast.Compare):
+            for j, op in enumerate(node.ops):
+                if type(op) in SWAP:
+                    yield i, f"{type(op).__name__} -> {SWAP[type(op)].__name__}", ("cmp", j)
+        elif isinstance(node, ast.BoolOp):
+            yield i, f"{type(node.op).__name__} -> {'Or' if isinstance(node.op, ast.And) else 'And'}", ("bool",)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield i, "drop not", ("not",)
+        elif isinstance(node, ast.Constant) and id(node) not in skip:
+            if node.value is True or node.value is False:
+                yield i, f"{node.value} -> {not node.value}", ("const", not node.value)
+            elif type(node.value) is int:
+                yield i, f"{node.value} -> {node.value + 1}", ("const", node.value + 1)
+        elif isinstance(node, ast.Tuple) and len(node.elts) > 1 and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            for j, e in enumerate(node.elts):
+                yield i, f"drop {e.value!r} from a tuple", ("drop", j)
+
+
+def mutate(tree: ast.AST, index: int, spec: tuple) -> ast.AST:
+    tree = copy.deepcopy(tree)
+    node = list(ast.walk(tree))[index]
+    kind = spec[0]
+    if kind == "cmp":
+        node.ops[spec[1]] = SWAP[type(node.ops[spec[1]])]()
+    elif kind == "bool":
+        node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+    elif kind == "not":
+        _replace(tree, node, node.operand)
+    elif kind == "const":
+        node.value = spec[1]
+    elif kind == "drop":
+        del node.elts[spec[1]]
+    return ast.fix_missing_locations(tree)
+
+
+def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
+    for parent in ast.walk(tree):
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, new)
+                return
+            if isinstance(value, list):
+                for k, item in enumerate(value):
+                    if item is old:
+                        value[k] = new
+                        return
+
+
+def run_tests(tests: List[str], timeout: float) -> bool:
+    """True when the tests pass (the mutant survives). Forked child; fresh `selector` imports."""
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            for name in [m for m in sys.modules if m == "selector" or m.startswith("selector.")]:
+                del sys.modules[name]
+            sys.dont_write_bytecode = True
+            import pytest
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            rc = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *tests])
+            os._exit(0 if rc == 0 else 1)
+        except BaseException:  # noqa: B036 - any failure of the child is a killed mutant
+            os._exit(1)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return False  # a hang is noticed too
+        time.sleep(0.05)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("modules", nargs="+")
+    ap.add_argument("--tests", nargs="+", required=True)
+    ap.add_argument("--budget", type=float, default=900.0, help="stop after this many seconds")
+    ap.add_argument("--sample", type=int, default=0,
+                    help="run a random sample of this many, in random order (a budget then cuts fairly)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0,
+                    help="skip the first N mutants of the (sampled) order: continue a budgeted run")
+    ap.add_argument("--only", help="a file of 'module:line: change' lines (an earlier run's "
+                    "survivors): run just those; adding tests never revives a killed mutant")
+    ap.add_argument("--timeout", type=float, default=300.0, help="per mutant, seconds")
+    args = ap.parse_args(argv)
+    os.chdir(ROOT)
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    # one composed-config cache for every child (tests/conftest.py honours it)
+    os.environ.setdefault("SELECTOR_TEST_CACHE_DIR", str(ROOT / ".mutate-cache"))
+    import hydra  # noqa: F401 - warm in the parent, shared by every child
+    import packaging.specifiers  # noqa: F401
+    import pytest  # noqa: F401
+
+    mutants = []
+    for mod in args.modules:
+        src = Path(mod).read_text()
+        tree = ast.parse(src)
+        for index, desc, spec in sites(tree):
+            node = list(ast.walk(tree))[index]
+            mutants.append((mod, getattr(node, "lineno", 0), desc, index, spec))
+    if args.only:
+        wanted = {ln.split("survivor:")[-1].split("survived")[-1].strip()
+                  for ln in Path(args.only).read_text().splitlines() if ln.strip()}
+        mutants = [m for m in mutants if f"{m[0]}:{m[1]}: {m[2]}" in wanted]
+    if args.sample and args.sample < len(mutants):
+        mutants = random.Random(args.seed).sample(mutants, args.sample)  # random order too
+    mutants = mutants[args.start:]
+    if not run_tests(args.tests, args.timeout):
+        print("the tests fail on the unmutated code; fix that first", file=sys.stderr)
+        return 2
+    start, killed, survivors, ran = time.monotonic(), 0, [], 0
+    originals = {m: Path(m).read_text() for m in args.modules}
+    trees = {m: ast.parse(s) for m, s in originals.items()}
+    try:
+        for mod, line, desc, index, spec in mutants:
+            if time.monotonic() - start > args.budget:
+                break
+            try:
+                code = ast.unparse(mutate(trees[mod], index, spec))
+                compile(code, mod, "exec")
+            except (SyntaxError, ValueError, TypeError):
+                continue  # not a valid program: not a mutant
+            Path(mod).write_text(code)
+            ran += 1
+            if run_tests(args.tests, args.timeout):
+                survivors.append(f"{mod}:{line}: {desc}")
+                print(f"survived {mod}:{line}: {desc}", flush=True)
+            else:
+                killed += 1
+            Path(mod).write_text(originals[mod])
+    finally:
+        for m, s in originals.items():
+            Path(m).write_text(s)
+    print(f"\nkilled {killed}/{ran} ({100.0 * killed / max(ran, 1):.1f}%) of {len(mutants)} "
+          f"mutants in {time.monotonic() - start:.0f} s"
+          + (" (budget reached)" if ran < len(mutants) else ""))
+    for s in survivors:
+        print("  survivor:", s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
