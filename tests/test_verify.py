@@ -74,7 +74,9 @@ def test_emulation_verifies_ok_with_errors(doctor_wrong):
         b = verify.BOUNDS[v["scheme"]]
         # bf16 output rounding against a float64 reference: small, never zero
         assert 0 < v["max_rel_err"] <= b.max_rel_err and 0 < v["rms_rel_err"] <= b.rms_rel_err
-        assert v["seconds"] > 0 and v["device"] == "cpu" and "relative error" in v["detail"]
+        # "cpu" here; "cuda:0 (<GPU name>)" where a CUDA device is visible (the H200 run)
+        assert v["seconds"] > 0 and "relative error" in v["detail"]
+        assert v["device"] == "cpu" or v["device"].startswith("cuda:"), v["device"]
         assert set(v) >= {"backend", "op", "scheme", "status", "max_rel_err", "rms_rel_err",
                           "seconds", "detail"}
 
@@ -83,7 +85,9 @@ def test_backends_that_cannot_run_here_are_skipped_with_why(doctor_wrong):
     doc = doctor_wrong.json
     for v in _rows(doc, "flashinfer_cutlass"):
         assert v["status"] == "SKIPPED" and v["scheme"] is None
-        assert "[device]" in v["detail"] and "no GPU" in v["detail"]
+        # no GPU here; on a GPU without FP4 tensor cores (SM 9.0) the device rule names it
+        assert "[device]" in v["detail"]
+        assert "no GPU" in v["detail"] or "this GPU is SM" in v["detail"], v["detail"]
 
 
 def test_doctor_verify_exits_0_on_this_machine(doctor_wrong):
