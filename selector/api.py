@@ -16,6 +16,8 @@ from .schema import Layer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .checkpoint import Plan
+    from .model import Catalogue, Detect, Platform
+    from .rules import VerifyFailure
 
 log = logging.getLogger("selector")
 CACHE_SIZE = 65536  # decisions kept per cache; a full cache starts over (bounded memory)
@@ -30,13 +32,14 @@ class Selector:
     """
 
     def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
-                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None, verify=None):
+                 probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
+                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None):
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
         self.resolver = Resolver(run_config, self.probes, verify,
                                  tree.group_options("stack") if tree is not None else ())
-        self._by_kwargs: Dict[Tuple, Decision] = {}
+        self._by_kwargs: Dict[Tuple[Any, ...], Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match
         # (the decide-hit budget needs it: comparing two equal Layers field by field costs more)
@@ -45,11 +48,11 @@ class Selector:
         self._lock = ForkSafeLock()
 
     @property
-    def catalogue(self):
+    def catalogue(self) -> Catalogue:
         return self.run_config.catalogue
 
     @property
-    def platform(self):
+    def platform(self) -> Platform:
         return self.run_config.platform
 
     def select(self, **layer: Any) -> Decision:
@@ -99,8 +102,8 @@ class Selector:
         return self.decide(self.run_config.layer)
 
 
-def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike] = (),
-         detect=None) -> Selector:
+def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike[str] | str] = (),
+         detect: Optional[Detect] = None) -> Selector:
     """Build a Selector from the packaged configs, `config_dirs` and Hydra-style overrides.
 
     Raises SelectorError (one message naming key, value and accepted values) on bad input.

@@ -8,18 +8,26 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
 
 from . import schema
 from .config import ConfigTree, compose, lint_tree, read_backend, validate_preset
 from .entry_points import load_entry_point
 from .errors import SelectorError
 from .layer import make_layer
-from .model import make_backend, make_platform, make_preference, make_run_config
+from .model import BackendSpec, make_backend, make_platform, make_preference, make_run_config
 from .rules import compile_rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .environment import Environment
 
 # A MoE backend without these rules claims every activation and both gatings.
 _ACTIVATION_KINDS = ("activation", "act_and_mul")
+
+
+def _never_detect(names: List[str]) -> Environment:
+    """Presets other than `auto` name their machine: validating one looks at no machine."""
+    raise AssertionError("check validates presets without detecting the platform")
 
 
 def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str, Any]:
@@ -30,7 +38,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
         lint_tree(tree)
     except SelectorError as exc:
         problems.append({"file": exc.where or "", "problem": str(exc)})
-    backends = []
+    backends: List[BackendSpec] = []
     for (op, name), path in sorted(tree.backend_files.items()):
         checked.append(str(path))
         try:
@@ -60,9 +68,9 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             try:
                 conf = validate_preset(path, group)
                 if group == "platform" and name != "auto":
-                    make_platform({**conf, "preset": name}, [], detect=lambda names: None)
+                    make_platform({**conf, "preset": name}, [], detect=_never_detect)
                 elif group == "stack":
-                    make_platform({**conf, "preset": "check"}, [], detect=lambda names: None)
+                    make_platform({**conf, "preset": "check"}, [], detect=_never_detect)
                 elif group == "layer":
                     make_layer(conf, where=str(path))
             except SelectorError as exc:
@@ -77,8 +85,11 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                                  f"{b.rank} is also the rank of {other.name} ({other.file}); "
                                  "ranks must be distinct so the preference order is explicit"})
             ranks[b.rank] = b
-    seen: set = set()  # the YAML lint and the per-file pass can find the same problem
-    problems = [p for p in problems if not (p["problem"] in seen or seen.add(p["problem"]))]
+    # the YAML lint and the per-file pass can find the same problem: keep its first report
+    first: Dict[str, Dict[str, str]] = {}
+    for p in problems:
+        first.setdefault(p["problem"], p)
+    problems = list(first.values())
     if not problems:
         try:
             compose(tree, list(overrides), build=lambda data: make_run_config(
@@ -104,7 +115,7 @@ def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
     key = f"catalogue.{op}.{name}"
     out: List[str] = []
 
-    def attempt(fn, *args) -> None:
+    def attempt(fn: Callable[..., object], *args: Any) -> None:
         try:
             fn(*args)
         except SelectorError as e:
@@ -132,7 +143,7 @@ def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
     return out or [first]
 
 
-def _check_probes(b) -> None:
+def _check_probes(b: BackendSpec) -> None:
     """Every declared probe must be one doctor knows (cheap: nothing is imported)."""
     if b.probes:
         from .probing import validate_names
@@ -142,7 +153,7 @@ def _check_probes(b) -> None:
             raise SelectorError(f"{b.file}: {exc}") from None
 
 
-def _check_entry_point(b) -> None:
+def _check_entry_point(b: BackendSpec) -> None:
     """The entry point must name an allowed, importable class (backends/ imports cheaply)."""
     if b.entry_point:
         try:

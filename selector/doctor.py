@@ -24,9 +24,12 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from .text import join_lines
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .drift import DriftItem
 
 # Distributions doctor reports besides those the catalogue and CONTRACT.md name, when installed.
 EXTRA_PACKAGES = (
@@ -66,7 +69,7 @@ class Report:
     declared: Dict[str, List[str]] = field(default_factory=dict)
     problems: List[str] = field(default_factory=list)
     seconds: float = 0.0
-    drift: Optional[List[Any]] = None  # drift.DriftItem, with --deep
+    drift: Optional[List[DriftItem]] = None  # with --deep
     verify_report: Any = None  # verify.Report (--verify)
 
     @property
@@ -317,7 +320,7 @@ def render_text(r: Report) -> str:
     return join_lines(lines)
 
 
-def _render_drift(items, add) -> None:
+def _render_drift(items: Sequence[DriftItem], add: Callable[[str], None]) -> None:
     from .drift import counts
     c = counts(items)
     add("")

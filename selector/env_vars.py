@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 from .errors import bad_input
 
@@ -71,7 +71,7 @@ def cache_dir() -> Optional[Path]:
         return None
 
 
-def child_env() -> dict:
+def child_env() -> Dict[str, str]:
     """The environment for a child Python: this one, with this process's import path passed
     on through PYTHONPATH (an embedding process or a `--target` install may have put
     packages on sys.path that the child would otherwise not find)."""

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, TypeGuard
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -233,7 +233,7 @@ def gpu_from_answer(raw: Dict[str, Any]) -> Gpu:
                notes + _count_note(count))
 
 
-def _plain_int(v: Any) -> bool:
+def _plain_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

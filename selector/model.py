@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeGuard
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -21,10 +21,16 @@ from .rules import Condition, Facts, Reason, Rule, compile_rule
 from .schema import Layer
 from .versions import format_capability, parse_capability, parse_version
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .environment import Environment
+
+# What `platform=auto` calls to look at the machine: environment.detect, or a test's stand-in.
+Detect = Callable[[List[str]], "Environment"]
+
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     """An int (not a bool) within int64: no layer dimension is larger."""
     return isinstance(v, int) and not isinstance(v, bool) and -2 ** 63 <= v < 2 ** 63
 
@@ -277,7 +283,7 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
                   strict, tuple(sorted(names)), tuple(sorted(excluded)))
 
 
-def make_platform(conf: Mapping[str, Any], watched: List[str], detect=None,
+def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[Detect] = None,
                   explicit: Tuple[str, ...] = ()) -> Platform:
     """A Platform from the platform config; `platform=auto` fills what is not given by detection.
 
@@ -338,7 +344,7 @@ class RunConfig:
     engine: engines.Engine = engines.NO_ENGINE
 
 
-def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
+def _known_keys(data: Mapping[str, Any], node: type[Any], key: str) -> None:
     """`+key=value` adds keys that Hydra's struct mode lets through: refuse unknown ones."""
     names = tuple(f.name for f in fields(node))
     for k in data:
@@ -348,7 +354,7 @@ def _known_keys(data: Mapping[str, Any], node, key: str) -> None:
 
 
 def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
-                    detect=None) -> RunConfig:
+                    detect: Optional[Detect] = None) -> RunConfig:
     _known_keys(data, schema.SelectorConf, "")
     for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
         if isinstance(data.get(k), Mapping):

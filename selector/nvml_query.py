@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 CUDA_LIBRARY = "libcuda.so.1"
@@ -44,7 +44,7 @@ def query_pynvml() -> Optional[Dict[str, Any]]:
         return {"via": "pynvml", "init_error": f"{type(exc).__name__}: {exc}"[:300]}
     out: Dict[str, Any] = {"via": "pynvml", "failed": []}
     try:
-        def call(name: str, fn, *args):
+        def call(name: str, fn: Callable[..., Any], *args: Any) -> Any:
             try:
                 return fn(*args)
             except Exception as exc:  # noqa: BLE001
@@ -77,7 +77,7 @@ def query_ctypes(lib: Any) -> Dict[str, Any]:
     def ok(name: str, rc: Any) -> bool:
         if rc != 0:
             failed.append(f"{name} returned {rc!r}")
-        return rc == 0
+        return bool(rc == 0)
     try:
         if not ok("nvmlInit_v2", lib.nvmlInit_v2()):
             out["init_error"] = failed.pop()

@@ -82,7 +82,7 @@ def get(d: Path, key: str) -> Optional[Dict[str, Any]]:
     if not (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and
             entry.get("key") == key and isinstance(entry.get("data"), dict)):
         return None
-    data = entry["data"]
+    data: Dict[str, Any] = entry["data"]
     try:
         check_shape(data)
     except SelectorError:

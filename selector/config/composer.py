@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, cast
 
 from packaging.utils import canonicalize_name
 
@@ -44,7 +44,7 @@ def normalize_overrides(overrides: Sequence[object], tree: Optional[ConfigTree] 
             raise bad_input("override", raw, "is malformed: overrides are key=value, "
                             "group=option, +key=value or ~key")
         head, eq, value = text.partition("=")
-        prefix = re.match(r"^(\+\+|\+|~)?", head).group(0)
+        prefix = next(m for m in ("++", "+", "~", "") if head.startswith(m))
         key = head[len(prefix):].strip()
         value = value.strip()
         if len(key) > MAX_KEY:
@@ -160,6 +160,7 @@ def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any
 
     dirs = ",".join(hydra_quote(f"file://{d}") for d in tree.dirs[1:])
     search = [f"hydra.searchpath=[{dirs}]"]
+    error: Optional[Exception]
     with _HYDRA_LOCK:
         ConfigStore.instance().store(name="selector_schema", node=schema.SelectorConf)
         try:
@@ -168,7 +169,7 @@ def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any
                 cfg = hydra_compose(config_name="config", overrides=search + overrides,
                                     return_hydra_config=True)
             choices = dict(cfg.hydra.runtime.choices)
-            data = OmegaConf.to_container(cfg, resolve=False)
+            data = cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
         except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError,
                 KeyError, AttributeError, RecursionError, ArithmeticError, OSError) as exc:
             error = exc

@@ -16,7 +16,7 @@ _VOCABULARIES = {"layer.op": schema.OPS, "layer.quant": schema.QUANTS,
                  "layer.all2all": schema.ALL2ALL, "probe": schema.PROBE_MODES}
 
 
-def schema_keys(cls=schema.SelectorConf, prefix: str = "") -> Dict[str, Any]:
+def schema_keys(cls: type[Any] = schema.SelectorConf, prefix: str = "") -> Dict[str, Any]:
     """Every dotted key of the schema, mapped to its default value."""
     out: Dict[str, Any] = {}
     for f in fields(cls):

@@ -8,7 +8,7 @@ runs the same functions as `explain`, so the two agree.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set, cast
 
 from .. import schema
 from ..errors import SelectorError, bad_input
@@ -83,7 +83,8 @@ def _defaults_line(node: Any, i: int) -> int:
     """The line of the i-th defaults entry (1-based), from the YAML node tree."""
     for k, v in node.value:
         if getattr(k, "value", None) == "defaults" and i < len(getattr(v, "value", ())):
-            return v.value[i].start_mark.line + 1
+            line: int = v.value[i].start_mark.line
+            return line + 1
     return 1
 
 
@@ -101,7 +102,7 @@ def _header_package(f: Path) -> Optional[str]:
 
 def _refuse_loops(graph: Dict[Path, List[Path]]) -> None:
     """A preset whose defaults lead back to itself (Hydra would recurse until it gives up)."""
-    done: set = set()
+    done: Set[Path] = set()
     for start in sorted(graph):
         path: List[Path] = []
         stack = [(start, iter(graph.get(start, ())))]
@@ -122,7 +123,7 @@ def _refuse_loops(graph: Dict[Path, List[Path]]) -> None:
                 path.append(nxt)
 
 
-def _lint_versions(node, path: Path, keys: List[str]) -> None:
+def _lint_versions(node: Any, path: Path, keys: List[str]) -> None:
     import yaml
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
@@ -153,9 +154,10 @@ def validate_preset(path: Path, group: str) -> Dict[str, Any]:
     raw.pop("defaults", None)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(SCHEMA_NODES[group]), raw)
-        return OmegaConf.to_container(merged, resolve=False)
+        return cast(Dict[str, Any], OmegaConf.to_container(merged, resolve=False))
     except (OmegaConfBaseException, ValueError, TypeError, ArithmeticError) as exc:
-        raise translate_omegaconf(exc, prefix=PACKAGES[group][-1], where=str(path)) from None
+        prefix = cast(str, PACKAGES[group][-1])  # each group's last package is a name
+        raise translate_omegaconf(exc, prefix=prefix, where=str(path)) from None
 
 
 def validate_presets(tree: ConfigTree) -> None:

@@ -10,9 +10,12 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from ..errors import SelectorError, bad_input
+
+if TYPE_CHECKING:
+    import yaml
 
 MAX_CONFIG_BYTES = 256 * 1024  # the largest packaged config file is about 6 KB
 MAX_CONFIG_NODES = 50_000  # values after YAML aliases are expanded (an alias bomb is refused)
@@ -108,7 +111,7 @@ _PLAIN_TAGS = frozenset("tag:yaml.org,2002:" + t for t in (
     "null", "bool", "int", "float", "str", "seq", "map", "merge", "value"))
 
 
-def _check_expansion(root, path: Path) -> None:
+def _check_expansion(root: yaml.Node, path: Path) -> None:
     """Refuse recursive aliases, non-plain tags and documents that expand past
     MAX_CONFIG_NODES (iteratively: aliases share nodes, so sizes are memoised and the walk is
     linear in the file)."""

@@ -11,16 +11,19 @@ Importing this module imports nothing of SGLang.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from ..errors import SelectorError
+
+if TYPE_CHECKING:
+    from ..decision import Decision
 
 # The server_args fields the flags set (SGLang 0.5.23 srt/server_args.py)
 FIELDS = {"--moe-runner-backend": "moe_runner_backend",
           "--fp4-gemm-backend": "fp4_gemm_runner_backend"}
 
 
-def _checked(decision: Any) -> Dict[str, Any]:
+def _checked(decision: Decision) -> Dict[str, Any]:
     view = decision.engine
     if view is None or view["name"] != "sglang":
         raise SelectorError("the decision was not made for SGLang: load selector with "
@@ -31,7 +34,7 @@ def _checked(decision: Any) -> Dict[str, Any]:
     return view
 
 
-def server_args(*decisions: Any) -> List[str]:
+def server_args(*decisions: Decision) -> List[str]:
     """The command-line arguments that make SGLang run each decision's backend."""
     out: List[str] = []
     for d in decisions:
@@ -39,13 +42,13 @@ def server_args(*decisions: Any) -> List[str]:
     return out
 
 
-def server_kwargs(*decisions: Any) -> Dict[str, str]:
+def server_kwargs(*decisions: Decision) -> Dict[str, str]:
     """The same as `ServerArgs(**kwargs)` keyword arguments."""
     args = server_args(*decisions)
     return {FIELDS[flag]: value for flag, value in zip(args[::2], args[1::2])}
 
 
-def environment(*decisions: Any) -> Dict[str, str]:
+def environment(*decisions: Decision) -> Dict[str, str]:
     """Environment variables the selected backends need (none for SGLang 0.5.23's names)."""
     env: Dict[str, str] = {}
     for d in decisions:
