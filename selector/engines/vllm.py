@@ -19,7 +19,12 @@ import os
 import shlex
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..api import Selector
+    from ..decision import Decision
+    from ..model import Catalogue
 
 log = logging.getLogger("vllm.selector")  # vLLM's handlers print it beside vLLM's own lines
 
@@ -93,7 +98,7 @@ def capability() -> Optional[str]:
     return None if cap is None else f"{cap.major}.{cap.minor}"
 
 
-def requested_name(op: str, vllm_name: str, catalogue: Any) -> str:
+def requested_name(op: str, vllm_name: str, catalogue: Catalogue) -> str:
     """vLLM's requested backend value -> selector's backend name ('auto' stays)."""
     if vllm_name == "auto":
         return "auto"
@@ -110,11 +115,11 @@ class Chooser:
 
     def __init__(self, extra: Optional[List[str]] = None):
         self.extra = extra
-        self._selectors: Dict[Tuple, Any] = {}
-        self._logged: set = set()
+        self._selectors: Dict[Tuple[str, ...], Selector] = {}
+        self._logged: Set[Tuple[Any, ...]] = set()
         self._lock = threading.Lock()
 
-    def _base(self, overrides: Tuple[str, ...]) -> Any:
+    def _base(self, overrides: Tuple[str, ...]) -> Selector:
         """The Selector for these overrides with policy auto (one config composition)."""
         import selector
         sel = self._selectors.get(overrides)
@@ -123,13 +128,14 @@ class Chooser:
         return sel
 
     @staticmethod
-    def _with_policy(base: Any, op: str, requested: str) -> Any:
+    def _with_policy(base: Selector, op: str, requested: str) -> Selector:
         """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
         from ..api import Selector
         from ..model import normalize_backend
         run = base.run_config
         req = normalize_backend(op, requested_name(op, requested, run.catalogue), run.catalogue)
-        policy = dataclasses.replace(run.policy, **{f"{op}_backend": req})
+        request: Dict[str, Any] = {f"{op}_backend": req}
+        policy = dataclasses.replace(run.policy, **request)
         return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
 
     def overrides(self) -> List[str]:
@@ -139,7 +145,7 @@ class Chooser:
         return ["engine=vllm", "platform=auto",
                 "platform.capability=" + (cap if cap else "null"), *extra]
 
-    def decide(self, layer: Dict[str, Any], requested: str) -> Any:
+    def decide(self, layer: Dict[str, Any], requested: str) -> Decision:
         base = tuple(self.overrides())
         key = base + (layer["op"], requested)
         sel = self._selectors.get(key)
@@ -157,14 +163,14 @@ class Chooser:
         return d
 
 
-def refusal(d: Any, what: str) -> str:
+def refusal(d: Decision, what: str) -> str:
     return f"selector refuses {what}: {d.summary()}\n{d}"
 
 
 CHOOSER = Chooser()
 
 
-def select_moe(original: Callable, config: Any, weight_key: Any, activation_key: Any,
+def select_moe(original: Callable[..., Any], config: Any, weight_key: Any, activation_key: Any,
                chooser: Optional[Chooser] = None) -> Any:
     """select_nvfp4_moe_backend, decided by selector and built by vLLM's explicit path."""
     chooser = chooser or CHOOSER
@@ -179,6 +185,7 @@ def select_moe(original: Callable, config: Any, weight_key: Any, activation_key:
         raise error(refusal(d, "every NvFp4 MoE backend for this layer"
                             if config.moe_backend == "auto" else
                             f"moe_backend={config.moe_backend!r} for this layer"))
+    assert d.engine is not None  # every Chooser decision is made with engine=vllm
     forced = copy.copy(config)
     forced.moe_backend = d.engine["backend"]
     try:
@@ -191,23 +198,26 @@ def select_moe(original: Callable, config: Any, weight_key: Any, activation_key:
 _forced = threading.local()
 
 
-def linear_backend_hook(original: Callable) -> Callable:
+def linear_backend_hook(original: Callable[..., str]) -> Callable[..., str]:
     """vLLM's _get_linear_backend, answering selector's choice while one is being built."""
     def _get_linear_backend(*, quantization: str) -> str:
-        forced = getattr(_forced, "name", None)
-        return forced if forced is not None else \
-            _get_linear_backend.__selector_original__(quantization=quantization)
-    _get_linear_backend.__selector_original__ = original  # type: ignore[attr-defined]
+        forced: Optional[str] = getattr(_forced, "name", None)
+        if forced is not None:
+            return forced
+        requested: str = hook.__selector_original__(quantization=quantization)
+        return requested
+    hook: Any = _get_linear_backend  # a function carrying the original (tests swap it)
+    hook.__selector_original__ = original
     return _get_linear_backend
 
 
-def select_linear(original: Callable, use_a16: bool = False,
+def select_linear(original: Callable[..., Any], use_a16: bool = False,
                   chooser: Optional[Chooser] = None) -> Any:
     """init_nvfp4_linear_kernel, decided by selector and built with its --linear-backend."""
     chooser = chooser or CHOOSER
-    mod = sys.modules[LINEAR_KERNELS]
+    mod: Any = sys.modules[LINEAR_KERNELS]  # vLLM's private names: untyped
     getter = getattr(mod._get_linear_backend, "__selector_original__", mod._get_linear_backend)
-    requested = getter(quantization="nvfp4_w4a16" if use_a16 else "nvfp4_w4a4")
+    requested: str = getter(quantization="nvfp4_w4a16" if use_a16 else "nvfp4_w4a4")
     try:
         d = chooser.decide(linear_layer(use_a16), requested)
     except NotExpressible as exc:
@@ -217,6 +227,7 @@ def select_linear(original: Callable, use_a16: bool = False,
         raise ValueError(refusal(d, "every NVFP4 linear kernel for this layer"
                                  if requested == "auto" else
                                  f"--linear-backend={requested} for this layer"))
+    assert d.engine is not None  # every Chooser decision is made with engine=vllm
     name = d.engine["backend"]
     _forced.name = name
     try:
@@ -246,7 +257,7 @@ def _rebind(old: Any, new: Any) -> int:
     return n
 
 
-def _wrap(original: Callable, body: Callable) -> Callable:
+def _wrap(original: Callable[..., Any], body: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return body(original, *args, **kwargs)
     wrapper.__name__ = original.__name__
@@ -266,7 +277,7 @@ def install() -> None:
     if installed():
         return
     oracle = importlib.import_module(MOE_ORACLE)
-    kernels = importlib.import_module(LINEAR_KERNELS)
+    kernels: Any = importlib.import_module(LINEAR_KERNELS)  # vLLM's private names: untyped
     _rebind(oracle.select_nvfp4_moe_backend,
             _wrap(oracle.select_nvfp4_moe_backend, select_moe))
     kernels._get_linear_backend = linear_backend_hook(kernels._get_linear_backend)
@@ -279,7 +290,7 @@ def uninstall() -> None:
     mod = sys.modules.get(MOE_ORACLE)
     if mod is None or not installed():
         return
-    kernels = sys.modules[LINEAR_KERNELS]
+    kernels: Any = sys.modules[LINEAR_KERNELS]  # vLLM's private names: untyped
     _rebind(mod.select_nvfp4_moe_backend, mod.select_nvfp4_moe_backend.__selector_original__)
     _rebind(kernels.init_nvfp4_linear_kernel,
             kernels.init_nvfp4_linear_kernel.__selector_original__)
