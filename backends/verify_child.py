@@ -16,26 +16,19 @@ child for the rest); a crash or a hang is the parent's to name, from the last "s
 """
 from __future__ import annotations
 
-import faulthandler
 import json
 import math
-import os
-import sys
 import time
-from typing import Any, Dict, List, Optional, TextIO, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-MARK = "@@selector-verify@@ "
+from selector.probe_child import VERIFY_MARK as MARK
+from selector.probe_child import close_channel, emit, open_channel
 
 # Reference settings a backend's documented semantics need (else the reference's defaults apply).
 # FlashInfer b12x re-quantizes FC2's input per 16-element block with global scale 1 instead of
 # the checkpoint's a2_scale (vLLM #40082; backends/prepare.py prepare_b12x_moe).
 REFERENCE_SETTINGS: Dict[Tuple[str, str, str], Dict[str, Any]] = {
     ("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0}}
-
-
-def _emit(out: TextIO, **event: Any) -> None:
-    out.write(MARK + json.dumps(event, default=str) + "\n")
-    out.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,17 +225,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def main() -> None:
-    # A private channel for the report; fd 1 becomes stderr, so library prints cannot corrupt it.
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    faulthandler.enable()  # a crash leaves a Python traceback on stderr
-    spec = json.loads(sys.stdin.read() or "{}")
-    path = [p for p in spec.get("path") or [] if isinstance(p, str)]
-    sys.path[:] = path + [p for p in sys.path if p not in path]
-    _emit(out, event="start", pid=os.getpid(), python=sys.version.split()[0])
+    out, spec = open_channel(MARK)
     for case in spec.get("cases") or []:
-        _emit(out, event="case", phase="start", id=case.get("id"))
+        emit(out, MARK, event="case", phase="start", id=case.get("id"))
         t0 = time.perf_counter()
         result: Optional[Dict[str, Any]]
         try:
@@ -250,11 +235,8 @@ def main() -> None:
         except BaseException as exc:  # noqa: BLE001 - whatever the kernel raises is the finding
             outcome = "unavailable" if _unavailable(exc) else "error"
             result = {"outcome": outcome, "error": _describe(exc)}
-        _emit(out, event="case", phase="end", id=case.get("id"),
+        emit(out, MARK, event="case", phase="end", id=case.get("id"),
               seconds=time.perf_counter() - t0, **result)
         if result["outcome"] == "error":
             break  # a fresh process runs the rest: the device may be left in an error state
-    _emit(out, event="done")
-    out.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown (seconds with torch and kernel libraries loaded)
+    close_channel(out, MARK)

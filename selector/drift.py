@@ -10,10 +10,17 @@ exits 1). docs/maintaining.md says how to act on a drift.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from .rules import KINDS, CudaRule, DeviceRule, Explained, Facts, PackageRule, Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import BackendSpec, Catalogue
+
+R = TypeVar("R", bound=Rule)
 
 STATUSES = ("agrees", "explained", "drift")
 
@@ -57,11 +64,18 @@ def _fmt(ccs: Iterable[int]) -> str:
     return ", ".join(f"{c // 10}.{c % 10}" for c in sorted(ccs)) or "none"
 
 
-def _unconditional(b, kind: str):
-    return [r for r in b.rules if r.kind == kind and not r.when.terms]
+def _rules(b: BackendSpec, kind: Type[R]) -> List[R]:
+    """b's rules of that kind (the class registered for it)."""
+    return [r for r in b.rules if r.kind == kind.kind and isinstance(r, kind)]
 
 
-def _explanation(backends: Sequence[Any], claim: str):
+def _unconditional(b: BackendSpec, kind: Type[R]) -> List[R]:
+    """b's rules of that kind without a `when`."""
+    return [r for r in _rules(b, kind) if not r.when.terms]
+
+
+def _explanation(backends: Sequence[BackendSpec], claim: str
+                 ) -> Tuple[Optional[BackendSpec], Optional[Explained]]:
     for b in backends:
         for r in b.rules:
             for e in getattr(r, "explained", ()):
@@ -71,14 +85,16 @@ def _explanation(backends: Sequence[Any], claim: str):
 
 
 class _Report:
-    def __init__(self, catalogue, facts):
-        self.catalogue, self.facts, self.items = catalogue, facts, []
+    def __init__(self, catalogue: Catalogue, facts: Facts):
+        self.catalogue, self.facts = catalogue, facts
+        self.items: List[DriftItem] = []
 
-    def add(self, op: str, b, claim: str, catalogue: str, installed: str, same: bool,
+    def add(self, op: str, b: Optional[BackendSpec], claim: str, catalogue: str, installed: str, same: bool,
             detail: str) -> None:
         backends = [b] if b is not None else list(self.catalogue.backends.get(op, ()))
         who, e = (None, None) if same else _explanation(backends, claim)
-        name = f"{op}/{(who or b).name}" if (who or b) is not None else f"{op}/-"
+        owner = who or b
+        name = f"{op}/{owner.name}" if owner is not None else f"{op}/-"
         if same:
             status = "agrees"
         elif e is not None:
@@ -89,9 +105,9 @@ class _Report:
 
     # -- devices --------------------------------------------------------------------------
 
-    def devices(self, op: str, b, declared: Optional[List[int]], where: str,
+    def devices(self, op: str, b: Optional[BackendSpec], declared: Optional[List[int]], where: str,
                 universe: Sequence[int]) -> None:
-        rules = _unconditional(b, "device") if b is not None else []
+        rules = _unconditional(b, DeviceRule) if b is not None else []
         if declared is None or not rules:
             return
         claimed = {c for c in universe if all(any(d.matches(_cc(c)) for d in r.devices)
@@ -106,13 +122,13 @@ class _Report:
 
     # -- minimum CUDA ---------------------------------------------------------------------
 
-    def min_cuda(self, op: str, b, declared: Optional[str], where: str) -> None:
+    def min_cuda(self, op: str, b: Optional[BackendSpec], declared: Optional[str], where: str) -> None:
         if declared is None or b is None:
             return
-        floors = [_floor(r.spec) for r in b.rules if r.kind == "cuda" and
-                  not r.when.layer_fields and r.when.get("devices") is None and
-                  all(p.holds(self.facts) for p in r.when.get("packages") or ())]
-        floors = [f for f in floors if f is not None]
+        floors = [f for f in (_floor(r.spec) for r in _rules(b, CudaRule) if
+                              not r.when.layer_fields and r.when.get("devices") is None and
+                              all(p.holds(self.facts) for p in r.when.get("packages") or ()))
+                  if f is not None]
         claimed = max(floors) if floors else None
         try:
             have = Version(declared)
@@ -123,12 +139,12 @@ class _Report:
 
     # -- activations ----------------------------------------------------------------------
 
-    def activation_set(self, op: str, b, kind: str, claim: str, declared: Optional[List[str]],
+    def activation_set(self, op: str, b: Optional[BackendSpec], kind: str, claim: str, declared: Optional[List[str]],
                        where: str) -> None:
-        rules = _unconditional(b, kind) if b is not None else []
+        rules = _unconditional(b, KINDS[kind]) if b is not None else []
         if declared is None or not rules:
             return
-        claimed = set(rules[0].values if kind == "activation" else rules[0].gated)
+        claimed = set(getattr(rules[0], "values" if kind == "activation" else "gated"))
         have = set(declared)
         detail = f"{where}: {', '.join(sorted(have))}"
         if claimed != have:
@@ -136,7 +152,7 @@ class _Report:
         self.add(op, b, claim, ", ".join(sorted(claimed)), ", ".join(sorted(have)),
                  claimed == have, detail)
 
-    def activation_enum(self, op: str, b, members: Optional[List[str]]) -> None:
+    def activation_enum(self, op: str, b: Optional[BackendSpec], members: Optional[List[str]]) -> None:
         if members is None or b is None:
             return
         for m in members:
@@ -164,6 +180,7 @@ class _Report:
             b = named.get(name)
             tag = " (experimental)" if name in experimental else ""
             if name not in installed:
+                assert b is not None  # a name from neither list is not in the union
                 self.add("linear", b, f"mm_fp4 backend {name}", b.name, "absent", False,
                          f"the catalogue's {b.name} probes mm_fp4 backend {name!r}, which the "
                          "installed flashinfer does not register")
@@ -177,16 +194,16 @@ class _Report:
         _b12x_requirements(self, nb)
         for op, backends in self.catalogue.backends.items():
             for b in backends:
-                if any("b12x" in getattr(r, "names", ()) for r in _unconditional(b, "package")):
+                if any("b12x" in r.names for r in _unconditional(b, PackageRule)):
                     self.devices(op, b, nb.get("devices"), "b12x gating.is_b12x",
                                  nb.get("universe", ()))
                     self.gate_floor(op, b, nb)
 
-    def gate_floor(self, op: str, b, nb: Mapping[str, Any]) -> None:
+    def gate_floor(self, op: str, b: BackendSpec, nb: Mapping[str, Any]) -> None:
         """b12x's run-time nvidia-cutlass-dsl minimum (MIN_CUTLASS_DSL) against the catalogue."""
         gate = (nb.get("constants") or {}).get("MIN_CUTLASS_DSL")
-        floors = [_floor(q.spec) for r in _unconditional(b, "package")
-                  for q in getattr(r, "reqs", ()) if q.name == "nvidia-cutlass-dsl"]
+        floors = [_floor(q.spec) for r in _unconditional(b, PackageRule)
+                  for q in r.reqs if q.name == "nvidia-cutlass-dsl"]
         if gate is None or not floors or floors[0] is None:
             return
         self.add(op, b, "nvidia-cutlass-dsl run-time minimum", f">={floors[0]}", f">={gate}",
@@ -202,7 +219,7 @@ class _Report:
         fi = Version(version)
         for op, backends in self.catalogue.backends.items():
             for b in backends:
-                floors = []
+                floors: List[Version] = []
                 for r in b.rules:
                     if r.kind != "known_issue" or r.severity != "error":
                         continue
@@ -226,8 +243,8 @@ def _b12x_requirements(rep: _Report, nb: Mapping[str, Any]) -> None:
         for b in backends:
             if not any("b12x" in getattr(r, "names", ()) for r in b.rules):
                 continue
-            for r in _unconditional(b, "package"):
-                for req in getattr(r, "reqs", ()):
+            for r in _unconditional(b, PackageRule):
+                for req in r.reqs:
                     if req.name in ("b12x", "nvidia-cutlass-dsl") or req.name not in requires:
                         continue
                     claimed, have = _floor(req.spec), _floor(_spec(requires[req.name]))
@@ -251,8 +268,8 @@ def _floor(spec: SpecifierSet) -> Optional[Version]:
     return max(lows) if lows else None
 
 
-def _mm_fp4_probes(catalogue) -> Dict[str, Any]:
-    out = {}
+def _mm_fp4_probes(catalogue: Catalogue) -> Dict[str, BackendSpec]:
+    out: Dict[str, BackendSpec] = {}
     for b in catalogue.backends.get("linear", ()):
         for p in b.probes:
             base, _, arg = p.partition(":")
@@ -261,13 +278,13 @@ def _mm_fp4_probes(catalogue) -> Dict[str, Any]:
     return out
 
 
-def compare(catalogue, facts, findings: Mapping[str, Mapping[str, Any]]) -> List[DriftItem]:
+def compare(catalogue: Catalogue, facts: Facts, findings: Mapping[str, Mapping[str, Any]]) -> List[DriftItem]:
     """Drift items from the details of the declaration probes (probe name -> details)."""
     rep = _Report(catalogue, facts)
     fi = findings.get("flashinfer.declarations") or {}
     if fi.get("version"):
         caps, universe = fi.get("capabilities", {}), fi.get("universe", ())
-        def get(op, name):
+        def get(op: str, name: str) -> Optional[BackendSpec]:
             return next((b for b in catalogue.backends.get(op, ()) if b.name == name), None)
         for name, entry in MOE_ENTRY_POINTS.items():
             rep.devices("moe", get("moe", name), caps.get(f"moe:{entry}"),

@@ -16,9 +16,11 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Dict, Optional, TextIO, Tuple
+from typing import Any, Dict, NoReturn, Optional, TextIO, Tuple
 
-MARK = "@@selector-probe@@ "  # the protocol marker: selector.probing reads lines after it
+# The protocol markers: selector.probing and selector.verify read the JSON after them.
+MARK = "@@selector-probe@@ "
+VERIFY_MARK = "@@selector-verify@@ "  # selector.backends.verify_child's reports
 
 
 def _probe_dirs() -> Tuple[str, ...]:
@@ -98,9 +100,39 @@ def describe_exc(exc: BaseException, prefer: Optional[str] = None, hint: bool = 
 
 
 
-def _emit(out: TextIO, **event: Any) -> None:
-    out.write(MARK + json.dumps(event, default=str) + "\n")
+def emit(out: TextIO, mark: str, **event: Any) -> None:
+    """One protocol event: a JSON line after `mark` on the report channel."""
+    out.write(mark + json.dumps(event, default=str) + "\n")
     out.flush()
+
+
+def _emit(out: TextIO, **event: Any) -> None:
+    emit(out, MARK, **event)
+
+
+def open_channel(mark: str) -> Tuple[TextIO, Dict[str, Any]]:
+    """The head of every selector child (probes, verify): (report channel, spec from stdin).
+
+    The channel is a private copy of fd 1; fd 1 becomes stderr, so library prints cannot corrupt
+    the report. The spec's "path" goes first on sys.path; the "start" event is sent."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    faulthandler.enable()  # a crash leaves a Python traceback on stderr
+    spec = json.loads(sys.stdin.read() or "{}")
+    path = [p for p in spec.get("path") or [] if isinstance(p, str)]
+    sys.path[:] = path + [p for p in sys.path if p not in path]
+    emit(out, mark, event="start", pid=os.getpid(), python=sys.version.split()[0])
+    return out, spec
+
+
+def close_channel(out: TextIO, mark: str) -> NoReturn:
+    """The tail: the "done" event, then exit without interpreter teardown (with torch and
+    kernel libraries loaded it takes a second or more, and every result has been reported)."""
+    emit(out, mark, event="done")
+    out.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _run_import(out: TextIO, module: str) -> None:
@@ -138,24 +170,11 @@ def _run_probe(out: TextIO, name: str, ctx: Dict[str, Any]) -> None:
 
 
 def main() -> None:
-    # A private channel for the report; fd 1 becomes stderr, so library prints cannot corrupt it.
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    faulthandler.enable()  # a crash leaves a Python traceback on stderr
-    spec = json.loads(sys.stdin.read() or "{}")
-    path = [p for p in spec.get("path") or [] if isinstance(p, str)]
-    sys.path[:] = path + [p for p in sys.path if p not in path]
-    _emit(out, event="start", pid=os.getpid(), python=sys.version.split()[0])
+    out, spec = open_channel(MARK)
     ctx = spec.get("ctx") or {}
     for kind, arg in spec.get("steps") or []:
         if kind == "import":
             _run_import(out, arg)
         elif kind == "probe":
             _run_probe(out, arg, ctx)
-    _emit(out, event="done")
-    out.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: with torch and flashinfer loaded it takes a second or more,
-    # and every result has been reported.
-    os._exit(0)
+    close_channel(out, MARK)

@@ -18,18 +18,21 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
 from . import env_vars
+from .child_runner import exit_text, last_line, run_child
 from .errors import SelectorError, did_you_mean
 from .probe_child import MARK
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import Catalogue
+    from .probe_specs import ProbeSpec
 
 
 @dataclass(frozen=True)
@@ -107,12 +110,12 @@ class DeepReport:
 # ---------------------------------------------------------------------------------------------
 # Names
 
-def _registry():
+def _registry() -> ModuleType:
     from . import probe_specs
     return probe_specs
 
 
-def catalogue_probe_names(catalogue) -> List[str]:
+def catalogue_probe_names(catalogue: Catalogue) -> List[str]:
     """Every probe the catalogue's backends declare, in catalogue order, once each."""
     names: Dict[str, None] = {}
     for backends in catalogue.backends.values():
@@ -122,7 +125,7 @@ def catalogue_probe_names(catalogue) -> List[str]:
     return list(names)
 
 
-def validate_names(names: Iterable[str], where: Mapping[str, str] = None) -> None:
+def validate_names(names: Iterable[str], where: Optional[Mapping[str, str]] = None) -> None:
     """SelectorError for a name no probe answers to (with the backends that declare it)."""
     reg = _registry()
     for n in names:
@@ -135,7 +138,7 @@ def validate_names(names: Iterable[str], where: Mapping[str, str] = None) -> Non
             raise SelectorError(text, key=key, value=n, accepted=reg.known_names())
 
 
-def declared_by(catalogue) -> Dict[str, List[str]]:
+def declared_by(catalogue: Catalogue) -> Dict[str, List[str]]:
     """probe name -> ['moe/flashinfer_b12x', ...]."""
     out: Dict[str, List[str]] = {}
     for op, backends in catalogue.backends.items():
@@ -148,7 +151,7 @@ def declared_by(catalogue) -> Dict[str, List[str]]:
 # ---------------------------------------------------------------------------------------------
 # Skips decided from metadata (no import)
 
-def _skip_reason(spec) -> Optional[str]:
+def _skip_reason(spec: ProbeSpec) -> Optional[str]:
     """Why the probe need not run (its distribution is absent or predates it), else None."""
     try:
         return _skip_reason_unchecked(spec)
@@ -156,7 +159,7 @@ def _skip_reason(spec) -> Optional[str]:
         return None
 
 
-def _skip_reason_unchecked(spec) -> Optional[str]:
+def _skip_reason_unchecked(spec: ProbeSpec) -> Optional[str]:
     import importlib.metadata as md
     import importlib.util
 
@@ -198,87 +201,17 @@ _BOOT = ("import sys; sys.path.insert(0, {root!r}); "
          "from selector.probe_child import main; main()")
 
 
-def _parent_path() -> List[str]:
-    out = []
-    for p in sys.path:
-        p = os.path.abspath(p) if p else os.getcwd()
-        if p not in out:
-            out.append(p)
-    return out
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child and everything it started (its own session/process group, by id)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError, AttributeError):  # no killpg: Windows
-        try:
-            proc.kill()
-        except OSError:
-            pass
-
-
-def _exit_text(rc: Optional[int], timed_out: bool, timeout: float) -> str:
-    if timed_out:
-        return f"timed out after {timeout:g} s (the probe process was killed)"
-    if rc is None:
-        return "the probe process could not be started"
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return f"the probe process was killed by {name} (exit status {rc})"
-    return f"the probe process exited with status {rc}"
-
-
-def _tail(text: str, limit: int = 300) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    # a faulthandler dump names the crash first ("Fatal Python error: Segmentation fault")
-    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]
-    last = fatal[0] if fatal else lines[-1]
-    return last if len(last) <= limit else last[:limit] + "..."
-
-
 def _run_child(group: str, steps: List[Tuple[str, str]], ctx: Dict[str, Any], timeout: float,
                root: str) -> Tuple[List[Dict[str, Any]], Optional[int], bool, str, float]:
     """(events, exit status, timed out, stderr, seconds) of one child process."""
-    payload = json.dumps({"path": _parent_path(), "steps": steps, "ctx": ctx})
-    env = dict(os.environ)  # the child gets sys.path in its payload (_parent_path)
-    env.setdefault("PYTHONFAULTHANDLER", "1")
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.Popen([sys.executable, "-c", _BOOT.format(root=root)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, start_new_session=True)
-    except OSError as exc:
-        return [], None, False, f"{sys.executable}: {exc}", 0.0
-    timed_out = False
-    try:
-        out, err = proc.communicate(payload.encode(), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill(proc)
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # a grandchild holds the pipes open
-            out, err = b"", b""
-    seconds = time.perf_counter() - t0
-    events = []
-    for line in out.decode("utf-8", "replace").splitlines():
-        at = line.find(MARK)
-        if at < 0:
-            continue
-        try:
-            events.append(json.loads(line[at + len(MARK):]))
-        except ValueError:
-            continue
-    return events, proc.returncode, timed_out, err.decode("utf-8", "replace"), seconds
+    events, rc, timed_out, err = run_child(_BOOT.format(root=root), {"steps": steps, "ctx": ctx},
+                                           timeout, MARK)
+    started = rc is not None or timed_out
+    return events, rc, timed_out, err, (time.perf_counter() - t0) if started else 0.0
 
 
-def _steps_for(specs: Sequence[Any]) -> List[Tuple[str, str]]:
+def _steps_for(specs: Sequence[ProbeSpec]) -> List[Tuple[str, str]]:
     """Imports then probes, each probe after the imports it needs (torch.cuda before flashinfer)."""
     steps: List[Tuple[str, str]] = []
     done: List[str] = []
@@ -300,7 +233,7 @@ def _findable(module: str) -> bool:
         return False
 
 
-def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
+def _run_group(group: str, specs: List[ProbeSpec], ctx: Dict[str, Any], timeout: float
                ) -> Tuple[Dict[str, Finding], GroupRun]:
     run = GroupRun(group, tuple(s.name for s in specs))
     for m in dict.fromkeys(m for s in specs for m in s.imports):
@@ -320,20 +253,21 @@ def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
         for ev in events:
             kind, phase = ev.get("event"), ev.get("phase")
             if kind == "import":
+                library = cast(str, ev.get("library"))  # probe_child sends it with each import
                 if phase == "start":
-                    current = ("import", ev.get("library"))
+                    current = ("import", library)
                 else:
                     current = None
-                    if all(i.library != ev.get("library") for i in run.imports):  # 1st process
+                    if all(i.library != library for i in run.imports):  # 1st process
                         run.imports.append(ImportTiming(
-                            group, ev.get("library"), ev.get("seconds"), bool(ev.get("ok")),
+                            group, library, ev.get("seconds"), bool(ev.get("ok")),
                             ev.get("version"), ev.get("path"), ev.get("error")))
             elif kind == "probe":
+                name = cast(str, ev.get("name"))  # probe_child sends it with each probe event
                 if phase == "start":
-                    current = ("probe", ev.get("name"))
+                    current = ("probe", name)
                 else:
                     current = None
-                    name = ev.get("name")
                     findings[name] = Finding(name, ev.get("status", "failed"),
                                              str(ev.get("message", "")), group,
                                              ev.get("seconds"), ev.get("details") or {})
@@ -342,8 +276,8 @@ def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
         pending = [s for s in pending if s.name not in findings]
         if finished and not pending:
             break
-        why = _exit_text(rc, timed_out, timeout)
-        tail = _tail(err)
+        why = exit_text(rc, timed_out, timeout, "probe")
+        tail = last_line(err)
         if current is None and not events:
             where, stuck = "before it reported anything", [s.name for s in pending]
         elif current is None:
@@ -370,7 +304,7 @@ def _run_group(group: str, specs: List[Any], ctx: Dict[str, Any], timeout: float
     return findings, run
 
 
-def _run_in_process(spec, ctx: Dict[str, Any]) -> Finding:
+def _run_in_process(spec: ProbeSpec, ctx: Dict[str, Any]) -> Finding:
     t0 = time.perf_counter()
     try:
         mod_name, _, fn_name = spec.func.partition(":")
@@ -398,7 +332,7 @@ def run_probes(names: Sequence[str], *, timeout: Optional[float] = None,
     reg = _registry()
     ctx = dict(ctx or {})
     findings: Dict[str, Finding] = {}
-    groups: Dict[str, List[Any]] = {}
+    groups: Dict[str, List[ProbeSpec]] = {}
     meta = GroupRun("metadata", ())
     for name in dict.fromkeys(names):
         spec = reg.resolve(name)
@@ -451,7 +385,7 @@ def probe_once(names: Sequence[str], *, timeout: Optional[float] = None,
         return DeepReport({n: _CACHE[n] for n in names}, groups, seconds)
 
 
-def run_deep_probes(catalogue, *, timeout: Optional[float] = None) -> Dict[str, Finding]:
+def run_deep_probes(catalogue: Catalogue, *, timeout: Optional[float] = None) -> Dict[str, Finding]:
     """Findings (name -> Finding with .ok and .message) for every probe the catalogue declares,
     computed once per session."""
     names = catalogue_probe_names(catalogue)

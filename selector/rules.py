@@ -40,7 +40,7 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -49,6 +49,7 @@ from packaging.version import Version
 
 from . import schema
 from .errors import SelectorError, bad_input, bad_value
+from .schema import Layer
 from .versions import contains, format_capability, parse_specifier
 
 #: the `rule` of the reason an opt-in backend gives (opt-in is a backend field, not a kind)
@@ -178,8 +179,8 @@ def _positive(v: Any, key: str, where: str) -> int:
     return v
 
 
-def _one_of(accepted: Tuple[str, ...]) -> Callable[[Any, str, str], frozenset]:
-    def parse(v: Any, key: str, where: str) -> frozenset:
+def _one_of(accepted: Tuple[str, ...]) -> Callable[[Any, str, str], FrozenSet[str]]:
+    def parse(v: Any, key: str, where: str) -> FrozenSet[str]:
         check_values(key, v, accepted, where)
         return frozenset(v)
     return parse
@@ -218,7 +219,7 @@ class Condition:
     terms: Tuple[Tuple[str, Any], ...] = ()  # (WHEN key, parsed value), in WHEN order
 
     def __post_init__(self) -> None:  # the terms split once, as (test, value) pairs
-        split = {True: [], False: []}  # type: Dict[bool, list]
+        split: Dict[bool, List[Tuple[Callable[..., bool], Any]]] = {True: [], False: []}
         for k, v in self.terms:
             split[WHEN[k].layer_field is not None].append((WHEN[k].holds, v))
         object.__setattr__(self, "_layer", tuple(split[True]))
@@ -241,7 +242,7 @@ class Condition:
 
     @property
     def layer_fields(self) -> Tuple[str, ...]:
-        return tuple(WHEN[k].layer_field for k, _ in self.terms if WHEN[k].layer_field)
+        return tuple(f for f in (WHEN[k].layer_field for k, _ in self.terms) if f)
 
     def platform_holds(self, facts: Facts) -> bool:
         return all(test(v, None, facts) for test, v in self._platform)  # type: ignore[attr-defined]
@@ -318,7 +319,6 @@ def kind_fields(cls: Type[Rule]) -> Tuple[str, ...]:
 class Rule:
     """Base of every rule kind: see the recipe at the top of this module."""
     kind: ClassVar[str]
-    layer_fields: Tuple[str, ...] = ()  # the layer fields evaluate() reads
 
     @dataclass(frozen=True)
     class Params:
@@ -338,12 +338,18 @@ class Rule:
         """Check and convert the typed params (vocabularies, specifiers)."""
 
     @property
+    def layer_fields(self) -> Tuple[str, ...]:
+        """The layer fields evaluate() reads (most kinds set it as a class attribute)."""
+        return ()
+
+    @property
     def packages(self) -> Tuple[str, ...]:
         """Canonical names of the distributions this rule reads (beside its `when`)."""
         return ()
 
     def evaluate(self, layer: Any, facts: Facts) -> Optional[Reason]:
-        """None if the rule passes for this layer on this platform, else the Reason."""
+        """None if the rule passes for this layer on this platform, else the Reason. `layer` is
+        a Layer, or None for a rule that reads no layer field (decided once per platform)."""
         raise NotImplementedError
 
     def reason(self, message: str, need: str) -> Reason:
@@ -379,7 +385,7 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 
 @functools.cache  # one entry per registered kind
-def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field, Any], ...]:
+def _param_fields(params: type) -> Tuple[Tuple[dataclasses.Field[Any], Any], ...]:
     hints = typing.get_type_hints(params)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(params))
 
@@ -480,7 +486,7 @@ class DeviceRule(Rule):
                             "device spec such as '12.x'", where=self.where)
         self.devices = _devices(p.devices, f"{self.key}.devices", self.where)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
         want = describe_devices(self.devices)
         if facts.capability is None:
             return self.reason(f"needs a GPU of {want}; this platform has no GPU", f"need {want}")
@@ -489,7 +495,7 @@ class DeviceRule(Rule):
         return self.reason(f"needs {want}; this GPU is SM {format_capability(facts.capability)}",
                            f"need {want}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"device {describe_devices(self.devices)}"
 
 
@@ -505,7 +511,7 @@ class CudaRule(Rule):
     def setup(self, p: Params) -> None:
         self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
         if facts.cuda is None:
             return self.reason(f"needs CUDA {self.spec}; this platform has no CUDA runtime",
                                f"need CUDA {self.spec}")
@@ -514,7 +520,7 @@ class CudaRule(Rule):
         return self.reason(f"needs CUDA {self.spec}; this platform has CUDA {facts.cuda}",
                            f"need CUDA {self.spec}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"cuda {self.spec}"
 
 
@@ -542,10 +548,10 @@ class PackageRule(Rule):
         self.names = tuple(r.name for r in reqs)
 
     @property
-    def packages(self):
+    def packages(self) -> Tuple[str, ...]:
         return self.names
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
         if any(r.holds(facts) for r in self.reqs):
             return None
         if len(self.reqs) == 1:
@@ -558,7 +564,7 @@ class PackageRule(Rule):
         found = ", ".join(f"{r.name} {_installed(facts, r.name)}" for r in self.reqs)
         return self.reason(f"needs one of {want} ({found})", f"need {want}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"package {' | '.join(r.describe() for r in self.reqs)}"
 
 
@@ -587,13 +593,13 @@ class KnownIssueRule(Rule):
             raise bad_input(f"{self.key}.when", {}, "must name packages or devices for a "
                             "known_issue rule", where=self.where)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
         seen = self.when.describe_platform(facts)
         assert self.message is not None
         return self.reason(f"{self.message} (this platform: {seen})" if seen else self.message,
                            "hit a known issue")
 
-    def describe(self):
+    def describe(self) -> str:
         parts = [p.describe() for p in self.when.get("packages") or ()]
         if self.when.get("devices") is not None:
             parts.append(describe_devices(self.when.get("devices")))
@@ -618,10 +624,10 @@ class FeatureRule(Rule):
             f"{self.key}.specifier", p.specifier, where=self.where))
 
     @property
-    def packages(self):
+    def packages(self) -> Tuple[str, ...]:
         return (self.req.name,)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
         if self.req.holds(facts):
             return None
         what = self.when.describe_layer() or "this layer"
@@ -629,7 +635,7 @@ class FeatureRule(Rule):
                            f"({_installed(facts, self.req.name)})",
                            f"need {self.req.describe()} for {what}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"feature {self.when.describe_layer()} needs {self.req.describe()}"
 
 
@@ -643,7 +649,7 @@ class _ValuesRule(Rule):
         values: Tuple[str, ...]
 
     @property
-    def layer_fields(self):
+    def layer_fields(self) -> Tuple[str, ...]:
         return (self.attr,)
 
     def setup(self, p: Params) -> None:
@@ -653,14 +659,14 @@ class _ValuesRule(Rule):
         check_values(f"{self.key}.values", p.values, self.accepted, self.where)
         self.values = p.values
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         got = getattr(layer, self.attr)
         if got in self.values:
             return None
         return self.reason(f"supports {self.noun} {', '.join(self.values)} only; this layer "
                            f"uses {got}", f"do not support {self.noun} {got}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"{self.kind} in {', '.join(self.values)}"
 
 
@@ -698,7 +704,7 @@ class ActAndMulRule(Rule):
         check_values(f"{self.key}.non_gated", p.non_gated, schema.ACTIVATIONS, self.where)
         self.gated, self.non_gated = p.gated, p.non_gated
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         act = layer.activation
         if act not in self.gated + self.non_gated:
             return None  # an unknown activation is the activation rule's to report
@@ -709,7 +715,7 @@ class ActAndMulRule(Rule):
         return self.reason(f"runs {act} only {other}; this layer is {mode}",
                            f"do not run {act} {mode.split(' ')[0]}")
 
-    def describe(self):
+    def describe(self) -> str:
         return (f"act_and_mul gated: {', '.join(self.gated) or '-'}; "
                 f"non-gated: {', '.join(self.non_gated) or '-'}")
 
@@ -733,7 +739,7 @@ class ParallelRule(Rule):
                             "parallelism is supported (ep: true/false)", where=self.where)
         self.ep, self.exclude = p.ep, p.all2all_exclude
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         if layer.ep_size <= 1:
             return None
         if self.ep is False:
@@ -744,7 +750,7 @@ class ParallelRule(Rule):
                                f"do not support EP with {layer.all2all}")
         return None
 
-    def describe(self):
+    def describe(self) -> str:
         text = "parallel ep" if self.ep is not False else "parallel no EP"
         return text + (f", not with {', '.join(self.exclude)}" if self.exclude else "")
 
@@ -755,13 +761,13 @@ class ClampRule(Rule):
     kind = "clamp"
     layer_fields = ("swiglu_limit",)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         if layer.swiglu_limit is None:
             return None
         return self.reason(f"does not apply the SwiGLU clamp; this layer sets swiglu_limit="
                            f"{layer.swiglu_limit}", "do not apply swiglu_limit")
 
-    def describe(self):
+    def describe(self) -> str:
         return "clamp unsupported"
 
 
@@ -776,7 +782,7 @@ class ShapeRule(Rule):
         multiple_of: int
 
     @property
-    def layer_fields(self):
+    def layer_fields(self) -> Tuple[str, ...]:
         return (self.params.dim,)
 
     def setup(self, p: Params) -> None:
@@ -785,14 +791,14 @@ class ShapeRule(Rule):
         _positive(p.multiple_of, f"{self.key}.multiple_of", self.where)
         self.dim, self.multiple = p.dim, p.multiple_of
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         got = getattr(layer, self.dim)
         if got is None or got % self.multiple == 0:
             return None
         return self.reason(f"needs {self.dim} % {self.multiple} == 0; this layer has "
                            f"{self.dim} {got}", f"need {self.dim} % {self.multiple} == 0")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"shape {self.dim} % {self.multiple} == 0"
 
 
@@ -810,11 +816,11 @@ class ExplicitOnlyRule(Rule):
             raise bad_input(f"{self.key}.message", None, "is required: say why and how to "
                             "request the backend", where=self.where)
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
         assert self.message is not None
         return Reason(OPT_IN, self.message, self.source, "are opt-in", "error", self.key)
 
-    def describe(self):
+    def describe(self) -> str:
         return f"explicit_only where {self.when.describe_platform_spec()}"
 
 
@@ -858,7 +864,7 @@ class VerifyRule(Rule):
         rule.failures = tuple(failures)
         return rule
 
-    def evaluate(self, layer, facts):
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         hits = [f.text for f in self.failures if f.quant == layer.quant and
                 f.act_and_mul in (None, layer.act_and_mul)]
         if not hits:
@@ -866,7 +872,7 @@ class VerifyRule(Rule):
         return self.reason("failed verification on this machine: " + "; ".join(hits),
                            "fail verification here")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"verify: {len(self.failures)} failed case(s) on this machine"
 
 

@@ -18,19 +18,26 @@ import json
 import math
 import os
 import platform as _platform
-import signal
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import child_runner
+from .child_runner import ChildOutcome
 from .errors import SelectorError
+from .probe_child import VERIFY_MARK as MARK
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .api import Selector
+    from .model import BackendSpec, RunConfig
+    from .rules import VerifyFailure
+
+ConfigDirs = Sequence[Union[str, "os.PathLike[str]"]]
 
 CHILD = "selector.backends.verify_child:main"
-MARK = "@@selector-verify@@ "
 VERSION = 1  # of the problems, bounds and cache format: a change invalidates cached results
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_VERIFY_TIMEOUT", "120"))
 STATUSES = ("OK", "FAIL", "SKIPPED")
@@ -116,7 +123,7 @@ class Result:
     cached: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        def num(v):
+        def num(v: Optional[float]) -> Optional[float]:
             return None if v is None else float(f"{v:.4g}")
         return {"backend": self.backend, "op": self.op, "scheme": self.scheme,
                 "status": self.status, "max_rel_err": num(self.max_rel_err),
@@ -149,10 +156,10 @@ class Report:
     def failures(self) -> List[Result]:
         return [r for r in self.results if r.status == "FAIL"]
 
-    def rejections(self) -> Dict[Tuple[str, str], Tuple[Any, ...]]:
+    def rejections(self) -> Dict[Tuple[str, str], Tuple[VerifyFailure, ...]]:
         """(op, backend) -> the failed cases, for the `verify` rule (probe=verify)."""
         from .rules import VerifyFailure
-        out: Dict[Tuple[str, str], Tuple[Any, ...]] = {}
+        out: Dict[Tuple[str, str], Tuple[VerifyFailure, ...]] = {}
         for r in self.failures:
             out[r.op, r.backend] = out.get((r.op, r.backend), ()) + (VerifyFailure(
                 r.scheme or "", r.act_and_mul if r.op == "moe" else None,
@@ -170,12 +177,12 @@ class Report:
 # ---------------------------------------------------------------------------------------------
 # Which cases each backend gets
 
-def _usable(sel, op: str, name: str, layer: Dict[str, Any]) -> bool:
+def _usable(sel: Selector, op: str, name: str, layer: Dict[str, Any]) -> bool:
     return sel.decide(sel.layer(op=op, **layer)).candidate(name).status in (
         "selected", "eligible", "opt_in")
 
 
-def cases_for(sel, op: str, b) -> Tuple[List[Case], str]:
+def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
     """The cases a backend supports (per its rules), or ([], why none)."""
     quants = [q for q in BOUNDS if q in b.implements]
     if not quants:
@@ -220,72 +227,9 @@ def _boot(function: str) -> str:
     return f"import sys; sys.path.insert(0, {root!r}); from {module} import {fn}; {fn}()"
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child and everything it started (its own session), by process group id."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError, AttributeError):
-        try:
-            proc.kill()
-        except OSError:
-            pass
-
-
-def _exit_text(rc: Optional[int], timed_out: bool, timeout: float) -> str:
-    if timed_out:
-        return f"timed out after {timeout:g} s (the verify process was killed)"
-    if rc is None:
-        return "the verify process could not be started"
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return f"the verify process was killed by {name} (exit status {rc})"
-    return f"the verify process exited with status {rc}"
-
-
-def _last_line(text: str, limit: int = 300) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]  # faulthandler
-    last = fatal[0] if fatal else lines[-1]
-    return last if len(last) <= limit else last[:limit] + "..."
-
-
-def run_child(payload: Dict[str, Any], timeout: float, function: str = CHILD
-              ) -> Tuple[List[Dict[str, Any]], Optional[int], bool, str]:
+def run_child(payload: Dict[str, Any], timeout: float, function: str = CHILD) -> ChildOutcome:
     """(events, exit status, timed out, stderr) of one child running `function` on `payload`."""
-    path = list(dict.fromkeys(os.path.abspath(p) if p else os.getcwd() for p in sys.path))
-    env = dict(os.environ)
-    env.setdefault("PYTHONFAULTHANDLER", "1")
-    try:
-        proc = subprocess.Popen([sys.executable, "-c", _boot(function)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                start_new_session=True)
-    except OSError as exc:
-        return [], None, False, f"{sys.executable}: {exc}"
-    timed_out = False
-    data = json.dumps(dict(payload, path=path)).encode()
-    try:
-        out, err = proc.communicate(data, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill(proc)
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # a grandchild holds the pipes open
-            out, err = b"", b""
-    events = []
-    for line in out.decode("utf-8", "replace").splitlines():
-        at = line.find(MARK)
-        if at >= 0:
-            try:
-                events.append(json.loads(line[at + len(MARK):]))
-            except ValueError:
-                continue
-    return events, proc.returncode, timed_out, err.decode("utf-8", "replace")
+    return child_runner.run_child(_boot(function), payload, timeout, MARK)
 
 
 def _finite(v: Any) -> Optional[float]:
@@ -323,7 +267,7 @@ def judge(b_name: str, case: Case, ev: Mapping[str, Any]) -> Result:
                    worst=worst)
     where = ""
     if worst:
-        def g(v):
+        def g(v: object) -> str:
             return f"{v:.6g}" if isinstance(v, float) else str(v)
         where = (f"; worst element {worst['index']}: {g(worst['got'])}, reference "
                  f"{g(worst['expected'])}")
@@ -341,7 +285,8 @@ def judge(b_name: str, case: Case, ev: Mapping[str, Any]) -> Result:
     return replace(base, detail=text + where)
 
 
-def run_backend(b, cases: Sequence[Case], overrides: Sequence[str], config_dirs: Sequence[Any],
+def run_backend(b: BackendSpec, cases: Sequence[Case], overrides: Sequence[str],
+                config_dirs: ConfigDirs,
                 timeout: float, function: str = CHILD) -> List[Result]:
     """Every case of one backend, in as few child processes as the outcomes allow."""
     results: Dict[str, Result] = {}
@@ -368,8 +313,8 @@ def run_backend(b, cases: Sequence[Case], overrides: Sequence[str], config_dirs:
             break
         if current is None and len(pending) < before:
             continue  # the child stopped after an error: a fresh one runs the rest
-        why = _exit_text(rc, timed_out, timeout)
-        tail = _last_line(err)
+        why = child_runner.exit_text(rc, timed_out, timeout, "verify")
+        tail = child_runner.last_line(err)
         stuck = current or pending[0]
         where = f"while running {b.op} {stuck.id}" if current else "before it ran a case"
         detail = f"{why} {where}" + (f": {tail}" if tail and not timed_out else "")
@@ -396,7 +341,7 @@ def _cache_root() -> Optional[Path]:
     return None if base is None else base / "verify"
 
 
-def fingerprint(run) -> Tuple[str, Dict[str, Any]]:
+def fingerprint(run: RunConfig) -> Tuple[str, Dict[str, Any]]:
     """A key for this machine and stack: what a kernel's behaviour can depend on."""
     import importlib.metadata as md
 
@@ -463,7 +408,7 @@ def code_digest(module: str) -> bytes:
     return h.digest()
 
 
-def entry_key(b, case: Case) -> str:
+def entry_key(b: BackendSpec, case: Case) -> str:
     """A result's key: the backend's definition (its YAML's bytes, entry point, the code of its
     package and of the child) and the case."""
     h = hashlib.sha256()
@@ -476,8 +421,8 @@ def entry_key(b, case: Case) -> str:
     return h.hexdigest()[:32]
 
 
-_RESULT_FIELDS = {"backend": str, "op": str, "scheme": (str, type(None)), "status": str,
-                  "detail": str}
+_RESULT_FIELDS: Dict[str, Union[type, Tuple[type, ...]]] = {
+    "backend": str, "op": str, "scheme": (str, type(None)), "status": str, "detail": str}
 
 
 def _result_from(d: Any) -> Optional[Result]:
@@ -560,7 +505,7 @@ class VerifyCache:
 
     def save(self) -> Optional[str]:
         """Merge this run's entries into the file; the path, or None (cache off, or failed)."""
-        if self.path is None:
+        if self.path is None or self.root is None:  # both None or neither
             return None
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -575,13 +520,14 @@ class VerifyCache:
                 with os.fdopen(fd, "w") as fh:
                     json.dump(doc, fh, sort_keys=True)
                 os.replace(tmp, self.path)
-                self._evict()
+                self._evict(self.root)
         except OSError:
             return None
         return str(self.path)
 
-    def _evict(self) -> None:
-        files = sorted(self.root.glob("*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
+    @staticmethod
+    def _evict(root: Path) -> None:
+        files = sorted(root.glob("*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
         for f in files[MAX_FILES:]:
             f.unlink(missing_ok=True)
 
@@ -590,9 +536,10 @@ class _Lock:
     """An advisory file lock (fcntl) for the read-merge-write; none where fcntl is absent."""
 
     def __init__(self, path: Path):
-        self.path, self.fd = path, None
+        self.path = path
+        self.fd: Optional[int] = None
 
-    def __enter__(self):
+    def __enter__(self) -> _Lock:
         try:
             import fcntl
         except ImportError:
@@ -601,7 +548,7 @@ class _Lock:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing releases the lock
 
@@ -609,11 +556,11 @@ class _Lock:
 # ---------------------------------------------------------------------------------------------
 # Running everything
 
-_MEMO: Dict[Tuple, Report] = {}
+_MEMO: Dict[Tuple[Any, ...], Report] = {}
 _MEMO_LOCK = threading.Lock()
 
 
-def run_verify(sel, overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), *,
+def run_verify(sel: Selector, overrides: Sequence[str] = (), config_dirs: ConfigDirs = (), *,
                ops: Optional[Sequence[str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
                use_cache: bool = True, function: str = CHILD) -> Report:
     """Verify every backend of `ops` (default all) that passes its rules on this machine.
@@ -649,7 +596,8 @@ def run_verify(sel, overrides: Sequence[str] = (), config_dirs: Sequence[Any] = 
     return Report(results, digest, path, time.perf_counter() - t0, notes)
 
 
-def _verify_backend(sel, b, here: bool, cache: VerifyCache, overrides, config_dirs,
+def _verify_backend(sel: Selector, b: BackendSpec, here: bool, cache: VerifyCache,
+                    overrides: Sequence[str], config_dirs: ConfigDirs,
                     timeout: float, function: str) -> List[Result]:
     def skipped(why: str) -> List[Result]:
         return [Result(b.name, b.op, None, "SKIPPED", why)]
@@ -665,8 +613,12 @@ def _verify_backend(sel, b, here: bool, cache: VerifyCache, overrides, config_di
     if not cases:
         return skipped(why)
     keys = {c.id: entry_key(b, c) for c in cases}
-    found = {c.id: cache.get(keys[c.id], timeout) for c in cases}
-    todo = [c for c in cases if found[c.id] is None]
+    found: Dict[str, Result] = {}
+    for c in cases:
+        r = cache.get(keys[c.id], timeout)
+        if r is not None:
+            found[c.id] = r
+    todo = [c for c in cases if c.id not in found]
     if todo:
         for c, r in zip(todo, run_backend(b, todo, overrides, config_dirs, timeout, function)):
             found[c.id] = r
@@ -674,8 +626,8 @@ def _verify_backend(sel, b, here: bool, cache: VerifyCache, overrides, config_di
     return [found[c.id] for c in cases]
 
 
-def verify_once(sel, overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (), **kw
-                ) -> Report:
+def verify_once(sel: Selector, overrides: Sequence[str] = (), config_dirs: ConfigDirs = (),
+                **kw: Any) -> Report:
     """run_verify, memoized per process for the same inputs (explain probe=verify, doctor)."""
     key = (tuple(child_overrides(overrides)), tuple(str(d) for d in config_dirs),
            tuple(kw.get("ops") or ()), kw.get("timeout", DEFAULT_TIMEOUT_S))
