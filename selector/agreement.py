@@ -15,6 +15,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from .decision import find_candidate
 from .errors import SelectorError
 
 VERSION = 1
@@ -137,10 +138,7 @@ class AgreedDecision:
     local: Any = field(default=None, compare=False, repr=False)
 
     def candidate(self, backend: str) -> Candidate:
-        for c in self.candidates:
-            if c.backend == backend:
-                return c
-        raise KeyError(f"no backend {backend!r} for op {self.layer.get('op')!r}")
+        return find_candidate(self.candidates, backend, self.layer)
 
     @property
     def ok(self) -> bool:

@@ -5,7 +5,7 @@ import json
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Protocol, Tuple, TypeVar
 
 from .rules import OPT_IN, Reason
 from .schema import USABLE, Status
@@ -29,6 +29,23 @@ class Candidate(NamedTuple):
 
 
 OUTCOMES = ("selected", "refused_explicit", "unsupported_layer", "nothing_fits")
+
+
+class _Named(Protocol):
+    @property
+    def backend(self) -> str: ...
+
+
+NamedT = TypeVar("NamedT", bound=_Named)
+
+
+def find_candidate(candidates: Iterable[NamedT], backend: str, layer: Mapping[str, Any]) -> NamedT:
+    """The candidate named `backend` (of a Decision or an AgreedDecision); KeyError naming the
+    layer's op when the op has no such backend."""
+    for c in candidates:
+        if c.backend == backend:
+            return c
+    raise KeyError(f"no backend {backend!r} for op {layer.get('op')!r}")
 
 
 @dataclass(frozen=True)
@@ -56,10 +73,7 @@ class Decision:
     # -- lookups -------------------------------------------------------------------------------
     def candidate(self, backend: str) -> Candidate:
         """The candidate named `backend` (its status, failed rules, entry point)."""
-        for c in self.candidates:
-            if c.backend == backend:
-                return c
-        raise KeyError(f"no backend {backend!r} for op {self.layer.get('op')!r}")
+        return find_candidate(self.candidates, backend, self.layer)
 
     @property
     def entry_point(self) -> Optional[str]:

@@ -156,3 +156,34 @@ def assert_clean_error(r: CliResult, *needles: str) -> str:
     for n in needles:
         assert n in lines[0], f"{n!r} not in {lines[0]!r}"
     return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI in-process
+
+def run_main(argv: Sequence[str]) -> Tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `selector.cli.main(argv)` run in this process."""
+    import contextlib
+    import io
+
+    from selector.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(argv))
+        except SystemExit as exc:  # argparse's own usage errors
+            rc = exc.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def refused(argv: Sequence[str], *needles: str, never: Sequence[str] = ()) -> str:
+    """Exit 2 with a message (one line, or check's list) containing every needle, without a
+    traceback or any of `never` in the output."""
+    rc, out, err = run_main(argv)
+    assert rc == 2, (argv, rc, out, err)
+    assert "Traceback" not in out + err
+    for s in never:
+        assert s not in out + err
+    for n in needles:
+        assert n in err, (n, err)
+    return err

@@ -12,9 +12,7 @@ SELECTOR_FUZZ_SCALE times as many examples, and reports the outcome counts.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import os
 import subprocess
@@ -26,13 +24,12 @@ from typing import Any, Dict, List, Sequence, Tuple
 import pytest
 import yaml
 from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 (fixtures)
-from helpers import child_env
+from helpers import child_env, run_main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
 from selector import schema
-from selector.cli import main
 from selector.config import MAX_CONFIG_BYTES, load_yaml, schema_keys
 from selector.errors import SelectorError
 from selector.model import Layer, Platform, Policy, RunConfig, make_backend, make_catalogue
@@ -51,16 +48,6 @@ def n(base: int) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Running the CLI in-process and judging the outcome
-
-def run_main(argv: Sequence[str]) -> Tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as exc:  # argparse's own usage errors
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
-
 
 def judge(fuzzer: str, argv: Sequence[str], rc: int, out: str, err: str,
           must_name: Sequence[str] = ()) -> int:

@@ -6,8 +6,6 @@ interpreter or need a real file descriptor run it in a subprocess with a time li
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import stat
@@ -16,13 +14,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Sequence
 
 import pytest
-from helpers import child_env
+from helpers import child_env, refused, run_main
 
 import selector
-from selector.cli import main
 from selector.config import ConfigTree, normalize_overrides
 from selector.environment import Environment, Gpu
 from selector.errors import SelectorError
@@ -34,26 +31,6 @@ REPO = Path(__file__).resolve().parent.parent
 def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
-
-
-def run_main(argv: Sequence[str]) -> Tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as exc:
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def refused(argv: Sequence[str], *needles: str) -> str:
-    """Exit 2 with a message (one line, or check's list) containing every needle."""
-    rc, out, err = run_main(argv)
-    assert rc == 2, (argv, rc, out, err)
-    assert "Traceback" not in out + err
-    for n in needles:
-        assert n in err, (n, err)
-    return err
 
 
 def user_dir(root: Path, files: Dict[str, str]) -> Path:
