@@ -99,7 +99,6 @@ def describe_exc(exc: BaseException, prefer: Optional[str] = None, hint: bool = 
     return out
 
 
-
 def emit(out: TextIO, mark: str, **event: Any) -> None:
     """One protocol event: a JSON line after `mark` on the report channel."""
     out.write(mark + json.dumps(event, default=str) + "\n")

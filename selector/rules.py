@@ -339,7 +339,7 @@ class Rule:
 
     @property
     def layer_fields(self) -> Tuple[str, ...]:
-        """The layer fields evaluate() reads (most kinds set it as a class attribute)."""
+        """The layer fields evaluate() reads (a kind that reads any overrides this)."""
         return ()
 
     @property
