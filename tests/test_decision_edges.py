@@ -134,11 +134,24 @@ def test_when_reads_the_layer_fields_of_its_terms():
     assert set(cond.layer_fields) == {"activation", "num_tokens", "ep_size"}
 
 
+def test_when_describes_its_platform_terms_as_written_and_as_found():
+    both = Condition.parse({"devices": ["12.x"], "packages": {"flashinfer-python": ">=0.7"}}, "k", "w")
+    assert both.describe_platform_spec() == "flashinfer-python >=0.7, SM 12.x"
+    facts = Facts((12, 1), Version("13.0"), {"flashinfer-python": Version("0.7.4")})
+    assert both.describe_platform(facts) == "flashinfer-python 0.7.4, SM 12.1"
+    no_devices = Condition.parse({"packages": {"flashinfer-python": ">=0.7"}}, "k", "w")
+    assert no_devices.describe_platform_spec() == "flashinfer-python >=0.7"
+    assert no_devices.describe_platform(facts) == "flashinfer-python 0.7.4"
+    assert Condition.parse({"devices": ["10.0"]}, "k", "w").describe_platform(
+        Facts(None, None, {})) == ""
+
+
 # --------------------------------------------------------------------------------------------
 # value classes are immutable (they key caches and are shared between threads)
 
 @pytest.mark.parametrize("cls", [rules.Reason, rules.Facts, rules.DeviceSpec, rules.PackageSpec,
-                                 rules.WhenTerm, rules.Condition])
+                                 rules.WhenTerm, rules.Condition, rules.Explained,
+                                 rules.VerifyFailure])
 def test_value_classes_are_frozen(cls):
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
 
@@ -272,3 +285,43 @@ def test_closing_notes_only_where_they_apply():
     cpu = selector.load(["platform=h200", "stack=flashinfer_0_7_4"]).select()
     assert cpu.selected == "emulation"
     assert any(n.startswith("emulation is the reference implementation") for n in cpu.notes)
+
+
+# --------------------------------------------------------------------------------------------
+# package requirements: a name with a range only (no extras, markers or URLs)
+
+@pytest.mark.parametrize("text", ["flashinfer-python[b12x]>=0.7", "torch; python_version>'3'",
+                                  "torch @ https://example.invalid/torch.whl", "not a name!"])
+def test_a_package_requirement_is_a_name_and_a_range_only(text):
+    with pytest.raises(SelectorError) as exc:
+        rules.compile_rule({"kind": "package", "any_of": [text], "source": "t"},
+                           "catalogue.moe.x.rules[0]", "x.yaml")
+    assert "catalogue.moe.x.rules[0].any_of" in str(exc.value)
+    assert "is not a distribution name with an optional version range" in str(exc.value)
+
+
+def test_a_package_requirement_keeps_its_own_range():
+    rule = rules.compile_rule({"kind": "package", "any_of": ["sgl-kernel<=0.3.21", "torch"],
+                               "source": "t"}, "catalogue.moe.x.rules[0]", "x.yaml")
+    assert rule.packages == ("sgl-kernel", "torch")
+    assert rule.describe() == "package sgl-kernel <=0.3.21 | torch"
+
+
+# --------------------------------------------------------------------------------------------
+# a `verify` rule (probe=verify) reads quant and act_and_mul: both are in the memo key
+
+def test_a_verify_failure_is_not_reused_for_another_quant_or_gating():
+    from selector.api import Selector
+    from selector.rules import VerifyFailure
+    base = selector.load(["platform=cpu", "platform.packages.torch=2.13.0"])
+    failed = {("moe", "emulation"): (VerifyFailure("nvfp4", True, "moe nvfp4 gated: boom"),)}
+    sel = Selector(base.run_config, base.tree, verify=failed)
+    gated = sel.select(op="moe", quant="nvfp4", activation="silu", act_and_mul=True)
+    assert gated.selected is None
+    assert [r.rule for r in gated.candidate("emulation").reasons] == ["verify"]
+    # same activation and quant, other gating: the failed case does not apply
+    assert sel.select(op="moe", quant="nvfp4", activation="silu",
+                      act_and_mul=False).selected == "emulation"
+    # same gating, other quant scheme
+    assert sel.select(op="moe", quant="nvfp4_w4a16", activation="silu",
+                      act_and_mul=True).selected == "emulation"
