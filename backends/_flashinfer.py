@@ -1,4 +1,5 @@
-"""Calls into FlashInfer shared by the FlashInfer entry points (imported lazily, on apply only).
+"""The FlashInfer MoE wrappers' base class and the FlashInfer calls they share (FlashInfer itself
+is imported lazily, on apply only).
 
 Every function here is reached only after the selector gate (``KernelBackend.gate``, at
 ``prepare``) let the layer through: the selector found the device, CUDA runtime and packages the
@@ -6,7 +7,7 @@ backend needs.
 """
 from __future__ import annotations
 
-from ._base import output_buffer
+from ._base import MoEBackend, output_buffer
 
 # Activations b12x_fused_moe takes, under the same names (FlashInfer 0.7.4
 # blackwell_sm12x/moe_activation.py SUPPORTED_MOE_ACTIVATIONS): only the [gate; up] SwiGLU-OAI.
@@ -31,6 +32,24 @@ def kernel_activations(deinterleaves: bool) -> dict:
     ``swigluoai`` only where the wrapper de-interleaves w13 first."""
     return {gated: tuple(a for a in table if deinterleaves or a != "swigluoai")
             for gated, table in FI_ACTIVATION_TYPES.items()}
+
+
+class FlashInferMoE(MoEBackend):
+    """A CUTLASS / TRT-LLM / CuTe-DSL MoE wrapper: its activations follow ``kernel_activations``;
+    one that ``deinterleaves`` takes an interleaved ``swigluoai`` w13 and reorders it in ``prepare``."""
+
+    deinterleaves = False
+
+    @classmethod
+    def activations(cls, gated: bool):
+        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
+        return kernel_activations(cls.deinterleaves)[bool(gated)]
+
+    def kernel_layout(self, weights):
+        """``weights`` in the [gate; up] w13 layout the kernels read."""
+        if self.deinterleaves and self.activation == "swigluoai":
+            return deinterleave_w13(weights)
+        return weights
 
 
 def check_activation(backend: str, activation: str, act_and_mul: bool, accepted) -> None:

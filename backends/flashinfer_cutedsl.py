@@ -7,28 +7,20 @@ MoE: ``flashinfer.cute_dsl_fused_moe(quant_mode="w4a4")`` with weights from
 """
 from __future__ import annotations
 
-from ._base import LinearBackend, MoEBackend
+from ._base import LinearBackend
+from ._flashinfer import FlashInferMoE
 from .prepare import prepare_cutedsl_moe, prepare_fp4_linear
 
 
-class CuteDslMoE(MoEBackend):
+class CuteDslMoE(FlashInferMoE):
     """Both SwiGLU-OAI layouts run as ``Swiglu`` with swiglu alpha / beta / limit (vLLM's
     mapping); an interleaved ``swigluoai`` checkpoint's w13 is de-interleaved in ``prepare``."""
 
     backend = "flashinfer_cutedsl"
     deinterleaves = True
 
-    @classmethod
-    def activations(cls, gated: bool):
-        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
-        from ._flashinfer import kernel_activations
-        return kernel_activations(cls.deinterleaves)[bool(gated)]
-
     def prepare(self, weights):
-        if self.activation == "swigluoai":
-            from ._flashinfer import deinterleave_w13
-            weights = deinterleave_w13(weights)
-        return self.admit(prepare_cutedsl_moe(weights))
+        return self.admit(prepare_cutedsl_moe(self.kernel_layout(weights)))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         import torch

@@ -8,28 +8,20 @@ Dense: ``flashinfer.mm_fp4(..., backend="cutlass")``.
 """
 from __future__ import annotations
 
-from ._base import LinearBackend, MoEBackend
+from ._base import LinearBackend
+from ._flashinfer import FlashInferMoE
 from .prepare import prepare_fp4_linear, prepare_swizzled_moe
 
 
-class CutlassMoE(MoEBackend):
+class CutlassMoE(FlashInferMoE):
     """Both SwiGLU-OAI layouts run as ``Swiglu`` with per-expert swiglu alpha / beta / limit
     (vLLM's mapping); an interleaved ``swigluoai`` checkpoint's w13 is de-interleaved in ``prepare``."""
 
     backend = "flashinfer_cutlass"
     deinterleaves = True
 
-    @classmethod
-    def activations(cls, gated: bool):
-        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
-        from ._flashinfer import kernel_activations
-        return kernel_activations(cls.deinterleaves)[bool(gated)]
-
     def prepare(self, weights):
-        if self.activation == "swigluoai":
-            from ._flashinfer import deinterleave_w13
-            weights = deinterleave_w13(weights)
-        return self.admit(prepare_swizzled_moe(weights, backend="flashinfer_cutlass"))
+        return self.admit(prepare_swizzled_moe(self.kernel_layout(weights), backend="flashinfer_cutlass"))
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
         import torch

@@ -8,22 +8,17 @@ is_sf_swizzled_layout=False)`` as vLLM's ``flashinfer_trtllm_fp4_routed_moe`` do
 """
 from __future__ import annotations
 
-from ._base import LinearBackend, MoEBackend
+from ._base import LinearBackend
+from ._flashinfer import FlashInferMoE
 from .prepare import prepare_fp4_linear, prepare_trtllm_moe
 
 
-class TrtllmMoE(MoEBackend):
+class TrtllmMoE(FlashInferMoE):
     """Runs the [gate; up] SwiGLU-OAI (``swigluoai_uninterleave``) as ``Swiglu`` with per-expert
     gemm1 alpha / beta / clamp (vLLM's mapping); refuses the interleaved ``swigluoai``."""
 
     backend = "flashinfer_trtllm"
     deinterleaves = False
-
-    @classmethod
-    def activations(cls, gated: bool):
-        """The activations this wrapper runs (gated or not); the catalogue's rules must agree."""
-        from ._flashinfer import kernel_activations
-        return kernel_activations(cls.deinterleaves)[bool(gated)]
 
     def prepare(self, weights):
         return self.admit(prepare_trtllm_moe(weights))

@@ -325,3 +325,32 @@ def test_a_verify_failure_is_not_reused_for_another_quant_or_gating():
     # same gating, other quant scheme
     assert sel.select(op="moe", quant="nvfp4_w4a16", activation="silu",
                       act_and_mul=True).selected == "emulation"
+
+
+# --------------------------------------------------------------------------------------------
+# explicit_only: a platform condition and a message, nothing else
+
+@pytest.mark.parametrize("when,text", [
+    (None, "must name devices or packages only"),
+    ({"activation": ["gelu"]}, "must name devices or packages only"),
+    ({"devices": ["12.x"], "activation": ["gelu"]}, "must name devices or packages only")])
+def test_explicit_only_needs_a_platform_only_when(when, text):
+    conf = {"kind": "explicit_only", "message": "ask for it", "source": "t"}
+    if when is not None:
+        conf["when"] = when
+    with pytest.raises(SelectorError) as exc:
+        rules.compile_rule(conf, "catalogue.linear.x.rules[0]", "x.yaml")
+    assert "catalogue.linear.x.rules[0].when" in str(exc.value) and text in str(exc.value)
+
+
+def test_explicit_only_needs_a_message_and_describes_its_platform():
+    with pytest.raises(SelectorError) as exc:
+        rules.compile_rule({"kind": "explicit_only", "when": {"devices": ["12.x"]},
+                            "source": "t"}, "catalogue.linear.x.rules[0]", "x.yaml")
+    assert "catalogue.linear.x.rules[0].message" in str(exc.value)
+    rule = rules.compile_rule({"kind": "explicit_only", "when": {"devices": ["12.x"]},
+                               "message": "ask for it", "source": "t"},
+                              "catalogue.linear.x.rules[0]", "x.yaml")
+    assert rule.describe() == "explicit_only where SM 12.x"
+    r = rule.evaluate(None, _facts((12, 0)))
+    assert (r.rule, r.message, r.severity) == ("opt_in", "ask for it", "error")
