@@ -363,10 +363,10 @@ def test_no_packages_hint_names_the_newest_stack_of_each_family():
     from types import SimpleNamespace
     from selector.resolver import no_packages_hint
     stacks = ["none", "mine", "flashinfer_0_6_10", "vllm_0_32", "flashinfer_0_7_4", "vllm_0_33",
-              "flashinfer_0_6_15", "sglang_0_5_23", "aaa_1"]
+              "flashinfer_0_6_15", "sglang_0_5_23", "aaa_1_y", "aaa_1_x"]
     hint = no_packages_hint(SimpleNamespace(source="preset", packages=()), stacks)
     assert hint == ("this platform lists no packages, so every backend that needs one is "
-                    "rejected: add stack=sglang_0_5_23, stack=vllm_0_33, stack=aaa_1, "
+                    "rejected: add stack=sglang_0_5_23, stack=vllm_0_33, stack=aaa_1_y, "
                     "stack=flashinfer_0_7_4 or platform.packages.<dist>=VERSION")
     # a detected machine lists what it has, even nothing: no hint; nor once a package is given
     assert no_packages_hint(SimpleNamespace(source="detected", packages=()), stacks) == ""
