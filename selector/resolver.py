@@ -62,9 +62,8 @@ def no_packages_hint(platform: Any, stacks: Sequence[str]) -> str:
         family, _, ver = name.partition("_")
         if name == "none" or not ver:
             continue
-        key = tuple(int(p) if p.isdigit() else -1 for p in ver.split("_"))
-        if family not in newest or key > newest[family][0]:
-            newest[family] = (key, name)
+        mine = (tuple(int(p) if p.isdigit() else -1 for p in ver.split("_")), name)
+        newest[family] = max(newest.get(family, mine), mine)  # ties: the greater name
     engines = sorted(newest, key=lambda f: (f not in ("vllm", "sglang"), f))
     adds = [f"stack={newest[f][1]}" for f in engines]
     return ("this platform lists no packages, so every backend that needs one is rejected: add "

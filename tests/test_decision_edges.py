@@ -354,3 +354,52 @@ def test_explicit_only_needs_a_message_and_describes_its_platform():
     assert rule.describe() == "explicit_only where SM 12.x"
     r = rule.evaluate(None, _facts((12, 0)))
     assert (r.rule, r.message, r.severity) == ("opt_in", "ask for it", "error")
+
+
+# --------------------------------------------------------------------------------------------
+# the no-packages hint: presets only, the newest stack of each family, engines first
+
+def test_no_packages_hint_names_the_newest_stack_of_each_family():
+    from types import SimpleNamespace
+    from selector.resolver import no_packages_hint
+    stacks = ["none", "mine", "flashinfer_0_6_10", "vllm_0_32", "flashinfer_0_7_4", "vllm_0_33",
+              "flashinfer_0_6_15", "sglang_0_5_23", "aaa_1_y", "aaa_1_x"]
+    hint = no_packages_hint(SimpleNamespace(source="preset", packages=()), stacks)
+    assert hint == ("this platform lists no packages, so every backend that needs one is "
+                    "rejected: add stack=sglang_0_5_23, stack=vllm_0_33, stack=aaa_1_y, "
+                    "stack=flashinfer_0_7_4 or platform.packages.<dist>=VERSION")
+    # a detected machine lists what it has, even nothing: no hint; nor once a package is given
+    assert no_packages_hint(SimpleNamespace(source="detected", packages=()), stacks) == ""
+    assert no_packages_hint(SimpleNamespace(source="preset", packages=(("torch", None),
+                                                                        ("vllm", "0.33.0"))),
+                            stacks) == ""
+
+
+def test_act_and_mul_reason_phrase_names_the_mode():
+    rule = _rule(kind="act_and_mul", gated=["silu"], non_gated=["relu2"])
+
+    class L:
+        def __init__(self, activation, act_and_mul):
+            self.activation, self.act_and_mul = activation, act_and_mul
+    gated = rule.evaluate(L("relu2", True), None)
+    assert gated.message == "runs relu2 only non-gated; this layer is gated (act_and_mul=true)"
+    assert gated.need == "do not run relu2 gated"
+    assert rule.evaluate(L("silu", False), None).need == "do not run silu non-gated"
+    assert rule.evaluate(L("gelu", True), None) is None  # the activation rule's to report
+
+
+@pytest.mark.parametrize("entry", [
+    {"claim": "c", "reason": "  ", "source": "s"}, {"claim": "c", "reason": 5, "source": "s"},
+    {"claim": "c", "reason": "r"}, {"claim": "c", "reason": "r", "source": "s", "x": "y"}, "c"])
+def test_an_explained_drift_entry_has_three_non_empty_strings(entry):
+    with pytest.raises(SelectorError) as exc:
+        rules._explained([entry], "catalogue.moe.x.rules[0].explained", "x.yaml")
+    assert "catalogue.moe.x.rules[0].explained[0]" in str(exc.value)
+    assert "each a non-empty string" in str(exc.value)
+
+
+def test_the_kinds_table_names_parameter_types_and_optional_fields():
+    from selector.rules import kinds_markdown
+    table = kinds_markdown()
+    assert "| `activation` | `values`: a list of strings |" in table
+    assert "`specifier`: a string (optional)" in table
