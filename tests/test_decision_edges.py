@@ -361,6 +361,7 @@ def test_explicit_only_needs_a_message_and_describes_its_platform():
 
 def test_no_packages_hint_names_the_newest_stack_of_each_family():
     from types import SimpleNamespace
+
     from selector.resolver import no_packages_hint
     stacks = ["none", "mine", "flashinfer_0_6_10", "vllm_0_32", "flashinfer_0_7_4", "vllm_0_33",
               "flashinfer_0_6_15", "sglang_0_5_23", "aaa_1_y", "aaa_1_x"]
