@@ -274,7 +274,8 @@ class Resolver:
                        + ", ".join(f"{n} (rank {prefs[n][0]})" for n in others))
         for c in candidates:  # a preference that would have won, were the backend admitted
             pref = prefs[c.backend][1]
-            if pref is not None and c.status is _OPT_IN and prefs[c.backend][0] < rank:
+            if pref is not None and c.status is _OPT_IN and \
+                    (prefs[c.backend][0], c.backend) < (rank, selected):  # the ranking's order
                 out.append(f"{c.backend} could run this layer and was not selected: it is "
                            f"opt-in, and would rank first ({pref.reason}; {pref.source}); "
                            f"admit it with policy.allow_opt_in=[{c.backend}]")

@@ -404,3 +404,38 @@ def test_the_kinds_table_names_parameter_types_and_optional_fields():
     table = kinds_markdown()
     assert "| `activation` | `values`: a list of strings |" in table
     assert "`specifier`: a string (optional)" in table
+
+
+# --------------------------------------------------------------------------------------------
+# "would rank first": the ranking's own order, names breaking a tie of ranks
+
+@pytest.mark.parametrize("name,noted", [("aaa_opt", True), ("zzz_opt", False)])
+def test_an_opt_in_preference_tied_with_the_winner_follows_the_name_order(tmp_path, name, noted):
+    _backend(tmp_path, "linear", "mmm_auto", 'description: "auto"\nrank: 7\nrules: []\n')
+    conf = _backend(tmp_path, "linear", name, (
+        'description: "opt-in"\nrank: 900\n'
+        'opt_in: {reason: "only on request", source: "test"}\n'
+        "preference:\n  - when: {max_num_tokens: 63}\n    rank: 7\n"
+        '    reason: "small batches"\n    source: "test"\nrules: []\n'))
+    sel = selector.load(SPARK + ["policy.exclude=[flashinfer_cutlass,flashinfer_b12x,"
+                                 "flashinfer_cutedsl,flashinfer_trtllm,flashinfer_cudnn,cutlass,"
+                                 "marlin,b12x,emulation]"], config_dirs=[conf])
+    d = sel.select(op="linear", num_tokens=16)
+    assert d.selected == "mmm_auto"
+    assert any(n.startswith(f"{name} could run this layer") for n in d.notes) is noted, d.notes
+
+
+# --------------------------------------------------------------------------------------------
+# a requested backend the engine does not offer: the engine's reason, not "does not implement"
+
+def test_a_requested_backend_the_engine_lacks_is_explained_by_the_engine():
+    base = ["platform=b200", "stack=sglang_0_5_23", "engine=sglang", "policy.strict=false"]
+    one = selector.load(base + ["policy.moe_backend=emulation"]).select(op="moe")
+    assert one.notes[0] == (f"policy.moe_backend=emulation: SGLang 0.5.23 has no emulation "
+                            f"backend; automatic selection chose {one.selected} for this layer")
+    # several requested: the layer, not the first one's engine reason
+    two = selector.load(base + ["policy.moe_backend=[emulation,flashinfer_cutlass]"]).select(
+        op="moe", quant="unquantized")
+    assert two.notes[0] == ("policy.moe_backend=emulation,flashinfer_cutlass: does not implement "
+                            "unquantized moe layers; automatic selection chose nothing for "
+                            "this layer")
