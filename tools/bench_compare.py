@@ -23,7 +23,9 @@ from bench import fmt  # noqa: E402
 
 def run(tree: Path, repeat: int) -> dict:
     out = Path(tempfile.mkdtemp()) / "r.json"
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # the tree first; what PYTHONPATH already holds (dependencies installed with --target) after
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)}
     subprocess.run([sys.executable, str(tree / "benchmarks" / "bench.py"), "--repeat", str(repeat),
                     "--json", str(out)], cwd=tree, env=env, stdout=subprocess.DEVNULL, check=False)
     return {r["what"]: r for r in json.loads(out.read_text())["rows"]}
@@ -41,7 +43,8 @@ def main() -> int:
         b, a = before.get(what), after.get(what)
         r = a or b
         print(f"| {what} | {fmt(b['median'], b['unit']) if b else '-'} | "
-              f"{fmt(a['median'], a['unit']) if a else '-'} | < {fmt(r['target'], r['unit'])} | "
+              f"{fmt(a['median'], a['unit']) if a else '-'} | "
+              f"{'< ' + fmt(r['target'], r['unit']) if r['target'] is not None else '-'} | "
               f"{ {True: 'yes', False: 'NO', None: '-'}[a['ok']] if a else '-'} |")
     return 0
 
