@@ -36,7 +36,7 @@ def main() -> int:
     ap.add_argument("before", type=Path)
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args()
-    before, after = run(args.before, args.repeat), run(ROOT, args.repeat)
+    before, after = run(args.before.resolve(), args.repeat), run(ROOT, args.repeat)
     print("| what | before (median) | after (median) | target | after meets it |")
     print("|---|---|---|---|---|")
     for what in dict.fromkeys(list(before) + list(after)):
