@@ -20,7 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .rules import VerifyFailure
 
 log = logging.getLogger("selector")
-CACHE_SIZE = 65536  # decisions kept per cache; a full cache starts over (bounded memory)
+# decisions kept per cache: a model has tens of distinct layers (times its shape buckets); a full
+# cache starts over (bounded memory)
+CACHE_SIZE = 4096
 
 
 class Selector:

@@ -24,7 +24,7 @@ from .model import BackendSpec, Preference, RunConfig
 from .rules import OPT_IN, Reason, Rule, VerifyFailure, VerifyRule
 from .schema import Layer, Status
 
-MEMO_SIZE = 65536  # verdicts kept; a full memo starts over (bounded memory)
+MEMO_SIZE = 4096  # verdicts kept; a full memo starts over (bounded memory)
 NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
 
