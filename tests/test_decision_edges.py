@@ -439,3 +439,19 @@ def test_a_requested_backend_the_engine_lacks_is_explained_by_the_engine():
     assert two.notes[0] == ("policy.moe_backend=emulation,flashinfer_cutlass: does not implement "
                             "unquantized moe layers; automatic selection chose nothing for "
                             "this layer")
+
+
+def test_a_verify_failure_keys_the_memo_by_itself(tmp_path):
+    """A user backend with no layer rules: only the verify rule puts quant and act_and_mul in
+    the memo key."""
+    from selector.api import Selector
+    from selector.rules import VerifyFailure
+    conf = _backend(tmp_path, "moe", "plain", 'description: "no rules"\nrank: 1\nrules: []\n')
+    base = selector.load(SPARK, config_dirs=[conf])
+    failed = {("moe", "plain"): (VerifyFailure("nvfp4", True, "moe nvfp4 gated: boom"),)}
+    sel = Selector(base.run_config, base.tree, verify=failed)
+    first = sel.select(quant="nvfp4", activation="silu", act_and_mul=True)
+    assert first.candidate("plain").status == "rejected" and first.selected != "plain"
+    assert sel.select(quant="nvfp4", activation="silu", act_and_mul=False).selected == "plain"
+    assert sel.select(quant="nvfp4_w4a16", activation="silu",
+                      act_and_mul=True).selected == "plain"
