@@ -107,13 +107,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                      "note": note})
 
     # 1. import selector, over a bare interpreter start
+    # timed inside each new interpreter: the difference of two wall times drowns in start-up
+    # noise where site hooks vary by tens of ms (the H200 host's CUDA .pth files)
     bare = [run([py, "-c", "pass"], env) for _ in range(n)]
-    imp = [run([py, "-c", "import selector"], env) for _ in range(n)]
-    over = [a - statistics.median(bare) for a in imp]
+    timed = "import time; t = time.perf_counter(); import selector; print(time.perf_counter() - t)"
+    over = [float(subprocess.run([py, "-c", timed], env=env, cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout) for _ in range(n)]
     leaked = subprocess.run([py, "-c", "import selector, sys, json; print(json.dumps(sorted("
                              f"m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"],
                             env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    row("import selector (over bare start)", over, 0.030, bare, "python -c pass",
+    row("import selector (over bare start: timed in the new interpreter)", over, 0.030, bare,
+        "python -c pass",
         note=f"heavy modules after import: {leaked}")
 
     # 2. build a selector from the packaged configs
