@@ -455,3 +455,26 @@ def test_a_verify_failure_keys_the_memo_by_itself(tmp_path):
     assert sel.select(quant="nvfp4", activation="silu", act_and_mul=False).selected == "plain"
     assert sel.select(quant="nvfp4_w4a16", activation="silu",
                       act_and_mul=True).selected == "plain"
+
+
+# --------------------------------------------------------------------------------------------
+# the platform line: a preset by name, a detected machine by its GPU
+
+def test_the_platform_line_names_a_preset_or_the_detected_gpu():
+    from selector.environment import Environment, Gpu
+
+    def detect(names, gpu="NVIDIA RTX PRO 6000"):
+        return Environment((12, 0), gpu, None, {n: None for n in names}, Gpu(gpu, (12, 0)),
+                           "fake", ())
+    found = str(selector.load(["platform=auto"], detect=detect).select()).splitlines()[1]
+    assert found.startswith("platform: detected NVIDIA RTX PRO 6000 (SM 12.0, no CUDA)"), found
+    preset = str(selector.load(["platform=b200"]).select()).splitlines()[1]
+    assert preset.startswith("platform: b200 (SM 10.0, no CUDA)"), preset
+
+
+def test_type_names_of_rule_parameters():
+    from typing import Optional, Tuple
+    assert rules._type_name(Tuple[str, ...]) == "a list of strings"
+    assert rules._type_name(Tuple[float, ...]) == "a list of float values"
+    assert rules._type_name(Optional[int]) == "an integer"
+    assert rules._type_name(bool) == "a boolean (true or false)"
