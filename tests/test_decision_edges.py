@@ -478,3 +478,22 @@ def test_type_names_of_rule_parameters():
     assert rules._type_name(Tuple[float, ...]) == "a list of float values"
     assert rules._type_name(Optional[int]) == "an integer"
     assert rules._type_name(bool) == "a boolean (true or false)"
+
+
+# --------------------------------------------------------------------------------------------
+# deep probe results (probe=deep): a failed probe rejects with its finding; a passed one does not
+
+def test_a_failed_deep_probe_rejects_its_backend_with_the_finding():
+    from selector.resolver import Resolver
+    sel = selector.load(SPARK + ["policy.moe_backend=flashinfer_b12x"])
+    layer = sel.layer(activation="silu", act_and_mul=True)
+    assert "flashinfer.b12x_moe" in sel.run_config.catalogue.get("moe", "flashinfer_b12x").probes
+    ok = Resolver(sel.run_config, probes={"flashinfer.b12x_moe": (True, "imported")})
+    assert ok.decide(layer).selected == "flashinfer_b12x"
+    bad = Resolver(sel.run_config, probes={"flashinfer.b12x_moe": (False, "ImportError: no triton"),
+                                           "unrelated.probe": (False, "not this backend's")})
+    d = bad.decide(layer)
+    c = d.candidate("flashinfer_b12x")
+    assert d.selected is None and c.status == "rejected"
+    assert [(r.rule, r.message) for r in c.reasons] == [
+        ("feature", "deep probe flashinfer.b12x_moe failed: ImportError: no triton")]
