@@ -15,13 +15,12 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .decision import find_candidate
+from .decision import candidate_table, find_candidate
 from .errors import SelectorError
 
 VERSION = 1
 USABLE = ("eligible", "opt_in")
 WRAP = 100
-_TEXT_ORDER = {"selected": 0, "eligible": 1, "opt_in": 2, "rejected": 3, "not_applicable": 4}
 _MAX_HOSTS = 4  # hosts named in one place before "and N more"
 
 
@@ -357,20 +356,7 @@ def render_text(d: AgreedDecision) -> str:
     lines = [what, f"agreed over {world} rank(s), {len(d.ranks)} distinct platform(s):"]
     lines.extend(f"  {g.where}: {_platform_text(g.platform)}" for g in d.ranks)
     lines += [f"requested: {d.requested}", f"selected: {d.selected or 'none'}", ""]
-    width = max([len(c.backend) for c in d.candidates] + [7])
-    pad = " " * (width + 20)
-    lines.append(f"  {'backend'.ljust(width)}  {'status'.ljust(14)}  why")
-    for c in sorted(d.candidates, key=lambda c: _TEXT_ORDER[c.status]):
-        head = f"  {c.backend.ljust(width)}  {c.status.ljust(14)}  "
-        if not c.reasons:
-            lines.append(head + ("passes every rule on every rank"
-                                 if c.status in ("selected", "eligible") else ""))
-        for r in c.reasons:
-            lines.extend(textwrap.wrap(f"[{r.rule}] {r.message} ({r.source})",
-                                       width=max(WRAP, len(pad) + 60), initial_indent=head,
-                                       subsequent_indent=pad + "  ", break_on_hyphens=False,
-                                       break_long_words=False))
-            head = pad
+    lines += candidate_table(d.candidates, "passes every rule on every rank")
     if d.notes:
         lines += ["", "notes:"]
         for n in d.notes:

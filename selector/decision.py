@@ -5,7 +5,7 @@ import json
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional, Protocol, Tuple, TypeVar
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from .rules import OPT_IN, Reason
 from .schema import USABLE, Status
@@ -223,21 +223,7 @@ def render_text(d: Decision) -> str:
         from .engines import command_line
         lines.append(f"{d.engine['label']} flags: {command_line(d.engine)}")
     lines.append("")
-    width = max([len(c.backend) for c in d.candidates] + [7])
-    pad = " " * (width + 20)
-    lines.append(f"  {'backend'.ljust(width)}  {'status'.ljust(14)}  why")
-    for c in sorted(d.candidates, key=lambda c: _TEXT_ORDER[c.status]):  # stable: preference
-        head = f"  {c.backend.ljust(width)}  {c.status.ljust(14)}  "
-        if not c.reasons:
-            lines.append(head + ("passes every rule" if c.status in (Status.SELECTED,
-                                                                     Status.ELIGIBLE) else ""))
-            continue
-        for r in c.reasons:
-            lines.extend(textwrap.wrap(f"[{r.rule}] {r.message} ({r.source})",
-                                       width=max(WRAP, len(pad) + 60), initial_indent=head,
-                                       subsequent_indent=pad + "  ", break_on_hyphens=False,
-                                       break_long_words=False))
-            head = pad
+    lines += candidate_table(d.candidates, "passes every rule")
     lines.append("")
     lines.extend(textwrap.wrap(f"summary: {d.summary()}", width=WRAP, subsequent_indent="  "))
     if d.notes:
@@ -246,3 +232,24 @@ def render_text(d: Decision) -> str:
             lines.extend(textwrap.wrap(n, width=WRAP, initial_indent="  - ",
                                        subsequent_indent="    ", break_on_hyphens=False))
     return join_lines(lines)
+
+
+def candidate_table(candidates: Sequence[Any], empty: str) -> List[str]:
+    """The backend / status / why table of a decision's text (one rank's or an agreed one):
+    selected first, then eligible, opt-in, rejected, not applicable; `empty` where a usable
+    candidate has no reason to show."""
+    width = max([len(c.backend) for c in candidates] + [7])
+    pad = " " * (width + 20)
+    lines = [f"  {'backend'.ljust(width)}  {'status'.ljust(14)}  why"]
+    for c in sorted(candidates, key=lambda c: _TEXT_ORDER[Status(c.status)]):  # stable
+        head = f"  {c.backend.ljust(width)}  {str(Status(c.status).value).ljust(14)}  "
+        if not c.reasons:
+            lines.append(head + (empty if c.status in (Status.SELECTED, Status.ELIGIBLE) else ""))
+            continue
+        for r in c.reasons:
+            lines.extend(textwrap.wrap(f"[{r.rule}] {r.message} ({r.source})",
+                                       width=max(WRAP, len(pad) + 60), initial_indent=head,
+                                       subsequent_indent=pad + "  ", break_on_hyphens=False,
+                                       break_long_words=False))
+            head = pad
+    return lines
