@@ -128,18 +128,13 @@ def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
     for k in parts:
         attempt(make_backend, op, name, {"rank": 0, k: conf[k]} if k != "rank" else
                 {k: conf[k]}, file)
-    rules = conf.get("rules")
-    if isinstance(rules, list):
-        for i, r in enumerate(rules):
-            attempt(compile_rule, r, f"{key}.rules[{i}]", file)
-    elif rules is not None:
-        attempt(make_backend, op, name, {"rank": 0, "rules": rules}, file)
-    prefs = conf.get("preference")
-    if isinstance(prefs, list):
-        for i, p in enumerate(prefs):
-            attempt(make_preference, p, f"{key}.preference[{i}]", file)
-    elif prefs is not None:
-        attempt(make_backend, op, name, {"rank": 0, "preference": prefs}, file)
+    for field, compile_one in (("rules", compile_rule), ("preference", make_preference)):
+        items = conf.get(field)
+        if isinstance(items, list):  # each entry on its own, so every bad one is reported
+            for i, item in enumerate(items):
+                attempt(compile_one, item, f"{key}.{field}[{i}]", file)
+        elif items is not None:
+            attempt(make_backend, op, name, {"rank": 0, field: items}, file)
     return out or [first]
 
 

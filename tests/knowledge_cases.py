@@ -149,6 +149,13 @@ DSL = "nvidia-cutlass-dsl"
 B12X_MOE, B12X_LIN = "moe/flashinfer_b12x", "linear/flashinfer_b12x"
 REQ_PAIR = {FI: "0.6.9", DSL: "4.4.2"}  # the first b12x release with the DSL it shipped with
 
+
+def _both_libs(fi: str, dsl: str) -> dict:
+    """flashinfer-python with a CuTe DSL whose libs-base and libs-cu13 wheels are both installed
+    (the pair that collides on DSL 4.4-4.5.x)."""
+    return {FI: fi, DSL: dsl, "nvidia-cutlass-dsl-libs-base": dsl,
+            "nvidia-cutlass-dsl-libs-cu13": dsl}
+
 BOUNDARIES = [
     # FlashInfer #3051 #3080: b12x first released in 0.6.9
     C("fi-b12x-moe-0.6.8", "12.0", B12X_MOE, {"package"}, pk={FI: "0.6.8", DSL: "4.4.2"}),
@@ -220,23 +227,17 @@ BOUNDARIES = [
       pk={FI: "0.7.2", DSL: "4.8.0"}, layer=DENSE),
     # CUTLASS #3170 #3227 #3259: libs-base and libs-cu13 together, DSL 4.4-4.5.x
     C("fi-b12x-collision-4.5", "12.0", B12X_MOE, {"known_issue"},
-      pk={FI: "0.6.11", DSL: "4.5.0", "nvidia-cutlass-dsl-libs-base": "4.5.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.5.0"}),
+      pk=_both_libs("0.6.11", "4.5.0")),
     C("fi-b12x-collision-4.6", "12.0", B12X_MOE,
-      pk={FI: "0.6.16", DSL: "4.6.0", "nvidia-cutlass-dsl-libs-base": "4.6.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.6.0"}),
+      pk=_both_libs("0.6.16", "4.6.0")),
     C("fi-b12x-collision-4.4.0", "12.0", B12X_MOE, {"known_issue"},
-      pk={FI: "0.6.9", DSL: "4.4.0", "nvidia-cutlass-dsl-libs-base": "4.4.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.4.0"}),
+      pk=_both_libs("0.6.9", "4.4.0")),
     C("fi-b12x-collision-4.3.5", "12.0", B12X_MOE,
-      pk={FI: "0.6.9", DSL: "4.3.5", "nvidia-cutlass-dsl-libs-base": "4.3.5",
-          "nvidia-cutlass-dsl-libs-cu13": "4.3.5"}),
+      pk=_both_libs("0.6.9", "4.3.5")),
     C("fi-b12x-lin-collision-4.5", "12.0", B12X_LIN, {"known_issue"}, layer=DENSE,
-      pk={FI: "0.6.11", DSL: "4.5.0", "nvidia-cutlass-dsl-libs-base": "4.5.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.5.0"}),
+      pk=_both_libs("0.6.11", "4.5.0")),
     C("cutedsl-collision-4.5", "10.0", "moe/flashinfer_cutedsl", {"known_issue"},
-      pk={FI: "0.6.11", DSL: "4.5.0", "nvidia-cutlass-dsl-libs-base": "4.5.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.5.0"}),
+      pk=_both_libs("0.6.11", "4.5.0")),
     # FlashInfer #3170 comment; #5446: single reports, warnings
     C("fi-b12x-0.6.18.post1-sm121", "12.1", B12X_MOE, warns={"known_issue"},
       pk={FI: "0.6.18.post1", DSL: "4.6.2"}),
@@ -434,14 +435,11 @@ BOUNDARIES = [
       layer=DENSE),
     C("fi-b12x-lin-0.7.4-dsl-4.8.0", "12.0", B12X_LIN, pk={DSL: "4.8.0"}, layer=DENSE),
     C("fi-b12x-lin-collision-4.4.0", "12.0", B12X_LIN, {"known_issue"}, layer=DENSE,
-      pk={FI: "0.6.9", DSL: "4.4.0", "nvidia-cutlass-dsl-libs-base": "4.4.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.4.0"}),
+      pk=_both_libs("0.6.9", "4.4.0")),
     C("fi-b12x-lin-collision-4.3.5", "12.0", B12X_LIN, layer=DENSE,
-      pk={FI: "0.6.9", DSL: "4.3.5", "nvidia-cutlass-dsl-libs-base": "4.3.5",
-          "nvidia-cutlass-dsl-libs-cu13": "4.3.5"}),
+      pk=_both_libs("0.6.9", "4.3.5")),
     C("fi-b12x-lin-collision-4.6", "12.0", B12X_LIN, layer=DENSE,
-      pk={FI: "0.6.16", DSL: "4.6.0", "nvidia-cutlass-dsl-libs-base": "4.6.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.6.0"}),
+      pk=_both_libs("0.6.16", "4.6.0")),
     C("fi-b12x-lin-k128-0.6.13", "12.0", B12X_LIN, pk={FI: "0.6.13", DSL: "4.5.0"},
       layer={**DENSE, "hidden_size": 4224}),
     C("fi-b12x-lin-k64-0.6.13", "12.0", B12X_LIN, {"shape"}, pk={FI: "0.6.13", DSL: "4.5.0"},
@@ -453,14 +451,11 @@ BOUNDARIES = [
     C("cutedsl-0.7.3-dsl-4.7.1", "10.0", "moe/flashinfer_cutedsl", pk={FI: "0.7.3", DSL: "4.7.1"}),
     C("cutedsl-0.7.4-dsl-4.8.0", "10.0", "moe/flashinfer_cutedsl", pk={DSL: "4.8.0"}),
     C("cutedsl-collision-4.4.0", "10.0", "moe/flashinfer_cutedsl", {"known_issue"},
-      pk={FI: "0.6.9", DSL: "4.4.0", "nvidia-cutlass-dsl-libs-base": "4.4.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.4.0"}),
+      pk=_both_libs("0.6.9", "4.4.0")),
     C("cutedsl-collision-4.3.5", "10.0", "moe/flashinfer_cutedsl",
-      pk={FI: "0.6.9", DSL: "4.3.5", "nvidia-cutlass-dsl-libs-base": "4.3.5",
-          "nvidia-cutlass-dsl-libs-cu13": "4.3.5"}),
+      pk=_both_libs("0.6.9", "4.3.5")),
     C("cutedsl-collision-4.6", "10.0", "moe/flashinfer_cutedsl",
-      pk={FI: "0.6.16", DSL: "4.6.0", "nvidia-cutlass-dsl-libs-base": "4.6.0",
-          "nvidia-cutlass-dsl-libs-cu13": "4.6.0"}),
+      pk=_both_libs("0.6.16", "4.6.0")),
     C("cutedsl-lin-0.6.10-dsl-4.4.2", "10.0", "linear/flashinfer_cutedsl",
       pk={FI: "0.6.10", DSL: "4.4.2"}, layer=DENSE),
     C("cutedsl-lin-0.6.11-dsl-4.5.0", "10.0", "linear/flashinfer_cutedsl",
