@@ -2,6 +2,12 @@
 
     python tools/mutate.py selector/rules.py selector/resolver.py selector/versions.py \
         --tests tests/test_rules.py tests/test_decision_edges.py --budget 900
+    python tools/mutate.py --all --per-module 12 --json mutation.json   # every module, sampled
+
+Without --tests, each module is run against the test files that name it (its dotted name, or
+`from <package> import <module>`), falling back to the decision and API suites; --all takes
+every module of selector/ (the catalogue has its own run: tools/mutate_catalogue.py).
+--per-module N samples N mutants of each module; the summary gives killed/ran per module.
 
 Operators: comparison swaps (< <=, > >=, == !=, in / not in, is / is not), and <-> or,
 dropping `not`, True <-> False, an integer constant n -> n + 1, an element dropped from a
@@ -93,6 +99,29 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
                         return
 
 
+FALLBACK_TESTS = ("tests/test_decision_edges.py", "tests/test_api.py", "tests/test_cli.py")
+
+
+def all_modules() -> List[str]:
+    """Every module of selector/ (relative paths, sorted), faces with code included."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "selector").rglob("*.py"))
+
+
+def tests_for(module: str) -> List[str]:
+    """The top-level test files that name `module` (a path such as selector/core/rules.py)."""
+    import re
+    dotted = module[:-3].replace("/", ".").removesuffix(".__init__")
+    pkg, _, leaf = dotted.rpartition(".")
+    pats = [re.compile(rf"(?<![\w.]){re.escape(dotted)}(?![\w])")]
+    if pkg:
+        pats.append(re.compile(rf"from {re.escape(pkg)} import [^\n]*\b{re.escape(leaf)}\b"))
+    stems = {leaf.split("_")[0], pkg.rpartition(".")[2]} - {"", "selector", "__init__"}
+    found = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").glob("test_*.py"))
+             if any(pat.search(p.read_text()) for pat in pats)
+             or any(p.stem[5:].startswith(s) for s in stems)]
+    return found or list(FALLBACK_TESTS)
+
+
 def run_tests(tests: List[str], timeout: float) -> bool:
     """True when the tests pass (the mutant survives). Forked child; fresh `selector` imports."""
     pid = os.fork()
@@ -123,8 +152,12 @@ def run_tests(tests: List[str], timeout: float) -> bool:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("modules", nargs="+")
-    ap.add_argument("--tests", nargs="+", required=True)
+    ap.add_argument("modules", nargs="*")
+    ap.add_argument("--all", action="store_true", help="every module of selector/")
+    ap.add_argument("--tests", nargs="+", help="default: per module, the test files that name it")
+    ap.add_argument("--per-module", type=int, default=0,
+                    help="a random sample of this many mutants of each module")
+    ap.add_argument("--json", help="write {module: {killed, ran, total, survivors}} here")
     ap.add_argument("--budget", type=float, default=900.0, help="stop after this many seconds")
     ap.add_argument("--sample", type=int, default=0,
                     help="run a random sample of this many, in random order (a budget then cuts fairly)")
@@ -135,6 +168,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "survivors): run just those; adding tests never revives a killed mutant")
     ap.add_argument("--timeout", type=float, default=300.0, help="per mutant, seconds")
     args = ap.parse_args(argv)
+    if args.all:
+        args.modules = all_modules()
+    if not args.modules:
+        ap.error("name modules or pass --all")
     os.chdir(ROOT)
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     # one composed-config cache for every child (tests/conftest.py honours it)
@@ -144,12 +181,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     import pytest  # noqa: F401
 
     mutants = []
+    total: dict[str, int] = {}
     for mod in args.modules:
         src = Path(mod).read_text()
         tree = ast.parse(src)
+        mine = []
         for index, desc, spec in sites(tree):
             node = list(ast.walk(tree))[index]
-            mutants.append((mod, getattr(node, "lineno", 0), desc, index, spec))
+            mine.append((mod, getattr(node, "lineno", 0), desc, index, spec))
+        total[mod] = len(mine)
+        if args.per_module and args.per_module < len(mine):
+            mine = random.Random(f"{args.seed}:{mod}").sample(mine, args.per_module)
+        mutants += mine
+    tests_of = {m: (list(args.tests) if args.tests else tests_for(m)) for m in args.modules}
     if args.only:
         wanted = {ln.split("survivor:")[-1].split("survived")[-1].strip()
                   for ln in Path(args.only).read_text().splitlines() if ln.strip()}
@@ -157,10 +201,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.sample and args.sample < len(mutants):
         mutants = random.Random(args.seed).sample(mutants, args.sample)  # random order too
     mutants = mutants[args.start:]
-    if not run_tests(args.tests, args.timeout):
-        print("the tests fail on the unmutated code; fix that first", file=sys.stderr)
-        return 2
+    for tests in sorted({tuple(t) for t in tests_of.values()}):
+        if not run_tests(list(tests), args.timeout):
+            print(f"the tests fail on the unmutated code ({' '.join(tests)}); fix that first",
+                  file=sys.stderr)
+            return 2
     start, killed, survivors, ran = time.monotonic(), 0, [], 0
+    per: dict[str, dict[str, object]] = {m: {"killed": 0, "ran": 0, "total": total[m], "survivors": []}
+                                         for m in args.modules}
     originals = {m: Path(m).read_text() for m in args.modules}
     trees = {m: ast.parse(s) for m, s in originals.items()}
     try:
@@ -174,11 +222,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                 continue  # not a valid program: not a mutant
             Path(mod).write_text(code)
             ran += 1
-            if run_tests(args.tests, args.timeout):
+            row = per[mod]
+            row["ran"] = int(str(row["ran"])) + 1
+            if run_tests(tests_of[mod], args.timeout):
                 survivors.append(f"{mod}:{line}: {desc}")
+                row["survivors"].append(f"{line}: {desc}")  # type: ignore[attr-defined]
                 print(f"survived {mod}:{line}: {desc}", flush=True)
             else:
                 killed += 1
+                row["killed"] = int(str(row["killed"])) + 1
             Path(mod).write_text(originals[mod])
     finally:
         for m, s in originals.items():
@@ -188,6 +240,15 @@ def main(argv: Optional[List[str]] = None) -> int:
           + (" (budget reached)" if ran < len(mutants) else ""))
     for s in survivors:
         print("  survivor:", s)
+    if len(args.modules) > 1:
+        print("\nper module (killed/ran of all sites):")
+        for m, row in per.items():
+            r = int(str(row["ran"]))
+            pct = f"{100.0 * int(str(row['killed'])) / r:.0f}%" if r else "-"
+            print(f"  {m}: {row['killed']}/{r} ({pct}) of {row['total']}")
+    if args.json:
+        import json
+        Path(args.json).write_text(json.dumps(per, indent=1, sort_keys=True) + "\n")
     return 0
 
 
