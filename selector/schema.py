@@ -58,12 +58,25 @@ _PARSED = {"parsed": True}  # checked by its own parser (versions.py), not by it
 
 
 @dataclass
+class StackConf:
+    """`stack:` of a stack preset (conf/stack/<name>.yaml, `# @package platform`): what the
+    preset describes, as data. The no-packages hint offers the newest `version` of each
+    `family`; `matrix` uses the preset marked `default: true` when --stack is not given."""
+    family: str = field(default="???", metadata={
+        "required": "is required: the software the preset describes (vllm, sglang, ...)"})
+    version: str = field(default="???", metadata={
+        "required": "is required: the family's version the preset describes, e.g. '0.32'"})
+    default: bool = False
+
+
+@dataclass
 class PlatformConf:
     preset: str = "auto"
     capability: Optional[str] = field(default=None, metadata=_PARSED)
     cuda: Optional[str] = field(default=None, metadata=_PARSED)
     gpu_name: Optional[str] = None
     packages: Dict[str, Optional[str]] = field(default_factory=dict, metadata=_PARSED)
+    stack: Optional[StackConf] = None  # set by a stack preset: what it describes
 
 
 def _choice(default: Optional[str], choices: Tuple[str, ...], optional: bool = False) -> Any:
