@@ -75,6 +75,10 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                     make_platform({**conf, "preset": name}, [], detect=_never_detect)
                 elif group == "stack":
                     make_platform({**conf, "preset": "check"}, [], detect=_never_detect)
+                    if conf.get("stack") is None and conf.get("packages"):
+                        warnings.append({"file": str(path), "warning": f"{path}: stack={name} "
+                                         "has no `stack: {family: ..., version: ...}`, so the "
+                                         "no-packages hint never offers it"})
                 elif group == "layer":
                     make_layer(conf, where=str(path))
             except SelectorError as exc:

@@ -52,8 +52,12 @@ def _lint_preset(tree: ConfigTree, group: str, f: Path, data: Any, node: Any) ->
         allowed = ", ".join(f"'# @package {p}'" for p in PACKAGES[group] if p)
         if None in PACKAGES[group]:
             allowed = f"none or {allowed}"
-        shown = "no '# @package' header" if package is None else f"@package {package}"
-        raise bad_input(f"{group}={f.stem}", shown, "writes outside its own "
+        if package is None:  # a stack preset writes into platform: it needs the header
+            raise SelectorError(f"{f}: {group}={f.stem}: has no '# @package' header; a {group} "
+                                f"preset changes {PACKAGES[group][-1]}.* and must start with "
+                                f"{allowed} (accepted header: {allowed})", key=f"{group}={f.stem}",
+                                where=str(f))
+        raise bad_input(f"{group}={f.stem}", f"@package {package}", "writes outside its own "
                         f"group: a {group} preset may change only {PACKAGES[group][-1]}.* "
                         f"(accepted header: {allowed})", where=str(f))
     if data is not None and not isinstance(data, dict):
