@@ -198,8 +198,9 @@ class BackendConf:
     description: str = ""
     rank: int = _rank()
     execution: str = _choice("native", EXECUTIONS)
-    implements: List[str] = field(default_factory=lambda: list(NVFP4_QUANTS),
-                                  metadata={"choices": QUANTS})
+    implements: List[str] = field(default_factory=lambda: list(NVFP4_QUANTS), metadata={
+        "choices": QUANTS, "hint": "a new quantization scheme is first named in "
+        "selector/schema.py (QUANTS): docs/architecture.md, recipe: add a quantization scheme"})
     entry_point: Optional[str] = None
     probes: List[str] = field(default_factory=list)
     opt_in: Optional[OptInConf] = None
@@ -254,8 +255,8 @@ class SelectorConf:
 # engine entries, the platform, the policy, the engine) is checked against its dataclass by
 # `validate`, with one error shape (key, value, accepted values, file). Field metadata adds
 # what a type cannot say: `required` (the message for a missing value), `choices` (accepted
-# values; of each item for a list), `problem` (the message for a mistyped value), `parsed`
-# (checked by its own parser). Rules' typed Params (rules.py) are checked the same way.
+# values; of each item for a list) and its `hint`, `problem` (the message for a mistyped
+# value), `parsed` (checked by its own parser). Rules' typed Params (rules.py) are checked the same way.
 
 def _unwrap(tp: Any) -> Tuple[Any, bool]:
     """(the type without None, whether None is accepted)."""
@@ -361,7 +362,8 @@ def _value(f: dataclasses.Field[Any], tp: Any, v: Any, key: str, where: Optional
             raise bad_input(key, v, problem or f"is not {type_name(tp)}", where=where)
         for x in v:
             if "choices" in f.metadata and x not in f.metadata["choices"]:
-                raise bad_value(key, x, f.metadata["choices"], where=where)
+                raise bad_value(key, x, f.metadata["choices"], where=where,
+                                hint=f.metadata.get("hint", ""))
         return list(v)
     if not type_ok(v, tp):
         raise bad_input(key, v, problem or f"is not {type_name(tp)}", where=where)
