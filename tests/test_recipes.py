@@ -1,5 +1,5 @@
-"""The two recipes of docs/architecture.md, tried: a new backend is its YAML (and its
-implementation) only; a new rule kind is one class."""
+"""The recipes of docs/architecture.md, tried: a backend, a rule kind, an engine, a stack
+preset and a quantization scheme, each with exactly the files its recipe names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -419,3 +419,15 @@ def test_recipe_quantization_scheme_missing_steps(copy):
     problems = _problems(check_tree([], []))
     assert "catalogue.moe.marlin.implements: unknown value 'nvfp4_w4a8'" in problems
     assert "selector/schema.py (QUANTS)" in problems
+
+
+def test_each_documented_recipe_is_tried_here():
+    """docs/architecture.md's recipes are these five, and each names a test of this file."""
+    import re
+
+    from helpers import REPO
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    assert re.findall(r"^### Add (?:a|an) (.+)$", doc, re.M) == [
+        "backend", "rule kind", "engine", "stack preset", "quantization scheme"]
+    tried = re.findall(r"Tried in `(test_\w+)`", doc)
+    assert len(tried) >= 5 and all(callable(globals().get(t)) for t in tried), tried
