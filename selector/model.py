@@ -158,15 +158,25 @@ def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str,
                         "selector.backends.* or a module registered under the 'selector.backends' "
                         "entry-point group", where=file)
     compiled = tuple(compile_rule(r, f"{key}.rules[{i}]", file) for i, r in enumerate(v["rules"]))
+    probes = tuple(_probe(p, f"{key}.probes[{i}]", file) for i, p in enumerate(v["probes"]))
     opt_in = OptIn(v["opt_in"]["reason"], v["opt_in"]["source"]) if v["opt_in"] else None
     decl = v["declarations"]
     return BackendSpec(name, op, v["description"], v["rank"], v["execution"],
-                       tuple(v["implements"]), ep, tuple(v["probes"]), compiled, file,
+                       tuple(v["implements"]), ep, probes, compiled, file,
                        opt_in, tuple(make_preference(p, f"{key}.preference[{i}]", file)
                                      for i, p in enumerate(v["preference"])),
                        engines.parse_entries(v["engines"], f"{key}.engines", file,
                                              known_engines),
                        declarations=tuple(sorted((k, x) for k, x in (decl or {}).items() if x)))
+
+
+def _probe(item: Any, key: str, file: str) -> str:
+    """One `probes:` entry: a probe name, or a declaration (schema.ProbeConf) registered in
+    probe_specs under its name."""
+    if isinstance(item, str):
+        return item
+    from .probe_specs import declare
+    return declare(schema.validate(schema.ProbeConf, item, key, file), key, file).name
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,20 @@ class PreferenceConf:
 
 
 @dataclass
+class ProbeConf:
+    """A deep probe declared in a backend file's `probes:` list (beside registered names):
+    `func` runs in a child process after `imports` (in-process, importing nothing, when there
+    are none), and is skipped unless each `requires` distribution is installed in range."""
+    name: str = _required()
+    func: str = _required("is required: selector.backends.probes.<module>:<function>")
+    description: str = _required()
+    source: str = _required()
+    imports: List[str] = field(default_factory=list)
+    requires: Dict[str, str] = field(default_factory=dict, metadata={
+        "problem": "is not a mapping of distribution to specifier"})
+
+
+@dataclass
 class DeclarationsConf:
     """`declarations:` of a backend file: where the installed kernel library declares what
     this backend claims, for the drift report of `doctor --deep` (keys of the
@@ -202,7 +216,9 @@ class BackendConf:
         "choices": QUANTS, "hint": "a new quantization scheme is first named in "
         "selector/schema.py (QUANTS): docs/architecture.md, recipe: add a quantization scheme"})
     entry_point: Optional[str] = None
-    probes: List[str] = field(default_factory=list)
+    # probe names (probe_specs.py), or probes declared here (ProbeConf): must pass to run
+    probes: List[Any] = field(default_factory=list, metadata={
+        "problem": "is not a list of probe names or probe declarations"})
     opt_in: Optional[OptInConf] = None
     preference: List[PreferenceConf] = field(default_factory=list, metadata={
         "problem": "is not a list of preference entries"})

@@ -431,3 +431,43 @@ def test_each_documented_recipe_is_tried_here():
         "backend", "rule kind", "engine", "stack preset", "quantization scheme"]
     tried = re.findall(r"Tried in `(test_\w+)`", doc)
     assert len(tried) >= 5 and all(callable(globals().get(t)) for t in tried), tried
+
+
+def test_a_backend_file_declares_its_own_probes(copy):
+    """Step 1 of the backend recipe may declare the backend's deep probes in the file itself
+    (no edit of probe_specs.py): one runs in-process, one in a child process."""
+    from selector import probe_specs, probing
+    conf, code = copy
+    _add_backend(conf, code)
+    path = conf / "backend" / "moe" / "my_kernel.yaml"
+    path.write_text(path.read_text().replace("rules:\n", textwrap.dedent('''\
+        probes:
+          - name: my_kernel.module_shadowing
+            func: selector.backends.probes.metadata_probes:module_shadowing
+            description: "a top-level b12x module belongs to the b12x distribution"
+            source: "test recipe"
+          - name: my_kernel.triton
+            func: selector.backends.probes.import_probes:triton_importable
+            imports: [json]
+            description: "import triton works"
+            source: "test recipe"
+        rules:
+        '''), 1))
+    try:
+        _ok(check_tree([], []))
+        sel = selector.load(["platform=cpu", "policy.moe_backend=my_kernel"])
+        assert sel.catalogue.get("moe", "my_kernel").probes == (
+            "my_kernel.module_shadowing", "my_kernel.triton")
+        found = probing.run_probes(["my_kernel.module_shadowing", "my_kernel.triton"]).findings
+        assert found["my_kernel.module_shadowing"].group == "metadata"
+        child = found["my_kernel.triton"]
+        assert child.group == "import:json" and "unknown probe" not in child.message
+        assert "triton" in child.message  # the declared function ran in the child
+    finally:
+        probe_specs.DECLARED.pop("my_kernel.module_shadowing", None)
+        probe_specs.DECLARED.pop("my_kernel.triton", None)
+    # a declaration without its function is refused, naming the key
+    path.write_text(path.read_text().replace(
+        "    func: selector.backends.probes.metadata_probes:module_shadowing\n", ""))
+    assert "catalogue.moe.my_kernel.probes[0].func" in _problems(check_tree([], []))
+    probe_specs.DECLARED.pop("my_kernel.triton", None)
