@@ -73,10 +73,22 @@ def missing_distributions(names: Iterable[str]) -> list:
     return out
 
 
+def _satisfied(requirement: str) -> bool:
+    """Whether a distribution ``name`` (or requirement ``name<=1.2``) is installed in range."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    try:
+        req = Requirement(requirement)
+        version = md.version(req.name)
+    except (InvalidRequirement, md.PackageNotFoundError):
+        return False
+    return not req.specifier or req.specifier.contains(version, prereleases=True)
+
+
 def require_any_distribution(backend: str, op: str, names: Sequence[str], source: str) -> str:
-    """The first installed distribution of ``names``, or :class:`BackendUnavailable` naming them."""
+    """The first installed distribution of ``names`` (each a name, or a requirement such as
+    ``sgl-kernel<=0.3.21``), or :class:`BackendUnavailable` naming them."""
     for n in names:
-        if not missing_distributions([n]):
+        if _satisfied(n):
             return n
     wanted = " or ".join(repr(n) for n in names)
     raise BackendUnavailable(backend, op, [("package", f"distribution {wanted} is not installed", source)],
@@ -96,6 +108,68 @@ def output_buffer(out, shape, dtype, device):
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _catalogue_entries() -> Dict[str, List[Tuple[str, str, Dict[str, Any]]]]:
+    """entry point -> [(op, name, raw backend file)] of the packaged and installed catalogues
+    (plain data read as `selector check` reads it; no Hydra, no kernel library)."""
+    from selector.config import ConfigTree
+    from selector.config.composer import read_catalogue
+    out: Dict[str, List[Tuple[str, str, Dict[str, Any]]]] = {}
+    for op, backends in read_catalogue(ConfigTree.discover([])).items():
+        for name, conf in backends.items():
+            if isinstance(conf.get("entry_point"), str):
+                out.setdefault(conf["entry_point"], []).append((op, name, conf))
+    return out
+
+
+def class_path(cls: type) -> str:
+    """``selector.backends.<module>:<Class>``, the entry point naming ``cls`` (``backends`` is
+    installed as ``selector.backends``; tests import it under either name)."""
+    module = cls.__module__
+    if module.startswith("backends."):
+        module = "selector." + module
+    return f"{module}:{cls.__qualname__}"
+
+
+def catalogue_entry(cls: type) -> Tuple[str, str, Dict[str, Any]]:
+    """The backend file whose ``entry_point`` names ``cls``: (op, name, raw file)."""
+    for klass in cls.__mro__:  # a subclass no file names is its base's backend
+        hits = [h for h in _catalogue_entries().get(class_path(klass), [])
+                if h[0] == getattr(cls, "op", h[0])]
+        if hits:
+            break
+    if not hits:
+        raise LookupError(f"no backend file names {class_path(cls)} as its entry_point: write "
+                          f"conf/backend/<op>/<name>.yaml with entry_point: {class_path(cls)}, "
+                          "or set the class's `backend` attribute")
+    return hits[0]
+
+
+def kernel_requirements(conf: Dict[str, Any]) -> Tuple[Tuple[str, ...], str]:
+    """The backend file's first unconditional `package` rule: its requirements as written
+    (any_of entries, or package+specifier) and its source."""
+    for rule in conf.get("rules") or ():
+        if isinstance(rule, dict) and rule.get("kind") == "package" and not rule.get("when"):
+            if rule.get("any_of"):
+                return tuple(str(x) for x in rule["any_of"]), str(rule.get("source", ""))
+            return ((f"{rule.get('package')}{rule.get('specifier') or ''}",),
+                    str(rule.get("source", "")))
+    return (), ""
+
+
+class _FromCatalogue:
+    """A class attribute derived from the backend file naming the class as its entry point:
+    `backend` is the file's stem, `needs_any` its kernel distribution rule. A class (or an
+    instance built with a decision) that sets the attribute itself wins."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        op, name, conf = catalogue_entry(owner)
+        return name if self.what == "backend" else kernel_requirements(conf)[0]
+
+
 class KernelBackend:
     """Base of every entry-point class: ``prepare(weights)`` gates, then prepares; ``apply(x, prepared, ...)``.
 
@@ -106,7 +180,8 @@ class KernelBackend:
     made once per layer at load time (docs/architecture.md): ``apply`` does not ask again.
     """
 
-    backend: str = ""
+    #: the catalogue name: the stem of the backend file whose entry_point names the class
+    backend: Any = _FromCatalogue("backend")
     op: str = ""
     #: distributions whose kernels ``apply`` calls (any one suffices); empty = FlashInfer/none
     needs_any: Tuple[str, ...] = ()
@@ -116,7 +191,20 @@ class KernelBackend:
                  act_and_mul: Optional[bool] = None, ep_size: int = 1,
                  swiglu_limit: Optional[float] = None, dtype: str = "bfloat16",
                  top_k: Optional[int] = None, num_tokens: Optional[int] = None, decision=None,
-                 selector_overrides: Optional[Sequence[str]] = None):
+                 selector_overrides: Optional[Sequence[str]] = None,
+                 layer: Optional[Dict[str, Any]] = None):
+        if decision is not None and decision.selected is not None and \
+                decision.entry_point == class_path(type(self)):
+            self.backend = decision.selected  # the file that named this class for the decision
+        if layer is not None:  # the decision's whole layer (Decision.instantiate)
+            self.layer = dict(layer)
+            quant, dtype = layer.get("quant", quant), layer.get("dtype", dtype)
+            top_k, num_tokens = layer.get("top_k", top_k), layer.get("num_tokens", num_tokens)
+            if layer.get("op", self.op) == "moe":
+                activation = layer.get("activation", activation)
+                act_and_mul = layer.get("act_and_mul", act_and_mul)
+                ep_size = layer.get("ep_size", ep_size)
+                swiglu_limit = layer.get("swiglu_limit", swiglu_limit)
         self.quant = quant
         self.activation = activation
         self.act_and_mul = act_and_mul
@@ -210,6 +298,8 @@ class ExternalKernelMixin(KernelBackend):
     """
 
     kernel_call: str = ""
+    #: the backend file's kernel distribution rule (its `any_of`, or package and specifier)
+    needs_any: Any = _FromCatalogue("needs_any")
 
     def gate(self, geometry: Optional[Dict[str, Any]] = None, *,
              layer: Optional[Dict[str, Any]] = None):

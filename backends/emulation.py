@@ -16,7 +16,6 @@ class EmulationMoE(MoEBackend):
     ``fc2_input_scale=1.0`` reproduces b12x's per-block dynamic FC2 input quantization.
     """
 
-    backend = "emulation"
 
     def __init__(self, *, compute_dtype=None, fc1_input_scale=None, fc2_input_scale=None,
                  swiglu_alpha=None, swiglu_beta=None, **kw):
@@ -49,7 +48,6 @@ class EmulationMoE(MoEBackend):
 class EmulationLinear(LinearBackend):
     """Reference NVFP4 linear layer. ``apply(x, prepared, out=None)``."""
 
-    backend = "emulation"
 
     def __init__(self, *, compute_dtype=None, **kw):
         super().__init__(**kw)

@@ -18,7 +18,6 @@ class B12xMoE(MoEBackend):
     selector gate; ``apply`` calls ``b12x_fused_moe`` into the caller's ``out`` (reused, never
     reallocated). ``fold_mode="none"`` skips the fold (alpha = the global scale; exact; FlashInfer >= 0.6.17)."""
 
-    backend = "flashinfer_b12x"
 
     def __init__(self, *, fold_mode: str = "full", max_fold_rel_error: float = FOLD_MAX_REL_ERROR,
                  swiglu_alpha=None, swiglu_beta=None, **kw):
@@ -73,7 +72,6 @@ class B12xLinear(LinearBackend):
     """NVFP4 dense GEMM through ``mm_fp4(backend="b12x")``; swizzled 128x4 scales, K % 32 == 0
     (K % 128 up to 0.6.13)."""
 
-    backend = "flashinfer_b12x"
     fi_backend = "b12x"
 
     def prepare(self, weights):

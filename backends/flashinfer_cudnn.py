@@ -7,5 +7,4 @@ from .flashinfer_cutlass import CutlassLinear
 
 
 class CudnnLinear(CutlassLinear):
-    backend = "flashinfer_cudnn"
     fi_backend = "cudnn"

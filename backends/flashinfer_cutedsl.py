@@ -16,7 +16,6 @@ class CuteDslMoE(FlashInferMoE):
     """Both SwiGLU-OAI layouts run as ``Swiglu`` with swiglu alpha / beta / limit (vLLM's
     mapping); an interleaved ``swigluoai`` checkpoint's w13 is de-interleaved in ``prepare``."""
 
-    backend = "flashinfer_cutedsl"
     deinterleaves = True
 
     def prepare(self, weights):
@@ -49,7 +48,6 @@ class CuteDslMoE(FlashInferMoE):
 
 
 class CuteDslLinear(LinearBackend):
-    backend = "flashinfer_cutedsl"
     fi_backend = "cute-dsl"
 
     def prepare(self, weights):

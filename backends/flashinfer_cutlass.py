@@ -17,7 +17,6 @@ class CutlassMoE(FlashInferMoE):
     """Both SwiGLU-OAI layouts run as ``Swiglu`` with per-expert swiglu alpha / beta / limit
     (vLLM's mapping); an interleaved ``swigluoai`` checkpoint's w13 is de-interleaved in ``prepare``."""
 
-    backend = "flashinfer_cutlass"
     deinterleaves = True
 
     def prepare(self, weights):
@@ -46,7 +45,6 @@ class CutlassMoE(FlashInferMoE):
 
 
 class CutlassLinear(LinearBackend):
-    backend = "flashinfer_cutlass"
     fi_backend = "cutlass"
 
     def prepare(self, weights):

@@ -17,7 +17,6 @@ class TrtllmMoE(FlashInferMoE):
     """Runs the [gate; up] SwiGLU-OAI (``swigluoai_uninterleave``) as ``Swiglu`` with per-expert
     gemm1 alpha / beta / clamp (vLLM's mapping); refuses the interleaved ``swigluoai``."""
 
-    backend = "flashinfer_trtllm"
     deinterleaves = False
 
     def prepare(self, weights):
@@ -54,7 +53,6 @@ class TrtllmMoE(FlashInferMoE):
 
 
 class TrtllmLinear(LinearBackend):
-    backend = "flashinfer_trtllm"
     fi_backend = "trtllm"
 
     def prepare(self, weights):

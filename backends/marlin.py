@@ -14,8 +14,6 @@ from .prepare import prepare_marlin_linear, prepare_marlin_moe
 
 
 class MarlinMoE(ExternalKernelMixin, MoEBackend):
-    backend = "marlin"
-    needs_any = ("vllm", "sgl-kernel")
     needs_source = "vLLM experts/marlin_moe.py; SGLang sgl-kernel"
     kernel_call = "vllm fused_marlin_moe (ops.moe_wna16_marlin_gemm)"
 
@@ -27,8 +25,6 @@ class MarlinMoE(ExternalKernelMixin, MoEBackend):
 
 
 class MarlinLinear(ExternalKernelMixin, LinearBackend):
-    backend = "marlin"
-    needs_any = ("vllm", "sgl-kernel")
     needs_source = "vLLM quantization/utils/marlin_utils_fp4.py; SGLang sgl-kernel"
     kernel_call = "vllm._custom_ops.marlin_gemm (apply_fp4_marlin_linear)"
 

@@ -14,8 +14,6 @@ from .prepare import prepare_fp4_linear, prepare_swizzled_moe
 
 
 class VllmCutlassMoE(ExternalKernelMixin, MoEBackend):
-    backend = "cutlass"
-    needs_any = ("vllm",)
     needs_source = "vLLM experts/cutlass_moe.py (CutlassExpertsFp4)"
     kernel_call = "vllm._custom_ops.cutlass_fp4_moe_mm"
 
@@ -27,8 +25,6 @@ class VllmCutlassMoE(ExternalKernelMixin, MoEBackend):
 
 
 class VllmCutlassLinear(ExternalKernelMixin, LinearBackend):
-    backend = "cutlass"
-    needs_any = ("vllm",)
     needs_source = "vLLM quantization/utils/nvfp4_utils.py (cutlass_scaled_fp4_mm)"
     kernel_call = "vllm._custom_ops.cutlass_scaled_fp4_mm"
 

@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .config import ConfigTree, compose
+from .config.presets import stack_presets
 from .decision import Decision
 from .errors import SelectorError
 from .layer import make_layer
@@ -40,7 +41,7 @@ class Selector:
         self.tree = tree
         self.probes = dict(probes or {})
         self.resolver = Resolver(run_config, self.probes, verify,
-                                 tree.group_options("stack") if tree is not None else ())
+                                 (lambda: stack_presets(tree)) if tree is not None else ())
         self._by_kwargs: Dict[Tuple[Any, ...], Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match

@@ -6,12 +6,14 @@ of `selector.config`, so the two agree.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
 
 from . import schema
 from .config import ConfigTree, compose, lint_tree, read_backend, validate_preset
+from .engines import ENGINES
 from .entry_points import load_entry_point
 from .errors import SelectorError
 from .layer import make_layer
@@ -39,6 +41,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     except SelectorError as exc:
         problems.append({"file": exc.where or "", "problem": str(exc)})
     backends: List[BackendSpec] = []
+    known = tree.group_options("engine")  # the engines a backend file may (and should) name
     for (op, name), path in sorted(tree.backend_files.items()):
         checked.append(str(path))
         try:
@@ -46,12 +49,12 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
         except SelectorError as exc:
             problems.append({"file": str(path), "problem": str(exc)})
             continue
-        found = backend_problems(op, name, conf, str(path))
+        found = backend_problems(op, name, conf, str(path), known)
         problems.extend({"file": str(path), "problem": p} for p in found)
         if found:
             continue
         try:
-            b = make_backend(op, name, conf, str(path))
+            b = make_backend(op, name, conf, str(path), known)
             _check_entry_point(b)
             _check_probes(b)
             backends.append(b)
@@ -62,6 +65,7 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                  "gated and non-gated"}
                 for b in backends if b.op == "moe"
                 and not any(r.kind in _ACTIVATION_KINDS for r in b.rules)]
+    warnings += unnamed_by_engines(backends, known)
     for group, options in tree.presets.items():
         for name, path in sorted(options.items()):
             checked.append(str(path))
@@ -71,6 +75,10 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                     make_platform({**conf, "preset": name}, [], detect=_never_detect)
                 elif group == "stack":
                     make_platform({**conf, "preset": "check"}, [], detect=_never_detect)
+                    if conf.get("stack") is None and conf.get("packages"):
+                        warnings.append({"file": str(path), "warning": f"{path}: stack={name} "
+                                         "has no `stack: {family: ..., version: ...}`, so the "
+                                         "no-packages hint never offers it"})
                 elif group == "layer":
                     make_layer(conf, where=str(path))
             except SelectorError as exc:
@@ -102,11 +110,28 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             "problems": problems, "warnings": warnings}
 
 
-def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
+def unnamed_by_engines(backends: Sequence[BackendSpec], known: Sequence[str]
+                       ) -> List[Dict[str, str]]:
+    """A backend without an `engines.<engine>` entry is not_applicable under that engine
+    without a word: name each such (backend, engine) pair."""
+    out = []
+    for b in backends:
+        missing = [e for e in known if e != "none" and e not in dict(b.engines)]
+        if missing:
+            out.append({"file": b.file, "warning": f"{b.file}: catalogue.{b.op}.{b.name} has no "
+                        + ", ".join(f"engines.{e}" for e in missing) + " entry, so under "
+                        + " or ".join(f"engine={e}" for e in missing) + " it is not_applicable; "
+                        "write engines.<engine>.name (null: the engine has no such backend) "
+                        "and its source"})
+    return out
+
+
+def backend_problems(op: str, name: str, conf: Any, file: str,
+                     known: Sequence[str] = ENGINES) -> List[str]:
     """Every problem of one backend file, not only the first: each top-level key, each rule
     and each preference entry is validated on its own."""
     try:
-        make_backend(op, name, conf, file)
+        make_backend(op, name, conf, file, known)
         return []
     except SelectorError as exc:
         if not isinstance(conf, dict):
@@ -114,6 +139,7 @@ def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
         first = str(exc)
     key = f"catalogue.{op}.{name}"
     out: List[str] = []
+    build = functools.partial(make_backend, known_engines=known)
 
     def attempt(fn: Callable[..., object], *args: Any) -> None:
         try:
@@ -124,9 +150,9 @@ def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
 
     parts = [k for k in conf if k not in ("rules", "preference")]
     if "rank" not in conf:
-        attempt(make_backend, op, name, {}, file)
+        attempt(build, op, name, {}, file)
     for k in parts:
-        attempt(make_backend, op, name, {"rank": 0, k: conf[k]} if k != "rank" else
+        attempt(build, op, name, {"rank": 0, k: conf[k]} if k != "rank" else
                 {k: conf[k]}, file)
     for field, compile_one in (("rules", compile_rule), ("preference", make_preference)):
         items = conf.get(field)
@@ -134,7 +160,7 @@ def backend_problems(op: str, name: str, conf: Any, file: str) -> List[str]:
             for i, item in enumerate(items):
                 attempt(compile_one, item, f"{key}.{field}[{i}]", file)
         elif items is not None:
-            attempt(make_backend, op, name, {"rank": 0, field: items}, file)
+            attempt(build, op, name, {"rank": 0, field: items}, file)
     return out or [first]
 
 

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
                    help="only this op (default: both, or the op of the layer given)")
     m.add_argument("--stack", metavar="NAME", help="the software stack preset for every "
-                   "platform (default: vllm_0_32)")
+                   "platform (default: the stack preset marked `stack: {default: true}`)")
     m.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
     m.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                    help="an extra config directory")

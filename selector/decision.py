@@ -103,9 +103,10 @@ class Decision:
 
     def instantiate(self, **options: Any) -> Any:
         """The selected backend's object: its entry-point class built with this decision (so
-        its gate does not decide again) and the layer's own keys, plus `options` (the class's
-        constructor keywords, e.g. compute_dtype, fold_mode). Raises SelectorError when nothing
-        was selected, naming the outcome."""
+        its gate does not decide again; the class learns its backend name from it) and the
+        whole layer, plus `options` (the class's constructor keywords, e.g. compute_dtype,
+        fold_mode; a layer key among them overrides the layer's). Raises SelectorError when
+        nothing was selected, naming the outcome."""
         from .errors import SelectorError
         if self.selected is None:
             raise SelectorError(f"nothing to instantiate: outcome {self.outcome} "
@@ -115,13 +116,9 @@ class Decision:
             raise SelectorError(f"backend {self.selected} declares no entry_point")
         from .entry_points import load_entry_point  # only modules selector allows
         cls = load_entry_point(ep, f"catalogue.{self.layer['op']}.{self.selected}.entry_point")
-        lay = self.layer
-        kw: Dict[str, Any] = {"quant": lay["quant"], "decision": self}
-        if lay["op"] == "moe":
-            kw.update(activation=lay["activation"], act_and_mul=lay["act_and_mul"],
-                      ep_size=lay["ep_size"], swiglu_limit=lay["swiglu_limit"])
-        kw.update(options)
-        return cls(**kw)
+        layer = {**self.layer, **{k: v for k, v in options.items() if k in self.layer}}
+        rest = {k: v for k, v in options.items() if k not in self.layer}
+        return cls(decision=self, layer=layer, **rest)
 
     # -- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:

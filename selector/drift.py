@@ -24,13 +24,13 @@ R = TypeVar("R", bound=Rule)
 
 STATUSES = ("agrees", "explained", "drift")
 
-# Catalogue backends whose devices a FlashInfer MoE entry point declares (its
-# @supported_compute_capability list); linear backends are matched through their
-# `flashinfer.mm_fp4:<backend>` probe instead.
-MOE_ENTRY_POINTS = {"flashinfer_b12x": "b12x_fused_moe",
-                    "flashinfer_cutedsl": "cute_dsl_fused_moe_nvfp4"}
-MIN_CUDA = {("moe", "flashinfer_b12x"): "moe:b12x_fused_moe",
-            ("linear", "flashinfer_b12x"): "mm_fp4:b12x"}
+# Which library declaration a backend is compared with is a field of its file
+# (`declarations:`, schema.DeclarationsConf): devices and minimum CUDA name a key of the
+# flashinfer.declarations probe's findings (`moe:<entry point>`, `mm_fp4:<backend>`); linear
+# backends' devices are also matched through their `flashinfer.mm_fp4:<backend>` probe.
+# The flashinfer constants behind the probe's activation keys, for the report's wording.
+ACTIVATION_CONSTANTS = {"b12x_moe": "SUPPORTED_MOE_ACTIVATIONS",
+                        "b12x_moe_gated": "GATED_MOE_ACTIVATIONS"}
 # The layer vocabulary as FlashInfer's TRT-LLM ActivationType (vLLM 0.32.0
 # quantization/utils/flashinfer_utils.py ACTIVATION_TO_FI_ACTIVATION, plus the names that
 # enum added for swiglustep and situ): (activation, gated) -> member.
@@ -284,24 +284,32 @@ def compare(catalogue: Catalogue, facts: Facts, findings: Mapping[str, Mapping[s
     fi = findings.get("flashinfer.declarations") or {}
     if fi.get("version"):
         caps, universe = fi.get("capabilities", {}), fi.get("universe", ())
-        def get(op: str, name: str) -> Optional[BackendSpec]:
-            return next((b for b in catalogue.backends.get(op, ()) if b.name == name), None)
-        for name, entry in MOE_ENTRY_POINTS.items():
-            rep.devices("moe", get("moe", name), caps.get(f"moe:{entry}"),
-                        f"flashinfer {entry}", universe)
-        for backend, b in sorted(_mm_fp4_probes(catalogue).items()):
-            rep.devices("linear", b, caps.get(f"mm_fp4:{backend}"),
+        declaring = [b for bs in catalogue.backends.values() for b in bs if b.declarations]
+        for b in declaring:
+            key = b.declared("devices")
+            if key:
+                rep.devices(b.op, b, caps.get(key), f"flashinfer {key.partition(':')[2]}",
+                            universe)
+        for backend, lb in sorted(_mm_fp4_probes(catalogue).items()):
+            rep.devices("linear", lb, caps.get(f"mm_fp4:{backend}"),
                         f"flashinfer mm_fp4 backend {backend!r}", universe)
         rep.mm_fp4_backends(fi.get("mm_fp4_backends"), fi.get("mm_fp4_experimental", []))
-        for (op, name), key in MIN_CUDA.items():
-            rep.min_cuda(op, get(op, name), fi.get("min_cuda", {}).get(key), f"flashinfer {key}")
+        for b in declaring:
+            key = b.declared("min_cuda")
+            if key:
+                rep.min_cuda(b.op, b, fi.get("min_cuda", {}).get(key), f"flashinfer {key}")
         acts = fi.get("activations", {})
-        b12x = get("moe", "flashinfer_b12x")
-        rep.activation_set("moe", b12x, "activation", "activations", acts.get("b12x_moe"),
-                           "flashinfer SUPPORTED_MOE_ACTIVATIONS")
-        rep.activation_set("moe", b12x, "act_and_mul", "gated activations",
-                           acts.get("b12x_moe_gated"), "flashinfer GATED_MOE_ACTIVATIONS")
-        rep.activation_enum("moe", get("moe", "flashinfer_trtllm"), acts.get("ActivationType"))
+        for b in declaring:
+            for field, kind, claim in (("activations", "activation", "activations"),
+                                       ("gated_activations", "act_and_mul",
+                                        "gated activations")):
+                key = b.declared(field)
+                if key:
+                    rep.activation_set(b.op, b, kind, claim, acts.get(key),
+                                       f"flashinfer {ACTIVATION_CONSTANTS.get(key, key)}")
+        for b in declaring:
+            if b.declared("activation_enum"):
+                rep.activation_enum(b.op, b, acts.get("ActivationType"))
         rep.dsl_floor(fi.get("version"), fi.get("requires", {}))
     nb = findings.get("b12x.declarations") or {}
     if nb.get("version"):

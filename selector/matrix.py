@@ -20,7 +20,6 @@ from .errors import SelectorError, bad_value
 if TYPE_CHECKING:  # pragma: no cover
     from .decision import Candidate
 
-DEFAULT_STACK = "vllm_0_32"
 DEFAULT_LAYERS = {"moe": "default", "linear": "dense_linear"}  # layer presets per op
 FORMATS = ("text", "markdown", "html", "json")
 _LABEL = {"selected": "selected", "eligible": "usable", "opt_in": "opt-in",
@@ -73,10 +72,12 @@ def _capability_key(cap: Optional[str]) -> Tuple[bool, Version]:
     return (cap is not None, Version(cap) if cap else Version("0"))
 
 
-def build(ops: Sequence[str] = (), stack: str = DEFAULT_STACK, overrides: Sequence[str] = (),
+def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Sequence[str] = (),
           config_dirs: Sequence[str] = ()) -> List[Grid]:
-    """One grid per op: every backend of the catalogue on every platform preset but `auto`."""
+    """One grid per op: every backend of the catalogue on every platform preset but `auto`,
+    under `stack` (default: the stack preset marked `stack: {default: true}`)."""
     from .api import load
+    stack = stack or default_stack(config_dirs)
     for o in overrides:
         key = o.lstrip("+~").partition("=")[0]
         if key in ("platform", "stack") or key.startswith(("platform.", "stack.")):
@@ -216,11 +217,19 @@ def render(grids: Sequence[Grid], fmt: str, command: str) -> str:
     return to_text(grids)
 
 
-def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: str) -> str:
+def default_stack(config_dirs: Sequence[str] = ()) -> str:
+    """The matrix's default stack: the preset its file marks `stack: {default: true}`."""
+    from .config import ConfigTree
+    from .config.presets import default_stack as marked
+    return marked(ConfigTree.discover([Path(d) for d in config_dirs]))
+
+
+def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: str,
+                 default: Optional[str] = None) -> str:
     """The command that reproduces a rendering, as written into it."""
     parts = ["python -m selector matrix"]
     parts += [f"--op {o}" for o in ops]
-    if stack != DEFAULT_STACK:
+    if stack != (default or default_stack()):
         parts.append(f"--stack {stack}")
     parts += [f"--format {fmt}", *overrides]
     return " ".join(parts)
@@ -228,9 +237,10 @@ def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: 
 
 def run_matrix(ops: Sequence[str], stack: Optional[str], overrides: Sequence[str],
                config_dirs: Sequence[str], fmt: str) -> int:
-    stack = stack or DEFAULT_STACK
+    default = default_stack(config_dirs)
+    stack = stack or default
     grids = build(ops, stack, overrides, config_dirs)
-    text = render(grids, fmt, command_line(ops, stack, overrides, fmt))
+    text = render(grids, fmt, command_line(ops, stack, overrides, fmt, default))
     import sys
     sys.stdout.write(text.rstrip("\n") + "\n")
     return 0

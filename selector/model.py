@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeGuard
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -99,25 +99,12 @@ class Preference:
     when: Condition
 
 
-def _text_fields(conf: Any, key: str, file: str, names: Tuple[str, ...]) -> Mapping[str, Any]:
-    if not isinstance(conf, Mapping):
-        raise bad_input(key, conf, f"is not a mapping ({', '.join(names)})", where=file)
-    for k in conf:
-        if k not in names:
-            raise bad_value(key, k, names, what="key", where=file)
-    for k in ("reason", "source"):
-        if not isinstance(conf.get(k), str) or not conf[k].strip() or conf[k] == "???":
-            raise bad_input(f"{key}.{k}", conf.get(k), "is required", where=file)
-    return conf
-
-
 def make_preference(conf: Any, key: str, file: str) -> Preference:
-    conf = _text_fields(conf, key, file, tuple(f.name for f in fields(schema.PreferenceConf)))
-    if not _is_int(conf.get("rank")):
-        raise bad_input(f"{key}.rank", conf.get("rank"), "must be an integer (lower is "
-                        "preferred)", where=file)
-    return Preference(conf["rank"], conf["reason"], conf["source"],
-                      Condition.parse(conf.get("when"), key, file))
+    v = schema.validate(schema.PreferenceConf, conf, key, file)
+    if not _is_int(v["rank"]):
+        raise bad_input(f"{key}.rank", v["rank"], "must be an integer (lower is preferred)",
+                        where=file)
+    return Preference(v["rank"], v["reason"], v["source"], Condition.parse(v["when"], key, file))
 
 
 @dataclass(frozen=True)
@@ -137,6 +124,11 @@ class BackendSpec:
     preference: Tuple[Preference, ...] = ()
     engines: Tuple[Tuple[str, Any], ...] = ()  # (engine, selector.engines.EngineEntry)
     unavailable: Optional[Reason] = None  # set when the chosen engine does not offer it
+    declarations: Tuple[Tuple[str, Any], ...] = ()  # schema.DeclarationsConf, set keys
+
+    def declared(self, key: str) -> Any:
+        """A `declarations:` value of the backend file (None: not declared)."""
+        return dict(self.declarations).get(key)
 
     def packages(self) -> List[str]:
         """Every distribution the rules and preference read (platform=auto detects these)."""
@@ -148,57 +140,43 @@ class BackendSpec:
 BACKEND_KEYS = tuple(f.name for f in fields(schema.BackendConf))
 
 
-def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str) -> BackendSpec:
+def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str,
+                 known_engines: Sequence[str] = engines.ENGINES) -> BackendSpec:
+    """One backend file: its shape checked by schema.validate against schema.BackendConf,
+    then its rules, preference and engine entries compiled."""
     key = f"catalogue.{op}.{name}"
-    if not isinstance(conf, Mapping):
-        raise bad_input(key, conf, "is not a mapping (rank, rules, ...)", where=file)
-    for k in conf:
-        if k not in BACKEND_KEYS:
-            raise bad_value(key, k, BACKEND_KEYS, what="key", where=file)
-    for k in ("description", "entry_point"):
-        if conf.get(k) is not None and not isinstance(conf[k], str):
-            raise bad_input(f"{key}.{k}", conf[k], "is not a string", where=file)
-    for k in ("implements", "probes"):
-        v = conf.get(k)
-        if v is not None and (not isinstance(v, list) or
-                              not all(isinstance(x, str) for x in v)):
-            raise bad_input(f"{key}.{k}", v, "is not a list of strings", where=file)
-    rank = conf.get("rank")
-    if not _is_int(rank):
-        raise bad_input(f"{key}.rank", rank, "must be an integer (lower is preferred)",
+    v = schema.validate(schema.BackendConf, conf, key, file)
+    if not _is_int(v["rank"]):
+        raise bad_input(f"{key}.rank", v["rank"], "must be an integer (lower is preferred)",
                         where=file)
-    execution = conf.get("execution", "native")
-    if execution not in schema.EXECUTIONS:
-        raise bad_value(f"{key}.execution", execution, schema.EXECUTIONS, where=file)
-    implements = conf.get("implements", list(schema.NVFP4_QUANTS)) or []
-    for q in implements:
-        if q not in schema.QUANTS:
-            raise bad_value(f"{key}.implements", q, schema.QUANTS, where=file)
-    ep = conf.get("entry_point")
-    if ep is not None and not (isinstance(ep, str) and _ENTRY_POINT.match(ep)):
+    ep = v["entry_point"]
+    if ep is not None and not _ENTRY_POINT.match(ep):
         raise bad_input(f"{key}.entry_point", ep, "is not a 'package.module:Class' path",
                         where=file)
     if ep is not None and not entry_point_allowed(ep):
         raise bad_input(f"{key}.entry_point", ep, "is outside the backends namespace: use "
                         "selector.backends.* or a module registered under the 'selector.backends' "
                         "entry-point group", where=file)
-    rules = conf.get("rules") or []
-    if not isinstance(rules, list):
-        raise bad_input(f"{key}.rules", rules, "is not a list of rules", where=file)
-    compiled = tuple(compile_rule(r, f"{key}.rules[{i}]", file) for i, r in enumerate(rules))
-    opt_in = None
-    if conf.get("opt_in") is not None:
-        o = _text_fields(conf["opt_in"], f"{key}.opt_in", file, ("reason", "source"))
-        opt_in = OptIn(o["reason"], o["source"])
-    prefs = conf.get("preference") or []
-    if not isinstance(prefs, list):
-        raise bad_input(f"{key}.preference", prefs, "is not a list of preference entries",
-                        where=file)
-    return BackendSpec(name, op, str(conf.get("description") or ""), rank, execution,
-                       tuple(implements), ep, tuple(conf.get("probes") or ()), compiled, file,
+    compiled = tuple(compile_rule(r, f"{key}.rules[{i}]", file) for i, r in enumerate(v["rules"]))
+    probes = tuple(_probe(p, f"{key}.probes[{i}]", file) for i, p in enumerate(v["probes"]))
+    opt_in = OptIn(v["opt_in"]["reason"], v["opt_in"]["source"]) if v["opt_in"] else None
+    decl = v["declarations"]
+    return BackendSpec(name, op, v["description"], v["rank"], v["execution"],
+                       tuple(v["implements"]), ep, probes, compiled, file,
                        opt_in, tuple(make_preference(p, f"{key}.preference[{i}]", file)
-                                     for i, p in enumerate(prefs)),
-                       engines.parse_entries(conf.get("engines"), f"{key}.engines", file))
+                                     for i, p in enumerate(v["preference"])),
+                       engines.parse_entries(v["engines"], f"{key}.engines", file,
+                                             known_engines),
+                       declarations=tuple(sorted((k, x) for k, x in (decl or {}).items() if x)))
+
+
+def _probe(item: Any, key: str, file: str) -> str:
+    """One `probes:` entry: a probe name, or a declaration (schema.ProbeConf) registered in
+    probe_specs under its name."""
+    if isinstance(item, str):
+        return item
+    from .probe_specs import declare
+    return declare(schema.validate(schema.ProbeConf, item, key, file), key, file).name
 
 
 @dataclass(frozen=True)
@@ -222,12 +200,13 @@ class Catalogue:
         return sorted(names)
 
 
-def make_catalogue(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any]) -> Catalogue:
+def make_catalogue(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
+                   known_engines: Sequence[str] = engines.ENGINES) -> Catalogue:
     out = {}
     for op in schema.OPS:
         confs = (data or {}).get(op) or {}
-        bs = [make_backend(op, n, c, str(files.get((op, n), f"backend/{op}/{n}.yaml")))
-              for n, c in confs.items()]
+        bs = [make_backend(op, n, c, str(files.get((op, n), f"backend/{op}/{n}.yaml")),
+                           known_engines) for n, c in confs.items()]
         out[op] = tuple(sorted(bs, key=lambda b: (b.rank, b.name)))
     return Catalogue(out)
 
@@ -259,20 +238,13 @@ def normalize_backend(op: str, value: Any, catalogue: Catalogue) -> str:
 
 
 def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
-    strict = conf.get("strict", True)
-    if not isinstance(strict, bool):
-        raise bad_input("policy.strict", strict, "is not a boolean; accepted: true, false")
-    allow = conf.get("allow_opt_in") or []
-    if not isinstance(allow, (list, tuple)) or not all(isinstance(n, str) for n in allow):
-        raise bad_input("policy.allow_opt_in", allow, "is not a list of backend names")
+    v = schema.validate(schema.PolicyConf, conf, "policy")
+    strict, allow, exclude = v["strict"], v["allow_opt_in"], v["exclude"]
     names = {n.strip().replace("-", "_").lower() for n in allow}
     opt_in = sorted({b.name for bs in catalogue.backends.values() for b in bs if b.opt_in})
     for n in sorted(names):
         if n not in opt_in:
             raise bad_value("policy.allow_opt_in", n, opt_in, what="opt-in backend")
-    exclude = conf.get("exclude") or []
-    if not isinstance(exclude, (list, tuple)) or not all(isinstance(n, str) for n in exclude):
-        raise bad_input("policy.exclude", exclude, "is not a list of backend names")
     every = sorted({b.name for bs in catalogue.backends.values() for b in bs})
     excluded = {n.strip().replace("-", "_").lower() for n in exclude}
     for n in sorted(excluded):
@@ -291,8 +263,12 @@ def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[
     `packages`, or a key named in `explicit` by the overrides) wins over detection, null
     included.
     """
+    conf = schema.validate(schema.PlatformConf, conf, "platform")
     preset = conf.get("preset") or "auto"
     given_pkgs = conf.get("packages") or {}
+    if not isinstance(given_pkgs, Mapping):
+        raise bad_input("platform.packages", given_pkgs, "is not a mapping of distribution "
+                        "name to version")
     packages: Dict[str, Optional[Version]] = {}
     spelled: Dict[str, str] = {}
     for name, v in given_pkgs.items():
@@ -306,8 +282,6 @@ def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[
     capability = parse_capability("platform.capability", conf.get("capability"))
     cuda = parse_version("platform.cuda", conf.get("cuda"))
     gpu_name = conf.get("gpu_name")
-    if gpu_name is not None and not isinstance(gpu_name, str):
-        raise bad_input("platform.gpu_name", gpu_name, "is not a string")
     notes: Tuple[str, ...] = ()
     if preset == "auto":
         if detect is None:
@@ -349,7 +323,7 @@ def _known_keys(data: Mapping[str, Any], node: type[Any], key: str) -> None:
     names = tuple(f.name for f in fields(node))
     for k in data:
         if k not in names and not (node is schema.SelectorConf and k in ("catalogue",
-                                                                         "explicit")):
+                                                                         "explicit", "engines")):
             raise bad_value(key or "config", k, names, what="key")
 
 
@@ -359,8 +333,9 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
     for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
         if isinstance(data.get(k), Mapping):
             _known_keys(data[k], node, k)
-    engine = engines.make_engine(data.get("engine"))
-    catalogue = engines.apply(make_catalogue(data.get("catalogue") or {}, files), engine)
+    known = tuple(data.get("engines") or engines.ENGINES)  # the tree's engine files
+    engine = engines.make_engine(data.get("engine"), known)
+    catalogue = engines.apply(make_catalogue(data.get("catalogue") or {}, files, known), engine)
     probe = data.get("probe", "none")
     if probe not in schema.PROBE_MODES:
         raise bad_value("probe", probe, schema.PROBE_MODES)

@@ -4,7 +4,9 @@ The specs are data: each names its function as "module:function" in selector.bac
 imported only in the child process that runs it (selector.probe_child).
 
 A backend's config lists the probes that must pass for it to run here (`probes:` in
-conf/backend/<op>/<name>.yaml). `selector doctor --deep` and `explain probe=deep` run them:
+conf/backend/<op>/<name>.yaml): by name, or declared in the file itself (schema.ProbeConf:
+name, func, description, source, imports, requires; added to DECLARED when the file is read,
+and handed to the child process with the run). `selector doctor --deep` and `explain probe=deep` run them:
 probes that import a kernel library run in a child process per library group (an import can
 hang or kill the interpreter); metadata-only probes run in-process. Importing this module
 imports no kernel library, and neither does resolving a name.
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["ProbeSpec", "PROBES", "resolve", "known_names", "STATUSES"]
 
@@ -126,6 +128,36 @@ PROBES: Dict[str, ProbeSpec] = {p.name: p for p in (
               (("b12x", ""),), source="b12x 1.5.1 wheel _lib/gating.py"),
 )}
 
+# Probes a backend file declares itself (`probes: [{name, func, ...}]`, schema.ProbeConf),
+# added when the file is read (model.make_backend): a new backend's probe needs no edit here.
+DECLARED: Dict[str, ProbeSpec] = {}
+_FUNC = re.compile(r"^selector\.backends\.probes\.[A-Za-z_]\w*:[A-Za-z_]\w*$")
+
+
+def declare(conf: Dict[str, Any], key: str, where: str) -> ProbeSpec:
+    """The ProbeSpec of a probe declaration (schema.validate'd), registered under its name."""
+    from .errors import bad_input
+    name, func, imports = conf["name"], conf["func"], tuple(conf["imports"])
+    if name in PROBES or name.startswith("import:") or ":" in name:
+        raise bad_input(f"{key}.name", name, "is a registered probe's name (or has a ':'): "
+                        "list it by name instead, or choose another", where=where)
+    if not _FUNC.match(func):
+        raise bad_input(f"{key}.func", func, "is not selector.backends.probes.<module>:"
+                        "<function>", where=where)
+    for m in imports:
+        if not _MODULE.match(m):
+            raise bad_input(f"{key}.imports", m, "is not a module name", where=where)
+    group = "metadata" if not imports else ("torch" if imports[0] == "torch" else
+                                            f"import:{imports[0].split('.')[0]}")
+    spec = ProbeSpec(name, func, group, conf["description"], imports,
+                     tuple(sorted(conf["requires"].items())), source=conf["source"])
+    if DECLARED.get(name, spec) != spec:
+        raise bad_input(f"{key}.name", name, "is declared differently by another backend "
+                        "file: declare it once and list it by name elsewhere", where=where)
+    DECLARED[name] = spec
+    return spec
+
+
 # Probes doctor --deep runs besides those the catalogue declares.
 DOCTOR_PROBES = ("torch.cuda", "flashinfer.declarations", "b12x.declarations")
 
@@ -134,14 +166,15 @@ _WITH_ARG = {"flashinfer.mm_fp4"}
 
 
 def known_names() -> List[str]:
-    return sorted(PROBES) + ["flashinfer.mm_fp4:<backend>", "import:<module>[:<attr>]"]
+    return sorted(set(PROBES) | set(DECLARED)) + ["flashinfer.mm_fp4:<backend>",
+                                                  "import:<module>[:<attr>]"]
 
 
 def resolve(name: str) -> Optional[ProbeSpec]:
     """The spec for a probe name, or None if the name is not a probe."""
     if not isinstance(name, str):
         return None
-    spec = PROBES.get(name)
+    spec = PROBES.get(name) or DECLARED.get(name)
     if spec is not None:
         return spec
     if name.startswith("import:"):

@@ -243,6 +243,9 @@ def _run_group(group: str, specs: List[ProbeSpec], ctx: Dict[str, Any], timeout:
     findings: Dict[str, Finding] = {}
     root = _backends_root()
     pending = list(specs)
+    declared = {s.name: s.func for s in specs if s.name in _registry().DECLARED}
+    if declared:  # the child knows registered probes; a backend file's own ones travel along
+        ctx = {**ctx, "declared_probes": declared}
     while pending:
         steps = _steps_for(pending)
         events, rc, timed_out, err, seconds = _run_child(group, steps, ctx, timeout, root)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from packaging.version import InvalidVersion, Version
+
 from . import engines
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
@@ -52,20 +54,24 @@ class _Plan(NamedTuple):
     project: Callable[[Layer], Any]  # the layer fields the above read: the memo key
 
 
-def no_packages_hint(platform: Any, stacks: Sequence[str]) -> str:
+def no_packages_hint(platform: Any, stacks: Any, engines: Sequence[str] = engines.ENGINES
+                     ) -> str:
     """The one line a hardware preset without software gets: which `stack=` presets (the
-    newest of each family) or `platform.packages.<dist>=` overrides would describe it."""
+    newest of each family, engines' families first) or `platform.packages.<dist>=` overrides
+    would describe it. `stacks`: (name, {family, version, ...}) of each stack preset (the
+    presets' own `stack:` data), or a callable giving them (read only when the hint is due)."""
     if platform.source == "detected" or any(v is not None for _, v in platform.packages):
         return ""
     newest: Dict[str, Tuple[Any, str]] = {}
-    for name in stacks:
-        family, _, ver = name.partition("_")
-        if name == "none" or not ver:
-            continue
-        mine = (tuple(int(p) if p.isdigit() else -1 for p in ver.split("_")), name)
-        newest[family] = max(newest.get(family, mine), mine)  # ties: the greater name
-    engines = sorted(newest, key=lambda f: (f not in ("vllm", "sglang"), f))
-    adds = [f"stack={newest[f][1]}" for f in engines]
+    for name, meta in (stacks() if callable(stacks) else stacks):
+        try:
+            ver: Any = Version(meta["version"])
+        except InvalidVersion:
+            ver = Version("0")
+        mine = (ver, name)
+        newest[meta["family"]] = max(newest.get(meta["family"], mine), mine)  # ties: the name
+    families = sorted(newest, key=lambda f: (f not in engines, f))
+    adds = [f"stack={newest[f][1]}" for f in families]
     return ("this platform lists no packages, so every backend that needs one is rejected: add "
             + ", ".join(adds) + " or platform.packages.<dist>=VERSION")
 
@@ -91,7 +97,7 @@ class Resolver:
 
     def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
                  verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None,
-                 stacks: Sequence[str] = ()):
+                 stacks: Any = ()):
         self.run = run
         self._hint = no_packages_hint(run.platform, stacks)
         facts = run.platform.facts

@@ -370,18 +370,9 @@ class Rule:
         return tuple(self.layer_fields) + self.when.layer_fields
 
 
-def _type_ok(value: Any, tp: Any) -> bool:
-    origin = typing.get_origin(tp)
-    if origin is typing.Union:
-        return any(_type_ok(value, a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return value is None
-    if origin in (tuple, list):
-        return isinstance(value, (list, tuple)) and all(
-            _type_ok(v, typing.get_args(tp)[0]) for v in value)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, tp)
+# A kind's Params are checked like every config node (schema.validate's type rules).
+_type_ok = schema.type_ok
+_type_name = schema.type_name
 
 
 @functools.cache  # one entry per registered kind
@@ -405,17 +396,6 @@ def _params(cls: Type[Rule], conf: Mapping[str, Any], key: str, where: str) -> A
                             where=where)
         values[f.name] = tuple(v) if isinstance(v, list) else v
     return cls.Params(**values)
-
-
-def _type_name(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Union:
-        return " or ".join(_type_name(a) for a in args if a is not type(None))
-    if origin in (tuple, list):
-        return "a list of " + {str: "strings", int: "integers", bool: "booleans"}.get(
-            args[0], f"{_type_name(args[0])} values")
-    return {str: "a string", int: "an integer", bool: "a boolean (true or false)"}.get(
-        tp, getattr(tp, "__name__", str(tp)))
 
 
 def compile_rule(conf: Any, key: str, where: str) -> Rule:

@@ -83,13 +83,50 @@ def test_execution_kinds_and_opt_in(cat):
     opt_in = {(op, b.name) for op, bs in cat.backends.items() for b in bs if b.opt_in}
     assert opt_in == {("moe", "flashinfer_b12x"), ("moe", "b12x"), ("linear", "b12x"),
                       ("linear", "flashinfer_trtllm")}
-    # vLLM's automatic MoE order (FACTS.md): trtllm, cutedsl, cutlass (flashinfer), cutlass, marlin
-    auto = [b.name for b in cat.backends["moe"] if not b.opt_in]
-    assert auto == ["flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass", "cutlass",
-                    "marlin", "emulation"]
-    auto_linear = [b.name for b in cat.backends["linear"] if not b.opt_in]
-    assert auto_linear == ["flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x",
-                           "cutlass", "marlin", "flashinfer_cudnn", "emulation"]
+    # vLLM's automatic order (FACTS.md: vLLM 0.32.0 fused_moe/oracle/nvfp4.py and
+    # kernels/linear/nvfp4): the catalogue's rank order, among the backends vLLM names, keeps
+    # it. A new backend (any rank) leaves this test alone.
+    def vllm_order(op):
+        return [b.name for b in cat.backends[op] if not b.opt_in
+                and dict(b.engines).get("vllm") and dict(b.engines)["vllm"].name]
+    moe = vllm_order("moe")
+    assert [n for n in moe if n in VLLM_MOE] == [n for n in VLLM_MOE if n in moe]
+    assert set(VLLM_MOE) <= set(moe)
+    linear = vllm_order("linear")
+    assert [n for n in linear if n in VLLM_LINEAR] == [n for n in VLLM_LINEAR if n in linear]
+    assert set(VLLM_LINEAR) <= set(linear)
+
+
+VLLM_MOE = ("flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass", "cutlass", "marlin")
+VLLM_LINEAR = ("flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass", "marlin",
+               "flashinfer_cudnn")
+
+
+def test_a_wrapper_takes_its_name_and_kernel_distributions_from_its_backend_file(cat):
+    """The wrapper's `backend` is the stem of the file naming it; `needs_any` is that file's
+    kernel package rule (Marlin's once lacked the YAML's sglang>=0.5.10 alternative)."""
+    from selector.entry_points import load_entry_point
+    for op, backends in cat.backends.items():
+        for b in backends:
+            cls = load_entry_point(b.entry_point, b.name)
+            assert cls.backend == b.name and cls.op == op, b.entry_point
+    marlin = load_entry_point(cat.get("moe", "marlin").entry_point, "marlin")
+    rule = next(r for r in cat.get("moe", "marlin").rules if r.kind == "package")
+    assert marlin.needs_any == rule.params.any_of
+    assert "sglang>=0.5.10" in marlin.needs_any
+
+
+def test_instantiate_hands_the_implementation_the_whole_layer():
+    """Decision.instantiate passes the decision and its whole layer (not a hand-copied subset
+    of keys): dtype, num_tokens and top_k reach the implementation too."""
+    d = load("platform=cpu").select(op="moe", dtype="float16", num_tokens=7, top_k=2,
+                                    activation="relu2", act_and_mul=False)
+    impl = d.instantiate()
+    assert impl.backend == d.selected and impl.decision is d
+    assert (impl.dtype, impl.num_tokens, impl.top_k) == ("float16", 7, 2)
+    assert (impl.activation, impl.act_and_mul) == ("relu2", False)
+    assert impl.layer == d.layer
+    assert d.instantiate(dtype="float32").dtype == "float32"  # an option overrides the layer
 
 
 def test_swiglu_clamp_set(cat):

@@ -363,12 +363,17 @@ def test_no_packages_hint_names_the_newest_stack_of_each_family():
     from types import SimpleNamespace
 
     from selector.resolver import no_packages_hint
-    stacks = ["none", "mine", "flashinfer_0_6_10", "vllm_0_32", "flashinfer_0_7_4", "vllm_0_33",
-              "flashinfer_0_6_15", "sglang_0_5_23", "aaa_1_y", "aaa_1_x"]
+    # the presets' own `stack:` data, not their file names (which need not follow a pattern)
+    stacks = [(n, {"family": f, "version": v}) for n, f, v in (
+        ("mine", "mine", "x"), ("flashinfer_0_6_10", "flashinfer", "0.6.10"),
+        ("vllm_0_32", "vllm", "0.32"), ("flashinfer_0_7_4", "flashinfer", "0.7.4"),
+        ("vllm_0_33", "vllm", "0.33"), ("flashinfer_0_6_15", "flashinfer", "0.6.15"),
+        ("sglang_0_5_23", "sglang", "0.5.23"), ("aaa_1_y", "aaa", "1"), ("aaa_1_x", "aaa", "1"),
+        ("latest_vllm", "vllm", "0.40"))]
     hint = no_packages_hint(SimpleNamespace(source="preset", packages=()), stacks)
     assert hint == ("this platform lists no packages, so every backend that needs one is "
-                    "rejected: add stack=sglang_0_5_23, stack=vllm_0_33, stack=aaa_1_y, "
-                    "stack=flashinfer_0_7_4 or platform.packages.<dist>=VERSION")
+                    "rejected: add stack=sglang_0_5_23, stack=latest_vllm, stack=aaa_1_y, "
+                    "stack=flashinfer_0_7_4, stack=mine or platform.packages.<dist>=VERSION")
     # a detected machine lists what it has, even nothing: no hint; nor once a package is given
     assert no_packages_hint(SimpleNamespace(source="detected", packages=()), stacks) == ""
     assert no_packages_hint(SimpleNamespace(source="preset", packages=(("torch", None),

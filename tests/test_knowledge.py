@@ -27,6 +27,11 @@ def test_case(case):
 def test_every_backend_has_device_activation_and_quant_expectations():
     """A new backend without literal expectations would escape the mutation run."""
     names = {f"{op}/{b.name}" for op, bs in kc.base().catalogue.backends.items() for b in bs}
+    missing = sorted(names - set(kc.EXPECT_DEVICES)) + sorted(
+        n for n in names if n.startswith("moe/") and n not in kc.EXPECT_ACTIVATIONS)
+    assert not missing, ("write the literal expectations of these backends in "
+                         f"tests/knowledge_cases.py (EXPECT_DEVICES, EXPECT_ACTIVATIONS, "
+                         f"EXPECT_W4A16): {missing}")
     assert names == set(kc.EXPECT_DEVICES) == set(kc.HOME)
     assert {n for n in names if n.startswith("moe/")} == set(kc.EXPECT_ACTIVATIONS)
 

@@ -1,5 +1,5 @@
-"""The two recipes of docs/architecture.md, tried: a new backend is its YAML (and its
-implementation) only; a new rule kind is one class."""
+"""The recipes of docs/architecture.md, tried: a backend, a rule kind, an engine, a stack
+preset and a quantization scheme, each with exactly the files its recipe names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -130,3 +130,344 @@ def test_a_rule_kind_checks_its_typed_params(tmp_path, toolkit_kind):
         rules.compile_rule({"kind": "toolkit_test", "source": "s", "package": "x",
                             "values": ["a"]}, "k", "f.yaml")
     assert "k.values" in str(e.value) and "specifier" in str(e.value)
+
+
+# --------------------------------------------------------------------------------------------
+# The recipes of docs/architecture.md, each performed in a temporary copy of the catalogue with
+# exactly the files the recipe names; then `check` and a decision. Each missing step fails with
+# a message that names it.
+
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
+
+import selector.backends  # noqa: E402
+import selector.engines  # noqa: E402
+from selector.backends import _base  # noqa: E402
+from selector.check import check_tree  # noqa: E402
+from selector.config import dirs  # noqa: E402
+
+REPO_CONF = dirs.packaged_conf_dir()
+
+
+@pytest.fixture
+def copy(tmp_path, monkeypatch):
+    """A copy of the packaged catalogue used as the packaged one, plus a folder whose modules
+    import as selector.backends.* and selector.engines.* (where a recipe's code goes)."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO_CONF, conf, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    monkeypatch.setattr(dirs, "packaged_conf_dir", lambda: conf)
+    code = tmp_path / "code"
+    (code / "backends").mkdir(parents=True)
+    (code / "engines").mkdir()
+    monkeypatch.setattr(selector.backends, "__path__",
+                        list(selector.backends.__path__) + [str(code / "backends")])
+    monkeypatch.setattr(selector.engines, "__path__",
+                        list(selector.engines.__path__) + [str(code / "engines")])
+    _base._catalogue_entries.cache_clear()
+    yield conf, code
+    _base._catalogue_entries.cache_clear()
+    for m in [m for m in sys.modules if m.startswith(("selector.backends.my_", "selector.engines.my_"))]:
+        del sys.modules[m]
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+
+
+def _ok(report):
+    assert report["ok"], report["problems"]
+    return report
+
+
+def _problems(report):
+    return " | ".join(p["problem"] for p in report["problems"])
+
+
+def _warnings(report):
+    return " | ".join(w["warning"] for w in report["warnings"])
+
+
+# -- recipe: add a backend -------------------------------------------------------------------
+
+BACKEND_YAML = """
+    description: "my kernel: the reference path under another name"
+    rank: 95
+    execution: reference
+    entry_point: selector.backends.my_kernel:MyKernelMoE
+    rules:
+      - kind: activation
+        values: [silu]
+        source: "test recipe"
+    engines:
+      vllm:
+        name: null
+        source: "vLLM has no such backend (test recipe)"
+      sglang:
+        name: null
+        source: "SGLang has no such backend (test recipe)"
+    """
+BACKEND_PY = """
+    from .emulation import EmulationMoE
+
+
+    class MyKernelMoE(EmulationMoE):
+        '''The recipe's backend: its name and op come from its file.'''
+    """
+
+
+def _add_backend(conf, code, *, yaml=True, implementation=True, engines=True):
+    text = BACKEND_YAML if engines else BACKEND_YAML.split("    engines:")[0]
+    if yaml:
+        _write(conf / "backend" / "moe" / "my_kernel.yaml", text)
+    if implementation:
+        _write(code / "backends" / "my_kernel.py", BACKEND_PY)
+
+
+def test_recipe_backend(copy):
+    conf, code = copy
+    _add_backend(conf, code)
+    report = _ok(check_tree([], []))
+    assert "my_kernel" in report["backends"]["moe"] and not report["warnings"]
+    d = selector.load(["platform=cpu", "policy.moe_backend=my_kernel"]).default()
+    assert d.selected == "my_kernel"
+    impl = d.instantiate()
+    assert type(impl).__name__ == "MyKernelMoE" and impl.backend == "my_kernel"
+    assert type(impl).backend == "my_kernel"  # derived from the file naming the class
+    # vLLM has no such backend: under engine=vllm it is not_applicable, with the file's source
+    c = selector.load(["platform=cpu", "engine=vllm"]).default().candidate("my_kernel")
+    assert c.status == "not_applicable" and "test recipe" in c.reasons[0].source
+
+
+def test_recipe_backend_missing_steps(copy):
+    conf, code = copy
+    _add_backend(conf, code, yaml=False)  # step 1 missing: the backend file
+    with pytest.raises(SelectorError, match="policy.moe_backend: unknown backend 'my_kernel'"):
+        selector.load(["platform=cpu", "policy.moe_backend=my_kernel"])
+    shutil.rmtree(code / "backends")
+    (code / "backends").mkdir()
+    _add_backend(conf, code, implementation=False)  # step 2 missing: the implementation
+    assert "selector.backends.my_kernel:MyKernelMoE" in _problems(check_tree([], []))
+    _add_backend(conf, code, engines=False)  # step 3 missing: a name per engine
+    report = check_tree([], [])
+    assert "catalogue.moe.my_kernel has no engines.sglang, engines.vllm entry" in \
+        _warnings(report)
+    c = selector.load(["platform=cpu", "engine=vllm"]).default().candidate("my_kernel")
+    assert c.status == "not_applicable" and "has no engines.vllm entry" in c.reasons[0].message
+
+
+# -- recipe: add a rule kind -----------------------------------------------------------------
+
+def test_recipe_rule_kind(copy, toolkit_kind):
+    conf, _ = copy
+    path = conf / "backend" / "moe" / "flashinfer_cutlass.yaml"
+    path.write_text(path.read_text().replace("rules:\n", (
+        "rules:\n  - kind: toolkit_test\n    package: nvidia-cuda-nvcc\n"
+        '    specifier: ">=12.8"\n    source: "test recipe"\n'), 1))
+    _ok(check_tree([], []))
+    d = selector.load(["platform=b200", "stack=flashinfer_0_7_4"]).default()
+    c = d.candidate("flashinfer_cutlass")
+    assert c.status == "rejected" and "toolkit_test" in [r.rule for r in c.reasons]
+
+
+def test_recipe_rule_kind_missing_step(copy):
+    """Without the registered class, check names the unknown kind and the registered ones."""
+    conf, _ = copy
+    path = conf / "backend" / "moe" / "flashinfer_cutlass.yaml"
+    path.write_text(path.read_text().replace("rules:\n", (
+        "rules:\n  - kind: toolkit_test\n    package: nvidia-cuda-nvcc\n"
+        '    source: "test recipe"\n'), 1))
+    assert "unknown rule kind 'toolkit_test'" in _problems(check_tree([], []))
+
+
+# -- recipe: add an engine -------------------------------------------------------------------
+
+ENGINE_YAML = """
+    # myengine: the engine's own file (name, label, flags, source)
+    name: myengine
+    label: "MyEngine 1.0"
+    moe_flag: "--moe-kernel"
+    linear_flag: "--gemm-kernel"
+    source: "MyEngine 1.0 cli.py (test recipe)"
+    """
+ADAPTER_PY = """
+    '''MyEngine's adapter: a decision made with engine=myengine as its command line.'''
+    from selector.errors import SelectorError
+
+
+    def server_args(*decisions):
+        out = []
+        for d in decisions:
+            if d.engine is None or d.engine["name"] != "myengine":
+                raise SelectorError("the decision was not made for MyEngine: engine=myengine")
+            out.extend(d.engine["flags"])
+        return out
+    """
+
+
+def _name_in_backend_files(conf, skip=()):
+    """Step 3: a name (or null) per backend file, with its source."""
+    for f in sorted((conf / "backend").glob("*/*.yaml")):
+        if f.stem in skip:
+            continue
+        name = f.stem if f.stem in ("flashinfer_cutlass", "emulation") else "null"
+        f.write_text(f.read_text() + f"  myengine:\n    name: {name}\n"
+                     f'    source: "MyEngine 1.0 kernels.py (test recipe)"\n')
+
+
+def test_recipe_engine(copy):
+    conf, code = copy
+    _write(conf / "engine" / "myengine.yaml", ENGINE_YAML)
+    _write(code / "engines" / "my_engine.py", ADAPTER_PY)
+    _name_in_backend_files(conf)
+    report = _ok(check_tree([], []))
+    assert not report["warnings"] or "myengine" not in _warnings(report)
+    sel = selector.load(["platform=b200", "stack=flashinfer_0_7_4", "engine=myengine"])
+    d = sel.default()
+    assert d.selected == "flashinfer_cutlass"
+    assert d.candidate("flashinfer_trtllm").status == "not_applicable"
+    from selector.engines import my_engine
+    assert my_engine.server_args(d) == ["--moe-kernel", "flashinfer_cutlass"]
+
+
+def test_recipe_engine_missing_steps(copy):
+    conf, code = copy
+    _name_in_backend_files(conf)  # step 1 missing: the engine file
+    assert "catalogue.linear.b12x.engines: unknown engine 'myengine'" in \
+        _problems(check_tree([], []))
+    _write(conf / "engine" / "myengine.yaml", ENGINE_YAML)
+    _ok(check_tree([], []))
+    with pytest.raises(ImportError):  # step 2 missing: the adapter
+        __import__("selector.engines.my_engine")
+    shutil.rmtree(conf / "backend")
+    shutil.copytree(REPO_CONF / "backend", conf / "backend")
+    _name_in_backend_files(conf, skip=("marlin",))  # step 3 missing in one file
+    assert "catalogue.moe.marlin has no engines.myengine entry" in _warnings(check_tree([], []))
+
+
+# -- recipe: add a stack preset --------------------------------------------------------------
+
+STACK_YAML = """
+    # @package platform
+    # What `pip install myengine==1.0` installs (test recipe).
+    stack: {family: myengine, version: "1.0"}
+    cuda: "13.0"
+    packages:
+      flashinfer-python: "0.7.4"
+      nvidia-cutlass-dsl: "4.8.1"
+    """
+
+
+def test_recipe_stack_preset(copy):
+    conf, _ = copy
+    _write(conf / "stack" / "myengine_1_0.yaml", STACK_YAML)
+    report = _ok(check_tree([], []))
+    assert "myengine_1_0" not in _warnings(report)
+    d = selector.load(["platform=b200", "stack=myengine_1_0"]).default()
+    assert d.platform["packages"]["flashinfer-python"] == "0.7.4"
+    assert d.selected == "flashinfer_trtllm"
+    bare = selector.load(["platform=b200"]).default()  # offered by the no-packages hint
+    assert "stack=myengine_1_0" in bare.hint
+
+
+def test_recipe_stack_preset_missing_steps(copy):
+    conf, _ = copy
+    body = STACK_YAML.replace("    # @package platform\n", "")
+    _write(conf / "stack" / "myengine_1_0.yaml", body)  # the header missing
+    problems = _problems(check_tree([], []))
+    assert "stack=myengine_1_0: has no '# @package' header" in problems
+    assert "accepted header: '# @package platform'" in problems and "none or" not in problems
+    _write(conf / "stack" / "myengine_1_0.yaml",  # its `stack:` data missing
+           STACK_YAML.replace('    stack: {family: myengine, version: "1.0"}\n', ""))
+    assert "stack=myengine_1_0 has no `stack: {family: ..., version: ...}`" in \
+        _warnings(_ok(check_tree([], [])))
+    _write(conf / "stack" / "myengine_1_0.yaml",  # its version missing
+           STACK_YAML.replace(', version: "1.0"', ""))
+    assert "stack.version" in _problems(check_tree([], []))
+
+
+# -- recipe: add a quantization scheme -------------------------------------------------------
+
+def _implement(conf, scheme):
+    """Step 2: the scheme in `implements:` of a backend file that runs it (marlin's W4A16
+    kernels serve MXFP4 weights too: vLLM 0.32.0 quantization/utils/marlin_utils_fp4.py)."""
+    path = conf / "backend" / "moe" / "marlin.yaml"
+    path.write_text(path.read_text().replace(
+        "execution: weight_only\n", f"execution: weight_only\nimplements: [nvfp4, nvfp4_w4a16, "
+        f"{scheme}]\n", 1))
+
+
+def test_recipe_quantization_scheme(copy):
+    conf, _ = copy
+    _implement(conf, "mxfp4")
+    _ok(check_tree([], []))
+    d = selector.load(["platform=h100", "stack=vllm_0_32", "layer.quant=mxfp4"]).default()
+    assert d.selected == "marlin"
+    assert d.candidate("flashinfer_cutlass").status == "not_applicable"
+
+
+def test_recipe_quantization_scheme_missing_steps(copy):
+    conf, _ = copy
+    # step 2 missing: no backend implements it, and each says so
+    d = selector.load(["platform=h100", "stack=vllm_0_32", "layer.quant=mxfp4"]).default()
+    assert d.selected is None and d.outcome == "unsupported_layer"
+    assert "implements nvfp4, nvfp4_w4a16 layers, not mxfp4" in \
+        d.candidate("marlin").reasons[0].message
+    # step 1 missing: a scheme outside the vocabulary is refused, naming where it is added
+    _implement(conf, "nvfp4_w4a8")
+    problems = _problems(check_tree([], []))
+    assert "catalogue.moe.marlin.implements: unknown value 'nvfp4_w4a8'" in problems
+    assert "selector/schema.py (QUANTS)" in problems
+
+
+def test_each_documented_recipe_is_tried_here():
+    """docs/architecture.md's recipes are these five, and each names a test of this file."""
+    import re
+
+    from helpers import REPO
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    assert re.findall(r"^### Add (?:a|an) (.+)$", doc, re.M) == [
+        "backend", "rule kind", "engine", "stack preset", "quantization scheme"]
+    tried = re.findall(r"Tried in `(test_\w+)`", doc)
+    assert len(tried) >= 5 and all(callable(globals().get(t)) for t in tried), tried
+
+
+def test_a_backend_file_declares_its_own_probes(copy):
+    """Step 1 of the backend recipe may declare the backend's deep probes in the file itself
+    (no edit of probe_specs.py): one runs in-process, one in a child process."""
+    from selector import probe_specs, probing
+    conf, code = copy
+    _add_backend(conf, code)
+    path = conf / "backend" / "moe" / "my_kernel.yaml"
+    path.write_text(path.read_text().replace("rules:\n", textwrap.dedent('''\
+        probes:
+          - name: my_kernel.module_shadowing
+            func: selector.backends.probes.metadata_probes:module_shadowing
+            description: "a top-level b12x module belongs to the b12x distribution"
+            source: "test recipe"
+          - name: my_kernel.triton
+            func: selector.backends.probes.import_probes:triton_importable
+            imports: [json]
+            description: "import triton works"
+            source: "test recipe"
+        rules:
+        '''), 1))
+    try:
+        _ok(check_tree([], []))
+        sel = selector.load(["platform=cpu", "policy.moe_backend=my_kernel"])
+        assert sel.catalogue.get("moe", "my_kernel").probes == (
+            "my_kernel.module_shadowing", "my_kernel.triton")
+        found = probing.run_probes(["my_kernel.module_shadowing", "my_kernel.triton"]).findings
+        assert found["my_kernel.module_shadowing"].group == "metadata"
+        child = found["my_kernel.triton"]
+        assert child.group == "import:json" and "unknown probe" not in child.message
+        assert "triton" in child.message  # the declared function ran in the child
+    finally:
+        probe_specs.DECLARED.pop("my_kernel.module_shadowing", None)
+        probe_specs.DECLARED.pop("my_kernel.triton", None)
+    # a declaration without its function is refused, naming the key
+    path.write_text(path.read_text().replace(
+        "    func: selector.backends.probes.metadata_probes:module_shadowing\n", ""))
+    assert "catalogue.moe.my_kernel.probes[0].func" in _problems(check_tree([], []))
+    probe_specs.DECLARED.pop("my_kernel.triton", None)

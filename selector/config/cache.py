@@ -21,11 +21,11 @@ from ..errors import SelectorError
 from .dirs import ConfigTree
 from .safe_yaml import check_plain, read_config_bytes
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3  # 3: the tree's engine names (data["engines"])
 MAX_ENTRIES = 256  # about 60 KB each: at most ~15 MB on disk
 MAX_ENTRY_BYTES = 8 * 1024 * 1024
 _TOP_KEYS = frozenset(f for f in schema.SelectorConf.__dataclass_fields__) | {"catalogue",
-                                                                             "explicit"}
+                                                                             "explicit", "engines"}
 
 
 def fingerprint(tree: ConfigTree, overrides: Sequence[str]) -> str:
@@ -103,9 +103,9 @@ def check_shape(data: Dict[str, Any]) -> None:
             all(isinstance(v, dict) and all(isinstance(c, dict) for c in v.values())
                 for v in cat.values())):
         raise SelectorError("composed config: the catalogue is not {op: {name: mapping}}")
-    if not (isinstance(data["explicit"], list) and
-            all(isinstance(x, str) for x in data["explicit"])):
-        raise SelectorError("composed config: explicit is not a list of keys")
+    for k in ("explicit", "engines"):
+        if not (isinstance(data[k], list) and all(isinstance(x, str) for x in data[k])):
+            raise SelectorError(f"composed config: {k} is not a list of names")
     check_plain(data, "")
 
 

@@ -119,6 +119,7 @@ def compose(tree: ConfigTree, overrides: Sequence[object],
     lint_tree(tree)
     data = _compose_with_hydra(tree, overrides)
     data["catalogue"] = read_catalogue(tree)
+    data["engines"] = tree.group_options("engine")  # the engines backend files may name
     data["explicit"] = sorted({o.partition("=")[0].lstrip("+") for o in overrides
                                if o.partition("=")[0].lstrip("+") in _DETECTED_KEYS})
     check_plain(data, "")

@@ -8,7 +8,7 @@ runs the same functions as `explain`, so the two agree.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, cast
+from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from .. import schema
 from ..errors import SelectorError, bad_input
@@ -50,9 +50,16 @@ def _lint_preset(tree: ConfigTree, group: str, f: Path, data: Any, node: Any) ->
     package = _header_package(f)
     if package not in PACKAGES[group]:
         allowed = ", ".join(f"'# @package {p}'" for p in PACKAGES[group] if p)
+        if None in PACKAGES[group]:
+            allowed = f"none or {allowed}"
+        if package is None:  # a stack preset writes into platform: it needs the header
+            raise SelectorError(f"{f}: {group}={f.stem}: has no '# @package' header; a {group} "
+                                f"preset changes {PACKAGES[group][-1]}.* and must start with "
+                                f"{allowed} (accepted header: {allowed})", key=f"{group}={f.stem}",
+                                where=str(f))
         raise bad_input(f"{group}={f.stem}", f"@package {package}", "writes outside its own "
                         f"group: a {group} preset may change only {PACKAGES[group][-1]}.* "
-                        f"(accepted header: none or {allowed})", where=str(f))
+                        f"(accepted header: {allowed})", where=str(f))
     if data is not None and not isinstance(data, dict):
         raise SelectorError(f"{f}: a preset file must hold a mapping of keys, not "
                             f"{type(data).__name__}", where=str(f))
@@ -165,3 +172,26 @@ def validate_presets(tree: ConfigTree) -> None:
     for group, options in tree.presets.items():
         for name in sorted(options):
             validate_preset(options[name], group)
+
+
+def stack_presets(tree: ConfigTree) -> List[Tuple[str, Dict[str, Any]]]:
+    """(name, its `stack:` data: family, version, default) of each stack preset that
+    describes one (`none` describes none), in name order. Read as plain data, no Hydra."""
+    out = []
+    for name, path in sorted(tree.presets.get("stack", {}).items()):
+        _, data = load_document(path)
+        meta = (data or {}).get("stack") if isinstance(data, dict) else None
+        if meta is not None:
+            out.append((name, schema.validate(schema.StackConf, meta, f"stack={name}.stack",
+                                              str(path))))
+    return out
+
+
+def default_stack(tree: ConfigTree) -> str:
+    """The stack preset marked `stack: {default: true}` (what `matrix` uses without --stack)."""
+    marked = [n for n, meta in stack_presets(tree) if meta["default"]]
+    if len(marked) != 1:
+        raise SelectorError(f"stack presets: exactly one must be marked `stack: {{default: "
+                            f"true}}` (the matrix's default stack); marked: "
+                            f"{', '.join(marked) or 'none'}")
+    return marked[0]

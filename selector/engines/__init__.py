@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .. import schema
 from ..errors import bad_input, bad_value
 from ..rules import Reason, Rule, compile_rule
 
+# The engines of the packaged tree (conf/engine/*.yaml). A run takes the list from its config
+# tree instead (composer: data["engines"]), so a new engine is its file, not an edit here.
 ENGINES = ("none", "vllm", "sglang")
-ENTRY_KEYS = ("name", "env", "source", "rules")
+ENTRY_KEYS = tuple(f.name for f in dataclasses.fields(schema.EngineEntryConf))
 
 
 @dataclass(frozen=True)
@@ -47,56 +50,43 @@ class EngineEntry:
     rules: Tuple[Rule, ...] = ()
 
 
-def make_engine(conf: Optional[Mapping[str, Any]]) -> Engine:
-    conf = conf or {}
-    name = conf.get("name", "none")
-    if name not in ENGINES:
-        raise bad_value("engine", name, ENGINES, what="engine")
+def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINES) -> Engine:
+    """The chosen engine from its config file (`conf/engine/<name>.yaml`); `known`: the
+    engine files of the config tree (their names are the engines backend files may name)."""
+    v = schema.validate(schema.EngineConf, conf or {}, "engine")
+    name = v["name"]
+    accepted = tuple(dict.fromkeys(("none",) + tuple(known)))
+    if name not in accepted:
+        raise bad_value("engine", name, accepted, what="engine")
     if name == "none":
         return NO_ENGINE
-    return Engine(name, str(conf.get("label") or name),
-                  (("moe", conf.get("moe_flag")), ("linear", conf.get("linear_flag"))),
-                  str(conf.get("source") or ""),
-                  tuple(sorted((str(k), str(v)) for k, v in (conf.get("outside") or {}).items())))
+    return Engine(name, str(v["label"] or name),
+                  (("moe", v["moe_flag"]), ("linear", v["linear_flag"])), str(v["source"]),
+                  tuple(sorted((str(k), str(x)) for k, x in v["outside"].items())))
 
 
-def parse_entries(conf: Any, key: str, file: str) -> Tuple[Tuple[str, EngineEntry], ...]:
-    """A backend file's `engines:` section, validated: ((engine, entry), ...)."""
+def parse_entries(conf: Any, key: str, file: str, known: Sequence[str] = ENGINES
+                  ) -> Tuple[Tuple[str, EngineEntry], ...]:
+    """A backend file's `engines:` section, validated against schema.EngineEntryConf:
+    ((engine, entry), ...). `known`: the engines of the config tree."""
     if conf is None:
         return ()
     if not isinstance(conf, Mapping):
         raise bad_input(key, conf, "is not a mapping of engine name to entry", where=file)
+    accepted = tuple(e for e in known if e != "none")
     out: List[Tuple[str, EngineEntry]] = []
-    for engine, entry in conf.items():
+    for engine, raw in conf.items():
+        if engine not in accepted:
+            raise bad_value(key, engine, accepted, what="engine", where=file)
         where = f"{key}.{engine}"
-        if engine not in ENGINES[1:]:
-            raise bad_value(key, engine, ENGINES[1:], what="engine", where=file)
-        if not isinstance(entry, Mapping):
-            raise bad_input(where, entry, "is not a mapping (name, source, env, rules)",
-                            where=file)
-        for k in entry:
-            if k not in ENTRY_KEYS:
-                raise bad_value(where, k, ENTRY_KEYS, what="key", where=file)
-        name = entry.get("name")
-        if name is not None and (not isinstance(name, str) or not name.strip()):
-            raise bad_input(f"{where}.name", name, "is not a backend name (or null: the "
+        v = schema.validate(schema.EngineEntryConf, raw, where, file)
+        if v["name"] is not None and not v["name"].strip():
+            raise bad_input(f"{where}.name", v["name"], "is not a backend name (or null: the "
                             "engine has no such backend)", where=file)
-        source = entry.get("source")
-        if not isinstance(source, str) or not source.strip():
-            raise bad_input(f"{where}.source", source, "is required: cite the engine file or "
-                            "release that names this backend", where=file)
-        env = entry.get("env") or {}
-        if not isinstance(env, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, (str, int)) for k, v in env.items()):
-            raise bad_input(f"{where}.env", env, "is not a mapping of variable to value",
-                            where=file)
-        rules = entry.get("rules") or []
-        if not isinstance(rules, list):
-            raise bad_input(f"{where}.rules", rules, "is not a list of rules", where=file)
         compiled = tuple(compile_rule(r, f"{where}.rules[{i}]", file)
-                         for i, r in enumerate(rules))
-        out.append((engine, EngineEntry(name, source, tuple((k, str(v)) for k, v in
-                                                             sorted(env.items())), compiled)))
+                         for i, r in enumerate(v["rules"]))
+        out.append((engine, EngineEntry(v["name"], v["source"], tuple(
+            (k, str(x)) for k, x in sorted(v["env"].items())), compiled)))
     return tuple(out)
 
 
