@@ -15,13 +15,23 @@ bucket (num_tokens) and keeps the answers.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import engines
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
-from .rules import OPT_IN, Reason, Rule, VerifyFailure, VerifyRule
+from .rules import (
+    EngineRule,
+    ExcludeRule,
+    ImplementsRule,
+    OptInRule,
+    ProbeRule,
+    Reason,
+    Rule,
+    VerifyFailure,
+    VerifyRule,
+)
 from .schema import Layer, Status
 
 MEMO_SIZE = 4096  # verdicts kept; a full memo starts over (bounded memory)
@@ -29,9 +39,9 @@ NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not cr
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
 
 
-EXCLUDED = Reason("exclude", "policy.exclude names it: never chosen",
-                  "policy.exclude (this run's configuration)", "are excluded by policy.exclude")
+EXCLUDE_SOURCE = "policy.exclude (this run's configuration)"
 _ELIGIBLE, _OPT_IN, _SELECTED = Status.ELIGIBLE, Status.OPT_IN, Status.SELECTED
+_WEIGHT = {s: i for i, s in enumerate(Status)}  # the stronger failure status wins
 
 
 class Verdict(NamedTuple):
@@ -43,13 +53,17 @@ class Verdict(NamedTuple):
 
 
 class _Plan(NamedTuple):
-    """What a backend's rules give on this platform whatever the layer, and what is left."""
-    failures: Tuple[Reason, ...]
-    warnings: Tuple[Reason, ...]
-    layer_rules: Tuple[Rule, ...]  # platform part holds; the layer decides
+    """A backend's rules for this run, in evaluation order: the rules that read no layer field
+    are decided once, when the run is planned (a failing one is kept as its Reason, a passing
+    one dropped), and the rest read the layer."""
+    steps: Tuple[Union[Reason, Rule], ...]
+    platform: Tuple[Reason, ...]  # the platform-decided failures and warnings
     preference: Tuple[Preference, ...]  # platform part holds; the layer decides
-    opt_in: Tuple[Reason, ...]
-    project: Callable[[Layer], Any]  # the layer fields the above read: the memo key
+    project: Callable[[Layer], Any]  # the layer fields the steps read: the memo key
+
+
+def _nothing(layer: Layer) -> None:
+    return None
 
 
 def no_packages_hint(platform: Any, stacks: Sequence[str]) -> str:
@@ -78,11 +92,36 @@ def _not_implemented(layer: Layer, reasons: Tuple[Reason, ...]) -> str:
     return f": does not implement {layer.quant} {layer.op} layers"
 
 
-def opt_in_reason(b: BackendSpec) -> Tuple[Reason, ...]:
-    if b.opt_in is None:
-        return ()
-    return (Reason(OPT_IN, b.opt_in.reason, b.opt_in.source, "are opt-in", "error",
-                   f"catalogue.{b.op}.{b.name}.opt_in"),)
+def planned_rules(b: BackendSpec, run: RunConfig,
+                  probes: Optional[Mapping[str, Tuple[bool, str]]],
+                  verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]]
+                  ) -> Tuple[Rule, ...]:
+    """A backend's rules for this run, in evaluation order: the engine's availability and
+    `implements` (each final), `policy.exclude`, the backend's opt-in (unless
+    policy.allow_opt_in admits it), its declared rules, failed deep probes, failed
+    verification."""
+    key = f"catalogue.{b.op}.{b.name}"
+    if b.unavailable is not None:  # the engine (engine=...) does not offer it: nothing else
+        u = b.unavailable
+        return (EngineRule.planned(f"{key}.engines", b.file, u.source, why=u.message,
+                                   need=u.need),)
+    out: List[Rule] = [ImplementsRule.planned(f"{key}.implements", b.file,
+                                              NOT_IMPLEMENTED_SOURCE, values=b.implements)]
+    policy = run.policy
+    if b.name in policy.exclude:
+        out.append(ExcludeRule.planned("policy.exclude", "policy", EXCLUDE_SOURCE))
+    admitted = b.name in policy.allow_opt_in
+    if b.opt_in is not None and not admitted:
+        out.append(OptInRule.planned(f"{key}.opt_in", b.file, b.opt_in.source,
+                                     message=b.opt_in.reason))
+    out.extend(r for r in b.rules if not (admitted and r.status is _OPT_IN))
+    out.extend(ProbeRule.planned(f"{key}.probes", "selector doctor --deep",
+                                 f"selector doctor --deep (probe {name})", probe=name,
+                                 finding=probes[name][1])
+               for name in b.probes if probes and name in probes and not probes[name][0])
+    if verify and verify.get((b.op, b.name)):
+        out.append(VerifyRule.measured(b.op, b.name, verify[b.op, b.name]))
+    return tuple(out)
 
 
 class Resolver:
@@ -105,9 +144,10 @@ class Resolver:
         self._specs = {(b.op, b.name): b for bs in run.catalogue.backends.values() for b in bs}
         for op, backends in run.catalogue.backends.items():
             for b in backends:
+                steps: List[Union[Reason, Rule]] = []
                 fixed: List[Reason] = []
                 layered: List[Rule] = []
-                for rule in b.rules:
+                for rule in planned_rules(b, run, probes, verify):
                     if not rule.when.platform_holds(facts):
                         continue
                     if rule.all_layer_fields:
@@ -116,21 +156,17 @@ class Resolver:
                     reason = rule.evaluate(None, facts)
                     if reason is not None:
                         fixed.append(reason)
-                explicit = tuple(r for r in fixed if r.rule == OPT_IN)  # explicit_only rules
-                fixed = [r for r in fixed if r.rule != OPT_IN]
-                fixed.extend(
-                    Reason("feature", f"deep probe {name} failed: {probes[name][1]}",
-                           f"selector doctor --deep (probe {name})", f"fail probe {name}")
-                    for name in b.probes if probes and name in probes and not probes[name][0])
-                if verify and verify.get((op, b.name)):
-                    layered.append(VerifyRule.measured(op, b.name, verify[op, b.name]))
+                # order: final rules first (a failure is the only reason), then what the
+                # platform decided, then the layer's rules
+                first = [r for r in layered if r.final]
+                steps = [*first, *fixed, *(r for r in layered if not r.final)]
+                if any(r.final for r in fixed):  # the engine does not offer it
+                    steps = [next(r for r in fixed if r.final)]
                 prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
-                read = {"quant"}.union(*(r.all_layer_fields for r in layered),
-                                       *(pr.when.layer_fields for pr in prefs))
-                self._plans[op, b.name] = _Plan(
-                    tuple(r for r in fixed if r.severity != "warning"),
-                    tuple(r for r in fixed if r.severity == "warning"), tuple(layered),
-                    prefs, opt_in_reason(b) + explicit, attrgetter(*sorted(read)))
+                read = set().union(*(r.all_layer_fields for r in steps if isinstance(r, Rule)),
+                                   *(pr.when.layer_fields for pr in prefs))
+                self._plans[op, b.name] = _Plan(tuple(steps), tuple(fixed), prefs,
+                                                attrgetter(*sorted(read)) if read else _nothing)
         # A backend's verdict and rank depend only on the layer fields its rules and preference
         # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
         # differ elsewhere (num_tokens, sizes no rule checks) share them.
@@ -141,36 +177,41 @@ class Resolver:
                          ) -> Tuple[Tuple[Reason, ...], Tuple[Reason, ...], Tuple[Reason, ...]]:
         """(failures, opt-in, warnings) of a backend on this platform whatever the layer: the
         rules without layer terms, and failed probes (`selector doctor`)."""
-        plan = self._plans[op, name]
-        return plan.failures, plan.opt_in, plan.warnings
+        fixed = self._plans[op, name].platform
+        return (tuple(r for r in fixed if r.severity != "warning" and r.status is not _OPT_IN),
+                tuple(r for r in fixed if r.severity != "warning" and r.status is _OPT_IN),
+                tuple(r for r in fixed if r.severity == "warning"))
 
     def evaluate(self, b: BackendSpec, layer: Layer) -> Verdict:
-        """Filter: the backend's status for this layer, with every failed rule."""
-        if b.unavailable is not None:  # the engine (engine=...) does not offer it
-            return Verdict(Status.NOT_APPLICABLE, (b.unavailable,), ())
-        if layer.quant not in b.implements:
-            return Verdict(Status.NOT_APPLICABLE, (Reason(
-                "quant", f"implements {', '.join(b.implements)} layers, not {layer.quant}; "
-                "automatic selection decides for this layer", NOT_IMPLEMENTED_SOURCE,
-                f"do not implement {layer.quant}"),), ())
-        plan = self._plans[b.op, b.name]
-        failures, warnings = plan.failures, plan.warnings
-        found = [r for rule in plan.layer_rules if rule.when.layer_holds(layer)
-                 for r in (rule.evaluate(layer, self._facts),) if r is not None]
-        if found:
-            failures += tuple(r for r in found if r.severity != "warning")
-            warnings += tuple(r for r in found if r.severity == "warning")
-        if b.name in self.run.policy.exclude:
-            failures = (EXCLUDED,) + failures
-        if failures:
-            # A backend that does not serve the layer's quant scheme does not implement the
-            # layer: an explicit request for it falls to automatic selection (CONTRACT.md).
-            if any(r.rule == "quant" for r in failures):
-                return Verdict(Status.NOT_APPLICABLE, failures, warnings)
-            return Verdict(Status.REJECTED, failures, warnings)
-        if plan.opt_in and b.name not in self.run.policy.allow_opt_in:
-            return Verdict(Status.OPT_IN, plan.opt_in, warnings)
-        return Verdict(Status.ELIGIBLE, (), warnings)
+        """Filter: one loop over the backend's planned rules. Each failure carries the status
+        its rule kind gives; the strongest one is the backend's (not_applicable over rejected
+        over opt_in), with every failed rule of that standing; a final failure ends the loop
+        as the only reason. Warnings never fail a backend."""
+        facts = self._facts
+        failures: List[Reason] = []
+        warnings: List[Reason] = []
+        for step in self._plans[b.op, b.name].steps:
+            if isinstance(step, Reason):  # decided when the run was planned
+                r = step
+            elif step.when.layer_holds(layer):
+                got = step.evaluate(layer, facts)
+                if got is None:
+                    continue
+                r = got
+            else:
+                continue
+            if r.severity == "warning":
+                warnings.append(r)
+            elif r.final:
+                return Verdict(r.status, (r,), ())
+            else:
+                failures.append(r)
+        if not failures:
+            return Verdict(_ELIGIBLE, (), tuple(warnings))
+        status = max((r.status for r in failures), key=_WEIGHT.__getitem__)
+        if status is not _OPT_IN:  # opt-in matters only to a backend that could run
+            failures = [r for r in failures if r.status is not _OPT_IN]
+        return Verdict(status, tuple(failures), tuple(warnings))
 
     def preference(self, b: BackendSpec, layer: Layer) -> Tuple[int, Optional[Preference]]:
         """Order: the rank of the first preference entry that holds, else the base rank."""

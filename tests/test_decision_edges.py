@@ -496,4 +496,4 @@ def test_a_failed_deep_probe_rejects_its_backend_with_the_finding():
     c = d.candidate("flashinfer_b12x")
     assert d.selected is None and c.status == "rejected"
     assert [(r.rule, r.message) for r in c.reasons] == [
-        ("feature", "deep probe flashinfer.b12x_moe failed: ImportError: no triton")]
+        ("probe", "deep probe flashinfer.b12x_moe failed: ImportError: no triton")]

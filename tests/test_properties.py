@@ -219,7 +219,7 @@ def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
         failures.append(r.to_dict())
     for name in b.probes:
         if probes and name in probes and not probes[name][0]:
-            failures.append({"rule": "feature", "probe": name})
+            failures.append({"rule": "probe", "probe": name})
     if failures:
         if any(r["rule"] == "quant" for r in failures):
             return "not_applicable", failures
