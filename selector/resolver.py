@@ -21,6 +21,7 @@ from . import engines
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
+from .notes import Note, note
 from .rules import (
     EngineRule,
     ExcludeRule,
@@ -66,11 +67,11 @@ def _nothing(layer: Layer) -> None:
     return None
 
 
-def no_packages_hint(platform: Any, stacks: Sequence[str]) -> str:
-    """The one line a hardware preset without software gets: which `stack=` presets (the
-    newest of each family) or `platform.packages.<dist>=` overrides would describe it."""
+def no_packages_hint(platform: Any, stacks: Sequence[str]) -> Optional[Note]:
+    """The note a hardware preset without software gets: which `stack=` presets (the newest
+    of each family) or `platform.packages.<dist>=` overrides would describe it."""
     if platform.source == "detected" or any(v is not None for _, v in platform.packages):
-        return ""
+        return None
     newest: Dict[str, Tuple[Any, str]] = {}
     for name in stacks:
         family, _, ver = name.partition("_")
@@ -79,17 +80,12 @@ def no_packages_hint(platform: Any, stacks: Sequence[str]) -> str:
         mine = (tuple(int(p) if p.isdigit() else -1 for p in ver.split("_")), name)
         newest[family] = max(newest.get(family, mine), mine)  # ties: the greater name
     engines = sorted(newest, key=lambda f: (f not in ("vllm", "sglang"), f))
-    adds = [f"stack={newest[f][1]}" for f in engines]
-    return ("this platform lists no packages, so every backend that needs one is rejected: add "
-            + ", ".join(adds) + " or platform.packages.<dist>=VERSION")
+    return note("no_packages", add=tuple(f"stack={newest[f][1]}" for f in engines))
 
 
-def _not_implemented(layer: Layer, reasons: Tuple[Reason, ...]) -> str:
-    """Why a requested backend does not serve this layer: the engine's own reason, or the op
-    and quant scheme."""
-    if reasons and reasons[0].rule == "engine":
-        return f": {reasons[0].message}"
-    return f": does not implement {layer.quant} {layer.op} layers"
+def _reason(r: Reason) -> Dict[str, str]:
+    """A reason as note data."""
+    return {"rule": r.rule, "message": r.message, "source": r.source}
 
 
 def planned_rules(b: BackendSpec, run: RunConfig,
@@ -139,7 +135,7 @@ class Resolver:
         p = run.platform
         self._label = p.preset if p.source != "detected" else \
             f"detected {p.gpu_name}" if p.gpu_name else "detected"
-        self._platform_notes = tuple(f"platform: {n}" for n in p.detection)
+        self._platform_notes = tuple(note("platform", detail=n) for n in p.detection)
         self._plans: Dict[Tuple[str, str], _Plan] = {}
         self._specs = {(b.op, b.name): b for bs in run.catalogue.backends.values() for b in bs}
         for op, backends in run.catalogue.backends.items():
@@ -237,110 +233,98 @@ class Resolver:
         judge = self.judged
         ranked = sorted([(j[1][0], b.name, j, b) for b in run.catalogue.backends[layer.op]
                          for j in (judge(b, layer),)])
-        backends = [row[3] for row in ranked]
         prefs = {name: j[1] for _, name, j, _ in ranked}
         evaluated = {name: j[0] for _, name, j, _ in ranked}
         auto = next((name for _, name, j, _ in ranked if j[0].status is _ELIGIBLE), None)
         selected, notes = self._requested(layer, requested, evaluated, auto)
         candidates, warned = [], []
-        for b in backends:
-            status, reasons, warnings = evaluated[b.name]
+        for _, name, (verdict, _), b in ranked:
+            status, reasons, warnings = verdict
             for w in warnings:
-                notes.append(f"{b.name}: {w.message} ({w.source})")
-                warned.append((b.name, w))
-            candidates.append(Candidate(b.name, _SELECTED if b.name == selected else status,
+                notes.append(note("rule_warning", name, **_reason(w)))
+                warned.append((name, w))
+            candidates.append(Candidate(name, _SELECTED if name == selected else status,
                                         reasons, b.entry_point))
         if selected is not None and selected == auto:
             notes.extend(self._preference_notes(layer, selected, candidates, prefs))
         notes.extend(self._closing_notes(layer, requested, selected, candidates))
         notes.extend(self._platform_notes)
+        if self._hint is not None:
+            notes.insert(0, self._hint)
         values = layer.__dict__
         return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, ",".join(requested),
                         selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
-                        engines.view(run.engine, run.catalogue, layer.op, selected),
-                        hint=self._hint)
+                        engines.view(run.engine, run.catalogue, layer.op, selected))
 
     def _requested(self, layer: Layer, requested: Tuple[str, ...],
                    evaluated: Dict[str, Verdict], auto: Optional[str]
-                   ) -> Tuple[Optional[str], List[str]]:
+                   ) -> Tuple[Optional[str], List[Note]]:
         """Apply `policy.<op>_backend`: the first usable backend of the ordered request wins;
         one that does not implement the layer is skipped; none usable is refused under strict,
         else automatic selection decides."""
         key = f"policy.{layer.op}_backend"
-        notes: List[str] = []
-        failing: List[Tuple[str, int]] = []  # (backend, failed rules)
+        notes: List[Note] = []
+        failing: List[Dict[str, Any]] = []  # {backend, failed rules}
         for name in requested:
             if name == "auto":
                 return auto, notes
             status, reasons, _ = evaluated[name]
             if status == Status.NOT_APPLICABLE:
-                notes.append(f"{key}: {name}{_not_implemented(layer, reasons)}; skipped")
+                notes.append(note("request_skipped", name, key=key, reason=_reason(reasons[0])))
             elif status in (Status.ELIGIBLE, Status.OPT_IN):
                 return name, notes
             else:
-                failing.append((name, len(reasons)))
-        asked = f"{key}={','.join(requested)}"
+                failing.append({"backend": name, "failed": len(reasons)})
+        asked = {"key": key, "requested": requested}
         if not failing:  # nothing requested implements this layer: automatic selection decides
-            what = (_not_implemented(layer, evaluated[requested[0]].reasons)
-                    if len(requested) == 1 else
-                    f": does not implement {layer.quant} {layer.op} layers")
-            notes[:] = [f"{asked}{what}; automatic selection chose {auto or 'nothing'} for "
-                        "this layer"]
-            return auto, notes
-        what = (f"{asked} was requested but fails {failing[0][1]} rule(s)"
-                if len(requested) == 1 else f"{asked} was requested but each fails: "
-                + ", ".join(f"{name} {n} rule(s)" for name, n in failing))
+            first = evaluated[requested[0]].reasons
+            return auto, [note("request_not_applicable", None, **asked, chose=auto,
+                               reason=_reason(first[0]) if len(requested) == 1 else None,
+                               quant=layer.quant, op=layer.op)]
         if self.run.policy.strict:
-            notes.append(what + "; policy.strict=true refuses to fall back"
-                         + (f" (with policy.strict=false: {auto})" if auto else ""))
+            notes.append(note("request_refused", failing[0]["backend"], **asked,
+                              failing=tuple(failing), fallback=auto))
             return None, notes
-        notes.append(f"{what}; policy.strict=false: fell back to {auto or 'nothing'}")
+        notes.append(note("fallback", failing[0]["backend"], **asked, failing=tuple(failing), chose=auto))
         return auto, notes
 
     def _preference_notes(self, layer: Layer, selected: str, candidates: List[Candidate],
-                          prefs: Dict[str, Tuple[int, Optional[Preference]]]) -> List[str]:
+                          prefs: Dict[str, Tuple[int, Optional[Preference]]]) -> List[Note]:
         """Why the winner outranked the other usable candidates (the preference step)."""
         out = []
         chosen = self._specs[layer.op, selected]
         if chosen.opt_in is not None:
-            out.append(f"{selected} is opt-in ({chosen.opt_in.reason}); "
-                       "policy.allow_opt_in admits it to automatic selection")
+            out.append(note("opt_in_admitted", selected, reason=chosen.opt_in.reason,
+                            source=chosen.opt_in.source))
         rank = prefs[selected][0]
         others = [c.backend for c in candidates
                   if c.backend != selected and c.status is _ELIGIBLE]
         if others:
             pref = prefs[selected][1]
-            why = f": {pref.reason} ({pref.source})" if pref else ""
-            out.append(f"preference: {selected} (rank {rank}{why}) outranks "
-                       + ", ".join(f"{n} (rank {prefs[n][0]})" for n in others))
+            out.append(note("preference", selected, rank=rank,
+                            reason=pref.reason if pref else None,
+                            source=pref.source if pref else None,
+                            outranks=tuple({"backend": n, "rank": prefs[n][0]} for n in others)))
         for c in candidates:  # a preference that would have won, were the backend admitted
             pref = prefs[c.backend][1]
             if pref is not None and c.status is _OPT_IN and \
                     (prefs[c.backend][0], c.backend) < (rank, selected):  # the ranking's order
-                out.append(f"{c.backend} could run this layer and was not selected: it is "
-                           f"opt-in, and would rank first ({pref.reason}; {pref.source}); "
-                           f"admit it with policy.allow_opt_in=[{c.backend}]")
+                out.append(note("opt_in_would_win", c.backend, reason=pref.reason,
+                                source=pref.source, rank=prefs[c.backend][0]))
         return out
 
     def _closing_notes(self, layer: Layer, requested: Tuple[str, ...], selected: Optional[str],
-                       candidates: List[Candidate]) -> List[str]:
+                       candidates: List[Candidate]) -> List[Note]:
         if selected is None and requested == ("auto",):
             if all(c.status == Status.NOT_APPLICABLE for c in candidates):
-                return [f"no backend of the catalogue implements {layer.quant} {layer.op} "
-                        "layers: this layer is outside selector's NVFP4 catalogue"]
-            opt = [c.backend for c in candidates if c.status == Status.OPT_IN]
-            return ["no backend can be chosen automatically" +
-                    (f"; opt-in only: {', '.join(opt)} (request one with "
-                     f"policy.{layer.op}_backend=NAME, or admit it with "
-                     f"policy.allow_opt_in=[NAME])" if opt else "")]
+                return [note("unsupported_layer", None, quant=layer.quant, op=layer.op)]
+            return [note("nothing_automatic", None, op=layer.op, opt_in=tuple(
+                c.backend for c in candidates if c.status == Status.OPT_IN))]
         if selected is None:
             return []
         chosen = self._specs[layer.op, selected]
         if chosen.execution == "weight_only" and layer.quant == "nvfp4":
-            return [f"{selected} is weight-only: it serves this W4A4 checkpoint as W4A16 "
-                    f"(activation scales dropped), not native FP4 ({WEIGHT_ONLY_SOURCE})"]
+            return [note("weight_only", selected, source=WEIGHT_ONLY_SOURCE)]
         if chosen.execution == "reference":
-            return [f"{selected} is the reference implementation (dequantize, then matmul): "
-                    "correct but slow; no native NVFP4 kernel can run this layer here"]
+            return [note("reference", selected)]
         return []
-

@@ -289,16 +289,20 @@ def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True
         status = expected[requested][0]
         if status == "not_applicable":
             assert d.selected == auto
-            assert any(requested in n and "does not implement" in n for n in d.notes)
+            assert [n.data["requested"] for n in d.notes_of("request_not_applicable")] == [
+                (requested,)]
         elif status in ("eligible", "opt_in"):
             assert d.selected == requested
         elif policy.strict:  # never silently replaced
             assert d.selected is None
             assert d.candidate(requested).status == "rejected" and d.candidate(requested).reasons
-            assert any("strict=true" in n for n in d.notes)
+            assert [(n.backend, n.severity) for n in d.notes_of("request_refused")] == [
+                (requested, "error")]
         else:
             assert d.selected == auto
-            assert any("fell back" in n for n in d.notes)
+            assert [(n.backend, n.data["chose"]) for n in d.notes_of("fallback")] == [
+                (requested, auto)]
+            assert "fallback" in d.marks
     return out
 
 
