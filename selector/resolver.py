@@ -14,6 +14,7 @@ bucket (num_tokens) and keeps the answers.
 """
 from __future__ import annotations
 
+from bisect import bisect
 from operator import attrgetter
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -43,6 +44,7 @@ WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
 EXCLUDE_SOURCE = "policy.exclude (this run's configuration)"
 _ELIGIBLE, _OPT_IN, _SELECTED = Status.ELIGIBLE, Status.OPT_IN, Status.SELECTED
 _WEIGHT = {s: i for i, s in enumerate(Status)}  # the stronger failure status wins
+_UNSET: Any = object()
 
 
 class Verdict(NamedTuple):
@@ -65,6 +67,30 @@ class _Plan(NamedTuple):
 
 def _nothing(layer: Layer) -> None:
     return None
+
+
+def projector(rules: Sequence[Rule], prefs: Sequence[Preference]) -> Callable[[Layer], Any]:
+    """The memo key of a backend's verdict and rank: the values of the layer fields its rules
+    read (Rule.layer_fields, and `when` terms that test a value), and for a field that only
+    threshold terms read (min_num_tokens, max_num_tokens, ...) the interval between the
+    thresholds it falls in, so that layers differing there (num_tokens 5 and 7 below a
+    threshold of 64) share the verdict."""
+    conds = [r.when for r in rules] + [p.when for p in prefs]
+    raw = set().union(*(r.layer_fields for r in rules), *(c.plain_fields for c in conds))
+    cuts: Dict[str, set[int]] = {}
+    for c in conds:
+        for f, bound in c.cuts:
+            cuts.setdefault(f, set()).add(bound)
+    bucketed = tuple((f, tuple(sorted(bounds))) for f, bounds in sorted(cuts.items())
+                     if f not in raw)
+    get = attrgetter(*sorted(raw)) if raw else _nothing
+    if not bucketed:
+        return get
+
+    def project(layer: Layer) -> Any:
+        return get(layer), tuple([None if (v := getattr(layer, f)) is None else bisect(b, v)
+                                  for f, b in bucketed])
+    return project
 
 
 def no_packages_hint(platform: Any, stacks: Sequence[str]) -> Optional[Note]:
@@ -159,15 +185,20 @@ class Resolver:
                 if any(r.final for r in fixed):  # the engine does not offer it
                     steps = [next(r for r in fixed if r.final)]
                 prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
-                read = set().union(*(r.all_layer_fields for r in steps if isinstance(r, Rule)),
-                                   *(pr.when.layer_fields for pr in prefs))
-                self._plans[op, b.name] = _Plan(tuple(steps), tuple(fixed), prefs,
-                                                attrgetter(*sorted(read)) if read else _nothing)
+                self._plans[op, b.name] = _Plan(tuple(steps), tuple(fixed), prefs, projector(
+                    [r for r in steps if isinstance(r, Rule)], prefs))
         # A backend's verdict and rank depend only on the layer fields its rules and preference
         # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
         # differ elsewhere (num_tokens, sizes no rule checks) share them.
         self._memo: Dict[Tuple[str, str, Any], Tuple[Verdict, Tuple[int, Optional[Preference]]]
                          ] = {}
+        # A decision depends on the layer only through what its backends' verdicts and ranks
+        # read (the projections above; `quant` always): memoized on all of them, a layer that
+        # differs elsewhere (tp_size, num_tokens, sizes no rule checks) costs the projections,
+        # one lookup and the Decision object.
+        self._projections = {op: tuple(self._plans[op, b.name].project for b in bs)
+                             for op, bs in run.catalogue.backends.items()}
+        self._decisions: Dict[Tuple[str, str, Tuple[Any, ...]], Tuple[Any, ...]] = {}
 
     def platform_reasons(self, op: str, name: str
                          ) -> Tuple[Tuple[Reason, ...], Tuple[Reason, ...], Tuple[Reason, ...]]:
@@ -216,10 +247,13 @@ class Resolver:
                 return pref.rank, pref
         return b.rank, None
 
-    def judged(self, b: BackendSpec, layer: Layer
+    def judged(self, b: BackendSpec, layer: Layer, projected: Any = _UNSET
                ) -> Tuple[Verdict, Tuple[int, Optional[Preference]]]:
-        """(evaluate(), preference()), memoized on the layer fields they read."""
-        key = (b.op, b.name, self._plans[b.op, b.name].project(layer))
+        """(evaluate(), preference()), memoized on the layer fields they read (`projected`:
+        the backend's projection of the layer, when the caller has it)."""
+        if projected is _UNSET:
+            projected = self._plans[b.op, b.name].project(layer)
+        key = (b.op, b.name, projected)
         got = self._memo.get(key)
         if got is None:
             if len(self._memo) >= MEMO_SIZE:
@@ -228,11 +262,25 @@ class Resolver:
         return got
 
     def decide(self, layer: Layer) -> Decision:
+        """The decision for `layer`: filter, order, pick, and the notes that say why."""
+        projected = tuple([project(layer) for project in self._projections[layer.op]])
+        key = (layer.op, layer.quant, projected)
+        rest = self._decisions.get(key)
+        if rest is None:
+            if len(self._decisions) >= MEMO_SIZE:
+                self._decisions.clear()
+            rest = self._decisions.setdefault(key, self._decide(layer, projected))
+        values = layer.__dict__
+        return Decision({k: values[k] for k in LAYER_KEYS}, *rest)
+
+    def _decide(self, layer: Layer, projected: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        """Every field of the decision but the layer (Decision's order)."""
         run = self.run
         requested = run.policy.requested(layer.op)
         judge = self.judged
-        ranked = sorted([(j[1][0], b.name, j, b) for b in run.catalogue.backends[layer.op]
-                         for j in (judge(b, layer),)])
+        ranked = sorted([(j[1][0], b.name, j, b) for b, p in
+                         zip(run.catalogue.backends[layer.op], projected)
+                         for j in (judge(b, layer, p),)])
         prefs = {name: j[1] for _, name, j, _ in ranked}
         evaluated = {name: j[0] for _, name, j, _ in ranked}
         auto = next((name for _, name, j, _ in ranked if j[0].status is _ELIGIBLE), None)
@@ -251,10 +299,9 @@ class Resolver:
         notes.extend(self._platform_notes)
         if self._hint is not None:
             notes.insert(0, self._hint)
-        values = layer.__dict__
-        return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, ",".join(requested),
-                        selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
-                        engines.view(run.engine, run.catalogue, layer.op, selected))
+        return (self._platform, ",".join(requested), selected, tuple(candidates), tuple(notes),
+                self._label, tuple(warned),
+                engines.view(run.engine, run.catalogue, layer.op, selected))
 
     def _requested(self, layer: Layer, requested: Tuple[str, ...],
                    evaluated: Dict[str, Verdict], auto: Optional[str]

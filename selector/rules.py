@@ -174,6 +174,9 @@ class WhenTerm:
     holds: Callable[[Any, Any, Facts], bool]  # (parsed value, layer, facts)
     layer_field: Optional[str]
     describe: Callable[[Any], str] = lambda v: ""
+    # a threshold term (">=": field >= value, "<=": field <= value; a None field never holds):
+    # layers whose field falls between the same thresholds get the same answer (memo keys)
+    threshold: Optional[str] = None
 
 
 def _bool(v: Any, key: str, where: str) -> bool:
@@ -210,11 +213,11 @@ WHEN: Dict[str, WhenTerm] = {
                       lambda v: "/".join(sorted(v))),
     "ep": WhenTerm(_bool, lambda v, layer, f: (layer.ep_size > 1) == v, "ep_size"),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
-                                and layer.num_experts >= v, "num_experts"),
+                                and layer.num_experts >= v, "num_experts", threshold=">="),
     "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
-                               and layer.num_tokens >= v, "num_tokens"),
+                               and layer.num_tokens >= v, "num_tokens", threshold=">="),
     "max_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
-                               and layer.num_tokens <= v, "num_tokens"),
+                               and layer.num_tokens <= v, "num_tokens", threshold="<="),
     "devices": WhenTerm(_devices, lambda v, layer, f: f.capability is not None and any(
         d.matches(f.capability) for d in v), None),
     "packages": WhenTerm(package_specs, lambda v, layer, f: all(p.holds(f) for p in v), None),
@@ -252,6 +255,23 @@ class Condition:
     @property
     def layer_fields(self) -> Tuple[str, ...]:
         return tuple(f for f in (WHEN[k].layer_field for k, _ in self.terms) if f)
+
+    @property
+    def plain_fields(self) -> Tuple[str, ...]:
+        """The layer fields of the terms that are not thresholds (their values decide)."""
+        return tuple(f for f in (WHEN[k].layer_field for k, _ in self.terms
+                                 if WHEN[k].threshold is None) if f)
+
+    @property
+    def cuts(self) -> Tuple[Tuple[str, int], ...]:
+        """(field, boundary) of each threshold term: the term holds for field >= boundary
+        (`>=` terms) or field < boundary (`<=` terms, boundary = value + 1)."""
+        out = []
+        for k, v in self.terms:
+            term = WHEN[k]
+            if term.threshold is not None and term.layer_field is not None:
+                out.append((term.layer_field, v if term.threshold == ">=" else v + 1))
+        return tuple(out)
 
     def platform_holds(self, facts: Facts) -> bool:
         return all(test(v, None, facts) for test, v in self._platform)  # type: ignore[attr-defined]
