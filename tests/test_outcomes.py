@@ -15,10 +15,15 @@ from helpers import REPO, load, run_cli_many
 import selector
 from selector import notes as notes_mod
 from selector import rules
+from selector.decision import OUTCOMES, Candidate, Decision, render_line
 from selector.errors import SelectorError
 from selector.layer import make_layer
+from selector.notes import note
 from selector.resolver import Resolver
+from selector.rules import Reason
 from selector.schema import Status
+from selector.schema import Status as S
+from selector.why import why
 
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 DGX_VLLM = ("platform=dgx_spark", "stack=vllm_0_32")
@@ -29,6 +34,169 @@ def _backend(tmp: Path, op: str, name: str, body: str) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{name}.yaml").write_text(body)
     return tmp / "conf"
+
+
+# --------------------------------------------------------------------------------------------
+# rendering: two synthetic decisions (no catalogue), every line of text and line forms pinned
+
+def synthetic():
+    R = Reason
+    moe = dict(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False, ep_size=2,
+               tp_size=4, swiglu_limit=7.0, num_tokens=64, dtype="bfloat16", hidden_size=7168,
+               intermediate_size=2048, num_experts=256, top_k=8, all2all="naive")
+    plat = {"capability": "12.1", "cuda": "13.0", "source": "dgx_spark",
+            "packages": {"flashinfer-python": "0.7.4", "vllm": None}}
+    warn = R("known_issue", "reported slow on this GPU", "FlashInfer #1", "hit a known issue",
+             "warning")
+    cands = (
+        Candidate("aa", S.SELECTED, (), "pkg.mod:AA"),
+        Candidate("bb_backend", S.ELIGIBLE, ()),
+        Candidate("cc", S.OPT_IN, (R("opt_in", "experimental", "PR #2", "are opt-in",
+                                     status=S.OPT_IN),)),
+        Candidate("dd", S.REJECTED, (
+            R("device", "needs SM 10.x; this GPU is SM 12.1", "PR #3", "need SM 10.x"),
+            R("package", "needs flashinfer-python >=0.8 (installed: 0.7.4; pip install "
+              "'flashinfer-python>=0.8') and this sentence is long enough to wrap the table "
+              "line twice over", "release notes 0.8", "need flashinfer-python >=0.8"))),
+        Candidate("ee", S.NOT_APPLICABLE, (R("quant", "implements nvfp4_w4a16 layers, not nvfp4",
+                                             "vLLM #4", "do not implement nvfp4",
+                                             status=S.NOT_APPLICABLE, final=True),)),
+        Candidate("ff", S.REJECTED, (R("device", "needs SM 10.x; this GPU is SM 12.1", "PR #3",
+                                       "need SM 10.x"),)),
+    )
+    notes = (note("preference", "aa", rank=1, reason="fastest", source="PR #5",
+                  outranks=({"backend": "bb_backend", "rank": 9},)),
+             note("rule_warning", "aa", rule="known_issue", message=warn.message,
+                  source=warn.source),
+             note("platform", detail="capability from a preset"))
+    engine = {"name": "vllm", "label": "vLLM 0.32.0", "backend": "aa_v",
+              "flags": ["--moe-backend", "aa_v"], "env": {"VLLM_X": "1"}}
+    d1 = Decision(moe, plat, "auto", "aa", cands, notes, "dgx_spark", (("aa", warn),), engine)
+    lin = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=True, ep_size=1,
+               tp_size=1, swiglu_limit=None, num_tokens=None, dtype="float16", hidden_size=4096,
+               intermediate_size=None, num_experts=None, top_k=None, all2all=None)
+    bare = {"capability": None, "cuda": None, "source": "cpu",
+            "packages": {"flashinfer-python": None}}
+    lc = (Candidate("dd", S.REJECTED, cands[3].reasons), Candidate("gg", S.ELIGIBLE, ()))
+    refused = note("request_refused", "dd", key="policy.linear_backend", requested=("dd",),
+                   failing=({"backend": "dd", "failed": 2},), fallback="gg")
+    hint = note("no_packages", add=("stack=vllm_0_33",))
+    d2 = Decision(lin, bare, "dd", None, lc, (hint, refused), "", ())
+    return d1, d2
+
+
+GOLDEN_TEXT = ([
+    'moe layer: nvfp4, relu2, non-gated, bfloat16, ep 2, tp 4, swiglu_limit 7.0 (hidden_size 7168, '
+    'intermediate_size 2048, num_experts 256, top_k 8, num_tokens 64)',
+    'platform: dgx_spark (SM 12.1, CUDA 13.0); flashinfer-python 0.7.4',
+    'requested: auto',
+    'selected: aa  -> pkg.mod:AA',
+    'vLLM 0.32.0 flags: VLLM_X=1 --moe-backend aa_v',
+    '',
+    '  backend     status          why',
+    '  aa          selected        passes every rule',
+    '  bb_backend  eligible        passes every rule',
+    '  cc          opt_in          [opt_in] experimental (PR #2)',
+    '  dd          rejected        [device] needs SM 10.x; this GPU is SM 12.1 (PR #3)',
+    '                              [package] needs flashinfer-python >=0.8 (installed: 0.7.4; pip install',
+    "                                'flashinfer-python>=0.8') and this sentence is long enough to wrap",
+    '                                the table line twice over (release notes 0.8)',
+    '  ff          rejected        [device] needs SM 10.x; this GPU is SM 12.1 (PR #3)',
+    '  ee          not_applicable  [quant] implements nvfp4_w4a16 layers, not nvfp4 (vLLM #4)',
+    '',
+    'summary: 3/6 backends usable (1 opt-in only): 2 need SM 10.x, 1 do not implement nvfp4, 1 need',
+    '  flashinfer-python >=0.8',
+    'notes:',
+    '  - preference: aa (rank 1: fastest (PR #5)) outranks bb_backend (rank 9)',
+    '  - aa: reported slow on this GPU (FlashInfer #1)',
+    '  - platform: capability from a preset',
+], [
+    'linear layer: nvfp4, float16 (hidden_size 4096)',
+    'platform: cpu (no GPU, no CUDA); no kernel packages',
+    '!! this platform lists no packages, so every backend that needs one is rejected: add stack=vllm_0_33',
+    '   or platform.packages.<dist>=VERSION',
+    'requested: dd',
+    'selected: none',
+    '',
+    '  backend  status          why',
+    '  gg       eligible        passes every rule',
+    '  dd       rejected        [device] needs SM 10.x; this GPU is SM 12.1 (PR #3)',
+    '                           [package] needs flashinfer-python >=0.8 (installed: 0.7.4; pip install',
+    "                             'flashinfer-python>=0.8') and this sentence is long enough to wrap the",
+    '                             table line twice over (release notes 0.8)',
+    '',
+    'summary: 1/2 backends usable: 1 need SM 10.x, 1 need flashinfer-python >=0.8',
+    'notes:',
+    '  - policy.linear_backend=dd was requested but fails 2 rule(s); policy.strict=true refuses to fall',
+    '    back (with policy.strict=false: gg)',
+])
+GOLDEN_LINE = (
+    'selector: moe quant=nvfp4 activation=relu2 act_and_mul=False dtype=bfloat16 hidden_size=7168 in'
+    'termediate_size=2048 num_experts=256 top_k=8 ep_size=2 tp_size=4 swiglu_limit=7.0 all2all=naive'
+    ' num_tokens=64 -> aa [selected, warning] aa: reported slow on this GPU (FlashInfer #1)',
+    'selector: linear quant=nvfp4 dtype=float16 hidden_size=4096 -> none [refused_explicit] req'
+    'uested dd: dd [device] needs SM 10.x; this GPU is SM 12.1')
+
+
+def test_text_and_line_forms_of_synthetic_decisions():
+    for d, text, line in zip(synthetic(), GOLDEN_TEXT, GOLDEN_LINE):
+        assert str(d).splitlines() == text
+        assert d.log_line() == line == render_line(d)
+
+
+def test_json_of_synthetic_decisions():
+    d1, d2 = synthetic()
+    out = d1.to_dict()
+    assert list(out) == ["layer", "platform", "requested", "selected", "candidates", "notes",
+                         "notes_data", "summary", "entry_point", "outcome", "engine"]
+    assert out["entry_point"] == "pkg.mod:AA" and out["outcome"] == "selected"
+    assert out["summary"] == d1.summary() and out["engine"] == d1.engine
+    assert out["candidates"][2] == {"backend": "cc", "status": "opt_in", "reasons": [
+        {"rule": "opt_in", "message": "experimental", "source": "PR #2"}]}
+    out["engine"]["flags"].append("x")  # a copy
+    out["platform"]["packages"]["x"] = "1"
+    assert d1.engine["flags"] == ["--moe-backend", "aa_v"] and "x" not in d1.platform["packages"]
+    assert d1.to_json() == json.dumps(d1.to_dict(), indent=2)
+    two = d2.to_dict()
+    assert "engine" not in two and two["entry_point"] is None
+    assert two["outcome"] == "refused_explicit" and two["selected"] is None
+    assert two["notes"][0] == d2.hint and d2.notes == (two["notes"][1],)
+    assert (d1.ok, d2.ok, d1.entry_point, d2.entry_point) == (True, False, "pkg.mod:AA", None)
+    assert d1.marks == ("warning",) and d2.marks == ()
+    assert d1.summary() == ("3/6 backends usable (1 opt-in only): 2 need SM 10.x, 1 do not "
+                            "implement nvfp4, 1 need flashinfer-python >=0.8")
+    assert set(OUTCOMES) == {"selected", "refused_explicit", "unsupported_layer", "nothing_fits"}
+
+
+def test_candidate_lookup_names_the_op():
+    d1, _ = synthetic()
+    assert d1.candidate("dd").status == "rejected"
+    with pytest.raises(KeyError) as exc:
+        d1.candidate("zz")
+    assert "no backend 'zz' for op 'moe'" in str(exc.value)
+
+
+def test_why_in_process_every_format():
+    d1, d2 = synthetic()
+    text, ok = why(d1, "dd", "text")
+    assert not ok and text.splitlines() == [
+        "dd: rejected", "  [device] needs SM 10.x; this GPU is SM 12.1 (PR #3)",
+        "  [package] " + d1.candidate("dd").reasons[1].message + " (release notes 0.8)",
+        "selected for this layer: aa (selected)"]
+    assert why(d1, "AA", "text") == ("aa: selected (passes every rule)\n"
+                                     "selected for this layer: aa (selected)", True)
+    assert why(d1, "dd", "line") == ("dd: rejected [device] needs SM 10.x; this GPU is SM 12.1",
+                                     False)
+    assert why(d1, "bb-backend", "line") == ("bb_backend: eligible", True)
+    assert why(d1, "cc", "line") == ("cc: opt_in [opt_in] experimental", True)
+    js, ok = why(d2, "gg", "json")
+    assert ok and json.loads(js) == {"backend": "gg", "status": "eligible", "reasons": [],
+                                     "selected": None, "outcome": "refused_explicit"}
+    js, ok = why(d2, "dd", "json")
+    assert not ok and [r["rule"] for r in json.loads(js)["reasons"]] == ["device", "package"]
+    with pytest.raises(SelectorError) as exc:
+        why(d1, "zz", "text")
+    assert "--why" in str(exc.value) and "aa" in str(exc.value)
 
 
 # --------------------------------------------------------------------------------------------
