@@ -494,3 +494,53 @@ def test_threshold_terms_key_the_memo_by_interval():
                               "k", "w")
     assert c.cuts == (("num_experts", 4), ("num_tokens", 8), ("num_tokens", 64))
     assert c.plain_fields == ()
+
+
+def test_text_wraps_at_100_columns_and_the_linear_line_names_its_fields():
+    d1, _ = synthetic()
+    msg = "m" * (97 - len("aa:  (s)"))  # the note is 97 characters, 101 with its "  - "
+    n = note("rule_warning", "aa", rule="known_issue", message=msg, source="s")
+    assert len(str(n)) == 97
+    d = Decision(d1.layer, d1.platform, "auto", "aa", d1.candidates, (n,), "x")
+    assert str(d).splitlines()[-2:] == [f"  - aa: {msg}", "    (s)"]
+    lin = dict(d1.layer, op="linear", intermediate_size=512, tp_size=3, num_tokens=5)
+    line = Decision(lin, d1.platform, "auto", "aa", d1.candidates, (), "x").log_line()
+    assert line.startswith("selector: linear quant=nvfp4 dtype=bfloat16 hidden_size=7168 "
+                           "intermediate_size=512 tp_size=3 num_tokens=5 -> aa [selected] (")
+
+
+def test_tensor_parallel_alone_is_shown_in_the_text():
+    d1, _ = synthetic()
+    for ep, tp in ((1, 2), (2, 1)):
+        lay = dict(d1.layer, ep_size=ep, tp_size=tp, swiglu_limit=None)
+        first = str(Decision(lay, d1.platform, "auto", "aa", d1.candidates, (), "x")
+                    ).splitlines()[0]
+        assert first.startswith(f"moe layer: nvfp4, relu2, non-gated, bfloat16, ep {ep}, tp {tp} "
+                                "(hidden")
+    lay = dict(lay, ep_size=1, tp_size=1)
+    first = str(Decision(lay, d1.platform, "auto", "aa", d1.candidates, (), "x")).splitlines()[0]
+    assert first.startswith("moe layer: nvfp4, relu2, non-gated, bfloat16 (hidden")
+
+
+def test_instantiate_builds_the_entry_point_or_says_there_is_none():
+    d = load("platform=cpu").select(activation="relu2", act_and_mul=False)
+    built = d.instantiate(compute_dtype="float32")
+    assert type(built).__name__ == "EmulationMoE" and built.decision is d
+    assert (built.activation, built.act_and_mul, built.compute_dtype) == ("relu2", False,
+                                                                          "float32")
+    lin = load("platform=cpu").select(op="linear").instantiate()
+    assert type(lin).__name__ == "EmulationLinear" and lin.act_and_mul is None  # no MoE keys
+    d1, _ = synthetic()
+    bare = Decision(d1.layer, d1.platform, "auto", "bb_backend", d1.candidates, (), "x")
+    with pytest.raises(SelectorError) as exc:
+        bare.instantiate()
+    assert str(exc.value) == "backend bb_backend declares no entry_point"
+
+
+def test_a_decision_is_immutable_and_its_notes_are_computed_once():
+    import dataclasses
+    d1, _ = synthetic()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d1.selected = "dd"  # type: ignore[misc]
+    assert d1.notes is d1.notes  # rendered once
+    assert d1.notes_of("preference")[0].data["rank"] == 1 and d1.notes_of("nope") == ()
