@@ -76,6 +76,22 @@ def model_layers() -> List[dict]:
     return out[:5000]
 
 
+def mixed_layers(make_layer: Callable[[dict], object]) -> List[object]:
+    """400 distinct layers, MoE and linear, whose tp_size varies 1..15 (issue 23)."""
+    acts = ("silu", "relu2", "gelu_tanh", "swigluoai")
+    toks = (1, 8, 16, 63, 64, 256, 1024, 8192)
+    moe = [make_layer(dict(op="moe", activation=acts[i % 4], act_and_mul=acts[i % 4] != "relu2",
+                           tp_size=i % 15 + 1, ep_size=(1, 2)[i % 7 == 0],
+                           num_experts=(128, 256, 512)[i % 3], top_k=8, hidden_size=7168,
+                           intermediate_size=2048, num_tokens=toks[i % 8] + i // 8))
+           for i in range(200)]
+    lin = [make_layer(dict(op="linear", quant=("nvfp4", "nvfp4_w4a16")[i % 5 == 0],
+                           hidden_size=1024 * (i % 8 + 1), intermediate_size=4096,
+                           tp_size=i % 15 + 1, num_tokens=toks[i % 8] + i // 8))
+           for i in range(200)]
+    return [x for pair in zip(moe, lin) for x in pair]
+
+
 def rss_kib() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -177,7 +193,33 @@ def main(argv: Optional[List[str]] = None) -> int:
             res.decide(L)
         fresh.append((time.perf_counter() - t) / len(layers))
     row("new decision (all backends of the op evaluated)", fresh, 50e-6,
-        note=f"{len(layers)} distinct layers, MoE and linear, dgx_spark + flashinfer 0.7.4")
+        note=f"{len(layers)} distinct layers, MoE and linear, dgx_spark + flashinfer 0.7.4, "
+             "one resolver over 15 rounds (from the second round its memos answer)")
+
+    # issue 23: what an engine pays at load: every layer new to a fresh selector, MoE and linear
+    # layers whose tp_size varies 1..15 (and activation, ep_size, num_experts, num_tokens, sizes)
+    mix = mixed_layers(make_layer)
+    per_mix = []
+    for _ in range(n):
+        s3 = selector.Selector(sel.run_config)
+        t = time.perf_counter()
+        for L in mix:
+            s3.decide(L)
+        per_mix.append((time.perf_counter() - t) / len(mix))
+    row("fresh decision: MoE+linear mix, tp_size 1..15 (fresh selector)", per_mix, 30e-6,
+        note=f"{len(mix)} distinct layers, each decided once by a fresh Selector.decide "
+             "(the engine's load path)")
+    cold = []
+    for _ in range(n):
+        batch = []
+        for L in mix[::40]:  # one layer per fresh selector: no memo answers, every rule runs
+            s3 = selector.Selector(sel.run_config)
+            t = time.perf_counter()
+            s3.decide(L)
+            batch.append(time.perf_counter() - t)
+        cold.append(statistics.median(batch))
+    row("cold decision: first layer of a fresh selector (every rule evaluated)", cold, None,
+        note="no budget of its own: the first decision of each layer kind at load")
 
     model = model_layers()
     distinct = len({tuple(sorted(m.items())) for m in model})

@@ -92,7 +92,8 @@ class Selector:
                 self._by_layer.clear()
             if layer not in self._by_layer:
                 self._by_layer[layer] = d
-                log.info(d.log_line())
+                if log.isEnabledFor(logging.INFO):  # the line costs as much as the decision
+                    log.info(d.log_line())
             return self._by_layer[layer]
 
     def plan(self, model_dir: os.PathLike[str] | str) -> Plan:

@@ -5,9 +5,11 @@ import json
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, TypeVar
 
-from .rules import OPT_IN, Reason
+from .notes import Note, text
+from .rules import Reason
 from .schema import USABLE, Status
 from .text import join_lines
 
@@ -56,19 +58,47 @@ class Decision:
     for this op: "auto", a backend name, or an ordered list joined by ",". selected: the chosen
     backend, or None; `outcome` says why None. candidates: every backend of the op with status
     and every failed rule, in preference order; `candidate(name)` finds one (KeyError if the op
-    has no such backend). notes: sentences on how the choice was made (preference, fallbacks,
-    warnings, detection). hint: one line when the platform describes no software.
+    has no such backend). note_data: how the choice was made, as structured notes
+    (selector.notes: kind, severity, backend, data); `notes` is their text, `hint` the text of
+    a `no_packages` note (a platform that describes no software).
     """
     layer: Dict[str, Any]
     platform: Dict[str, Any]
     requested: str
     selected: Optional[str]
     candidates: Tuple[Candidate, ...]
-    notes: Tuple[str, ...]
+    note_data: Tuple[Note, ...]
     platform_label: str = ""
     warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason) of warning-level rules
     engine: Optional[Dict[str, Any]] = None  # engine=vllm|sglang: its name and flags
-    hint: str = ""
+
+    # -- notes -------------------------------------------------------------------------------
+    @cached_property
+    def notes(self) -> Tuple[str, ...]:
+        """The notes in words (the hint apart): sentences on how the choice was made."""
+        return tuple(text(n) for n in self.note_data if n.kind != "no_packages")
+
+    @property
+    def hint(self) -> str:
+        """One line when the platform describes no software, else ''."""
+        return next((text(n) for n in self.note_data if n.kind == "no_packages"), "")
+
+    def notes_of(self, kind: str) -> Tuple[Note, ...]:
+        """The structured notes of one kind (selector.notes.NOTE_KINDS)."""
+        return tuple(n for n in self.note_data if n.kind == kind)
+
+    @property
+    def marks(self) -> Tuple[str, ...]:
+        """What the one-line form flags beside the outcome: 'fallback' (policy.strict=false
+        replaced a refused explicit backend) and 'warning' (a warning-severity note about the
+        selected backend)."""
+        out = []
+        if self.notes_of("fallback"):
+            out.append("fallback")
+        if self.selected is not None and any(n.severity == "warning" and
+                                             n.backend == self.selected for n in self.note_data):
+            out.append("warning")
+        return tuple(out)
 
     # -- lookups -------------------------------------------------------------------------------
     def candidate(self, backend: str) -> Candidate:
@@ -90,12 +120,11 @@ class Decision:
         """Why `selected` is what it is, machine-readable: 'selected'; 'refused_explicit' (a
         requested backend fails its rules and policy.strict refuses a fallback);
         'unsupported_layer' (no backend implements the layer's quant scheme, e.g. an
-        unquantized layer); 'nothing_fits' (automatic selection found no usable backend)."""
+        unquantized layer); 'nothing_fits' (automatic selection found no usable backend,
+        also after a fallback under policy.strict=false)."""
         if self.selected is not None:
             return "selected"
-        if self.requested != "auto" and any(
-                c.backend in self.requested.split(",") and c.status == Status.REJECTED
-                for c in self.candidates):
+        if self.notes_of("request_refused"):
             return "refused_explicit"
         if all(c.status == Status.NOT_APPLICABLE for c in self.candidates):
             return "unsupported_layer"
@@ -125,7 +154,8 @@ class Decision:
         out = {"layer": dict(self.layer), "platform": json.loads(json.dumps(self.platform)),
                "requested": self.requested, "selected": self.selected,
                "candidates": [c.to_dict() for c in self.candidates],
-               "notes": ([self.hint] if self.hint else []) + list(self.notes),
+               "notes": [text(n) for n in self.note_data],
+               "notes_data": [n.to_dict() for n in self.note_data],
                "summary": self.summary(), "entry_point": self.entry_point,
                "outcome": self.outcome}
         if self.engine is not None:
@@ -143,7 +173,7 @@ class Decision:
         opt = sum(1 for c in usable if c.status == Status.OPT_IN)
         needs: Counter[str] = Counter()
         for c in self.candidates:
-            if c.status == Status.OPT_IN or any(r.rule == OPT_IN for r in c.reasons):
+            if c.status == Status.OPT_IN:
                 continue
             for need in dict.fromkeys(r.need for r in c.reasons if r.severity == "error"):
                 needs[need] += 1
@@ -157,19 +187,26 @@ class Decision:
 
     def log_line(self) -> str:
         """One line an engine can keep per decision: the layer's distinguishing fields (no
-        MoE-only field on a linear layer), the outcome, and for a refusal what was requested
-        and its first failing rule."""
+        MoE-only field on a linear layer), the outcome and its marks (`fallback`, `warning`:
+        Decision.marks), and for a refusal or a fallback what was requested and its first
+        failing rule, for a warning the first warning about the selected backend."""
         lay = self.layer
         keys = _LOG_KEYS[lay["op"]]
         fields = " ".join(f"{k}={lay[k]}" for k in keys
                           if lay.get(k) is not None and not (k in _LOG_DEFAULTS
                                                              and lay[k] == _LOG_DEFAULTS[k]))
-        head = f"selector: {lay['op']} {fields} -> {self.selected or 'none'} [{self.outcome}]"
-        if self.outcome == "refused_explicit":
-            first = next(c for c in self.candidates if c.backend in self.requested.split(",")
-                         and c.reasons)
+        marks = self.marks
+        head = (f"selector: {lay['op']} {fields} -> {self.selected or 'none'} "
+                f"[{', '.join((self.outcome,) + marks)}]")
+        refused = self.notes_of("request_refused") or self.notes_of("fallback")
+        if refused:
+            first = self.candidate(str(refused[0].backend))
             r = first.reasons[0]
             return f"{head} requested {self.requested}: {first.backend} [{r.rule}] {r.message}"
+        if "warning" in marks:
+            w = next(n for n in self.note_data
+                     if n.severity == "warning" and n.backend == self.selected)
+            return f"{head} {text(w)}"
         return f"{head} ({self.summary()})"
 
     def __str__(self) -> str:

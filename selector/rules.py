@@ -49,7 +49,7 @@ from packaging.version import Version
 
 from . import schema
 from .errors import SelectorError, bad_input, bad_value
-from .schema import Layer
+from .schema import Layer, Status
 from .versions import contains, format_capability, parse_specifier
 
 #: the `rule` of the reason an opt-in backend gives (opt-in is a backend field, not a kind)
@@ -58,12 +58,21 @@ OPT_IN = "opt_in"
 
 @dataclass(frozen=True)
 class Reason:
+    """A failed rule: what it says, and the outcome its kind gives (Rule.status, Rule.final).
+
+    status: the candidate status this failure gives its backend (REJECTED, NOT_APPLICABLE,
+    OPT_IN), declared by the rule kind; the resolver never reads it from `rule`'s name.
+    final: the failure ends the evaluation of the backend and is its only reason (the backend
+    does not serve the layer at all: the engine lacks it, or it does not implement the layer).
+    """
     rule: str
     message: str
     source: str
     need: str  # short phrase for the one-line summary ("need SM 10.x")
     severity: str = "error"
     key: str = ""  # the rule that produced it, e.g. catalogue.moe.marlin.rules[1]
+    status: Status = Status.REJECTED
+    final: bool = False
 
     def to_dict(self) -> Dict[str, str]:
         return {"rule": self.rule, "message": self.message, "source": self.source}
@@ -165,6 +174,9 @@ class WhenTerm:
     holds: Callable[[Any, Any, Facts], bool]  # (parsed value, layer, facts)
     layer_field: Optional[str]
     describe: Callable[[Any], str] = lambda v: ""
+    # a threshold term (">=": field >= value, "<=": field <= value; a None field never holds):
+    # layers whose field falls between the same thresholds get the same answer (memo keys)
+    threshold: Optional[str] = None
 
 
 def _bool(v: Any, key: str, where: str) -> bool:
@@ -201,11 +213,11 @@ WHEN: Dict[str, WhenTerm] = {
                       lambda v: "/".join(sorted(v))),
     "ep": WhenTerm(_bool, lambda v, layer, f: (layer.ep_size > 1) == v, "ep_size"),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
-                                and layer.num_experts >= v, "num_experts"),
+                                and layer.num_experts >= v, "num_experts", threshold=">="),
     "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
-                               and layer.num_tokens >= v, "num_tokens"),
+                               and layer.num_tokens >= v, "num_tokens", threshold=">="),
     "max_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
-                               and layer.num_tokens <= v, "num_tokens"),
+                               and layer.num_tokens <= v, "num_tokens", threshold="<="),
     "devices": WhenTerm(_devices, lambda v, layer, f: f.capability is not None and any(
         d.matches(f.capability) for d in v), None),
     "packages": WhenTerm(package_specs, lambda v, layer, f: all(p.holds(f) for p in v), None),
@@ -243,6 +255,23 @@ class Condition:
     @property
     def layer_fields(self) -> Tuple[str, ...]:
         return tuple(f for f in (WHEN[k].layer_field for k, _ in self.terms) if f)
+
+    @property
+    def plain_fields(self) -> Tuple[str, ...]:
+        """The layer fields of the terms that are not thresholds (their values decide)."""
+        return tuple(f for f in (WHEN[k].layer_field for k, _ in self.terms
+                                 if WHEN[k].threshold is None) if f)
+
+    @property
+    def cuts(self) -> Tuple[Tuple[str, int], ...]:
+        """(field, boundary) of each threshold term: the term holds for field >= boundary
+        (`>=` terms) or field < boundary (`<=` terms, boundary = value + 1)."""
+        out = []
+        for k, v in self.terms:
+            term = WHEN[k]
+            if term.threshold is not None and term.layer_field is not None:
+                out.append((term.layer_field, v if term.threshold == ">=" else v + 1))
+        return tuple(out)
 
     def platform_holds(self, facts: Facts) -> bool:
         return all(test(v, None, facts) for test, v in self._platform)  # type: ignore[attr-defined]
@@ -317,8 +346,21 @@ def kind_fields(cls: Type[Rule]) -> Tuple[str, ...]:
 
 
 class Rule:
-    """Base of every rule kind: see the recipe at the top of this module."""
+    """Base of every rule kind: see the recipe at the top of this module.
+
+    A kind owns the outcome of its failure (as Kubernetes' framework plugins return a Status
+    code): `status` is the candidate status a failure gives (REJECTED by default;
+    NOT_APPLICABLE for a layer the backend does not implement; OPT_IN for a backend that runs
+    only on request), and `final` says the failure ends the backend's evaluation. Kinds with
+    `declared = False` are never written in a backend file: the resolver adds them when a run
+    is planned (the engine does not offer the backend, `implements`, `policy.exclude`, opt-in,
+    failed deep probes and verification), so a decision is one loop over rules.
+    """
     kind: ClassVar[str]
+    status: ClassVar[Status] = Status.REJECTED
+    final: ClassVar[bool] = False
+    declared: ClassVar[bool] = True
+    added_by: ClassVar[str] = ""  # an undeclared kind: when the resolver adds it
 
     @dataclass(frozen=True)
     class Params:
@@ -333,6 +375,16 @@ class Rule:
         self.explained = _explained(conf.get("explained") or [], f"{key}.explained", where)
         self.params = _params(type(self), conf, key, where)
         self.setup(self.params)
+
+    @classmethod
+    def planned(cls, key: str, where: str, source: str, message: Optional[str] = None,
+                **params: Any) -> Any:
+        """A rule the resolver adds when it plans a run (a kind with declared = False), built
+        and checked like a declared one."""
+        conf: Dict[str, Any] = {"kind": cls.kind, "source": source, **params}
+        if message is not None:
+            conf["message"] = message
+        return cls(conf, key, where)
 
     def setup(self, p: Any) -> None:
         """Check and convert the typed params (vocabularies, specifiers)."""
@@ -353,9 +405,13 @@ class Rule:
         raise NotImplementedError
 
     def reason(self, message: str, need: str) -> Reason:
-        if self.message and self.kind != "known_issue":
+        if self.message and self.appends_message:
             message = f"{message}: {self.message}"
-        return Reason(self.kind, message, self.source, need, self.severity, self.key)
+        return Reason(self.kind, message, self.source, need, self.severity, self.key,
+                      self.status, self.final)
+
+    #: the YAML `message` is appended to the reason's own text (False: the message is the text)
+    appends_message: ClassVar[bool] = True
 
     def describe(self) -> str:
         """The rule as one line of the catalogue listing."""
@@ -418,6 +474,9 @@ def compile_rule(conf: Any, key: str, where: str) -> Rule:
     if conf.get("message") is not None and not isinstance(conf["message"], str):
         raise bad_input(f"{key}.message", conf["message"], "is not a string", where=where)
     cls = KINDS[kind]
+    if not cls.declared:
+        raise bad_input(f"{key}.kind", kind, f"is not declared in a backend file: {cls.added_by}",
+                        where=where)
     accepted = COMMON_FIELDS + kind_fields(cls)
     for f in conf:
         if f not in accepted:
@@ -431,20 +490,36 @@ def compile_rule(conf: Any, key: str, where: str) -> Rule:
         raise bad_input(key, dict(conf), f"is malformed: {exc}", where=where) from None
 
 
+def _outcome(cls: Type[Rule]) -> str:
+    """What a failure of the kind gives its backend, as docs/rules.md says it."""
+    return f"`{cls.status}`" + (" (ends the evaluation)" if cls.final else "")
+
+
 def kinds_markdown() -> str:
     """The kinds section of docs/rules.md, derived from the registry."""
     lines = ["## Rule kinds", "",
              "Every rule has `kind`, `source` (required), `message`, `severity` "
-             "(error|warning) and `when` (keys: " + ", ".join(f"`{k}`" for k in WHEN) + ").",
-             "", "| kind | fields | what it checks |", "|---|---|---|"]
+             "(error|warning) and `when` (keys: " + ", ".join(f"`{k}`" for k in WHEN) + "). "
+             "Each kind declares the status its failure gives its backend (a `warning` "
+             "severity never fails a backend: it becomes a note).",
+             "", "| kind | fields | what it checks | a failure gives |", "|---|---|---|---|"]
+    planned = []
     for kind, cls in KINDS.items():
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        if not cls.declared:
+            planned.append(f"| `{kind}` | {cls.added_by} | {doc} | {_outcome(cls)} |")
+            continue
         hints = typing.get_type_hints(cls.Params)
         fs = ", ".join(f"`{f.name}`: {_type_name(hints[f.name])}" +
                        ("" if f.default is dataclasses.MISSING and
                         f.default_factory is dataclasses.MISSING else " (optional)")
                        for f in dataclasses.fields(cls.Params)) or "-"
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
-        lines.append(f"| `{kind}` | {fs} | {doc} |")
+        lines.append(f"| `{kind}` | {fs} | {doc} | {_outcome(cls)} |")
+    lines += ["", "Kinds the resolver adds when it plans a run (never written in a backend file; "
+              "a backend's `implements:` list and `opt_in:` field are planned the same way, "
+              "as a final `quant` rule and an `opt_in` rule):", "",
+              "| kind | added when | what it checks | a failure gives |", "|---|---|---|---|",
+              *planned]
     return "\n".join(lines) + "\n"
 
 
@@ -564,6 +639,7 @@ def _requirement(key: str, text: str, spec: SpecifierSet, where: str) -> Package
 class KnownIssueRule(Rule):
     """A combination known to break: fails whenever its `when` holds (`message` required)."""
     kind = "known_issue"
+    appends_message = False  # the message is the whole reason
 
     def setup(self, p: Any) -> None:
         if not self.message:
@@ -652,8 +728,10 @@ class _ValuesRule(Rule):
 
 @register
 class QuantRule(_ValuesRule):
-    """The layer's quant scheme must be one of `values`."""
+    """The layer's quant scheme must be one of `values` (else the backend does not implement
+    the layer)."""
     kind, attr, accepted, noun = "quant", "quant", schema.QUANTS, "quant scheme"
+    status = Status.NOT_APPLICABLE
 
 
 @register
@@ -786,6 +864,7 @@ class ShapeRule(Rule):
 class ExplicitOnlyRule(Rule):
     """Opt-in only where its `when` holds (devices, packages): never chosen automatically there."""
     kind = "explicit_only"
+    status = Status.OPT_IN
 
     def setup(self, p: Any) -> None:
         if self.when.layer_fields or not self.when.terms:
@@ -798,7 +877,8 @@ class ExplicitOnlyRule(Rule):
 
     def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
         assert self.message is not None
-        return Reason(OPT_IN, self.message, self.source, "are opt-in", "error", self.key)
+        return Reason(OPT_IN, self.message, self.source, "are opt-in", "error", self.key,
+                      self.status)
 
     def describe(self) -> str:
         return f"explicit_only where {self.when.describe_platform_spec()}"
@@ -807,7 +887,7 @@ class ExplicitOnlyRule(Rule):
 def rule_fields() -> Tuple[str, ...]:
     """Every field some rule kind accepts."""
     return tuple(dict.fromkeys(COMMON_FIELDS + tuple(
-        f for cls in KINDS.values() for f in kind_fields(cls))))
+        f for cls in KINDS.values() if cls.declared for f in kind_fields(cls))))
 
 
 @dataclass(frozen=True)
@@ -820,28 +900,28 @@ class VerifyFailure:
 
 @register
 class VerifyRule(Rule):
-    """Added by `probe=verify`, never declared: the backend failed `doctor --verify` here.
-
-    It computed wrong numbers (or crashed) on this machine; the rule rejects layers of the
-    failed case's quant scheme (and, for an MoE, gating) with the measured error."""
+    """The backend failed `selector doctor --verify` on this machine (wrong numbers or a crash)
+    for the layer's quant scheme (and, for an MoE, gating)."""
     kind = "verify"
+    declared = False
+    added_by = ("probe=verify adds it to a backend that failed `selector doctor --verify` on "
+                "this machine")
     layer_fields = ("quant", "act_and_mul")
     SOURCE = ("selector doctor --verify, measured on this machine (kernels that load yet compute "
               "wrong output: FlashInfer #3294, #2723)")
-    failures: Tuple[VerifyFailure, ...] = ()
 
-    def setup(self, p: Any) -> None:
-        raise bad_input(f"{self.key}.kind", self.kind, "is not declared in a backend file: "
-                        "probe=verify adds it to a backend that failed `selector doctor --verify` "
-                        "on this machine", where=self.where)
+    @dataclass(frozen=True)
+    class Params:
+        failures: Tuple[VerifyFailure, ...]
+
+    def setup(self, p: Params) -> None:
+        self.failures = tuple(p.failures)
 
     @classmethod
     def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> VerifyRule:
-        rule = cls.__new__(cls)
-        rule.key, rule.where = f"catalogue.{op}.{backend}.verify", "selector doctor --verify"
-        rule.source, rule.message, rule.severity = cls.SOURCE, None, "error"
-        rule.when, rule.params = Condition(), cls.Params()
-        rule.failures = tuple(failures)
+        rule: VerifyRule = cls.planned(f"catalogue.{op}.{backend}.verify",
+                                       "selector doctor --verify", cls.SOURCE,
+                                       failures=tuple(failures))
         return rule
 
     def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
@@ -854,6 +934,99 @@ class VerifyRule(Rule):
 
     def describe(self) -> str:
         return f"verify: {len(self.failures)} failed case(s) on this machine"
+
+
+# --------------------------------------------------------------------------------------------
+# Kinds the resolver adds when it plans a run (never written in a backend file)
+
+@register
+class EngineRule(Rule):
+    """The chosen engine (`engine=`) does not offer the backend: not applicable, nothing else
+    is checked."""
+    kind = "engine"
+    declared = False
+    added_by = "engine= adds it to a backend the engine does not offer (engines.<engine>)"
+    status, final = Status.NOT_APPLICABLE, True
+
+    @dataclass(frozen=True)
+    class Params:
+        why: str
+        need: str
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        return self.reason(self.params.why, self.params.need)
+
+    def describe(self) -> str:
+        return f"engine: {self.params.why}"
+
+
+class ImplementsRule(QuantRule):
+    """The backend's `implements:` list: a layer of another quant scheme is not applicable and
+    nothing else is checked (the reason's rule is `quant`)."""
+    declared = False
+    final = True
+
+    def setup(self, p: _ValuesRule.Params) -> None:  # an empty list implements nothing
+        check_values(f"{self.key}.values", p.values, self.accepted, self.where)
+        self.values = p.values
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        if layer.quant in self.values:
+            return None
+        return self.reason(f"implements {', '.join(self.values)} layers, not {layer.quant}; "
+                           "automatic selection decides for this layer",
+                           f"do not implement {layer.quant}")
+
+
+@register
+class ExcludeRule(Rule):
+    """`policy.exclude` names the backend: never chosen."""
+    kind = "exclude"
+    declared = False
+    added_by = "policy.exclude=[NAME] adds it"
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        return self.reason("policy.exclude names it: never chosen", "are excluded by "
+                           "policy.exclude")
+
+    def describe(self) -> str:
+        return "excluded by policy.exclude"
+
+
+class OptInRule(Rule):
+    """The backend's `opt_in:` field: it passes its rules yet runs only when requested (or
+    admitted by policy.allow_opt_in)."""
+    kind = OPT_IN
+    declared = False
+    status = Status.OPT_IN
+    appends_message = False
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        assert self.message is not None
+        return self.reason(self.message, "are opt-in")
+
+    def describe(self) -> str:
+        return "opt-in"
+
+
+@register
+class ProbeRule(Rule):
+    """A deep probe of the backend failed on this machine (`probe=deep`)."""
+    kind = "probe"
+    declared = False
+    added_by = "probe=deep adds it to a backend whose deep probe failed (`selector doctor --deep`)"
+
+    @dataclass(frozen=True)
+    class Params:
+        probe: str
+        finding: str
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        p = self.params
+        return self.reason(f"deep probe {p.probe} failed: {p.finding}", f"fail probe {p.probe}")
+
+    def describe(self) -> str:
+        return f"deep probe {self.params.probe} failed"
 
 
 def reason_rules() -> Tuple[str, ...]:

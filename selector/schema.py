@@ -297,8 +297,8 @@ def type_ok(value: Any, tp: Any) -> bool:
     if origin is dict:
         return isinstance(value, Mapping) and all(
             type_ok(k, args[0]) and type_ok(v, args[1]) for k, v in value.items())
-    if dataclasses.is_dataclass(tp):
-        return isinstance(value, Mapping)
+    if dataclasses.is_dataclass(tp):  # plain data from a file, or the node itself (planned rules)
+        return isinstance(value, (Mapping, tp if isinstance(tp, type) else ()))
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if tp is float:

@@ -184,7 +184,10 @@ def test_exit_0_non_strict_fallback(runs):
     assert r.returncode == 0
     d = r.json
     assert d["requested"] == "flashinfer_b12x" and d["selected"] == "flashinfer_cutlass"
-    assert any("fell back to flashinfer_cutlass" in n for n in d["notes"])
+    fb = [n for n in d["notes_data"] if n["kind"] == "fallback"]
+    assert [(n["severity"], n["backend"], n["data"]["chose"]) for n in fb] == [
+        ("warning", "flashinfer_b12x", "flashinfer_cutlass")]
+    assert len(d["notes"]) == len(d["notes_data"])  # notes[i] is notes_data[i] in words
 
 
 def test_explicit_backend_on_fp8_layer_is_not_an_error(runs):
@@ -193,7 +196,8 @@ def test_explicit_backend_on_fp8_layer_is_not_an_error(runs):
     assert r.returncode == 1 and r.stderr == ""
     d = r.json
     assert {c["status"] for c in d["candidates"]} == {"not_applicable"}
-    assert any("does not implement fp8" in n for n in d["notes"])
+    na = [n for n in d["notes_data"] if n["kind"] == "request_not_applicable"]
+    assert [(n["data"]["quant"], n["data"]["reason"]["rule"]) for n in na] == [("fp8", "quant")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from packaging.version import Version
 import selector
 from selector import rules
 from selector.errors import SelectorError
+from selector.notes import Note
 from selector.rules import Condition, DeviceSpec, Facts
 
 SPARK = ["platform=dgx_spark", "stack=flashinfer_0_7_4"]
@@ -174,22 +175,22 @@ def test_note_opt_in_only_when_nothing_can_be_chosen_automatically(tmp_path):
     d = sel.select(activation="situ")
     assert d.selected is None
     assert d.candidate("situ_kernel").status == "opt_in"
-    assert any(n.startswith("no backend can be chosen automatically; opt-in only: situ_kernel")
-               and "policy.moe_backend=NAME" in n for n in d.notes), d.notes
+    assert d.notes_of("nothing_automatic") == (
+        Note("nothing_automatic", "error", None, {"op": "moe", "opt_in": ("situ_kernel",)}),)
 
 
 def test_note_without_opt_in_backends_names_none(tmp_path):
     d = selector.load(SPARK).select(activation="situ")
     assert d.selected is None
-    assert "no backend can be chosen automatically" in d.notes
-    assert not any("opt-in only" in n for n in d.notes)
+    assert [n.data for n in d.notes_of("nothing_automatic")] == [{"op": "moe", "opt_in": ()}]
 
 
 def test_note_outside_the_catalogue_for_a_quant_no_backend_implements():
     d = selector.load(SPARK).select(quant="fp8")
     assert d.selected is None
     assert all(c.status == "not_applicable" for c in d.candidates)
-    assert any("outside selector's NVFP4 catalogue" in n and "fp8 moe" in n for n in d.notes), d.notes
+    assert [(n.severity, n.data) for n in d.notes_of("unsupported_layer")] == [
+        ("info", {"quant": "fp8", "op": "moe"})], d.note_data
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,16 +276,17 @@ def test_parallel_and_act_and_mul_rules_describe_themselves():
 
 def test_closing_notes_only_where_they_apply():
     spark = selector.load(SPARK).select()
-    assert spark.selected and not any("no backend can be chosen" in n or "weight-only" in n
-                                      for n in spark.notes), spark.notes
+    assert spark.selected and not spark.notes_of("nothing_automatic") and \
+        not spark.notes_of("weight_only"), spark.note_data
     h200 = selector.load(["platform=h200", "stack=vllm_0_32"])
     w4a4 = h200.select(quant="nvfp4")
     assert w4a4.selected == "marlin"
-    assert any(n.startswith("marlin is weight-only") for n in w4a4.notes), w4a4.notes
-    assert not any("weight-only" in n for n in h200.select(quant="nvfp4_w4a16").notes)
+    assert [(n.backend, n.severity) for n in w4a4.notes_of("weight_only")] == [
+        ("marlin", "warning")], w4a4.note_data
+    assert not h200.select(quant="nvfp4_w4a16").notes_of("weight_only")
     cpu = selector.load(["platform=h200", "stack=flashinfer_0_7_4"]).select()
     assert cpu.selected == "emulation"
-    assert any(n.startswith("emulation is the reference implementation") for n in cpu.notes)
+    assert [n.backend for n in cpu.notes_of("reference")] == ["emulation"], cpu.note_data
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,14 +373,14 @@ def test_no_packages_hint_names_the_newest_stack_of_each_family():
         ("sglang_0_5_23", "sglang", "0.5.23"), ("aaa_1_y", "aaa", "1"), ("aaa_1_x", "aaa", "1"),
         ("latest_vllm", "vllm", "0.40"))]
     hint = no_packages_hint(SimpleNamespace(source="preset", packages=()), stacks)
-    assert hint == ("this platform lists no packages, so every backend that needs one is "
-                    "rejected: add stack=sglang_0_5_23, stack=latest_vllm, stack=aaa_1_y, "
-                    "stack=flashinfer_0_7_4, stack=mine or platform.packages.<dist>=VERSION")
+    assert hint is not None and (hint.kind, hint.severity) == ("no_packages", "warning")
+    assert hint.data == {"add": ("stack=sglang_0_5_23", "stack=latest_vllm", "stack=aaa_1_y",
+                                 "stack=flashinfer_0_7_4", "stack=mine")}
     # a detected machine lists what it has, even nothing: no hint; nor once a package is given
-    assert no_packages_hint(SimpleNamespace(source="detected", packages=()), stacks) == ""
+    assert no_packages_hint(SimpleNamespace(source="detected", packages=()), stacks) is None
     assert no_packages_hint(SimpleNamespace(source="preset", packages=(("torch", None),
                                                                         ("vllm", "0.33.0"))),
-                            stacks) == ""
+                            stacks) is None
 
 
 def test_act_and_mul_reason_phrase_names_the_mode():
@@ -427,7 +429,8 @@ def test_an_opt_in_preference_tied_with_the_winner_follows_the_name_order(tmp_pa
                                  "marlin,b12x,emulation]"], config_dirs=[conf])
     d = sel.select(op="linear", num_tokens=16)
     assert d.selected == "mmm_auto"
-    assert any(n.startswith(f"{name} could run this layer") for n in d.notes) is noted, d.notes
+    assert [n.backend for n in d.notes_of("opt_in_would_win")] == ([name] if noted else []), \
+        d.note_data
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,14 +439,18 @@ def test_an_opt_in_preference_tied_with_the_winner_follows_the_name_order(tmp_pa
 def test_a_requested_backend_the_engine_lacks_is_explained_by_the_engine():
     base = ["platform=b200", "stack=sglang_0_5_23", "engine=sglang", "policy.strict=false"]
     one = selector.load(base + ["policy.moe_backend=emulation"]).select(op="moe")
-    assert one.notes[0] == (f"policy.moe_backend=emulation: SGLang 0.5.23 has no emulation "
-                            f"backend; automatic selection chose {one.selected} for this layer")
+    got = one.note_data[0]
+    assert (got.kind, got.data["requested"], got.data["chose"]) == (
+        "request_not_applicable", ("emulation",), one.selected)
+    assert got.data["reason"] == {"rule": "engine", "message": "SGLang 0.5.23 has no emulation "
+                                  "backend", "source": got.data["reason"]["source"]}
     # several requested: the layer, not the first one's engine reason
     two = selector.load(base + ["policy.moe_backend=[emulation,flashinfer_cutlass]"]).select(
         op="moe", quant="unquantized")
-    assert two.notes[0] == ("policy.moe_backend=emulation,flashinfer_cutlass: does not implement "
-                            "unquantized moe layers; automatic selection chose nothing for "
-                            "this layer")
+    got = two.note_data[0]
+    assert (got.kind, got.data["requested"], got.data["chose"], got.data["reason"]) == (
+        "request_not_applicable", ("emulation", "flashinfer_cutlass"), None, None)
+    assert (got.data["quant"], got.data["op"]) == ("unquantized", "moe")
 
 
 def test_a_verify_failure_keys_the_memo_by_itself(tmp_path):
@@ -501,4 +508,4 @@ def test_a_failed_deep_probe_rejects_its_backend_with_the_finding():
     c = d.candidate("flashinfer_b12x")
     assert d.selected is None and c.status == "rejected"
     assert [(r.rule, r.message) for r in c.reasons] == [
-        ("feature", "deep probe flashinfer.b12x_moe failed: ImportError: no triton")]
+        ("probe", "deep probe flashinfer.b12x_moe failed: ImportError: no triton")]

@@ -154,7 +154,7 @@ def test_without_triton_the_b12x_moe_entry_points_are_absent(tmp_path):
     assert f["flashinfer.b12x_gemm"]["status"] == "ok"  # the dense GEMM does not need triton
     assert f["triton.importable"]["status"] == "failed"
     b12x = next(b for b in d["backends"] if (b["op"], b["backend"]) == ("moe", "flashinfer_b12x"))
-    features = [x["message"] for x in b12x["reasons"] if x["rule"] == "feature"]
+    features = [x["message"] for x in b12x["reasons"] if x["rule"] == "probe"]
     assert any(m.startswith("deep probe flashinfer.b12x_moe failed: ") for m in features)
     assert any(m.startswith("deep probe triton.importable failed: ") for m in features)
     assert b12x["verdict"] == "cannot run"
@@ -175,7 +175,7 @@ def test_explain_probe_deep_turns_a_failed_probe_into_a_feature_rejection(real, 
     c = d.candidate("fakeraise_be")
     assert c.status == "rejected" and d.selected is None
     assert [(r.rule, r.message) for r in c.reasons] == [
-        ("feature", "deep probe import:fakeraise:entry failed: import fakeraise failed: "
+        ("probe", "deep probe import:fakeraise:entry failed: import fakeraise failed: "
                     "RuntimeError: fakeraise is broken on purpose (raised at "
                     "fakeraise/__init__.py:1)")]
     # the real probes passed (the session cache of the deep run above): b12x is opt-in, not
@@ -228,7 +228,7 @@ def test_broken_package_finding_and_exit_code(broken_runs, probe):
     assert be["probes"] == [{"name": probe, "status": status, "message": f["message"]}]
     if code:
         assert be["verdict"] == "cannot run"
-        assert be["reasons"][-1] == {"rule": "feature", "message": f"deep probe {probe} failed: "
+        assert be["reasons"][-1] == {"rule": "probe", "message": f"deep probe {probe} failed: "
                                      f"{f['message']}", "source": f"selector doctor --deep "
                                      f"(probe {probe})"}
         assert d["problems"] == [f"probe {probe} failed: {f['message']}"]

@@ -219,7 +219,7 @@ def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
         failures.append(r.to_dict())
     for name in b.probes:
         if probes and name in probes and not probes[name][0]:
-            failures.append({"rule": "feature", "probe": name})
+            failures.append({"rule": "probe", "probe": name})
     if failures:
         if any(r["rule"] == "quant" for r in failures):
             return "not_applicable", failures
@@ -289,16 +289,20 @@ def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True
         status = expected[requested][0]
         if status == "not_applicable":
             assert d.selected == auto
-            assert any(requested in n and "does not implement" in n for n in d.notes)
+            assert [n.data["requested"] for n in d.notes_of("request_not_applicable")] == [
+                (requested,)]
         elif status in ("eligible", "opt_in"):
             assert d.selected == requested
         elif policy.strict:  # never silently replaced
             assert d.selected is None
             assert d.candidate(requested).status == "rejected" and d.candidate(requested).reasons
-            assert any("strict=true" in n for n in d.notes)
+            assert [(n.backend, n.severity) for n in d.notes_of("request_refused")] == [
+                (requested, "error")]
         else:
             assert d.selected == auto
-            assert any("fell back" in n for n in d.notes)
+            assert [(n.backend, n.data["chose"]) for n in d.notes_of("fallback")] == [
+                (requested, auto)]
+            assert "fallback" in d.marks
     return out
 
 

@@ -43,8 +43,9 @@ def test_add_a_backend(tmp_path):
     assert "my_kernel" in sel.catalogue.names("moe")
     small = sel.select(num_tokens=8)
     assert small.selected == "my_kernel"
-    assert any("preference: my_kernel (rank 1: fastest for tiny batches here" in n
-               for n in small.notes)
+    pref = small.notes_of("preference")
+    assert [(n.backend, n.data["rank"], n.data["reason"]) for n in pref] == [
+        ("my_kernel", 1, "fastest for tiny batches here")], small.note_data
     assert sel.select(num_tokens=4096).selected == "flashinfer_cutlass"
     assert sel.select(num_tokens=4096).candidate("my_kernel").status == "eligible"
 
@@ -58,7 +59,8 @@ def test_an_opt_in_backend_is_admitted_by_policy(tmp_path):
     sel = selector.load(SPARK + ["policy.allow_opt_in=[my_kernel]"], config_dirs=[conf])
     d = sel.default()
     assert d.selected == "my_kernel"
-    assert any("my_kernel is opt-in (experimental)" in n for n in d.notes)
+    assert [(n.backend, n.data["reason"]) for n in d.notes_of("opt_in_admitted")] == [
+        ("my_kernel", "experimental")]
 
 
 def test_allow_opt_in_names_opt_in_backends_only():
