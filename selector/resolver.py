@@ -125,8 +125,10 @@ class Resolver:
                 if verify and verify.get((op, b.name)):
                     layered.append(VerifyRule.measured(op, b.name, verify[op, b.name]))
                 prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
+                e = engines.entry(b, run.engine.name)
                 read = {"quant"}.union(*(r.all_layer_fields for r in layered),
-                                       *(pr.when.layer_fields for pr in prefs))
+                                       *(pr.when.layer_fields for pr in prefs),
+                                       *(k.when.layer_fields for k in (e.kernels if e else ())))
                 self._plans[op, b.name] = _Plan(
                     tuple(r for r in fixed if r.severity != "warning"),
                     tuple(r for r in fixed if r.severity == "warning"), tuple(layered),
@@ -148,13 +150,14 @@ class Resolver:
         """Filter: the backend's status for this layer, with every failed rule."""
         if b.unavailable is not None:  # the engine (engine=...) does not offer it
             return Verdict(Status.NOT_APPLICABLE, (b.unavailable,), ())
+        layer, ran_as = engines.runs_as(self.run.engine, b, layer, self._facts)
         if layer.quant not in b.implements:
             return Verdict(Status.NOT_APPLICABLE, (Reason(
                 "quant", f"implements {', '.join(b.implements)} layers, not {layer.quant}; "
                 "automatic selection decides for this layer", NOT_IMPLEMENTED_SOURCE,
                 f"do not implement {layer.quant}"),), ())
         plan = self._plans[b.op, b.name]
-        failures, warnings = plan.failures, plan.warnings
+        failures, warnings = plan.failures, plan.warnings + ((ran_as,) if ran_as else ())
         found = [r for rule in plan.layer_rules if rule.when.layer_holds(layer)
                  for r in (rule.evaluate(layer, self._facts),) if r is not None]
         if found:
@@ -216,7 +219,8 @@ class Resolver:
         values = layer.__dict__
         return Decision({k: values[k] for k in LAYER_KEYS}, self._platform, ",".join(requested),
                         selected, tuple(candidates), tuple(notes), self._label, tuple(warned),
-                        engines.view(run.engine, run.catalogue, layer.op, selected),
+                        engines.view(run.engine, run.catalogue, layer.op, selected, layer,
+                                     self._facts),
                         hint=self._hint)
 
     def _requested(self, layer: Layer, requested: Tuple[str, ...],

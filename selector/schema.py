@@ -167,6 +167,7 @@ class EngineConf:
     linear_flag: Optional[str] = None
     source: str = ""
     outside: Dict[str, str] = field(default_factory=dict)  # engine backends not modelled: source
+    package: str = ""  # the distribution whose installed version the label names
 
 
 @dataclass

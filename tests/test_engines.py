@@ -44,7 +44,7 @@ def test_sglang_marks_b12x_not_applicable_and_prints_its_flags(runs):
         "backend" in b12x[0]
     data = json.loads(runs["sglang-json"].stdout)
     assert data["engine"] == {"name": "sglang", "label": "SGLang 0.5.23",
-                              "backend": "flashinfer_cutlass",
+                              "backend": "flashinfer_cutlass", "kernel": None, "scheme": None,
                               "flags": ["--moe-runner-backend", "flashinfer_cutlass"], "env": {}}
     by_name = {c["backend"]: c for c in data["candidates"]}
     for name in ("b12x", "flashinfer_b12x", "cutlass", "emulation"):

@@ -1,10 +1,15 @@
 """Engines (`engine=none|vllm|sglang`): the catalogue as one inference engine offers it.
 
 Each backend YAML names itself in each engine under `engines.<engine>` (`name: null` when the
-engine has no such backend), with the environment variables that go with it and rules that hold
+engine has no such backend), with the environment variables that go with it, rules that hold
 only for that engine's integration (a backend vLLM wires up for fewer activations than the
-kernel library offers). Under `engine=X` a backend X does not offer is `not_applicable`, X's
-rules join the backend's own, and a decision names the flags that request the selected backend.
+kernel library offers) and the kernels the engine runs under that name (`kernels:`, the first
+whose `when` holds; its `scheme` when the engine runs the layer as another quant scheme, as
+vLLM's `flashinfer_cutedsl` runs a W4A4 layer with its W4A16 kernel on SM 12.x). Under
+`engine=X` a backend X does not offer is `not_applicable`, X's rules join the backend's own, the
+backend is judged as the scheme X's kernel runs, and a decision names the kernel, its scheme and
+the flags that request the selected backend. The engine's label carries the version the
+platform lists for its distribution (`stack=vllm_0_33`: "vLLM 0.33.0").
 
 The adapters (`selector.engines.vllm`, `selector.engines.sglang`) import their engine lazily:
 importing this package imports neither.
@@ -16,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import bad_input, bad_value
-from ..rules import Reason, Rule, compile_rule
+from ..rules import Condition, Facts, Reason, Rule, compile_rule
+from ..schema import QUANTS
 
 ENGINES = ("none", "vllm", "sglang")
-ENTRY_KEYS = ("name", "env", "source", "rules")
+ENTRY_KEYS = ("name", "env", "source", "rules", "kernels")
+KERNEL_KEYS = ("kernel", "scheme", "when", "source")
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class Engine:
     flags: Tuple[Tuple[str, Optional[str]], ...] = ()  # (op, flag)
     source: str = ""
     outside: Tuple[Tuple[str, str], ...] = ()  # engine backends the catalogue omits: why
+    package: str = ""  # the distribution whose version the label names (vllm, sglang)
 
     def flag(self, op: str) -> Optional[str]:
         return dict(self.flags).get(op)
@@ -39,12 +47,23 @@ NO_ENGINE = Engine()
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """The kernel an engine runs under a backend name, where `when` holds; `scheme`: the quant
+    scheme it runs the layer as (None: the layer's own)."""
+    kernel: str
+    source: str
+    scheme: Optional[str] = None
+    when: Condition = Condition()
+
+
+@dataclass(frozen=True)
 class EngineEntry:
     """One backend as one engine offers it (`name` None: the engine has no such backend)."""
     name: Optional[str]
     source: str
     env: Tuple[Tuple[str, str], ...] = ()
     rules: Tuple[Rule, ...] = ()
+    kernels: Tuple[Kernel, ...] = ()
 
 
 def make_engine(conf: Optional[Mapping[str, Any]]) -> Engine:
@@ -57,7 +76,44 @@ def make_engine(conf: Optional[Mapping[str, Any]]) -> Engine:
     return Engine(name, str(conf.get("label") or name),
                   (("moe", conf.get("moe_flag")), ("linear", conf.get("linear_flag"))),
                   str(conf.get("source") or ""),
-                  tuple(sorted((str(k), str(v)) for k, v in (conf.get("outside") or {}).items())))
+                  tuple(sorted((str(k), str(v)) for k, v in (conf.get("outside") or {}).items())),
+                  str(conf.get("package") or ""))
+
+
+def versioned(engine: Engine, packages: Mapping[str, Any]) -> Engine:
+    """The engine labelled with the version the platform lists for its distribution (the
+    configured label, the release the catalogue models, when the platform lists none)."""
+    version = packages.get(engine.package) if engine.package else None
+    if version is None:
+        return engine
+    family = engine.label.split(" ")[0]
+    return dataclasses.replace(engine, label=f"{family} {version}")
+
+
+def _kernels(conf: Any, key: str, file: str) -> Tuple[Kernel, ...]:
+    if conf is None:
+        return ()
+    if not isinstance(conf, list):
+        raise bad_input(key, conf, "is not a list of {kernel, source, scheme, when}", where=file)
+    out = []
+    for i, k in enumerate(conf):
+        where = f"{key}[{i}]"
+        if not isinstance(k, Mapping):
+            raise bad_input(where, k, "is not a mapping (kernel, source, scheme, when)",
+                            where=file)
+        for f in k:
+            if f not in KERNEL_KEYS:
+                raise bad_value(where, f, KERNEL_KEYS, what="key", where=file)
+        for f in ("kernel", "source"):
+            if not isinstance(k.get(f), str) or not k[f].strip():
+                raise bad_input(f"{where}.{f}", k.get(f), "is required (a non-empty string)",
+                                where=file)
+        scheme = k.get("scheme")
+        if scheme is not None and scheme not in QUANTS:
+            raise bad_value(f"{where}.scheme", scheme, QUANTS, where=file)
+        out.append(Kernel(k["kernel"], k["source"], scheme,
+                          Condition.parse(k.get("when"), where, file)))
+    return tuple(out)
 
 
 def parse_entries(conf: Any, key: str, file: str) -> Tuple[Tuple[str, EngineEntry], ...]:
@@ -95,13 +151,38 @@ def parse_entries(conf: Any, key: str, file: str) -> Tuple[Tuple[str, EngineEntr
             raise bad_input(f"{where}.rules", rules, "is not a list of rules", where=file)
         compiled = tuple(compile_rule(r, f"{where}.rules[{i}]", file)
                          for i, r in enumerate(rules))
+        kernels = _kernels(entry.get("kernels"), f"{where}.kernels", file)
         out.append((engine, EngineEntry(name, source, tuple((k, str(v)) for k, v in
-                                                             sorted(env.items())), compiled)))
+                                                             sorted(env.items())), compiled,
+                                        kernels)))
     return tuple(out)
 
 
 def entry(backend: Any, engine: str) -> Optional[EngineEntry]:
     return dict(backend.engines).get(engine)
+
+
+def kernel(engine: Engine, backend: Any, layer: Any, facts: Facts) -> Optional[Kernel]:
+    """The kernel `engine` runs for `backend` on this layer and platform (None: not known)."""
+    if engine.name == "none":
+        return None
+    e = entry(backend, engine.name)
+    if e is None:
+        return None
+    return next((k for k in e.kernels if k.when.holds(layer, facts)), None)
+
+
+def runs_as(engine: Engine, backend: Any, layer: Any, facts: Facts
+            ) -> Tuple[Any, Optional[Reason]]:
+    """The layer as the engine's kernel for `backend` runs it (its quant scheme replaced where
+    the kernel runs another), with the warning that says so; else (layer, None)."""
+    k = kernel(engine, backend, layer, facts)
+    if k is None or k.scheme is None or k.scheme == layer.quant:
+        return layer, None
+    return dataclasses.replace(layer, quant=k.scheme), Reason(
+        "engine", f"{engine.label} runs {k.kernel}, a {k.scheme} kernel, for this "
+        f"{layer.quant} layer under the name {backend.name}", k.source,
+        f"run as {k.scheme}", "warning")
 
 
 def apply(catalogue: Any, engine: Engine) -> Any:
@@ -126,21 +207,27 @@ def apply(catalogue: Any, engine: Engine) -> Any:
     return dataclasses.replace(catalogue, backends=out)
 
 
-def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str]
-         ) -> Optional[Dict[str, Any]]:
-    """What the decision means to the engine: its name for the backend and the flags (and
-    environment variables) that request it; None without an engine."""
+def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str],
+         layer: Any = None, facts: Optional[Facts] = None) -> Optional[Dict[str, Any]]:
+    """What the decision means to the engine: its name for the backend, the kernel it runs and
+    that kernel's quant scheme, and the flags (and environment variables) that request it;
+    None without an engine."""
     if engine.name == "none":
         return None
-    name, env, flags = None, {}, []
+    name, env, flags, kern, scheme = None, {}, [], None, None
     if selected is not None:
-        e = entry(catalogue.get(op, selected), engine.name)
+        b = catalogue.get(op, selected)
+        e = entry(b, engine.name)
         if e is not None and e.name is not None:
             name, env = e.name, dict(e.env)
             flag = engine.flag(op)
             flags = [flag, name] if flag else []
-    return {"name": engine.name, "label": engine.label, "backend": name, "flags": flags,
-            "env": env}
+            k = kernel(engine, b, layer, facts) if layer is not None and facts is not None \
+                else None
+            if k is not None:
+                kern, scheme = k.kernel, k.scheme or layer.quant
+    return {"name": engine.name, "label": engine.label, "backend": name, "kernel": kern,
+            "scheme": scheme, "flags": flags, "env": env}
 
 
 def command_line(v: Mapping[str, Any]) -> str:
@@ -149,5 +236,5 @@ def command_line(v: Mapping[str, Any]) -> str:
     return " ".join(parts) if parts else "(none: automatic selection)"
 
 
-__all__ = ["Engine", "EngineEntry", "NO_ENGINE", "ENGINES", "make_engine", "parse_entries",
-           "apply", "view", "command_line"]
+__all__ = ["Engine", "EngineEntry", "Kernel", "NO_ENGINE", "ENGINES", "make_engine",
+           "parse_entries", "apply", "view", "command_line", "kernel", "runs_as", "versioned"]
