@@ -518,6 +518,42 @@ def _engine_names() -> List[Case]:
     return out
 
 
+# The kernel class vLLM 0.32.0 builds under each name on the backend's home device, W4A4 and
+# W4A16 (fused_moe/oracle/nvfp4.py backend_to_kernel_cls; kernels/linear/__init__.py
+# _LINEAR_BACKEND_KERNEL_MAP and init_nvfp4_linear_kernel's a16_kernels)
+VLLM_KERNELS = {
+    "moe/flashinfer_trtllm": "TrtLlmNvFp4ExpertsMonolithic",
+    "moe/flashinfer_cutedsl": "FlashInferCuteDSLExperts",
+    "moe/flashinfer_cutlass": "FlashInferExperts", "moe/flashinfer_b12x": "FlashInferB12xExperts",
+    "moe/b12x": "B12xExperts", "moe/cutlass": "CutlassExpertsFp4", "moe/marlin": "MarlinExperts",
+    "moe/emulation": "Nvfp4QuantizationEmulationTritonExperts",
+    "linear/flashinfer_cutedsl": "FlashInferCuteDslNvFp4LinearKernel",
+    "linear/flashinfer_cutlass": "FlashInferCutlassNvFp4LinearKernel",
+    "linear/flashinfer_b12x": "FlashInferB12xNvFp4LinearKernel",
+    "linear/flashinfer_trtllm": "FlashInferTrtllmNvFp4LinearKernel",
+    "linear/flashinfer_cudnn": "FlashInferCudnnNvFp4LinearKernel",
+    "linear/cutlass": "CutlassNvFp4LinearKernel", "linear/marlin": "MarlinNvFp4LinearKernel",
+    "linear/b12x": "B12xNvFp4LinearKernel", "linear/emulation": "EmulationNvFp4LinearKernel",
+}
+VLLM_W4A16_KERNELS = {  # the W4A16 layers of EXPECT_W4A16 that vLLM runs (not its emulation)
+    "moe/flashinfer_b12x": "FlashInferB12xExperts", "moe/b12x": "B12xExperts",
+    "moe/marlin": "MarlinExperts", "linear/b12x": "B12xNvFp4W4A16LinearKernel",
+    "linear/flashinfer_cutedsl": "FlashInferCuteDslNvFp4W4A16LinearKernel",
+    "linear/marlin": "MarlinNvFp4LinearKernel",
+}
+
+
+def _vllm_kernels() -> List[Case]:
+    out = []
+    for quant, table in (("nvfp4", VLLM_KERNELS), ("nvfp4_w4a16", VLLM_W4A16_KERNELS)):
+        for backend, kernel in table.items():
+            layer = dict(DENSE) if backend.startswith(LIN) else {}
+            out.append(C(f"vllm-kernel-{quant}-{backend}", HOME[backend], backend,
+                         layer={**layer, "quant": quant}, engine="vllm", kernel=kernel,
+                         scheme=quant, status="selected", only="device"))
+    return out
+
+
 V = "vllm"
 ENGINES = [
     # vLLM has no NVFP4 path without a GPU: _POSSIBLE_NVFP4_KERNELS lists no CPU kernel;
@@ -541,6 +577,9 @@ ENGINES = [
       layer={"activation": "swigluoai_uninterleave"}),
     C("vllm-fi-b12x-gelu-tanh", "12.0", B12X_MOE, engine=V, layer={"activation": "gelu_tanh"},
       status="opt_in"),
+    C("vllm-fi-b12x-relu2", "12.0", B12X_MOE, engine=V,
+      layer={"activation": "relu2", "act_and_mul": False}, status="opt_in"),
+    C("vllm-fi-b12x-silu", "12.0", B12X_MOE, engine=V, status="opt_in"),
     C("vllm-fi-b12x-ep-w4a16", "12.0", B12X_MOE, {"parallel"}, engine=V,
       layer={"ep_size": 2, **W4A16}),
     C("vllm-fi-b12x-ep1-w4a16", "12.0", B12X_MOE, engine=V, layer=W4A16,
@@ -588,7 +627,7 @@ ENGINES = [
       pk={FI: "0.6.16", DSL: "4.5.0"}, layer={"activation": "situ"}),
 ]
 
-CASES: List[Case] = _generated() + BOUNDARIES + _engine_names() + ENGINES
+CASES: List[Case] = _generated() + BOUNDARIES + _engine_names() + _vllm_kernels() + ENGINES
 
 
 # ---------------------------------------------------------------------------------------------

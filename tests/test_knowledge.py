@@ -299,7 +299,8 @@ def test_doctor_without_deep_has_no_drift_list():
 
 def test_a_sample_of_catalogue_mutations_is_all_killed():
     """tools/mutate_catalogue.py: deleting a rule, moving a boundary by one release or dropping
-    a listed value fails a case of tests/knowledge_cases.py (the full run: 393/393)."""
+    a listed value, or an engine's rule, name or kernel, fails a case of tests/knowledge_cases.py
+    (the full run: 474/474)."""
     import mutate_catalogue as mc
     res = mc.run(sample=40, seed=1)
     assert res["run"] >= 35 and not res["survived"], res["survived"]
@@ -317,3 +318,14 @@ def test_mutations_delete_move_and_drop():
     assert "rules[0] (package) specifier >=0.6.9 -> >=0.6.10" in names
     assert "rules[1] (device) drop devices 10.3" in names
     assert "rules[2] (known_issue) when.packages.y <4.8.0 -> <4.8.1" in names
+    conf["engines"] = {"vllm": {"name": "x", "source": "s", "rules": [
+        {"kind": "activation", "values": ["silu", "relu2"], "source": "s"}],
+        "kernels": [{"kernel": "K", "scheme": "nvfp4_w4a16", "when": {"quant": ["nvfp4"]},
+                     "source": "s"}]},
+        "sglang": {"name": None, "source": "s"}}
+    names = [d for d, _ in mc.mutations(conf, "x")]
+    assert "delete engines.vllm.rules[0] (activation)" in names
+    assert "engines.vllm.rules[0] (activation) drop values relu2" in names
+    assert "engines.vllm.name x -> None" in names and "engines.sglang.name None -> x" in names
+    assert "delete engines.vllm.kernels[0] (K)" in names
+    assert "engines.vllm.kernels[0] (K) drop scheme" in names
