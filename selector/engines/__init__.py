@@ -180,8 +180,8 @@ def runs_as(engine: Engine, backend: Any, layer: Any, facts: Facts
     if k is None or k.scheme is None or k.scheme == layer.quant:
         return layer, None
     return dataclasses.replace(layer, quant=k.scheme), Reason(
-        "engine", f"{engine.label} runs {k.kernel}, a {k.scheme} kernel, for this "
-        f"{layer.quant} layer under the name {backend.name}", k.source,
+        "engine", f"{engine.label} runs {k.kernel} for this {layer.quant} layer under the "
+        f"name {backend.name}: it serves the layer as {k.scheme}", k.source,
         f"run as {k.scheme}", "warning")
 
 
