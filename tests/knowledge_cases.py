@@ -94,8 +94,8 @@ _APPLY = {"silu", "gelu", "gelu_tanh", "situ", "swigluoai", "swigluoai_uninterle
 EXPECT_ACTIVATIONS = {
     "moe/flashinfer_b12x": ({"silu", "gelu_tanh", "swigluoai_uninterleave"}, {"relu2"}),
     "moe/b12x": ({"silu", "situ", "swigluoai_uninterleave"}, {"relu2"}),
-    # situ: vLLM checks FlashInfer's ActivationType.Situ (FlashInfer #4180, in 0.6.16)
-    "moe/flashinfer_trtllm": ({"silu", "gelu", "gelu_tanh", "swigluoai_uninterleave", "situ"},
+    # selector's wrapper maps no SiTU; vLLM's integration does (engine cases below)
+    "moe/flashinfer_trtllm": ({"silu", "gelu", "gelu_tanh", "swigluoai_uninterleave"},
                               {"relu2"}),
     "moe/flashinfer_cutedsl": ({"silu", "swigluoai", "swigluoai_uninterleave", "situ"},
                                {"relu2"}),
@@ -554,6 +554,34 @@ def _vllm_kernels() -> List[Case]:
     return out
 
 
+# vLLM's emulation is its Triton MoE: every activation of _APPLY_MOE_ACTIVATIONS, situ included
+# (fused_moe/experts/triton_moe.py TritonExperts._supports_activation), where selector's own
+# reference (engine=none) has no situ
+# vLLM's TRT-LLM MoE adds SiTU where FlashInfer has it (trtllm_nvfp4_moe.py _supports_activation;
+# FlashInfer #4180); non-gated situ does not exist in vLLM's MoEActivation
+VLLM_ACTIVATIONS = {
+    "moe/emulation": (_APPLY, {"silu", "gelu", "gelu_tanh", "relu2"}),
+    "moe/flashinfer_trtllm": ({"silu", "gelu", "gelu_tanh", "swigluoai_uninterleave", "situ"},
+                              {"relu2", "situ"}),
+}
+
+
+def _vllm_emulation_activations() -> List[Case]:
+    out = []
+    for backend, (gated, non_gated) in VLLM_ACTIVATIONS.items():
+        for act in GATED:
+            out.append(C(f"vllm-{backend}-gated-{act}", HOME[backend], backend,
+                         fails=() if act in gated else {"activation|act_and_mul"},
+                         engine="vllm", layer={"activation": act, "act_and_mul": True},
+                         only="activation"))
+        for act in NON_GATED:
+            out.append(C(f"vllm-{backend}-nongated-{act}", HOME[backend], backend,
+                         fails=() if act in non_gated else {"activation|act_and_mul"},
+                         engine="vllm", layer={"activation": act, "act_and_mul": False},
+                         only="activation"))
+    return out
+
+
 V = "vllm"
 ENGINES = [
     # vLLM has no NVFP4 path without a GPU: _POSSIBLE_NVFP4_KERNELS lists no CPU kernel;
@@ -620,14 +648,23 @@ ENGINES = [
       pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "gelu", "act_and_mul": False}),
     C("trtllm-relu2-gated-sm100", "10.0", "moe/flashinfer_trtllm", {"act_and_mul"},
       pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "relu2", "act_and_mul": True}),
-    # FlashInfer #4180/#4252: SiTU in the TRT-LLM MoE from 0.6.16
-    C("trtllm-situ-0.6.15", "10.0", "moe/flashinfer_trtllm", {"feature"}, warns={"known_issue"},
-      pk={FI: "0.6.15", DSL: "4.5.0"}, layer={"activation": "situ"}),
-    C("trtllm-situ-0.6.16", "10.0", "moe/flashinfer_trtllm", warns={"known_issue"},
-      pk={FI: "0.6.16", DSL: "4.5.0"}, layer={"activation": "situ"}),
+    # FlashInfer #4180/#4252: SiTU in the TRT-LLM MoE from 0.6.16, which vLLM runs
+    # (trtllm_nvfp4_moe.py _supports_activation) and selector's own wrapper does not
+    C("vllm-trtllm-situ-0.6.15", "10.0", "moe/flashinfer_trtllm", {"feature"},
+      warns={"known_issue"}, pk={FI: "0.6.15", DSL: "4.5.0"}, layer={"activation": "situ"},
+      engine=V),
+    C("vllm-trtllm-situ-0.6.16", "10.0", "moe/flashinfer_trtllm", warns={"known_issue"},
+      pk={FI: "0.6.16", DSL: "4.5.0"}, layer={"activation": "situ"}, engine=V),
+    C("vllm-trtllm-swigluoai", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      warns={"known_issue"}, layer={"activation": "swigluoai"}, engine=V),
+    C("vllm-trtllm-swiglustep", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      warns={"known_issue"}, layer={"activation": "swiglustep"}, engine=V),
+    C("none-trtllm-situ-0.6.16", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      warns={"known_issue"}, pk={FI: "0.6.16", DSL: "4.5.0"}, layer={"activation": "situ"}),
 ]
 
-CASES: List[Case] = _generated() + BOUNDARIES + _engine_names() + _vllm_kernels() + ENGINES
+CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
+                     _vllm_emulation_activations() + ENGINES)
 
 
 # ---------------------------------------------------------------------------------------------

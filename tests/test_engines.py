@@ -245,3 +245,29 @@ def test_vllm_refuses_ep_for_flashinfer_b12x_w4a16():
     assert any(r.rule == "parallel" and "_supports_parallel_config" in r.source
                for r in b12x.reasons)
     assert load(*over).default().selected == "flashinfer_b12x"  # FlashInfer itself has W4A16 EP
+
+
+@pytest.mark.parametrize("entry, key", [
+    ({"name": "x", "source": "s", "kernels": {"kernel": "K"}}, "engines.vllm.kernels"),
+    ({"name": "x", "source": "s", "kernels": [{"kernel": "K"}]}, "engines.vllm.kernels[0].source"),
+    ({"name": "x", "source": "s", "kernels": [{"kernel": "K", "source": "s", "scheme": "w4"}]},
+     "engines.vllm.kernels[0].scheme"),
+    ({"name": "x", "source": "s", "kernels": [{"kernel": "K", "source": "s", "bogus": 1}]},
+     "engines.vllm.kernels[0]"),
+    ({"name": "x", "source": "s", "replaces": ["activations"]}, "engines.vllm.replaces"),
+    ({"name": "x", "source": "s", "replaces": "activation"}, "engines.vllm.replaces"),
+])
+def test_bad_engine_kernels_and_replaces_name_the_key(entry, key):
+    from selector.engines import parse_entries
+    with pytest.raises(SelectorError) as exc:
+        parse_entries({"vllm": entry}, "engines", "conf/backend/moe/x.yaml")
+    assert key in str(exc.value) and "x.yaml" in str(exc.value)
+
+
+def test_an_engine_replaces_the_backends_own_rule_kind():
+    """vLLM's emulation is its Triton MoE: situ runs under engine=vllm, not in selector's own
+    reference (engine=none)."""
+    over = ("platform=b200", "stack=vllm_0_32", "layer.activation=situ",
+            "policy.moe_backend=emulation")
+    assert load("engine=vllm", *over).default().selected == "emulation"
+    assert load(*over).default().selected is None

@@ -120,6 +120,8 @@ def _engine_mutations(name: str, engine: str, entry: Dict[str, Any]) -> List[Mut
     out = _rule_mutations(entry.get("rules") or [], at + ("rules",), f"{label}.rules")
     swapped = None if entry.get("name") is not None else name
     out.append((f"{label}.name {entry.get('name')} -> {swapped}", _set(at + ("name",), swapped)))
+    for j, kind in enumerate(entry.get("replaces") or []):
+        out.append((f"{label}.replaces drop {kind}", _delete(at + ("replaces", j))))
     for i, k in enumerate(entry.get("kernels") or []):
         where = f"{label}.kernels[{i}] ({k.get('kernel')})"
         out.append((f"delete {where}", _delete(at + ("kernels", i))))

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import bad_input, bad_value
-from ..rules import Condition, Facts, Reason, Rule, compile_rule
+from ..rules import KINDS, Condition, Facts, Reason, Rule, compile_rule
 from ..schema import QUANTS
 
 ENGINES = ("none", "vllm", "sglang")
-ENTRY_KEYS = ("name", "env", "source", "rules", "kernels")
+ENTRY_KEYS = ("name", "env", "source", "rules", "kernels", "replaces")
 KERNEL_KEYS = ("kernel", "scheme", "when", "source")
 
 
@@ -64,6 +64,7 @@ class EngineEntry:
     env: Tuple[Tuple[str, str], ...] = ()
     rules: Tuple[Rule, ...] = ()
     kernels: Tuple[Kernel, ...] = ()
+    replaces: Tuple[str, ...] = ()  # rule kinds of the backend's own that the engine's replace
 
 
 def make_engine(conf: Optional[Mapping[str, Any]]) -> Engine:
@@ -152,9 +153,17 @@ def parse_entries(conf: Any, key: str, file: str) -> Tuple[Tuple[str, EngineEntr
         compiled = tuple(compile_rule(r, f"{where}.rules[{i}]", file)
                          for i, r in enumerate(rules))
         kernels = _kernels(entry.get("kernels"), f"{where}.kernels", file)
+        replaces = entry.get("replaces") or []
+        if not isinstance(replaces, list):
+            raise bad_input(f"{where}.replaces", replaces, "is not a list of rule kinds",
+                            where=file)
+        for kind in replaces:
+            if kind not in KINDS:
+                raise bad_value(f"{where}.replaces", kind, tuple(KINDS), what="rule kind",
+                                where=file)
         out.append((engine, EngineEntry(name, source, tuple((k, str(v)) for k, v in
                                                              sorted(env.items())), compiled,
-                                        kernels)))
+                                        kernels, tuple(replaces))))
     return tuple(out)
 
 
@@ -201,8 +210,9 @@ def apply(catalogue: Any, engine: Engine) -> Any:
                        f"{b.name} has no engines.{engine.name} entry in {b.file}")
                 changed.append(dataclasses.replace(b, unavailable=Reason(
                     "engine", why, source, f"not offered by {engine.label}")))
-            else:
-                changed.append(dataclasses.replace(b, rules=b.rules + e.rules))
+            else:  # the engine's kernel checks its own `replaces` kinds instead of the backend's
+                own = tuple(r for r in b.rules if r.kind not in e.replaces)
+                changed.append(dataclasses.replace(b, rules=own + e.rules))
         out[op] = tuple(changed)
     return dataclasses.replace(catalogue, backends=out)
 
