@@ -255,7 +255,9 @@ def render_text(d: Decision) -> str:
         lines.append("selected: none")
     if d.engine is not None and d.selected:
         from .engines import command_line
-        lines.append(f"{d.engine['label']} flags: {command_line(d.engine)}")
+        kernel = d.engine.get("kernel")
+        lines.append(f"{d.engine['label']} flags: {command_line(d.engine)}" +
+                     (f"; runs {kernel} ({d.engine['scheme']})" if kernel else ""))
     lines.append("")
     lines += candidate_table(d.candidates, "passes every rule")
     lines.append("")

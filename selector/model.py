@@ -335,14 +335,18 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
             _known_keys(data[k], node, k)
     known = tuple(data.get("engines") or engines.ENGINES)  # the tree's engine files
     engine = engines.make_engine(data.get("engine"), known)
-    catalogue = engines.apply(make_catalogue(data.get("catalogue") or {}, files, known), engine)
+    raw = make_catalogue(data.get("catalogue") or {}, files, known)
+    catalogue = engines.apply(raw, engine)
     probe = data.get("probe", "none")
     if probe not in schema.PROBE_MODES:
         raise bad_value("probe", probe, schema.PROBE_MODES)
     watched = sorted(set(canonicalize_name(n) for n in schema.CORE_PACKAGES) |
-                     set(catalogue.packages()))
+                     set(catalogue.packages()) | ({engine.package} if engine.package else set()))
     platform = make_platform(data.get("platform") or {}, watched, detect,
                              tuple(data.get("explicit") or ()))
+    labelled = engines.versioned(engine, dict(platform.packages))
+    if labelled != engine:  # the engine's reasons name the version the platform lists
+        engine, catalogue = labelled, engines.apply(raw, labelled)
     layer = make_layer(data.get("layer") or {})
     policy = make_policy(data.get("policy") or {}, catalogue)
     return RunConfig(catalogue, platform, layer, policy, probe, engine)

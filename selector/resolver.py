@@ -26,6 +26,7 @@ from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
 from .notes import Note, note
 from .rules import (
+    Condition,
     EngineRule,
     ExcludeRule,
     ImplementsRule,
@@ -71,14 +72,17 @@ def _nothing(layer: Layer) -> None:
     return None
 
 
-def projector(rules: Sequence[Rule], prefs: Sequence[Preference]) -> Callable[[Layer], Any]:
+def projector(rules: Sequence[Rule], prefs: Sequence[Preference],
+              kernels: Sequence[Condition] = ()) -> Callable[[Layer], Any]:
     """The memo key of a backend's verdict and rank: the values of the layer fields its rules
     read (Rule.layer_fields, and `when` terms that test a value), and for a field that only
     threshold terms read (min_num_tokens, max_num_tokens, ...) the interval between the
     thresholds it falls in, so that layers differing there (num_tokens 5 and 7 below a
     threshold of 64) share the verdict."""
-    conds = [r.when for r in rules] + [p.when for p in prefs]
+    conds = [r.when for r in rules] + [p.when for p in prefs] + list(kernels)
     raw = set().union(*(r.layer_fields for r in rules), *(c.plain_fields for c in conds))
+    if kernels:  # the engine's kernel may replace the layer's scheme
+        raw.add("quant")
     cuts: Dict[str, set[int]] = {}
     for c in conds:
         for f, bound in c.cuts:
@@ -191,8 +195,10 @@ class Resolver:
                 if any(r.final for r in fixed):  # the engine does not offer it
                     steps = [next(r for r in fixed if r.final)]
                 prefs = tuple(pr for pr in b.preference if pr.when.platform_holds(facts))
+                e = engines.entry(b, run.engine.name)
+                kernel_conds = tuple(k.when for k in (e.kernels if e else ()))
                 self._plans[op, b.name] = _Plan(tuple(steps), tuple(fixed), prefs, projector(
-                    [r for r in steps if isinstance(r, Rule)], prefs))
+                    [r for r in steps if isinstance(r, Rule)], prefs, kernel_conds))
         # A backend's verdict and rank depend only on the layer fields its rules and preference
         # declare they read (Rule.layer_fields, `when` terms): memoized on those, layers that
         # differ elsewhere (num_tokens, sizes no rule checks) share them.
@@ -221,8 +227,10 @@ class Resolver:
         over opt_in), with every failed rule of that standing; a final failure ends the loop
         as the only reason. Warnings never fail a backend."""
         facts = self._facts
+        # the engine's kernel for this backend may run another scheme (its warning says so)
+        layer, ran_as = engines.runs_as(self.run.engine, b, layer, facts)
         failures: List[Reason] = []
-        warnings: List[Reason] = []
+        warnings: List[Reason] = [ran_as] if ran_as is not None else []
         for step in self._plans[b.op, b.name].steps:
             if isinstance(step, Reason):  # decided when the run was planned
                 r = step
@@ -307,7 +315,7 @@ class Resolver:
             notes.insert(0, self._hint)
         return (self._platform, ",".join(requested), selected, tuple(candidates), tuple(notes),
                 self._label, tuple(warned),
-                engines.view(run.engine, run.catalogue, layer.op, selected))
+                engines.view(run.engine, run.catalogue, layer.op, selected, layer, self._facts))
 
     def _requested(self, layer: Layer, requested: Tuple[str, ...],
                    evaluated: Dict[str, Verdict], auto: Optional[str]

@@ -242,6 +242,10 @@ class EngineEntryConf:
     env: Dict[str, Union[str, int]] = field(default_factory=dict, metadata={
         "problem": "is not a mapping of variable to value"})
     rules: List[Any] = field(default_factory=list, metadata={"problem": "is not a list of rules"})
+    kernels: Optional[List[Any]] = field(default=None, metadata={
+        "problem": "is not a list of {kernel, source, scheme, when}"})
+    replaces: List[str] = field(default_factory=list, metadata={
+        "problem": "is not a list of rule kinds"})
 
 
 @dataclass
@@ -254,6 +258,7 @@ class EngineConf:
     linear_flag: Optional[str] = None
     source: str = ""
     outside: Dict[str, str] = field(default_factory=dict)  # engine backends not modelled: source
+    package: str = ""  # the distribution whose installed version the label names
 
 
 @dataclass

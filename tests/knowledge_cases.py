@@ -32,7 +32,7 @@ NON_GATED = ("silu", "gelu", "gelu_tanh", "relu2", "situ", "swigluoai",
 @dataclass(frozen=True)
 class Case:
     id: str
-    device: str
+    device: Optional[str]  # None: no GPU
     backend: str
     fails: FrozenSet[str] = frozenset()     # rule kinds that fail for the backend, exactly
     warns: FrozenSet[str] = frozenset()     # rule kinds that warn for the backend, exactly
@@ -41,13 +41,18 @@ class Case:
     cuda: Optional[str] = "13.0"
     status: Optional[str] = None
     only: Optional[str] = None  # check only whether this kind is among the failures
+    engine: str = "none"  # decided with engine=ENGINE: its rules and names apply
+    name: Optional[str] = "-"  # under an engine: the engine's name for the backend ("-": unchecked)
+    kernel: Optional[str] = None  # under an engine: the kernel it runs, when the backend is chosen
+    scheme: Optional[str] = None  # ... and that kernel's quant scheme
 
 
-def C(id: str, device: str, backend: str, fails=(), warns=(), pk=None, layer=None,
-      cuda: Optional[str] = "13.0", status=None, only=None) -> Case:
+def C(id: str, device: Optional[str], backend: str, fails=(), warns=(), pk=None, layer=None,
+      cuda: Optional[str] = "13.0", status=None, only=None, engine="none", name="-",
+      kernel=None, scheme=None) -> Case:
     return Case(id, device, backend, frozenset(fails), frozenset(warns),
                 tuple(sorted((pk or {}).items())), tuple(sorted((layer or {}).items())), cuda,
-                status, only)
+                status, only, engine, name, kernel, scheme)
 
 
 MOE, LIN = "moe/", "linear/"
@@ -89,6 +94,7 @@ _APPLY = {"silu", "gelu", "gelu_tanh", "situ", "swigluoai", "swigluoai_uninterle
 EXPECT_ACTIVATIONS = {
     "moe/flashinfer_b12x": ({"silu", "gelu_tanh", "swigluoai_uninterleave"}, {"relu2"}),
     "moe/b12x": ({"silu", "situ", "swigluoai_uninterleave"}, {"relu2"}),
+    # selector's wrapper maps no SiTU; vLLM's integration does (engine cases below)
     "moe/flashinfer_trtllm": ({"silu", "gelu", "gelu_tanh", "swigluoai_uninterleave"},
                               {"relu2"}),
     "moe/flashinfer_cutedsl": ({"silu", "swigluoai", "swigluoai_uninterleave", "situ"},
@@ -471,7 +477,189 @@ BOUNDARIES = [
       pk={FI: "0.6.14", DSL: "4.5.0"}, layer=DENSE),
 ]
 
-CASES: List[Case] = _generated() + BOUNDARIES
+# ---------------------------------------------------------------------------------------------
+# Engines: each engine's name for each backend (null: the engine has none), the rules of the
+# engine's own integration, and the kernel it runs under the name (engine=vllm|sglang)
+
+ENGINE_NAMES = {
+    # vLLM 0.32.0 fused_moe/oracle/nvfp4.py map_nvfp4_backend; kernels/linear/__init__.py
+    # _LINEAR_BACKEND_KERNEL_MAP: vLLM offers every backend of the catalogue under its own name
+    "vllm": {b: b.split("/")[1] for b in EXPECT_DEVICES},
+    # SGLang 0.5.23 srt/layers/moe/utils.py MoeRunnerBackend and quantization/fp4_utils.py
+    # Fp4GemmRunnerBackend (NVFP4): no b12x, no emulation, no vLLM CUTLASS kernels; its `cutlass`
+    # MoE runner raises NotImplementedError for NVFP4 (quantization/modelopt_quant.py)
+    "sglang": {"moe/flashinfer_trtllm": "flashinfer_trtllm",
+               "moe/flashinfer_cutedsl": "flashinfer_cutedsl",
+               "moe/flashinfer_cutlass": "flashinfer_cutlass", "moe/marlin": "marlin",
+               "moe/flashinfer_b12x": None, "moe/b12x": None, "moe/cutlass": None,
+               "moe/emulation": None,
+               "linear/flashinfer_cudnn": "flashinfer_cudnn",
+               "linear/flashinfer_cutedsl": "flashinfer_cutedsl",
+               "linear/flashinfer_cutlass": "flashinfer_cutlass",
+               "linear/flashinfer_trtllm": "flashinfer_trtllm", "linear/marlin": "marlin",
+               "linear/flashinfer_b12x": None, "linear/b12x": None, "linear/cutlass": None,
+               "linear/emulation": None},
+}
+
+
+def _engine_names() -> List[Case]:
+    out = []
+    for engine, names in ENGINE_NAMES.items():
+        for backend, name in names.items():
+            layer = DENSE if backend.startswith(LIN) else {}
+            out.append(C(f"{engine}-name-{backend}", HOME[backend], backend,
+                         fails=() if name else {"engine"}, layer=layer, only="engine",
+                         engine=engine, name=name))
+    return out
+
+
+# The kernel class vLLM 0.32.0 builds under each name on the backend's home device, W4A4 and
+# W4A16 (fused_moe/oracle/nvfp4.py backend_to_kernel_cls; kernels/linear/__init__.py
+# _LINEAR_BACKEND_KERNEL_MAP and init_nvfp4_linear_kernel's a16_kernels)
+VLLM_KERNELS = {
+    "moe/flashinfer_trtllm": "TrtLlmNvFp4ExpertsMonolithic",
+    "moe/flashinfer_cutedsl": "FlashInferCuteDSLExperts",
+    "moe/flashinfer_cutlass": "FlashInferExperts", "moe/flashinfer_b12x": "FlashInferB12xExperts",
+    "moe/b12x": "B12xExperts", "moe/cutlass": "CutlassExpertsFp4", "moe/marlin": "MarlinExperts",
+    "moe/emulation": "Nvfp4QuantizationEmulationTritonExperts",
+    "linear/flashinfer_cutedsl": "FlashInferCuteDslNvFp4LinearKernel",
+    "linear/flashinfer_cutlass": "FlashInferCutlassNvFp4LinearKernel",
+    "linear/flashinfer_b12x": "FlashInferB12xNvFp4LinearKernel",
+    "linear/flashinfer_trtllm": "FlashInferTrtllmNvFp4LinearKernel",
+    "linear/flashinfer_cudnn": "FlashInferCudnnNvFp4LinearKernel",
+    "linear/cutlass": "CutlassNvFp4LinearKernel", "linear/marlin": "MarlinNvFp4LinearKernel",
+    "linear/b12x": "B12xNvFp4LinearKernel", "linear/emulation": "EmulationNvFp4LinearKernel",
+}
+VLLM_W4A16_KERNELS = {  # the W4A16 layers of EXPECT_W4A16 that vLLM runs (not its emulation)
+    "moe/flashinfer_b12x": "FlashInferB12xExperts", "moe/b12x": "B12xExperts",
+    "moe/marlin": "MarlinExperts", "linear/b12x": "B12xNvFp4W4A16LinearKernel",
+    "linear/flashinfer_cutedsl": "FlashInferCuteDslNvFp4W4A16LinearKernel",
+    "linear/marlin": "MarlinNvFp4LinearKernel",
+}
+
+
+def _vllm_kernels() -> List[Case]:
+    out = []
+    for quant, table in (("nvfp4", VLLM_KERNELS), ("nvfp4_w4a16", VLLM_W4A16_KERNELS)):
+        for backend, kernel in table.items():
+            layer = dict(DENSE) if backend.startswith(LIN) else {}
+            out.append(C(f"vllm-kernel-{quant}-{backend}", HOME[backend], backend,
+                         layer={**layer, "quant": quant}, engine="vllm", kernel=kernel,
+                         scheme=quant, status="selected", only="device"))
+    return out
+
+
+# vLLM's emulation is its Triton MoE: every activation of _APPLY_MOE_ACTIVATIONS, situ included
+# (fused_moe/experts/triton_moe.py TritonExperts._supports_activation), where selector's own
+# reference (engine=none) has no situ
+# vLLM's TRT-LLM MoE adds SiTU where FlashInfer has it (trtllm_nvfp4_moe.py _supports_activation;
+# FlashInfer #4180); non-gated situ does not exist in vLLM's MoEActivation
+VLLM_ACTIVATIONS = {
+    "moe/emulation": (_APPLY, {"silu", "gelu", "gelu_tanh", "relu2"}),
+    "moe/flashinfer_trtllm": ({"silu", "gelu", "gelu_tanh", "swigluoai_uninterleave", "situ"},
+                              {"relu2", "situ"}),
+}
+
+
+def _vllm_emulation_activations() -> List[Case]:
+    out = []
+    for backend, (gated, non_gated) in VLLM_ACTIVATIONS.items():
+        for act in GATED:
+            out.append(C(f"vllm-{backend}-gated-{act}", HOME[backend], backend,
+                         fails=() if act in gated else {"activation|act_and_mul"},
+                         engine="vllm", layer={"activation": act, "act_and_mul": True},
+                         only="activation"))
+        for act in NON_GATED:
+            out.append(C(f"vllm-{backend}-nongated-{act}", HOME[backend], backend,
+                         fails=() if act in non_gated else {"activation|act_and_mul"},
+                         engine="vllm", layer={"activation": act, "act_and_mul": False},
+                         only="activation"))
+    return out
+
+
+V = "vllm"
+ENGINES = [
+    # vLLM has no NVFP4 path without a GPU: _POSSIBLE_NVFP4_KERNELS lists no CPU kernel;
+    # TritonExperts (its MoE emulation) needs a CUDA-alike device. selector's own reference runs.
+    C("vllm-emulation-moe-no-gpu", None, "moe/emulation", {"device"}, engine=V, cuda=None),
+    C("vllm-emulation-lin-no-gpu", None, "linear/emulation", {"device"}, layer=DENSE, engine=V,
+      cuda=None),
+    C("none-emulation-moe-no-gpu", None, "moe/emulation", cuda=None, status="selected"),
+    C("none-emulation-lin-no-gpu", None, "linear/emulation", layer=DENSE, cuda=None,
+      status="selected"),
+    C("vllm-emulation-moe-sm70", "7.0", "moe/emulation", engine=V,
+      kernel="Nvfp4QuantizationEmulationTritonExperts", scheme="nvfp4"),
+    # vLLM's MoE emulation is W4A4 only (nvfp4_emulation_moe.py _supports_quant_scheme); its
+    # W4A16 linear path considers only weight-only kernels (init_nvfp4_linear_kernel a16_kernels)
+    C("vllm-emulation-moe-w4a16", "9.0", "moe/emulation", {"quant"}, layer=W4A16, engine=V),
+    C("vllm-emulation-lin-w4a16", "9.0", "linear/emulation", {"quant"}, layer={**DENSE, **W4A16},
+      engine=V),
+    # vLLM's FlashInfer b12x MoE: silu, gelu_tanh, relu2 only; no EP at all
+    # (experts/flashinfer_b12x_moe.py _supports_activation, _supports_parallel_config)
+    C("vllm-fi-b12x-swiglu-uninterleave", "12.0", B12X_MOE, {"activation"}, engine=V,
+      layer={"activation": "swigluoai_uninterleave"}),
+    C("vllm-fi-b12x-gelu-tanh", "12.0", B12X_MOE, engine=V, layer={"activation": "gelu_tanh"},
+      status="opt_in"),
+    C("vllm-fi-b12x-relu2", "12.0", B12X_MOE, engine=V,
+      layer={"activation": "relu2", "act_and_mul": False}, status="opt_in"),
+    C("vllm-fi-b12x-silu", "12.0", B12X_MOE, engine=V, status="opt_in"),
+    C("vllm-fi-b12x-ep-w4a16", "12.0", B12X_MOE, {"parallel"}, engine=V,
+      layer={"ep_size": 2, **W4A16}),
+    C("vllm-fi-b12x-ep1-w4a16", "12.0", B12X_MOE, engine=V, layer=W4A16,
+      name="flashinfer_b12x"),
+    # vLLM's flashinfer_cutedsl linear: a W4A4 kernel for sm_10x, else its W4A16 kernel runs
+    # the layer weight-only (kernels/linear/nvfp4/flashinfer.py; _LINEAR_BACKEND_KERNEL_MAP)
+    C("vllm-cutedsl-lin-w4a4-sm120", "12.0", "linear/flashinfer_cutedsl", warns={"engine"},
+      layer=DENSE, engine=V, kernel="FlashInferCuteDslNvFp4W4A16LinearKernel",
+      scheme="nvfp4_w4a16", status="selected"),
+    C("vllm-cutedsl-lin-w4a4-sm120-cuda12.8", "12.0", "linear/flashinfer_cutedsl",
+      warns={"engine"}, layer=DENSE, engine=V, cuda="12.8", status="opt_in"),
+    C("none-cutedsl-lin-w4a4-sm120-cuda12.8", "12.0", "linear/flashinfer_cutedsl", {"cuda"},
+      layer=DENSE, cuda="12.8"),
+    C("none-cutedsl-lin-w4a16-sm120-cuda12.8", "12.0", "linear/flashinfer_cutedsl",
+      layer={**DENSE, **W4A16}, cuda="12.8", status="opt_in"),
+    C("vllm-cutedsl-lin-w4a4-sm100", "10.0", "linear/flashinfer_cutedsl", layer=DENSE,
+      engine=V, kernel="FlashInferCuteDslNvFp4LinearKernel", scheme="nvfp4",
+      status="selected"),
+    C("vllm-cutedsl-lin-w4a16-sm100", "10.0", "linear/flashinfer_cutedsl",
+      layer={**DENSE, **W4A16}, engine=V, kernel="FlashInferCuteDslNvFp4W4A16LinearKernel",
+      scheme="nvfp4_w4a16", status="selected"),
+    C("vllm-b12x-lin-w4a16", "12.0", "linear/b12x", layer={**DENSE, **W4A16}, engine=V,
+      kernel="B12xNvFp4W4A16LinearKernel", scheme="nvfp4_w4a16", status="selected"),
+    # vLLM #52308 (open): corrupt output for non-gated relu2 on SM 10.x with TRT-LLM's MoE, a
+    # warning on the choice vLLM keeps making (flashinfer 0.6.13: no cubin-download warning)
+    C("trtllm-relu2-sm100", "10.0", "moe/flashinfer_trtllm", warns={"known_issue"},
+      pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "relu2", "act_and_mul": False},
+      status="selected"),
+    C("trtllm-relu2-sm103", "10.3", "moe/flashinfer_trtllm", warns={"known_issue"},
+      pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "relu2", "act_and_mul": False}),
+    C("trtllm-relu2-sm107", "10.7", "moe/flashinfer_trtllm", warns={"known_issue"},
+      pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "relu2", "act_and_mul": False}),
+    C("trtllm-relu2-sm120", "12.0", "moe/flashinfer_trtllm", {"device"},
+      pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "relu2", "act_and_mul": False}),
+    C("trtllm-silu-sm100", "10.0", "moe/flashinfer_trtllm", pk={FI: "0.6.13", DSL: "4.5.0"},
+      status="selected"),
+    C("trtllm-gelu-nongated-sm100", "10.0", "moe/flashinfer_trtllm", {"act_and_mul"},
+      pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "gelu", "act_and_mul": False}),
+    C("trtllm-relu2-gated-sm100", "10.0", "moe/flashinfer_trtllm", {"act_and_mul"},
+      pk={FI: "0.6.13", DSL: "4.5.0"}, layer={"activation": "relu2", "act_and_mul": True}),
+    # FlashInfer #4180/#4252: SiTU in the TRT-LLM MoE from 0.6.16, which vLLM runs
+    # (trtllm_nvfp4_moe.py _supports_activation) and selector's own wrapper does not
+    C("vllm-trtllm-situ-0.6.15", "10.0", "moe/flashinfer_trtllm", {"feature"},
+      warns={"known_issue"}, pk={FI: "0.6.15", DSL: "4.5.0"}, layer={"activation": "situ"},
+      engine=V),
+    C("vllm-trtllm-situ-0.6.16", "10.0", "moe/flashinfer_trtllm", warns={"known_issue"},
+      pk={FI: "0.6.16", DSL: "4.5.0"}, layer={"activation": "situ"}, engine=V),
+    C("vllm-trtllm-swigluoai", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      warns={"known_issue"}, layer={"activation": "swigluoai"}, engine=V),
+    C("vllm-trtllm-swiglustep", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      warns={"known_issue"}, layer={"activation": "swiglustep"}, engine=V),
+    C("none-trtllm-situ-0.6.16", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      warns={"known_issue"}, pk={FI: "0.6.16", DSL: "4.5.0"}, layer={"activation": "situ"}),
+]
+
+CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
+                     _vllm_emulation_activations() + ENGINES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,6 +671,13 @@ def base():
     return selector.load(["platform=cpu"])
 
 
+@functools.cache
+def engine(name: str):
+    """The Engine of `engine=NAME` (its label, flags), from the packaged config."""
+    import selector
+    return selector.load(["platform=cpu", f"engine={name}"]).run_config.engine
+
+
 def platform_for(case: Case):
     from selector.versions import parse_capability
     sel = base()
@@ -492,16 +687,24 @@ def platform_for(case: Case):
     for n, _ in sel.run_config.platform.packages:
         packages.setdefault(n, None)
     return replace(sel.run_config.platform, preset="case", source="case",
-                   capability=parse_capability("case.device", case.device),
+                   capability=(None if case.device is None else
+                               parse_capability("case.device", case.device)),
                    cuda=None if case.cuda is None else Version(case.cuda),
                    packages=tuple(sorted(packages.items())))
 
 
 def decide(case: Case, catalogue=None):
+    """The case's decision; `catalogue`: a catalogue as read (no engine applied) to use."""
+    from selector import engines
     from selector.api import Selector
     sel = base()
-    model = replace(sel.run_config, platform=platform_for(case),
-                    catalogue=catalogue or sel.run_config.catalogue)
+    eng = engine(case.engine)
+    cat = engines.apply(catalogue or sel.run_config.catalogue, eng)
+    model = replace(sel.run_config, platform=platform_for(case), catalogue=cat, engine=eng)
+    if case.status == "selected" or case.kernel:  # ask for it: its engine view is the decision's
+        op, name = case.backend.split("/")
+        policy = replace(model.policy, **{f"{op}_backend": (name,)})
+        model = replace(model, policy=policy)
     return Selector(model).select(**dict(case.layer))
 
 
@@ -517,6 +720,18 @@ def problem(case: Case, catalogue=None) -> Optional[str]:
     kinds = {r.rule for r in cand.reasons if r.severity != "warning"} - {"opt_in"}
     warns = {w.rule for b, w in d.warnings if b == name}
     want = set(case.fails)
+    if case.name != "-":
+        from selector import engines
+        e = engines.entry((catalogue or base().catalogue).get(op, name), case.engine)
+        if e is None or e.name != case.name:
+            return f"{case.backend}: {case.engine} names it {e and e.name!r}, expected " \
+                   f"{case.name!r}"
+    if case.kernel is not None:
+        view = d.engine or {}
+        got = (view.get("kernel"), view.get("scheme"))
+        if d.selected != name or got != (case.kernel, case.scheme):
+            return f"{case.backend}: {case.engine} runs {got} (selected {d.selected}), " \
+                   f"expected {(case.kernel, case.scheme)}"
     if case.only is not None:
         related = {"activation", "act_and_mul"} if case.only == "activation" else {case.only}
         got = bool(kinds & related)

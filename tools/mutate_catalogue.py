@@ -6,7 +6,10 @@ Mutations of conf/backend/<op>/<name>.yaml, applied in memory one at a time:
   `when.packages` or `any_of` entry, up or down by one: `>=0.6.9` -> `>=0.6.8`, `<4.8.0` ->
   `<4.8.1`; a CUDA floor by one minor: `>=12.9` -> `>=12.8`);
 - drop one listed value (a device, activation, gated/non-gated activation, quant scheme, dtype,
-  all2all exchange, `when` list entry).
+  all2all exchange, `when` list entry);
+- the same for each engine's own rules (`engines.<engine>.rules`), and: swap an engine's name
+  for the backend (an engine that offers it loses it, one that has none gains it), delete one
+  kernel the engine runs, drop a kernel's `when` entry or its scheme.
 Each mutated catalogue is compiled exactly as selector compiles it and the cases of
 tests/knowledge_cases.py are decided against it; the mutation is killed when a case fails.
 A mutation that the catalogue's own validation refuses (e.g. an empty device list) is reported
@@ -71,38 +74,70 @@ def _delete(path: Tuple) -> Callable[[Dict[str, Any]], None]:
     return apply
 
 
-def mutations(conf: Dict[str, Any]) -> List[Mutation]:
+def _rule_mutations(rules: List[Dict[str, Any]], at: Tuple, label: str) -> List[Mutation]:
+    """Mutations of a rules list found at path `at` (its key in descriptions: `label`)."""
     out: List[Mutation] = []
-    for i, rule in enumerate(conf.get("rules") or []):
+    for i, rule in enumerate(rules):
         kind = rule.get("kind")
-        where = f"rules[{i}] ({kind})"
-        out.append((f"delete {where}", _delete(("rules", i))))
+        where = f"{label}[{i}] ({kind})"
+        here = at + (i,)
+        out.append((f"delete {where}", _delete(here)))
         for f in ("specifier",):
             if isinstance(rule.get(f), str):
                 for what, new in _moved(rule[f]):
-                    out.append((f"{where} {f} {what}", _set(("rules", i, f), new)))
+                    out.append((f"{where} {f} {what}", _set(here + (f,), new)))
         for j, entry in enumerate(rule.get("any_of") or []):
             for what, new in _moved(entry):
-                out.append((f"{where} any_of {what}", _set(("rules", i, "any_of", j), new)))
+                out.append((f"{where} any_of {what}", _set(here + ("any_of", j), new)))
         for name, spec in ((rule.get("when") or {}).get("packages") or {}).items():
             for what, new in _moved(str(spec)):
                 out.append((f"{where} when.packages.{name} {what}",
-                            _set(("rules", i, "when", "packages", name), new)))
+                            _set(here + ("when", "packages", name), new)))
         for f in LIST_FIELDS:
             for j, v in enumerate(rule.get(f) or []):
-                out.append((f"{where} drop {f} {v}", _delete(("rules", i, f, j))))
+                out.append((f"{where} drop {f} {v}", _delete(here + (f, j))))
         for f in WHEN_LISTS:
             for j, v in enumerate((rule.get("when") or {}).get(f) or []):
-                out.append((f"{where} drop when.{f} {v}", _delete(("rules", i, "when", f, j))))
+                out.append((f"{where} drop when.{f} {v}", _delete(here + ("when", f, j))))
         m = (rule.get("when") or {}).get("min_num_experts")
         if isinstance(m, int):
             for step in (-1, 1):
                 out.append((f"{where} when.min_num_experts {m} -> {m + step}",
-                            _set(("rules", i, "when", "min_num_experts"), m + step)))
+                            _set(here + ("when", "min_num_experts"), m + step)))
         if isinstance(rule.get("multiple_of"), int):
             for new in (rule["multiple_of"] // 2, rule["multiple_of"] * 2):
                 out.append((f"{where} multiple_of -> {new}",
-                            _set(("rules", i, "multiple_of"), new)))
+                            _set(here + ("multiple_of",), new)))
+    return out
+
+
+def _engine_mutations(name: str, engine: str, entry: Dict[str, Any]) -> List[Mutation]:
+    """An engine entry: its rules as above; its name swapped (an engine that has the backend
+    loses it, one that has none gains it); each kernel deleted, each kernel `when` entry
+    dropped, each kernel's scheme removed."""
+    at = ("engines", engine)
+    label = f"engines.{engine}"
+    out = _rule_mutations(entry.get("rules") or [], at + ("rules",), f"{label}.rules")
+    swapped = None if entry.get("name") is not None else name
+    out.append((f"{label}.name {entry.get('name')} -> {swapped}", _set(at + ("name",), swapped)))
+    for j, kind in enumerate(entry.get("replaces") or []):
+        out.append((f"{label}.replaces drop {kind}", _delete(at + ("replaces", j))))
+    for i, k in enumerate(entry.get("kernels") or []):
+        where = f"{label}.kernels[{i}] ({k.get('kernel')})"
+        out.append((f"delete {where}", _delete(at + ("kernels", i))))
+        if "scheme" in k:
+            out.append((f"{where} drop scheme", _delete(at + ("kernels", i, "scheme"))))
+        for f in WHEN_LISTS:
+            for j, v in enumerate((k.get("when") or {}).get(f) or []):
+                out.append((f"{where} drop when.{f} {v}",
+                            _delete(at + ("kernels", i, "when", f, j))))
+    return out
+
+
+def mutations(conf: Dict[str, Any], name: str = "") -> List[Mutation]:
+    out = _rule_mutations(conf.get("rules") or [], ("rules",), "rules")
+    for engine, entry in (conf.get("engines") or {}).items():
+        out.extend(_engine_mutations(name, engine, entry))
     return out
 
 
@@ -116,7 +151,7 @@ def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
     tree = ConfigTree.discover()
     data = read_catalogue(tree)
     todo = [(op, name, desc, apply) for op, backends in data.items()
-            for name, conf in backends.items() for desc, apply in mutations(conf)]
+            for name, conf in backends.items() for desc, apply in mutations(conf, name)]
     total = len(todo)
     if sample is not None and sample < total:
         todo = random.Random(seed).sample(todo, sample)

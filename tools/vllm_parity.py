@@ -41,22 +41,28 @@ def render(report, sweep_text: str) -> str:
         "vLLM's real selection code (`select_nvfp4_moe_backend`, `init_nvfp4_linear_kernel`) runs "
         "on a simulated GPU (tests/vllm/sim.py: vLLM's own `Platform` with the CUDA enum and the "
         "scenario's capability; its FlashInfer, CUTLASS-FP4, Marlin and b12x probes answered from "
-        "the scenario). selector decides the same scenario with `engine=vllm`, the capability "
-        "from vLLM's platform and the packages as overrides.",
+        "the scenario), or, for no GPU, on vLLM's own CPU platform. selector decides the same "
+        "scenario through its vLLM plugin's Chooser with `engine=vllm stack=vllm_0_32` (what "
+        "installing vLLM 0.32.0 brings, cuDNN with its torch included), the capability from "
+        "vLLM's platform and the scenario's packages. A scenario agrees when both name the same "
+        "backend and the same kernel class (the one vLLM builds; selector's `engine.kernel`), or "
+        "both refuse.",
         "",
         f"Sweep: {sweep_text}",
         "",
         "| | scenarios |",
         "|---|---|",
         f"| total | {len(rows)} |",
-        f"| agree (same backend, or both refuse) | {len(rows) - len(differ)} |",
+        f"| agree (same backend and kernel, or both refuse) | {len(rows) - len(differ)} |",
         f"| differ | {len(differ)} |",
         f"| differ without an explanation | {len(report.unexplained)} |",
         "",
         "## Differences, one entry per cluster",
         "",
         "A cluster is one (vLLM's result, selector's result, explanation) triple. `refusal`: "
-        "selector refuses (strict policy), `error`: vLLM raises.",
+        "selector refuses (strict policy), `error`: vLLM raises. Where vLLM would build a kernel "
+        "that its library then refuses at run time (a CUDA floor or a device list that vLLM's "
+        "Python check does not repeat), selector's rule and its source say so.",
         "",
     ]
     for i, ((v, s, why), members) in enumerate(report.clusters().items(), 1):
@@ -74,6 +80,9 @@ def render(report, sweep_text: str) -> str:
             if (rule, source) not in shown:
                 lines.append(f"- [{rule}] {source}")
         lines.append("")
+        kern = members[0]
+        lines.append(f"Kernels: vLLM {kern.vllm_kernel or '-'}; selector {kern.kernel or '-'}.")
+        lines.append("")
         lines.append("Examples: " + "; ".join(f"`{m.scenario.label()}`" for m in members[:3])
                      + ("" if members[0].vllm_error == "" else
                         f". vLLM says: \"{members[0].vllm_error[:200]}\""))
@@ -83,11 +92,14 @@ def render(report, sweep_text: str) -> str:
 
 def sweep_description() -> str:
     import sim
-    return (f"{len(sim.sweep())} scenarios: SM {', '.join(sim.CAPABILITIES)}; CUDA 12.8 and "
-            f"13.0; flashinfer-python {sim.FLASHINFER} present or absent; native b12x "
-            f"{sim.B12X} on 12.x; MoE and linear; nvfp4 and nvfp4_w4a16; MoE activations "
-            + ", ".join(f"{a}{'' if g else ' non-gated'}" for a, g in sim.MOE_LAYERS)
-            + "; EP 1 and 2; a SwiGLU clamp; requested auto and every backend by name.")
+    caps = ", ".join(c for c in sim.CAPABILITIES if c)
+    return (f"{len(sim.sweep())} scenarios: no GPU (vLLM's CPU platform) and SM {caps}; CUDA "
+            f"{', '.join(sim.CUDAS)}; flashinfer-python {sim.FLASHINFER} present or absent; "
+            f"native b12x {sim.B12X} on 12.x; MoE and linear; nvfp4 and nvfp4_w4a16; MoE "
+            "activations " + ", ".join(f"{a}{'' if g else ' non-gated'}"
+                                       for a, g in sim.MOE_LAYERS)
+            + f"; EP {', '.join(map(str, sim.EPS))}; a SwiGLU clamp on gated silu; requested "
+            "auto and every backend by name.")
 
 
 def main(argv=None) -> int:

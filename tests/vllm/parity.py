@@ -9,7 +9,7 @@ automatic selection (CONTRACT). Anything else is unexplained.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import sim
@@ -17,6 +17,10 @@ import sim
 from selector.engines import vllm as adapter
 
 WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
+FALLBACK_SOURCE = ("vLLM 0.32.0 kernels/linear/__init__.py (_resolve_backend_kernels, "
+                   "_filter_kernels_by_backend: a --linear-backend with no kernel for the layer "
+                   "falls back to the unfiltered kernel list; init_nvfp4_linear_kernel's "
+                   "automatic W4A16 path forces Marlin outside SM 10.0/10.3)")
 POLICY_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"
 
 
@@ -26,6 +30,8 @@ class Row:
     vllm: Optional[str]  # vLLM's backend (its name) or None when vLLM raised
     vllm_error: str
     decision: Any
+    vllm_kernel: Optional[str] = None  # the kernel class vLLM built
+    vllm_auto: Optional[Tuple[Optional[str], Optional[str]]] = None  # vLLM with auto: backend, kernel
     why: Optional[Tuple[str, Tuple[Tuple[str, str], ...]]] = None  # (cluster text, reasons)
 
     @property
@@ -33,8 +39,15 @@ class Row:
         return self.decision.selected
 
     @property
+    def kernel(self) -> Optional[str]:
+        """The kernel selector says vLLM runs for its choice."""
+        view = self.decision.engine
+        return view["kernel"] if view else None
+
+    @property
     def agrees(self) -> bool:
-        return self.vllm == self.selected
+        """Same backend and the same kernel, or both refuse."""
+        return self.vllm == self.selected and self.vllm_kernel == self.kernel
 
 
 @dataclass
@@ -62,12 +75,12 @@ class Report:
 _MOE_NAMES = {"VLLM_CUTLASS": "cutlass", "FLASHINFER_CUTEDSL_BATCHED": "flashinfer_cutedsl"}
 
 
-def vllm_moe(s: sim.Scenario, select: Any) -> Tuple[Optional[str], str]:
-    try:
-        backend, _ = select(sim.moe_config(s, s.requested), *sim.quant_keys(s))
+def vllm_moe(s: sim.Scenario, select: Any) -> Tuple[Optional[str], str, Optional[str]]:
+    try:  # vLLM's MoE config itself refuses some layers on some platforms
+        backend, experts = select(sim.moe_config(s, s.requested), *sim.quant_keys(s))
     except (ValueError, NotImplementedError) as exc:
-        return None, str(exc).splitlines()[0]
-    return _MOE_NAMES.get(backend.value, backend.value.lower()), ""
+        return None, str(exc).splitlines()[0], None
+    return _MOE_NAMES.get(backend.value, backend.value.lower()), "", experts.__name__
 
 
 def linear_kernel_name(kernel: Any) -> str:
@@ -78,21 +91,22 @@ def linear_kernel_name(kernel: Any) -> str:
     return type(kernel).__name__
 
 
-def vllm_linear(s: sim.Scenario, init: Any) -> Tuple[Optional[str], str]:
+def vllm_linear(s: sim.Scenario, init: Any) -> Tuple[Optional[str], str, Optional[str]]:
     from vllm.model_executor.kernels import linear
     saved = linear._get_linear_backend
     linear._get_linear_backend = lambda *, quantization: s.requested
     try:
         kernel = init(use_a16=s.quant == "nvfp4_w4a16")
     except ValueError as exc:
-        return None, str(exc).splitlines()[0]
+        return None, str(exc).splitlines()[0], None
     finally:
         linear._get_linear_backend = saved
-    return linear_kernel_name(kernel), ""
+    return linear_kernel_name(kernel), "", type(kernel).__name__
 
 
-def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str]:
-    """vLLM's own choice (its backend name), or None and its error's first line."""
+def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str]]:
+    """vLLM's own choice: its backend name, its error's first line, the kernel class it
+    built (None, the error, None when vLLM raised)."""
     from vllm.model_executor.kernels import linear
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4
     if s.op == "moe":
@@ -106,29 +120,97 @@ def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str]:
 def selector_layer(s: sim.Scenario) -> Dict[str, Any]:
     if s.op == "linear":
         return adapter.linear_layer(s.quant == "nvfp4_w4a16")
-    return adapter.moe_layer(sim.moe_config(s), *sim.quant_keys(s))
+    try:
+        return adapter.moe_layer(sim.moe_config(s), *sim.quant_keys(s))
+    except NotImplementedError:  # vLLM's CPU platform refuses the config: the same layer
+        layer = adapter.moe_layer(sim.moe_config(replace(s, act_and_mul=True)),
+                                  *sim.quant_keys(s))
+        return {**layer, "act_and_mul": s.act_and_mul}
 
 
-_CHOOSERS: Dict[Tuple[str, ...], adapter.Chooser] = {}
+STACK = "stack=vllm_0_32"  # what installing vLLM 0.32.0 brings (cuDNN with its torch, ...)
 
 
-def selector_decision(s: sim.Scenario) -> Any:
-    extra = tuple(s.selector_overrides())
-    chooser = _CHOOSERS.setdefault(extra, adapter.Chooser(extra=list(extra)))
+class MachineChooser(adapter.Chooser):
+    """The plugin's Chooser on one scenario machine, with the Selector built from one composed
+    base config and the machine's platform (a Hydra composition per machine costs a second;
+    test_parity checks both ways decide alike)."""
+
+    def __init__(self, s: sim.Scenario):
+        super().__init__(extra=[])
+        self.scenario = s
+        self._sel: Any = None
+
+    def overrides(self) -> List[str]:
+        return ["machine", str(self.scenario.machine)]
+
+    def _base(self, overrides: Tuple[str, ...]) -> Any:
+        if self._sel is None:
+            import dataclasses
+
+            from packaging.utils import canonicalize_name
+            from packaging.version import Version
+
+            from selector.api import Selector
+            base = _base_selector()
+            s = self.scenario
+            cap = adapter.capability()  # what vLLM's platform reports
+            assert cap == s.capability, (cap, s.capability)
+            pk = dict(base.platform.packages)
+            for n, v in sim.machine_packages(s).items():
+                pk[canonicalize_name(n)] = None if v is None else Version(v)
+            platform = dataclasses.replace(
+                base.platform, preset="sweep", source="sweep",
+                capability=None if cap is None else tuple(int(x) for x in cap.split(".")),
+                cuda=None if s.cuda is None else Version(s.cuda),
+                packages=tuple(sorted(pk.items())))
+            self._sel = Selector(dataclasses.replace(base.run_config, platform=platform))
+        return self._sel
+
+
+_BASE: List[Any] = []
+
+
+def _base_selector() -> Any:
+    if not _BASE:
+        import selector
+        _BASE.append(selector.load(overrides=["engine=vllm", "platform=cpu", STACK]))
+    return _BASE[0]
+
+
+_CHOOSERS: Dict[Any, adapter.Chooser] = {}
+
+
+def selector_decision(s: sim.Scenario, composed: bool = False) -> Any:
+    """selector's decision through the plugin's Chooser; `composed`: with the machine as
+    Hydra overrides (the plugin's own path), else MachineChooser."""
+    if composed:
+        extra = [STACK, *s.selector_overrides()]
+        chooser = _CHOOSERS.setdefault(tuple(extra), adapter.Chooser(extra=extra))
+    else:
+        chooser = _CHOOSERS.setdefault(s.machine, MachineChooser(s))
     return chooser.decide(selector_layer(s), s.requested)
 
 
 def outside(decision_or_none: Any = None) -> Dict[str, str]:
     """vLLM backends outside selector's catalogue, with the source that says why."""
-    import selector
-    sel = selector.load(overrides=["engine=vllm", "platform=cpu"])
-    return dict(sel.run_config.engine.outside)
+    return dict(_base_selector().run_config.engine.outside)
 
 
 # -- explaining a difference ------------------------------------------------------------------
 def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
     d = r.decision
     names = {c.backend for c in d.candidates}
+    req = r.scenario.requested
+    if req != "auto" and r.vllm is not None and r.vllm != req and \
+            d.candidate(req).status == "not_applicable" and \
+            r.vllm_auto == (r.selected, r.kernel):
+        # vLLM ran another backend than the one asked for: its fallback for a backend that has
+        # no kernel for the layer, which differs from its own automatic path
+        return (f"--linear-backend={req} has no kernel for this layer: vLLM's fallback walks its "
+                f"unfiltered kernel list and lands on {r.vllm_kernel}, where its automatic path "
+                f"picks {r.kernel}; selector decides the layer as vLLM's automatic path does",
+                _why(d.candidate(req)) + (("engine", FALLBACK_SOURCE),))
     if r.vllm is not None and r.vllm not in names:
         src = outside_names.get(r.vllm)
         return None if src is None else \
@@ -161,21 +243,23 @@ def _why(c: Any) -> Tuple[Tuple[str, str], ...]:
 
 
 def _execution(d: Any, name: str) -> str:
-    import selector
-    sel = selector.load(overrides=["engine=vllm", "platform=cpu"])
-    return sel.catalogue.get(d.layer["op"], name).execution
+    return _base_selector().catalogue.get(d.layer["op"], name).execution
 
 
 def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
     report = Report()
     names = outside()
     simulation = sim.Simulation()
+    todo = scenarios if scenarios is not None else sim.sweep()
     try:
-        for s in scenarios if scenarios is not None else sim.sweep():
+        for s in sorted(todo, key=lambda s: str(s.machine)):  # one probe patch per machine
             with simulation.scenario(s):
-                v, err = vllm_choice(s)
+                v, err, kern = vllm_choice(s)
                 d = selector_decision(s)
-            row = Row(s, v, err, d)
+                row = Row(s, v, err, d, kern)
+                if not row.agrees and s.requested != "auto":  # vLLM's automatic answer too
+                    auto_v, _, auto_k = vllm_choice(replace(s, requested="auto"))
+                    row.vllm_auto = (auto_v, auto_k)
             if not row.agrees:
                 row.why = explain(row, names)
             report.rows.append(row)

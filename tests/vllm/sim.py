@@ -50,9 +50,10 @@ class SimulatedCuda(Platform):
 
 @dataclass(frozen=True)
 class Scenario:
-    """One question to vLLM and selector: machine, packages, layer, requested backend."""
-    capability: str
-    cuda: str
+    """One question to vLLM and selector: machine, packages, layer, requested backend.
+    `capability` None: no GPU (vLLM's own CPU platform, no CUDA)."""
+    capability: Optional[str]
+    cuda: Optional[str]
     flashinfer: Optional[str]
     b12x: Optional[str]
     op: str
@@ -63,6 +64,10 @@ class Scenario:
     swiglu_limit: Optional[float] = None
     requested: str = "auto"
 
+    @property
+    def machine(self) -> Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
+        return (self.capability, self.cuda, self.flashinfer, self.b12x)
+
     def label(self) -> str:
         pk = ", ".join(f"{n} {v}" for n, v in (("flashinfer", self.flashinfer),
                                                  ("b12x", self.b12x)) if v) or "no flashinfer"
@@ -70,25 +75,33 @@ class Scenario:
             f" {self.activation}{'' if self.act_and_mul else ' non-gated'}"
         extra = (f" ep{self.ep_size}" if self.ep_size > 1 else "") + \
             (f" clamp{self.swiglu_limit:g}" if self.swiglu_limit else "")
-        return (f"SM {self.capability} CUDA {self.cuda} ({pk}); {self.op} {self.quant}{act}"
-                f"{extra}; requested {self.requested}")
+        where = f"SM {self.capability} CUDA {self.cuda}" if self.capability else "no GPU"
+        return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
+                f"{self.requested}")
 
     def selector_overrides(self) -> List[str]:
-        """The machine as selector's overrides (the capability comes from vLLM's platform)."""
-        dsl = CUTLASS_DSL if self.flashinfer else None
-        pk = {"flashinfer-python": self.flashinfer, "nvidia-cutlass-dsl": dsl,
-              "b12x": self.b12x, "triton": "3.6.0", "vllm": "0.32.0", "torch": "2.13.0",
-              "sgl-kernel": None, "flashinfer-cubin": None}
-        return [f"platform.cuda={self.cuda}"] + \
-            [f"platform.packages.{n}={'null' if v is None else v}" for n, v in pk.items()]
+        """The machine as selector's overrides over `stack=vllm_0_32` (the capability comes
+        from vLLM's platform)."""
+        return [f"platform.cuda={self.cuda or 'null'}"] + \
+            [f"platform.packages.{n}={'null' if v is None else v}"
+             for n, v in machine_packages(self).items()]
+
+
+def machine_packages(s: Scenario) -> Dict[str, Optional[str]]:
+    """The packages a scenario changes in `stack=vllm_0_32`: flashinfer (and the CuTe DSL it
+    brings) present or absent, native b12x, no SGLang kernels."""
+    dsl = CUTLASS_DSL if s.flashinfer else None
+    return {"flashinfer-python": s.flashinfer, "nvidia-cutlass-dsl": dsl, "b12x": s.b12x,
+            "sgl-kernel": None, "flashinfer-cubin": None, "sglang": None}
 
 
 # -- the probes ------------------------------------------------------------------------------------
 def _probes(s: Scenario) -> Dict[str, Any]:
     """Answers for vLLM's library probes in scenario `s` (flashinfer 0.7.x has every kernel)."""
-    cap = int(s.capability.replace(".", ""))
+    cap = int(s.capability.replace(".", "")) if s.capability else 0
     fi = s.flashinfer is not None
-    cutlass_fp4 = cap >= 100 and Version(s.cuda) >= Version("12.8")  # vLLM's NVFP4 build flags
+    cutlass_fp4 = cap >= 100 and s.cuda is not None and \
+        Version(s.cuda) >= Version("12.8")  # vLLM's NVFP4 build flags (cutlass_fp4_supported)
 
     class _B12xFusedMoe:  # vLLM's get_b12x_fused_moe(): the module, asked is_supported()
         @staticmethod
@@ -157,7 +170,9 @@ class Simulation:
         self.platform = SimulatedCuda()
         platforms.current_platform = self.platform  # later `from ... import` see it
         self._swapped = self._rebind({id(self._old_platform): self.platform})
-        self._originals: Dict[Tuple[str, str], Any] = {}
+        self._patched: List[Tuple[Any, str, Any]] = []
+        self._machine: Optional[Tuple[Optional[str], ...]] = None
+        self._gpu = True
 
     @staticmethod
     def _modules() -> Iterator[Tuple[str, Any]]:
@@ -175,22 +190,42 @@ class Simulation:
 
     @contextlib.contextmanager
     def scenario(self, s: Scenario) -> Iterator[None]:
-        major, minor = (int(x) for x in s.capability.split("."))
-        SimulatedCuda.capability = DeviceCapability(major, minor)
+        """vLLM on scenario `s`'s machine. The probes stay answered until the machine changes
+        (a sweep sorted by machine patches once per machine) or close()."""
+        if s.machine != self._machine:
+            self._switch(s)
+        yield
+
+    def _switch(self, s: Scenario) -> None:
+        self._unpatch()
+        gpu = s.capability is not None
+        if gpu != self._gpu:  # no GPU: vLLM's own platform of this machine (its CPU build)
+            old, new = (self._old_platform, self.platform) if gpu else \
+                (self.platform, self._old_platform)
+            self._rebind({id(old): new})
+            self._platforms.current_platform = new
+            self._gpu = gpu
+        if gpu:
+            major, minor = (int(x) for x in s.capability.split("."))
+            SimulatedCuda.capability = DeviceCapability(major, minor)
         answers = _probes(s)
-        patched = []
-        for name, mod in self._modules():  # noqa: B007
+        for _, mod in self._modules():
             for attr in answers:
                 if attr in vars(mod) and callable(vars(mod)[attr]):
-                    patched.append((mod, attr, vars(mod)[attr]))
+                    self._patched.append((mod, attr, vars(mod)[attr]))
                     setattr(mod, attr, answers[attr])
-        try:
-            yield
-        finally:
-            for mod, attr, value in reversed(patched):
-                setattr(mod, attr, value)
+        self._machine = s.machine
+
+    def _unpatch(self) -> None:
+        for mod, attr, value in reversed(self._patched):
+            setattr(mod, attr, value)
+        self._patched = []
+        self._machine = None
 
     def close(self) -> None:
+        self._unpatch()
+        if not self._gpu:
+            self._rebind({id(self._old_platform): self.platform})
         for mod, attr, value in self._swapped:
             setattr(mod, attr, value)
         self._platforms.current_platform = self._old_platform
@@ -206,12 +241,15 @@ def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
                                  tp_rank=0, pcp_rank=0, dp_rank=0, ep_rank=0, sp_size=1,
                                  use_ep=s.ep_size > 1, all2all_backend="allgather_reducescatter",
                                  enable_eplb=False)
+    # a SiTU layer carries its two scales; 4 and 25 are SiTU's published ones (FlashInfer #4460)
+    situ = {"activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0} \
+        if s.activation == "situ" else {}
     return FusedMoEConfig(num_experts=64, experts_per_token=8, hidden_dim=2048,
                           intermediate_size=1024, num_local_experts=64 // s.ep_size,
                           num_logical_experts=64, activation=act, device="cuda",
                           routing_method=RoutingMethodType.Renormalize, moe_parallel_config=par,
                           in_dtype=torch.bfloat16, moe_backend=moe_backend,
-                          swiglu_limit=s.swiglu_limit)
+                          swiglu_limit=s.swiglu_limit, **situ)
 
 
 def quant_keys(s: Scenario) -> Tuple[Any, Any]:
@@ -220,34 +258,43 @@ def quant_keys(s: Scenario) -> Tuple[Any, Any]:
 
 
 # -- the sweep --------------------------------------------------------------------------------------
-CAPABILITIES = ("9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
-MOE_LAYERS = (("silu", True), ("relu2", False), ("gelu_tanh", True), ("gelu", True),
-              ("swigluoai", True), ("silu", False))
-MOE_NAMES = ("flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x",
-             "b12x", "cutlass", "marlin", "emulation")
-LINEAR_NAMES = ("flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass",
+# The whole space: no GPU and SM 8.x to 12.1, CUDA 12.6 to 13.0, flashinfer present or absent
+# (native b12x on 12.x), EP 1 to 8, every activation vLLM's MoE layer names, W4A4 and W4A16, a
+# SwiGLU clamp, and every requested backend.
+CAPABILITIES = (None, "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1")
+CUDAS = ("12.6", "12.8", "12.9", "13.0")
+EPS = (1, 2, 4, 8)
+MOE_LAYERS = tuple((a, True) for a in ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ",
+                                       "swigluoai_uninterleave", "swiglustep")) + \
+    tuple((a, False) for a in ("silu", "gelu", "gelu_tanh", "relu2"))
+MOE_NAMES = ("auto", "flashinfer_trtllm", "flashinfer_cutedsl", "flashinfer_cutlass",
+             "flashinfer_b12x", "b12x", "cutlass", "marlin", "emulation")
+LINEAR_NAMES = ("auto", "flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass",
                 "marlin", "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "emulation")
 
 
+def machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]]:
+    out = []
+    for cap in CAPABILITIES:
+        for cuda in (CUDAS if cap else (None,)):
+            for fi in (FLASHINFER, None):
+                out.append((cap, cuda, fi, None))
+                if fi and cap and cap.startswith("12."):
+                    out.append((cap, cuda, fi, B12X))
+    return out
+
+
 def sweep() -> List[Scenario]:
-    """Capability x CUDA x packages x op x scheme x activation x gating x EP x clamp x requested."""
+    """machine x op x scheme x activation x gating x EP x clamp x requested, sorted by
+    machine (vLLM's probes are answered once per machine)."""
     out: List[Scenario] = []
-    machines = [(cap, cuda, fi, b) for cap in CAPABILITIES for cuda in ("12.8", "13.0")
-                for fi in (FLASHINFER, None) for b in (None, B12X)
-                if not (b and (fi is None or not cap.startswith("12.")))]
-    for cap, cuda, fi, b in machines:
+    for cap, cuda, fi, b in machines():
         for quant in ("nvfp4", "nvfp4_w4a16"):
-            for (act, gated), ep in itertools.product(MOE_LAYERS, (1, 2)):
-                base = Scenario(cap, cuda, fi, b, "moe", quant, act, gated, ep)
+            for (act, gated), ep, name in itertools.product(MOE_LAYERS, EPS, MOE_NAMES):
+                base = Scenario(cap, cuda, fi, b, "moe", quant, act, gated, ep, requested=name)
                 out.append(base)
-                if act == "silu" and gated and ep == 1:
+                if act == "silu" and gated:
                     out.append(replace(base, swiglu_limit=7.0))
-            for name in MOE_NAMES:
-                out.append(Scenario(cap, cuda, fi, b, "moe", quant, "silu", True, 1,
-                                    requested=name))
-                out.append(Scenario(cap, cuda, fi, b, "moe", quant, "relu2", False, 1,
-                                    requested=name))
-            out.append(Scenario(cap, cuda, fi, b, "linear", quant, "silu", True))
             out.extend(Scenario(cap, cuda, fi, b, "linear", quant, "silu", True, requested=n)
                        for n in LINEAR_NAMES)
     return out

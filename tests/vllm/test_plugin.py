@@ -61,9 +61,15 @@ def test_plugin_is_inert_without_selector_vllm(entry_point, monkeypatch, simulat
 
 
 def built(s: sim.Scenario):
-    """What vLLM builds for scenario `s` with the plugin, through the names modelopt imported."""
+    """What vLLM builds for scenario `s` with the plugin, through the names modelopt imported:
+    (backend, error, kernel class); backend "config" when vLLM's MoE config itself refuses the
+    layer on this platform (before any backend is asked)."""
     from vllm.model_executor.layers.quantization import modelopt
     if s.op == "moe":
+        try:
+            sim.moe_config(s, s.requested)
+        except NotImplementedError as exc:
+            return "config", str(exc), None
         return parity.vllm_moe(s, modelopt.select_nvfp4_moe_backend)
     kernels = importlib.import_module(adapter.LINEAR_KERNELS)
     hook = kernels._get_linear_backend
@@ -72,10 +78,15 @@ def built(s: sim.Scenario):
     try:
         kernel = modelopt.init_nvfp4_linear_kernel(use_a16=s.quant == "nvfp4_w4a16")
     except ValueError as exc:
-        return None, str(exc).splitlines()[0]
+        return None, str(exc).splitlines()[0], None
     finally:
         hook.__selector_original__ = original
-    return parity.linear_kernel_name(kernel), ""
+    return parity.linear_kernel_name(kernel), "", type(kernel).__name__
+
+
+def plugin_overrides(s: sim.Scenario) -> str:
+    """SELECTOR_VLLM_OVERRIDES for scenario `s`: vLLM 0.32.0's stack with the machine's packages."""
+    return " ".join([parity.STACK, *s.selector_overrides()])
 
 
 def test_vllm_builds_selectors_choice_over_the_sweep(entry_point, monkeypatch, simulation):
@@ -84,20 +95,27 @@ def test_vllm_builds_selectors_choice_over_the_sweep(entry_point, monkeypatch, s
     rebound = set(adapter.iter_rebound())
     assert "vllm.model_executor.layers.quantization.modelopt.select_nvfp4_moe_backend" in rebound
     assert "vllm.model_executor.layers.quantization.modelopt.init_nvfp4_linear_kernel" in rebound
-    counts = {"built": 0, "refused": 0}
-    for s in sim.sweep():
-        monkeypatch.setenv(adapter.ENV_OVERRIDES, " ".join(s.selector_overrides()))
+    counts = {"built": 0, "refused": 0, "config": 0}
+    # every fifth scenario of the whole space, sorted by machine (tests/vllm/test_parity.py
+    # runs all of it against vLLM untouched)
+    for s in sorted(sim.sweep(), key=lambda s: str(s.machine))[::5]:
+        monkeypatch.setenv(adapter.ENV_OVERRIDES, plugin_overrides(s))
         with simulation.scenario(s):
             d = parity.selector_decision(s)
-            name, error = built(s)
-        if d.selected is None:
+            name, error, kernel = built(s)
+        if name == "config":  # vLLM's CPU platform refuses a non-gated MoE config outright
+            assert d.selected is None and s.capability is None, s.label()
+            counts["config"] += 1
+        elif d.selected is None:
             assert name is None and "selector refuses" in error, s.label()
             counts["refused"] += 1
         else:
-            assert name == d.engine["backend"], (s.label(), name, error)
+            assert (name, kernel) == (d.engine["backend"], d.engine["kernel"]), \
+                (s.label(), name, kernel, error)
             counts["built"] += 1
     print(f"plugin sweep: {sum(counts.values())} scenarios, {counts['built']} built as selector "
-          f"chose, {counts['refused']} refused with selector's explanation")
+          f"chose (backend and kernel), {counts['refused']} refused with selector's "
+          f"explanation, {counts['config']} refused by vLLM's MoE config on its CPU platform")
     assert counts["built"] > 1000 and counts["refused"] > 50
 
 
@@ -107,7 +125,7 @@ def test_strict_refusal_raises_vllms_error_with_the_explanation(entry_point, mon
     from vllm.model_executor.layers.quantization import modelopt
     s = sim.Scenario("12.0", "12.8", sim.FLASHINFER, None, "moe", "nvfp4", "relu2", False,
                      requested="flashinfer_b12x")
-    monkeypatch.setenv(adapter.ENV_OVERRIDES, " ".join(s.selector_overrides()))
+    monkeypatch.setenv(adapter.ENV_OVERRIDES, plugin_overrides(s))
     with simulation.scenario(s), pytest.raises(ValueError) as exc:
         modelopt.select_nvfp4_moe_backend(sim.moe_config(s, s.requested), *sim.quant_keys(s))
     text = str(exc.value)
@@ -120,8 +138,7 @@ def test_lenient_policy_falls_back_and_vllm_builds_it(entry_point, monkeypatch, 
     from vllm.model_executor.layers.quantization import modelopt
     s = sim.Scenario("12.0", "12.8", sim.FLASHINFER, None, "moe", "nvfp4", "relu2", False,
                      requested="flashinfer_b12x")
-    monkeypatch.setenv(adapter.ENV_OVERRIDES,
-                       " ".join(s.selector_overrides() + ["policy.strict=false"]))
+    monkeypatch.setenv(adapter.ENV_OVERRIDES, plugin_overrides(s) + " policy.strict=false")
     with simulation.scenario(s):
         backend, _ = modelopt.select_nvfp4_moe_backend(sim.moe_config(s, s.requested),
                                                        *sim.quant_keys(s))
