@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
