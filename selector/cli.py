@@ -159,6 +159,13 @@ def _run(args: argparse.Namespace) -> int:
         _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
               catalogue_text(sel.catalogue), args.format)
         return 0
+    if args.model is not None and sel.run_config.engine.name != "none" and args.format != "line":
+        lp = sel.launch_plan(args.model)
+        if args.format == "json":
+            _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
+        else:
+            _emit(f"{lp.plan}\n\n{lp}", "text")
+        return 0 if lp.plan.ok and lp.ok else 1
     if args.model is not None:
         p = sel.plan(args.model)
         if args.format == "line":
