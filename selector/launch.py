@@ -196,7 +196,8 @@ def per_rank_fields(fields: Mapping[str, Any], projections: Sequence[str], topo:
     (row-parallel) by TP."""
     base = {k: v for k, v in fields.items() if k != "quant"}
     if fields["op"] == "moe":
-        f, problems = dict(base), []
+        f = dict(base)
+        problems: List[str] = []
         _split(f, "intermediate_size", topo.moe_tp, "intermediate_size", problems)
         if topo.ep > 1 and f.get("num_experts") is not None and f["num_experts"] % topo.ep:
             problems.append(f"num_experts {f['num_experts']} is not divisible by the "
@@ -208,7 +209,8 @@ def per_rank_fields(fields: Mapping[str, Any], projections: Sequence[str], topo:
         projs = tuple(p for p in projections if _row_parallel(p) == row)
         if not projs:
             continue
-        f, problems = dict(base), []
+        f = dict(base)
+        problems = []
         _split(f, "hidden_size" if row else "intermediate_size", topo.linear_tp,
                "K" if row else "N", problems)
         f["tp_size"] = topo.linear_tp
