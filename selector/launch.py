@@ -486,6 +486,12 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
                         "the launch plan: give parallel.tp, parallel.dp and parallel.ep instead")
     topo = topology(engine.name, run.parallel)
     plan = sel.plan(model_dir)
+    if run.parallel.ep > 1 and not any(k.op == "moe" for k in plan.kinds):
+        raise bad_input("parallel.ep", run.parallel.ep, "is not accepted: this checkpoint has "
+                        "no MoE layer to split by experts" + (
+                            " (vLLM refuses --enable-expert-parallel for a model without "
+                            "experts: vLLM 0.32.0 config/model.py, ModelConfig)"
+                            if engine.name == "vllm" else ""), where=plan.model_dir)
     groups: List[Group] = []
     for k in plan.kinds:
         if not k.quant:

@@ -146,6 +146,14 @@ def test_bad_parallel_sizes_exit_2(overrides, needle):
     assert rc == 2 and needle in err and "Traceback" not in err, err
 
 
+def test_expert_parallelism_needs_experts(tmp_path):
+    """Found by tests/vllm/test_launch_flags.py: vLLM's ModelConfig refuses
+    --enable-expert-parallel for a model without experts."""
+    with pytest.raises(selector.SelectorError, match="parallel.ep: 8 is not accepted: this "
+                       "checkpoint has no MoE layer"):
+        launch(*B200, "parallel.tp=8", "parallel.ep=8", model=mixed_linear(tmp_path))
+
+
 def test_sglang_ep_must_divide_tp():
     with pytest.raises(selector.SelectorError, match="divides the tensor-parallel size"):
         launch("engine=sglang", "platform=b200", "stack=sglang_0_5_23", "parallel.tp=6",
