@@ -37,17 +37,15 @@ def read_decision(d: Any) -> Dict[str, Any]:
     data = d.to_dict()
     candidates = []
     for c, own in zip(data["candidates"], d.candidates):
-        reasons = [[r["rule"], r["message"], r["source"], str(getattr(o, "need", "") or ""),
-                    str(getattr(o, "severity", "error") or "error")]
+        reasons = [[r["rule"], r["message"], r["source"], str(o.need), str(o.severity)]
                    for r, o in zip(c["reasons"], own.reasons)]
         status = str(c["status"])
         if status == "selected":
             status = "opt_in" if any(r[0] == "opt_in" for r in reasons) else "eligible"
         candidates.append([c["backend"], status, reasons])
     notes = [str(n) for n in data["notes"]]
-    warnings = [[str(b), w.rule, w.message, w.source, str(getattr(w, "need", "") or ""),
-                 str(getattr(w, "severity", "warning") or "warning")]
-                for b, w in getattr(d, "warnings", ())]
+    warnings = [[str(b), w.rule, w.message, w.source, str(w.need), str(w.severity)]
+                for b, w in d.warnings]
     return {"layer": data["layer"], "platform": data["platform"],
             "verdict": {"requested": data["requested"], "selected": data["selected"],
                         "strict": any("policy.strict=true refuses" in n for n in notes),
@@ -256,6 +254,12 @@ def agree(groups: Sequence[Group], local: Union[Sequence[Any], BaseException, No
     policies or catalogues, or policy.strict=true refuses)."""
     hosts = {r: h for g in groups for r, h in zip(g.ranks, g.hosts)}
     world = len(hosts)
+    versions = [f"{where(g.ranks, hosts)} sent fingerprint version {g.body.get('v')!r}"
+                for g in groups if g.body.get("v") != VERSION]
+    if versions:
+        raise SelectorError("selector.distributed: no agreement, every rank stops: "
+                            + "; ".join(versions) + f", this selector reads version {VERSION}: "
+                            "run the same selector release on every rank")
     failed = [f"{where(g.ranks, hosts)} could not decide: {g.body['error']}"
               for g in groups if g.body.get("error") is not None]
     if failed:
@@ -417,8 +421,7 @@ def _with_ranks(items: List[Tuple[Group, Sequence[str]]], hosts: Dict[int, str],
     out = []
     for fields, ranks in ranks_of.items():
         rule, message, source = fields[:3]
-        need = fields[3] if len(fields) > 3 else ""
-        severity = fields[4] if len(fields) > 4 else "error"
+        need, severity = (fields[3], fields[4]) if len(fields) > 3 else ("", "error")
         ranks_t = tuple(sorted(ranks))
         text = message if len(ranks_t) == world else f"{where(ranks_t, hosts)}: {message}"
         out.append(Reason(rule, text, source, ranks_t, need or message, severity))
