@@ -29,21 +29,27 @@ def read_decision(d: Any) -> Dict[str, Any]:
 
     Statuses are taken before selection: a selected candidate is `opt_in` when its reasons say
     so, else `eligible`. `strict` matters only where the requested backend fails, and there the
-    resolver's note says whether policy.strict=true refused to fall back.
+    resolver's note says whether policy.strict=true refused to fall back. Each reason is
+    [rule, message, source, need, severity] (need and severity feed the agreed summary and
+    log line); `warnings` are the warning-level reasons, [backend, rule, message, source, need,
+    severity].
     """
     data = d.to_dict()
     candidates = []
-    for c in data["candidates"]:
-        reasons = [[r["rule"], r["message"], r["source"]] for r in c["reasons"]]
+    for c, own in zip(data["candidates"], d.candidates):
+        reasons = [[r["rule"], r["message"], r["source"], str(o.need), str(o.severity)]
+                   for r, o in zip(c["reasons"], own.reasons)]
         status = str(c["status"])
         if status == "selected":
             status = "opt_in" if any(r[0] == "opt_in" for r in reasons) else "eligible"
         candidates.append([c["backend"], status, reasons])
     notes = [str(n) for n in data["notes"]]
+    warnings = [[str(b), w.rule, w.message, w.source, str(w.need), str(w.severity)]
+                for b, w in d.warnings]
     return {"layer": data["layer"], "platform": data["platform"],
             "verdict": {"requested": data["requested"], "selected": data["selected"],
                         "strict": any("policy.strict=true refuses" in n for n in notes),
-                        "candidates": candidates, "notes": notes}}
+                        "candidates": candidates, "notes": notes, "warnings": warnings}}
 
 
 def encode(decisions: Union[Sequence[Any], BaseException]) -> bytes:
@@ -97,6 +103,8 @@ class Reason(NamedTuple):
     message: str  # prefixed with the ranks when it holds on some ranks only
     source: str
     ranks: Tuple[int, ...]
+    need: str = ""  # the short phrase of the summary ("need SM 10.x")
+    severity: str = "error"
 
     def to_dict(self) -> Dict[str, Any]:
         return {"rule": self.rule, "message": self.message, "source": self.source,
@@ -125,9 +133,11 @@ class RankGroup(NamedTuple):
 
 @dataclass(frozen=True)
 class AgreedDecision:
-    """The decision every rank of the group takes; the same fields as a Decision where they
-    mean the same, plus `ranks` (one entry per distinct platform) and `local` (this rank's own
-    decision, which may differ)."""
+    """The decision every rank of the group takes, with the interface of a Decision:
+    `selected`, `ok`, `outcome`, `candidates`/`candidate(name)`, `notes`, `warnings`,
+    `entry_point`, `summary()`, `log_line()`, `instantiate(**options)`, `to_dict()`, `str()`;
+    plus `ranks` (one entry per distinct platform) and `local` (this rank's own decision,
+    which may differ: build with `instantiate()`, not `local.instantiate()`)."""
     layer: Dict[str, Any]
     requested: str
     selected: Optional[str]
@@ -135,6 +145,8 @@ class AgreedDecision:
     notes: Tuple[str, ...]
     ranks: Tuple[RankGroup, ...]
     local: Any = field(default=None, compare=False, repr=False)
+    warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason); reasons name their ranks
+    hint: str = ""
 
     def candidate(self, backend: str) -> Candidate:
         return find_candidate(self.candidates, backend, self.layer)
@@ -144,16 +156,92 @@ class AgreedDecision:
         return self.selected is not None
 
     @property
+    def platform(self) -> Dict[str, Any]:
+        """This rank's platform (the lowest rank's without a local decision)."""
+        if self.local is not None:
+            return dict(self.local.platform)
+        return dict(self.ranks[0].platform) if self.ranks else {}
+
+    @property
     def entry_point(self) -> Optional[str]:
         """The selected backend's implementation, read from this rank's catalogue."""
         if self.selected is None or self.local is None:
             return None
         return getattr(self.local.candidate(self.selected), "entry_point", None)
 
+    def as_decision(self) -> Any:
+        """The agreed verdict as a selector.Decision of this rank (its catalogue's entry
+        points, its platform): what `outcome`, `summary`, `log_line` and `instantiate` read, so
+        an agreed decision answers them exactly as a Decision would."""
+        from .decision import Candidate as OwnCandidate
+        from .decision import Decision
+        from .rules import Reason as OwnReason
+        from .schema import Status
+
+        def own(r: Reason) -> OwnReason:
+            return OwnReason(r.rule, r.message, r.source, r.need or r.message, r.severity)
+
+        def entry_point(name: str) -> Optional[str]:
+            if self.local is None:
+                return None
+            try:
+                return getattr(self.local.candidate(name), "entry_point", None)
+            except KeyError:
+                return None
+
+        engine = None
+        if self.local is not None and getattr(self.local, "engine", None) is not None and \
+                self.local.selected == self.selected:
+            engine = self.local.engine
+        return Decision(dict(self.layer), self.platform, self.requested, self.selected,
+                        tuple(OwnCandidate(c.backend, Status(c.status),
+                                           tuple(own(r) for r in c.reasons),
+                                           entry_point(c.backend))
+                              for c in self.candidates),
+                        self.notes, getattr(self.local, "platform_label", ""),
+                        tuple((b, own(r)) for b, r in self.warnings), engine, self.hint)
+
+    @property
+    def platform_label(self) -> str:
+        return str(getattr(self.local, "platform_label", "") or "")
+
+    @property
+    def engine(self) -> Optional[Dict[str, Any]]:
+        """The engine's name and flags for the agreed backend (this rank's, when it chose the
+        same backend; None otherwise or without an engine)."""
+        view: Optional[Dict[str, Any]] = self.as_decision().engine
+        return view
+
+    @property
+    def outcome(self) -> str:
+        """As Decision.outcome, for the agreed verdict."""
+        return str(self.as_decision().outcome)
+
+    def summary(self) -> str:
+        return str(self.as_decision().summary())
+
+    def log_line(self) -> str:
+        """As Decision.log_line, for the agreed verdict (reasons name the ranks they hold on)."""
+        return str(self.as_decision().log_line())
+
+    def instantiate(self, **options: Any) -> Any:
+        """The agreed backend's object, built from this rank's catalogue (as
+        Decision.instantiate; the object's gate checks the agreed verdict). Needs this rank's
+        own decision (`local`): agree() and agree_all() pass it."""
+        if self.selected is not None and self.local is None:
+            raise SelectorError("nothing to instantiate from: this agreed decision has no local "
+                                "decision (pass this rank's decisions to agree())")
+        return self.as_decision().instantiate(**options)
+
     def to_dict(self) -> Dict[str, Any]:
         return {"layer": dict(self.layer), "requested": self.requested,
                 "selected": self.selected, "candidates": [c.to_dict() for c in self.candidates],
-                "notes": list(self.notes), "ranks": [g.to_dict() for g in self.ranks]}
+                "notes": list(self.notes), "ranks": [g.to_dict() for g in self.ranks],
+                "outcome": self.outcome, "summary": self.summary(),
+                "warnings": [dict(r.to_dict(), backend=b) for b, r in self.warnings]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     def __str__(self) -> str:
         return render_text(self)
@@ -166,6 +254,12 @@ def agree(groups: Sequence[Group], local: Union[Sequence[Any], BaseException, No
     policies or catalogues, or policy.strict=true refuses)."""
     hosts = {r: h for g in groups for r, h in zip(g.ranks, g.hosts)}
     world = len(hosts)
+    versions = [f"{where(g.ranks, hosts)} sent fingerprint version {g.body.get('v')!r}"
+                for g in groups if g.body.get("v") != VERSION]
+    if versions:
+        raise SelectorError("selector.distributed: no agreement, every rank stops: "
+                            + "; ".join(versions) + f", this selector reads version {VERSION}: "
+                            "run the same selector release on every rank")
     failed = [f"{where(g.ranks, hosts)} could not decide: {g.body['error']}"
               for g in groups if g.body.get("error") is not None]
     if failed:
@@ -177,7 +271,8 @@ def agree(groups: Sequence[Group], local: Union[Sequence[Any], BaseException, No
     lead = groups[0].body
     out: List[AgreedDecision] = []
     merged: Dict[Tuple[int, ...], Tuple[str, Optional[str], Tuple[Candidate, ...],
-                                        Tuple[str, ...], bool]] = {}
+                                        Tuple[str, ...], bool,
+                                        Tuple[Tuple[str, Reason], ...]]] = {}
     refused: Dict[str, List[int]] = {}
     local_list = None if local is None or isinstance(local, BaseException) else list(local)
     columns = zip(*[[v for _, v in g.body["per_layer"]] for g in groups])
@@ -187,9 +282,10 @@ def agree(groups: Sequence[Group], local: Union[Sequence[Any], BaseException, No
         if got is None:  # once per distinct combination of verdicts, not per layer or rank
             got = merged[key] = _merge(
                 [(g, g.body["verdicts"][v]) for g, v in zip(groups, key)], layer, hosts, world)
-        requested, selected, candidates, notes, refuse = got
+        requested, selected, candidates, notes, refuse, warnings = got
         d = AgreedDecision(layer, requested, selected, candidates, notes, rank_groups,
-                           local_list[i] if local_list is not None else None)
+                           local=local_list[i] if local_list is not None else None,
+                           warnings=warnings)
         if refuse:
             refused.setdefault(str(d), []).append(i)
         out.append(d)
@@ -247,8 +343,10 @@ def _differ(a: Dict[str, Any], b: Dict[str, Any], la: int, va: int, lb: int, vb:
 
 def _merge(verdicts: List[Tuple[Group, Dict[str, Any]]], layer: Dict[str, Any],
            hosts: Dict[int, str], world: int
-           ) -> Tuple[Any, Optional[str], Tuple[Candidate, ...], Tuple[str, ...], bool]:
-    """(requested, selected, candidates, notes, strict refusal) for one layer over all groups."""
+           ) -> Tuple[Any, Optional[str], Tuple[Candidate, ...], Tuple[str, ...], bool,
+                      Tuple[Tuple[str, Reason], ...]]:
+    """(requested, selected, candidates, notes, strict refusal, warnings) for one layer over
+    all groups."""
     op = layer.get("op")
     lead = verdicts[0][1]
     requested = lead["requested"]
@@ -297,22 +395,36 @@ def _merge(verdicts: List[Tuple[Group, Dict[str, Any]]], layer: Dict[str, Any],
         notes = shared + notes
     candidates = tuple(Candidate(n, "selected" if n == selected else m[0], m[1])
                        for n, m in merged.items())
-    return requested, selected, candidates, tuple(notes), refuse
+    warned: Dict[str, List[Tuple[Group, Sequence[str]]]] = {}
+    for g, v in verdicts:
+        for w in v.get("warnings") or ():
+            warned.setdefault(w[0], []).append((g, w[1:]))
+    warnings = tuple((b, r) for b, items in warned.items()
+                     for r in _with_ranks(items, hosts, world))
+    return requested, selected, candidates, tuple(notes), refuse, warnings
 
 
 def _reasons(failing: List[Tuple[Group, Any]], hosts: Dict[int, str], world: int
              ) -> Tuple[Reason, ...]:
     """Reasons of the failing groups, one entry per distinct reason, with the ranks it holds on;
     prefixed with them unless it holds on every rank."""
-    ranks_of: Dict[Tuple[str, str, str], List[int]] = {}
-    for g, c in failing:
-        for rule, message, source in c[2]:
-            ranks_of.setdefault((rule, message, source), []).extend(g.ranks)
+    return _with_ranks([(g, r) for g, c in failing for r in c[2]], hosts, world)
+
+
+def _with_ranks(items: List[Tuple[Group, Sequence[str]]], hosts: Dict[int, str], world: int
+                ) -> Tuple[Reason, ...]:
+    """One Reason per distinct [rule, message, source(, need, severity)], with the ranks of
+    the groups it came from."""
+    ranks_of: Dict[Tuple[str, ...], List[int]] = {}
+    for g, r in items:
+        ranks_of.setdefault(tuple(r), []).extend(g.ranks)
     out = []
-    for (rule, message, source), ranks in ranks_of.items():
+    for fields, ranks in ranks_of.items():
+        rule, message, source = fields[:3]
+        need, severity = (fields[3], fields[4]) if len(fields) > 3 else ("", "error")
         ranks_t = tuple(sorted(ranks))
         text = message if len(ranks_t) == world else f"{where(ranks_t, hosts)}: {message}"
-        out.append(Reason(rule, text, source, ranks_t))
+        out.append(Reason(rule, text, source, ranks_t, need or message, severity))
     return tuple(out)
 
 

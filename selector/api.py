@@ -17,6 +17,7 @@ from .schema import Layer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .checkpoint import Plan
+    from .launch import LaunchPlan
     from .model import Catalogue, Detect, Platform
     from .rules import VerifyFailure
 
@@ -100,6 +101,12 @@ class Selector:
         """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
         from .checkpoint import plan
         return plan(self, model_dir)
+
+    def launch_plan(self, model_dir: os.PathLike[str] | str) -> LaunchPlan:
+        """A checkpoint as this selector's engine runs it under `parallel.*`: per layer group
+        the backend, kernel and per-rank sizes, and the launch flags (launch.py)."""
+        from .launch import launch_plan
+        return launch_plan(self, model_dir)
 
     def default(self) -> Decision:
         """The decision for the configured layer (`layer=` preset and `layer.*` overrides)."""

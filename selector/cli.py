@@ -81,10 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line, with overrides anywhere after the command: `explain --why X
+    platform=b200 --format json layer.ep_size=2` (argparse alone takes one run of positionals,
+    so later `key=value` words come back unparsed; they join the overrides, in order)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    unknown = [w for w in extra if w.startswith("-") or not hasattr(args, "overrides")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
+    return args
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`>&-`)
         return _output_failed("standard output is closed")
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.command is None:
         build_parser().print_help(sys.stderr)
         return 2
@@ -145,6 +159,13 @@ def _run(args: argparse.Namespace) -> int:
         _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
               catalogue_text(sel.catalogue), args.format)
         return 0
+    if args.model is not None and sel.run_config.engine.name != "none" and args.format != "line":
+        lp = sel.launch_plan(args.model)
+        if args.format == "json":
+            _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
+        else:
+            _emit(f"{lp.plan}\n\n{lp}", "text")
+        return 0 if lp.plan.ok and lp.ok else 1
     if args.model is not None:
         p = sel.plan(args.model)
         if args.format == "line":

@@ -50,6 +50,18 @@ def flag(name: str) -> bool:
     raise bad_input(name, text, "is not accepted: use 1/true/yes/on or 0/false/no/off")
 
 
+def words(name: str) -> list[str]:
+    """A variable holding shell-quoted words (SELECTOR_VLLM_OVERRIDES): split as a shell would;
+    an unbalanced quote is bad input naming the variable."""
+    import shlex
+    text = os.environ.get(name, "")
+    try:
+        return shlex.split(text)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise bad_input(name, text, f"is not accepted: {str(exc).lower()}; quote each value "
+                        "as a shell would (key='a b')") from None
+
+
 def cache_dir() -> Optional[Path]:
     """SELECTOR_CACHE_DIR, else $XDG_CACHE_HOME/selector, else ~/.cache/selector; None when
     SELECTOR_NO_CACHE is true. `~` is expanded; a relative XDG_CACHE_HOME is ignored (as the

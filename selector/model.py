@@ -16,6 +16,7 @@ from packaging.version import Version
 from . import engines, schema
 from .entry_points import allowed as entry_point_allowed
 from .errors import SelectorError, bad_input, bad_value
+from .launch import Parallel, make_parallel
 from .layer import LAYER_KEYS, make_layer
 from .rules import Condition, Facts, Reason, Rule, compile_rule
 from .schema import Layer
@@ -316,6 +317,7 @@ class RunConfig:
     policy: Policy
     probe: str
     engine: engines.Engine = engines.NO_ENGINE
+    parallel: Parallel = Parallel()
 
 
 def _known_keys(data: Mapping[str, Any], node: type[Any], key: str) -> None:
@@ -330,7 +332,8 @@ def _known_keys(data: Mapping[str, Any], node: type[Any], key: str) -> None:
 def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
                     detect: Optional[Detect] = None) -> RunConfig:
     _known_keys(data, schema.SelectorConf, "")
-    for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf)):
+    for k, node in (("platform", schema.PlatformConf), ("policy", schema.PolicyConf),
+                    ("parallel", schema.ParallelConf)):
         if isinstance(data.get(k), Mapping):
             _known_keys(data[k], node, k)
     known = tuple(data.get("engines") or engines.ENGINES)  # the tree's engine files
@@ -349,7 +352,8 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
         engine, catalogue = labelled, engines.apply(raw, labelled)
     layer = make_layer(data.get("layer") or {})
     policy = make_policy(data.get("policy") or {}, catalogue)
-    return RunConfig(catalogue, platform, layer, policy, probe, engine)
+    parallel = make_parallel(data.get("parallel") or {})
+    return RunConfig(catalogue, platform, layer, policy, probe, engine, parallel)
 
 
 __all__ = ["Layer", "Platform", "Policy", "BackendSpec", "Catalogue", "RunConfig",

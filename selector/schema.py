@@ -262,12 +262,23 @@ class EngineConf:
 
 
 @dataclass
+class ParallelConf:
+    """`parallel.*`: the engine's parallel sizes, read by the launch plan (`explain --model DIR
+    engine=vllm|sglang`), which derives each layer's per-rank sizes, `layer.ep_size` and
+    `layer.tp_size` from them."""
+    tp: int = 1  # tensor-parallel size
+    dp: int = 1  # data-parallel size
+    ep: int = 1  # expert-parallel size of the MoE layers (1: off)
+
+
+@dataclass
 class SelectorConf:
     """The run config Hydra composes (the catalogue is read file by file: see config.py)."""
     platform: PlatformConf = field(default_factory=PlatformConf)
     layer: LayerConf = field(default_factory=LayerConf)  # type: ignore[valid-type]  # made at run time
     policy: PolicyConf = field(default_factory=PolicyConf)
     engine: EngineConf = field(default_factory=EngineConf)
+    parallel: ParallelConf = field(default_factory=ParallelConf)
     probe: str = "none"
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
-import shlex
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
@@ -139,8 +137,8 @@ class Chooser:
         return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
 
     def overrides(self) -> List[str]:
-        extra = self.extra if self.extra is not None else \
-            shlex.split(os.environ.get(ENV_OVERRIDES, ""))
+        from ..env_vars import words
+        extra = self.extra if self.extra is not None else words(ENV_OVERRIDES)
         cap = capability()
         return ["engine=vllm", "platform=auto",
                 "platform.capability=" + (cap if cap else "null"), *extra]
@@ -298,9 +296,13 @@ def uninstall() -> None:
 
 
 def register() -> None:
-    """vLLM general plugin: active only with SELECTOR_VLLM=1."""
-    if os.environ.get(ENV_ENABLE) != "1":
+    """vLLM general plugin: active only when SELECTOR_VLLM is true (1/true/yes/on). An
+    unknown value of SELECTOR_VLLM, or an unbalanced quote in SELECTOR_VLLM_OVERRIDES, is a
+    SelectorError naming the variable, raised here, before vLLM loads any layer."""
+    from ..env_vars import flag, words
+    if not flag(ENV_ENABLE):
         return
+    words(ENV_OVERRIDES)
     install()
     log.info("selector: deciding NVFP4 MoE and linear backends (%s=1)", ENV_ENABLE)
 
