@@ -314,7 +314,10 @@ def _run_in_process(spec: ProbeSpec, ctx: Dict[str, Any]) -> Finding:
             raise TypeError(f"probe {spec.name} returned {res!r}, not a result dict")
         return Finding(spec.name, status, str(res.get("message", "")), spec.group,
                        time.perf_counter() - t0, res.get("details") or {})
-    except Exception as exc:  # noqa: BLE001 - a probe that raises is a finding
+    except BaseException as exc:  # noqa: BLE001 - a probe that raises (or exits) is a finding
+        from .entry_points import contained
+        if not contained(exc):
+            raise
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return Finding(spec.name, "failed", f"the probe raised {type(exc).__name__}: {text}",
                        spec.group, time.perf_counter() - t0, {"exception": type(exc).__name__})
