@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import __version__
 from .errors import SelectorError
@@ -345,18 +345,22 @@ def scan_catalogues(packaged: Path) -> Tuple[List[Path], Tuple[str, ...]]:
 
 
 _WARNED: set[str] = set()
+# where a left-out catalogue is reported: the CLI prints to stderr; else the `selector` logger
+# (the engine's log inside vLLM)
+WARN: Optional[Callable[[str], None]] = None
 
 
 def _warn(problems: Iterable[str]) -> None:
-    """Each problem once per process, as a warning of the `selector` logger (on stderr when
-    logging is not configured; in the engine's log inside vLLM)."""
-    import logging
-
+    """Each problem once per process."""
     from .text import printable
     for p in problems:
         if p not in _WARNED:
             _WARNED.add(p)
-            logging.getLogger("selector").warning("selector: warning: %s", printable(p))
+            if WARN is not None:
+                WARN(printable(p))
+            else:
+                import logging
+                logging.getLogger("selector").warning("selector: warning: %s", printable(p))
 
 
 def _check_contribution(c: Contribution, packaged: Path, accepted: List[Path],

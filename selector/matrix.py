@@ -79,6 +79,8 @@ def build(ops: Sequence[str] = (), stack: str = DEFAULT_STACK, overrides: Sequen
     from .api import load
     for o in overrides:
         key = o.lstrip("+~").partition("=")[0]
+        if key.startswith("platform.packages."):
+            continue  # a package version on every preset, as in explain
         if key in ("platform", "stack") or key.startswith(("platform.", "stack.")):
             raise SelectorError(f"override {o!r}: the matrix sets the platform itself (every "
                                 "preset) and the stack with --stack NAME", key=key, value=o)
@@ -228,6 +230,11 @@ def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: 
 
 def run_matrix(ops: Sequence[str], stack: Optional[str], overrides: Sequence[str],
                config_dirs: Sequence[str], fmt: str) -> int:
+    if stack is not None and not stack.strip():  # `--stack ''` is a mistake, not the default
+        from .config import ConfigTree
+        raise bad_value("--stack", stack, ConfigTree.discover(config_dirs).group_options("stack"),
+                        what="stack preset", hint=f"leave --stack out for the default, "
+                        f"{DEFAULT_STACK}")
     stack = stack or DEFAULT_STACK
     grids = build(ops, stack, overrides, config_dirs)
     text = render(grids, fmt, command_line(ops, stack, overrides, fmt))
