@@ -175,6 +175,7 @@ class AgreedDecision:
         an agreed decision answers them exactly as a Decision would."""
         from .decision import Candidate as OwnCandidate
         from .decision import Decision
+        from .notes import note
         from .rules import Reason as OwnReason
         from .schema import Status
 
@@ -198,8 +199,10 @@ class AgreedDecision:
                                            tuple(own(r) for r in c.reasons),
                                            entry_point(c.backend))
                               for c in self.candidates),
-                        self.notes, getattr(self.local, "platform_label", ""),
-                        tuple((b, own(r)) for b, r in self.warnings), engine, self.hint)
+                        ((note("no_packages", text=self.hint),) if self.hint else ())
+                        + tuple(note("agreement", text=n) for n in self.notes),
+                        getattr(self.local, "platform_label", ""),
+                        tuple((b, own(r)) for b, r in self.warnings), engine)
 
     @property
     def platform_label(self) -> str:

@@ -7,37 +7,52 @@ selector's `conf/` (`backend/<op>/<name>.yaml`, `platform/`, `stack/`, `layer/`,
     [project.entry-points."selector.catalogues"]
     mykernels = "mykernels.selector_conf"
 
-Discovery reads metadata only: the distribution's file list (RECORD), or for an editable install
-the location of its top-level package (`find_spec` of a top-level name imports nothing). The
-contributing package is never imported here; its kernel classes are imported only where
-selector imports any entry point (`check`, an engine building the backend), and only when they
-are also registered under `selector.backends`. A contributed file may not reuse a packaged (or
-an earlier contribution's) backend or preset name: it would silently replace it.
+Discovery reads metadata only, and reads it defensively (`scan()`): an `entry_points.txt`,
+`METADATA` or `RECORD` is opened only when it is a regular file of at most
+`MAX_METADATA_BYTES`, never blocking (a FIFO is never opened), and decoded as strict UTF-8; a
+file that fails any of this, or an `entry_points.txt` that is not `[group]` / `name = value`
+lines, is reported and its distribution skipped. The contributing package is never imported
+here; its kernel classes are imported only where selector imports any entry point (`check`, an
+engine building the backend), and only when they are also registered under `selector.backends`.
+
+A contributed catalogue is checked on its own before it joins the search path
+(`contributed_dirs`): its files as `check` reads them (kind, size, safe YAML, preset scope, every
+backend file validated), no backend or preset name that the packaged catalogue (or an earlier
+contribution) already uses, and no engine name that another backend of the op claims. A
+catalogue that fails is left out with one problem naming the distribution, the file and the key:
+the built-in backends still answer (`explain` warns on stderr) and `check` fails on it.
 """
 from __future__ import annotations
 
-import importlib.util
+import csv
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import __version__
 from .errors import SelectorError
 
 if TYPE_CHECKING:  # pragma: no cover
-    import importlib.metadata as md
+    from packaging.version import Version
 
     from .decision import Decision
     from .model import Catalogue
 
 GROUP = "selector.catalogues"
+BACKENDS_GROUP = "selector.backends"
+MAX_METADATA_BYTES = 1 << 20  # an entry_points.txt, METADATA or RECORD larger than this is refused
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 # what a contributed directory may hold, as in conf/: backend files and presets
 _CONTRIBUTABLE = ("backend/moe", "backend/linear", "platform", "stack", "layer", "policy")
+
+
+class _Malformed(Exception):
+    """A metadata file selector will not read (the message says which and why)."""
 
 
 @dataclass(frozen=True)
@@ -53,23 +68,192 @@ class Contribution:
         return f"{self.distribution} {self.version} via entry point {GROUP}:{self.entry_point}"
 
 
-def _locate(ep: md.EntryPoint, dist: md.Distribution, dist_name: str) -> Path:
-    value = ep.value.strip()
-    where = f"distribution {dist_name!r}, entry point {GROUP}:{ep.name}"
+@dataclass(frozen=True)
+class Dist:
+    """One installed distribution's metadata directory, as far as selector reads it."""
+    path: Path  # the *.dist-info / *.egg-info directory
+    entry_points: Tuple[Tuple[str, str, str], ...]  # (group, name, value)
+
+    def name_version(self) -> Tuple[str, str]:
+        """Name and Version from METADATA (PKG-INFO), else from the directory's name."""
+        stem = self.path.name.rsplit(".", 1)[0]
+        name, _, version = stem.partition("-")
+        for meta in ("METADATA", "PKG-INFO"):
+            try:
+                text = read_metadata(self.path, meta)
+            except _Malformed:
+                continue
+            if text is None:
+                continue
+            got = _headers(text)
+            return got.get("name") or name, got.get("version") or version or "unknown"
+        return name, version or "unknown"
+
+    def files(self) -> Optional[List[str]]:
+        """The RECORD's paths (installed-files.txt for an egg), or None when unreadable."""
+        try:
+            text = read_metadata(self.path, "RECORD")
+        except _Malformed:
+            return None
+        if text is None:
+            return None
+        try:
+            return [row[0] for row in csv.reader(text.splitlines()) if row]
+        except csv.Error:
+            return None
+
+
+def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
+    """One metadata file's text, or None when it does not exist. Only a regular file of at most
+    MAX_METADATA_BYTES is opened (non-blocking, checked again once open), and it must be UTF-8;
+    anything else raises _Malformed naming the file."""
+    p = dist_dir / name
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:
+        raise _Malformed(f"{p}: cannot be read ({exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _Malformed(f"{p}: is not a regular file (a FIFO, socket, device or directory)")
+    if st.st_size > MAX_METADATA_BYTES:
+        raise _Malformed(f"{p}: is {st.st_size} bytes, over the {MAX_METADATA_BYTES} byte limit "
+                         "for a metadata file")
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise _Malformed(f"{p}: cannot be read ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between stat and open
+            raise _Malformed(f"{p}: is not a regular file")
+        chunks, size = [], 0
+        while size <= MAX_METADATA_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _Malformed(f"{p}: cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if size > MAX_METADATA_BYTES:
+        raise _Malformed(f"{p}: grew over the {MAX_METADATA_BYTES} byte limit while read")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Malformed(f"{p}: is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _headers(text: str) -> Dict[str, str]:
+    """The first Name and Version headers of a METADATA file (RFC 822 style)."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        k = key.strip().lower()
+        if sep and k in ("name", "version") and k not in out and value.strip():
+            out[k] = value.strip()
+    return out
+
+
+def parse_entry_points(text: str, where: Path) -> Tuple[Tuple[str, str, str], ...]:
+    """`[group]` and `name = value` lines (comments and blank lines skipped) as
+    (group, name, value); anything else raises _Malformed naming the line."""
+    out: List[Tuple[str, str, str]] = []
+    group: Optional[str] = None
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s[0] in "#;":
+            continue
+        if s.startswith("["):
+            if not s.endswith("]") or not s[1:-1].strip():
+                raise _Malformed(f"{where} line {i}: {line[:80]!r} is not a [group] header")
+            group = s[1:-1].strip()
+            continue
+        name, eq, value = s.partition("=")
+        if group is None or not eq or not name.strip() or not value.strip():
+            raise _Malformed(f"{where} line {i}: {line[:80]!r} is not 'name = value' under a "
+                             "[group] header")
+        out.append((group, name.strip(), value.strip()))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def scan() -> Tuple[Tuple[Dist, ...], Tuple[str, ...]]:
+    """Every metadata directory on sys.path that declares entry points, and the problems of
+    those selector skipped (only the ones that concern selector: a file it cannot read safely,
+    or an unparsable one that names one of selector's groups). A plain scan, about a
+    millisecond for a few hundred distributions: importlib.metadata is never imported."""
+    found: List[Dist] = []
+    problems: List[str] = []
+    for entry in sys.path:
+        try:
+            listing = os.scandir(entry or ".")
+        except (OSError, ValueError, TypeError):
+            continue
+        with listing:
+            names = sorted((d.name, d.path) for d in listing
+                           if d.name.endswith((".dist-info", ".egg-info")))
+        for _name, path in names:
+            where = Path(path) / "entry_points.txt"
+            try:
+                text = read_metadata(Path(path), "entry_points.txt")
+            except _Malformed as exc:
+                raw = _peek(where)
+                if raw is None or GROUP.encode() in raw or BACKENDS_GROUP.encode() in raw:
+                    problems.append(f"{exc}; the distribution's selector entry points are "
+                                    "skipped")
+                continue
+            if text is None or "selector." not in text:
+                continue
+            try:
+                eps = parse_entry_points(text, where)
+            except _Malformed as exc:
+                if GROUP in text or BACKENDS_GROUP in text:
+                    problems.append(f"{exc}; the distribution's selector entry points are "
+                                    "skipped")
+                continue
+            if any(g in (GROUP, BACKENDS_GROUP) for g, _, _ in eps):
+                found.append(Dist(Path(path), eps))
+    return tuple(found), tuple(problems)
+
+
+def _peek(p: Path) -> Optional[bytes]:
+    """The bytes of a regular file that is too large or not UTF-8 (bounded), else None."""
+    try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            return None
+        with open(p, "rb") as f:
+            return f.read(MAX_METADATA_BYTES)
+    except OSError:
+        return None
+
+
+def entry_points(group: str) -> List[Tuple[str, str, Dist]]:
+    """(name, value, distribution) of every entry point of `group` that scan() accepted."""
+    return [(n, v, d) for d in scan()[0] for g, n, v in d.entry_points if g == group]
+
+
+def _locate(name: str, value: str, dist: Dist, dist_name: str) -> Path:
+    where = f"distribution {dist_name!r} ({dist.path}), entry point {GROUP}:{name}"
     if not _DOTTED.match(value):
         raise SelectorError(f"{where}: {value!r} is not a dotted package path such as "
                             "'mykernels.selector_conf' (a directory laid out like conf/)",
-                            key=f"{GROUP}:{ep.name}", value=value, where=where)
+                            key=f"{GROUP}:{name}", value=value, where=where)
     parts = value.split(".")
-    if dist.files:  # the RECORD: metadata only
+    files = dist.files()
+    if files:  # the RECORD: metadata only
         prefix = "/".join(parts) + "/"
-        if any(str(f).replace("\\", "/").startswith(prefix) for f in dist.files):
-            path = Path(str(dist.locate_file("/".join(parts))))
+        if any(f.replace("\\", "/").startswith(prefix) for f in files):
+            path = dist.path.parent.joinpath(*parts)
             if path.is_dir():
                 return path.resolve()
+    import importlib.util
     try:  # an editable install: where its top-level package lives (nothing is imported)
         spec = importlib.util.find_spec(parts[0])
-    except (ImportError, ValueError):
+    except (ImportError, ValueError, AttributeError):
         spec = None
     for loc in (spec.submodule_search_locations or []) if spec else []:
         path = Path(loc).joinpath(*parts[1:])
@@ -77,55 +261,48 @@ def _locate(ep: md.EntryPoint, dist: md.Distribution, dist_name: str) -> Path:
             return path.resolve()
     raise SelectorError(f"{where}: the directory {value!r} is not installed (neither in the "
                         "distribution's file list nor under its top-level package)",
-                        key=f"{GROUP}:{ep.name}", value=value, where=where)
-
-
-def _declaring() -> List[Path]:
-    """The metadata directories on sys.path whose entry_points.txt names the group.
-
-    A plain text scan (about a millisecond for a few hundred distributions), so that a
-    process with no contribution never imports importlib.metadata (tens of milliseconds).
-    """
-    found = []
-    for entry in sys.path:
-        try:
-            listing = os.scandir(entry or ".")
-        except OSError:
-            continue
-        with listing:
-            for d in listing:
-                if d.name.endswith((".dist-info", ".egg-info")):
-                    try:
-                        text = Path(d.path, "entry_points.txt").read_text(errors="replace")
-                    except OSError:
-                        continue
-                    if f"[{GROUP}]" in text:
-                        found.append(Path(d.path))
-    return found
+                        key=f"{GROUP}:{name}", value=value, where=where)
 
 
 @lru_cache(maxsize=1)
-def contributions() -> Tuple[Contribution, ...]:
-    """Every installed contribution, sorted by distribution and entry point name; where one
-    distribution is visible twice on sys.path, the first wins (as for imports)."""
-    declaring = _declaring()
-    if not declaring:
-        return ()
-    import importlib.metadata as md
+def _contributions() -> Tuple[Tuple[Contribution, ...], Tuple[str, ...]]:
+    dists, problems = scan()
     found: List[Contribution] = []
+    out_problems = list(problems)
     seen = set()
-    for path in declaring:
-        dist = md.PathDistribution(path)
-        name = dist.metadata["Name"] or path.name.partition("-")[0]
+    for dist in dists:
+        mine = [(n, v) for g, n, v in dist.entry_points if g == GROUP]
+        if not mine:
+            continue
+        name, version = dist.name_version()
         key = re.sub(r"[-_.]+", "-", name).lower()
-        if key in seen:
+        if key in seen:  # one distribution visible twice on sys.path: the first wins
             continue
         seen.add(key)
-        for ep in dist.entry_points:
-            if ep.group == GROUP:
-                found.append(Contribution(ep.name, ep.value.strip(), name, dist.version,
-                                          _locate(ep, dist, name)))
-    return tuple(sorted(found, key=lambda c: (c.distribution.lower(), c.entry_point)))
+        for ep, value in mine:
+            try:
+                found.append(Contribution(ep, value, name, version, _locate(ep, value, dist,
+                                                                            name)))
+            except SelectorError as exc:
+                out_problems.append(f"{exc}; its catalogue is left out")
+    return (tuple(sorted(found, key=lambda c: (c.distribution.lower(), c.entry_point))),
+            tuple(out_problems))
+
+
+def contributions() -> Tuple[Contribution, ...]:
+    """Every installed contribution that could be located, sorted by distribution and entry
+    point name; where one distribution is visible twice on sys.path, the first wins (as for
+    imports)."""
+    return _contributions()[0]
+
+
+def reset() -> None:
+    """Forget what discovery found (tests that install or remove distributions)."""
+    scan.cache_clear()
+    _contributions.cache_clear()
+    _WARNED.clear()
+    from .entry_points import plugin_modules
+    plugin_modules.cache_clear()
 
 
 def _files(root: Path) -> Dict[str, Path]:
@@ -135,32 +312,85 @@ def _files(root: Path) -> Dict[str, Path]:
         d = root / sub
         if d.is_dir():
             for f in sorted(d.iterdir()):
-                if f.suffix in (".yaml", ".yml") and f.is_file():
+                if f.suffix in (".yaml", ".yml") and not f.is_dir():
                     out[f"{sub}/{f.stem}"] = f
     return out
 
 
 def contributed_dirs(packaged: Path) -> List[Path]:
-    """The contributed directories, after refusing any file that reuses a packaged or an
-    earlier contribution's backend or preset name (naming both origins)."""
+    """The contributed directories that pass their checks (see the module docstring)."""
+    return scan_catalogues(packaged)[0]
+
+
+def scan_catalogues(packaged: Path) -> Tuple[List[Path], Tuple[str, ...]]:
+    """(the contributed directories that pass their checks, in order; a problem per
+    distribution or catalogue left out, naming it, the file and the key)."""
     owners: Dict[str, Tuple[str, Path]] = {k: (packaged_origin(), f)
                                            for k, f in _files(packaged).items()}
-    dirs = []
+    dirs: List[Path] = []
+    problems = list(_contributions()[1])
     for c in contributions():
         if c.path == packaged or c.path in dirs:
             continue
-        for key, f in _files(c.path).items():
-            if key in owners:
-                origin, other = owners[key]
-                what = "backend" if key.startswith("backend/") else "preset"
-                group, _, name = key.rpartition("/")
-                raise SelectorError(
-                    f"{f}: {c.origin} contributes the {group.replace('/', ' ')} {what} "
-                    f"{name!r}, which {origin} already defines ({other}); a contributed "
-                    f"{what} needs a name of its own", key=key, value=str(f), where=str(f))
-            owners[key] = (c.origin, f)
+        try:
+            mine = _check_contribution(c, packaged, dirs, owners)
+        except SelectorError as exc:
+            problems.append(f"{c.origin} ({c.path}): {exc}; this catalogue is left out "
+                            "(`selector check` lists it)")
+            continue
+        owners.update(mine)
         dirs.append(c.path)
-    return dirs
+    _warn(problems)
+    return dirs, tuple(problems)
+
+
+_WARNED: set[str] = set()
+# where a left-out catalogue is reported: the CLI prints to stderr; else the `selector` logger
+# (the engine's log inside vLLM)
+WARN: Optional[Callable[[str], None]] = None
+
+
+def _warn(problems: Iterable[str]) -> None:
+    """Each problem once per process."""
+    from .text import printable
+    for p in problems:
+        if p not in _WARNED:
+            _WARNED.add(p)
+            if WARN is not None:
+                WARN(printable(p))
+            else:
+                import logging
+                logging.getLogger("selector").warning("selector: warning: %s", printable(p))
+
+
+def _check_contribution(c: Contribution, packaged: Path, accepted: List[Path],
+                        owners: Dict[str, Tuple[str, Path]]) -> Dict[str, Tuple[str, Path]]:
+    """A contributed catalogue checked as `check` checks a config dir (raises SelectorError)."""
+    from .config.dirs import ConfigTree
+    from .config.presets import lint_tree
+    mine: Dict[str, Tuple[str, Path]] = {}
+    for key, f in _files(c.path).items():
+        if key in owners:
+            origin, other = owners[key]
+            what = "backend" if key.startswith("backend/") else "preset"
+            group, _, name = key.rpartition("/")
+            raise SelectorError(
+                f"{f}: {c.origin} contributes the {group.replace('/', ' ')} {what} "
+                f"{name!r}, which {origin} already defines ({other}); a contributed "
+                f"{what} needs a name of its own", key=key, value=str(f), where=str(f))
+        mine[key] = (c.origin, f)
+    tree = ConfigTree.from_dirs([packaged, *accepted, c.path])
+    lint_tree(tree, only=c.path)
+    from .config.composer import read_backend
+    from .model import engine_name_clashes, make_backend
+    backends = []
+    for (op, name), path in sorted(tree.backend_files.items()):
+        backends.append(make_backend(op, name, read_backend(path, f"catalogue.{op}.{name}"),
+                                     str(path)))
+    clash = engine_name_clashes(backends, c.path)
+    if clash:
+        raise SelectorError(clash[0])
+    return mine
 
 
 def packaged_origin() -> str:
@@ -183,6 +413,43 @@ def origin_of(file: str) -> str:
 def origins(files: Iterable[Tuple[str, str]]) -> Dict[str, str]:
     """{backend: origin} for (backend, file) pairs."""
     return {name: origin_of(f) for name, f in files}
+
+
+def present(files: Iterable[Any]) -> Dict[str, Version]:
+    """{canonical distribution name: version} of each distribution whose contributed catalogue
+    holds one of `files`: a catalogue that is loaded comes from an installed distribution, so
+    that distribution is present whatever platform preset is chosen."""
+    if not contributions():
+        return {}
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+    paths = [Path(str(f)).resolve() for f in files]
+    out: Dict[str, Version] = {}
+    for c in contributions():
+        if any(c.path in p.parents for p in paths):
+            try:
+                out[canonicalize_name(c.distribution)] = Version(c.version)
+            except InvalidVersion:
+                continue
+    return out
+
+
+def plugin_origin(catalogue: Catalogue, decision: Decision) -> Optional[str]:
+    """Where the selected backend comes from when it is not packaged, else None."""
+    if decision.selected is None:
+        return None
+    try:
+        b = catalogue.get(decision.layer["op"], decision.selected)
+    except KeyError:
+        return None
+    origin = origin_of(b.file)
+    return None if origin == packaged_origin() else origin
+
+
+def marked_line(catalogue: Catalogue, decision: Decision, line: str) -> str:
+    """A log line, with `[from <origin>]` when the selected backend is not packaged."""
+    origin = plugin_origin(catalogue, decision)
+    return line if origin is None else f"{line} [{decision.selected} from {origin}]"
 
 
 def explained(catalogue: Catalogue, decision: Decision, fmt: str) -> Any:

@@ -17,7 +17,7 @@ from .engines import ENGINES
 from .entry_points import load_entry_point
 from .errors import SelectorError
 from .layer import make_layer
-from .model import BackendSpec, make_backend, make_platform, make_preference, make_run_config
+from .model import BackendSpec, engine_name_clashes, make_backend, make_platform, make_preference, make_run_config
 from .rules import compile_rule
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +36,8 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     problems: List[Dict[str, str]] = []
     checked: List[str] = []
     tree = ConfigTree.discover(config_dirs)
+    # installed distributions' catalogues that discovery left out: explain runs without them
+    problems.extend({"file": "", "problem": p} for p in tree.left_out)
     try:
         lint_tree(tree)
     except SelectorError as exc:
@@ -83,6 +85,8 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                     make_layer(conf, where=str(path))
             except SelectorError as exc:
                 problems.append({"file": str(path), "problem": str(exc)})
+    problems.extend({"file": p.partition(":")[0], "problem": p}
+                    for p in engine_name_clashes(backends))
     for op in schema.OPS:
         ranks: Dict[int, Any] = {}
         for b in (b for b in backends if b.op == op):

@@ -61,9 +61,20 @@ def last_line(text: str, limit: int = 300) -> str:
     return last if len(last) <= limit else last[:limit] + "..."
 
 
+MAX_OUTPUT = 8 << 20  # bytes kept of each of a child's stdout and stderr
+TRUNCATED = "selector: output truncated:"  # the line run_child adds to stderr when it cut one
+
+
+def truncated(stderr: str) -> bool:
+    """Whether run_child stopped a child for writing more than MAX_OUTPUT bytes."""
+    return TRUNCATED in stderr
+
+
 def run_child(boot: str, payload: Mapping[str, Any], timeout: float, mark: str) -> ChildOutcome:
     """Run `python -c boot` with `payload` (plus "path": this sys.path) as JSON on stdin; the
-    events are the JSON objects after `mark` on its stdout lines."""
+    events are the JSON objects after `mark` on its stdout lines. At most MAX_OUTPUT bytes of
+    each stream are kept: a child that writes more is killed (with everything it started), and
+    its stderr ends with a TRUNCATED line saying so (its result is a failure, not a verdict)."""
     env = dict(os.environ)  # the child gets sys.path in its payload
     env.setdefault("PYTHONFAULTHANDLER", "1")
     try:
@@ -72,17 +83,8 @@ def run_child(boot: str, payload: Mapping[str, Any], timeout: float, mark: str) 
                                 start_new_session=True)
     except OSError as exc:
         return [], None, False, f"{sys.executable}: {exc}"
-    timed_out = False
     data = json.dumps(dict(payload, path=parent_path())).encode()
-    try:
-        out, err = proc.communicate(data, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill(proc)
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # a grandchild holds the pipes open
-            out, err = b"", b""
+    out, err, timed_out, over = _communicate(proc, data, timeout)
     events: List[Dict[str, Any]] = []
     for line in out.decode("utf-8", "replace").splitlines():
         at = line.find(mark)
@@ -92,4 +94,73 @@ def run_child(boot: str, payload: Mapping[str, Any], timeout: float, mark: str) 
             events.append(json.loads(line[at + len(mark):]))
         except ValueError:
             continue
-    return events, proc.returncode, timed_out, err.decode("utf-8", "replace")
+    text = err.decode("utf-8", "replace")
+    if over:
+        text += (f"\n{TRUNCATED} the child process wrote more than {MAX_OUTPUT >> 20} MiB to "
+                 f"{' and '.join(over)}; it was stopped and only the first {MAX_OUTPUT >> 20} "
+                 "MiB were read\n")
+    return events, proc.returncode, timed_out, text
+
+
+def _communicate(proc: subprocess.Popen[bytes], data: bytes, timeout: float
+                 ) -> Tuple[bytes, bytes, bool, List[str]]:
+    """(stdout, stderr, timed out, the streams that went over MAX_OUTPUT): the payload written
+    and both streams read at once, never more than MAX_OUTPUT bytes of each kept."""
+    import selectors
+    import time
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    ofd, efd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs: Dict[int, bytearray] = {ofd: bytearray(), efd: bytearray()}
+    names = {ofd: "stdout", efd: "stderr"}
+    over: List[str] = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    view = memoryview(data)
+    with selectors.DefaultSelector() as sel:
+        if data:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(min(left, 1.0)):
+                if key.fileobj is proc.stdin:
+                    try:
+                        n = os.write(key.fd, view[:1 << 16])
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the child closed its stdin
+                        n = len(view)
+                    view = view[n:]
+                    if not view:
+                        sel.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = bufs[key.fd]
+                if len(buf) + len(chunk) > MAX_OUTPUT:
+                    over.append(names[key.fd])
+                buf += chunk[:MAX_OUTPUT - len(buf)]
+            if over:
+                break
+    if timed_out or over:
+        kill(proc)
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            f.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # unkillable (D state): leave it to the system
+        pass
+    return bytes(bufs[ofd]), bytes(bufs[efd]), timed_out, over

@@ -102,6 +102,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         build_parser().print_help(sys.stderr)
         return 2
+    from . import catalogues
+    catalogues.WARN = _warning
     try:
         rc = _run(args)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
@@ -113,6 +115,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if exc.errno not in _OUTPUT_ERRNOS:
             raise
         return _output_failed(exc.strerror or str(exc), exc.errno == errno.EPIPE)
+
+
+def _warning(message: str) -> None:
+    print(f"selector: warning: {message}", file=sys.stderr)
 
 
 _OUTPUT_ERRNOS = (errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO, errno.EFBIG,
@@ -169,7 +175,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.model is not None:
         p = sel.plan(args.model)
         if args.format == "line":
-            _emit("\n".join(d.log_line() for d in p.decisions()), "line")
+            from .catalogues import marked_line
+            _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) for d in p.decisions()),
+                  "line")
         else:
             _emit(p.to_dict() if args.format == "json" else str(p), args.format)
         return 0 if p.ok else 1
@@ -182,7 +190,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.format == "line":
         if d.hint:  # stdout stays one line per decision
             print(f"selector: note: {d.hint}", file=sys.stderr)
-        _emit(d.log_line(), "line")
+        from .catalogues import marked_line  # a backend from a plugin says so
+        _emit(marked_line(sel.catalogue, d, d.log_line()), "line")
         return 0 if d.selected else 1
     from .catalogues import explained
     _emit(explained(sel.catalogue, d, args.format), args.format)

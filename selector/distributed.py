@@ -24,7 +24,7 @@ import sys
 import threading
 import zlib
 from datetime import timedelta
-from typing import Any, Dict, List, Sequence, Union, cast
+from typing import Any, Dict, List, Optional, Sequence, Union, cast
 
 from . import agreement
 from .agreement import AgreedDecision, Group
@@ -57,14 +57,48 @@ def agree_all(decisions: Decisions, group: Any = None) -> List[AgreedDecision]:
     if not (dist.is_available() and dist.is_initialized()):
         raise SelectorError("selector.distributed: torch.distributed is not initialized; call "
                             "torch.distributed.init_process_group first, or use maybe_agree_all")
-    if not isinstance(decisions, BaseException):
-        decisions = list(decisions)
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise SelectorError(f"selector.distributed: group is a {type(group).__name__}, not a "
+                            "torch.distributed ProcessGroup (or None for the default group)",
+                            key="group", value=type(group).__name__)
+    # Checked before any collective: a wrong argument on one rank becomes that rank's error,
+    # which every rank then raises as one SelectorError (no rank waits for a missing peer).
+    decisions = validated(decisions)
     try:
         raw = agreement.encode(decisions)
-    except Exception as e:  # a decision this rank cannot read is its error, reported to all
+    except Exception as e:  # noqa: BLE001 - a decision this rank cannot read is its error
+        decisions = e
         raw = agreement.encode(e)
     groups = _exchange(dist, group, raw)
     return agreement.agree(groups, decisions)
+
+
+def validated(decisions: Any) -> Decisions:
+    """The decisions as a list of Decision objects, or the SelectorError saying what is wrong
+    with the argument (returned, not raised: it is this rank's contribution)."""
+    from .decision import Decision
+    if isinstance(decisions, BaseException):
+        return decisions
+    what = "selector.distributed.agree_all(decisions)"
+    if isinstance(decisions, Decision):
+        return SelectorError(f"{what}: got one Decision; pass a list of them, one per layer "
+                             "(or use agree(decision) for one layer)", key="decisions",
+                             value="Decision")
+    if isinstance(decisions, (str, bytes, dict)) or not hasattr(decisions, "__iter__"):
+        return SelectorError(f"{what}: got a {type(decisions).__name__}; pass a list of "
+                             "Decision objects, one per layer (or the exception this rank hit)",
+                             key="decisions", value=type(decisions).__name__)
+    try:
+        got = list(decisions)
+    except Exception as e:  # noqa: BLE001 - the caller's iterator: its failure is this rank's
+        return SelectorError(f"{what}: iterating the decisions raised {type(e).__name__}: {e}",
+                             key="decisions", value=type(e).__name__)
+    for i, d in enumerate(got):
+        if not isinstance(d, Decision):
+            return SelectorError(f"{what}: item {i} is a {type(d).__name__}, not a Decision "
+                                 "(Selector.select's answer)", key=f"decisions[{i}]",
+                                 value=type(d).__name__)
+    return got
 
 
 def maybe_agree_all(decisions: Decisions, group: Any = None) -> List[Any]:
@@ -157,30 +191,50 @@ def _decode(wire: bytes, rank: int) -> Dict[str, Any]:
 
 def _arrive(store: Any, pg: Any, rank: int, world: int, timeout: timedelta) -> None:
     """Wait until every rank of the group called in, or name the ones that did not."""
+    import time
+
+    from torch.distributed import get_global_rank
     with _lock:
         seq = _calls[pg.group_name] = _calls.get(pg.group_name, 0) + 1
     base = f"selector/agree/{seq}"
-    store.set(f"{base}/rank/{rank}", "1")
-    if store.add(f"{base}/count", 1) == world:
-        store.set(f"{base}/all", "1")
+    t0 = time.monotonic()
     try:
+        store.set(f"{base}/rank/{rank}", "1")
+        if store.add(f"{base}/count", 1) == world:
+            store.set(f"{base}/all", "1")
         store.wait([f"{base}/all"], timeout)
-    except RuntimeError as e:  # DistStoreError: timed out (or the store went away)
-        missing = [r for r in range(world) if not _has(store, f"{base}/rank/{r}")]
-        from torch.distributed import get_global_rank
-        named = agreement.spans([get_global_rank(pg, r) for r in missing]) or "?"
+        return
+    except RuntimeError as e:  # DistStoreError: timed out; DistNetworkError: the store is gone
+        error: RuntimeError = e
+    waited = time.monotonic() - t0
+    present = [_has(store, f"{base}/rank/{r}") for r in range(world)]
+    if present[rank] is not True or waited < 0.9 * timeout.total_seconds():
+        # this rank's own key cannot be read back, or the wait ended long before the timeout:
+        # not a late rank but a store that went away with the rank that hosts it
         raise SelectorError(
-            f"selector.distributed: rank(s) {named} did not call agree within {timeout} "
-            f"(the process group's timeout); {world - len(missing)} of {world} ranks did. "
-            "Every rank must call agree/agree_all for the same layers, even one whose load() "
-            "or select() failed (pass the exception)") from e
+            f"selector.distributed: the process group's store stopped answering after "
+            f"{waited:.1f} s ({type(error).__name__}: {_first_line(error)}); the rank that "
+            f"hosts it (the process group's master, MASTER_ADDR) has most likely died or left "
+            f"the group, so no rank can agree: every rank stops") from error
+    missing = [r for r in range(world) if present[r] is False]
+    named = agreement.spans([get_global_rank(pg, r) for r in missing]) or "?"
+    raise SelectorError(
+        f"selector.distributed: rank(s) {named} did not call agree within {timeout} "
+        f"(the process group's timeout); {world - len(missing)} of {world} ranks did. "
+        "Every rank must call agree/agree_all for the same layers, even one whose load() "
+        "or select() failed (pass the exception)") from error
 
 
-def _has(store: Any, key: str) -> bool:
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
+
+
+def _has(store: Any, key: str) -> Optional[bool]:
+    """Whether the store holds `key`; None when the store cannot be asked."""
     try:
         return bool(store.check([key]))
     except RuntimeError:
-        return False
+        return None
 
 
 def _timeout(pg: Any, device: Any) -> timedelta:

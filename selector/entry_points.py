@@ -7,6 +7,7 @@ refused before it is imported (a config file is data, not a way to run code).
 from __future__ import annotations
 
 import importlib
+import threading
 from functools import lru_cache
 from typing import Any, FrozenSet
 
@@ -17,13 +18,18 @@ GROUP = "selector.backends"
 
 @lru_cache(maxsize=1)
 def plugin_modules() -> FrozenSet[str]:
-    """Modules registered by installed distributions under the `selector.backends` group."""
-    import importlib.metadata as md
-    try:
-        eps = md.entry_points(group=GROUP)
-    except Exception:  # noqa: BLE001 - broken metadata elsewhere must not break selector
-        return frozenset()
-    return frozenset(ep.value.partition(":")[0] for ep in eps)
+    """Modules registered by installed distributions under the `selector.backends` group (read
+    by selector.catalogues.scan: regular metadata files only, bounded, malformed ones skipped)."""
+    from .catalogues import entry_points
+    return frozenset(value.partition(":")[0].strip() for _, value, _ in entry_points(GROUP))
+
+
+def contained(exc: BaseException) -> bool:
+    """Whether third-party code's exception is reported as a problem rather than propagated:
+    everything, SystemExit and GeneratorExit included, except KeyboardInterrupt in the main
+    thread (the operator's Ctrl-C still stops selector)."""
+    return not (isinstance(exc, KeyboardInterrupt)
+                and threading.current_thread() is threading.main_thread())
 
 
 def allowed(path: str) -> bool:
@@ -41,13 +47,20 @@ def load_entry_point(path: str, key: str = "entry_point") -> Any:
                             f"under the {GROUP!r} entry-point group of an installed package",
                             key=key, value=path)
     module, _, attr = path.partition(":")
-    try:
+    try:  # third-party code runs here: whatever it raises (SystemExit too) is reported
         mod = importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
-        raise SelectorError(f"{key}: {path!r} cannot be imported ({type(exc).__name__}: {exc})",
-                            key=key, value=path) from None
+    except BaseException as exc:  # noqa: BLE001
+        if not contained(exc):
+            raise
+        raise SelectorError(f"{key}: {path!r} cannot be imported ({type(exc).__name__}: "
+                            f"{exc})", key=key, value=path) from None
     try:
         return getattr(mod, attr)
-    except AttributeError:
-        raise SelectorError(f"{key}: module {module!r} has no attribute {attr!r}",
-                            key=key, value=path) from None
+    except BaseException as exc:  # noqa: BLE001 - a module __getattr__ is third-party code
+        if not contained(exc):
+            raise
+        if isinstance(exc, AttributeError):
+            raise SelectorError(f"{key}: module {module!r} has no attribute {attr!r}",
+                                key=key, value=path) from None
+        raise SelectorError(f"{key}: {path!r} cannot be looked up ({type(exc).__name__}: "
+                            f"{exc})", key=key, value=path) from None

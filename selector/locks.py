@@ -8,6 +8,7 @@ child simply gets fresh locks.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 
@@ -36,6 +37,47 @@ _ALL: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
 def _renew_all() -> None:
     for lock in list(_ALL):
         lock._lock = threading.Lock()
+    _release_dead_imports()
+
+
+def _release_dead_imports() -> None:
+    """In a forked child: the imports that another thread of the parent was in the middle of
+    (that thread does not exist here) are undone, so that the child imports those modules
+    afresh instead of waiting for ever on the module lock that thread held.
+
+    CPython keeps one lock per module being imported (`importlib._bootstrap._module_locks`)
+    and does not reset them at fork. selector imports Hydra, OmegaConf and PyYAML (and through
+    them parts of the standard library) lazily, on the first cold load, possibly in a thread;
+    a fork at that moment gave a child stuck on the import lock. Each lock a vanished thread
+    held is dropped, and so is the module it guarded, as Python drops a module whose import
+    failed: with everything under the outermost package that was still initializing (a fresh
+    package object must find its submodules fresh too)."""
+    try:
+        import importlib._bootstrap as bootstrap
+        locks = bootstrap._module_locks  # type: ignore[attr-defined]
+    except (ImportError, AttributeError):  # another interpreter: nothing to repair
+        return
+    me = threading.get_ident()
+    dead = []
+    for name, ref in list(locks.items()):
+        try:
+            lock = ref()
+        except TypeError:  # not a weak reference in this Python
+            continue
+        if lock is not None and getattr(lock, "owner", None) not in (None, 0, me):
+            dead.append(name)
+            locks.pop(name, None)
+    roots = set()
+    for name in dead:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # the outermost ancestor still initializing
+            module = sys.modules.get(".".join(parts[:i]))
+            if getattr(getattr(module, "__spec__", None), "_initializing", False):
+                roots.add(".".join(parts[:i]))
+                break
+    for name in list(sys.modules):
+        if any(name == r or name.startswith(r + ".") for r in roots):
+            del sys.modules[name]
 
 
 os.register_at_fork(after_in_child=_renew_all)

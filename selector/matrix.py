@@ -80,6 +80,8 @@ def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Seque
     stack = stack or default_stack(config_dirs)
     for o in overrides:
         key = o.lstrip("+~").partition("=")[0]
+        if key.startswith("platform.packages."):
+            continue  # a package version on every preset, as in explain
         if key in ("platform", "stack") or key.startswith(("platform.", "stack.")):
             raise SelectorError(f"override {o!r}: the matrix sets the platform itself (every "
                                 "preset) and the stack with --stack NAME", key=key, value=o)
@@ -238,6 +240,10 @@ def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: 
 def run_matrix(ops: Sequence[str], stack: Optional[str], overrides: Sequence[str],
                config_dirs: Sequence[str], fmt: str) -> int:
     default = default_stack(config_dirs)
+    if stack is not None and not stack.strip():  # `--stack ''` is a mistake, not the default
+        from .config import ConfigTree
+        raise bad_value("--stack", stack, ConfigTree.discover(config_dirs).group_options("stack"),
+                        what="stack preset", hint=f"leave --stack out for the default, {default}")
     stack = stack or default
     grids = build(ops, stack, overrides, config_dirs)
     text = render(grids, fmt, command_line(ops, stack, overrides, fmt, default))

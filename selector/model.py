@@ -201,6 +201,38 @@ class Catalogue:
         return sorted(names)
 
 
+def engine_name_clashes(backends: Sequence[BackendSpec], within: Optional[Any] = None
+                        ) -> List[str]:
+    """Two backends of one op that claim the same name in one engine (`engines.<e>.name`): the
+    engine's flag would name one and run the other, and the engine's request of that name could
+    not be mapped back. One message per clash, naming both files; with `within` (a directory),
+    only clashes that involve a file under it."""
+    from .config import packaged_conf_dir
+    packaged = f"{packaged_conf_dir()}/"
+    seen: Dict[Tuple[str, str, str], BackendSpec] = {}
+    out = []
+    # packaged files first: a clash is reported on the file that is not packaged
+    for b in sorted(backends, key=lambda b: (b.op, not b.file.startswith(packaged), b.file,
+                                             b.name)):
+        for engine, e in b.engines:
+            if e.name is None:
+                continue
+            other = seen.setdefault((b.op, engine, e.name), b)
+            if other is b:
+                continue
+            if within is not None:
+                inside = [x for x in (b, other) if x.file.startswith(f"{within}/")]
+                if not inside:
+                    continue
+                b, other = (inside[0], other if inside[0] is b else b)
+            out.append(f"{b.file}: catalogue.{b.op}.{b.name}.engines.{engine}.name: "
+                       f"{e.name!r} is also the {engine} name of catalogue.{b.op}.{other.name} "
+                       f"({other.file}); two backends of one op cannot claim one engine "
+                       f"name (the engine's flag would run the other one): give "
+                       f"{b.name} its own name, or null if {engine} has no such backend")
+    return out
+
+
 def make_catalogue(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
                    known_engines: Sequence[str] = engines.ENGINES) -> Catalogue:
     out = {}
@@ -209,6 +241,10 @@ def make_catalogue(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any]
         bs = [make_backend(op, n, c, str(files.get((op, n), f"backend/{op}/{n}.yaml")),
                            known_engines) for n, c in confs.items()]
         out[op] = tuple(sorted(bs, key=lambda b: (b.rank, b.name)))
+    clashes = engine_name_clashes([b for bs in out.values() for b in bs])
+    if clashes:
+        first = clashes[0]
+        raise SelectorError(first, where=first.partition(":")[0])
     return Catalogue(out)
 
 
@@ -257,12 +293,14 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
 
 
 def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[Detect] = None,
-                  explicit: Tuple[str, ...] = ()) -> Platform:
+                  explicit: Tuple[str, ...] = (), present: Optional[Mapping[str, Version]] = None
+                  ) -> Platform:
     """A Platform from the platform config; `platform=auto` fills what is not given by detection.
 
     One rule for every key under `platform=auto`: a value given explicitly (a package in
     `packages`, or a key named in `explicit` by the overrides) wins over detection, null
-    included.
+    included. `present`: distributions known to be installed whatever the preset says (those
+    whose catalogue is loaded), used where the platform gives no version of its own.
     """
     conf = schema.validate(schema.PlatformConf, conf, "platform")
     preset = conf.get("preset") or "auto"
@@ -280,6 +318,7 @@ def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[
                             "write it once")
         spelled[canon] = name
         packages[canon] = parse_version(f"platform.packages.{name}", v)
+    given_canon = set(packages)
     capability = parse_capability("platform.capability", conf.get("capability"))
     cuda = parse_version("platform.cuda", conf.get("cuda"))
     gpu_name = conf.get("gpu_name")
@@ -297,10 +336,16 @@ def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[
             cuda = env.cuda
         for n, v in env.packages.items():
             packages.setdefault(n, v)
+        for n, v in (present or {}).items():
+            if n in watched and packages.get(n) is None and n not in given_canon:
+                packages[n] = v
         notes = env.notes
         source = "detected"
     else:
         source = preset
+        for n, v in (present or {}).items():
+            if n in watched:
+                packages.setdefault(n, v)
         for n in watched:
             packages.setdefault(n, None)
     return Platform(preset, capability, cuda, gpu_name, tuple(sorted(packages.items())),
@@ -345,8 +390,9 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
         raise bad_value("probe", probe, schema.PROBE_MODES)
     watched = sorted(set(canonicalize_name(n) for n in schema.CORE_PACKAGES) |
                      set(catalogue.packages()) | ({engine.package} if engine.package else set()))
+    from .catalogues import present
     platform = make_platform(data.get("platform") or {}, watched, detect,
-                             tuple(data.get("explicit") or ()))
+                             tuple(data.get("explicit") or ()), present(files.values()))
     labelled = engines.versioned(engine, dict(platform.packages))
     if labelled != engine:  # the engine's reasons name the version the platform lists
         engine, catalogue = labelled, engines.apply(raw, labelled)

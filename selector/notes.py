@@ -140,6 +140,8 @@ def _platform(n: Note) -> str:
 
 
 def _no_packages(n: Note) -> str:
+    if "text" in n.data:  # carried across ranks as words (selector.distributed)
+        return str(n.data["text"])
     return ("this platform lists no packages, so every backend that needs one is rejected: add "
             + ", ".join(n.data["add"]) + " or platform.packages.<dist>=VERSION")
 
@@ -173,6 +175,8 @@ NOTE_KINDS: Dict[str, Tuple[str, Callable[[Note], str], str]] = {
     "reference": ("warning", _reference, "the selected backend is the reference "
                   "implementation (correct, slow)"),
     "platform": ("info", _platform, "how the platform was detected (`detail`)"),
+    "agreement": ("info", lambda n: str(n.data["text"]), "a note of a decision agreed across "
+                  "ranks (selector.distributed), in words (`text`)"),
 }
 
 

@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
 from . import env_vars
-from .child_runner import exit_text, last_line, run_child
+from .child_runner import MAX_OUTPUT, exit_text, last_line, run_child, truncated
 from .errors import SelectorError, did_you_mean
 from .probe_child import MARK
 
@@ -253,6 +253,7 @@ def _run_group(group: str, specs: List[ProbeSpec], ctx: Dict[str, Any], timeout:
         run.seconds += seconds
         current: Optional[Tuple[str, str]] = None
         finished = False
+        ran_here: List[str] = []
         for ev in events:
             kind, phase = ev.get("event"), ev.get("phase")
             if kind == "import":
@@ -271,17 +272,26 @@ def _run_group(group: str, specs: List[ProbeSpec], ctx: Dict[str, Any], timeout:
                     current = ("probe", name)
                 else:
                     current = None
+                    ran_here.append(name)
                     findings[name] = Finding(name, ev.get("status", "failed"),
                                              str(ev.get("message", "")), group,
                                              ev.get("seconds"), ev.get("details") or {})
             elif kind == "done":
                 finished = True
+        flooded = truncated(err)  # stopped for its output: no verdict of this child stands
         pending = [s for s in pending if s.name not in findings]
-        if finished and not pending:
+        if finished and not pending and not flooded:
             break
         why = exit_text(rc, timed_out, timeout, "probe")
         tail = last_line(err)
-        if current is None and not events:
+        if flooded:
+            why = (f"the probe process wrote more than {MAX_OUTPUT >> 20} MiB of output "
+                   "(it was stopped and the output truncated)")
+            tail = ""
+        if flooded and current is None:
+            where = "after its steps" if finished else "between steps"
+            stuck = ran_here + [s.name for s in pending]
+        elif current is None and not events:
             where, stuck = "before it reported anything", [s.name for s in pending]
         elif current is None:
             where, stuck = "between steps", [s.name for s in pending]
@@ -302,7 +312,8 @@ def _run_group(group: str, specs: List[ProbeSpec], ctx: Dict[str, Any], timeout:
         run.notes.append(message)
         for name in stuck:
             findings[name] = Finding(name, "failed", message, group, None,
-                                     {"exit_status": rc, "timed_out": timed_out})
+                                     {"exit_status": rc, "timed_out": timed_out,
+                                      **({"truncated": True} if flooded else {})})
         pending = [s for s in pending if s.name not in findings]
     return findings, run
 
@@ -317,7 +328,10 @@ def _run_in_process(spec: ProbeSpec, ctx: Dict[str, Any]) -> Finding:
             raise TypeError(f"probe {spec.name} returned {res!r}, not a result dict")
         return Finding(spec.name, status, str(res.get("message", "")), spec.group,
                        time.perf_counter() - t0, res.get("details") or {})
-    except Exception as exc:  # noqa: BLE001 - a probe that raises is a finding
+    except BaseException as exc:  # noqa: BLE001 - a probe that raises (or exits) is a finding
+        from .entry_points import contained
+        if not contained(exc):
+            raise
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return Finding(spec.name, "failed", f"the probe raised {type(exc).__name__}: {text}",
                        spec.group, time.perf_counter() - t0, {"exception": type(exc).__name__})

@@ -5,11 +5,14 @@ own overrides, so that one machine simulates a heterogeneous cluster.
 outcome of each scenario. A scenario is a dict:
     {"name": str, "overrides": {rank: [override, ...]}, "default": [override, ...],
      "layers": [{layer keys}, ...], "absent": [rank, ...]}
-An absent rank never calls agree_all (it sleeps past the group's timeout, then leaves).
+An absent rank never calls agree_all (it sleeps past the group's timeout, then leaves); a dead
+rank's process ends (`die_after` seconds in) without calling it; `misuse: {rank: kind}` makes
+that rank pass agree_all a wrong argument (one Decision, an iterator that raises, strings).
 """
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -71,12 +74,29 @@ def _scenario(s: Dict[str, Any], rank: int, timeout_s: float) -> Dict[str, Any]:
         decisions: Any = [sel.select(**layer) for layer in s["layers"]]
     except Exception as e:  # still take part: every rank then raises the same error
         decisions = e
+    misuse = s.get("misuse", {}).get(str(rank))
+    if misuse == "one_decision":  # agree_all(decision) instead of agree_all([decision])
+        decisions = decisions[0]
+    elif misuse == "raising_iterator":
+        first = decisions[0]
+
+        def gen():
+            yield first
+            raise RuntimeError("the engine's layer walk failed")
+        decisions = gen()
+    elif misuse == "strings":
+        decisions = ["not a decision"]
+    t0 = time.monotonic()
     try:
         agreed = maybe_agree_all(decisions)
     except selector.SelectorError as e:
-        return {"error": str(e)}
+        return {"error": str(e), "seconds": time.monotonic() - t0}
+    except Exception as e:  # noqa: BLE001 - what agree_all must never raise; the rank lives on
+        time.sleep(s.get("linger", 0))
+        return {"other": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - t0}
     return {"agreed": [a.to_dict() for a in agreed], "text": str(agreed[0]),
-            "local": [getattr(a.local, "selected", None) for a in agreed]}
+            "local": [getattr(a.local, "selected", None) for a in agreed],
+            "seconds": time.monotonic() - t0}
 
 
 def main(argv: List[str]) -> None:
@@ -85,10 +105,16 @@ def main(argv: List[str]) -> None:
     import torch.distributed as dist
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=timedelta(seconds=timeout_s))
+    scenarios = json.loads(plan.read_text())
+    for s in scenarios:  # a rank that dies (its process ends) while the others agree
+        if rank in s.get("dead", ()):
+            out.write_text(json.dumps([{"dead": True}]))
+            time.sleep(s.get("die_after", 1.0))
+            os._exit(0)
     try:
-        results = [_scenario(s, rank, timeout_s) for s in json.loads(plan.read_text())]
+        results = [_scenario(s, rank, timeout_s) for s in scenarios]
     finally:
-        if not any(s.get("absent") for s in json.loads(plan.read_text())):
+        if not any(s.get("absent") or s.get("dead") for s in scenarios):
             dist.destroy_process_group()
     out.write_text(json.dumps(results))
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from catalogue_dist import DEMO_BACKEND, build_wheel, demo_files, install
-from helpers import assert_clean_error, cli_env, run_cli_many
+from helpers import cli_env, run_cli_many
 
 DEMO_ORIGIN = "selector-demo-kernels 1.0 via entry point selector.catalogues:demo"
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
@@ -101,36 +101,59 @@ def test_discovery_imports_nothing_check_imports_the_entry_point(good):
 
 @pytest.fixture(scope="module")
 def bad(sites):
-    names = ["clash", "broken", "badvalue", "missing"]
-    argvs = {"clash": ("explain", "platform=cpu"), "broken": ("check",),
+    """Each broken contribution under explain (or list) and under check."""
+    argvs = {"clash": ("explain", "platform=cpu"), "broken": ("explain", "platform=cpu"),
              "badvalue": ("list",), "missing": ("explain", "platform=cpu")}
     out = {}
-    for n in names:
-        out[n] = run_cli_many([argvs[n]], env=_env(sites[n]))[0]
+    for n, argv in argvs.items():
+        out[n], out[f"{n}-check"] = run_cli_many([argv, ("check",)], env=_env(sites[n]))
     return out
 
 
+def left_out(r, *needles):
+    """The command ran without the broken catalogue (built-ins answer) and warned, naming it."""
+    assert r.returncode == 0, (r.args, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("selector: warning: ")]
+    assert len(warnings) == 1, r.stderr
+    for n in needles:
+        assert n in warnings[0], (n, warnings[0])
+    assert "left out" in warnings[0]
+    return warnings[0]
+
+
+def check_fails(r, *needles):
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    for n in needles:
+        assert n in r.stderr, (n, r.stderr)
+
+
 def test_a_packaged_name_is_refused_naming_both_origins(bad):
-    line = assert_clean_error(bad["clash"], "selector-demo-clash 1.0 via entry point "
-                              "selector.catalogues:demo", "backend moe backend 'marlin'",
-                              "packaged selector", "conf/backend/moe/marlin.yaml")
-    assert "needs a name of its own" in line
+    needles = ("selector-demo-clash 1.0 via entry point selector.catalogues:demo",
+               "backend moe backend 'marlin'", "packaged selector", "conf/backend/moe/marlin.yaml",
+               "needs a name of its own")
+    left_out(bad["clash"], *needles)
+    assert "selected: emulation" in bad["clash"].stdout
+    check_fails(bad["clash-check"], *needles)
 
 
-def test_check_validates_contributed_files(bad):
-    r = bad["broken"]
-    assert r.returncode == 2
-    assert "Traceback" not in r.stderr
-    assert "demo_kernels/selector_conf/backend/moe/demo_moe.yaml" in r.stderr
-    assert "devise" in r.stderr
+def test_one_broken_contribution_is_left_out_and_check_fails(bad):
+    """Regression (issue 25, defect 4): one mistyped field in a plugin's YAML made every
+    explain exit 2, built-in backends included."""
+    needles = ("selector-demo-broken 1.0", "demo_kernels/selector_conf/backend/moe/demo_moe.yaml",
+               "catalogue.moe.demo_moe.rules[0].kind", "devise")
+    left_out(bad["broken"], *needles)
+    assert "selected: emulation" in bad["broken"].stdout
+    check_fails(bad["broken-check"], *needles)
 
 
 def test_malformed_or_missing_catalogue_entry_points(bad):
-    assert_clean_error(bad["badvalue"], "selector-demo-badvalue",
-                       "selector.catalogues:demo", "'demo_kernels:selector_conf'",
-                       "dotted package path")
-    assert_clean_error(bad["missing"], "selector-demo-missing", "'demo_kernels.no_such_dir'",
-                       "is not installed")
+    left_out(bad["badvalue"], "selector-demo-badvalue", "selector.catalogues:demo",
+             "'demo_kernels:selector_conf'", "dotted package path")
+    check_fails(bad["badvalue-check"], "'demo_kernels:selector_conf'")
+    left_out(bad["missing"], "selector-demo-missing", "'demo_kernels.no_such_dir'",
+             "is not installed")
+    check_fails(bad["missing-check"], "'demo_kernels.no_such_dir'")
 
 
 @pytest.mark.slow

@@ -160,3 +160,53 @@ def test_concurrent_processes_share_a_cold_cache(tmp_path):
     assert [f.suffix for f in files] == [".json"], files
     again = subprocess.run(argv, capture_output=True, env=env, cwd=str(tmp_path), timeout=120)
     assert again.stdout == outs[0][0]
+
+
+# -- fork during a cold first load (issue 25, defect 8) --------------------------------------------
+
+FORK_TRIAL = r"""
+import os, random, signal, sys, threading, time
+import selector
+load = selector.load  # the main thread imports the API, as an engine does before its threads
+random.seed(int(sys.argv[1]))
+t = threading.Thread(target=load, args=(["platform=cpu", "layer.ep_size=3"],), daemon=True)
+t.start()
+time.sleep(random.uniform(0.0, float(sys.argv[2])))
+pid = os.fork()
+if pid == 0:  # the child: a cold load of its own must finish
+    signal.alarm(60)
+    try:
+        selector.load(["platform=b200", "stack=flashinfer_0_7_4"]).default()
+        os._exit(0)
+    except BaseException as exc:
+        print(f"child: {type(exc).__name__}: {exc}", file=sys.stderr)
+        os._exit(3)
+_, status = os.waitpid(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+print("hang" if code == -signal.SIGALRM else f"exit {code}")
+t.join()
+"""
+
+
+@pytest.mark.slow
+def test_fork_during_a_cold_first_load_under_cpu_load(tmp_path):
+    """A process forks at a random moment while another of its threads is inside its first,
+    cold `selector.load()` (Hydra not yet imported), with every core busy: the child's own load
+    must finish. Before the fix a fork that landed while that thread was importing Hydra's
+    modules gave a child stuck forever on the import lock the thread held."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(2)]
+    try:
+        env = child_env(SELECTOR_NO_CACHE="1")
+        outcomes = []
+        trials = [subprocess.Popen([sys.executable, "-c", FORK_TRIAL, str(seed), "1.2"],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True) for seed in range(12)]
+        for p in trials:
+            out, err = p.communicate(timeout=300)
+            outcomes.append((out.strip(), err[-500:]))
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert all(o == "exit 0" for o, _ in outcomes), outcomes

@@ -54,9 +54,10 @@ def four_ranks(tmp_path_factory):
 
 def same_everywhere(outcomes):
     """Every rank ends with the same decisions (to_dict) or the same error."""
-    first = {k: v for k, v in outcomes[0].items() if k != "local"}
+    first = {k: v for k, v in outcomes[0].items() if k not in ("local", "seconds")}
     for r, o in enumerate(outcomes[1:], 1):
-        assert {k: v for k, v in o.items() if k != "local"} == first, f"rank {r} differs"
+        assert {k: v for k, v in o.items() if k not in ("local", "seconds")} == first, \
+            f"rank {r} differs"
     return first
 
 
@@ -132,6 +133,58 @@ def test_rank_that_never_calls_in_times_out(tmp_path):
     assert errors[0].startswith("selector.distributed: rank(s) 2 did not call agree within "
                                 "0:00:04 (the process group's timeout); 2 of 3 ranks did")
     assert results[2][0] == {"absent": True}
+    assert all(3.9 < r[0]["seconds"] < 7 for r in results[:2])  # the group's timeout, bounded
+
+
+MISUSES = [{"name": kind, "default": SPARK, "layers": [MOE, LINEAR], "misuse": {str(rank): kind}}
+           for rank, kind in ((0, "one_decision"), (1, "raising_iterator"), (2, "strings"))]
+
+
+def test_a_wrong_argument_on_one_rank_is_the_same_error_everywhere(tmp_path):
+    """Regression (issue 25, defect 7): rank 0 calling agree_all(decision) raised a bare
+    TypeError there while the other ranks waited the group's whole timeout, then blamed it. The
+    arguments are checked before any collective; every rank raises one SelectorError at once."""
+    results = run_ranks(3, MISUSES, tmp_path, child_env(), timeout_s=60, deadline_s=240)
+    for i, (s, needle) in enumerate(zip(MISUSES, [
+            "got one Decision; pass a list of them",
+            "iterating the decisions raised RuntimeError: the engine's layer walk failed",
+            "item 0 is a str, not a Decision"])):
+        outcomes = [r[i] for r in results]
+        errors = {o.get("error") for o in outcomes}
+        assert len(errors) == 1 and None not in errors, outcomes
+        (error,) = errors
+        bad = next(iter(s["misuse"]))
+        assert error.startswith("selector.distributed: no agreement, every rank stops: "
+                                f"rank {bad} (host {HOST}) could not decide: "
+                                "selector.distributed.agree_all(decisions): "), error
+        assert needle in error
+        assert all(o["seconds"] < 30 for o in outcomes), outcomes  # never the group's timeout
+
+
+def test_the_rank_hosting_the_store_dies(tmp_path):
+    """Regression (issue 25, defect 7): with rank 0 (the store's host) dead, rank 1 said
+    "rank(s) 0-1 did not call agree ... 0 of 2 ranks did" after 0.6 s."""
+    scenario = {"name": "dead", "default": SPARK, "layers": [MOE], "dead": [0], "die_after": 2}
+    results = run_ranks(2, [scenario], tmp_path, child_env(), timeout_s=60, deadline_s=180)
+    assert results[0] == [{"dead": True}]
+    error = results[1][0]["error"]
+    assert "did not call agree" not in error, error
+    assert "the process group's store stopped answering" in error
+    assert "has most likely died or left the group" in error
+    assert results[1][0]["seconds"] < 30
+
+
+def test_agree_all_arguments_are_checked_before_any_collective():
+    from selector.distributed import validated
+    d = load(*SPARK).select(**MOE)
+    assert validated([d, d]) == [d, d] and validated((d,)) == [d]
+    for bad, needle in ((d, "got one Decision"), ("abc", "got a str"), (42, "got a int"),
+                        ({"a": d}, "got a dict"), ([d, None], "item 1 is a NoneType"),
+                        (iter([d, 1]), "item 1 is a int")):
+        got = validated(bad)
+        assert isinstance(got, selector.SelectorError) and needle in str(got), (bad, got)
+    boom = ValueError("x")
+    assert validated(boom) is boom
 
 
 # -- the agreement, in-process ---------------------------------------------------------------

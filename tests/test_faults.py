@@ -478,3 +478,56 @@ def test_failed_finding_rejects_the_backend_with_the_finding_as_reason():
     c = d.candidate(chosen)
     assert c.status == "rejected"
     assert any("SIGSEGV" in r.message or "timed out" in r.message for r in c.reasons)
+
+
+# -- unbounded child output (issue 25, defect 6) ---------------------------------------------------
+
+FLOOD = """\
+import os
+chunk = b"x" * (1 << 20)
+for _ in range({mib}):
+    os.write(1, chunk)
+    os.write(2, chunk)
+entry = 1
+"""
+
+
+def test_a_probe_that_floods_its_output_fails_and_memory_stays_bounded(tmp_path):
+    """`doctor --probe import:X` where X writes 256 MiB to each of stdout and stderr: selector
+    held every byte (1.8 GB for 300 MB each) and answered "nothing wrong found". Now at most
+    child_runner.MAX_OUTPUT bytes of each stream are read, the child is stopped, and the probe
+    fails saying so; the selector process stays small."""
+    site = tmp_path / "site"
+    (site / "fakeflood").mkdir(parents=True)
+    (site / "fakeflood" / "__init__.py").write_text(FLOOD.format(mib=256))
+    measure = ("import resource, subprocess, sys; "
+               "p = subprocess.run([sys.executable, '-m', 'selector', 'doctor', '--format', "
+               "'json', '--timeout', '120', '--probe', 'import:fakeflood:entry'], "
+               "capture_output=True, text=True); "
+               "print(p.returncode); print(resource.getrusage(resource.RUSAGE_CHILDREN)"
+               ".ru_maxrss); sys.stdout.write(p.stdout); sys.stderr.write(p.stderr)")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", measure], capture_output=True, text=True,
+                       env=_env(site, SELECTOR_NO_CACHE="1"), timeout=300)
+    rc, maxrss_kib, out = p.stdout.split("\n", 2)
+    assert int(rc) == 1, (p.stdout[-2000:], p.stderr[-2000:])
+    (f,) = json.loads(out)["probes"]["findings"]
+    assert f["status"] == "failed", f
+    assert "wrote more than 8 MiB of output" in f["message"] and "truncated" in f["message"]
+    assert f["details"].get("truncated") is True
+    assert int(maxrss_kib) < 400 * 1024, f"selector grew to {int(maxrss_kib) >> 10} MiB"
+    assert time.monotonic() - t0 < 120
+
+
+def test_child_runner_keeps_at_most_max_output_per_stream():
+    from selector import child_runner
+    boot = ("import os, sys; sys.stdin.read(); os.write(1, b'M{\"a\": 1}\\n');"
+            "[os.write(2, b'e' * 65536) for _ in range(400)]")
+    events, rc, timed_out, err = child_runner.run_child(boot, {"x": 1}, 60, "M")
+    assert events == [{"a": 1}] and not timed_out and rc is not None and rc < 0
+    assert child_runner.truncated(err)
+    assert len(err) < child_runner.MAX_OUTPUT + 1000
+    # a child within the limit is read whole and not marked
+    events, rc, timed_out, err = child_runner.run_child(
+        "import os, sys; sys.stdin.read(); os.write(2, b'e' * 100000)", {}, 60, "M")
+    assert rc == 0 and len(err) == 100000 and not child_runner.truncated(err)

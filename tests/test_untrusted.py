@@ -29,7 +29,7 @@ import helpers
 import pytest
 from helpers import child_env, run_main
 
-from selector import entry_points
+from selector import catalogues
 from selector.entry_points import allowed, load_entry_point
 from selector.errors import SelectorError
 
@@ -181,7 +181,7 @@ def test_registered_plugin_is_the_only_way_out(tmp_path, marker, monkeypatch):
     is not."""
     site = _fake_plugin(tmp_path, "selector-plugin-fake", marker.name)
     monkeypatch.syspath_prepend(str(site))
-    entry_points.plugin_modules.cache_clear()
+    catalogues.reset()
     try:
         assert allowed(f"{marker.name}:Boom") and allowed(f"{marker.name}.sub:Boom")
         assert not allowed(f"{marker.name}x:Boom") and not allowed(f"x{marker.name}:Boom")
@@ -191,7 +191,7 @@ def test_registered_plugin_is_the_only_way_out(tmp_path, marker, monkeypatch):
         assert rc == 0, err
         assert marker.imported.exists() and not marker.called.exists()  # imported, never called
     finally:
-        entry_points.plugin_modules.cache_clear()
+        catalogues.reset()
 
 
 def test_broken_plugin_metadata_does_not_break_selector(tmp_path, monkeypatch):
@@ -201,13 +201,13 @@ def test_broken_plugin_metadata_does_not_break_selector(tmp_path, monkeypatch):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[selector.backends\nthis is = not = valid\n\x00")
     monkeypatch.syspath_prepend(str(site))
-    entry_points.plugin_modules.cache_clear()
+    catalogues.reset()
     try:
         assert not allowed("this:X")
         assert allowed("selector.backends.marlin:MarlinMoE")
         assert not allowed("backends.marlin:MarlinMoE")
     finally:
-        entry_points.plugin_modules.cache_clear()
+        catalogues.reset()
 
 
 @pytest.mark.parametrize("where", ["backend/moe/evil.yaml", "layer/evil.yaml"])

@@ -116,6 +116,7 @@ def compose(tree: ConfigTree, overrides: Sequence[object],
                 return build(data) if build else data
             except SelectorError:
                 pass  # not what composition gives: compose afresh
+    import_for_composing()
     lint_tree(tree)
     data = _compose_with_hydra(tree, overrides)
     data["catalogue"] = read_catalogue(tree)
@@ -147,6 +148,22 @@ def read_backend(path: Path, key: str = "") -> Dict[str, Any]:
 
 
 _HYDRA_LOCK = ForkSafeLock()  # GlobalHydra is process-wide: one compose at a time
+
+
+def import_for_composing() -> None:
+    """Every module composing needs, imported (and Hydra's plugin registry filled) before the
+    composition lock is taken: a thread inside the lock then imports nothing, so a process
+    that forks meanwhile gives a child that finds every module whole (selector/locks.py undoes
+    an import a vanished thread left half done)."""
+    import hydra.plugins.config_source  # noqa: F401 - the '# @package' header parser
+    import omegaconf  # noqa: F401
+    import yaml  # noqa: F401
+    from hydra import compose, initialize_config_dir  # noqa: F401
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra  # noqa: F401
+    from hydra.core.plugins import Plugins
+    Plugins.instance()  # Hydra imports its core plugins on first use
+    ConfigStore.instance()
 
 
 def _compose_with_hydra(tree: ConfigTree, overrides: List[str]) -> Dict[str, Any]:

@@ -44,14 +44,20 @@ def packaged_conf_dir() -> Path:
 def search_path(user_dirs: Sequence[object]) -> List[Path]:
     """The config dirs in lookup order: packaged, then those installed distributions contribute
     (entry-point group `selector.catalogues`), then each user dir (resolved, once)."""
+    return _search_path(user_dirs)[0]
+
+
+def _search_path(user_dirs: Sequence[object]) -> Tuple[List[Path], Tuple[str, ...]]:
+    """search_path() and the problems of the contributed catalogues it left out."""
     dirs = [packaged_conf_dir()]
-    from ..catalogues import contributed_dirs  # installed distributions' catalogues
-    dirs.extend(d for d in contributed_dirs(dirs[0]) if d not in dirs)
+    from ..catalogues import scan_catalogues  # installed distributions' catalogues
+    contributed, left_out = scan_catalogues(dirs[0])
+    dirs.extend(d for d in contributed if d not in dirs)
     for d in user_dirs:
         p = user_dir(d)
         if p not in dirs:
             dirs.append(p)
-    return dirs
+    return dirs, left_out
 
 
 def user_dir(d: object) -> Path:
@@ -79,10 +85,17 @@ class ConfigTree:
     backend_files: Dict[Tuple[str, str], Path]  # (op, name) -> file
     presets: Dict[str, Dict[str, Path]]  # group -> option -> file
     all_files: Tuple[Path, ...]
+    # contributed catalogues left out, one problem each (check fails on them, explain warns)
+    left_out: Tuple[str, ...] = ()
 
     @classmethod
     def discover(cls, user_dirs: Sequence[object] = ()) -> ConfigTree:
-        dirs = search_path(user_dirs)
+        dirs, left_out = _search_path(user_dirs)
+        return cls.from_dirs(dirs, left_out)
+
+    @classmethod
+    def from_dirs(cls, dirs: Sequence[Path], left_out: Tuple[str, ...] = ()) -> ConfigTree:
+        """The tree of these dirs (the packaged one first), every file checked by name and kind."""
         backends: Dict[Tuple[str, str], Path] = {}
         presets: Dict[str, Dict[str, Path]] = {g: {} for g in PRESET_GROUPS}
         files: List[Path] = []
@@ -96,7 +109,7 @@ class ConfigTree:
                     _add_backend(backends, rel[1], f)
                 elif len(rel) == 2 and rel[0] in PRESET_GROUPS:
                     _add_preset(presets[rel[0]], rel[0], f)
-        return cls(tuple(dirs), backends, presets, tuple(files))
+        return cls(tuple(dirs), backends, presets, tuple(files), left_out)
 
     def files(self) -> List[Path]:
         return list(self.all_files)

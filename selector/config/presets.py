@@ -24,11 +24,14 @@ SCHEMA_NODES = {"platform": schema.PlatformConf, "stack": schema.PlatformConf,
                 "engine": schema.EngineConf}
 
 
-def lint_tree(tree: ConfigTree) -> None:
-    """Every file of the tree: readable plain YAML, versions quoted, presets confined."""
+def lint_tree(tree: ConfigTree, only: Optional[Path] = None) -> None:
+    """Every file of the tree (or only those under the dir `only`): readable plain YAML,
+    versions quoted, presets confined."""
     graph: Dict[Path, List[Path]] = {}
     backend_keys = {p: f"catalogue.{op}.{name}" for (op, name), p in tree.backend_files.items()}
     for f in tree.files():
+        if only is not None and only not in f.parents:
+            continue
         node, data = load_document(f, backend_keys.get(f, ""))
         if node is not None:
             _lint_versions(node, f, [])

@@ -157,7 +157,8 @@ class Chooser:
             with self._lock:
                 self._logged.add(first)
             flags = " ".join(d.engine["flags"]) if d.engine and d.engine["flags"] else "none"
-            log.info("%s [vLLM: %s]", d.log_line(), flags)
+            from ..catalogues import marked_line  # a backend from a plugin says so
+            log.info("%s", marked_line(sel.catalogue, d, f"{d.log_line()} [vLLM: {flags}]"))
         return d
 
 
