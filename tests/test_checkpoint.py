@@ -186,7 +186,8 @@ def bad(tmp_path_factory):
         "mxfp4": (write_checkpoint(root, "mxfp4", {**GPT_OSS, "quantization_config": {
             "quant_method": "mxfp4"}}), ("quantization_config.quant_method", "'mxfp4'",
                                          "compressed-tensors, modelopt")),
-        "fp8": (write_checkpoint(root, "fp8", LLAMA, {"quantization": {"quant_algo": "FP8"}}),
+        "fp8": (write_checkpoint(root, "fp8", LLAMA, {"producer": {"name": "modelopt"},
+                                                      "quantization": {"quant_algo": "FP8"}}),
                 ("quant_algo", "'FP8'", "W4A16_NVFP4")),
         "int4": (write_checkpoint(root, "int4", {**QWEN3_MOE, "quantization_config": {
             "quant_method": "compressed-tensors", "config_groups": {"group_0": {
@@ -196,8 +197,10 @@ def bad(tmp_path_factory):
         "pattern": (write_checkpoint(root, "nem", {**CHECKPOINTS["nemotron_h"][0],
                                                    "hybrid_override_pattern": "ME*"}),
                     ("hybrid_override_pattern", "'ME*'", "52 layers")),
-        "all-excluded": (write_checkpoint(root, "allx", LLAMA, {"quantization": {
-            "quant_algo": "NVFP4", "exclude_modules": ["*"]}}), ("no module", "is NVFP4")),
+        "all-excluded": (write_checkpoint(root, "allx", LLAMA, {
+            "producer": {"name": "modelopt"}, "quantization": {
+                "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+                "exclude_modules": ["*"]}}), ("no module", "is NVFP4")),
     }
     argvs = [("explain", "--model", str(d), *SPARK) for d, _ in cases.values()]
     return {k: (r, cases[k][1]) for k, r in zip(cases, run_cli_many(argvs))}
@@ -265,8 +268,9 @@ def test_readme_example_checkpoint_is_the_fixture(tmp_path, repo):
 def test_modelopt_w4a16(tmp_path):
     """W4A16_NVFP4, and NVFP4 whose config groups quantize no activations (vLLM serves both as
     weight-only NVFP4)."""
-    explicit = write_checkpoint(tmp_path, "w4a16", LLAMA, {"quantization": {
-        "quant_algo": "W4A16_NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}})
+    explicit = write_checkpoint(tmp_path, "w4a16", {**LLAMA, "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "W4A16_NVFP4", "group_size": 16,
+        "ignore": ["lm_head"]}})
     implied = write_checkpoint(tmp_path, "implied", {**LLAMA, "quantization_config": {
         "quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head"],
         "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,

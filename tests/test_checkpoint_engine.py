@@ -12,9 +12,11 @@ import time
 
 import pytest
 from checkpoint_fixtures import (
+    CHECKPOINTS,
     DEEPSEEK_QUANT,
     DEEPSEEK_V3,
     LLAMA,
+    LLAMA_QUANT,
     NEMOTRON_H,
     NVFP4_ARGS,
     QWEN3_MOE,
@@ -103,9 +105,8 @@ def _nemotron_mixed(first, second):
             for e in range(2):
                 layers[f"{p}.{e}.up_proj"] = {"quant_algo": first}
                 layers[f"{p}.{e}.down_proj"] = {"quant_algo": second}
-    return {"producer": {"name": "modelopt"}, "quantization": {
-        "quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": None,
-        "exclude_modules": ["lm_head"], "quantized_layers": layers}}
+    return {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "ignore": ["lm_head"],
+            "quantized_layers": layers}
 
 
 @pytest.mark.parametrize("first,second,scheme", [("NVFP4", "FP8", "nvfp4"),
@@ -115,7 +116,8 @@ def test_mixed_precision_experts_disagreeing_follow_vllm_and_say_so(tmp_path, fi
                                                                      scheme):
     """vLLM _resolve_quant_algo: the first quantized_layers entry under the experts prefix
     decides the one fused MoE method; the plan says the projections disagree."""
-    d = write_checkpoint(tmp_path, f"mix{first}", NEMOTRON_H, _nemotron_mixed(first, second))
+    d = write_checkpoint(tmp_path, f"mix{first}", {**NEMOTRON_H, "quantization_config":
+                                                   _nemotron_mixed(first, second)})
     sel = load(*SPARK)
     if scheme is None:
         with pytest.raises(SelectorError, match="no module .* is NVFP4.*quantized_layers"):
@@ -196,7 +198,7 @@ def test_why_under_model(tmp_path):
 # -- 6. Hugging Face defaults -----------------------------------------------------------------
 
 def test_nemotron_without_mamba_num_heads_takes_the_hf_default(tmp_path):
-    cfg = {k: v for k, v in NEMOTRON_H.items() if k != "mamba_num_heads"}
+    cfg = {k: v for k, v in CHECKPOINTS["nemotron_h"][0].items() if k != "mamba_num_heads"}
     d = write_checkpoint(tmp_path, "nemotron_h", cfg)
     p = load(*SPARK).plan(d)
     in_proj = next(s for k in _kind(p, "Mamba") for s in k.shapes if "in_proj" in s.projections)
@@ -212,8 +214,10 @@ def test_deepseek_v3_first_k_dense_replace_defaults_to_3(tmp_path):
 
 
 def test_no_nvfp4_module_names_the_excluding_pattern(tmp_path):
-    d = write_checkpoint(tmp_path, "allx", LLAMA, {"quantization": {
-        "quant_algo": "NVFP4", "exclude_modules": ["model.layers*", "lm_head"]}})
+    d = write_checkpoint(tmp_path, "allx", LLAMA, {"producer": {"name": "modelopt"},
+                                                   "quantization": {
+        "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+        "exclude_modules": ["model.layers*", "lm_head"]}})
     with pytest.raises(SelectorError, match="excluded by exclude_modules 'model.layers"):
         load(*SPARK).plan(d)
 
@@ -278,7 +282,7 @@ def test_deep_and_huge_configs_are_refused_fast(tmp_path):
     deep.mkdir()
     (deep / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     big = write_checkpoint(tmp_path, "big", {**LLAMA, "num_hidden_layers": 10 ** 8},
-                           {"quantization": {"quant_algo": "NVFP4"}})
+                           LLAMA_QUANT)
     topk = write_checkpoint(tmp_path, "topk", {**DEEPSEEK_V3, "num_experts_per_tok": 300},
                             DEEPSEEK_QUANT)
     many = write_checkpoint(tmp_path, "many", {**DEEPSEEK_V3, "n_routed_experts": 10 ** 12},
@@ -321,15 +325,14 @@ def test_config_json_that_is_not_a_file(tmp_path):
     assert time.monotonic() - start < 5
 
 
-def test_select_time_rejection_blames_the_checkpoint_key(tmp_path):
-    """A checkpoint value the layer validation refuses names config.json and its key."""
-    d = write_checkpoint(tmp_path, "ds", {**DEEPSEEK_V3, "hidden_size": 7169}, DEEPSEEK_QUANT)
-    try:
-        p = load(*SPARK).plan(d)
-    except SelectorError as exc:  # refused at select time: the file and key are named
-        assert "config.json" in str(exc) and "hidden_size" in str(exc)
-    else:
-        assert p.kinds
+def test_checkpoint_value_is_blamed_on_the_checkpoint_key(tmp_path):
+    """`swiglu_limit: NaN` in config.json: the error names config.json and its key, not a
+    `layer.*` key the user never wrote."""
+    d = write_checkpoint(tmp_path, "ds", {**DEEPSEEK_V3, "swiglu_limit": float("nan")},
+                         DEEPSEEK_QUANT)
+    r = run_cli("explain", "--model", str(d), *SPARK)
+    line = assert_clean_error(r, "config.json", "swiglu_limit", "nan")
+    assert "layer.swiglu_limit" not in line
 
 
 def test_json_output_has_the_file_and_warnings(tmp_path):
