@@ -16,6 +16,7 @@ bounded length), so that a hostile pattern is refused by name instead of backtra
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -435,7 +436,7 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
         raise bad_input("quantization_config.format", fmt, "must be a string", where=where)
     # target -> (group, scheme); a later group's target replaces an earlier one's in place
     # (vLLM _quantization_scheme_map_from_config builds a dict by target)
-    targets: Dict[str, Tuple[str, str]] = {}
+    targets: Dict[str, Tuple[str, str, str]] = {}
     for gname, g in groups.items():
         key = f"quantization_config.config_groups.{gname}"
         if not isinstance(g, dict) or not isinstance(g.get("targets"), list) or \
@@ -460,9 +461,11 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
             scheme = f"{w.get('type', '?')}{w.get('num_bits', '?')}"
             if not a:
                 scheme += " weight-only"
+        # what vLLM compares across an MoE's projections: the scheme's arguments, not the group
+        same = json.dumps([w, a or None, g.get("format") or fmt], sort_keys=True, default=str)
         for t in tl:
-            targets[t] = (gname, scheme)
-    if not any(s in NVFP4_SCHEMES for _, s in targets.values()):
+            targets[t] = (gname, scheme, same)
+    if not any(t[1] in NVFP4_SCHEMES for t in targets.values()):
         raise bad_input("quantization_config.config_groups", sorted(groups), "has no NVFP4 "
                         "group (weights: num_bits 4, type float, strategy tensor_group, "
                         "group_size 16)", where=where)
@@ -482,8 +485,9 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
     if "Linear" in targets and "RoutedExperts" not in targets:
         moe_targets["RoutedExperts"] = targets["Linear"]
 
-    def one(name: str, cls: str, tnames: Sequence[str], tmap: Mapping[str, Tuple[str, str]]
-            ) -> Tuple[Optional[Tuple[str, str]], str]:
+    def one(name: str, cls: str, tnames: Sequence[str],
+            tmap: Mapping[str, Tuple[str, str, str]]) -> Tuple[Optional[Tuple[str, str, str]],
+                                                               str]:
         hit = _ct_ignored(name, ignore_m, packed, where)
         if hit is not None:
             return None, f"ignored by {hit!r}"
@@ -497,7 +501,7 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
             answers = [one(f"{m.name}.0.{p}", m.cls, moe_names, moe_targets)
                        for p in m.expert_projs]
             got = answers[-1][0]
-            if any(a[0] != got for a in answers):
+            if any((a[0] and a[0][2]) != (got and got[2]) for a in answers):
                 shown = "; ".join(f"{p}: {why}" for p, (_, why) in zip(m.expert_projs, answers))
                 raise SelectorError(f"{where}: the projections of {m.name} get different "
                                     f"schemes ({shown}); vLLM refuses this checkpoint: \"All MoE "

@@ -340,3 +340,22 @@ def test_json_output_has_the_file_and_warnings(tmp_path):
     data = json.loads(json.dumps(load(*SPARK).plan(d).to_dict()))
     assert data["checkpoint"]["quantization"]["file"].endswith("hf_quant_config.json")
     assert data["checkpoint"]["quantization"]["warnings"] == []
+
+
+# -- the corpus -------------------------------------------------------------------------------
+
+def test_corpus_files_are_the_corpus_and_each_one_plans(tmp_path):
+    """tests/checkpoint_corpus/ holds what checkpoint_corpus.py writes (>= 30 checkpoints), and
+    selector plans each one or refuses it as vLLM does (vLLM's answers: tests/vllm)."""
+    import checkpoint_corpus as corpus
+    assert len(corpus.CORPUS) >= 30
+    assert sorted(p.name for p in corpus.HERE.iterdir()) == sorted(corpus.CORPUS)
+    sel = load(*SPARK)
+    for name, entry in corpus.CORPUS.items():
+        assert list(corpus.read(corpus.HERE / name)) == json.loads(json.dumps(entry)), name
+        if name == "nemotron-3-nano-legacy-mixed":
+            with pytest.raises(SelectorError, match="Unknown ModelOpt quant algo"):
+                sel.plan(corpus.HERE / name)
+            continue
+        assert sel.plan(corpus.HERE / name).kinds, name
+    assert sum(1 for n, e in corpus.CORPUS.items() for _ in corpus.variants(n, e)) >= 400
