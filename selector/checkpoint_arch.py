@@ -362,7 +362,9 @@ def _qwen3_moe(cfg: _Config) -> Read:
     """Qwen3-MoE (vLLM qwen3_moe.py): MoE every `decoder_sparse_step` layers except
     `mlp_only_layers`; no shared experts."""
     n, h = _layers(cfg), cfg.integer("hidden_size")
-    experts = cfg.integer("num_experts", None) or cfg.integer("num_local_experts")
+    # Qwen3MoeConfig.attribute_map: num_experts is num_local_experts
+    experts = cfg.integer("num_local_experts") if "num_experts" not in cfg.data and \
+        "num_local_experts" in cfg.data else cfg.integer("num_experts")
     top_k = cfg.integer("num_experts_per_tok")
     moe_i, dense_i = cfg.integer("moe_intermediate_size"), cfg.integer("intermediate_size")
     step = cfg.integer("decoder_sparse_step", 1)
@@ -434,7 +436,7 @@ def _gpt_oss(cfg: _Config) -> Read:
     activation="swigluoai"; the config's `swiglu_limit` is that activation's clamp)."""
     n, h = _layers(cfg), cfg.integer("hidden_size")
     experts = cfg.integer("num_local_experts")
-    top_k = cfg.integer("num_experts_per_tok", None) or cfg.integer("experts_per_token")
+    top_k = cfg.integer("num_experts_per_tok")  # GptOssConfig has no experts_per_token key
     inter = cfg.integer("intermediate_size")
     limit = cfg.number("swiglu_limit")
     mods: List[Module] = []
