@@ -22,6 +22,7 @@ from .checkpoint_arch import (
 )
 from .checkpoint_quant import Quantization, read_quantization
 from .errors import SelectorError, bad_input
+from .text import join_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
@@ -47,6 +48,7 @@ class Kind:
     layers: Tuple[int, ...]
     modules: int
     shapes: Tuple[Shape, ...]
+    warnings: Tuple[str, ...] = ()
 
     @property
     def op(self) -> str:
@@ -55,6 +57,7 @@ class Kind:
     def to_dict(self) -> Dict[str, Any]:
         return {"kind": self.component, "op": self.op, "quant": self.quant, "why": self.why,
                 "layers": list(self.layers), "modules": self.modules,
+                "warnings": list(self.warnings),
                 "shapes": [{"projections": list(s.projections), "modules": s.modules,
                             "fields": dict(s.fields),
                             "decision": s.decision.to_dict() if s.decision else None}
@@ -123,8 +126,9 @@ class Plan:
                                "model_type": arch.model_type, "num_layers": arch.num_layers,
                                "layer_types": dict(Counter(arch.layer_types)),
                                "quantization": {"format": q.format, "algo": q.algo,
-                                                "source": q.source,
-                                                "excluded": list(q.excluded)},
+                                                "source": q.source, "file": q.where,
+                                                "excluded": list(q.excluded),
+                                                "warnings": list(q.warnings)},
                                "notes": list(arch.notes)},
                 "platform": ds[0].to_dict()["platform"] if ds else None,
                 "kinds": [k.to_dict() for k in self.kinds],
@@ -154,30 +158,82 @@ def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int
     return out
 
 
+# layer.* keys a checkpoint fixes for each of its layers, and their unset values: under --model a
+# different value is refused (the checkpoint decides them; an ignored override would be silent)
+CHECKPOINT_KEYS = {"op": "moe", "quant": "nvfp4", "activation": "silu", "act_and_mul": True,
+                   "hidden_size": None, "intermediate_size": None, "num_experts": None,
+                   "top_k": None, "swiglu_limit": None}
+# layer field -> the config.json key it comes from (for errors at select time)
+_FIELD_KEYS = {"hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
+               "num_experts": "num_experts", "top_k": "num_experts_per_tok",
+               "swiglu_limit": "swiglu_limit", "activation": "hidden_act", "dtype": "torch_dtype"}
+
+
+def checkpoint_root(model_dir: Any) -> Path:
+    """The checkpoint directory, or a SelectorError naming what is wrong with `model_dir`."""
+    import os
+    if isinstance(model_dir, bytes) or not isinstance(model_dir, (str, os.PathLike)):
+        raise SelectorError(f"--model: a checkpoint directory must be a path (str or "
+                            f"os.PathLike), not {type(model_dir).__name__}", key="--model")
+    text = os.fspath(model_dir)
+    if not isinstance(text, str):
+        raise SelectorError("--model: a checkpoint directory must be a text path, not bytes",
+                            key="--model")
+    if not text.strip():
+        raise bad_input("--model", text, "is empty: give a checkpoint directory (it holds "
+                        "config.json)")
+    if len(text) > 4096 or "\0" in text:
+        raise bad_input("--model", text, "is not a usable path (too long, or a NUL byte)")
+    try:
+        root = Path(text).expanduser()
+    except RuntimeError as exc:  # ~nosuchuser
+        raise bad_input("--model", text, f"cannot be expanded: {exc}") from None
+    try:
+        is_dir = root.is_dir()
+        has_config = is_dir and (root / "config.json").exists()
+    except OSError as exc:
+        raise bad_input("--model", text, f"cannot be read: {exc.strerror or exc}") from None
+    if not is_dir:
+        raise bad_input("--model", text, "is not a directory (a checkpoint directory holds "
+                        "config.json)")
+    if not has_config:
+        raise bad_input("--model", text, "has no config.json")
+    return root
+
+
 def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
     """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
 
     Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
-    the selector's config and overrides.
+    the selector's config and overrides; the sizes are per GPU under its tp_size and ep_size.
+    A `layer.*` key the checkpoint fixes (CHECKPOINT_KEYS) set to another value is refused.
     """
-    root = Path(model_dir).expanduser()
-    if not root.is_dir():
-        raise bad_input("--model", str(model_dir), "is not a directory (a checkpoint directory "
-                        "holds config.json)")
+    root = checkpoint_root(model_dir)
+    defaults = selector.run_config.layer.to_dict()
+    for key, unset in CHECKPOINT_KEYS.items():
+        if defaults.get(key) != unset:
+            raise bad_input(f"layer.{key}", defaults.get(key), "cannot be combined with --model: "
+                            "the checkpoint fixes each layer's "
+                            f"{key}; drop the override (or the layer= preset that sets it)")
     config_path = root / "config.json"
-    if not config_path.is_file():
-        raise bad_input("--model", str(model_dir), "has no config.json")
     config = read_json(config_path)
-    arch = read_architecture(config, config_path)
-    quant = read_quantization(root, config)
+    arch = read_architecture(config, config_path, defaults["tp_size"], defaults["ep_size"])
+    quant = read_quantization(root, config, arch)
     dtype = checkpoint_dtype(config, config_path)
+    if dtype and defaults.get("dtype") not in (dtype, "bfloat16"):
+        raise bad_input("layer.dtype", defaults.get("dtype"), f"contradicts the checkpoint's "
+                        f"dtype {dtype} ({config_path}); drop the override")
     # group modules by (component, scheme): layers, module counts, distinct field sets
     groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
     for m in arch.modules:
-        scheme, why = quant.scheme_of(m.names, m.linear_class)
+        v = quant.verdict_of(m)
+        scheme = v.scheme
+        why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
         g = groups.setdefault((m.component, scheme), {"layers": [], "modules": 0, "why": {},
-                                                      "shapes": OrderedDict()})
+                                                      "shapes": OrderedDict(), "warnings": {}})
         g["why"][why] = True
+        if v.warning:
+            g["warnings"][v.warning] = True
         if m.layer is not None and m.layer not in g["layers"]:
             g["layers"].append(m.layer)
         g["modules"] += 1
@@ -190,22 +246,34 @@ def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
         shapes = []
         for fields, s in g["shapes"].items():
             f = dict(fields)
-            if dtype:
-                f["dtype"] = dtype
-            d = selector.select(quant=scheme, **f) if scheme else None
+            f["dtype"] = dtype or defaults.get("dtype")
+            d = _select(selector, scheme, f, config_path) if scheme else None
             shapes.append(Shape(tuple(s["projections"]), {"quant": scheme, **f}, s["modules"],
                                 d))
         why = _join_whys(list(g["why"]))
         kinds.append(Kind(component, scheme, why, tuple(g["layers"]), g["modules"],
-                          tuple(shapes)))
+                          tuple(shapes), tuple(g["warnings"])))
     if not any(k.quant for k in kinds):
+        whys = "; ".join(f"{k.component}: {k.why}" for k in kinds)
         raise SelectorError(f"{root}: no module of this {arch.name} checkpoint is NVFP4 under "
-                            f"{quant.describe()}; every module is excluded or another scheme",
-                            where=str(root))
+                            f"{quant.describe()}: {whys}", where=str(root))
     requested = {}
     for d in (s.decision for k in kinds for s in k.shapes if s.decision):
         requested[d.layer["op"]] = d.requested
     return Plan(str(root), arch, quant, tuple(kinds), requested)
+
+
+def _select(selector: Selector, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
+    try:
+        return selector.select(quant=scheme, **f)
+    except SelectorError as exc:
+        key = str(exc.key or "").removeprefix("layer.")
+        ckpt_key = _FIELD_KEYS.get(key)
+        if ckpt_key is None:
+            raise
+        raise SelectorError(f"{config_path}: {ckpt_key}: the checkpoint's value gives "
+                            f"layer.{key}={f.get(key)!r}, which is refused: {exc}",
+                            key=ckpt_key, value=f.get(key), where=str(config_path)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +335,11 @@ def render_plan(p: Plan) -> str:
     ds = p.decisions()
     lines = [f"checkpoint: {p.model_dir}",
              (f"model: {arch.name} ({arch.model_type}), {arch.num_layers} layers; "
-              f"quantization: {q.describe()}")]
+              f"quantization: {q.describe()}"),
+             f"read: {q.where} (vLLM's order: config.json quantization_config, then "
+             "hf_quant_config.json)"]
+    for w in q.warnings:
+        lines.append(f"warning: {w}")
     if ds:
         first = str(ds[0]).splitlines()
         lines.append(next(ln for ln in first if ln.startswith("platform: ")))
@@ -282,7 +354,10 @@ def render_plan(p: Plan) -> str:
         if not k.quant:
             lines.append(f"{k.component}: {count}{mods}: not NVFP4, {k.why}")
             continue
-        lines.append(f"{k.component}: {count}{mods}: {k.op} {k.quant}")
+        lines.append(f"{k.component}: {count}{mods}: {k.op} {k.quant} ({k.why})")
+        for w in k.warnings:
+            lines.extend(textwrap.wrap(f"warning: {w}", width=100, initial_indent="    ",
+                                       subsequent_indent="      ", break_on_hyphens=False))
         # shapes with the same verdict are shown together
         by_verdict: OrderedDict[Tuple[str, ...], List[Shape]] = OrderedDict()
         for s in k.shapes:
@@ -303,4 +378,4 @@ def render_plan(p: Plan) -> str:
     if not p.ok:
         lines.append("some NVFP4 layers have no usable backend: --format json lists every "
                      "reason")
-    return "\n".join(lines)
+    return join_lines(lines)  # every checkpoint-derived string escaped: one line stays one line

@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import sys
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, List, NoReturn, Optional, Sequence
 
 from .errors import SelectorError
 from .text import printable
@@ -173,7 +173,18 @@ def _run(args: argparse.Namespace) -> int:
             _emit(f"{lp.plan}\n\n{lp}", "text")
         return 0 if lp.plan.ok and lp.ok else 1
     if args.model is not None:
+        from .checkpoint import CHECKPOINT_KEYS
+        for o in args.overrides:  # what the checkpoint fixes is never silently overridden
+            key = o.lstrip("+~").split("=", 1)[0].strip()
+            if key == "layer" or key.removeprefix("layer.") in CHECKPOINT_KEYS and \
+                    key.startswith("layer."):
+                raise SelectorError(f"{key}: {o!r} cannot be combined with --model: the "
+                                    "checkpoint fixes each layer's op, quant, activation and "
+                                    "sizes (layer.ep_size, layer.tp_size, layer.num_tokens, "
+                                    "layer.all2all and layer.dtype apply)", key=key)
         p = sel.plan(args.model)
+        if args.why is not None:
+            return _plan_why(p, args.why, args.format)
         if args.format == "line":
             from .catalogues import marked_line
             _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) for d in p.decisions()),
@@ -196,6 +207,31 @@ def _run(args: argparse.Namespace) -> int:
     from .catalogues import explained
     _emit(explained(sel.catalogue, d, args.format), args.format)
     return 0 if d.selected else 1
+
+
+def _plan_why(p: Any, backend: str, fmt: str) -> int:
+    """--why with --model: the backend's verdict for each NVFP4 layer kind of its op."""
+    from .errors import bad_value
+    from .why import why
+    name = backend.strip().replace("-", "_").lower()
+    rows = [(k, s) for k in p.kinds if k.quant for s in k.shapes
+            if any(c.backend == name for c in s.decision.candidates)]
+    if not rows:
+        names = {c.backend for d in p.decisions() for c in d.candidates}
+        raise bad_value("--why", backend, names, what="backend")
+    outs: List[Any] = []
+    usable = True
+    for k, s in rows:
+        out, ok = why(s.decision, backend, "json" if fmt == "json" else "line")
+        usable = usable and ok
+        if fmt == "json":
+            outs.append({"kind": k.component, "projections": list(s.projections),
+                         **json.loads(out)})
+        else:
+            outs.append(f"{k.component} {'/'.join(s.projections)}: {out}")
+    _emit(json.dumps(outs, indent=2) if fmt == "json" else
+          "\n".join(printable(str(x)) for x in outs), "text")
+    return 0 if usable else 1
 
 
 def _emit(obj: Any, fmt: str) -> None:

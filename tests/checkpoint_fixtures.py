@@ -77,6 +77,9 @@ NEMOTRON_H = {
 }
 
 
+MODELOPT = {"name": "modelopt", "version": "0.29.0"}
+
+
 def nemotron_mixed_precision() -> Dict[str, Any]:
     """Experts and shared experts NVFP4, attention FP8, Mamba mixers left in BF16."""
     layers: Dict[str, Any] = {}
@@ -91,9 +94,11 @@ def nemotron_mixed_precision() -> Dict[str, Any]:
         elif block == "*":
             for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
                 layers[f"{p}.{proj}"] = {"quant_algo": "FP8"}
-    return {"producer": {"name": "modelopt", "version": "0.37.0"},
-            "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8",
-                             "exclude_modules": ["lm_head"], "quantized_layers": layers}}
+    # ModelOpt >= 0.31 writes config.json's quantization_config (vLLM 0.32.0 refuses
+    # MIXED_PRECISION in a legacy hf_quant_config.json: "Unknown ModelOpt quant algo")
+    return {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+            "kv_cache_scheme": {"type": "float", "num_bits": 8}, "ignore": ["lm_head"],
+            "quantized_layers": layers}
 
 
 GPT_OSS = {
@@ -125,7 +130,7 @@ CHECKPOINTS = {
     "qwen3_moe": ({**QWEN3_MOE, "quantization_config": compressed_tensors_nvfp4()}, None),
     "qwen3_moe_w4a16": ({**QWEN3_MOE, "quantization_config": compressed_tensors_nvfp4(True)},
                         None),
-    "nemotron_h": (NEMOTRON_H, None),  # hf_quant_config from nemotron_mixed_precision()
+    "nemotron_h": ({**NEMOTRON_H, "quantization_config": nemotron_mixed_precision()}, None),
     "gpt_oss": (GPT_OSS, None),
     "llama": (LLAMA, LLAMA_QUANT),
 }
@@ -135,8 +140,6 @@ def write_checkpoint(root: Path, name: str, config: Optional[Dict[str, Any]] = N
                      quant: Optional[Dict[str, Any]] = None) -> Path:
     """A checkpoint directory: config.json and, for ModelOpt exports, hf_quant_config.json."""
     base_config, base_quant = CHECKPOINTS.get(name, ({}, None))
-    if name == "nemotron_h" and quant is None:
-        base_quant = nemotron_mixed_precision()
     d = root / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(config if config is not None

@@ -27,21 +27,21 @@ from selector import SelectorError
 
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 SUMMARIES = {
-    "deepseek_v3": "61 layers: 58 MoE -> flashinfer_cutlass, 3 dense; 183 linear -> "
-                   "flashinfer_cutlass; not NVFP4: 305 attention, 1 LM head; flashinfer_b12x "
+    "deepseek_v3": "61 layers: 58 MoE -> flashinfer_cutlass, 3 dense; 122 linear -> "
+                   "flashinfer_cutlass; not NVFP4: 244 attention, 1 LM head; flashinfer_b12x "
                    "available with policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl "
                    "available with policy.linear_backend=flashinfer_cutedsl",
-    "qwen3_moe": "48 layers: 48 MoE -> flashinfer_cutlass; 192 linear -> flashinfer_cutlass; "
+    "qwen3_moe": "48 layers: 48 MoE -> flashinfer_cutlass; 96 linear -> flashinfer_cutlass; "
                  "not NVFP4: 1 LM head; flashinfer_b12x available with "
                  "policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl available with "
                  "policy.linear_backend=flashinfer_cutedsl",
     "nemotron_h": "52 layers: 23 MoE -> flashinfer_cutlass, 23 Mamba, 6 attention; 46 linear "
-                  "-> flashinfer_cutlass; not NVFP4: 46 Mamba, 24 attention, 1 LM head; "
+                  "-> flashinfer_cutlass; not NVFP4: 46 Mamba, 12 attention, 1 LM head; "
                   "flashinfer_b12x available with policy.moe_backend=flashinfer_b12x; "
                   "flashinfer_cutedsl available with policy.linear_backend=flashinfer_cutedsl",
     # gpt-oss uses vLLM's interleaved swigluoai layout, which flashinfer_b12x does not take.
-    "gpt_oss": "36 layers: 36 MoE -> flashinfer_cutlass; not NVFP4: 144 attention, 1 LM head",
-    "llama": "32 layers: 32 dense; 224 linear -> flashinfer_cutlass; not NVFP4: 1 LM head; "
+    "gpt_oss": "36 layers: 36 MoE -> flashinfer_cutlass; not NVFP4: 72 attention, 1 LM head",
+    "llama": "32 layers: 32 dense; 128 linear -> flashinfer_cutlass; not NVFP4: 1 LM head; "
              "flashinfer_cutedsl available with policy.linear_backend=flashinfer_cutedsl",
 }
 
@@ -81,14 +81,14 @@ def test_deepseek_kinds(ckpts):
     preset = load(*SPARK, "layer=deepseek_moe").default()
     assert s.decision.to_dict()["candidates"] == preset.to_dict()["candidates"]
     dense = _kind(p, "dense MLP")
-    assert dense.layers == (0, 1, 2) and dense.modules == 9
+    assert dense.layers == (0, 1, 2) and dense.modules == 6
     assert {(x.fields["hidden_size"], x.fields["intermediate_size"]) for x in dense.shapes} == \
-        {(7168, 18432), (18432, 7168)}
+        {(7168, 2 * 18432), (18432, 7168)}
     shared = _kind(p, "shared experts")
-    assert shared.modules == 174 and {x.fields["intermediate_size"] for x in shared.shapes} == \
-        {2048, 7168}
+    assert shared.modules == 116 and {x.fields["intermediate_size"] for x in shared.shapes} == \
+        {4096, 7168}
     attention = _kind(p, "attention")
-    assert attention.quant is None and attention.modules == 305
+    assert attention.quant is None and attention.modules == 244
     assert "exclude_modules 'model.layers.0.self_attn*'" in attention.why
 
 
@@ -167,8 +167,8 @@ def bad(tmp_path_factory):
     malformed = root / "malformed"
     malformed.mkdir()
     (malformed / "config.json").write_text("{\"architectures\": [")
-    drop = copy.deepcopy(DEEPSEEK_V3)
-    del drop["n_routed_experts"]
+    drop = copy.deepcopy(CHECKPOINTS["nemotron_h"][0])
+    del drop["hybrid_override_pattern"]
     cases = {
         "missing-dir": (str(root / "nope"), ("--model", "is not a directory")),
         "no-config": (str(no_config), ("--model", "has no config.json")),
@@ -176,8 +176,8 @@ def bad(tmp_path_factory):
         "unknown-arch": (write_checkpoint(root, "mixtral", {**LLAMA, "architectures": [
             "MixtralForCausalLM"]}, LLAMA_QUANT), ("architectures", "MixtralForCausalLM",
                                                    "DeepseekV3ForCausalLM")),
-        "missing-key": (write_checkpoint(root, "ds-drop", drop, DEEPSEEK_QUANT),
-                        ("n_routed_experts", "is missing", "DeepseekV3ForCausalLM")),
+        "missing-key": (write_checkpoint(root, "nemotron_h", drop),
+                        ("hybrid_override_pattern", "is missing", "NemotronHForCausalLM")),
         "unknown-act": (write_checkpoint(root, "tanh", {**QWEN3_MOE, "hidden_act": "tanh",
                         "quantization_config": compressed_tensors_nvfp4()}),
                         ("hidden_act", "'tanh'", "silu")),
@@ -186,7 +186,8 @@ def bad(tmp_path_factory):
         "mxfp4": (write_checkpoint(root, "mxfp4", {**GPT_OSS, "quantization_config": {
             "quant_method": "mxfp4"}}), ("quantization_config.quant_method", "'mxfp4'",
                                          "compressed-tensors, modelopt")),
-        "fp8": (write_checkpoint(root, "fp8", LLAMA, {"quantization": {"quant_algo": "FP8"}}),
+        "fp8": (write_checkpoint(root, "fp8", LLAMA, {"producer": {"name": "modelopt"},
+                                                      "quantization": {"quant_algo": "FP8"}}),
                 ("quant_algo", "'FP8'", "W4A16_NVFP4")),
         "int4": (write_checkpoint(root, "int4", {**QWEN3_MOE, "quantization_config": {
             "quant_method": "compressed-tensors", "config_groups": {"group_0": {
@@ -196,8 +197,10 @@ def bad(tmp_path_factory):
         "pattern": (write_checkpoint(root, "nem", {**CHECKPOINTS["nemotron_h"][0],
                                                    "hybrid_override_pattern": "ME*"}),
                     ("hybrid_override_pattern", "'ME*'", "52 layers")),
-        "all-excluded": (write_checkpoint(root, "allx", LLAMA, {"quantization": {
-            "quant_algo": "NVFP4", "exclude_modules": ["*"]}}), ("no module", "is NVFP4")),
+        "all-excluded": (write_checkpoint(root, "allx", LLAMA, {
+            "producer": {"name": "modelopt"}, "quantization": {
+                "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+                "exclude_modules": ["*"]}}), ("no module", "is NVFP4")),
     }
     argvs = [("explain", "--model", str(d), *SPARK) for d, _ in cases.values()]
     return {k: (r, cases[k][1]) for k, r in zip(cases, run_cli_many(argvs))}
@@ -265,8 +268,9 @@ def test_readme_example_checkpoint_is_the_fixture(tmp_path, repo):
 def test_modelopt_w4a16(tmp_path):
     """W4A16_NVFP4, and NVFP4 whose config groups quantize no activations (vLLM serves both as
     weight-only NVFP4)."""
-    explicit = write_checkpoint(tmp_path, "w4a16", LLAMA, {"quantization": {
-        "quant_algo": "W4A16_NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}})
+    explicit = write_checkpoint(tmp_path, "w4a16", {**LLAMA, "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "W4A16_NVFP4", "group_size": 16,
+        "ignore": ["lm_head"]}})
     implied = write_checkpoint(tmp_path, "implied", {**LLAMA, "quantization_config": {
         "quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head"],
         "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
