@@ -331,7 +331,6 @@ def emulate_linear(x, weights: LinearWeights, *, quant: str = "nvfp4", out=None,
     the GEMM output; W4A4 quantizes the activation with the checkpoint's ``input_scale``.
     Dequantizes on every call: memory is the checkpoint plus one bf16 copy of this weight while
     it runs. Weights are taken as ``prepare`` validated them."""
-    torch = _torch()
     _check_quant(quant)
     check_float_tensor(x)
     K = weights.in_features
@@ -408,6 +407,7 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     return _write_out(y, out, x)
 
 
-__all__ = ["activation_fn", "emulate_linear", "emulate_moe", "exact_quantizer", "check_activation", "dequantize_moe", "route", "reference_linear",
+__all__ = ["activation_fn", "emulate_linear", "emulate_moe", "exact_quantizer",
+           "check_activation", "dequantize_moe", "route", "reference_linear",
            "reference_moe", "GATED_ACTIVATIONS", "INTERLEAVED_ACTIVATIONS", "NON_GATED_ACTIVATIONS",
            "NVFP4Tensor"]

@@ -15,13 +15,13 @@ bucket (num_tokens) and keeps the answers.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import engines
 from .decision import Candidate, Decision
 from .layer import LAYER_KEYS
 from .model import BackendSpec, Preference, RunConfig
-from .rules import OPT_IN, Reason, Rule, VerifyFailure, VerifyRule
+from .rules import OPT_IN, Reason, Rule, VerifyFailure, VerifyRule, VerifyVerdict
 from .schema import Layer, Status
 
 MEMO_SIZE = 4096  # verdicts kept; a full memo starts over (bounded memory)
@@ -90,7 +90,8 @@ class Resolver:
     findings and verification failures ((op, backend) -> failed cases: a `verify` rule each)."""
 
     def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
-                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None,
+                 verify: Optional[Mapping[Tuple[str, str],
+                                         Union[Tuple[VerifyFailure, ...], VerifyVerdict]]] = None,
                  stacks: Sequence[str] = ()):
         self.run = run
         self._hint = no_packages_hint(run.platform, stacks)

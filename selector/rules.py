@@ -836,19 +836,38 @@ class VerifyFailure:
     quant: str
     act_and_mul: Optional[bool]  # None: whatever the layer's (a linear layer)
     text: str  # the case and what was measured
+    activation: Optional[str] = None  # None: whatever the layer's
+    limited: Optional[bool] = None  # whether the case set swiglu_limit; None: either
+
+
+#: (quant, act_and_mul, activation, swiglu_limit set): what a verify case covers (a linear
+#: layer's key is (quant, None, None, None))
+VerifyKey = Tuple[Optional[str], Optional[bool], Optional[str], Optional[bool]]
+
+
+@dataclass(frozen=True)
+class VerifyVerdict:
+    """One backend's `selector doctor --verify` outcome on this machine, for probe=verify: the
+    failed cases, the keys of the cases verified OK, and why the others are unverified."""
+    failures: Tuple[VerifyFailure, ...] = ()
+    verified: FrozenSet[VerifyKey] = frozenset()
+    unverified: Tuple[Tuple[Optional[VerifyKey], str], ...] = ()  # (case key or None = all, why)
 
 
 @register
 class VerifyRule(Rule):
-    """Added by `probe=verify`, never declared: the backend failed `doctor --verify` here.
+    """Added by `probe=verify`, never declared: the backend failed `doctor --verify` here, or its
+    verification did not cover the layer.
 
-    It computed wrong numbers (or crashed) on this machine; the rule rejects layers of the
-    failed case's quant scheme (and, for an MoE, gating) with the measured error."""
+    A failed case rejects layers of its quant scheme, gating, activation and clamp with the
+    measured error. A layer no case verified OK (an activation, clamp or scheme that was not run,
+    or could not be) is rejected as unverified: only what ran is trusted."""
     kind = "verify"
-    layer_fields = ("quant", "act_and_mul")
+    layer_fields = ("quant", "act_and_mul", "activation", "swiglu_limit")
     SOURCE = ("selector doctor --verify, measured on this machine (kernels that load yet compute "
               "wrong output: FlashInfer #3294, #2723)")
     failures: Tuple[VerifyFailure, ...] = ()
+    verdict: Optional[VerifyVerdict] = None
 
     def setup(self, p: Any) -> None:
         raise bad_input(f"{self.key}.kind", self.kind, "is not declared in a backend file: "
@@ -856,21 +875,47 @@ class VerifyRule(Rule):
                         "on this machine", where=self.where)
 
     @classmethod
-    def measured(cls, op: str, backend: str, failures: Tuple[VerifyFailure, ...]) -> VerifyRule:
+    def measured(cls, op: str, backend: str,
+                 failures: typing.Union[Tuple[VerifyFailure, ...], VerifyVerdict]) -> VerifyRule:
         rule = cls.__new__(cls)
         rule.key, rule.where = f"catalogue.{op}.{backend}.verify", "selector doctor --verify"
         rule.source, rule.message, rule.severity = cls.SOURCE, None, "error"
         rule.when, rule.params = Condition(), cls.Params()
-        rule.failures = tuple(failures)
+        if isinstance(failures, VerifyVerdict):
+            rule.verdict = failures
+            rule.failures = failures.failures
+        else:
+            rule.verdict = None
+            rule.failures = tuple(failures)
+        rule.op = op
         return rule
 
+    op: str = ""
+
+    def _layer_key(self, layer: Layer) -> VerifyKey:
+        if self.op == "linear":
+            return (layer.quant, None, None, None)
+        return (layer.quant, layer.act_and_mul, getattr(layer, "activation", None),
+                getattr(layer, "swiglu_limit", None) is not None)
+
     def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        key = self._layer_key(layer)
         hits = [f.text for f in self.failures if f.quant == layer.quant and
-                f.act_and_mul in (None, layer.act_and_mul)]
-        if not hits:
+                f.act_and_mul in (None, layer.act_and_mul)
+                and f.activation in (None, key[2]) and f.limited in (None, key[3])]
+        if hits:
+            return self.reason("failed verification on this machine: " + "; ".join(hits),
+                               "fail verification here")
+        v = self.verdict
+        if v is None or key in v.verified:
             return None
-        return self.reason("failed verification on this machine: " + "; ".join(hits),
-                           "fail verification here")
+        what = (f"{key[0]}" if self.op == "linear" else
+                f"{key[0]} {'gated' if key[1] else 'non-gated'} {key[2]}"
+                + (" with swiglu_limit" if key[3] else ""))
+        why = "; ".join(t for k, t in v.unverified if k is None or k == key) or (
+            "no verification case ran this combination")
+        return self.reason(f"not verified on this machine (unverified: {what}): {why}",
+                           "be verified here")
 
     def describe(self) -> str:
         return f"verify: {len(self.failures)} failed case(s) on this machine"
