@@ -262,7 +262,7 @@ def _per_row(s2, lead: Tuple[int, ...], name: str):
     return s2.reshape(-1, 1).expand(-1, rows // max(1, s2.numel())).reshape(rows)
 
 
-def quantize(x, scale_2=None, *, global_dims: int = 0) -> NVFP4Tensor:
+def quantize(x, scale_2=None, *, global_dims: int = 0, check: bool = True) -> NVFP4Tensor:
     """Quantize ``x`` (``[..., K]``, K % 16 == 0) to NVFP4.
 
     scale_2: the dequantization scale (ModelOpt convention, a float, 0-d tensor or a tensor over
@@ -273,7 +273,8 @@ def quantize(x, scale_2=None, *, global_dims: int = 0) -> NVFP4Tensor:
     math runs in float32 (float64 for a float64 ``x``), ``CHUNK_ELEMENTS`` at a time, in about 20
     tensor operations per chunk (the per-element work is one division, seven comparisons and a
     few uint8 additions): the peak is the outputs (K/2 + K/16 bytes a row) plus a bounded work
-    area. An empty ``x`` gives empty tensors.
+    area. An empty ``x`` gives empty tensors. ``check=False`` skips the value checks (NaN, inf,
+    scale range), which wait for the device: for the emulation's own activations.
     """
     torch = _torch()
     check_float_tensor(x)
@@ -286,12 +287,17 @@ def quantize(x, scale_2=None, *, global_dims: int = 0) -> NVFP4Tensor:
         raise ValueError(f"global_dims={global_dims}: accepted 0..{x.dim() - 1} for a {x.dim()}-D x")
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     lead = tuple(x.shape[:-1])
-    amax = amax_checked(x, global_dims)
+    amax = amax_checked(x, global_dims) if check else None  # NaN and inf refused
     if scale_2 is None:
-        s2 = scale_2_from_amax(amax)
+        if amax is not None:
+            s2 = scale_2_from_amax(amax)
+        else:
+            amax = x.reshape(tuple(x.shape[:global_dims]) + (-1,)).abs().amax(-1).float()
+            s2 = torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
     else:
         s2 = torch.as_tensor(scale_2, dtype=torch.float32, device=x.device)
-        check_scale(s2, "scale_2", plausible=True)
+        if check:
+            check_scale(s2, "scale_2", plausible=True)
     s2_rows = _per_row(s2, lead, "scale_2").to(work)
     packed = torch.empty(lead + (K // 2,), dtype=torch.uint8, device=x.device)
     bs = torch.empty(lead + (K // BLOCK_SIZE,), dtype=torch.float8_e4m3fn, device=x.device)
@@ -396,11 +402,16 @@ def dequantize(packed, block_scale, scale_2, dtype=None, *, check: bool = True):
 
 def dequantize_unit(packed, block_scale, dtype=None):
     """``e2m1 * block_scale`` without the global scale, in ``dtype`` (default bfloat16): exact in
-    bfloat16 and float16 too (the product of a 2-bit and a 4-bit significand). The emulation
+    bfloat16 and float16 too (the product of a 2-bit and a 4-bit significand); on CUDA by one
+    Triton kernel when Triton imports (``backends.nvfp4_triton``). The emulation
     applies ``scale_2`` to the GEMM output instead (``backends.reference.emulate_moe``). No
     checks: for tensors ``prepare`` validated."""
     torch = _torch()
     dtype = dtype or torch.bfloat16
+    if packed.is_cuda:
+        from . import nvfp4_triton
+        if nvfp4_triton.available():
+            return nvfp4_triton.dequantize_unit_triton(packed, block_scale, dtype)
     lead, K = tuple(packed.shape[:-1]), packed.shape[-1] * 2
     lut = _e2m1_pair_lut(packed.device, dtype)
     vals = lut[packed.int()].view(lead + (K // BLOCK_SIZE, BLOCK_SIZE))

@@ -233,7 +233,7 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
                   quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS, fc2_input_scale=_FROM_WEIGHTS,
                   swiglu_limit: Optional[float] = None, swiglu_alpha: Optional[float] = None,
                   swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None,
-                  w13_order: str = "gate_up"):
+                  w13_order: str = "gate_up", parts=None):
     """Fused MoE: ``out[t] = sum_k topk_weights[t,k] * W2_e @ act(W13_e @ q(x_t))``, e = topk_ids[t,k].
 
     x: ``[T, H]``; topk_weights / topk_ids: ``[T, k]`` (ids < 0 are unrouted slots, skipped).
@@ -242,6 +242,8 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
     expert). deq: cached ``dequantize_moe(weights)``. Output in x's dtype, or written into ``out``.
     w13_order: ``"gate_up"`` (checkpoint) or ``"up_gate"`` (the FlashInfer / b12x convention: the
     first half of FC1's output is up, the second gate), for weights already reordered.
+    parts: a dict that receives each routed expert's contribution, ``{e: (token indices,
+    weighted [n, H] output)}`` (verify's per-expert gains).
     """
     torch = _torch()
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
@@ -279,8 +281,10 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
         a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
                           swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
         a = _act_input(a, quant, _expert_scale(s2, e), cd)
-        ye = a @ w2e.T
-        y.index_add_(0, tok, ye * topk_weights[tok, slot].to(cd).unsqueeze(-1))
+        ye = (a @ w2e.T) * topk_weights[tok, slot].to(cd).unsqueeze(-1)
+        y.index_add_(0, tok, ye)
+        if parts is not None:
+            parts[e] = (tok, ye)
     return _write_out(y, out, x)
 
 
@@ -295,7 +299,7 @@ def exact_quantizer(x, scale):
     """The activation quantizer of the fast path: ``(codes * block scales, scale_2)`` of
     ``quantize(x, scale)`` (``scale`` None = dynamic, from the amax of ``x``); the first factor is
     exact in bfloat16."""
-    q = quantize(x, scale)
+    q = quantize(x, scale, check=False)  # the emulation's own values: no wait for the device
     return dequantize_unit(q.packed, q.block_scale, _torch().float32), q.scale_2
 
 

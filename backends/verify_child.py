@@ -62,6 +62,10 @@ OFFSET_CHANNEL = 4.0
 GATE_OFFSETS = (-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0)
 OUTLIER_OFFSET = 10.0
 OUTLIER_SHARE = 0.0625
+#: every 4th expert's gate rows sit at -5 (the activations' negative tail; not for relu2, for
+#: which that expert would be dead)
+TAIL_EVERY = 4
+TAIL_OFFSET = -5.0
 
 
 def _weights(g, lead, rows, k, offsets=None):
@@ -118,7 +122,8 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
     pre-activations of about unit variance around per-row offsets (gate rows in [-3, 1], some
     rows at +-10), block scales over many binades with zero, subnormal and saturated ones, weight
     ``scale_2`` and FC2 ``a2`` that differ per expert by 2^-1..2^2 (powers of two, as
-    ``pow2_scale``), balanced routing (every expert >= 8 tokens for T*K/E >= 8) with
+    ``pow2_scale``), every 4th expert in the activations' negative tail, each expert's output of
+    about unit RMS (w2 scaled), balanced routing (every expert >= 8 tokens for T*K/E >= 8) with
     renormalised top-k weights. FC1's activation scale is one scalar (vLLM reduces w13's input
     scales to one); FC2's is per expert, calibrated on every token's activation output.
     """
@@ -134,6 +139,10 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
     gate = torch.tensor(GATE_OFFSETS)[torch.randint(0, len(GATE_OFFSETS), (E, I), generator=g)]
     out = torch.rand(E, I, generator=g) < OUTLIER_SHARE
     gate = torch.where(out, OUTLIER_OFFSET, gate)
+    # every TAIL_EVERY-th expert works in the activations' negative tail only (gelu vs gelu_tanh,
+    # silu vs gelu differ there by 10% and more); its w2 is scaled up like every expert's below
+    tail = (torch.arange(E) % TAIL_EVERY == TAIL_EVERY - 1) & (activation != "relu2")
+    gate = torch.where(tail.unsqueeze(1), TAIL_OFFSET, gate)
     if act_and_mul:
         up_sign = torch.where(torch.rand(E, I, generator=g) < 0.5, -1.0, 1.0)
         up = torch.where(torch.rand(E, I, generator=g) < OUTLIER_SHARE, OUTLIER_OFFSET * up_sign, 0.0)
@@ -144,8 +153,15 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
     w2 = _weights(g, (E,), H, I)
     topk_weights, topk_ids = balanced_routing(g, T, E, K)
     s13 = pow2_scale(w13.abs().amax(dim=(1, 2))) * _multipliers(g, E)
+    q13 = quantize(w13, s13)
+    # each expert's w2 scaled so that its output has about unit RMS: no expert (a tail one
+    # included) is drowned by the others in the comparison
+    h = torch.einsum("th,erh->etr", x.float(), q13.dequantize())
+    act_rms = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit).pow(2).mean(
+        dim=(1, 2)).sqrt().clamp(min=1e-6)
+    w2 = w2 / (act_rms.view(E, 1, 1) * math.sqrt(I))
     s2 = pow2_scale(w2.abs().amax(dim=(1, 2))) * _multipliers(g, E)
-    q13, q2 = quantize(w13, s13), quantize(w2, s2)
+    q2 = quantize(w2, s2)
     a13 = a2 = None
     if quant == "nvfp4":
         a13 = pow2_scale(x.float().abs().amax())
@@ -245,55 +261,84 @@ def _decision(spec: Dict[str, Any], op: str, layer: Dict[str, Any]):
     return _SELECTORS[key].select(op=op, **layer)
 
 
-def moe_gains(y, ref_parts):
-    """Per-expert gains: the least-squares ``g`` of ``y ~ sum_e g_e * ref_parts[e]`` (float64).
+def _z(g, se):
+    import torch
+    return (g - 1) / torch.clamp(se, min=1e-300)
 
-    ``ref_parts[e]`` is the reference's output with only expert ``e`` routed. A correct kernel has
-    every ``g_e`` within its noise of 1 (its rounding differences do not correlate with any
-    expert's output); a wrong scale, activation or weight of one expert moves that expert's gain.
+
+def moe_gains(y, ref_parts):
+    """Per-expert gains and their z-scores: the least-squares ``g`` of
+    ``y ~ sum_e g_e * ref_parts[e]`` (float64), and ``(g_e - 1) / standard error``, the error
+    estimated from the fit's residual.
+
+    ``ref_parts[e]`` is the reference's output with only expert ``e`` routed. A correct kernel's
+    rounding differences do not correlate with any expert's output: every z-score is a few units
+    at most. A wrong scale, activation or weight of one expert moves that expert's gain by many
+    standard errors.
     """
     import torch
     P = torch.stack([p.reshape(-1) for p in ref_parts]).to(torch.float64)  # [E, n]
+    yv = y.reshape(-1).to(torch.float64)
     G = P @ P.T
-    b = P @ y.reshape(-1).to(torch.float64)
-    live = torch.diagonal(G) > 0
-    g = torch.full((P.shape[0],), 1.0, dtype=torch.float64)
-    idx = torch.nonzero(live).flatten()
-    if len(idx):
-        g[idx] = torch.linalg.solve(G[idx][:, idx], b[idx])
-    return g
+    b = P @ yv
+    live = torch.nonzero(torch.diagonal(G) > 0).flatten()
+    g = torch.ones(P.shape[0], dtype=torch.float64)
+    se = torch.full((P.shape[0],), math.inf, dtype=torch.float64)
+    if len(live):
+        Gl = G[live][:, live]
+        g[live] = torch.linalg.solve(Gl, b[live])
+        resid = yv - g[live] @ P[live]
+        dof = max(1, yv.numel() - len(live))
+        sigma2 = float(resid @ resid) / dof + (1e-12 * float(yv.abs().max())) ** 2
+        se[live] = torch.sqrt(sigma2 * torch.diagonal(torch.linalg.inv(Gl)))
+    return g, _z(g, se)
 
 
 def column_gains(y, ref, group: int = 32):
-    """Gains per group of ``group`` output columns: ``<y_J, ref_J> / <ref_J, ref_J>``."""
+    """Gains per group of ``group`` output columns, ``<y_J, ref_J> / <ref_J, ref_J>``, and their
+    z-scores (the standard error from each group's residual)."""
     import torch
     y, ref = y.to(torch.float64), ref.to(torch.float64)
     n = ref.shape[-1]
-    out = []
+    gs, ses = [], []
     for c in range(0, n, group):
-        r, v = ref[..., c:c + group], y[..., c:c + group]
-        d = float((r * r).sum())
-        out.append(float((v * r).sum()) / d if d > 0 else 1.0)
-    return torch.tensor(out, dtype=torch.float64)
+        r, v = ref[..., c:c + group].reshape(-1), y[..., c:c + group].reshape(-1)
+        d = float(r @ r)
+        if d <= 0:
+            gs.append(1.0)
+            ses.append(math.inf)
+            continue
+        gj = float(v @ r) / d
+        e = v - gj * r
+        sigma2 = float(e @ e) / max(1, r.numel() - 1) + (1e-12 * float(v.abs().max())) ** 2
+        gs.append(gj)
+        ses.append(math.sqrt(sigma2 / d))
+    g = torch.tensor(gs, dtype=torch.float64)
+    return g, _z(g, torch.tensor(ses, dtype=torch.float64))
 
 
-def _gain_fields(g) -> Dict[str, Any]:
+def _gain_fields(gz) -> Dict[str, Any]:
+    """gain_err: the largest |gain - 1|; gain_worst: [where, its gain]. (The z-scores are not
+    used: a kernel's rounding errors of one token's intermediate are shared by all its outputs,
+    so the fit's residual is not white and its standard errors are too small.)"""
     import torch
+    g, _ = gz
     dev = (g - 1).abs()
     i = int(torch.argmax(dev))
     return {"gain_err": float(dev[i]), "gain_worst": [i, float(g[i])]}
 
 
-def reference_parts(x64, w, tw, ti, **kw):
-    """The reference output of each expert alone (``[E]`` tensors ``[T, H]``, float64)."""
+def dense_parts(parts, E: int, shape):
+    """``reference_moe(..., parts=...)``'s contributions as ``E`` dense ``[T, H]`` tensors."""
     import torch
-
-    from .reference import reference_moe
-    parts = []
-    for e in range(w.num_experts):
-        ids = torch.where(ti == e, ti, torch.full_like(ti, -1))
-        parts.append(reference_moe(x64, w, tw, ids, compute_dtype=torch.float64, **kw))
-    return parts
+    out = []
+    for e in range(E):
+        d = torch.zeros(shape, dtype=torch.float64)
+        if e in parts:
+            tok, ye = parts[e]
+            d.index_add_(0, tok, ye.to(torch.float64))
+        out.append(d)
+    return out
 
 
 def problem(spec: Dict[str, Any], case: Dict[str, Any]):
@@ -314,9 +359,10 @@ def problem(spec: Dict[str, Any], case: Dict[str, Any]):
                                  limit)
         kw = dict(activation=layer["activation"], quant=ref_quant, swiglu_limit=limit, **settings)
         # x's bf16 values are exact in float64: the float64 input gives a float64 output
-        x64 = x.to(torch.float64)
-        ref = reference_moe(x64, w, tw, ti, compute_dtype=torch.float64, **kw)
-        return (x, w, tw, ti), ref, reference_parts(x64, w, tw, ti, **kw), settings
+        parts: Dict[int, Any] = {}
+        ref = reference_moe(x.to(torch.float64), w, tw, ti, compute_dtype=torch.float64,
+                            parts=parts, **kw)
+        return (x, w, tw, ti), ref, dense_parts(parts, w.num_experts, tuple(ref.shape)), settings
     x, w = build_linear(shape, quant, seed, bool(case.get("bias")))
     ref = reference_linear(x.to(torch.float64), w, quant=ref_quant, compute_dtype=torch.float64,
                            **settings)
