@@ -111,11 +111,13 @@ def summarize(results: List[tuple]) -> Dict[str, Any]:
                                           "caught": 0, "missed": [], "quants": {}})
             m["runs"] += 1
             q = m["quants"].setdefault(case.quant, {"runs": 0, "caught": 0, "min_ratio": None,
-                                                    "why": {}})
+                                                    "why": {}, "seeds": {}})
+            q["seeds"].setdefault(str(seed), False)
             q["runs"] += 1
             if r.status == "FAIL":
                 m["caught"] += 1
                 q["caught"] += 1
+                q["seeds"][str(seed)] = True
                 ratio = _ratio(r, verify.BOUNDS[op, case.quant])
                 q["min_ratio"] = ratio if q["min_ratio"] is None else min(q["min_ratio"], ratio)
                 w = _why(r, verify.BOUNDS[op, case.quant])
@@ -142,9 +144,18 @@ def _why(r, b) -> str:
     return "+".join(out)
 
 
+def verdicts(summary: Dict[str, Any]) -> Dict[Tuple[str, str], Tuple[int, int]]:
+    """(mutant, quant) -> (seeds on which verify FAILs the backend, seeds): a backend is refused
+    for a scheme when any of its cases of that scheme fails."""
+    return {(name, q): (sum(s["seeds"].values()), len(s["seeds"]))
+            for name, m in summary["mutants"].items() for q, s in m["quants"].items()}
+
+
 def table(summary: Dict[str, Any]) -> str:
-    """docs/verify.md's detection table."""
+    """docs/verify.md's detection table: per scheme, the seeds on which the backend FAILs (any
+    case), then the cases that FAIL, with which measure and how far past the bound."""
     rows = ["| mutant | kind | W4A16 | W4A4 |", "|---|---|---|---|"]
+    v = verdicts(summary)
     for name, m in summary["mutants"].items():
         cells = []
         for q in ("nvfp4_w4a16", "nvfp4"):
@@ -152,11 +163,13 @@ def table(summary: Dict[str, Any]) -> str:
             if not s:
                 cells.append("-")
                 continue
-            whys = ", ".join(sorted(s["why"]))
-            ratio = s["min_ratio"]
-            cells.append(f"caught {s['caught']}/{s['runs']} ({whys}; >= {ratio:.3g}x bound)"
-                         if s["caught"] == s["runs"] else f"MISSED {s['runs'] - s['caught']}/"
-                         f"{s['runs']}")
+            caught, seeds = v[name, q]
+            head = ("**refused**" if caught == seeds else "**missed**" if not caught
+                    else "**partly**") + f" {caught}/{seeds} seeds"
+            tail = f"; cases {s['caught']}/{s['runs']}"
+            if s["caught"]:
+                tail += f" ({', '.join(sorted(s['why']))}; >= {s['min_ratio']:.3g}x bound)"
+            cells.append(head + tail)
         rows.append(f"| {name} | {m['kind']} | {cells[0]} | {cells[1]} |")
     return "\n".join(rows)
 
