@@ -105,3 +105,74 @@ def test_reciprocal_quantizer_differs_from_the_exact_one_but_rarely():
     b, sb = mk.reciprocal_quantizer(x, torch.tensor(0.002))
     diff = float(((a * sa) != (b * sb)).float().mean())
     assert 0 <= diff < 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts for what ran (issue 24, item 2)
+
+def test_every_accepted_activation_clamp_size_and_bias_is_a_case(tmp_path):
+    import selector
+    (tmp_path / "backend" / "moe").mkdir(parents=True)
+    (tmp_path / "backend" / "moe" / "anyact.yaml").write_text(
+        "rank: 1\nentry_point: selector.backends.emulation:EmulationMoE\nimplements: [nvfp4]\n"
+        "rules:\n  - kind: package\n    package: torch\n    source: tests/test_verify_zoo.py\n")
+    sel = selector.load([], config_dirs=[str(tmp_path)])
+    cases, _ = verify.cases_for(sel, "moe", sel.catalogue.get("moe", "emulation"))
+    ids = {c.id for c in cases}
+    for q in ("nvfp4", "nvfp4_w4a16"):
+        for act in ("silu", "gelu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave",
+                    "swiglustep"):
+            assert f"{q} gated {act}" in ids
+        for act in ("silu", "swigluoai", "swigluoai_uninterleave", "swiglustep"):
+            assert f"{q} gated {act} swiglu_limit=5" in ids
+        for act in ("relu2", "silu", "gelu", "gelu_tanh"):
+            assert f"{q} non-gated {act}" in ids
+        assert f"{q} gated silu (odd sizes)" in ids and f"{q} non-gated relu2 (odd sizes)" in ids
+    assert not any(c.activation == "situ" for c in cases)  # emulation's rules refuse it
+    # a backend that accepts every activation: situ, which the reference cannot compute, is a
+    # case marked unverified (not run)
+    anyact, _ = verify.cases_for(sel, "moe", sel.catalogue.get("moe", "anyact"))
+    situ = [c for c in anyact if c.activation == "situ"]
+    assert len(situ) == 2 and all("does not implement" in c.unverified for c in situ)
+    lin, _ = verify.cases_for(sel, "linear", sel.catalogue.get("linear", "emulation"))
+    assert {c.id for c in lin} == {"nvfp4", "nvfp4 (odd sizes)", "nvfp4 +bias", "nvfp4_w4a16",
+                                   "nvfp4_w4a16 (odd sizes)", "nvfp4_w4a16 +bias"}
+
+
+def test_probe_verify_trusts_only_what_ran():
+    """A verdict covers the combinations that ran OK; another activation, a clamp that never ran,
+    or a failed case is rejected (before: one silu case verified the whole scheme and gating)."""
+    from selector.rules import VerifyFailure, VerifyRule, VerifyVerdict
+    verdict = VerifyVerdict(
+        failures=(VerifyFailure("nvfp4", True, "moe nvfp4 gated swiglustep: max relative error 2",
+                                "swiglustep", False),),
+        verified=frozenset({("nvfp4", True, "silu", False), ("nvfp4", False, "relu2", False)}),
+        unverified=((("nvfp4", True, "situ", False), "moe nvfp4 gated situ: unverified: the "
+                     "reference does not implement it"),))
+    rule = VerifyRule.measured("moe", "k", verdict)
+
+    class L:
+        def __init__(self, act, gated=True, limit=None, quant="nvfp4"):
+            self.quant, self.act_and_mul, self.activation, self.swiglu_limit = (
+                quant, gated, act, limit)
+    assert rule.evaluate(L("silu"), None) is None
+    assert rule.evaluate(L("relu2", False), None) is None
+    r = rule.evaluate(L("silu", limit=7.0), None)
+    assert "not verified" in r.message and "silu with swiglu_limit" in r.message
+    assert "failed verification" in rule.evaluate(L("swiglustep"), None).message
+    assert "does not implement" in rule.evaluate(L("situ"), None).message
+    assert "not verified" in rule.evaluate(L("gelu"), None).message
+    assert "not verified" in rule.evaluate(L("silu", quant="nvfp4_w4a16"), None).message
+
+
+def test_report_verdicts_from_results():
+    case = verify.Case("moe", "nvfp4", "silu", True, "nvfp4")
+    ok = verify.judge("k", case, {"outcome": "measured", "max_rel_err": 0.01,
+                                  "rms_rel_err": 0.005, "gain_err": 0.01})
+    limited = verify.Case("moe", "nvfp4", "silu", True, "nvfp4", swiglu_limit=verify.LIMIT)
+    skipped = verify.judge("k", limited, {"outcome": "unavailable", "error": "no kernel here"})
+    rep = verify.Report([ok, skipped], "f", None, 0.0)
+    v = rep.rejections()["moe", "k"]
+    assert ok.status == "OK" and v.verified == {("nvfp4", True, "silu", False)}
+    assert skipped.status == "SKIPPED" and skipped.unverified
+    assert v.unverified[0][0] == ("nvfp4", True, "silu", True)
