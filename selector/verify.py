@@ -421,7 +421,14 @@ def run_backend(b: BackendSpec, cases: Sequence[Case], overrides: Sequence[str],
                                          bound=BOUNDS[stuck.op, stuck.quant],
                                          seconds=timeout if timed_out else None,
                                          timeout_s=timeout if timed_out else None)
-        pending = [c for c in pending if c.id not in results]
+        # A crash or a hang is the backend's, not one case's: the rest is not run (a fresh
+        # child each would cost a start, or a whole time limit, per case) and stays unverified.
+        for c in pending:
+            if c.id not in results:
+                results[c.id] = _case_result(
+                    b.name, c, "SKIPPED", f"unverified: not run, the verify process {why} "
+                    f"{where}", unverified=True)
+        pending = []
     return [results[c.id] for c in cases]
 
 

@@ -156,8 +156,9 @@ def test_emulation_linear_matches_the_reference_with_bias():
 
 
 def test_triton_dequantization_equals_the_torch_path():
-    """The CUDA kernel, run in Triton's interpreter on the CPU (a fresh process: the mode is read
-    at import): the same bits as the torch path, subnormal and zero block scales included."""
+    """The CUDA kernels (dequantization, fused activation quantization), run in Triton's
+    interpreter on the CPU (a fresh process: the mode is read at import): the same bits as the
+    torch path, subnormal, saturated and zero block scales included."""
     pytest.importorskip("triton")
     import os
     import subprocess
@@ -174,6 +175,17 @@ q = nv.quantize(x, global_dims=1)
 for dt in (torch.bfloat16, torch.float16, torch.float32):
     assert torch.equal(T.dequantize_unit_triton(q.packed, q.block_scale, dt),
                        nv.dequantize_unit(q.packed, q.block_scale, dt)), dt
+# the fused activation quantizer: ties, saturated (448) and subnormal block scales, zero blocks
+g = torch.Generator().manual_seed(0)
+a = torch.randn(40, 256, generator=g) * torch.exp2(torch.randint(
+    -12, 12, (40, 16, 1), generator=g).float()).repeat_interleave(16, -1).view(40, 256)
+a[0, :16] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0] * 2) * 0.01
+a[1, :16] = 0
+for s in (1e-3, 1e-5, 0.5, 3e-7):
+    s = torch.tensor(s)
+    q = nv.quantize(a, s)
+    assert torch.equal(T.quantize_unit_triton(a, s, torch.float32)[0],
+                       nv.dequantize_unit(q.packed, q.block_scale, torch.float32)), s
 print("same")
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
