@@ -1,7 +1,12 @@
-"""``emulation``: the reference NVFP4 implementation (dequantize, then matmul) on any device.
+"""``emulation``: the NVFP4 layer computed with plain torch (dequantize, then matmul) on any device.
 
-Slow by design and always available: it is the last resort of every selector order and the
-oracle the other backends are tested against. See ``backends.reference`` for the arithmetic.
+Always available: the last resort of every selector order. By default it runs as a kernel would
+(``backends.reference.emulate_moe`` / ``emulate_linear``): only the routed experts' weights are
+expanded, per call, to codes times block scales in the activation dtype (exact in bf16), GEMMs in
+that dtype, global scales on the float32 outputs; nothing is cached, so its memory is the
+checkpoint's plus one expert's weights in bf16 (docs/verify.md, docs/h200.md for the figures).
+``compute_dtype=torch.float64`` (or float32) runs the oracle, ``reference_moe`` /
+``reference_linear``, instead: what ``doctor --verify`` compares every backend with.
 """
 from __future__ import annotations
 
@@ -33,11 +38,16 @@ class EmulationMoE(MoEBackend):
         return GATED_ACTIVATIONS if gated else NON_GATED_ACTIVATIONS
 
     def prepare(self, weights):
-        """Pure: caches the dequantized weights next to the (unmodified) checkpoint."""
+        """Pure: validates the checkpoint and keeps it as is (no dequantized copy)."""
         return prepare_emulation(weights, self.compute_dtype)
 
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
-        from .reference import reference_moe
+        from .reference import emulate_moe, reference_moe
+        if self.compute_dtype is None:
+            return emulate_moe(x, prepared.weights, topk_weights, topk_ids,
+                               activation=self.activation, quant=self.quant,
+                               swiglu_limit=self.swiglu_limit, swiglu_alpha=self.swiglu_alpha,
+                               swiglu_beta=self.swiglu_beta, out=out, **self.scale_overrides)
         return reference_moe(x, prepared.weights, topk_weights, topk_ids, activation=self.activation,
                              quant=self.quant, swiglu_limit=self.swiglu_limit,
                              swiglu_alpha=self.swiglu_alpha, swiglu_beta=self.swiglu_beta,
@@ -57,6 +67,8 @@ class EmulationLinear(LinearBackend):
         return prepare_emulation(weights, self.compute_dtype)
 
     def apply(self, x, prepared, *, out=None):
-        from .reference import reference_linear
+        from .reference import emulate_linear, reference_linear
+        if self.compute_dtype is None and prepared.dequantized is None:
+            return emulate_linear(x, prepared.weights, quant=self.quant, out=out)
         return reference_linear(x, prepared.weights, quant=self.quant, w_deq=prepared.dequantized,
                                 out=out, compute_dtype=self.compute_dtype)

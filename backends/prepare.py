@@ -32,6 +32,7 @@ from .nvfp4 import (
     _bcast,
     _torch,
     ceil_to,
+    check_block_scale,
     check_scale,
     flashinfer_mma_layout,
     swizzle_128x4,
@@ -84,7 +85,8 @@ def _check_nvfp4(t: NVFP4Tensor, name: str, lead: Tuple[int, ...], rows: int, k:
     if not isinstance(s2, torch.Tensor) or s2.dtype != torch.float32 or tuple(s2.shape) not in scale_shapes:
         raise ValueError(f"{name}.scale_2: expected float32 of shape "
                          f"{' or '.join(str(list(s)) for s in scale_shapes)}, got {_describe(s2)}")
-    check_scale(s2, f"{name}.scale_2")
+    check_scale(s2, f"{name}.scale_2", plausible=True)
+    check_block_scale(t.block_scale, f"{name}.block_scale")
 
 
 def _check_act_scale(s, name: str, shapes) -> None:
@@ -94,7 +96,7 @@ def _check_act_scale(s, name: str, shapes) -> None:
     if not isinstance(s, torch.Tensor) or not s.dtype.is_floating_point or tuple(s.shape) not in shapes:
         raise ValueError(f"{name}: expected a float tensor of shape "
                          f"{' or '.join(str(list(x)) for x in shapes)}, got {_describe(s)}")
-    check_scale(s, name)
+    check_scale(s, name, plausible=True)
 
 
 def moe_shape(weights) -> Tuple[int, int, int, bool]:
@@ -935,24 +937,24 @@ def prepare_fp4_linear(weights: LinearWeights, *, shuffle_trtllm: bool = False,
 
 @dataclass(frozen=True)
 class EmulationPrepared:
-    """The checkpoint, plus its dequantized float32 weights cached once (the reference's prepare)."""
+    """The validated checkpoint, unchanged: the emulation dequantizes the routed experts on each
+    call (``backends.reference.emulate_moe``), so its memory is the checkpoint's. ``dequantized``
+    is None (kept for callers that passed a cache of their own to the reference)."""
 
     weights: Any
-    dequantized: Any
+    dequantized: Any = None
     geometry: Dict[str, Any] = field(default_factory=dict)
 
 
 def prepare_emulation(weights, compute_dtype=None) -> EmulationPrepared:
-    torch = _torch()
-    cd = compute_dtype or torch.float32
+    """Validate (shapes, dtypes, block and global scales); nothing is copied or cached.
+    ``compute_dtype`` is accepted for compatibility and unused here."""
     if isinstance(weights, MoEWeights):
         E, H, I, gated = moe_shape(weights)
-        return EmulationPrepared(weights, (weights.w13.dequantize(cd), weights.w2.dequantize(cd)),
-                                 _moe_geometry(E, H, I, gated))
+        return EmulationPrepared(weights, None, _moe_geometry(E, H, I, gated))
     if isinstance(weights, LinearWeights):
         N, K = linear_shape(weights)
-        return EmulationPrepared(weights, weights.weight.dequantize(cd),
-                                 {"hidden_size": K, "out_features": N})
+        return EmulationPrepared(weights, None, {"hidden_size": K, "out_features": N})
     raise ValueError(f"expected MoEWeights or LinearWeights, got {type(weights).__name__}")
 
 

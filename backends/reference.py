@@ -30,7 +30,19 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor, _torch, check_float_tensor, check_scale, quantize_dequantize
+from .nvfp4 import (
+    LinearWeights,
+    MoEWeights,
+    NVFP4Tensor,
+    _torch,
+    check_block_scale,
+    check_float_tensor,
+    check_scale,
+    dequantize,
+    dequantize_unit,
+    quantize,
+    quantize_dequantize,
+)
 
 GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave",
                      "swiglustep")
@@ -170,26 +182,27 @@ def dequantize_moe(weights: MoEWeights, dtype=None):
     return weights.w13.dequantize(dtype), weights.w2.dequantize(dtype)
 
 
+def _check_weights(t: NVFP4Tensor, name: str) -> None:
+    """The block and global scales of a tensor the reference dequantizes piece by piece."""
+    check_block_scale(t.block_scale, f"{name}.block_scale")
+    check_scale(_torch().as_tensor(t.scale_2), f"{name}.scale_2", plausible=True)
+
+
+def _expert_weight(t: NVFP4Tensor, e: int, dtype):
+    """Expert ``e`` of an ``[E, rows, K]`` NVFP4 tensor, dequantized (already checked)."""
+    s2 = t.scale_2 if t.scale_2.dim() == 0 else t.scale_2[e]
+    return dequantize(t.packed[e], t.block_scale[e], s2, dtype, check=False)
+
+
 def _expert_scale(scale, e: int):
     if scale is None:
         return None
     return scale if scale.dim() == 0 else scale[e]
 
 
-def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: str = "silu",
-                  quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS, fc2_input_scale=_FROM_WEIGHTS,
-                  swiglu_limit: Optional[float] = None, swiglu_alpha: Optional[float] = None,
-                  swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None,
-                  w13_order: str = "gate_up"):
-    """Fused MoE: ``out[t] = sum_k topk_weights[t,k] * W2_e @ act(W13_e @ q(x_t))``, e = topk_ids[t,k].
-
-    x: ``[T, H]``; topk_weights / topk_ids: ``[T, k]`` (ids < 0 are unrouted slots, skipped).
-    fc1/fc2_input_scale: W4A4 activation scales (0-d or per expert ``[E]``); default the
-    checkpoint's ``a13_scale`` / ``a2_scale``; None = dynamic (amax of the rows routed to each
-    expert). deq: cached ``dequantize_moe(weights)``. Output in x's dtype, or written into ``out``.
-    w13_order: ``"gate_up"`` (checkpoint) or ``"up_gate"`` (the FlashInfer / b12x convention: the
-    first half of FC1's output is up, the second gate), for weights already reordered.
-    """
+def _moe_inputs(x, weights: MoEWeights, topk_weights, topk_ids, activation: str, quant: str,
+                w13_order: str) -> Tuple[int, int, int, bool]:
+    """Validate a fused-MoE call; ``(E, H, T, act_and_mul)``."""
     torch = _torch()
     _check_quant(quant)
     act_and_mul = weights.act_and_mul
@@ -213,6 +226,28 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
     if topk_ids.numel() and int(topk_ids.max()) >= E:
         raise ValueError(f"topk_ids holds expert {int(topk_ids.max())}; this layer has {E} experts "
                          f"(0..{E - 1}, negative = unrouted)")
+    return E, H, T, act_and_mul
+
+
+def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: str = "silu",
+                  quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS, fc2_input_scale=_FROM_WEIGHTS,
+                  swiglu_limit: Optional[float] = None, swiglu_alpha: Optional[float] = None,
+                  swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None,
+                  w13_order: str = "gate_up", parts=None):
+    """Fused MoE: ``out[t] = sum_k topk_weights[t,k] * W2_e @ act(W13_e @ q(x_t))``, e = topk_ids[t,k].
+
+    x: ``[T, H]``; topk_weights / topk_ids: ``[T, k]`` (ids < 0 are unrouted slots, skipped).
+    fc1/fc2_input_scale: W4A4 activation scales (0-d or per expert ``[E]``); default the
+    checkpoint's ``a13_scale`` / ``a2_scale``; None = dynamic (amax of the rows routed to each
+    expert). deq: cached ``dequantize_moe(weights)``. Output in x's dtype, or written into ``out``.
+    w13_order: ``"gate_up"`` (checkpoint) or ``"up_gate"`` (the FlashInfer / b12x convention: the
+    first half of FC1's output is up, the second gate), for weights already reordered.
+    parts: a dict that receives each routed expert's contribution, ``{e: (token indices,
+    weighted [n, H] output)}`` (verify's per-expert gains).
+    """
+    torch = _torch()
+    E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
+                                       w13_order)
     cd = compute_dtype or torch.float32
     if fc1_input_scale is _FROM_WEIGHTS:
         fc1_input_scale = weights.a13_scale
@@ -221,7 +256,9 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
     s1 = _check_scale_arg(fc1_input_scale, "fc1_input_scale", E)
     s2 = _check_scale_arg(fc2_input_scale, "fc2_input_scale", E)
     s1, s2 = (None if s is None else s.to(x.device) for s in (s1, s2))
-    w13, w2 = deq if deq is not None else dequantize_moe(weights, cd)
+    if deq is None:
+        _check_weights(weights.w13, "w13")
+        _check_weights(weights.w2, "w2")
     y = torch.zeros((T, H), dtype=cd, device=x.device)
     # A scalar FC1 scale quantizes x once for all experts; a per-expert one inside the loop.
     shared_x = None
@@ -234,17 +271,151 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
             xe = shared_x[tok]
         else:
             xe = _act_input(x[tok], quant, _expert_scale(s1, e), cd)
-        h = xe @ w13[e].to(cd).T
+        if deq is not None:
+            w13e, w2e = deq[0][e].to(cd), deq[1][e].to(cd)
+        else:  # only the routed experts, one at a time: no copy of the layer
+            w13e, w2e = _expert_weight(weights.w13, e, cd), _expert_weight(weights.w2, e, cd)
+        h = xe @ w13e.T
         if act_and_mul and w13_order == "up_gate":  # halves only (checked above)
             h = torch.cat([h[:, h.shape[1] // 2:], h[:, :h.shape[1] // 2]], dim=1)
         a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
                           swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
         a = _act_input(a, quant, _expert_scale(s2, e), cd)
-        ye = a @ w2[e].to(cd).T
-        y.index_add_(0, tok, ye * topk_weights[tok, slot].to(cd).unsqueeze(-1))
+        ye = (a @ w2e.T) * topk_weights[tok, slot].to(cd).unsqueeze(-1)
+        y.index_add_(0, tok, ye)
+        if parts is not None:
+            parts[e] = (tok, ye)
     return _write_out(y, out, x)
 
 
-__all__ = ["activation_fn", "check_activation", "dequantize_moe", "route", "reference_linear",
+# ---------------------------------------------------------------------------------------------
+# The emulation's fast path: what the ``emulation`` backend runs by default
+
+#: float dtypes a GEMM of the fast path runs in as given (others run in float32)
+_GEMM_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def exact_quantizer(x, scale):
+    """The activation quantizer of the fast path: ``(codes * block scales, scale_2)`` of
+    ``quantize(x, scale)`` (``scale`` None = dynamic, from the amax of ``x``); the first factor is
+    exact in bfloat16. On CUDA with a given scale: one fused Triton kernel, same rounding."""
+    if scale is not None and x.is_cuda and x.shape[-1] % 16 == 0:
+        from . import nvfp4_triton
+        if nvfp4_triton.available():
+            return nvfp4_triton.quantize_unit_triton(x, scale, _torch().float32)
+    q = quantize(x, scale, check=False)  # the emulation's own values: no wait for the device
+    return dequantize_unit(q.packed, q.block_scale, _torch().float32), q.scale_2
+
+
+def _gemm_dtype(x, dtype):
+    torch = _torch()
+    if dtype is not None:
+        return dtype
+    return x.dtype if str(x.dtype).replace("torch.", "") in _GEMM_DTYPES else torch.float32
+
+
+def _unit_input(x, quant: str, scale, cd, quantizer):
+    """A GEMM input as ``(values in cd, multiplier or None)``: W4A4 the NVFP4 codes times block
+    scales (exact in bf16) and the activation's global scale; W4A16 x itself."""
+    if quant != "nvfp4":
+        return x.to(cd), None
+    u, s = quantizer(x, scale)
+    return u.to(cd), s
+
+
+def _scaled(y, *scales):
+    """float32 ``y`` times every scale that is not None."""
+    y = y.float()
+    for s in scales:
+        if s is not None:
+            y = y * s
+    return y
+
+
+def emulate_linear(x, weights: LinearWeights, *, quant: str = "nvfp4", out=None, dtype=None,
+                   quantizer=exact_quantizer):
+    """The NVFP4 linear layer as a kernel computes it: the weight's codes times block scales
+    (exact in bf16) multiplied in x's dtype (bf16/fp16/fp32) with the global scales applied to
+    the GEMM output; W4A4 quantizes the activation with the checkpoint's ``input_scale``.
+    Dequantizes on every call: memory is the checkpoint plus one bf16 copy of this weight while
+    it runs. Weights are taken as ``prepare`` validated them."""
+    _check_quant(quant)
+    check_float_tensor(x)
+    K = weights.in_features
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(f"x has shape {list(x.shape)}; expected [..., {K}] (the layer's in_features)")
+    cd = _gemm_dtype(x, dtype)
+    w = weights.weight
+    x2 = x.reshape(-1, K)
+    xu, xs = _unit_input(x2, quant, weights.input_scale, cd, quantizer)
+    y = _scaled(xu @ dequantize_unit(w.packed, w.block_scale, cd).T, w.scale_2, xs)
+    if weights.bias is not None:
+        y = y + weights.bias.float()
+    return _write_out(y.reshape(tuple(x.shape[:-1]) + (y.shape[-1],)), out, x)
+
+
+def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: str = "silu",
+                quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS,
+                fc2_input_scale=_FROM_WEIGHTS, swiglu_limit: Optional[float] = None,
+                swiglu_alpha: Optional[float] = None, swiglu_beta: Optional[float] = None,
+                out=None, dtype=None, w13_order: str = "gate_up", quantizer=exact_quantizer):
+    """The fused MoE as a kernel computes it, for the ``emulation`` backend (same semantics and
+    arguments as :func:`reference_moe`).
+
+    Tokens are grouped by expert once; for each *routed* expert only, its weights are expanded to
+    codes times block scales in x's dtype (exact in bf16), the GEMMs run in that dtype (FC1's
+    output rounded to it, as a kernel's bf16 intermediate) and the global and activation scales
+    multiply the float32 GEMM outputs. Memory: the checkpoint plus one expert's weights in x's
+    dtype and the activations; nothing is cached. ``quantizer(x, scale) -> (values, scale_2)``
+    quantizes the W4A4 GEMM inputs (default :func:`exact_quantizer`).
+    """
+    torch = _torch()
+    E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
+                                       w13_order)
+    cd = _gemm_dtype(x, dtype)
+    if fc1_input_scale is _FROM_WEIGHTS:
+        fc1_input_scale = weights.a13_scale
+    if fc2_input_scale is _FROM_WEIGHTS:
+        fc2_input_scale = weights.a2_scale
+    s1 = _check_scale_arg(fc1_input_scale, "fc1_input_scale", E)
+    s2 = _check_scale_arg(fc2_input_scale, "fc2_input_scale", E)
+    s1, s2 = (None if s is None else s.to(x.device) for s in (s1, s2))
+    y = torch.zeros((T, H), dtype=torch.float32, device=x.device)
+    k = topk_ids.shape[1]
+    ids = topk_ids.reshape(-1).long()
+    order = torch.argsort(torch.where(ids >= 0, ids, E), stable=True)
+    counts = torch.bincount(ids[ids >= 0], minlength=E).tolist()
+    shared = None
+    if quant == "nvfp4" and s1 is not None and s1.dim() == 0:
+        shared = _unit_input(x, quant, s1, cd, quantizer)
+    w13, w2 = weights.w13, weights.w2
+    start = 0
+    for e, n in enumerate(counts):
+        if not n:
+            continue
+        sel = order[start:start + n]
+        start += n
+        tok, slot = sel // k, sel % k
+        if shared is not None:
+            xu, xs = shared[0][tok], shared[1]
+        else:
+            xu, xs = _unit_input(x[tok], quant, _expert_scale(s1, e), cd, quantizer)
+        g13 = dequantize_unit(w13.packed[e], w13.block_scale[e], cd)
+        h = xu @ g13.T  # FC1's output, rounded to cd
+        del g13
+        h = _scaled(h, _expert_scale(w13.scale_2, e), xs)
+        if act_and_mul and w13_order == "up_gate":
+            h = torch.cat([h[:, h.shape[1] // 2:], h[:, :h.shape[1] // 2]], dim=1)
+        a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
+                          swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
+        au, as_ = _unit_input(a, quant, _expert_scale(s2, e), cd, quantizer)
+        ye = _scaled(au @ dequantize_unit(w2.packed[e], w2.block_scale[e], cd).T,
+                     _expert_scale(w2.scale_2, e), as_)
+        y.index_add_(0, tok, ye * topk_weights[tok, slot].float().unsqueeze(-1))
+    return _write_out(y, out, x)
+
+
+__all__ = ["activation_fn", "emulate_linear", "emulate_moe", "exact_quantizer",
+           "check_activation", "dequantize_moe", "route", "reference_linear",
            "reference_moe", "GATED_ACTIVATIONS", "INTERLEAVED_ACTIVATIONS", "NON_GATED_ACTIVATIONS",
            "NVFP4Tensor"]

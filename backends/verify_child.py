@@ -50,45 +50,142 @@ def pow2_scale(amax):
     return torch.exp2(torch.ceil(torch.log2(ratio)))
 
 
-def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: str, seed: int):
+#: per-expert multipliers of the power-of-two global scales (weight ``scale_2``, FC2's ``a2``):
+#: 2^-1 to 2^2, so a kernel that uses one expert's scale for another is off by 2x to 8x. 2^-1 also
+#: makes the largest block scales saturate at 448.
+SCALE_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0)
+#: the constant input channel (x[:, 0]) that carries each FC1 row's offset
+OFFSET_CHANNEL = 4.0
+#: FC1 row offsets (pre-activation means) of gate rows: the bulk in [-3, 1], where silu, gelu and
+#: gelu_tanh differ most, and some rows at +-10, beyond every SwiGLU limit (7, and the 5 verify
+#: sets), so that a clamp is exercised
+GATE_OFFSETS = (-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0)
+OUTLIER_OFFSET = 10.0
+OUTLIER_SHARE = 0.0625
+#: every 4th expert's gate rows sit at -5 (the activations' negative tail; not for relu2, for
+#: which that expert would be dead)
+TAIL_EVERY = 4
+TAIL_OFFSET = -5.0
+
+
+def _weights(g, lead, rows, k, offsets=None):
+    """float32 ``[*lead, rows, k]`` weights for a unit-variance input: each row's 16-blocks scaled by
+    2^-3..2^3 (so block scales span many binades), about 3% zero blocks and 3% blocks 2^-12 down
+    (E4M3 subnormal block scales), then the row renormalised to unit norm (the GEMM output has
+    about unit variance); ``offsets`` ``[*lead, rows]`` go to column 0, the constant channel."""
+    import torch
+    w = torch.randn(*lead, rows, k // 16, 16, generator=g)
+    mag = torch.exp2(torch.randint(-3, 4, (*lead, rows, k // 16, 1), generator=g).float())
+    u = torch.rand(*lead, rows, k // 16, 1, generator=g)
+    mag = torch.where(u < 0.03, 0.0, torch.where(u < 0.06, 2.0 ** -12, mag))
+    w = (w * mag).reshape(*lead, rows, k)
+    w[..., 0] = 0.0
+    w = w / w.norm(dim=-1, keepdim=True).clamp(min=1e-30)
+    if offsets is not None:
+        w[..., 0] = offsets / OFFSET_CHANNEL
+    return w
+
+
+def _multipliers(g, n):
+    import torch
+    m = torch.tensor(SCALE_MULTIPLIERS)
+    return m[torch.randint(0, len(SCALE_MULTIPLIERS), (n,), generator=g)]
+
+
+def _x(g, T, H):
+    """bf16 activations ``[T, H]``: unit normal, column 0 the constant offset channel."""
+    import torch
+    x = torch.randn(T, H, generator=g)
+    x[:, 0] = OFFSET_CHANNEL
+    return x.bfloat16()
+
+
+def balanced_routing(g, T: int, E: int, K: int):
+    """``(topk_weights float32 [T, K], topk_ids int32 [T, K])``: every expert gets T*K/E tokens
+    (+-1), no token an expert twice (E % K == 0: consecutive slices of shuffled expert lists), and
+    the weights are a softmax over random router logits, renormalised over the K chosen experts."""
+    import torch
+    if E % K:
+        raise ValueError(f"balanced_routing needs E % K == 0, got E={E}, K={K}")
+    perms = [torch.randperm(E, generator=g) for _ in range(-(-T * K // E))]
+    ids = torch.cat(perms)[:T * K].reshape(T, K)
+    probs = torch.softmax(2.0 * torch.randn(T, E, generator=g), dim=-1)
+    w = probs.gather(1, ids)
+    return w / w.sum(dim=-1, keepdim=True), ids.to(torch.int32)
+
+
+def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: str, seed: int,
+              swiglu_limit: Optional[float] = None):
     """(x bf16 [T, H], MoEWeights, topk_weights, topk_ids), on the CPU, from ``seed``.
 
-    Unit-scale weights keep every block scale an E4M3 normal number; global scales are powers of
-    two (``pow2_scale``), one per expert. W4A4 activation scales are calibrated the same way: FC1's
-    from x, FC2's per expert from the activation output of every token.
+    A problem a per-expert or activation bug shows in (docs/verify.md, "Problems"): FC1
+    pre-activations of about unit variance around per-row offsets (gate rows in [-3, 1], some
+    rows at +-10), block scales over many binades with zero, subnormal and saturated ones, weight
+    ``scale_2`` and FC2 ``a2`` that differ per expert by 2^-1..2^2 (powers of two, as
+    ``pow2_scale``), every 4th expert in the activations' negative tail, each expert's output of
+    about unit RMS (w2 scaled), balanced routing (every expert >= 8 tokens for T*K/E >= 8) with
+    renormalised top-k weights. FC1's activation scale is one scalar (vLLM reduces w13's input
+    scales to one); FC2's is per expert, calibrated on every token's activation output.
     """
     import torch
 
     from .nvfp4 import MoEWeights, quantize, quantize_dequantize
-    from .reference import activation_fn, route
+    from .reference import activation_fn
     T, H, I = shape["num_tokens"], shape["hidden_size"], shape["intermediate_size"]
     E, K = shape["num_experts"], shape["top_k"]
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(T, H, generator=g).bfloat16()
-    w13 = torch.randn(E, (2 if act_and_mul else 1) * I, H, generator=g)
-    w2 = torch.randn(E, H, I, generator=g)
-    topk_weights, topk_ids = route(torch.randn(T, E, generator=g), K)
-    q13 = quantize(w13, pow2_scale(w13.abs().amax(dim=(1, 2))))
-    q2 = quantize(w2, pow2_scale(w2.abs().amax(dim=(1, 2))))
+    x = _x(g, T, H)
+    rows = (2 if act_and_mul else 1) * I
+    gate = torch.tensor(GATE_OFFSETS)[torch.randint(0, len(GATE_OFFSETS), (E, I), generator=g)]
+    out = torch.rand(E, I, generator=g) < OUTLIER_SHARE
+    gate = torch.where(out, OUTLIER_OFFSET, gate)
+    # every TAIL_EVERY-th expert works in the activations' negative tail only (gelu vs gelu_tanh,
+    # silu vs gelu differ there by 10% and more); its w2 is scaled up like every expert's below
+    tail = (torch.arange(E) % TAIL_EVERY == TAIL_EVERY - 1) & (activation != "relu2")
+    gate = torch.where(tail.unsqueeze(1), TAIL_OFFSET, gate)
+    if act_and_mul:
+        up_sign = torch.where(torch.rand(E, I, generator=g) < 0.5, -1.0, 1.0)
+        up = torch.where(torch.rand(E, I, generator=g) < OUTLIER_SHARE, OUTLIER_OFFSET * up_sign, 0.0)
+        offsets = torch.cat([gate, up], dim=1)
+    else:
+        offsets = gate
+    w13 = _weights(g, (E,), rows, H, offsets)
+    w2 = _weights(g, (E,), H, I)
+    topk_weights, topk_ids = balanced_routing(g, T, E, K)
+    s13 = pow2_scale(w13.abs().amax(dim=(1, 2))) * _multipliers(g, E)
+    q13 = quantize(w13, s13)
+    # each expert's w2 scaled so that its output has about unit RMS: no expert (a tail one
+    # included) is drowned by the others in the comparison
+    h = torch.einsum("th,erh->etr", x.float(), q13.dequantize())
+    act_rms = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit).pow(2).mean(
+        dim=(1, 2)).sqrt().clamp(min=1e-6)
+    w2 = w2 / (act_rms.view(E, 1, 1) * math.sqrt(I))
+    s2 = pow2_scale(w2.abs().amax(dim=(1, 2))) * _multipliers(g, E)
+    q2 = quantize(w2, s2)
     a13 = a2 = None
     if quant == "nvfp4":
         a13 = pow2_scale(x.float().abs().amax())
         h = torch.einsum("th,erh->etr", quantize_dequantize(x.float(), a13), q13.dequantize())
-        a2 = pow2_scale(activation_fn(h, activation, act_and_mul).abs().amax(dim=(1, 2)))
+        a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit)
+        a2 = pow2_scale(a.abs().amax(dim=(1, 2))) * _multipliers(g, E)
     return x, MoEWeights(q13, q2, a13, a2), topk_weights, topk_ids
 
 
-def build_linear(shape: Dict[str, int], quant: str, seed: int):
-    """(x bf16 [T, K], LinearWeights) on the CPU, from ``seed``; scales as in ``build_moe``."""
+def build_linear(shape: Dict[str, int], quant: str, seed: int, bias: bool = False):
+    """(x bf16 [T, K], LinearWeights) on the CPU, from ``seed``: weights as ``build_moe``'s (block
+    scales over many binades, zero and subnormal blocks), ``scale_2`` a power of two times 2^-1..2^2,
+    a bias of about the output's scale when ``bias``."""
     import torch
 
     from .nvfp4 import LinearWeights, quantize
     T, K, N = shape["num_tokens"], shape["hidden_size"], shape["out_features"]
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(T, K, generator=g).bfloat16()
-    w = torch.randn(N, K, generator=g)
+    x = _x(g, T, K)
+    w = _weights(g, (), N, K, torch.randn(N, generator=g))
+    s2 = pow2_scale(w.abs().amax()) * _multipliers(g, 1)[0]
     scale = pow2_scale(x.float().abs().amax()) if quant == "nvfp4" else None
-    return x, LinearWeights(quantize(w, pow2_scale(w.abs().amax())), scale)
+    b = torch.randn(N, generator=g).bfloat16() if bias else None
+    return x, LinearWeights(quantize(w, s2), scale, b)
 
 
 def _moe_to(w, device):
@@ -164,37 +261,149 @@ def _decision(spec: Dict[str, Any], op: str, layer: Dict[str, Any]):
     return _SELECTORS[key].select(op=op, **layer)
 
 
-def run_case(spec: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
-    """Build, prepare, apply, compare: the measurements of one case (raises on failure)."""
+def _z(g, se):
     import torch
+    return (g - 1) / torch.clamp(se, min=1e-300)
 
-    from selector.entry_points import load_entry_point
+
+def moe_gains(y, ref_parts):
+    """Per-expert gains and their z-scores: the least-squares ``g`` of
+    ``y ~ sum_e g_e * ref_parts[e]`` (float64), and ``(g_e - 1) / standard error``, the error
+    estimated from the fit's residual.
+
+    ``ref_parts[e]`` is the reference's output with only expert ``e`` routed. A correct kernel's
+    rounding differences do not correlate with any expert's output: every z-score is a few units
+    at most. A wrong scale, activation or weight of one expert moves that expert's gain by many
+    standard errors.
+    """
+    import torch
+    P = torch.stack([p.reshape(-1) for p in ref_parts]).to(torch.float64)  # [E, n]
+    yv = y.reshape(-1).to(torch.float64)
+    G = P @ P.T
+    b = P @ yv
+    live = torch.nonzero(torch.diagonal(G) > 0).flatten()
+    g = torch.ones(P.shape[0], dtype=torch.float64)
+    se = torch.full((P.shape[0],), math.inf, dtype=torch.float64)
+    if len(live):
+        Gl = G[live][:, live]
+        g[live] = torch.linalg.solve(Gl, b[live])
+        resid = yv - g[live] @ P[live]
+        dof = max(1, yv.numel() - len(live))
+        sigma2 = float(resid @ resid) / dof + (1e-12 * float(yv.abs().max())) ** 2
+        se[live] = torch.sqrt(sigma2 * torch.diagonal(torch.linalg.inv(Gl)))
+    return g, _z(g, se)
+
+
+def column_gains(y, ref, group: int = 32):
+    """Gains per group of ``group`` output columns, ``<y_J, ref_J> / <ref_J, ref_J>``, and their
+    z-scores (the standard error from each group's residual)."""
+    import torch
+    y, ref = y.to(torch.float64), ref.to(torch.float64)
+    n = ref.shape[-1]
+    gs, ses = [], []
+    for c in range(0, n, group):
+        r, v = ref[..., c:c + group].reshape(-1), y[..., c:c + group].reshape(-1)
+        d = float(r @ r)
+        if d <= 0:
+            gs.append(1.0)
+            ses.append(math.inf)
+            continue
+        gj = float(v @ r) / d
+        e = v - gj * r
+        sigma2 = float(e @ e) / max(1, r.numel() - 1) + (1e-12 * float(v.abs().max())) ** 2
+        gs.append(gj)
+        ses.append(math.sqrt(sigma2 / d))
+    g = torch.tensor(gs, dtype=torch.float64)
+    return g, _z(g, torch.tensor(ses, dtype=torch.float64))
+
+
+def _gain_fields(gz) -> Dict[str, Any]:
+    """gain_err: the largest |gain - 1|; gain_worst: [where, its gain]. (The z-scores are not
+    used: a kernel's rounding errors of one token's intermediate are shared by all its outputs,
+    so the fit's residual is not white and its standard errors are too small.)"""
+    import torch
+    g, _ = gz
+    dev = (g - 1).abs()
+    i = int(torch.argmax(dev))
+    return {"gain_err": float(dev[i]), "gain_worst": [i, float(g[i])]}
+
+
+def dense_parts(parts, E: int, shape):
+    """``reference_moe(..., parts=...)``'s contributions as ``E`` dense ``[T, H]`` tensors."""
+    import torch
+    out = []
+    for e in range(E):
+        d = torch.zeros(shape, dtype=torch.float64)
+        if e in parts:
+            tok, ye = parts[e]
+            d.index_add_(0, tok, ye.to(torch.float64))
+        out.append(d)
+    return out
+
+
+def problem(spec: Dict[str, Any], case: Dict[str, Any]):
+    """The case's inputs and reference: ``(inputs, ref, parts or None, settings)`` on the CPU.
+
+    inputs: ``(x, weights, topk_weights, topk_ids)`` (MoE) or ``(x, weights)`` (linear)."""
+    import torch
 
     from .reference import reference_linear, reference_moe
     op, backend = spec["op"], spec["backend"]
     layer, shape, seed = case["layer"], case["shape"], int(case.get("seed", 0))
     quant = layer["quant"]
     ref_quant = case.get("reference_layer", layer)["quant"]  # W4A16 for a weight-only backend
-    cls = load_entry_point(spec["entry_point"])
-    device, device_text = _device()
-    kwargs: Dict[str, Any] = {"quant": quant, "decision": _decision(spec, op, layer)}
-    if op == "moe":
-        kwargs.update(activation=layer["activation"], act_and_mul=layer["act_and_mul"])
-    impl = cls(**kwargs)
     settings = REFERENCE_SETTINGS.get((op, backend, quant), {})
     if op == "moe":
-        x, w, tw, ti = build_moe(shape, quant, layer["act_and_mul"], layer["activation"], seed)
+        limit = layer.get("swiglu_limit")
+        x, w, tw, ti = build_moe(shape, quant, layer["act_and_mul"], layer["activation"], seed,
+                                 limit)
+        kw = dict(activation=layer["activation"], quant=ref_quant, swiglu_limit=limit, **settings)
         # x's bf16 values are exact in float64: the float64 input gives a float64 output
-        ref = reference_moe(x.to(torch.float64), w, tw, ti, activation=layer["activation"],
-                            quant=ref_quant, compute_dtype=torch.float64, **settings)
-        t0 = time.perf_counter()
+        parts: Dict[int, Any] = {}
+        ref = reference_moe(x.to(torch.float64), w, tw, ti, compute_dtype=torch.float64,
+                            parts=parts, **kw)
+        return (x, w, tw, ti), ref, dense_parts(parts, w.num_experts, tuple(ref.shape)), settings
+    x, w = build_linear(shape, quant, seed, bool(case.get("bias")))
+    ref = reference_linear(x.to(torch.float64), w, quant=ref_quant, compute_dtype=torch.float64,
+                           **settings)
+    return (x, w), ref, None, settings
+
+
+def measure(y, ref, parts) -> Dict[str, Any]:
+    """``compare`` plus the gains (per expert for an MoE, per 32 output columns for a linear)."""
+    res = compare(y, ref)
+    if res.get("nonfinite"):
+        return res
+    import torch
+    y64 = y.detach().to("cpu", torch.float64)
+    g = moe_gains(y64, parts) if parts is not None else column_gains(y64, ref)
+    res.update(_gain_fields(g))
+    return res
+
+
+def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, Any]:
+    """Build, prepare, apply, compare: the measurements of one case (raises on failure)."""
+    import torch
+
+    from selector.entry_points import load_entry_point
+    op = spec["op"]
+    layer = case["layer"]
+    cls = cls or load_entry_point(spec["entry_point"])
+    device, device_text = _device()
+    kwargs: Dict[str, Any] = {"quant": layer["quant"], "decision": _decision(spec, op, layer)}
+    if op == "moe":
+        kwargs.update(activation=layer["activation"], act_and_mul=layer["act_and_mul"])
+        if layer.get("swiglu_limit") is not None:
+            kwargs["swiglu_limit"] = layer["swiglu_limit"]
+    impl = cls(**kwargs)
+    inputs, ref, parts, settings = problem(spec, case)
+    t0 = time.perf_counter()
+    if op == "moe":
+        x, w, tw, ti = inputs
         prepared = impl.prepare(_moe_to(w, device))
         y = impl.apply(x.to(device), prepared, tw.to(device), ti.to(device))
     else:
-        x, w = build_linear(shape, quant, seed)
-        ref = reference_linear(x.to(torch.float64), w, quant=ref_quant,
-                               compute_dtype=torch.float64, **settings)
-        t0 = time.perf_counter()
+        x, w = inputs
         prepared = impl.prepare(_linear_to(w, device))
         y = impl.apply(x.to(device), prepared)
     if device.type == "cuda":
@@ -202,7 +411,7 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
     seconds = time.perf_counter() - t0
     if y is None:
         raise TypeError(f"{spec['entry_point']}.apply returned None, not a tensor")
-    res = compare(y, ref)
+    res = measure(y, ref, parts)
     res.update(device=device_text, kernel_seconds=seconds,
                reference=", ".join(f"{k}={v}" for k, v in settings.items()))
     return res

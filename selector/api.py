@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .config import ConfigTree, compose
 from .config.presets import stack_presets
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .checkpoint import Plan
     from .launch import LaunchPlan
     from .model import Catalogue, Detect, Platform
-    from .rules import VerifyFailure
+    from .rules import VerifyFailure, VerifyVerdict
 
 log = logging.getLogger("selector")
 # decisions kept per cache: a model has tens of distinct layers (times its shape buckets); a full
@@ -37,7 +37,8 @@ class Selector:
 
     def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
                  probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
-                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None):
+                 verify: Optional[Mapping[Tuple[str, str],
+                                         Union[Tuple[VerifyFailure, ...], VerifyVerdict]]] = None):
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})

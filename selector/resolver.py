@@ -36,6 +36,7 @@ from .rules import (
     Rule,
     VerifyFailure,
     VerifyRule,
+    VerifyVerdict,
 )
 from .schema import Layer, Status
 
@@ -126,7 +127,8 @@ def _reason(r: Reason) -> Dict[str, str]:
 
 def planned_rules(b: BackendSpec, run: RunConfig,
                   probes: Optional[Mapping[str, Tuple[bool, str]]],
-                  verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]]
+                  verify: Optional[Mapping[Tuple[str, str],
+                                           Union[Tuple[VerifyFailure, ...], VerifyVerdict]]]
                   ) -> Tuple[Rule, ...]:
     """A backend's rules for this run, in evaluation order: the engine's availability and
     `implements` (each final), `policy.exclude`, the backend's opt-in (unless
@@ -161,7 +163,8 @@ class Resolver:
     findings and verification failures ((op, backend) -> failed cases: a `verify` rule each)."""
 
     def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
-                 verify: Optional[Mapping[Tuple[str, str], Tuple[VerifyFailure, ...]]] = None,
+                 verify: Optional[Mapping[Tuple[str, str],
+                                          Union[Tuple[VerifyFailure, ...], VerifyVerdict]]] = None,
                  stacks: Any = ()):
         self.run = run
         self._hint = no_packages_hint(run.platform, stacks)

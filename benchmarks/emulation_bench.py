@@ -1,0 +1,220 @@
+"""The emulation as a fallback for a real model: memory, speed against a bf16 baseline, quantize.
+
+    PYTHONUNBUFFERED=1 python3 benchmarks/emulation_bench.py [--quick] [--tokens 1,8,64,256]
+
+Prints, on CUDA when a GPU is visible (else the CPU, with a smaller shape unless --full):
+
+1. ``quantize`` of a 4096 x 7168 float32 matrix on the CPU, this code against the implementation
+   it replaced (``quantize_before``, commit 6e5197d: chunks of 2^20 elements, encode then pack), in
+   microseconds per element, with torch's default threads and with one thread.
+2. The ``emulation`` MoE (``backends.reference.emulate_moe``, what ``EmulationMoE.apply`` runs) on
+   the DeepSeek-V3 expert shape (H 7168, I 2048, 256 experts, top-8; random NVFP4 checkpoint), W4A16
+   and W4A4, for each token count, against a dequantize-once bf16 baseline: the same expert loop
+   (tokens grouped by expert once, per routed expert two bf16 GEMMs and the activation) on bf16
+   weights dequantized ahead of time (3.6x the checkpoint). Median times in ms and their ratio.
+3. Its memory: the checkpoint's bytes, and the peak allocated during a call beyond the checkpoint
+   and the inputs (CUDA: ``max_memory_allocated``), as a multiple of the checkpoint. The emulation
+   it replaced cached the weights dequantized to float32: 7.1x the checkpoint (computed, not run).
+
+SM 9.0 has no FP4 tensor cores: nothing here is an FP4 kernel; it is what the fallback costs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from backends import nvfp4 as nv  # noqa: E402
+from backends.reference import activation_fn, emulate_moe  # noqa: E402
+
+DSV3 = dict(num_experts=256, top_k=8, hidden=7168, inter=2048)
+CPU_SHAPE = dict(num_experts=32, top_k=8, hidden=1024, inter=512)
+
+
+def quantize_before(x, scale_2=None):
+    """The quantizer as of commit 6e5197d (same results; for the speed comparison only)."""
+    K = x.shape[-1]
+    amax = nv.amax_checked(x)
+    s2 = nv.scale_2_from_amax(amax) if scale_2 is None else torch.as_tensor(scale_2)
+    rows = x.numel() // K
+    x2 = x.reshape(rows, K)
+    packed = torch.empty(rows, K // 2, dtype=torch.uint8)
+    bs = torch.empty(rows, K // 16, dtype=torch.float8_e4m3fn)
+    step = max(1, (1 << 20) // K)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        blocks = x2[r0:r1].float().reshape(r1 - r0, K // 16, 16)
+        bsc = nv.to_e4m3(blocks.abs().amax(-1) / (6.0 * s2))
+        denom = (bsc.float() * s2).unsqueeze(-1)
+        scaled = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), 0.0)
+        packed[r0:r1] = nv.pack_e2m1(nv.encode_e2m1(scaled).reshape(r1 - r0, K))
+        bs[r0:r1] = bsc
+    return packed, bs
+
+
+def quantize_figures():
+    x = torch.randn(4096, 7168, generator=torch.Generator().manual_seed(0))
+    n = x.numel()
+    rows = []
+    threads = torch.get_num_threads()
+    for nthreads in dict.fromkeys((threads, 1)):
+        torch.set_num_threads(nthreads)
+        t = time.perf_counter()
+        q = nv.quantize(x)
+        new = time.perf_counter() - t
+        t = time.perf_counter()
+        p, b = quantize_before(x)
+        old = time.perf_counter() - t
+        assert torch.equal(p, q.packed) and torch.equal(b.view(torch.uint8),
+                                                       q.block_scale.view(torch.uint8))
+        rows.append((nthreads, new, old))
+    torch.set_num_threads(threads)
+    print(f"quantize, 4096 x 7168 float32 on the CPU ({n / 1e6:.1f} M elements; results "
+          "bit-identical):")
+    for nthreads, new, old in rows:
+        print(f"  {nthreads:2d} thread(s): {new:7.3f} s = {new / n * 1e6:.4f} us/element;  "
+              f"before: {old:7.3f} s = {old / n * 1e6:.4f} us/element;  {old / new:.1f}x")
+
+
+def random_nvfp4(shape, gen, device, scale_2=2e-3):
+    """A valid NVFP4 checkpoint tensor: random codes, random normal E4M3 block scales."""
+    *lead, K = shape
+    packed = torch.randint(0, 256, (*lead, K // 2), dtype=torch.uint8, generator=gen,
+                           device=device)
+    bs = nv.to_e4m3(torch.rand((*lead, K // 16), generator=gen, device=device) * 440 + 8)
+    return nv.NVFP4Tensor(packed, bs,
+                          torch.full(tuple(lead[:1]), scale_2, device=device))
+
+
+def timeit(fn, device, iters):
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(iters):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def bf16_baseline(x, w13, w2, tw, ti, inter):
+    """The same expert loop as emulate_moe on bf16 weights dequantized once (W4A16)."""
+    E = w13.shape[0]
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    k = ti.shape[1]
+    ids = ti.reshape(-1).long()
+    order = torch.argsort(ids, stable=True)
+    counts = torch.bincount(ids, minlength=E).tolist()
+    start = 0
+    for e, n in enumerate(counts):
+        if not n:
+            continue
+        sel = order[start:start + n]
+        start += n
+        tok, slot = sel // k, sel % k
+        h = (x[tok] @ w13[e].T).float()
+        a = activation_fn(h, "silu", True).to(x.dtype)
+        y.index_add_(0, tok, (a @ w2[e].T).float() * tw[tok, slot].unsqueeze(-1))
+    return y.to(x.dtype)
+
+
+def _kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def cpu_peak(fn):
+    """Peak resident bytes ``fn`` adds (Linux: VmHWM reset through /proc/self/clear_refs; glibc
+    maps every buffer >= 64 KiB on its own, see main(), so each transient peak is seen)."""
+    Path("/proc/self/clear_refs").write_text("5")
+    base = _kib("VmRSS")
+    y = fn()
+    peak = (max(_kib("VmHWM"), _kib("VmRSS")) - base) * 1024
+    del y
+    return peak
+
+
+def moe_figures(cfg, tokens, device, iters):
+    E, k, H, I = cfg["num_experts"], cfg["top_k"], cfg["hidden"], cfg["inter"]
+    wgen = torch.Generator(device=device).manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    w13 = random_nvfp4((E, 2 * I, H), wgen, device)
+    w2 = random_nvfp4((E, H, I), wgen, device)
+    ckpt = sum(t.packed.numel() + t.block_scale.numel() + 4 * t.scale_2.numel() for t in (w13, w2))
+    print(f"\nMoE E={E} top-{k} H={H} I={I} on {device}; checkpoint {ckpt / 2 ** 30:.2f} GiB "
+          f"(the emulation before cached float32 weights: "
+          f"{E * 3 * I * H * 4 / ckpt:.1f}x = {E * 3 * I * H * 4 / 2 ** 30:.1f} GiB)")
+    b13 = torch.stack([nv.dequantize(w13.packed[e], w13.block_scale[e], w13.scale_2[e],
+                                     torch.bfloat16) for e in range(E)])
+    b2 = torch.stack([nv.dequantize(w2.packed[e], w2.block_scale[e], w2.scale_2[e],
+                                    torch.bfloat16) for e in range(E)])
+    print(f"{'T':>5} {'quant':12} {'emulation ms':>13} {'bf16 ms':>9} {'ratio':>6} "
+          f"{'peak extra / ckpt':>18} {'total / ckpt':>13}")
+    for T in tokens:
+        x = torch.randn(T, H, generator=gen).bfloat16().to(device)
+        logits = torch.randn(T, E, generator=gen)
+        tw, ti = torch.topk(torch.softmax(logits, -1), k)
+        tw, ti = (tw / tw.sum(-1, keepdim=True)).to(device), ti.int().to(device)
+        t_bf = timeit(lambda: bf16_baseline(x, b13, b2, tw, ti, I), device, iters(T))
+        for quant in ("nvfp4_w4a16", "nvfp4"):
+            a = (torch.tensor(1 / 448, device=device), torch.full((E,), 1 / 448, device=device)) \
+                if quant == "nvfp4" else (None, None)
+            W = nv.MoEWeights(w13, w2, *a)
+
+            def run():
+                return emulate_moe(x, W, tw, ti, activation="silu", quant=quant)
+            t_em = timeit(run, device, iters(T))
+            if device.type == "cpu":
+                peak = cpu_peak(run)
+            else:
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                y = run()
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated() - base
+                del y
+            print(f"{T:5d} {quant:12} {t_em:13.3f} {t_bf:9.3f} {t_em / t_bf:6.2f} "
+                  f"{peak / ckpt:18.3f} {1 + peak / ckpt:13.3f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a small MoE shape, no quantize figure")
+    ap.add_argument("--full", action="store_true", help="the DeepSeek-V3 shape on the CPU too")
+    ap.add_argument("--tokens", default="1,8,64,256")
+    args = ap.parse_args()
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536" and not torch.cuda.is_available():
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
+    tokens = [int(t) for t in args.tokens.split(",")]
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"torch {torch.__version__}; device {dev}"
+          + (f" = {torch.cuda.get_device_name()}" if dev.type == "cuda" else
+             f" ({torch.get_num_threads()} threads)"))
+    if not args.quick:
+        quantize_figures()
+    cfg = DSV3 if (dev.type == "cuda" or args.full) and not args.quick else CPU_SHAPE
+    if args.quick:
+        cfg = dict(num_experts=16, top_k=4, hidden=256, inter=128)
+    iters = (lambda t: 10 if t <= 64 else 5) if dev.type == "cuda" else (lambda t: 3)
+    moe_figures(cfg, tokens, dev, iters)
+    if dev.type == "cpu":
+        print("\n(CPU memory: peak resident set added during one call)")
+
+
+if __name__ == "__main__":
+    main()
