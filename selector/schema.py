@@ -303,16 +303,22 @@ def type_ok(value: Any, tp: Any) -> bool:
     """Whether a plain YAML value has type `tp` (an int is never a bool)."""
     if tp is Any:
         return True
+    if tp is str or tp is bool:  # the common cases first: a config load checks thousands
+        return isinstance(value, tp)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Union:
         return any(type_ok(value, a) for a in args)
     if tp is type(None):
         return value is None
     if origin in (list, tuple):
-        return isinstance(value, (list, tuple)) and all(type_ok(v, args[0]) for v in value)
+        return isinstance(value, (list, tuple)) and (
+            args[0] is Any or all(type_ok(v, args[0]) for v in value))
     if origin is dict:
         return isinstance(value, Mapping) and all(
-            type_ok(k, args[0]) and type_ok(v, args[1]) for k, v in value.items())
+            type_ok(k, args[0]) and (args[1] is Any or type_ok(v, args[1]))
+            for k, v in value.items())
     if dataclasses.is_dataclass(tp):  # plain data from a file, or the node itself (planned rules)
         return isinstance(value, (Mapping, tp if isinstance(tp, type) else ()))
     if tp is int:
@@ -345,6 +351,12 @@ def node_fields(node: type) -> Tuple[Tuple[dataclasses.Field[Any], Any], ...]:
     return tuple((f, hints[f.name]) for f in fields(node))
 
 
+@functools.cache  # one entry per node class: what validate needs of each field, worked out once
+def _plan(node: type) -> Tuple[Tuple[str, Tuple[str, ...], Any, Any, bool], ...]:
+    return tuple((f.name, tuple(n.name for n in fields(node)), f, *_unwrap(tp))
+                 for f, tp in node_fields(node))
+
+
 def _default(f: dataclasses.Field[Any]) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
@@ -356,26 +368,29 @@ def validate(node: type, conf: Any, key: str, where: Optional[str] = None) -> Di
     every required key given, each value of its field's type and among its `choices`; nested
     nodes (a dataclass field, a list of them) likewise. Returns {field: value}, defaults
     filled (a null value of a field that does not accept null takes the default)."""
-    names = tuple(f.name for f in fields(node))
+    plan = _plan(node)
+    names = plan[0][1] if plan else ()
     if not isinstance(conf, Mapping):
         raise bad_input(key, conf, f"is not a mapping ({', '.join(names)})", where=where)
     for k in conf:
         if k not in names:
             raise bad_value(key or "config", k, names, what="key", where=where)
     out: Dict[str, Any] = {}
-    for f, tp in node_fields(node):
-        k, v = f"{key}.{f.name}" if key else f.name, conf.get(f.name)
+    for name, _, f, base, optional in plan:
+        v = conf.get(name)
         required = f.metadata.get("required")
         if required is not None and (v is None or v == "???" or
                                      (isinstance(v, str) and not v.strip())):
-            raise bad_input(k, v, required, where=where)
-        base, optional = _unwrap(tp)
+            raise bad_input(f"{key}.{name}" if key else name, v, required, where=where)
         if v is None:
-            out[f.name] = None if optional else _default(f)
+            out[name] = None if optional else _default(f)
+        elif (base is str or base is bool) and isinstance(v, base) and \
+                "choices" not in f.metadata:
+            out[name] = v  # the common case, checked inline
         elif f.metadata.get("parsed"):
-            out[f.name] = v
+            out[name] = v
         else:
-            out[f.name] = _value(f, base, v, k, where)
+            out[name] = _value(f, base, v, f"{key}.{name}" if key else name, where)
     return out
 
 

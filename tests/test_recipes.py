@@ -351,7 +351,6 @@ def test_recipe_engine_missing_steps(copy):
 # -- recipe: add a stack preset --------------------------------------------------------------
 
 STACK_YAML = """
-    # @package platform
     # What `pip install myengine==1.0` installs (test recipe).
     stack: {family: myengine, version: "1.0"}
     cuda: "13.0"
@@ -375,11 +374,14 @@ def test_recipe_stack_preset(copy):
 
 def test_recipe_stack_preset_missing_steps(copy):
     conf, _ = copy
-    body = STACK_YAML.replace("    # @package platform\n", "")
-    _write(conf / "stack" / "myengine_1_0.yaml", body)  # the header missing
+    # no header is needed (conf/config.yaml: `- stack@platform: none`); '# @package platform'
+    # is accepted too, any other is refused with the accepted ones, none among them
+    _write(conf / "stack" / "myengine_1_0.yaml", "# @package platform\n" + STACK_YAML)
+    _ok(check_tree([], []))
+    _write(conf / "stack" / "myengine_1_0.yaml", "# @package layer\n" + STACK_YAML)
     problems = _problems(check_tree([], []))
-    assert "stack=myengine_1_0: has no '# @package' header" in problems
-    assert "accepted header: '# @package platform'" in problems and "none or" not in problems
+    assert "stack=myengine_1_0: '@package layer' writes outside its own group" in problems
+    assert "accepted header: none or '# @package platform'" in problems
     _write(conf / "stack" / "myengine_1_0.yaml",  # its `stack:` data missing
            STACK_YAML.replace('    stack: {family: myengine, version: "1.0"}\n', ""))
     assert "stack=myengine_1_0 has no `stack: {family: ..., version: ...}`" in \

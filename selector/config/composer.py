@@ -28,6 +28,9 @@ _PACKAGE_KEY = re.compile(r"^platform\.packages\.(?P<name>[A-Za-z0-9._-]+)$")
 _VERSION_KEYS = ("platform.cuda", "platform.capability")
 _DETECTED_KEYS = ("platform.capability", "platform.cuda", "platform.gpu_name")
 _INT = re.compile(r"^[+-]?[0-9_]+$")
+# Groups conf/config.yaml's defaults list places in another package (`- stack@platform: none`):
+# users write `stack=NAME`, Hydra is given `stack@platform=NAME`.
+_PACKAGED_GROUPS = {"stack": "stack@platform"}
 
 
 def normalize_overrides(overrides: Sequence[object], tree: Optional[ConfigTree] = None
@@ -81,6 +84,8 @@ def normalize_overrides(overrides: Sequence[object], tree: Optional[ConfigTree] 
         if eq and (m or key in _VERSION_KEYS) and value != "null" and not (
                 len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""):
             value = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        if key in _PACKAGED_GROUPS:  # the defaults list names it with its package
+            key = _PACKAGED_GROUPS[key]
         out.append(f"{prefix}{key}{eq}{value}")
     return out
 

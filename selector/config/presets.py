@@ -16,7 +16,9 @@ from .dirs import ConfigTree
 from .safe_yaml import load_document
 
 # The package a preset of each group may write to (None: the group's own, Hydra's default).
-PACKAGES = {"platform": (None, "_group_", "platform"), "stack": ("platform",),
+# A stack preset writes platform.*: conf/config.yaml places the group there
+# (`- stack@platform: none`), so it needs no header ('# @package platform' is still accepted).
+PACKAGES = {"platform": (None, "_group_", "platform"), "stack": (None, "platform"),
             "layer": (None, "_group_", "layer"), "policy": (None, "_group_", "policy"),
             "engine": (None, "_group_", "engine")}
 SCHEMA_NODES = {"platform": schema.PlatformConf, "stack": schema.PlatformConf,
