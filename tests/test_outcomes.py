@@ -600,3 +600,14 @@ def test_why_json_is_indented_like_explain():
     d1, _ = synthetic()
     js, _ = why(d1, "cc", "json")
     assert js.startswith('{\n  "backend": "cc",\n  "status": "opt_in",')
+
+
+def test_the_hint_counts_only_installed_packages():
+    from types import SimpleNamespace
+
+    from selector.resolver import no_packages_hint
+    bare = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", None)))
+    got = no_packages_hint(bare, ["vllm_0_33"])
+    assert got is not None and got.data == {"add": ("stack=vllm_0_33",)}
+    some = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", "0.33.0")))
+    assert no_packages_hint(some, ["vllm_0_33"]) is None
