@@ -544,3 +544,70 @@ def test_a_decision_is_immutable_and_its_notes_are_computed_once():
         d1.selected = "dd"  # type: ignore[misc]
     assert d1.notes is d1.notes  # rendered once
     assert d1.notes_of("preference")[0].data["rank"] == 1 and d1.notes_of("nope") == ()
+
+
+def test_wrapping_keeps_hyphenated_and_long_words_whole():
+    d1, _ = synthetic()
+    pre = "x" * (100 - len("  - ") - len("flashinfer-") - 1)  # "flashinfer-" ends at column 100
+    n = note("platform", detail=pre[len("platform: "):] + " flashinfer-python")
+    d = Decision(d1.layer, d1.platform, "auto", "aa", d1.candidates, (n,), "x")
+    assert str(d).splitlines()[-1] == "    flashinfer-python"  # not split at the hyphen
+    # the table: a long backend name widens it (pad + 60 columns); hyphens and long words stay
+    name = "b" * 30
+    head = 2 + 30 + 2 + 14 + 2  # where a reason starts
+    width = (30 + 20) + 60
+    exact = "w" * (width + 1 - head - len("[device] ") - len(" (s)"))  # one column too many
+    hyphen = "y" * (width - head - len("[device] ") - len(" flashinfer-")) + " flashinfer-python"
+    long = "z" * 150
+    cands = (Candidate(name, S.REJECTED, tuple(Reason("device", m, "s", "need x")
+                                                for m in (exact, hyphen, long))),)
+    table = str(Decision(d1.layer, d1.platform, "auto", None, cands, (), "x")).splitlines()
+    row = table.index(next(x for x in table if x.startswith(f"  {name}")))
+    pad = " " * (head + 2)
+    assert table[row:row + 6] == [
+        f"  {name}  rejected        [device] {exact}", pad + "(s)",
+        " " * head + f"[device] {hyphen[:-len(' flashinfer-python')]}",
+        pad + "flashinfer-python (s)",
+        " " * head + "[device]", pad + long]  # a long word is never broken
+    assert table[row + 6] == pad + "(s)"
+
+
+def test_a_note_is_immutable():
+    import dataclasses
+    n = note("platform", detail="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        n.kind = "y"  # type: ignore[misc]
+
+
+def test_request_not_applicable_words_for_one_and_several_backends():
+    one = note("request_not_applicable", key="policy.moe_backend", requested=("b",), chose="c",
+               reason={"rule": "quant", "message": "implements nvfp4 layers, not fp8"},
+               quant="fp8", op="moe")
+    assert str(one) == ("policy.moe_backend=b: b does not apply to this layer ([quant] "
+                        "implements nvfp4 layers, not fp8); automatic selection chose c for this "
+                        "layer")
+    two = note("request_not_applicable", key="policy.moe_backend", requested=("b", "d"),
+               chose=None, reason=None, quant="fp8", op="moe")
+    assert str(two) == ("policy.moe_backend=b,d: none of them implements fp8 moe layers; "
+                        "automatic selection chose nothing for this layer")
+    fb = note("fallback", "b", key="k", requested=("b",), failing=({"backend": "b",
+                                                                     "failed": 1},), chose=None)
+    assert str(fb) == "k=b was requested but fails 1 rule(s); policy.strict=false: fell back to " \
+                      "nothing"
+
+
+def test_why_json_is_indented_like_explain():
+    d1, _ = synthetic()
+    js, _ = why(d1, "cc", "json")
+    assert js.startswith('{\n  "backend": "cc",\n  "status": "opt_in",')
+
+
+def test_the_hint_counts_only_installed_packages():
+    from types import SimpleNamespace
+
+    from selector.resolver import no_packages_hint
+    bare = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", None)))
+    got = no_packages_hint(bare, ["vllm_0_33"])
+    assert got is not None and got.data == {"add": ("stack=vllm_0_33",)}
+    some = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", "0.33.0")))
+    assert no_packages_hint(some, ["vllm_0_33"]) is None
