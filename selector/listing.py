@@ -68,8 +68,30 @@ def catalogue_markdown(cat: Catalogue) -> str:
                 lines.append(f"| {r.describe().replace('|', '/')} | {r.kind} | {r.severity} | "
                              f"{msg} | {r.source} |")
             lines.append("")
+            lines += _engines_markdown(b)
     from .rules import kinds_markdown
     return "\n".join(lines) + "\n" + kinds_markdown()
+
+
+def _engines_markdown(b: Any) -> List[str]:
+    """Each engine's name for the backend, the kernel it runs, its own rules (engine=...)."""
+    out: List[str] = []
+    for engine, e in sorted(b.engines, key=lambda x: x[0]):
+        if e.name is None:
+            out.append(f"- `engine={engine}`: none ({e.source})")
+            continue
+        parts = [f"- `engine={engine}`: `{e.name}` ({e.source})"]
+        for k in e.kernels:
+            when = ", ".join(w for w in (k.when.describe_layer(),
+                                          k.when.describe_platform_spec()) if w)
+            parts.append(f"  - kernel `{k.kernel}`" + (f" where {when}" if when else "") +
+                         (f", run as {k.scheme}" if k.scheme else "") + f" ({k.source})")
+        if e.replaces:
+            parts.append(f"  - replaces the backend's own {', '.join(e.replaces)} rule(s)")
+        for r in e.rules:
+            parts.append(f"  - rule {r.describe()}: {r.message or ''} ({r.source})")
+        out += parts
+    return out + ([""] if out else [])
 
 
 if __name__ == "__main__":

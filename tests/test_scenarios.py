@@ -324,7 +324,9 @@ MOE = [
              "cutlass": {"package"}, "marlin": {"package"}, "flashinfer_cutedsl": set()},
       status={"flashinfer_b12x": "rejected", "flashinfer_cutedsl": "eligible",
               "flashinfer_cutlass": "eligible", "emulation": "eligible"}),
-    S("moe-b300-074-nemotron-trtllm", [B300, FI_074, NEMOTRON], "flashinfer_trtllm"),
+    # vLLM #52308: non-gated relu2 on SM 10.x with TRT-LLM's MoE, a warning on the choice
+    S("moe-b300-074-nemotron-trtllm", [B300, FI_074, NEMOTRON], "flashinfer_trtllm",
+      warned=("flashinfer_trtllm",), notes=("vLLM #52308",)),
     # TRT-LLM refuses vLLM's interleaved swigluoai: gpt-oss goes to CuTe-DSL (vLLM 0.32.0 oracle)
     S("moe-gb200-074-gpt-oss-cutedsl", [GB200, FI_074, GPT_OSS], "flashinfer_cutedsl",
       kinds={"flashinfer_trtllm": {"activation"}}),
@@ -438,9 +440,10 @@ LINEAR = [
       "flashinfer_cutlass", warned=("flashinfer_b12x",)),
     S("lin-rtx5090-wheel-collision", [RTX, FI_0611, LIBS_BOTH, DENSE], "flashinfer_cutlass",
       kinds={"flashinfer_b12x": {"known_issue"}}),
+    # vLLM 0.32.0's torch brings cuDNN (nvidia-cudnn-cu13): its FP4 GEMM has no CUDA floor
     S("lin-rtx5090-vllm-cuda-12.6", [RTX, VLLM, "platform.cuda=12.6", DENSE],
-      "marlin", kinds={"flashinfer_b12x": {"cuda"}, "cutlass": {"cuda"},
-                       "flashinfer_cutlass": {"cuda"}}),
+      "flashinfer_cudnn", kinds={"flashinfer_b12x": {"cuda"}, "cutlass": {"cuda"},
+                                 "flashinfer_cutlass": {"cuda"}}),
     S("lin-b200-074-cutedsl", [B200, FI_074], "flashinfer_cutedsl", layer=DENSE_KW,
       kinds={"flashinfer_trtllm": {"opt_in"}, "flashinfer_cudnn": {"package"},
              "flashinfer_b12x": {"device"}},
@@ -462,7 +465,7 @@ LINEAR = [
     S("lin-b200-0611-cutlass-dsl-4.4", [B200, FI_0611, pk(nvidia_cutlass_dsl="4.4.2")],
       "flashinfer_cutlass", layer=DENSE_KW, kinds={"flashinfer_cutedsl": {"known_issue"}}),
     S("lin-h200-vllm-marlin", [H200, VLLM], "marlin", layer=DENSE_KW,
-      kinds={"flashinfer_cudnn": {"device", "package"}, "flashinfer_cutlass": {"device"},
+      kinds={"flashinfer_cudnn": {"device"}, "flashinfer_cutlass": {"device"},
              "cutlass": {"device"}, "flashinfer_b12x": {"device"}},
       notes=(N("weight_only", "marlin"),)),
     S("lin-h200-074-emulation", [H200, FI_074], "emulation", layer=DENSE_KW,
@@ -611,6 +614,10 @@ def _unreachable(sel):
 def test_every_rule_fires_somewhere():
     sel = load(CPU)
     every = {r.key for bs in sel.catalogue.backends.values() for b in bs for r in b.rules} | \
+        {r.key for bs in sel.catalogue.backends.values() for b in bs for _, e in b.engines
+         for r in e.rules} | \
+        {k.key for bs in sel.catalogue.backends.values() for b in bs for _, e in b.engines
+         for k in e.kernels if k.scheme} | \
         {f"catalogue.{b.op}.{b.name}.opt_in" for bs in sel.catalogue.backends.values()
          for b in bs if b.opt_in}
     # the rules the resolver plans from a backend's fields and the run (rules.py)

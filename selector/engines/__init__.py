@@ -57,6 +57,7 @@ class Kernel:
     source: str
     scheme: Optional[str] = None
     when: Condition = Condition()
+    key: str = ""  # catalogue.<op>.<name>.engines.<engine>.kernels[i]
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def _kernels(conf: Any, key: str, file: str) -> Tuple[Kernel, ...]:
         if scheme is not None and scheme not in QUANTS:
             raise bad_value(f"{where}.scheme", scheme, QUANTS, where=file)
         out.append(Kernel(k["kernel"], k["source"], scheme,
-                          Condition.parse(k.get("when"), where, file)))
+                          Condition.parse(k.get("when"), where, file), where))
     return tuple(out)
 
 
@@ -177,7 +178,7 @@ def runs_as(engine: Engine, backend: Any, layer: Any, facts: Facts
     return dataclasses.replace(layer, quant=k.scheme), Reason(
         "engine", f"{engine.label} runs {k.kernel} for this {layer.quant} layer under the "
         f"name {backend.name}: it serves the layer as {k.scheme}", k.source,
-        f"run as {k.scheme}", "warning")
+        f"run as {k.scheme}", "warning", k.key)
 
 
 def apply(catalogue: Any, engine: Engine) -> Any:
