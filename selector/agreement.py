@@ -424,7 +424,7 @@ def _with_ranks(items: List[Tuple[Group, Sequence[str]]], hosts: Dict[int, str],
     out = []
     for fields, ranks in ranks_of.items():
         rule, message, source = fields[:3]
-        need, severity = (fields[3], fields[4]) if len(fields) > 3 else ("", "error")
+        need, severity = (fields[3], fields[4]) if len(fields) == 5 else ("", "error")
         ranks_t = tuple(sorted(ranks))
         text = message if len(ranks_t) == world else f"{where(ranks_t, hosts)}: {message}"
         out.append(Reason(rule, text, source, ranks_t, need or message, severity))

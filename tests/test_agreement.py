@@ -151,9 +151,13 @@ def test_to_json_is_to_dict_in_order():
 
 
 def test_every_layer_keeps_its_own_fields():
-    ds = [load(*SPARK).select(**MOE), load(*SPARK).select(**LINEAR)]
+    """Two MoE layers of different sizes share one verdict: layer and verdict numbers differ."""
+    spark = load(*SPARK)
+    ds = [spark.select(**MOE), spark.select(**dict(MOE, hidden_size=512)),
+          spark.select(**LINEAR)]
     out = agreement.agree(groups_of([ds, ds]), ds)
-    assert [a.layer["op"] for a in out] == ["moe", "linear"]
+    assert groups_of([ds])[0].body["per_layer"] == [[0, 0], [1, 0], [2, 1]]
+    assert [a.layer for a in out] == [d.layer for d in ds]
     assert [a.local for a in out] == ds
 
 
@@ -240,7 +244,7 @@ def test_platform_text_lists_installed_packages_only():
 
 
 def test_notes_do_not_break_at_hyphens():
-    note = "a" * 90 + " flashinfer-python-cutlass-dsl-name"
+    note = "a" * 80 + " flashinfer-python-cutlass-dsl-name"  # "flashinfer-" would fit
     d = agreement.agree([Group((0,), ("h",), body([("x", "eligible")], notes=[note],
                                                   selected="x"))])[0]
     assert "    flashinfer-python-cutlass-dsl-name" in str(d).splitlines()
