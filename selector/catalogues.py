@@ -253,7 +253,7 @@ def _locate(name: str, value: str, dist: Dist, dist_name: str) -> Path:
     import importlib.util
     try:  # an editable install: where its top-level package lives (nothing is imported)
         spec = importlib.util.find_spec(parts[0])
-    except (ImportError, ValueError, AttributeError):
+    except Exception:  # noqa: BLE001 - an installed import hook's failure: not installed
         spec = None
     for loc in (spec.submodule_search_locations or []) if spec else []:
         path = Path(loc).joinpath(*parts[1:])
