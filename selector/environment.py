@@ -78,7 +78,8 @@ def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
     for n in names:
         name = canonicalize_name(n)
         try:
-            out[name] = Version(md.version(name))
+            dist = md.distribution(name)
+            out[name] = Version(dist.version) if readable_metadata(dist) else None
         except md.PackageNotFoundError:
             out[name] = None
         except (InvalidVersion, TypeError, OSError, ValueError):
@@ -86,11 +87,34 @@ def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
     return out
 
 
+def readable_metadata(dist: md.Distribution) -> bool:
+    """Whether a distribution's metadata files are safe to read: each of METADATA, PKG-INFO
+    and RECORD that exists is a regular file of at most 1 MiB (a FIFO there would block the
+    read for ever; see selector.catalogues.read_metadata). Malformed metadata: not installed."""
+    import stat
+    base = getattr(dist, "_path", None)  # PathDistribution's directory (other kinds: trusted)
+    if not isinstance(base, Path):
+        return True
+    from .catalogues import MAX_METADATA_BYTES
+    for name in ("METADATA", "PKG-INFO", "RECORD"):
+        try:
+            st = (base / name).stat()
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_METADATA_BYTES:
+            return False
+    return True
+
+
 def half_installed(name: str) -> Optional[str]:
     """A file of the distribution's top-level package(s) that its RECORD lists but that is
     missing (metadata left behind by an interrupted install or a manual removal), or None."""
     try:
         dist = md.distribution(name)
+        if not readable_metadata(dist):
+            return None
         text = dist.read_text("RECORD") or ""
     except Exception:  # noqa: BLE001 - unreadable metadata is installed_versions' business
         return None
