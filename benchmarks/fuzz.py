@@ -1,10 +1,10 @@
 """A longer fuzz run than CI's, with outcome counts.
 
 Runs tests/test_fuzz.py, tests/test_fuzz_configdir.py (config-dir contents and environment
-variables), tests/test_fuzz_plugins.py (installed plugins) and tests/test_properties.py with SELECTOR_FUZZ_SCALE times CI's
-hypothesis examples and fresh random seeds (CI's runs are derandomised: the same cases every
-time), and prints how many cases ran and how each ended. A failure prints hypothesis's
-minimal example and the seed to reproduce it.
+variables), tests/test_fuzz_plugins.py (installed plugins) and tests/test_properties.py with
+SELECTOR_FUZZ_SCALE times CI's hypothesis examples and fresh random seeds (CI's runs are
+derandomised: the same cases every time), and prints how many cases ran and how each ended.
+A failure prints hypothesis's minimal example and the seed to reproduce it.
 
     python benchmarks/fuzz.py                 # scale 20, random seeds
     python benchmarks/fuzz.py --scale 1 --ci  # exactly what CI runs, counted
