@@ -301,6 +301,7 @@ def reset() -> None:
     scan.cache_clear()
     _contributions.cache_clear()
     _WARNED.clear()
+    _CHECKED.clear()
     from .entry_points import plugin_modules
     plugin_modules.cache_clear()
 
@@ -333,7 +334,7 @@ def scan_catalogues(packaged: Path) -> Tuple[List[Path], Tuple[str, ...]]:
         if c.path == packaged or c.path in dirs:
             continue
         try:
-            mine = _check_contribution(c, packaged, dirs, owners)
+            mine = _checked(c, packaged, dirs, owners)
         except SelectorError as exc:
             problems.append(f"{c.origin} ({c.path}): {exc}; this catalogue is left out "
                             "(`selector check` lists it)")
@@ -361,6 +362,44 @@ def _warn(problems: Iterable[str]) -> None:
             else:
                 import logging
                 logging.getLogger("selector").warning("selector: warning: %s", printable(p))
+
+
+# contributions already checked, by everything the check reads (bounded: cleared when full)
+_CHECKED: Dict[Tuple[Any, ...], Any] = {}
+
+
+def _signature(root: Path) -> Tuple[Tuple[str, int, int, int], ...]:
+    """Every file under root with its inode, size and modification time: a checked catalogue
+    is checked again only when one of them changes."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + dirnames):
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            out.append((os.path.join(dirpath, name), st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _checked(c: Contribution, packaged: Path, accepted: List[Path],
+             owners: Dict[str, Tuple[str, Path]]) -> Dict[str, Tuple[str, Path]]:
+    """_check_contribution, remembered while none of the files it reads changes."""
+    key = (c, packaged, tuple(accepted), _signature(c.path), _signature(packaged),
+           tuple(_signature(a) for a in accepted))
+    got = _CHECKED.get(key)
+    if got is None:
+        try:
+            got = _check_contribution(c, packaged, accepted, owners)
+        except SelectorError as exc:
+            got = exc
+        if len(_CHECKED) >= 64:
+            _CHECKED.clear()
+        _CHECKED[key] = got
+    if isinstance(got, SelectorError):
+        raise got
+    return dict(got)
 
 
 def _check_contribution(c: Contribution, packaged: Path, accepted: List[Path],
