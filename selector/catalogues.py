@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 GROUP = "selector.catalogues"
 BACKENDS_GROUP = "selector.backends"
-MAX_METADATA_BYTES = 1 << 20  # an entry_points.txt, METADATA or RECORD larger than this is refused
+MAX_METADATA_BYTES = 1 << 20  # an entry_points.txt or METADATA larger than this is refused
+MAX_RECORD_BYTES = 64 << 20  # a RECORD (a large wheel lists thousands of files)
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 # what a contributed directory may hold, as in conf/: backend files and presets
 _CONTRIBUTABLE = ("backend/moe", "backend/linear", "platform", "stack", "layer", "policy")
@@ -92,7 +93,7 @@ class Dist:
     def files(self) -> Optional[List[str]]:
         """The RECORD's paths (installed-files.txt for an egg), or None when unreadable."""
         try:
-            text = read_metadata(self.path, "RECORD")
+            text = read_metadata(self.path, "RECORD", MAX_RECORD_BYTES)
         except _Malformed:
             return None
         if text is None:
@@ -103,9 +104,9 @@ class Dist:
             return None
 
 
-def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
+def read_metadata(dist_dir: Path, name: str, limit: int = MAX_METADATA_BYTES) -> Optional[str]:
     """One metadata file's text, or None when it does not exist. Only a regular file of at most
-    MAX_METADATA_BYTES is opened (non-blocking, checked again once open), and it must be UTF-8;
+    `limit` bytes is opened (non-blocking, checked again once open), and it must be UTF-8;
     anything else raises _Malformed naming the file."""
     p = dist_dir / name
     try:
@@ -116,8 +117,8 @@ def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
         raise _Malformed(f"{p}: cannot be read ({exc})") from None
     if not stat.S_ISREG(st.st_mode):
         raise _Malformed(f"{p}: is not a regular file (a FIFO, socket, device or directory)")
-    if st.st_size > MAX_METADATA_BYTES:
-        raise _Malformed(f"{p}: is {st.st_size} bytes, over the {MAX_METADATA_BYTES} byte limit "
+    if st.st_size > limit:
+        raise _Malformed(f"{p}: is {st.st_size} bytes, over the {limit} byte limit "
                          "for a metadata file")
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -127,7 +128,7 @@ def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between stat and open
             raise _Malformed(f"{p}: is not a regular file")
         chunks, size = [], 0
-        while size <= MAX_METADATA_BYTES:
+        while size <= limit:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break
@@ -137,8 +138,8 @@ def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
         raise _Malformed(f"{p}: cannot be read ({exc.strerror})") from None
     finally:
         os.close(fd)
-    if size > MAX_METADATA_BYTES:
-        raise _Malformed(f"{p}: grew over the {MAX_METADATA_BYTES} byte limit while read")
+    if size > limit:
+        raise _Malformed(f"{p}: grew over the {limit} byte limit while read")
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -88,22 +88,22 @@ def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
 
 
 def readable_metadata(dist: md.Distribution) -> bool:
-    """Whether a distribution's metadata files are safe to read: each of METADATA, PKG-INFO
-    and RECORD that exists is a regular file of at most 1 MiB (a FIFO there would block the
-    read for ever; see selector.catalogues.read_metadata). Malformed metadata: not installed."""
+    """Whether a distribution's metadata files are safe to read: each of METADATA and PKG-INFO
+    (at most 16 MiB) and RECORD (at most 64 MiB: a large wheel lists thousands of files) that
+    exists is a regular file (a FIFO there would block the read for ever; see
+    selector.catalogues.read_metadata). Malformed metadata: not installed."""
     import stat
     base = getattr(dist, "_path", None)  # PathDistribution's directory (other kinds: trusted)
     if not isinstance(base, Path):
         return True
-    from .catalogues import MAX_METADATA_BYTES
-    for name in ("METADATA", "PKG-INFO", "RECORD"):
+    for name, limit in (("METADATA", 16 << 20), ("PKG-INFO", 16 << 20), ("RECORD", 64 << 20)):
         try:
             st = (base / name).stat()
         except FileNotFoundError:
             continue
         except (OSError, ValueError):
             return False
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_METADATA_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return False
     return True
 

@@ -535,7 +535,7 @@ def test_child_runner_keeps_at_most_max_output_per_stream():
 
 @pytest.mark.parametrize("kind", ["fifo", "huge"])
 def test_a_fifo_or_huge_metadata_file_of_a_watched_package_never_hangs(tmp_path, kind):
-    """A `METADATA` that is a FIFO (or over 1 MiB) in a dist-info named like a package the
+    """A `METADATA` that is a FIFO (or over 16 MiB) in a dist-info named like a package the
     catalogue watches blocked `explain platform=auto` for ever (importlib.metadata opens it).
     Now it is malformed metadata: not installed, and the command answers."""
     import os
@@ -546,7 +546,7 @@ def test_a_fifo_or_huge_metadata_file_of_a_watched_package_never_hangs(tmp_path,
     else:
         with open(info / "METADATA", "wb") as f:
             f.write(b"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 9.9\n")
-            f.truncate(2 << 20)
+            f.truncate(100 << 20)  # sparse: over the 16 MiB bound, costs no disk
     p = subprocess.run([sys.executable, "-m", "selector", "explain", "--format", "json",
                         "platform=auto"], capture_output=True, text=True, timeout=120,
                        env=_env(tmp_path / "site", SELECTOR_NO_CACHE="1"))
