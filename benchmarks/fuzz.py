@@ -1,10 +1,10 @@
 """A longer fuzz run than CI's, with outcome counts.
 
 Runs tests/test_fuzz.py, tests/test_fuzz_configdir.py (config-dir contents and environment
-variables) and tests/test_properties.py with SELECTOR_FUZZ_SCALE times CI's
-hypothesis examples and fresh random seeds (CI's runs are derandomised: the same cases every
-time), and prints how many cases ran and how each ended. A failure prints hypothesis's
-minimal example and the seed to reproduce it.
+variables), tests/test_fuzz_plugins.py (installed plugins) and tests/test_properties.py with
+SELECTOR_FUZZ_SCALE times CI's hypothesis examples and fresh random seeds (CI's runs are
+derandomised: the same cases every time), and prints how many cases ran and how each ended.
+A failure prints hypothesis's minimal example and the seed to reproduce it.
 
     python benchmarks/fuzz.py                 # scale 20, random seeds
     python benchmarks/fuzz.py --scale 1 --ci  # exactly what CI runs, counted
@@ -29,13 +29,14 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=int, default=20, help="examples = CI's times this")
     ap.add_argument("--ci", action="store_true", help="CI's derandomised cases, not fresh seeds")
     ap.add_argument("--json", help="also write the counts here")
-    ap.add_argument("--only", choices=("fuzz", "configdir", "properties"),
+    ap.add_argument("--only", choices=("fuzz", "configdir", "plugins", "properties"),
                     help="run one of the files")
     args = ap.parse_args(argv)
     files = {"fuzz": ["tests/test_fuzz.py"], "configdir": ["tests/test_fuzz_configdir.py"],
+             "plugins": ["tests/test_fuzz_plugins.py"],
              "properties": ["tests/test_properties.py"],
              None: ["tests/test_fuzz.py", "tests/test_fuzz_configdir.py",
-                    "tests/test_properties.py"]}[args.only]
+                    "tests/test_fuzz_plugins.py", "tests/test_properties.py"]}[args.only]
     with tempfile.TemporaryDirectory(prefix="selector-fuzz-") as tmp:
         report = Path(tmp) / "report.json"
         env = dict(os.environ, SELECTOR_FUZZ_SCALE=str(args.scale),

@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 GROUP = "selector.catalogues"
 BACKENDS_GROUP = "selector.backends"
-MAX_METADATA_BYTES = 1 << 20  # an entry_points.txt, METADATA or RECORD larger than this is refused
+MAX_METADATA_BYTES = 1 << 20  # an entry_points.txt or METADATA larger than this is refused
+MAX_RECORD_BYTES = 64 << 20  # a RECORD (a large wheel lists thousands of files)
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 # what a contributed directory may hold, as in conf/: backend files and presets
 _CONTRIBUTABLE = ("backend/moe", "backend/linear", "platform", "stack", "layer", "policy")
@@ -92,7 +93,7 @@ class Dist:
     def files(self) -> Optional[List[str]]:
         """The RECORD's paths (installed-files.txt for an egg), or None when unreadable."""
         try:
-            text = read_metadata(self.path, "RECORD")
+            text = read_metadata(self.path, "RECORD", MAX_RECORD_BYTES)
         except _Malformed:
             return None
         if text is None:
@@ -103,9 +104,9 @@ class Dist:
             return None
 
 
-def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
+def read_metadata(dist_dir: Path, name: str, limit: int = MAX_METADATA_BYTES) -> Optional[str]:
     """One metadata file's text, or None when it does not exist. Only a regular file of at most
-    MAX_METADATA_BYTES is opened (non-blocking, checked again once open), and it must be UTF-8;
+    `limit` bytes is opened (non-blocking, checked again once open), and it must be UTF-8;
     anything else raises _Malformed naming the file."""
     p = dist_dir / name
     try:
@@ -116,8 +117,8 @@ def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
         raise _Malformed(f"{p}: cannot be read ({exc})") from None
     if not stat.S_ISREG(st.st_mode):
         raise _Malformed(f"{p}: is not a regular file (a FIFO, socket, device or directory)")
-    if st.st_size > MAX_METADATA_BYTES:
-        raise _Malformed(f"{p}: is {st.st_size} bytes, over the {MAX_METADATA_BYTES} byte limit "
+    if st.st_size > limit:
+        raise _Malformed(f"{p}: is {st.st_size} bytes, over the {limit} byte limit "
                          "for a metadata file")
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -127,7 +128,7 @@ def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between stat and open
             raise _Malformed(f"{p}: is not a regular file")
         chunks, size = [], 0
-        while size <= MAX_METADATA_BYTES:
+        while size <= limit:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break
@@ -137,8 +138,8 @@ def read_metadata(dist_dir: Path, name: str) -> Optional[str]:
         raise _Malformed(f"{p}: cannot be read ({exc.strerror})") from None
     finally:
         os.close(fd)
-    if size > MAX_METADATA_BYTES:
-        raise _Malformed(f"{p}: grew over the {MAX_METADATA_BYTES} byte limit while read")
+    if size > limit:
+        raise _Malformed(f"{p}: grew over the {limit} byte limit while read")
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -253,7 +254,7 @@ def _locate(name: str, value: str, dist: Dist, dist_name: str) -> Path:
     import importlib.util
     try:  # an editable install: where its top-level package lives (nothing is imported)
         spec = importlib.util.find_spec(parts[0])
-    except (ImportError, ValueError, AttributeError):
+    except Exception:  # noqa: BLE001 - an installed import hook's failure: not installed
         spec = None
     for loc in (spec.submodule_search_locations or []) if spec else []:
         path = Path(loc).joinpath(*parts[1:])
@@ -301,6 +302,7 @@ def reset() -> None:
     scan.cache_clear()
     _contributions.cache_clear()
     _WARNED.clear()
+    _CHECKED.clear()
     from .entry_points import plugin_modules
     plugin_modules.cache_clear()
 
@@ -333,7 +335,7 @@ def scan_catalogues(packaged: Path) -> Tuple[List[Path], Tuple[str, ...]]:
         if c.path == packaged or c.path in dirs:
             continue
         try:
-            mine = _check_contribution(c, packaged, dirs, owners)
+            mine = _checked(c, packaged, dirs, owners)
         except SelectorError as exc:
             problems.append(f"{c.origin} ({c.path}): {exc}; this catalogue is left out "
                             "(`selector check` lists it)")
@@ -361,6 +363,44 @@ def _warn(problems: Iterable[str]) -> None:
             else:
                 import logging
                 logging.getLogger("selector").warning("selector: warning: %s", printable(p))
+
+
+# contributions already checked, by everything the check reads (bounded: cleared when full)
+_CHECKED: Dict[Tuple[Any, ...], Any] = {}
+
+
+def _signature(root: Path) -> Tuple[Tuple[str, int, int, int], ...]:
+    """Every file under root with its inode, size and modification time: a checked catalogue
+    is checked again only when one of them changes."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + dirnames):
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            out.append((os.path.join(dirpath, name), st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _checked(c: Contribution, packaged: Path, accepted: List[Path],
+             owners: Dict[str, Tuple[str, Path]]) -> Dict[str, Tuple[str, Path]]:
+    """_check_contribution, remembered while none of the files it reads changes."""
+    key = (c, packaged, tuple(accepted), _signature(c.path), _signature(packaged),
+           tuple(_signature(a) for a in accepted))
+    got = _CHECKED.get(key)
+    if got is None:
+        try:
+            got = _check_contribution(c, packaged, accepted, owners)
+        except SelectorError as exc:
+            got = exc
+        if len(_CHECKED) >= 64:
+            _CHECKED.clear()
+        _CHECKED[key] = got
+    if isinstance(got, SelectorError):
+        raise got
+    return dict(got)
 
 
 def _check_contribution(c: Contribution, packaged: Path, accepted: List[Path],

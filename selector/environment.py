@@ -96,9 +96,10 @@ def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
     for n in names:
         name = canonicalize_name(n)
         out[name] = None
-        for dist in DISTRIBUTIONS.get(name, (name,)):
+        for dist_name in DISTRIBUTIONS.get(name, (name,)):
             try:
-                out[name] = Version(md.version(dist))
+                dist = md.distribution(dist_name)
+                out[name] = Version(dist.version) if readable_metadata(dist) else None
                 break
             except md.PackageNotFoundError:
                 continue
@@ -107,11 +108,34 @@ def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
     return out
 
 
+def readable_metadata(dist: md.Distribution) -> bool:
+    """Whether a distribution's metadata files are safe to read: each of METADATA and PKG-INFO
+    (at most 16 MiB) and RECORD (at most 64 MiB: a large wheel lists thousands of files) that
+    exists is a regular file (a FIFO there would block the read for ever; see
+    selector.catalogues.read_metadata). Malformed metadata: not installed."""
+    import stat
+    base = getattr(dist, "_path", None)  # PathDistribution's directory (other kinds: trusted)
+    if not isinstance(base, Path):
+        return True
+    for name, limit in (("METADATA", 16 << 20), ("PKG-INFO", 16 << 20), ("RECORD", 64 << 20)):
+        try:
+            st = (base / name).stat()
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return False
+    return True
+
+
 def half_installed(name: str) -> Optional[str]:
     """A file of the distribution's top-level package(s) that its RECORD lists but that is
     missing (metadata left behind by an interrupted install or a manual removal), or None."""
     try:
         dist = md.distribution(distribution(name) or name)
+        if not readable_metadata(dist):
+            return None
         text = dist.read_text("RECORD") or ""
     except Exception:  # noqa: BLE001 - unreadable metadata is installed_versions' business
         return None

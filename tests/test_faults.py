@@ -531,3 +531,24 @@ def test_child_runner_keeps_at_most_max_output_per_stream():
     events, rc, timed_out, err = child_runner.run_child(
         "import os, sys; sys.stdin.read(); os.write(2, b'e' * 100000)", {}, 60, "M")
     assert rc == 0 and len(err) == 100000 and not child_runner.truncated(err)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_a_fifo_or_huge_metadata_file_of_a_watched_package_never_hangs(tmp_path, kind):
+    """A `METADATA` that is a FIFO (or over 16 MiB) in a dist-info named like a package the
+    catalogue watches blocked `explain platform=auto` for ever (importlib.metadata opens it).
+    Now it is malformed metadata: not installed, and the command answers."""
+    import os
+    info = tmp_path / "site" / "flashinfer_python-9.9.dist-info"
+    info.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(info / "METADATA")
+    else:
+        with open(info / "METADATA", "wb") as f:
+            f.write(b"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 9.9\n")
+            f.truncate(100 << 20)  # sparse: over the 16 MiB bound, costs no disk
+    p = subprocess.run([sys.executable, "-m", "selector", "explain", "--format", "json",
+                        "platform=auto"], capture_output=True, text=True, timeout=120,
+                       env=_env(tmp_path / "site", SELECTOR_NO_CACHE="1"))
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    assert json.loads(p.stdout)["platform"]["packages"]["flashinfer-python"] is None

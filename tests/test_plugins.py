@@ -205,3 +205,24 @@ def test_a_plugins_own_distribution_is_present_on_every_preset(tmp_path, on_path
 def test_matrix_empty_stack_is_bad_input():
     rc, out, err = bounded(["matrix", "--stack", ""])
     assert rc == 2 and "--stack" in err and "vllm_0_32" in err and "Traceback" not in err
+
+
+def test_vllm_log_line_names_a_plugins_backend(tmp_path, on_path, monkeypatch, caplog):
+    """Issue 22 item 8: the vLLM plugin's one log line per layer says when the backend it chose
+    comes from a plugin. (The Chooser asks vLLM's platform only for the capability: given here;
+    tests/vllm runs it inside the real vLLM.)"""
+    import logging
+
+    from selector.engines import vllm as adapter
+    on_path(make_site(tmp_path, {"backend/moe/fast_moe.yaml":
+                                 FAST_MOE.format(vllm_name="fast_moe")}))
+    monkeypatch.setattr(adapter, "capability", lambda: "12.0")
+    chooser = adapter.Chooser(["stack=vllm_0_33"])
+    with caplog.at_level(logging.INFO, logger="vllm.selector"):
+        d = chooser.decide({"op": "moe", "quant": "nvfp4", "activation": "silu",
+                            "act_and_mul": True}, "auto")
+    assert d.selected == "fast_moe" and d.engine["flags"] == ["--moe-backend", "fast_moe"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "vllm.selector"]
+    assert "-> fast_moe [selected]" in line and "[vLLM: --moe-backend fast_moe]" in line
+    assert line.endswith("[fast_moe from fast-kernels 1.0 via entry point "
+                         "selector.catalogues:fast]")
