@@ -3,8 +3,8 @@
     PYTHONUNBUFFERED=1 python3 benchmarks/reference_bench.py [--quick] [--memory-only]
 
 Runs on CUDA when a GPU is visible, else on CPU. For each shape it prints the reference time
-(NVFP4 activation quantize-dequantize for W4A4, then a float32 matmul on the weights dequantized
-once at prepare time), a bf16 matmul of the same shape, and their ratio. With a GPU it also runs
+(what ``EmulationLinear``/``EmulationMoE.apply`` run: the routed experts expanded to bf16 per call,
+bf16 GEMMs; benchmarks/emulation_bench.py has the DeepSeek-V3-shape figures and the memory), a bf16 matmul of the same shape, and their ratio. With a GPU it also runs
 the same inputs on the CPU and prints how far the CUDA results are from the CPU ones.
 
 It first measures the peak memory of ``quantize`` and ``dequantize`` of an 8192 x 8192 float32
@@ -172,7 +172,7 @@ def main():
         lw = nv.LinearWeights(w.to(dev), None if lw_cpu.input_scale is None else lw_cpu.input_scale.to(dev))
         emu = EmulationLinear(quant=quant)
         prep = emu.prepare(lw)
-        w_bf16 = prep.dequantized.to(torch.bfloat16)
+        w_bf16 = lw.weight.dequantize(torch.bfloat16)
         prep_cpu = emu.prepare(lw_cpu) if check else None
         for phase, ms in zip(("decode", "prefill"), tokens):
             for m in ms:
@@ -197,7 +197,7 @@ def main():
         W = nv.MoEWeights(w13.to(dev), w2.to(dev), *(None if s is None else s.to(dev) for s in a))
         emu = EmulationMoE(quant=quant, activation="silu")
         prep = emu.prepare(W)
-        bf13, bf2 = (t.to(torch.bfloat16) for t in prep.dequantized)
+        bf13, bf2 = W.w13.dequantize(torch.bfloat16), W.w2.dequantize(torch.bfloat16)
         prep_cpu = emu.prepare(W_cpu) if check else None
 
         def bf16_moe(x, tw, ti):

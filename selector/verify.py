@@ -40,6 +40,9 @@ ConfigDirs = Sequence[Union[str, "os.PathLike[str]"]]
 CHILD = "selector.backends.verify_child:main"
 VERSION = 2  # of the problems, bounds and cache format: a change invalidates cached results
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_VERIFY_TIMEOUT", "120"))
+#: cases one child process runs (the time limit is per child): a backend's 30-odd cases take a few
+#: children, so a slow machine does not run out of time on a correct backend
+CASES_PER_CHILD = 8
 STATUSES = ("OK", "FAIL", "SKIPPED")
 
 # The problems (backends/verify_child.py builds them; docs/verify.md "Problems"): "aligned" sizes
@@ -393,7 +396,8 @@ def run_backend(b: BackendSpec, cases: Sequence[Case], overrides: Sequence[str],
     while pending:
         payload = {"overrides": child_overrides(overrides),
                    "config_dirs": [str(d) for d in config_dirs], "backend": b.name, "op": b.op,
-                   "entry_point": b.entry_point, "cases": [c.spec() for c in pending]}
+                   "entry_point": b.entry_point,
+                   "cases": [c.spec() for c in pending[:CASES_PER_CHILD]]}
         events, rc, timed_out, err = run_child(payload, timeout, function)
         by_id = {c.id: c for c in pending}
         current: Optional[Case] = None
