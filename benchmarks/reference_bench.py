@@ -3,9 +3,10 @@
     PYTHONUNBUFFERED=1 python3 benchmarks/reference_bench.py [--quick] [--memory-only]
 
 Runs on CUDA when a GPU is visible, else on CPU. For each shape it prints the reference time
-(what ``EmulationLinear``/``EmulationMoE.apply`` run: the routed experts expanded to bf16 per call,
-bf16 GEMMs; benchmarks/emulation_bench.py has the DeepSeek-V3-shape figures and the memory), a bf16 matmul of the same shape, and their ratio. With a GPU it also runs
-the same inputs on the CPU and prints how far the CUDA results are from the CPU ones.
+(what ``EmulationLinear``/``EmulationMoE.apply`` run: the routed experts expanded to bf16 per
+call, bf16 GEMMs; benchmarks/emulation_bench.py has the DeepSeek-V3-shape figures and the
+memory), a bf16 matmul of the same shape, and their ratio. With a GPU it also runs the same inputs
+on the CPU and prints how far the CUDA results are from the CPU ones.
 
 It first measures the peak memory of ``quantize`` and ``dequantize`` of an 8192 x 8192 float32
 matrix, as a multiple of that matrix's size (CUDA: ``max_memory_allocated``; CPU: the process's

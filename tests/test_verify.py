@@ -107,9 +107,13 @@ def test_doctor_verify_exits_0_on_this_machine(doctor_wrong):
 def test_wrong_sign_and_dropped_scale_fail(doctor_wrong):
     assert doctor_wrong.returncode == 1
     doc = doctor_wrong.json
-    flip = _rows(doc, "flip_sign")
-    # every activation, clamp and size, gated and non-gated
+    rows = _rows(doc, "flip_sign")
+    flip = [v for v in rows if not v["unverified"]]
+    # every activation, clamp and size, gated and non-gated; situ (its rules accept it, the
+    # reference cannot compute it) is unverified, not run
     assert len(flip) == 16 and all(v["status"] == "FAIL" for v in flip)
+    assert {v["activation"] for v in rows if v["unverified"]} == {"situ"}
+    assert all(v["status"] == "SKIPPED" for v in rows if v["unverified"])
     for v in flip:  # -y against y: relative error 2
         assert v["max_rel_err"] == pytest.approx(2, rel=0.01)
         assert v["rms_rel_err"] == pytest.approx(2, rel=0.01)
