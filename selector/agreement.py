@@ -175,7 +175,7 @@ class AgreedDecision:
         an agreed decision answers them exactly as a Decision would."""
         from .decision import Candidate as OwnCandidate
         from .decision import Decision
-        from .notes import note
+        from .notes import note, text
         from .rules import Reason as OwnReason
         from .schema import Status
 
@@ -190,6 +190,11 @@ class AgreedDecision:
             except KeyError:
                 return None
 
+        # the warnings' notes keep their structure (severity, backend): marks and log lines read it
+        warned = {text(n): n for n in getattr(self.local, "note_data", ())}  # this rank's own
+        for b, r in self.warnings:
+            w = note("rule_warning", b, rule=r.rule, message=r.message, source=r.source)
+            warned[text(w)] = w
         engine = None
         if self.local is not None and getattr(self.local, "engine", None) is not None and \
                 self.local.selected == self.selected:
@@ -200,7 +205,7 @@ class AgreedDecision:
                                            entry_point(c.backend))
                               for c in self.candidates),
                         ((note("no_packages", text=self.hint),) if self.hint else ())
-                        + tuple(note("agreement", text=n) for n in self.notes),
+                        + tuple(warned.get(n) or note("agreement", text=n) for n in self.notes),
                         getattr(self.local, "platform_label", ""),
                         tuple((b, own(r)) for b, r in self.warnings), engine)
 
@@ -222,6 +227,21 @@ class AgreedDecision:
 
     def summary(self) -> str:
         return str(self.as_decision().summary())
+
+    @property
+    def note_data(self) -> Tuple[Any, ...]:
+        """As Decision.note_data: the agreed notes as structured records ('agreement' notes, and
+        the no-packages hint)."""
+        return tuple(self.as_decision().note_data)
+
+    def notes_of(self, kind: str) -> Tuple[Any, ...]:
+        """As Decision.notes_of."""
+        return tuple(self.as_decision().notes_of(kind))
+
+    @property
+    def marks(self) -> Tuple[str, ...]:
+        """As Decision.marks, for the agreed verdict."""
+        return tuple(self.as_decision().marks)
 
     def log_line(self) -> str:
         """As Decision.log_line, for the agreed verdict (reasons name the ranks they hold on)."""
