@@ -39,9 +39,10 @@ def test_deepseek_r1_on_b200_tp4_dp2_ep():
     assert experts.decision.layer["ep_size"] == 8  # decided with the per-rank fields
     assert experts.backend == "flashinfer_trtllm"
     assert experts.kernels("vllm")[0] == "TrtLlmNvFp4ExpertsMonolithic"
-    up = group(lp, "dense MLP", projection="gate_proj")
+    up = group(lp, "dense MLP", projection="gate_up_proj")
     down = group(lp, "dense MLP", projection="down_proj")
-    assert (up.per_rank["hidden_size"], up.per_rank["intermediate_size"]) == (7168, 18432 // 4)
+    # the fused gate_up_proj (vLLM's module) has N = 2 x I, split over TP
+    assert (up.per_rank["hidden_size"], up.per_rank["intermediate_size"]) == (7168, 2 * 18432 // 4)
     assert (down.per_rank["hidden_size"], down.per_rank["intermediate_size"]) == (18432 // 4, 7168)
     assert lp.flags == ("--tensor-parallel-size", "4", "--data-parallel-size", "2",
                         "--enable-expert-parallel", "--moe-backend", "flashinfer_trtllm",
@@ -94,9 +95,10 @@ def test_w4a4_and_w4a16_linear_get_one_backend_each(tmp_path):
     i = lp.flags.index("--kernel-config")
     assert json.loads(lp.flags[i + 1]) == {"linear_backend_per_quant": {
         "nvfp4_w4a4": "flashinfer_cutlass", "nvfp4_w4a16": "marlin"}}
-    q = group(lp, "attention", projection="q_proj")
+    qkv = group(lp, "attention", projection="qkv_proj")  # vLLM's fused q, k, v: 4096 + 2 x 1024
     o = group(lp, "attention", projection="o_proj")
-    assert q.per_rank["intermediate_size"] == 4096 // 2 and o.per_rank["hidden_size"] == 2048
+    assert qkv.per_rank["intermediate_size"] == (4096 + 2 * 1024) // 2
+    assert o.per_rank["hidden_size"] == 2048
 
 
 def test_one_linear_backend_for_every_scheme_is_one_flag(tmp_path):
