@@ -143,3 +143,29 @@ def test_lenient_policy_falls_back_and_vllm_builds_it(entry_point, monkeypatch, 
         backend, _ = modelopt.select_nvfp4_moe_backend(sim.moe_config(s, s.requested),
                                                        *sim.quant_keys(s))
     assert backend.value == "FLASHINFER_CUTLASS"
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "ON"])
+def test_any_true_spelling_turns_the_plugin_on(entry_point, monkeypatch, simulation, value):
+    """Issue 22 item 9: SELECTOR_VLLM=true/yes/on, through vLLM's own plugin loader."""
+    import vllm.plugins
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    monkeypatch.setenv(adapter.ENV_ENABLE, value)
+    vllm.plugins.load_general_plugins()
+    assert adapter.installed()
+
+
+@pytest.mark.parametrize("env", [{"SELECTOR_VLLM": "enable"},
+                                 {"SELECTOR_VLLM": "1", "SELECTOR_VLLM_OVERRIDES": "a='b"}])
+def test_bad_plugin_variables_stop_vllm_naming_them(entry_point, monkeypatch, simulation, env):
+    import vllm.plugins
+
+    import selector
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(selector.SelectorError, match=sorted(env)[-1]):
+        vllm.plugins.load_general_plugins()
+    assert not adapter.installed()
