@@ -511,8 +511,6 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
             why = answers[-1][1]
         else:
             got, why = one(m.name, m.cls, names, targets)
-            if got is None and m.cls == "ParallelLMHead":
-                return Verdict(None, why)
         if got is None:
             return Verdict(None, why)
         if got[1] in NVFP4_SCHEMES:
@@ -583,8 +581,10 @@ def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architec
     hf = model_dir / "hf_quant_config.json"
     q = config.get("quantization_config")
     source = "config.json quantization_config"
-    if q is None and "quantization_config" not in config:
-        q = config.get("compression_config")  # vLLM: compressed-tensors' older key
+    if q is None and not hf.is_file():
+        # vLLM: config.quantization_config (or hf_quant_config.json in its place), then the
+        # older compressed-tensors key (model_arch_config_convertor.py)
+        q = config.get("compression_config")
         source = "config.json compression_config"
     warnings: List[str] = []
     if q is not None:

@@ -100,18 +100,20 @@ def test_any_checkpoint_edit_ends_cleanly(tmp_path_factory, name, data):
         path = data.draw(st.sampled_from(paths))
         what = data.draw(st.sampled_from(["value", "drop", "pattern", "size"]))
         if what == "pattern":
-            q = docs[fname].get("quantization_config", docs[fname].get("quantization", docs[fname]))
+            doc = docs[fname]
+            q = doc.get("quantization_config", doc.get("quantization", doc)) \
+                if isinstance(doc, dict) else None
             if isinstance(q, dict):
                 key = data.draw(st.sampled_from(["ignore", "exclude_modules"]))
-                q[key] = list(q.get(key) or []) + data.draw(st.lists(PATTERNS, min_size=1,
-                                                                     max_size=3))
+                old = q.get(key) if isinstance(q.get(key), list) else []
+                q[key] = old + data.draw(st.lists(PATTERNS, min_size=1, max_size=3))
                 groups = q.get("config_groups")
                 if isinstance(groups, dict) and groups and data.draw(st.booleans()):
                     g = next(iter(groups.values()))
                     if isinstance(g, dict):
                         g["targets"] = data.draw(st.lists(PATTERNS, min_size=1, max_size=3))
             continue
-        if what == "size":
+        if what == "size" and isinstance(config, dict):
             key = data.draw(st.sampled_from(["num_hidden_layers", "hidden_size",
                                              "n_routed_experts", "num_experts",
                                              "num_experts_per_tok", "vocab_size",
