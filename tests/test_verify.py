@@ -115,8 +115,8 @@ def test_wrong_sign_and_dropped_scale_fail(doctor_wrong):
     assert {v["activation"] for v in rows if v["unverified"]} == {"situ"}
     assert all(v["status"] == "SKIPPED" for v in rows if v["unverified"])
     for v in flip:  # -y against y: relative error 2
-        assert v["max_rel_err"] == pytest.approx(2, rel=0.01)
-        assert v["rms_rel_err"] == pytest.approx(2, rel=0.01)
+        assert v["max_rel_err"] == pytest.approx(2, rel=0.05)
+        assert v["rms_rel_err"] == pytest.approx(2, rel=0.05)
         w = v["worst"]
         assert w["got"] == pytest.approx(-w["expected"], rel=0.01)
         assert "worst element" in v["detail"]
@@ -335,7 +335,7 @@ def test_platform_preset_is_not_verified():
 def _result(status="OK", **kw):
     return verify.Result("b", "moe", "nvfp4", status, "d", max_rel_err=0.01, rms_rel_err=0.005,
                          seconds=1.0, activation="silu", act_and_mul=True,
-                         bound=verify.BOUNDS["nvfp4"], **kw)
+                         bound=verify.BOUNDS["moe", "nvfp4"], **kw)
 
 
 def test_cache_roundtrip_and_private_files(tmp_path):
