@@ -607,7 +607,8 @@ def test_the_hint_counts_only_installed_packages():
 
     from selector.resolver import no_packages_hint
     bare = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", None)))
-    got = no_packages_hint(bare, ["vllm_0_33"])
+    stacks = [("vllm_0_33", {"family": "vllm", "version": "0.33"})]
+    got = no_packages_hint(bare, stacks)
     assert got is not None and got.data == {"add": ("stack=vllm_0_33",)}
     some = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", "0.33.0")))
-    assert no_packages_hint(some, ["vllm_0_33"]) is None
+    assert no_packages_hint(some, stacks) is None

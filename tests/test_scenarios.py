@@ -326,7 +326,7 @@ MOE = [
               "flashinfer_cutlass": "eligible", "emulation": "eligible"}),
     # vLLM #52308: non-gated relu2 on SM 10.x with TRT-LLM's MoE, a warning on the choice
     S("moe-b300-074-nemotron-trtllm", [B300, FI_074, NEMOTRON], "flashinfer_trtllm",
-      warned=("flashinfer_trtllm",), notes=("vLLM #52308",)),
+      warned=("flashinfer_trtllm",), notes=(N("rule_warning", "flashinfer_trtllm", source=Has("vLLM #52308")),)),
     # TRT-LLM refuses vLLM's interleaved swigluoai: gpt-oss goes to CuTe-DSL (vLLM 0.32.0 oracle)
     S("moe-gb200-074-gpt-oss-cutedsl", [GB200, FI_074, GPT_OSS], "flashinfer_cutedsl",
       kinds={"flashinfer_trtllm": {"activation"}}),
