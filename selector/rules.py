@@ -916,8 +916,7 @@ class VerifyVerdict:
 
 @register
 class VerifyRule(Rule):
-    """Added by `probe=verify`, never declared: the backend failed `doctor --verify` here, or its
-    verification did not cover the layer.
+    """Added by `probe=verify`, never declared: `doctor --verify` here failed or did not verify it.
 
     A failed case rejects layers of its quant scheme, gating, activation and clamp with the
     measured error. A layer no case verified OK (an activation, clamp or scheme that was not run,
