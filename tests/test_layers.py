@@ -1,0 +1,165 @@
+"""The layout shows the layers (docs/architecture.md): every module of selector/ belongs to one
+layer, imports only go down (or stay inside the module's own package), and no two modules import
+each other through any path. Imports inside functions count: a lazy import hides a dependency, it
+does not remove it. Imports only for type checkers (`if TYPE_CHECKING:`) do not count, nor a
+package face's lazy re-export of its own modules (`selector.__getattr__`)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "selector"
+
+# bottom to top; a module may import its own package and the layers below it
+LAYERS = ("core", "config", "inspect", "checkpoint", "api", "distributed", "engines", "commands",
+          "main")
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if module in ("selector", "selector.api"):
+        return "api"  # the package face and the Python API
+    if module == "selector.__main__":
+        return "main"
+    if parts[1] in LAYERS:
+        return parts[1]
+    raise AssertionError(f"{module}: in no layer (add its package to LAYERS and docs/architecture.md)")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        rel = p.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+MODULES = modules()
+
+
+def _strip_type_checking(tree: ast.AST) -> None:
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            n.body = []
+
+
+def _targets(cur: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = cur.split(".") if MODULES[cur].name == "__init__.py" else cur.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        names = [f"{target}.{a.name}" for a in node.names]
+        found = {n for n in names if n in MODULES}
+        if len(found) < len(names):
+            found.add(target)
+    else:
+        found = {a.name for a in node.names}
+    out = set()
+    for t in found:
+        while t and t not in MODULES:
+            t = t.rpartition(".")[0]
+        if t and t != cur:
+            out.add(t)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    g: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        _strip_type_checking(tree)
+        edges: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                edges |= _targets(name, node)
+        if name == "selector":  # the face's __getattr__ re-exports lazily; its top level counts
+            edges = set()
+            for node in tree.body:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    edges |= _targets(name, node)
+        g[name] = edges
+    return g
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in MODULES:
+        layer_of(name)
+
+
+def test_imports_only_go_down() -> None:
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    bad = []
+    for name, edges in graph().items():
+        for dep in sorted(edges):
+            a, b = layer_of(name), layer_of(dep)
+            if rank[b] > rank[a] or (rank[b] == rank[a] and a != "api" and
+                                     name.split(".")[1] != dep.split(".")[1]):
+                bad.append(f"{name} ({a}) imports {dep} ({b})")
+    assert not bad, "imports that go up a layer:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle() -> None:
+    g = graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    assert not cycles, "import cycles:\n" + "\n".join(" ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("source, expect", [
+    ("from selector.commands import cli\n", "imports selector.commands.cli"),
+    ("def f():\n    from selector.api import load\n", "imports selector.api"),
+])
+def test_an_upward_import_is_found(tmp_path: Path, source: str, expect: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check sees module-level and function-level imports alike."""
+    path = ROOT / "core" / "rules.py"
+    fake = tmp_path / "rules.py"
+    fake.write_text(path.read_text() + "\n" + source)
+    monkeypatch.setitem(MODULES, "selector.core.rules", fake)
+    with pytest.raises(AssertionError, match=expect):
+        test_imports_only_go_down()
+
+
+def test_a_lazy_cycle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "errors.py"
+    fake.write_text((ROOT / "core" / "errors.py").read_text()
+                    + "\ndef _f():\n    from selector.core import rules\n")
+    monkeypatch.setitem(MODULES, "selector.core.errors", fake)
+    with pytest.raises(AssertionError, match="import cycles"):
+        test_no_import_cycle()
