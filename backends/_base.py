@@ -16,7 +16,7 @@ import functools
 import importlib.metadata as md
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from selector.schema import USABLE
+from selector.core.schema import USABLE
 
 DEFAULT_OVERRIDES: Tuple[str, ...] = ("platform=auto",)
 
@@ -112,10 +112,10 @@ def output_buffer(out, shape, dtype, device):
 def _catalogue_entries() -> Dict[str, List[Tuple[str, str, Dict[str, Any]]]]:
     """entry point -> [(op, name, raw backend file)] of the packaged and installed catalogues
     (plain data read as `selector check` reads it; no Hydra, no kernel library)."""
-    from selector.config import ConfigTree
+    from selector.config.catalogues import discover as discover_tree
     from selector.config.composer import read_catalogue
     out: Dict[str, List[Tuple[str, str, Dict[str, Any]]]] = {}
-    for op, backends in read_catalogue(ConfigTree.discover([])).items():
+    for op, backends in read_catalogue(discover_tree([])).items():
         for name, conf in backends.items():
             if isinstance(conf.get("entry_point"), str):
                 out.setdefault(conf["entry_point"], []).append((op, name, conf))

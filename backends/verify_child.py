@@ -1,6 +1,6 @@
 """The verify child process: run one backend on small NVFP4 problems and compare with the reference.
 
-Started by ``selector.verify`` (``selector doctor --verify``, ``explain probe=verify``) with a
+Started by ``selector.inspect.verify`` (``selector doctor --verify``, ``explain probe=verify``) with a
 JSON spec on stdin: ``{"path": [...], "overrides": [...], "config_dirs": [...], "backend": name,
 "op": "moe"|"linear", "entry_point": "module:Class", "cases": [{"id", "layer": {...},
 "shape": {...}, "seed"}]}``. For each case it builds a seeded problem (random weights quantized
@@ -21,8 +21,8 @@ import math
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from selector.probe_child import VERIFY_MARK as MARK
-from selector.probe_child import close_channel, emit, open_channel
+from selector.inspect.probe_child import VERIFY_MARK as MARK
+from selector.inspect.probe_child import close_channel, emit, open_channel
 
 # Reference settings a backend's documented semantics need (else the reference's defaults apply).
 # FlashInfer b12x re-quantizes FC2's input per 16-element block with global scale 1 instead of
@@ -385,7 +385,7 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, 
     """Build, prepare, apply, compare: the measurements of one case (raises on failure)."""
     import torch
 
-    from selector.entry_points import load_entry_point
+    from selector.core.entry_points import load_entry_point
     op = spec["op"]
     layer = case["layer"]
     cls = cls or load_entry_point(spec["entry_point"])
@@ -429,7 +429,7 @@ def _unavailable(exc: BaseException) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
-    from selector.probe_child import describe_exc
+    from selector.inspect.probe_child import describe_exc
     return describe_exc(exc)
 
 

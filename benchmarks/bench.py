@@ -179,7 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
              "so select(ep_size=True) is still refused after select(ep_size=1); the 5,000-layer "
              "budget below is what needs this cache")
 
-    from selector.layer import make_layer
+    from selector.core.layer import make_layer
     layers = [make_layer(dict(op="moe", activation=a, act_and_mul=a != "relu2",
                               num_tokens=i + 1))
               for i in range(50) for a in ("silu", "relu2", "gelu_tanh", "swigluoai")] + \

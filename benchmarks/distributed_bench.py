@@ -55,7 +55,8 @@ def worker(rank: int, world: int, calls: int, mixed: bool) -> None:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
-    from selector import agreement, distributed
+    from selector import distributed
+    from selector.distributed import agreement
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
     ds = decisions(OLD if mixed and rank == world - 1 else BASE)
     pg = c10d._get_default_group()
@@ -119,8 +120,8 @@ def spawn(world: int, calls: int, mixed: bool) -> Dict[str, Any]:
 def at_scale(world: int = 1024, per_host: int = 8) -> Dict[str, Any]:
     """The agreement's CPU cost for `world` ranks, from real fingerprints: 2 platforms (one
     node with another flashinfer), and one fingerprint per node (every node differs)."""
-    from selector import agreement
-    from selector.agreement import Group
+    from selector.distributed import agreement
+    from selector.distributed.agreement import Group
     base, old = decisions(BASE), decisions(OLD)
     out: Dict[str, Any] = {}
     nodes = world // per_host

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import SelectorError
+from selector.core.errors import SelectorError
+from selector.core.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["load", "Selector", "Decision", "SelectorError", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import Selector, load
-    from .decision import Decision
+    from selector.api import Selector, load
+    from selector.core.decision import Decision
 
 
 def __getattr__(name: str) -> Any:
     if name in ("load", "Selector"):
-        from . import api
+        from selector import api
         return getattr(api, name)
     if name == "Decision":
-        from .decision import Decision
+        from selector.core.decision import Decision
         return Decision
     raise AttributeError(f"module 'selector' has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from .cli import main
+from selector.commands.cli import main
 
 raise SystemExit(main())

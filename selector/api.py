@@ -5,21 +5,23 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from .config import ConfigTree, compose
-from .config.presets import stack_presets
-from .decision import Decision
-from .errors import SelectorError
-from .layer import make_layer
-from .locks import ForkSafeLock
-from .model import RunConfig, make_run_config
-from .resolver import Resolver
-from .schema import Layer
+from selector.config import ConfigTree, catalogues, compose
+from selector.config.catalogues import discover as discover_tree
+from selector.config.presets import stack_presets
+from selector.core.decision import Decision
+from selector.core.errors import SelectorError
+from selector.core.layer import make_layer
+from selector.core.locks import ForkSafeLock
+from selector.core.model import RunConfig, make_run_config
+from selector.core.resolver import Resolver
+from selector.core.schema import Layer
+from selector.inspect import environment
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .checkpoint import Plan
-    from .launch import LaunchPlan
-    from .model import Catalogue, Detect, Platform
-    from .rules import VerifyFailure, VerifyVerdict
+    from selector.checkpoint.launch import LaunchPlan
+    from selector.checkpoint.plan import Plan
+    from selector.core.model import Catalogue, Detect, Platform
+    from selector.core.rules import VerifyFailure, VerifyVerdict
 
 log = logging.getLogger("selector")
 # decisions kept per cache: a model has tens of distinct layers (times its shape buckets); a full
@@ -100,13 +102,13 @@ class Selector:
 
     def plan(self, model_dir: os.PathLike[str] | str) -> Plan:
         """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
-        from .checkpoint import plan
+        from selector.checkpoint.plan import plan
         return plan(self, model_dir)
 
     def launch_plan(self, model_dir: os.PathLike[str] | str) -> LaunchPlan:
         """A checkpoint as this selector's engine runs it under `parallel.*`: per layer group
         the backend, kernel and per-rank sizes, and the launch flags (launch.py)."""
-        from .launch import launch_plan
+        from selector.checkpoint.launch import launch_plan
         return launch_plan(self, model_dir)
 
     def default(self) -> Decision:
@@ -126,15 +128,15 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike[str
     if isinstance(config_dirs, (str, bytes)) or not isinstance(config_dirs, Sequence):
         raise SelectorError("config_dirs must be a list of directories, not "
                             f"{type(config_dirs).__name__}")
-    tree = ConfigTree.discover(config_dirs)
+    tree = discover_tree(config_dirs)
     run = compose(tree, list(overrides), build=lambda data: make_run_config(
-        data, tree.backend_files, detect))
+        data, tree.backend_files, detect or environment.detect, catalogues.present))
     probes = None
     if run.probe == "deep":
-        from .probing import run_deep_probes
+        from selector.inspect.probing import run_deep_probes
         probes = {name: (f.ok, f.message) for name, f in run_deep_probes(run.catalogue).items()}
     verify = None
-    if run.probe == "verify":  # each usable backend run once per machine: selector.verify
-        from .verify import verify_once
+    if run.probe == "verify":  # each usable backend run once per machine: selector.inspect.verify
+        from selector.inspect.verify import verify_once
         verify = verify_once(Selector(run, tree), overrides, config_dirs).rejections()
     return Selector(run, tree, probes, verify)

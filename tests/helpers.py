@@ -162,11 +162,11 @@ def assert_clean_error(r: CliResult, *needles: str) -> str:
 # The CLI in-process
 
 def run_main(argv: Sequence[str]) -> Tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `selector.cli.main(argv)` run in this process."""
+    """(exit code, stdout, stderr) of `selector.commands.cli.main(argv)` run in this process."""
     import contextlib
     import io
 
-    from selector.cli import main
+    from selector.commands.cli import main
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

@@ -679,7 +679,7 @@ def engine(name: str):
 
 
 def platform_for(case: Case):
-    from selector.versions import parse_capability
+    from selector.core.versions import parse_capability
     sel = base()
     pk = dict(FULL)
     pk.update(dict(case.packages))
@@ -695,8 +695,8 @@ def platform_for(case: Case):
 
 def decide(case: Case, catalogue=None):
     """The case's decision; `catalogue`: a catalogue as read (no engine applied) to use."""
-    from selector import engines
     from selector.api import Selector
+    from selector.core import engines
     sel = base()
     eng = engine(case.engine)
     cat = engines.apply(catalogue or sel.run_config.catalogue, eng)
@@ -721,7 +721,7 @@ def problem(case: Case, catalogue=None) -> Optional[str]:
     warns = {w.rule for b, w in d.warnings if b == name}
     want = set(case.fails)
     if case.name != "-":
-        from selector import engines
+        from selector.core import engines
         e = engines.entry((catalogue or base().catalogue).get(op, name), case.engine)
         if e is None or e.name != case.name:
             return f"{case.backend}: {case.engine} names it {e and e.name!r}, expected " \

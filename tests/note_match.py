@@ -1,4 +1,4 @@
-"""Expected structured notes (selector.notes) for tests: assert on a note's kind, backend and
+"""Expected structured notes (selector.core.notes) for tests: assert on a note's kind, backend and
 data, not on its rendered prose."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _plain(v):
 
 @dataclass(frozen=True)
 class N:
-    """An expected structured note (selector.notes): its kind, the backend it is about (None:
+    """An expected structured note (selector.core.notes): its kind, the backend it is about (None:
     any) and the data fields it must have."""
     kind: str
     backend: Optional[str] = None

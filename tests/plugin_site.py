@@ -1,6 +1,6 @@
 """A distribution's installed files, written straight into a site directory (what pip leaves
 behind: the package, and a *.dist-info with METADATA, RECORD and entry_points.txt), for tests
-that put it on sys.path in-process or in a child. `selector.catalogues.reset()` forgets what an
+that put it on sys.path in-process or in a child. `selector.config.catalogues.reset()` forgets what an
 earlier discovery found."""
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_up_gate_order_refused_for_interleaved():
 
 def _catalogue_pairs():
     import selector
-    from selector.entry_points import load_entry_point
+    from selector.core.entry_points import load_entry_point
     out = []
     for b in selector.load(["platform=cpu"]).catalogue.backends["moe"]:
         cls = load_entry_point(b.entry_point)
@@ -151,10 +151,10 @@ def test_fi_activation_names_exist_in_flashinfer():
 
 
 def test_verify_cases_use_reference_activations():
-    """``doctor --verify`` (selector/verify.py -> backends/verify_child.py) compares against the
+    """``doctor --verify`` (selector/inspect/verify.py -> backends/verify_child.py) compares against the
     reference: it tries every activation the reference implements, and knows (without importing
     torch) which ones those are; any other it tries is reported unverified, never run."""
-    from selector.verify import ACTIVATIONS, _reference_activations
+    from selector.inspect.verify import ACTIVATIONS, _reference_activations
     for gated, ref in ((True, GATED_ACTIVATIONS), (False, NON_GATED_ACTIVATIONS)):
         assert set(_reference_activations(gated)) == set(ref)
         assert set(ref) <= set(ACTIVATIONS[gated])

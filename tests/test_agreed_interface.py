@@ -11,9 +11,9 @@ import pytest
 from helpers import load
 
 import selector
-from selector import agreement
-from selector.agreement import AgreedDecision, Group
-from selector.decision import Decision
+from selector.core.decision import Decision
+from selector.distributed import agreement
+from selector.distributed.agreement import AgreedDecision, Group
 
 MOE = {"op": "moe", "quant": "nvfp4", "activation": "relu2", "act_and_mul": False,
        "hidden_size": 256, "intermediate_size": 128, "num_experts": 8, "top_k": 2}

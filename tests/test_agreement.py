@@ -1,4 +1,4 @@
-"""selector.agreement in-process, on fingerprints the ranks would exchange: what the agreed
+"""selector.distributed.agreement in-process, on fingerprints the ranks would exchange: what the agreed
 decision says and how it reads (notes, text, canonical bytes, immutability). Written so that a
 mutation run over agreement.py (tools/mutate.py) finds what a one-token change breaks."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from helpers import load
 
 import selector
-from selector import agreement
-from selector.agreement import Group
+from selector.distributed import agreement
+from selector.distributed.agreement import Group
 
 MOE = {"op": "moe", "quant": "nvfp4", "activation": "relu2", "act_and_mul": False,
        "hidden_size": 256, "intermediate_size": 128, "num_experts": 8, "top_k": 2}

@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO, cli_env, load, run_cli_many
 
 import selector
-from selector.decision import Decision
+from selector.core.decision import Decision
 
 DGX = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 DGX_NEMOTRON = DGX + ("layer=nemotron_moe",)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, load
 
-from selector import schema
-from selector.rules import reason_rules
+from selector.core import schema
+from selector.core.rules import reason_rules
 
 # CONTRACT.md, where a checkout carries one (only files inside the repository are read)
 CONTRACT_PATHS = [REPO / "CONTRACT.md", REPO / "docs" / "CONTRACT.md"]
@@ -105,7 +105,7 @@ VLLM_LINEAR = ("flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "c
 def test_a_wrapper_takes_its_name_and_kernel_distributions_from_its_backend_file(cat):
     """The wrapper's `backend` is the stem of the file naming it; `needs_any` is that file's
     kernel package rule (Marlin's once lacked the YAML's sglang>=0.5.10 alternative)."""
-    from selector.entry_points import load_entry_point
+    from selector.core.entry_points import load_entry_point
     for op, backends in cat.backends.items():
         for b in backends:
             cls = load_entry_point(b.entry_point, b.name)
@@ -160,7 +160,7 @@ def test_check_passes_on_the_packaged_tree(cat):
     missing = _missing_entry_points(cat)
     if missing:
         pytest.skip(f"backends/ entry points not written yet: {missing}")
-    from selector.check import check_tree
+    from selector.commands.check import check_tree
     report = check_tree([], [])
     assert report["problems"] == [] and report["ok"] is True
     assert report["backends"] == {op: _yaml_names(op) for op in schema.OPS}
@@ -172,19 +172,19 @@ def test_check_catches_a_duplicate_rank(tmp_path):
     d.mkdir(parents=True)
     (d / "twin.yaml").write_text('description: "same rank as marlin"\nrank: 60\nrules:\n'
                                  '  - kind: clamp\n    source: "test"\n')
-    from selector.check import check_tree
+    from selector.commands.check import check_tree
     report = check_tree([], [str(tmp_path)])
     assert report["ok"] is False
     assert any("rank" in p["problem"] and "marlin" in p["problem"] for p in report["problems"])
 
 
 def test_docs_rules_md_is_generated_from_the_catalogue(cat):
-    from selector.listing import catalogue_markdown
+    from selector.commands.listing import catalogue_markdown
     path = REPO / "docs" / "rules.md"
-    assert path.is_file(), "generate it: python -m selector.listing > docs/rules.md"
+    assert path.is_file(), "generate it: python -m selector.commands.listing > docs/rules.md"
     want = catalogue_markdown(cat)
     assert path.read_text() == want, \
-        "docs/rules.md drifted from conf/backend/: python -m selector.listing > docs/rules.md"
+        "docs/rules.md drifted from conf/backend/: python -m selector.commands.listing > docs/rules.md"
     for _op, bs in cat.backends.items():
         for b in bs:
             assert f"### `{b.name}`" in want

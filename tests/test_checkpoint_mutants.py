@@ -20,8 +20,8 @@ from checkpoint_fixtures import (
 from helpers import load
 
 from selector import SelectorError
-from selector import checkpoint_arch as A
-from selector import checkpoint_quant as Q
+from selector.checkpoint import arch as A
+from selector.checkpoint import quant as Q
 
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 

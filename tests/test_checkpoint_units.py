@@ -22,9 +22,9 @@ from checkpoint_fixtures import (
 )
 
 from selector import SelectorError
-from selector import checkpoint_arch as A
-from selector import checkpoint_quant as Q
-from selector.checkpoint import _join_whys, _layers_text, checkpoint_root
+from selector.checkpoint import arch as A
+from selector.checkpoint import quant as Q
+from selector.checkpoint.plan import _join_whys, _layers_text, checkpoint_root
 
 P = Path("/x/config.json")
 

@@ -8,8 +8,8 @@ import json
 import pytest
 from helpers import cli_env, run_cli_many, warm
 
-from selector import schema
-from selector.rules import reason_rules
+from selector.core import schema
+from selector.core.rules import reason_rules
 
 pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 

@@ -6,7 +6,7 @@ import pytest
 from helpers import run_main
 
 import selector
-from selector import env_vars
+from selector.core import env_vars
 from selector.engines import vllm as adapter
 
 

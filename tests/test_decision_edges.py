@@ -10,10 +10,10 @@ import pytest
 from packaging.version import Version
 
 import selector
-from selector import rules
-from selector.errors import SelectorError
-from selector.notes import Note
-from selector.rules import Condition, DeviceSpec, Facts
+from selector.core import rules
+from selector.core.errors import SelectorError
+from selector.core.notes import Note
+from selector.core.rules import Condition, DeviceSpec, Facts
 
 SPARK = ["platform=dgx_spark", "stack=flashinfer_0_7_4"]
 
@@ -216,7 +216,7 @@ def test_a_boolean_is_not_an_integer_parameter():
 
 
 def test_a_reason_without_message_adds_nothing_and_a_known_issue_says_its_message_once():
-    from selector.schema import Layer
+    from selector.core.schema import Layer
     plain = _rule(kind="device", devices=["9.0"]).evaluate(Layer(), _facts((12, 1)))
     assert plain is not None and "None" not in plain.message and not plain.message.endswith(":")
     told = _rule(kind="device", devices=["9.0"], message="only Hopper").evaluate(Layer(), _facts((12, 1)))
@@ -226,7 +226,7 @@ def test_a_reason_without_message_adds_nothing_and_a_known_issue_says_its_messag
 
 
 def test_a_known_issue_names_only_the_platform_terms_it_has():
-    from selector.schema import Layer
+    from selector.core.schema import Layer
     issue = _rule(kind="known_issue", message="breaks",
                   when={"packages": {"flashinfer-python": "<0.8"}})
     f = Facts((12, 1), Version("13.0"), {"flashinfer-python": Version("0.7.4")})
@@ -248,7 +248,7 @@ def test_a_known_issue_describes_its_devices_and_packages():
     ("min_num_tokens", 64, {63: False, 64: True, 65: True, None: False}),
     ("max_num_tokens", 63, {62: True, 63: True, 64: False, None: False})])
 def test_token_bounds_of_when_include_their_value(term, value, tokens):
-    from selector.schema import Layer
+    from selector.core.schema import Layer
     cond = Condition.parse({term: value}, "k", "w")
     for n, holds in tokens.items():
         assert cond.layer_holds(Layer(num_tokens=n)) is holds, (term, n)
@@ -314,7 +314,7 @@ def test_a_package_requirement_keeps_its_own_range():
 
 def test_a_verify_failure_is_not_reused_for_another_quant_or_gating():
     from selector.api import Selector
-    from selector.rules import VerifyFailure
+    from selector.core.rules import VerifyFailure
     base = selector.load(["platform=cpu", "platform.packages.torch=2.13.0"])
     failed = {("moe", "emulation"): (VerifyFailure("nvfp4", True, "moe nvfp4 gated: boom"),)}
     sel = Selector(base.run_config, base.tree, verify=failed)
@@ -364,7 +364,7 @@ def test_explicit_only_needs_a_message_and_describes_its_platform():
 def test_no_packages_hint_names_the_newest_stack_of_each_family():
     from types import SimpleNamespace
 
-    from selector.resolver import no_packages_hint
+    from selector.core.resolver import no_packages_hint
     # the presets' own `stack:` data, not their file names (which need not follow a pattern)
     stacks = [(n, {"family": f, "version": v}) for n, f, v in (
         ("mine", "mine", "x"), ("flashinfer_0_6_10", "flashinfer", "0.6.10"),
@@ -407,7 +407,7 @@ def test_an_explained_drift_entry_has_three_non_empty_strings(entry):
 
 
 def test_the_kinds_table_names_parameter_types_and_optional_fields():
-    from selector.rules import kinds_markdown
+    from selector.core.rules import kinds_markdown
     table = kinds_markdown()
     assert "| `activation` | `values`: a list of strings |" in table
     assert "`specifier`: a string (optional)" in table
@@ -457,7 +457,7 @@ def test_a_verify_failure_keys_the_memo_by_itself(tmp_path):
     """A user backend with no layer rules: only the verify rule puts quant and act_and_mul in
     the memo key."""
     from selector.api import Selector
-    from selector.rules import VerifyFailure
+    from selector.core.rules import VerifyFailure
     conf = _backend(tmp_path, "moe", "plain", 'description: "no rules"\nrank: 1\nrules: []\n')
     base = selector.load(SPARK, config_dirs=[conf])
     failed = {("moe", "plain"): (VerifyFailure("nvfp4", True, "moe nvfp4 gated: boom"),)}
@@ -473,7 +473,7 @@ def test_a_verify_failure_keys_the_memo_by_itself(tmp_path):
 # the platform line: a preset by name, a detected machine by its GPU
 
 def test_the_platform_line_names_a_preset_or_the_detected_gpu():
-    from selector.environment import Environment, Gpu
+    from selector.inspect.environment import Environment, Gpu
 
     def detect(names, gpu="NVIDIA RTX PRO 6000"):
         return Environment((12, 0), gpu, None, {n: None for n in names}, Gpu(gpu, (12, 0)),
@@ -496,7 +496,7 @@ def test_type_names_of_rule_parameters():
 # deep probe results (probe=deep): a failed probe rejects with its finding; a passed one does not
 
 def test_a_failed_deep_probe_rejects_its_backend_with_the_finding():
-    from selector.resolver import Resolver
+    from selector.core.resolver import Resolver
     sel = selector.load(SPARK + ["policy.moe_backend=flashinfer_b12x"])
     layer = sel.layer(activation="silu", act_and_mul=True)
     assert "flashinfer.b12x_moe" in sel.run_config.catalogue.get("moe", "flashinfer_b12x").probes

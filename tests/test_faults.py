@@ -35,8 +35,8 @@ from typing import Dict
 import pytest
 from helpers import child_env
 
-from selector import environment, nvml_query
-from selector.cli import main
+from selector.commands.cli import main
+from selector.inspect import environment, nvml_query
 
 pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
@@ -126,7 +126,7 @@ PYNVML = {
 }
 
 _DETECT = ("import json, time\n"
-           "from selector.environment import detect\n"
+           "from selector.inspect.environment import detect\n"
            "t = time.time()\n"
            "e = detect(['torch', 'triton'])\n"
            "print(json.dumps({'capability': e.capability, 'name': e.gpu_name, 'method': "
@@ -339,7 +339,7 @@ def test_torch_timeout_from_the_environment(tmp_path):
     d = tmp_path / "faketorch" / "torch"
     d.mkdir(parents=True)
     (d / "__init__.py").write_text(TORCH["import hangs"][0])
-    code = ("import json; from selector.environment import _torch_child; g = _torch_child(); "
+    code = ("import json; from selector.inspect.environment import _torch_child; g = _torch_child(); "
             "print(json.dumps(g.notes))")
     t = time.time()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -427,11 +427,11 @@ def test_malformed_metadata_counts_as_absent_or_installed_never_a_crash(site, ca
 
 
 # ---------------------------------------------------------------------------------------------
-# Deep probes (selector/probing.py): a probe that raises or hangs is a finding
+# Deep probes (selector/inspect/probing.py): a probe that raises or hangs is a finding
 
 def test_in_process_probe_that_raises_is_a_failed_finding(monkeypatch, tmp_path):
-    probing = pytest.importorskip("selector.probing")
-    registry = importlib.import_module("selector.probe_specs")
+    probing = pytest.importorskip("selector.inspect.probing")
+    registry = importlib.import_module("selector.core.probe_specs")
     mod = tmp_path / "mods"
     mod.mkdir()
     (mod / "faulty_probe_mod.py").write_text("def boom(arg, ctx):\n    raise OSError('disk')\n"
@@ -447,7 +447,7 @@ def test_in_process_probe_that_raises_is_a_failed_finding(monkeypatch, tmp_path)
 
 
 def test_hanging_probe_is_a_failed_finding(tmp_path, monkeypatch):
-    probing = pytest.importorskip("selector.probing")
+    probing = pytest.importorskip("selector.inspect.probing")
     mod = tmp_path / "mods"
     mod.mkdir()
     (mod / "hangs_on_import_xyz.py").write_text("import time\ntime.sleep(3600)\nx = 1\n")
@@ -520,7 +520,7 @@ def test_a_probe_that_floods_its_output_fails_and_memory_stays_bounded(tmp_path)
 
 
 def test_child_runner_keeps_at_most_max_output_per_stream():
-    from selector import child_runner
+    from selector.inspect import child_runner
     boot = ("import os, sys; sys.stdin.read(); os.write(1, b'M{\"a\": 1}\\n');"
             "[os.write(2, b'e' * 65536) for _ in range(400)]")
     events, rc, timed_out, err = child_runner.run_child(boot, {"x": 1}, 60, "M")

@@ -4,7 +4,7 @@ Every case must end with exit code 0, 1 or 2, never a traceback; for 2, `explain
 exactly one `selector: error: ...` line (naming the file, and the line where YAML gives one, for
 a broken config file) and `check` prints its list of problems, each naming the file.
 
-The bulk runs in-process through `selector.cli.main(argv)` (and, for config files, through the
+The bulk runs in-process through `selector.commands.cli.main(argv)` (and, for config files, through the
 functions the CLI runs: `load_yaml`, `make_backend`, the Resolver); a handful runs through a real
 `python -m selector` subprocess. Hypothesis is derandomised here so that CI sees the same cases
 on every run; `benchmarks/fuzz.py` runs the same fuzzers with random seeds and
@@ -29,12 +29,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from selector import schema
 from selector.config import MAX_CONFIG_BYTES, load_yaml, schema_keys
-from selector.errors import SelectorError
-from selector.model import Layer, Platform, Policy, RunConfig, make_backend, make_catalogue
-from selector.resolver import Resolver
-from selector.rules import WHEN_FIELDS, reason_rules, rule_fields
+from selector.core import schema
+from selector.core.errors import SelectorError
+from selector.core.model import Layer, Platform, Policy, RunConfig, make_backend, make_catalogue
+from selector.core.resolver import Resolver
+from selector.core.rules import WHEN_FIELDS, reason_rules, rule_fields
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -241,7 +241,7 @@ api_values = st.one_of(
                               max_size=4))
 def test_fuzz_select_kwargs(kwargs):
     """`select(**layer)` with any values: a Decision, or SelectorError with one-line text."""
-    from selector.decision import Decision
+    from selector.core.decision import Decision
     sel = _selector()
     try:
         d = sel.select(**kwargs)

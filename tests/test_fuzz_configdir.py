@@ -25,7 +25,7 @@ from fuzz_support import SCALE, SETTINGS, _private_cache, _report  # noqa: F401 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from selector.cli import main
+from selector.commands.cli import main
 from selector.config import MAX_CONFIG_BYTES
 
 OUTCOMES: Counter = Counter()  # (fuzzer, outcome) -> count; reported by benchmarks/fuzz.py

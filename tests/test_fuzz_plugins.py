@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fuzz_configdir import SCALARS, judge, run_main
 
-from selector import catalogues
+from selector.config import catalogues
 
 pytestmark = pytest.mark.slow
 

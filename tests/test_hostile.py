@@ -1,7 +1,7 @@
 """Regression tests for the adversarial review (reliability issue): hostile files, environments
 and callers. Each test names the point it covers; each failed before its fix.
 
-Most cases run the CLI in-process (`selector.cli.main`); those that could hang, crash the
+Most cases run the CLI in-process (`selector.commands.cli.main`); those that could hang, crash the
 interpreter or need a real file descriptor run it in a subprocess with a time limit.
 """
 from __future__ import annotations
@@ -20,9 +20,10 @@ import pytest
 from helpers import child_env, refused, run_main
 
 import selector
-from selector.config import ConfigTree, normalize_overrides
-from selector.environment import Environment, Gpu
-from selector.errors import SelectorError
+from selector.config import normalize_overrides
+from selector.config.catalogues import discover as discover_tree
+from selector.core.errors import SelectorError
+from selector.inspect.environment import Environment, Gpu
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -228,7 +229,7 @@ def test_10_plain_values_only(tmp_path, monkeypatch, case, text, needle, command
 
 def _cache_file(tmp_path, overrides):
     from selector.config import cache as cache_mod
-    tree = ConfigTree.discover([])
+    tree = discover_tree([])
     key = cache_mod.fingerprint(tree, normalize_overrides(overrides, tree))
     return tmp_path / "cache" / f"{key}.json", key
 
@@ -304,7 +305,7 @@ def test_12_bad_probe_timeouts(monkeypatch, argv, needle):
 
 
 def test_12_good_timeouts_parse():
-    from selector import env_vars
+    from selector.core import env_vars
     assert env_vars.parse_timeout("x", "2.5") == 2.5
     assert env_vars.parse_timeout("x", 86400) == 86400.0
 
@@ -386,7 +387,7 @@ def test_18_gpu_name_cannot_forge_a_line(tmp_path):
         assert [ln for ln in text.splitlines() if ln.startswith("selected:")] == \
             [ln for ln in text.splitlines() if ln.startswith("selected:")][:1]
         assert "\x1b" not in text
-    from selector.text import printable
+    from selector.core.text import printable
     assert printable("a\nb\x1b") == "a\\nb\\x1b"
 
 

@@ -13,7 +13,7 @@ import knowledge_cases as kc
 import pytest
 import yaml
 
-from selector import schema
+from selector.core import schema
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
@@ -138,7 +138,7 @@ def _sources():
     descriptions, config comments, probe sources."""
     for path in sorted((REPO / "conf").rglob("*.yaml")):
         yield str(path.relative_to(REPO)), path.read_text()
-    from selector.probe_specs import PROBES
+    from selector.core.probe_specs import PROBES
     for p in PROBES.values():
         yield f"probe {p.name}", f"{p.source} {p.description}"
     for _op, bs in kc.base().catalogue.backends.items():
@@ -198,7 +198,7 @@ def _declared(**over):
 
 
 def _drift(fi=None, b12x=None):
-    from selector.drift import compare
+    from selector.inspect.drift import compare
     sel = kc.base()
     findings = {"flashinfer.declarations": fi or _declared()}
     if b12x:
@@ -208,7 +208,7 @@ def _drift(fi=None, b12x=None):
 
 def test_drift_flashinfer_0_7_4_agrees_or_is_explained():
     items = _drift()
-    from selector.drift import counts
+    from selector.inspect.drift import counts
     c = counts(items)
     assert c["drift"] == 0, [i.to_dict() for i in items if i.status == "drift"]
     assert c["agrees"] >= 25 and c["explained"] == 7
@@ -264,8 +264,8 @@ def test_drift_native_b12x_gating():
 
 
 def test_explained_needs_claim_reason_and_source(tmp_path):
-    from selector.errors import SelectorError
-    from selector.rules import compile_rule
+    from selector.core.errors import SelectorError
+    from selector.core.rules import compile_rule
     rule = {"kind": "device", "devices": ["12.x"], "source": "x",
             "explained": [{"claim": "devices", "reason": "because"}]}
     with pytest.raises(SelectorError, match="claim, reason and source"):

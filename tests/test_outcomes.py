@@ -13,17 +13,17 @@ import pytest
 from helpers import REPO, load, run_cli_many
 
 import selector
-from selector import notes as notes_mod
-from selector import rules
-from selector.decision import OUTCOMES, Candidate, Decision, render_line
-from selector.errors import SelectorError
-from selector.layer import make_layer
-from selector.notes import note
-from selector.resolver import Resolver
-from selector.rules import Reason
-from selector.schema import Status
-from selector.schema import Status as S
-from selector.why import why
+from selector.commands.why import why
+from selector.core import notes as notes_mod
+from selector.core import rules
+from selector.core.decision import OUTCOMES, Candidate, Decision, render_line
+from selector.core.errors import SelectorError
+from selector.core.layer import make_layer
+from selector.core.notes import note
+from selector.core.resolver import Resolver
+from selector.core.rules import Reason
+from selector.core.schema import Status
+from selector.core.schema import Status as S
 
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 DGX_VLLM = ("platform=dgx_spark", "stack=vllm_0_32")
@@ -433,7 +433,7 @@ def test_why_in_json_and_line_formats():
 
 
 def test_why_text_of_a_usable_backend_says_it_passes():
-    from selector.why import why
+    from selector.commands.why import why
     d = load(*SPARK).default()
     out, usable = why(d, "flashinfer-cutlass", "text")
     assert usable and out.startswith("flashinfer_cutlass: selected (passes every rule)\n")
@@ -605,7 +605,7 @@ def test_why_json_is_indented_like_explain():
 def test_the_hint_counts_only_installed_packages():
     from types import SimpleNamespace
 
-    from selector.resolver import no_packages_hint
+    from selector.core.resolver import no_packages_hint
     bare = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", None)))
     stacks = [("vllm_0_33", {"family": "vllm", "version": "0.33"})]
     got = no_packages_hint(bare, stacks)

@@ -12,7 +12,7 @@ import pytest
 from helpers import run_main
 from plugin_site import FAST_MOE, make_site
 
-from selector import catalogues
+from selector.config import catalogues
 
 RTX_VLLM = ["engine=vllm", "platform=rtx_5090", "stack=vllm_0_33"]
 

@@ -1,4 +1,4 @@
-"""The deep probes (backends/probes) and their runner (selector/probing.py), without the CLI.
+"""The deep probes (backends/probes) and their runner (selector/inspect/probing.py), without the CLI.
 
 Fast: the metadata probes run on throwaway dist-info dirs, and the child-process runner on
 throwaway packages (a child that imports a small module takes a fraction of a second). The
@@ -15,9 +15,10 @@ import pytest
 from doctor_fixtures import make_broken_packages, make_dist
 from helpers import REPO, cli_env, load
 
-from selector import SelectorError, probing
-from selector import probe_specs as registry
+from selector import SelectorError
 from selector.backends.probes import _util, metadata_probes
+from selector.core import probe_specs as registry
+from selector.inspect import probing
 
 
 @pytest.fixture(autouse=True)
@@ -81,7 +82,7 @@ def test_unknown_probe_name_is_bad_input_with_a_suggestion():
 
 @pytest.mark.slow
 def test_importing_the_registry_imports_no_kernel_library():
-    code = ("import sys, selector.probe_specs, selector.probing, selector.doctor; "
+    code = ("import sys, selector.core.probe_specs, selector.inspect.probing, selector.commands.doctor; "
             "print(sorted(m for m in ('torch', 'flashinfer', 'triton', 'cutlass') "
             "if m in sys.modules))")
     import subprocess

@@ -1,7 +1,7 @@
 """Property tests (hypothesis) over platform x packages x layer x policy x probe findings.
 
 The catalogue is composed once through Hydra; platforms, layers and policies are then built
-in-process (selector.model objects) so that thousands of combinations run in seconds. Every
+in-process (selector.core.model objects) so that thousands of combinations run in seconds. Every
 decision is checked against the rules themselves (`rule.evaluate(layer, facts)`), computed here
 independently of the Resolver's precomputed platform/layer split:
 
@@ -35,11 +35,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 import selector
-from selector import schema
-from selector.config import ConfigTree, read_catalogue
-from selector.model import Catalogue, Layer, Platform, Policy, RunConfig, make_catalogue, make_layer, make_platform
-from selector.resolver import Resolver, Verdict
-from selector.rules import reason_rules
+from selector.config import read_catalogue
+from selector.config.catalogues import discover as discover_tree
+from selector.core import schema
+from selector.core.model import Catalogue, Layer, Platform, Policy, RunConfig, make_catalogue, make_layer, make_platform
+from selector.core.resolver import Resolver, Verdict
+from selector.core.rules import reason_rules
 
 pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
@@ -338,7 +339,7 @@ def test_independent_of_catalogue_and_package_order(platform, layer, policy, see
     rng = random.Random(seed)
     raw = _STATE.get("raw")
     if raw is None:
-        tree = ConfigTree.discover()
+        tree = discover_tree()
         raw = _STATE["raw"] = (read_catalogue(tree), dict(tree.backend_files))
     data, files = raw
     shuffled = {}
@@ -532,5 +533,5 @@ def test_independent_of_file_listing_order(tmp_path, monkeypatch):
                                                                      reverse=True)))
     monkeypatch.setenv("SELECTOR_NO_CACHE", "1")
     assert [_explain(o, [a]) for o in overrides_list] == outs_a
-    tree = ConfigTree.discover([a])
+    tree = discover_tree([a])
     assert len(tree.backend_files) == 2 * len(files)

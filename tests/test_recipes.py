@@ -9,10 +9,10 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import selector
-from selector import rules
-from selector.errors import SelectorError
-from selector.rules import KINDS, PackageSpec, Reason, Rule, kinds_markdown, register
-from selector.versions import parse_specifier
+from selector.core import rules
+from selector.core.errors import SelectorError
+from selector.core.rules import KINDS, PackageSpec, Reason, Rule, kinds_markdown, register
+from selector.core.versions import parse_specifier
 
 SPARK = ["platform=dgx_spark", "stack=flashinfer_0_7_4"]
 
@@ -146,10 +146,12 @@ import textwrap  # noqa: E402
 import selector.backends  # noqa: E402
 import selector.engines  # noqa: E402
 from selector.backends import _base  # noqa: E402
-from selector.check import check_tree  # noqa: E402
-from selector.config import dirs  # noqa: E402
+from selector.commands.check import check_tree  # noqa: E402
+from selector.config import dirs  # noqa: E402, F401
+from selector.core import packaged  # noqa: E402
 
-REPO_CONF = dirs.packaged_conf_dir()
+REPO_CONF = packaged.packaged_conf_dir()
+_PACKAGED = packaged.packaged_conf_dir
 
 
 @pytest.fixture
@@ -158,7 +160,9 @@ def copy(tmp_path, monkeypatch):
     import as selector.backends.* and selector.engines.* (where a recipe's code goes)."""
     conf = tmp_path / "conf"
     shutil.copytree(REPO_CONF, conf, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    monkeypatch.setattr(dirs, "packaged_conf_dir", lambda: conf)
+    for mod in [m for n, m in list(sys.modules.items()) if n.startswith("selector.")
+                and getattr(m, "packaged_conf_dir", None) is _PACKAGED]:
+        monkeypatch.setattr(mod, "packaged_conf_dir", lambda: conf)
     code = tmp_path / "code"
     (code / "backends").mkdir(parents=True)
     (code / "engines").mkdir()
@@ -295,7 +299,7 @@ ENGINE_YAML = """
     """
 ADAPTER_PY = """
     '''MyEngine's adapter: a decision made with engine=myengine as its command line.'''
-    from selector.errors import SelectorError
+    from selector.core.errors import SelectorError
 
 
     def server_args(*decisions):
@@ -422,7 +426,7 @@ def test_recipe_quantization_scheme_missing_steps(copy):
     _implement(conf, "nvfp4_w4a8")
     problems = _problems(check_tree([], []))
     assert "catalogue.moe.marlin.implements: unknown value 'nvfp4_w4a8'" in problems
-    assert "selector/schema.py (QUANTS)" in problems
+    assert "selector/core/schema.py (QUANTS)" in problems
 
 
 def test_each_documented_recipe_is_tried_here():
@@ -440,7 +444,8 @@ def test_each_documented_recipe_is_tried_here():
 def test_a_backend_file_declares_its_own_probes(copy):
     """Step 1 of the backend recipe may declare the backend's deep probes in the file itself
     (no edit of probe_specs.py): one runs in-process, one in a child process."""
-    from selector import probe_specs, probing
+    from selector.core import probe_specs
+    from selector.inspect import probing
     conf, code = copy
     _add_backend(conf, code)
     path = conf / "backend" / "moe" / "my_kernel.yaml"

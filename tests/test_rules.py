@@ -1,4 +1,4 @@
-"""Unit tests of the 13 rule kinds (selector/rules.py): each passes and fails where it should,
+"""Unit tests of the 13 rule kinds (selector/core/rules.py): each passes and fails where it should,
 `when` conditions gate it, versions compare the PEP 440 way, and a malformed rule is a
 SelectorError that names the rule's key and file."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from selector import SelectorError
-from selector.layer import make_layer
-from selector.rules import KINDS, Facts, Reason, compile_rule, reason_rules
+from selector.core.layer import make_layer
+from selector.core.rules import KINDS, Facts, Reason, compile_rule, reason_rules
 
 KEY = "catalogue.moe.testbackend.rules[3]"
 WHERE = "/tmp/user-conf/backend/moe/testbackend.yaml"

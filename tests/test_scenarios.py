@@ -16,9 +16,9 @@ import pytest
 from helpers import load, warm
 from note_match import Has, N, Sub
 
-from selector import schema
-from selector.layer import make_layer
-from selector.rules import reason_rules
+from selector.core import schema
+from selector.core.layer import make_layer
+from selector.core.rules import reason_rules
 
 # ---------------------------------------------------------------------------------------------
 # Building blocks

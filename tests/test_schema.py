@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import load
 
-from selector import model, schema
-from selector.check import check_tree
-from selector.errors import SelectorError
+from selector.commands.check import check_tree
+from selector.core import model, schema
+from selector.core.errors import SelectorError
 
 
 def test_every_config_node_goes_through_schema_validate(monkeypatch):
@@ -78,7 +78,7 @@ def test_null_takes_the_default_and_nested_nodes_are_checked():
 
 
 def test_the_rule_params_use_the_same_type_rules():
-    from selector import rules
+    from selector.core import rules
     assert rules._type_ok is schema.type_ok and rules._type_name is schema.type_name
 
 

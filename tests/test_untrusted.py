@@ -29,9 +29,9 @@ import helpers
 import pytest
 from helpers import child_env, run_main
 
-from selector import catalogues
-from selector.entry_points import allowed, load_entry_point
-from selector.errors import SelectorError
+from selector.config import catalogues
+from selector.core.entry_points import allowed, load_entry_point
+from selector.core.errors import SelectorError
 
 pytestmark = pytest.mark.slow  # subprocess / fuzz suite: `pytest -m "not slow"` skips it
 
@@ -138,7 +138,7 @@ def test_target_in_backend_file_is_refused(tmp_path, marker):
 
 @pytest.mark.parametrize("entry_point", [
     "{m}:Boom", "{m}.sub:Boom", "os:system", "subprocess:Popen", "builtins:eval",
-    "importlib:import_module", "backendsx.{m}:Boom", "backends_{m}:Boom", "selector.cli:main",
+    "importlib:import_module", "backendsx.{m}:Boom", "backends_{m}:Boom", "selector.commands.cli:main",
     "{m}:boom"])
 def test_entry_point_outside_backends_is_refused_before_import(tmp_path, marker, entry_point):
     ep = entry_point.format(m=marker.name)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, assert_clean_error, load, run_cli, run_cli_many
 
-from selector.errors import SelectorError
+from selector.core.errors import SelectorError
 
 DGX = ("platform=dgx_spark", "stack=flashinfer_0_7_4", "layer=nemotron_moe")
 

@@ -1,4 +1,4 @@
-"""`doctor --verify` and `explain probe=verify` (selector.verify, selector.backends.verify_child).
+"""`doctor --verify` and `explain probe=verify` (selector.inspect.verify, selector.backends.verify_child).
 
 On this CPU machine only `emulation` passes its rules: it verifies OK with its (small, non-zero)
 errors shown. Deliberately wrong backends, supplied the way a user would (a --config-dir backend
@@ -22,9 +22,9 @@ from helpers import cli_env, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from selector import verify
-from selector.errors import SelectorError
-from selector.rules import VerifyFailure, VerifyRule, compile_rule
+from selector.core.errors import SelectorError
+from selector.core.rules import VerifyFailure, VerifyRule, compile_rule
+from selector.inspect import verify
 
 WRONG = Path(__file__).resolve().parent / "wrong_backends"  # site/ (the plugin) and conf/
 
@@ -176,7 +176,7 @@ def test_hang_is_contained_and_its_helpers_killed(wrong, tmp_path):
     code = textwrap.dedent(f"""
         import json, sys, time
         import selector
-        from selector import verify
+        from selector.inspect import verify
         sel = selector.load([], config_dirs=[{str(tmp_path)!r}])
         b = sel.catalogue.get("linear", "hang")
         cases, _ = verify.cases_for(sel, "linear", b)

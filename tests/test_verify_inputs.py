@@ -105,8 +105,8 @@ def test_reference_refuses_them_too():
 def test_emulation_keeps_no_copy_and_matches_the_reference(quant, gated, act):
     """prepare caches nothing (before: float32 weights, 7.1x the checkpoint); apply expands only
     the routed experts, in bf16, and agrees with the float64 reference within verify's bound."""
-    from selector import verify
     from selector.backends.verify_child import compare
+    from selector.inspect import verify
     w = _moe(gated, E=8)
     if quant == "nvfp4_w4a16":
         w = nv.MoEWeights(w.w13, w.w2)

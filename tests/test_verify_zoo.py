@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import verify_zoo as zoo  # noqa: E402
 
-from selector import verify  # noqa: E402
+from selector.inspect import verify  # noqa: E402
 
 pytest.importorskip("torch")
 
@@ -77,7 +77,7 @@ def test_zoo_30_seeds():
 
 
 def test_bounds_are_margin_times_the_recorded_measurement():
-    """The bounds are MARGIN x the worst measured on the H200 (recorded in selector.verify),
+    """The bounds are MARGIN x the worst measured on the H200 (recorded in selector.inspect.verify),
     rounded up to 2^k or 1.5 * 2^k: a bound edited without a measurement fails here."""
     measured = {("moe", "nvfp4_w4a16"): (0.0226, 0.00688, 0.0141),
                 ("moe", "nvfp4"): (0.305, 0.0520, 0.166),
@@ -142,7 +142,7 @@ def test_every_accepted_activation_clamp_size_and_bias_is_a_case(tmp_path):
 def test_probe_verify_trusts_only_what_ran():
     """A verdict covers the combinations that ran OK; another activation, a clamp that never ran,
     or a failed case is rejected (before: one silu case verified the whole scheme and gating)."""
-    from selector.rules import VerifyFailure, VerifyRule, VerifyVerdict
+    from selector.core.rules import VerifyFailure, VerifyRule, VerifyVerdict
     verdict = VerifyVerdict(
         failures=(VerifyFailure("nvfp4", True, "moe nvfp4 gated swiglustep: max relative error 2",
                                 "swiglustep", False),),

@@ -1,11 +1,11 @@
 """The mutant zoo's measurement (tests/test_verify_zoo.py, docs/verify.md's bounds and detection
 table): each simulated correct kernel and each mutant of `tests/mutant_backends` (a plugin
 registered under `selector.backends`) run on `doctor --verify`'s problems, measured and judged
-by `selector.verify` exactly as the verify child does it (in this process, many at a time).
+by `selector.inspect.verify` exactly as the verify child does it (in this process, many at a time).
 
     python tests/verify_zoo.py [--seeds 30] [--mutant-seeds 3] [--jobs N] [--json OUT]
 
-prints the measured errors of the correct kernels (the basis of `selector.verify.BOUNDS`) and the
+prints the measured errors of the correct kernels (the basis of `selector.inspect.verify.BOUNDS`) and the
 detection table (markdown).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def cases(op: str) -> list:
     simulated kernels accept what emulation accepts), unverified ones left out."""
     if op not in _CASES:
         import selector
-        from selector import verify
+        from selector.inspect import verify
         sel = selector.load([])
         cs, _ = verify.cases_for(sel, op, sel.catalogue.get(op, "emulation"))
         _CASES[op] = [c for c in cs if not c.unverified]
@@ -89,7 +89,7 @@ def measure(todo: List[tuple], jobs: int = 1) -> List[tuple]:
 
 def summarize(results: List[tuple]) -> Dict[str, Any]:
     """Per (op, quant): the correct kernels' worst errors; per mutant: its weakest detection."""
-    from selector import verify
+    from selector.inspect import verify
     zoo = _zoo()
     correct: Dict[str, Dict[str, float]] = {}
     judged_ok: List[str] = []

@@ -1,6 +1,6 @@
 """A small AST mutation run: how many one-token changes to a module do the tests notice?
 
-    python tools/mutate.py selector/rules.py selector/resolver.py selector/versions.py \
+    python tools/mutate.py selector/core/rules.py selector/core/resolver.py selector/core/versions.py \
         --tests tests/test_rules.py tests/test_decision_edges.py --budget 900
     python tools/mutate.py --all --per-module 12 --json mutation.json   # every module, sampled
 

@@ -144,11 +144,12 @@ def mutations(conf: Dict[str, Any], name: str = "") -> List[Mutation]:
 def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
     import knowledge_cases as kc
 
-    from selector.config import ConfigTree, read_catalogue
-    from selector.errors import SelectorError
-    from selector.model import make_catalogue
+    from selector.config import read_catalogue
+    from selector.config.catalogues import discover as discover_tree
+    from selector.core.errors import SelectorError
+    from selector.core.model import make_catalogue
 
-    tree = ConfigTree.discover()
+    tree = discover_tree()
     data = read_catalogue(tree)
     todo = [(op, name, desc, apply) for op, backends in data.items()
             for name, conf in backends.items() for desc, apply in mutations(conf, name)]

@@ -73,7 +73,8 @@ def timings(rank: int, world: int, calls: int) -> Dict[str, List[float]]:
     import torch.distributed as dist
     from distributed_bench import decisions
 
-    from selector import agreement, distributed
+    from selector import distributed
+    from selector.distributed import agreement
     ds = decisions(["platform=auto"] + (VLLM if rank == 1 else []))
     raw = agreement.encode(ds)
     rows: Dict[str, List[float]] = {"agree_all": [], "exchange": [], "all_gather_object": []}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from selector.probe_child import describe_exc, dist_version, missing_module_hint, raised_at
+from selector.inspect.probe_child import describe_exc, dist_version, missing_module_hint, raised_at
 
 __all__ = ["describe_exc", "dist_version", "missing_module_hint", "raised_at", "find_symbol",
            "ok", "warning", "failed", "skipped", "result"]

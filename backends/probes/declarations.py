@@ -1,6 +1,6 @@
 """What the installed kernel libraries declare about themselves, for the drift report.
 
-Run in the deep-probe child process (after `import flashinfer`); selector/drift.py compares the
+Run in the deep-probe child process (after `import flashinfer`); selector/inspect/drift.py compares the
 result with the catalogue's claims without importing anything. Each value is read from the
 library's own declarations, never from selector's tables:
 - FlashInfer: the `@supported_compute_capability` lists of its MoE entry points, the per-backend

@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-from .. import env_vars, schema
-from ..errors import SelectorError
-from .dirs import ConfigTree
-from .safe_yaml import check_plain, read_config_bytes
+from selector.config.dirs import ConfigTree
+from selector.config.safe_yaml import check_plain, read_config_bytes
+from selector.core import env_vars, schema
+from selector.core.errors import SelectorError
 
 CACHE_FORMAT = 3  # 3: the tree's engine names (data["engines"])
 MAX_ENTRIES = 256  # about 60 KB each: at most ~15 MB on disk

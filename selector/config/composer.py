@@ -11,14 +11,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, cast
 
 from packaging.utils import canonicalize_name
 
-from .. import schema
-from ..errors import SelectorError, bad_input, bad_value
-from ..locks import ForkSafeLock
-from . import cache
-from .dirs import PRESET_GROUPS, ConfigTree
-from .hydra_errors import schema_keys, translate, unknown_key
-from .presets import lint_tree, validate_presets
-from .safe_yaml import MAX_INT, check_plain, load_yaml
+from selector.config import cache
+from selector.config.dirs import PRESET_GROUPS, ConfigTree
+from selector.config.hydra_errors import schema_keys, translate, unknown_key
+from selector.config.presets import lint_tree, validate_presets
+from selector.config.safe_yaml import MAX_INT, check_plain, load_yaml
+from selector.core import schema
+from selector.core.errors import SelectorError, bad_input, bad_value
+from selector.core.locks import ForkSafeLock
 
 T = TypeVar("T")
 MAX_KEY = 200  # Hydra looks a key up as a file path: longer ones fail in the file system
@@ -158,7 +158,7 @@ _HYDRA_LOCK = ForkSafeLock()  # GlobalHydra is process-wide: one compose at a ti
 def import_for_composing() -> None:
     """Every module composing needs, imported (and Hydra's plugin registry filled) before the
     composition lock is taken: a thread inside the lock then imports nothing, so a process
-    that forks meanwhile gives a child that finds every module whole (selector/locks.py undoes
+    that forks meanwhile gives a child that finds every module whole (selector/core/locks.py undoes
     an import a vanished thread left half done)."""
     import hydra.plugins.config_source  # noqa: F401 - the '# @package' header parser
     import omegaconf  # noqa: F401

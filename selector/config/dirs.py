@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from .. import schema
-from ..errors import SelectorError, bad_input
+from selector.core import schema
+from selector.core.errors import SelectorError, bad_input
 
 PRESET_GROUPS = ("platform", "stack", "layer", "policy", "engine")
 # Hydra's primary config and the schema's name in its ConfigStore: a user file of that name
@@ -22,42 +22,6 @@ PRESET_GROUPS = ("platform", "stack", "layer", "policy", "engine")
 RESERVED_FILES = ("config.yaml", "selector_schema.yaml")
 RESERVED_BACKENDS = ("auto", "none")  # policy values, not backend names
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def packaged_conf_dir() -> Path:
-    """conf/ as shipped: `selector/conf` in an installed wheel, `conf/` in a checkout."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "conf", here.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    try:  # an editable install maps the package `selector.conf` onto the checkout's conf/
-        from importlib.resources import files
-        path = Path(str(files("selector.conf")))
-        if (path / "config.yaml").is_file():
-            return path
-    except (ImportError, ModuleNotFoundError, TypeError):
-        pass
-    raise SelectorError("selector's packaged config directory (conf/config.yaml) is missing: "
-                        "reinstall selector")
-
-
-def search_path(user_dirs: Sequence[object]) -> List[Path]:
-    """The config dirs in lookup order: packaged, then those installed distributions contribute
-    (entry-point group `selector.catalogues`), then each user dir (resolved, once)."""
-    return _search_path(user_dirs)[0]
-
-
-def _search_path(user_dirs: Sequence[object]) -> Tuple[List[Path], Tuple[str, ...]]:
-    """search_path() and the problems of the contributed catalogues it left out."""
-    dirs = [packaged_conf_dir()]
-    from ..catalogues import scan_catalogues  # installed distributions' catalogues
-    contributed, left_out = scan_catalogues(dirs[0])
-    dirs.extend(d for d in contributed if d not in dirs)
-    for d in user_dirs:
-        p = user_dir(d)
-        if p not in dirs:
-            dirs.append(p)
-    return dirs, left_out
 
 
 def user_dir(d: object) -> Path:
@@ -88,10 +52,6 @@ class ConfigTree:
     # contributed catalogues left out, one problem each (check fails on them, explain warns)
     left_out: Tuple[str, ...] = ()
 
-    @classmethod
-    def discover(cls, user_dirs: Sequence[object] = ()) -> ConfigTree:
-        dirs, left_out = _search_path(user_dirs)
-        return cls.from_dirs(dirs, left_out)
 
     @classmethod
     def from_dirs(cls, dirs: Sequence[Path], left_out: Tuple[str, ...] = ()) -> ConfigTree:

@@ -7,9 +7,9 @@ import re
 from dataclasses import fields, is_dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from .. import schema
-from ..errors import SelectorError, bad_input, bad_value
-from .dirs import PRESET_GROUPS, ConfigTree
+from selector.config.dirs import PRESET_GROUPS, ConfigTree
+from selector.core import schema
+from selector.core.errors import SelectorError, bad_input, bad_value
 
 _VOCABULARIES = {"layer.op": schema.OPS, "layer.quant": schema.QUANTS,
                  "layer.activation": schema.ACTIVATIONS, "layer.dtype": schema.DTYPES,
@@ -102,7 +102,7 @@ def unknown_key(key: str, where: Optional[str] = None) -> SelectorError:
     keys = schema_keys()
     parent, _, leaf = key.rpartition(".")
     if re.match(r"^catalogue\.(moe|linear)\.[a-z0-9_]+\.", key + "."):
-        from ..rules import WHEN_FIELDS, rule_fields
+        from selector.core.rules import WHEN_FIELDS, rule_fields
         parts = key.split(".")
         siblings = [f.name for f in fields(schema.BackendConf)] if len(parts) <= 4 else \
             list(rule_fields())

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
-from .. import schema
-from ..errors import SelectorError, bad_input
-from .dirs import ConfigTree
-from .safe_yaml import load_document
+from selector.config.dirs import ConfigTree
+from selector.config.safe_yaml import load_document
+from selector.core import schema
+from selector.core.errors import SelectorError, bad_input
 
 # The package a preset of each group may write to (None: the group's own, Hydra's default).
 # A stack preset writes platform.*: conf/config.yaml places the group there
@@ -104,7 +104,7 @@ def _header_package(f: Path) -> Optional[str]:
     """The `# @package` header, parsed as Hydra parses it."""
     from hydra.plugins.config_source import ConfigSource
 
-    from .safe_yaml import read_config_bytes
+    from selector.config.safe_yaml import read_config_bytes
     try:
         header = ConfigSource._get_header_dict(read_config_bytes(f).decode("utf-8"))
     except ValueError as exc:
@@ -160,7 +160,7 @@ def validate_preset(path: Path, group: str) -> Dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from .hydra_errors import translate_omegaconf
+    from selector.config.hydra_errors import translate_omegaconf
     _, raw = load_document(path)
     raw = dict(raw or {})
     raw.pop("defaults", None)

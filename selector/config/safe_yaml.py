@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
-from ..errors import SelectorError, bad_input
+from selector.core.errors import SelectorError, bad_input
 
 if TYPE_CHECKING:
     import yaml

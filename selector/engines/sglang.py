@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List
 
-from ..errors import SelectorError
+from selector.core.errors import SelectorError
 
 if TYPE_CHECKING:
-    from ..decision import Decision
+    from selector.core.decision import Decision
 
 # The server_args fields the flags set (SGLang 0.5.23 srt/server_args.py)
 FIELDS = {"--moe-runner-backend": "moe_runner_backend",

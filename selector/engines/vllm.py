@@ -20,9 +20,9 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..api import Selector
-    from ..decision import Decision
-    from ..model import Catalogue
+    from selector.api import Selector
+    from selector.core.decision import Decision
+    from selector.core.model import Catalogue
 
 log = logging.getLogger("vllm.selector")  # vLLM's handlers print it beside vLLM's own lines
 
@@ -47,7 +47,7 @@ class NotExpressible(Exception):
 # -- vLLM objects -> selector layer and policy -------------------------------------------------
 def moe_activation(activation: Any) -> Tuple[str, bool]:
     """vLLM's MoEActivation -> (selector activation, act_and_mul)."""
-    from ..schema import ACTIVATIONS
+    from selector.core.schema import ACTIVATIONS
     value = getattr(activation, "value", activation)
     base, gated = (value[:-len("_no_mul")], False) if value.endswith("_no_mul") else (value, True)
     if base not in ACTIVATIONS:  # swigluoai_uninterleave, swiglustep: no selector name yet
@@ -128,8 +128,8 @@ class Chooser:
     @staticmethod
     def _with_policy(base: Selector, op: str, requested: str) -> Selector:
         """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
-        from ..api import Selector
-        from ..model import normalize_backend
+        from selector.api import Selector
+        from selector.core.model import normalize_backend
         run = base.run_config
         req = normalize_backend(op, requested_name(op, requested, run.catalogue), run.catalogue)
         request: Dict[str, Any] = {f"{op}_backend": req}
@@ -137,7 +137,7 @@ class Chooser:
         return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
 
     def overrides(self) -> List[str]:
-        from ..env_vars import words
+        from selector.core.env_vars import words
         extra = self.extra if self.extra is not None else words(ENV_OVERRIDES)
         cap = capability()
         return ["engine=vllm", "platform=auto",
@@ -157,7 +157,7 @@ class Chooser:
             with self._lock:
                 self._logged.add(first)
             flags = " ".join(d.engine["flags"]) if d.engine and d.engine["flags"] else "none"
-            from ..catalogues import marked_line  # a backend from a plugin says so
+            from selector.config.catalogues import marked_line  # a backend from a plugin says so
             log.info("%s", marked_line(sel.catalogue, d, f"{d.log_line()} [vLLM: {flags}]"))
         return d
 
@@ -300,7 +300,7 @@ def register() -> None:
     """vLLM general plugin: active only when SELECTOR_VLLM is true (1/true/yes/on). An
     unknown value of SELECTOR_VLLM, or an unbalanced quote in SELECTOR_VLLM_OVERRIDES, is a
     SelectorError naming the variable, raised here, before vLLM loads any layer."""
-    from ..env_vars import flag, words
+    from selector.core.env_vars import flag, words
     if not flag(ENV_ENABLE):
         return
     words(ENV_OVERRIDES)

@@ -29,9 +29,9 @@ from typing import Any, Dict, List, Tuple
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local checkpoint directory: no network
 import sim  # noqa: E402
 
-from selector.checkpoint_arch import read_architecture, read_json  # noqa: E402
-from selector.checkpoint_quant import read_quantization  # noqa: E402
-from selector.errors import SelectorError  # noqa: E402
+from selector.checkpoint.arch import read_architecture, read_json  # noqa: E402
+from selector.checkpoint.quant import read_quantization  # noqa: E402
+from selector.core.errors import SelectorError  # noqa: E402
 
 SCENARIO = sim.Scenario("10.0", "12.8", sim.FLASHINFER, None, "moe", "nvfp4", "silu", True)
 UNQUANTIZED = "unquantized"

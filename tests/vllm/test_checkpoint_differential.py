@@ -82,7 +82,7 @@ def test_hf_defaults_are_the_config_classes_defaults():
     """selector's table of Hugging Face defaults against the installed transformers classes."""
     import transformers
 
-    from selector.checkpoint_arch import HF_DEFAULTS
+    from selector.checkpoint.arch import HF_DEFAULTS
     classes = {"deepseek_v3": "DeepseekV3Config", "deepseek_v2": "DeepseekV2Config",
                "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig",
                "gpt_oss": "GptOssConfig", "llama": "LlamaConfig", "mistral": "MistralConfig",
@@ -98,7 +98,7 @@ def test_name_mappings_are_the_model_classes():
     """selector's packed mappings and renames against the vLLM model classes' own."""
     from vllm.model_executor.models import deepseek_v2, gpt_oss, llama, nemotron_h, qwen2, qwen3, qwen3_moe
 
-    from selector.checkpoint_arch import ARCHITECTURES, RENAMES
+    from selector.checkpoint.arch import ARCHITECTURES, RENAMES
     classes = {"DeepseekV3ForCausalLM": deepseek_v2, "DeepseekV2ForCausalLM": deepseek_v2,
                "Qwen3MoeForCausalLM": qwen3_moe, "NemotronHForCausalLM": nemotron_h,
                "GptOssForCausalLM": gpt_oss, "LlamaForCausalLM": llama,

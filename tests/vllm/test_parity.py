@@ -37,7 +37,7 @@ def test_the_sweep_covers_the_whole_space():
     assert {s.ep_size for s in space} == {1, 2, 4, 8}
     assert {s.requested for s in space if s.op == "moe"} == set(sim.MOE_NAMES)
     assert {s.requested for s in space if s.op == "linear"} == set(sim.LINEAR_NAMES)
-    from selector.schema import ACTIVATIONS
+    from selector.core.schema import ACTIVATIONS
     assert {s.activation for s in space} == set(ACTIVATIONS)
 
 

@@ -20,6 +20,6 @@ def test_selector_sees_the_installed_vllm_whatever_its_distribution_name():
     import vllm
     from packaging.version import Version
 
-    from selector.environment import installed_versions
+    from selector.inspect.environment import installed_versions
     got = installed_versions(["vllm"])["vllm"]
     assert got is not None and got.base_version == Version(vllm.__version__).base_version

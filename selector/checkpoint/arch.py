@@ -1,0 +1,590 @@
+"""A checkpoint's architecture from its config.json (never the weights): the decoder layers and
+every module vLLM builds for them, named as vLLM names them, with the layer fields one GPU runs.
+
+Modules are vLLM's (vLLM 0.32.0 model_executor/models/*.py): fused projections (`qkv_proj`,
+`gate_up_proj`, DeepSeek's `fused_qkv_a_proj`, Mamba's `in_proj`) under vLLM's prefixes
+(Nemotron-H `backbone.` becomes `model.`, gpt-oss `self_attn` becomes `attn`), routed experts as
+the one fused `experts` module, and the model's `packed_modules_mapping` and name renames (its
+`hf_to_vllm_mapper`), which the quantization config applies to its patterns. Keys a config.json
+leaves out take the default of the model's Hugging Face config class (HF_DEFAULTS, transformers
+5.19.0), as vLLM sees them. Sizes are per GPU: `tp_size` and `ep_size` split them the way vLLM's
+parallel layers do (column-parallel N / tp, row-parallel K / tp, experts / ep).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from selector.core.errors import SelectorError, bad_input, bad_value
+
+MAX_JSON_BYTES = 4 * 1024 * 1024  # config.json files are a few KB; weights are never read
+# Plausible sizes: the largest public configs are far below these (DeepSeek-V3: 61 layers,
+# hidden 7168, 256 experts, vocab 129280); beyond them a config is refused before any work.
+LIMITS = {"layers": 2048, "size": 1 << 20, "experts": 1 << 16, "vocab": 1 << 24,
+          "heads": 1 << 14, "parallel": 1 << 16}
+_LIMIT_OF = {"num_hidden_layers": "layers", "n_routed_experts": "experts",
+             "num_experts": "experts", "num_local_experts": "experts", "vocab_size": "vocab",
+             "num_attention_heads": "heads", "num_key_value_heads": "heads",
+             "mamba_num_heads": "heads", "n_groups": "heads", "n_shared_experts": "experts",
+             "num_experts_per_tok": "experts", "experts_per_token": "experts",
+             "first_k_dense_replace": "layers", "moe_layer_freq": "layers",
+             "decoder_sparse_step": "layers"}
+
+
+# ---------------------------------------------------------------------------------------------
+# What a checkpoint is made of
+
+@dataclass(frozen=True)
+class Module:
+    """One module vLLM builds (a linear layer, or one layer's routed experts), with the layer
+    fields one GPU runs."""
+    name: str  # vLLM's prefix, e.g. model.layers.3.mlp.experts, model.layers.0.self_attn.qkv_proj
+    component: str  # routed experts | shared experts | dense MLP | attention | Mamba | LM head
+    projection: str  # experts | qkv_proj | gate_up_proj | ...
+    layer: Optional[int]
+    fields: Tuple[Tuple[str, Any], ...]  # layer.* keys (everything but quant)
+    cls: str = "RowParallelLinear"  # vLLM's class (compressed-tensors matches class names)
+    expert_projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")  # ckpt_*_proj_name
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str  # the `architectures` entry, e.g. DeepseekV3ForCausalLM
+    model_type: str
+    num_layers: int
+    layer_types: Tuple[str, ...]  # per decoder layer: MoE | dense | Mamba | attention
+    modules: Tuple[Module, ...]
+    notes: Tuple[str, ...] = ()
+    packed: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    maps_names: bool = True  # vLLM applies the model's hf_to_vllm_mapper to the quant config
+    rename_substr: Tuple[Tuple[str, str], ...] = ()
+    rename_prefix: Tuple[Tuple[str, str], ...] = ()
+    rename_suffix: Tuple[Tuple[str, str], ...] = ()
+    defaulted: Tuple[str, ...] = ()  # keys config.json left out, filled from HF_DEFAULTS
+
+
+# Hugging Face config-class defaults of the keys read here (transformers 5.19.0, the version
+# vLLM 0.32.0's environment installs: DeepseekV3Config, DeepseekV2Config, Qwen3MoeConfig,
+# NemotronHConfig, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config).
+# tests/vllm/test_checkpoint_differential.py compares every entry with the installed classes.
+HF_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    "deepseek_v3": {"num_hidden_layers": 61, "hidden_size": 7168, "intermediate_size": 18432,
+                    "moe_intermediate_size": 2048, "n_routed_experts": 256,
+                    "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+                    "n_shared_experts": 1, "hidden_act": "silu", "num_attention_heads": 128,
+                    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                    "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280},
+    "deepseek_v2": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
+                    "moe_intermediate_size": 1407, "n_routed_experts": 64,
+                    "first_k_dense_replace": 0, "n_shared_experts": 2, "hidden_act": "silu",
+                    "num_attention_heads": 32, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                    "vocab_size": 102400},
+    "qwen3_moe": {"num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size": 6144,
+                  "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+                  "hidden_act": "silu", "num_attention_heads": 32, "num_key_value_heads": 4,
+                  "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "nemotron_h": {"hidden_size": 4096, "intermediate_size": 21504,
+                   "moe_intermediate_size": 7688, "n_routed_experts": 8,
+                   "num_experts_per_tok": 2, "n_shared_experts": 1, "mlp_hidden_act": "relu2",
+                   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                   "vocab_size": 131072, "mamba_num_heads": 128, "mamba_head_dim": 64,
+                   "n_groups": 8, "ssm_state_size": 128,
+                   "moe_shared_expert_intermediate_size": 7688},
+    "gpt_oss": {"num_hidden_layers": 36, "hidden_size": 2880, "intermediate_size": 2880,
+                "num_local_experts": 128, "num_experts_per_tok": 4, "hidden_act": "silu",
+                "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+                "vocab_size": 201088, "swiglu_limit": 7.0},
+    "llama": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
+              "hidden_act": "silu", "num_attention_heads": 32, "vocab_size": 32000},
+    "mistral": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+                "hidden_act": "silu", "num_attention_heads": 32, "num_key_value_heads": 8,
+                "head_dim": 128, "vocab_size": 32000},
+    "qwen2": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 22016,
+              "hidden_act": "silu", "num_attention_heads": 32, "vocab_size": 151936},
+    "qwen3": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 22016,
+              "hidden_act": "silu", "num_attention_heads": 32, "head_dim": 128,
+              "vocab_size": 151936},
+}
+# keys a config class derives when absent: num_key_value_heads = num_attention_heads (Llama,
+# Qwen2/3, DeepSeek), head_dim = hidden_size // num_attention_heads (Llama, Qwen2, gpt-oss)
+
+
+class _Config:
+    """config.json with typed look-ups whose errors name the key and the file; a missing key
+    takes the architecture's Hugging Face default."""
+
+    def __init__(self, data: Mapping[str, Any], path: Path, arch: str, model_type: str,
+                 tp: int = 1, ep: int = 1):
+        self.data, self.path, self.arch = data, path, arch
+        self.defaults = HF_DEFAULTS.get(model_type, {})
+        self.defaulted: List[str] = []
+        self.tp, self.ep = tp, ep
+
+    def _get(self, key: str) -> Any:
+        v = self.data.get(key)
+        if key not in self.data and key in self.defaults:  # an explicit null stays None
+            if key not in self.defaulted:
+                self.defaulted.append(key)
+            return self.defaults[key]
+        return v
+
+    def integer(self, key: str, default: Any = ..., minimum: int = 1) -> Any:
+        v = self._get(key)
+        if v is None:
+            if default is ...:
+                raise bad_input(key, None, f"is missing; {self.arch} needs it (its Hugging Face "
+                                "config class has no default for it)", where=str(self.path))
+            return default
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            raise bad_input(key, v, f"must be an integer >= {minimum}", where=str(self.path))
+        cap = LIMITS[_LIMIT_OF.get(key, "size")]
+        if v > cap:
+            raise bad_input(key, v, f"is implausibly large (at most {cap}); refused before "
+                            "building the plan", where=str(self.path))
+        return v
+
+    def integers(self, key: str) -> Tuple[int, ...]:
+        v = self._get(key) or []
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                               for x in v):
+            raise bad_input(key, v, "must be a list of layer indices", where=str(self.path))
+        if len(v) > LIMITS["layers"]:
+            raise bad_input(key, f"{len(v)} entries", "has more entries than layers",
+                            where=str(self.path))
+        return tuple(v)
+
+    def text(self, key: str, default: Any = ...) -> Any:
+        v = self._get(key)
+        if v is None:
+            if default is ...:
+                raise bad_input(key, None, f"is missing; {self.arch} needs it",
+                                where=str(self.path))
+            return default
+        if not isinstance(v, str):
+            raise bad_input(key, v, "must be a string", where=str(self.path))
+        return v
+
+    def number(self, key: str) -> Optional[float]:
+        v = self._get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e30:
+            raise bad_input(key, v, "must be a positive number", where=str(self.path))
+        return float(v)
+
+    # per-GPU sizes -------------------------------------------------------------------------
+    def split(self, total: int, by: int, key: str, what: str) -> int:
+        if total % by:
+            raise bad_input(key, total, f"is not divisible by {what} {by}: vLLM shards it "
+                            "evenly across the GPUs", where=str(self.path))
+        return total // by
+
+
+# Hugging Face `hidden_act` names -> the activation vocabulary (schema.ACTIVATIONS)
+_GATED_ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_new": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
+_NON_GATED_ACTS = {"relu2": "relu2", **_GATED_ACTS}
+
+
+def _activation(cfg: _Config, key: str, table: Mapping[str, str], default: Optional[str]) -> str:
+    act = cfg.text(key, default)
+    if act not in table:
+        raise bad_value(key, act, table, where=str(cfg.path),
+                        hint=f"{cfg.arch} layers with this activation are not understood")
+    return table[act]
+
+
+def _fields(**kw: Any) -> Tuple[Tuple[str, Any], ...]:
+    return tuple(kw.items())
+
+
+def _moe(cfg: _Config, name: str, layer: int, hidden: int, inter: int, experts: int, top_k: int,
+         act: str, gated: bool, limit: Optional[float] = None,
+         projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")) -> Module:
+    if top_k > experts:
+        raise bad_input("num_experts_per_tok", top_k, f"is larger than the number of experts "
+                        f"({experts})", where=str(cfg.path))
+    # vLLM FusedMoEParallelConfig: with expert parallelism the experts are split over the
+    # GPUs and each keeps whole experts; without it every expert is split by TP
+    if cfg.ep > 1:
+        if cfg.ep > experts:
+            raise bad_input("layer.ep_size", cfg.ep, f"is larger than the number of experts "
+                            f"({experts})", where=str(cfg.path))
+        local, inter_rank = -(-experts // cfg.ep), inter
+    else:
+        local, inter_rank = experts, cfg.split(inter, cfg.tp, "moe_intermediate_size",
+                                               "layer.tp_size")
+    return Module(name, "routed experts", "experts", layer,
+                  _fields(op="moe", activation=act, act_and_mul=gated, hidden_size=hidden,
+                          intermediate_size=inter_rank, num_experts=local, top_k=top_k,
+                          swiglu_limit=limit), "RoutedExperts", projs)
+
+
+_CLASSES = {"column": "ColumnParallelLinear", "merged": "MergedColumnParallelLinear",
+            "qkv": "QKVParallelLinear", "row": "RowParallelLinear",
+            "replicated": "ReplicatedLinear", "merged_replicated": "MergedColumnParallelLinear",
+            "lm_head": "ParallelLMHead"}
+
+
+def _linear(cfg: _Config, prefix: str, component: str, layer: Optional[int], proj: str, k: int,
+            n: int, kind: str, key: str = "intermediate_size") -> Module:
+    """One linear layer: K inputs, N outputs (whole-model), split per GPU as vLLM splits it."""
+    if kind in ("column", "merged"):
+        n = cfg.split(n, cfg.tp, key, "layer.tp_size")
+    elif kind == "row":
+        k = cfg.split(k, cfg.tp, key, "layer.tp_size")
+    elif kind == "lm_head":  # VocabParallelEmbedding pads the vocabulary to 64, then splits
+        n = -(-n // 64) * 64 // cfg.tp if cfg.tp > 1 else n
+    return Module(f"{prefix}.{proj}" if prefix else proj, component, proj, layer,
+                  _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=k,
+                          intermediate_size=n, num_experts=None, top_k=None, swiglu_limit=None),
+                  _CLASSES[kind])
+
+
+def _mlp(cfg: _Config, prefix: str, component: str, layer: int, hidden: int, inter: int,
+         gated: bool = True, key: str = "intermediate_size") -> List[Module]:
+    up = _linear(cfg, prefix, component, layer, "gate_up_proj", hidden, 2 * inter, "merged",
+                 key) if gated else _linear(cfg, prefix, component, layer, "up_proj", hidden,
+                                            inter, "column", key)
+    return [up, _linear(cfg, prefix, component, layer, "down_proj", inter, hidden, "row", key)]
+
+
+def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int) -> List[Module]:
+    """QKVParallelLinear + o_proj: query heads split by TP, KV heads too (replicated when
+    there are fewer than GPUs)."""
+    heads = cfg.integer("num_attention_heads")
+    kv = cfg.integer("num_key_value_heads", heads)
+    hd = cfg.integer("head_dim", hidden // heads or 1)
+    q_rank = cfg.split(heads, cfg.tp, "num_attention_heads", "layer.tp_size")
+    kv_rank = cfg.split(kv, cfg.tp, "num_key_value_heads", "layer.tp_size") if kv >= cfg.tp \
+        else 1
+    qkv = Module(f"{prefix}.qkv_proj", "attention", "qkv_proj", layer,
+                 _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=hidden,
+                         intermediate_size=(q_rank + 2 * kv_rank) * hd, num_experts=None,
+                         top_k=None, swiglu_limit=None), "QKVParallelLinear")
+    return [qkv, _linear(cfg, prefix, "attention", layer, "o_proj", heads * hd, hidden, "row",
+                         "num_attention_heads")]
+
+
+def _lm_head(cfg: _Config, hidden: int) -> Module:
+    return _linear(cfg, "", "LM head", None, "lm_head", hidden, cfg.integer("vocab_size"),
+                   "lm_head")
+
+
+@dataclass
+class Read:
+    layers: int
+    types: List[str]
+    modules: List[Module]
+    notes: List[str] = field(default_factory=list)
+    packed: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+
+
+_QKV: Dict[str, Tuple[str, ...]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
+_GATE_UP: Dict[str, Tuple[str, ...]] = {"gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _layers(cfg: _Config) -> int:
+    return int(cfg.integer("num_hidden_layers"))
+
+
+def _llama(cfg: _Config) -> Read:
+    """Llama, Mistral, Qwen2/Qwen3 dense: every layer is attention + a gated MLP (vLLM
+    llama.py, qwen2.py, qwen3.py)."""
+    n, h = _layers(cfg), cfg.integer("hidden_size")
+    inter = cfg.integer("intermediate_size")
+    mods: List[Module] = []
+    for i in range(n):
+        mods += _qkv(cfg, f"model.layers.{i}.self_attn", i, h)
+        mods += _mlp(cfg, f"model.layers.{i}.mlp", "dense MLP", i, h, inter)
+    return Read(n, ["dense"] * n, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
+
+
+def _deepseek(cfg: _Config) -> Read:
+    """DeepSeek-V2/V3/R1 (vLLM deepseek_v2.py): layers from `first_k_dense_replace` on are MoE
+    every `moe_layer_freq` layers, with `n_shared_experts` shared experts and MLA attention
+    (`fused_qkv_a_proj` when there is a q_lora_rank)."""
+    n, h = _layers(cfg), cfg.integer("hidden_size")
+    experts = cfg.integer("n_routed_experts")
+    top_k = cfg.integer("num_experts_per_tok")
+    moe_i, dense_i = cfg.integer("moe_intermediate_size"), cfg.integer("intermediate_size")
+    first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
+    freq = cfg.integer("moe_layer_freq", 1)
+    shared = cfg.integer("n_shared_experts", 0, minimum=0)
+    act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
+    limit = cfg.number("swiglu_limit")
+    heads = cfg.integer("num_attention_heads")
+    q_lora = cfg.integer("q_lora_rank", None)
+    kv_lora, rope = cfg.integer("kv_lora_rank"), cfg.integer("qk_rope_head_dim")
+    nope, v = cfg.integer("qk_nope_head_dim"), cfg.integer("v_head_dim")
+    cfg.split(heads, cfg.tp, "num_attention_heads", "layer.tp_size")
+    types, mods = [], []
+    for i in range(n):
+        p = f"model.layers.{i}"
+        a = f"{p}.self_attn"
+        if q_lora:
+            mods += [Module(f"{a}.fused_qkv_a_proj", "attention", "fused_qkv_a_proj", i,
+                            _linear(cfg, a, "attention", i, "x", h, q_lora + kv_lora + rope,
+                                    "replicated").fields, "DeepSeekV2FusedQkvAProjLinear"),
+                     _linear(cfg, a, "attention", i, "q_b_proj", q_lora, heads * (nope + rope),
+                             "column", "num_attention_heads")]
+        else:
+            mods += [_linear(cfg, a, "attention", i, "q_proj", h, heads * (nope + rope),
+                             "column", "num_attention_heads"),
+                     _linear(cfg, a, "attention", i, "kv_a_proj_with_mqa", h, kv_lora + rope,
+                             "replicated")]
+        mods += [_linear(cfg, a, "attention", i, "kv_b_proj", kv_lora, heads * (nope + v),
+                         "column", "num_attention_heads"),
+                 _linear(cfg, a, "attention", i, "o_proj", heads * v, h, "row",
+                         "num_attention_heads")]
+        if i >= first_dense and i % freq == 0:
+            types.append("MoE")
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
+                             limit))
+            if shared:
+                mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
+                             moe_i * shared, key="moe_intermediate_size")
+        else:
+            types.append("dense")
+            mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i)
+    notes = [f"swiglu_limit {limit:g}: a model-level SwiGLU clamp on the routed experts"] \
+        if limit else []
+    packed: Dict[str, Tuple[str, ...]] = dict(_GATE_UP)
+    if q_lora:
+        packed["fused_qkv_a_proj"] = ("q_a_proj", "kv_a_proj_with_mqa")
+    return Read(n, types, mods + [_lm_head(cfg, h)], notes, packed)
+
+
+def _qwen3_moe(cfg: _Config) -> Read:
+    """Qwen3-MoE (vLLM qwen3_moe.py): MoE every `decoder_sparse_step` layers except
+    `mlp_only_layers`; no shared experts."""
+    n, h = _layers(cfg), cfg.integer("hidden_size")
+    # Qwen3MoeConfig.attribute_map: num_experts is num_local_experts
+    experts = cfg.integer("num_local_experts") if "num_experts" not in cfg.data and \
+        "num_local_experts" in cfg.data else cfg.integer("num_experts")
+    top_k = cfg.integer("num_experts_per_tok")
+    moe_i, dense_i = cfg.integer("moe_intermediate_size"), cfg.integer("intermediate_size")
+    step = cfg.integer("decoder_sparse_step", 1)
+    only_mlp = set(cfg.integers("mlp_only_layers"))
+    act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
+    types, mods = [], []
+    for i in range(n):
+        p = f"model.layers.{i}"
+        mods += _qkv(cfg, f"{p}.self_attn", i, h)
+        if i not in only_mlp and (i + 1) % step == 0:
+            types.append("MoE")
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True))
+        else:
+            types.append("dense")
+            mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i)
+    # vLLM Qwen3MoeForCausalLM.__init__ adds gate_up_proj only when mlp_only_layers is set
+    packed = {**_QKV, **(_GATE_UP if only_mlp else {})}
+    return Read(n, types, mods + [_lm_head(cfg, h)], [], packed)
+
+
+_NEMOTRON_BLOCKS = {"M": "Mamba", "E": "MoE", "*": "attention", "-": "dense"}
+
+
+def _nemotron_h(cfg: _Config) -> Read:
+    """Nemotron-H (vLLM nemotron_h.py): `hybrid_override_pattern` gives each layer's block
+    (M Mamba-2, E MoE, * attention, - MLP); MLPs and experts are non-gated with
+    `mlp_hidden_act` (relu2)."""
+    h = cfg.integer("hidden_size")
+    pattern = cfg.text("hybrid_override_pattern")
+    n = cfg.integer("num_hidden_layers", len(pattern) or None)
+    if len(pattern) != n or set(pattern) - set(_NEMOTRON_BLOCKS):
+        raise bad_input("hybrid_override_pattern", pattern, f"must have one of "
+                        f"{''.join(_NEMOTRON_BLOCKS)} per layer ({n} layers)",
+                        where=str(cfg.path))
+    act = _activation(cfg, "mlp_hidden_act", _NON_GATED_ACTS, "relu2")
+    types, mods = [], []
+    for i, block in enumerate(pattern):
+        p = f"model.layers.{i}.mixer"
+        types.append(_NEMOTRON_BLOCKS[block])
+        if block == "E":
+            moe_i = cfg.integer("moe_intermediate_size")
+            mods.append(_moe(cfg, f"{p}.experts", i, h, moe_i, cfg.integer("n_routed_experts"),
+                             cfg.integer("num_experts_per_tok"), act, False,
+                             projs=("up_proj", "None", "down_proj")))
+            if cfg.integer("n_shared_experts", 1, minimum=0):
+                mods += _mlp(cfg, f"{p}.shared_experts", "shared experts", i, h,
+                             cfg.integer("moe_shared_expert_intermediate_size"), gated=False,
+                             key="moe_shared_expert_intermediate_size")
+        elif block == "-":
+            mods += _mlp(cfg, p, "dense MLP", i, h, cfg.integer("intermediate_size"),
+                         gated=False)
+        elif block == "*":
+            mods += _qkv(cfg, p, i, h)
+        else:
+            heads, hd = cfg.integer("mamba_num_heads"), cfg.integer("mamba_head_dim")
+            groups, state = cfg.integer("n_groups"), cfg.integer("ssm_state_size")
+            inner = heads * hd
+            # vLLM mamba_mixer2.py: in_proj outputs [z, x, B, C, dt]
+            # = 2 * inner + 2 * n_groups * ssm_state_size + heads, split by TP
+            mods += [_linear(cfg, p, "Mamba", i, "in_proj", h,
+                             2 * inner + 2 * groups * state + heads, "merged",
+                             "mamba_num_heads"),
+                     _linear(cfg, p, "Mamba", i, "out_proj", inner, h, "row", "mamba_num_heads")]
+    return Read(n, types, mods + [_lm_head(cfg, h)], [], dict(_QKV))
+
+
+def _gpt_oss(cfg: _Config) -> Read:
+    """gpt-oss (vLLM gpt_oss.py): every layer MoE with swigluoai experts (built with
+    activation="swigluoai"; the config's `swiglu_limit` is that activation's clamp)."""
+    n, h = _layers(cfg), cfg.integer("hidden_size")
+    experts = cfg.integer("num_local_experts")
+    top_k = cfg.integer("num_experts_per_tok")  # GptOssConfig has no experts_per_token key
+    inter = cfg.integer("intermediate_size")
+    limit = cfg.number("swiglu_limit")
+    mods: List[Module] = []
+    for i in range(n):
+        p = f"model.layers.{i}"
+        mods += _qkv(cfg, f"{p}.attn", i, h)
+        mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, inter, experts, top_k, "swigluoai",
+                         True))
+    notes = [(f"swiglu_limit {limit:g} is the clamp inside swigluoai (vLLM gpt_oss.py passes "
+              "activation='swigluoai' and no separate swiglu_limit)")] if limit else []
+    return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], notes, dict(_QKV))
+
+
+# architectures entry -> (model_type, reader). Sources of the keys: the model cards' config.json
+# files (deepseek-ai/DeepSeek-V3, Qwen/Qwen3-30B-A3B, nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16,
+# openai/gpt-oss-120b, meta-llama/Llama-3.1-8B-Instruct on Hugging Face).
+ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
+    "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek),
+    "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
+    "NemotronHForCausalLM": ("nemotron_h", _nemotron_h),
+    "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
+    "LlamaForCausalLM": ("llama", _llama),
+    "MistralForCausalLM": ("mistral", _llama),
+    "Qwen2ForCausalLM": ("qwen2", _llama),
+    "Qwen3ForCausalLM": ("qwen3", _llama),
+}
+_BY_MODEL_TYPE = {mt: arch for arch, (mt, _) in ARCHITECTURES.items()}
+_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+MAX_JSON_DEPTH = 64
+
+
+def _depth(data: Any) -> int:
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_JSON_DEPTH:
+            break
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def read_json(path: Path) -> Dict[str, Any]:
+    """A config file: a regular file of at most MAX_JSON_BYTES holding a JSON object nested at
+    most MAX_JSON_DEPTH deep (a FIFO, a device or a huge file is refused before reading)."""
+    import os
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SelectorError(f"{path}: not a regular file", where=str(path))
+            if st.st_size > MAX_JSON_BYTES:
+                raise SelectorError(f"{path}: too large for a config file ({st.st_size} "
+                                    f"bytes; at most {MAX_JSON_BYTES})", where=str(path))
+            raw = os.read(fd, MAX_JSON_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(raw) > MAX_JSON_BYTES:
+            raise SelectorError(f"{path}: too large for a config file (at most "
+                                f"{MAX_JSON_BYTES} bytes)", where=str(path))
+        data = json.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise SelectorError(f"{path}: no such file", where=str(path)) from None
+    except RecursionError:
+        raise SelectorError(f"{path}: nested too deeply (at most {MAX_JSON_DEPTH} levels)",
+                            where=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SelectorError(f"{path}: cannot read: {exc}", where=str(path)) from None
+    except ValueError as exc:
+        raise SelectorError(f"{path}: malformed JSON: {exc}", where=str(path)) from None
+    if not isinstance(data, dict):
+        raise SelectorError(f"{path}: must hold a JSON object, not {type(data).__name__}",
+                            where=str(path))
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise SelectorError(f"{path}: nested too deeply (at most {MAX_JSON_DEPTH} levels)",
+                            where=str(path))
+    return data
+
+
+_GPT_OSS_SUFFIX = tuple((f".{a}", f".{b}") for a, b in (
+    ("embed_tokens.weight", "embedding.weight"), ("gate_up_proj_blocks", "w13_weight"),
+    ("down_proj_blocks", "w2_weight"), ("gate_up_proj_scales", "w13_weight_scale"),
+    ("down_proj_scales", "w2_weight_scale"), ("gate_up_proj", "w13_weight"),
+    ("down_proj", "w2_weight"), ("gate_up_proj_bias", "w13_bias"), ("down_proj_bias", "w2_bias"),
+    ("gate_up_proj.weight", "w13_weight"), ("gate_up_proj.weight_scale", "w13_weight_scale"),
+    ("gate_up_proj.bias", "w13_bias"), ("gate_up_proj.input_scale", "w13_input_scale"),
+    ("down_proj.weight", "w2_weight"), ("down_proj.weight_scale", "w2_weight_scale"),
+    ("down_proj.bias", "w2_bias"), ("down_proj.input_scale", "w2_input_scale")))
+# vLLM's hf_to_vllm_mapper.get_rename_mapper() per model: (substr, prefix, suffix) renames;
+# None: the model has no mapper, and vLLM leaves the quantization config's names alone
+RENAMES: Dict[str, Optional[Tuple[Tuple[Tuple[str, str], ...], ...]]] = {
+    "deepseek_v3": None, "deepseek_v2": None,
+    "nemotron_h": ((("A_log", "A"), ("embeddings", "embed_tokens")), (("backbone", "model"),),
+                   ()),
+    "gpt_oss": (((".self_attn.", ".attn."),), (), _GPT_OSS_SUFFIX),
+}
+
+
+def read_architecture(config: Mapping[str, Any], path: Path, tp_size: int = 1,
+                      ep_size: int = 1) -> Architecture:
+    archs = config.get("architectures")
+    name = None
+    if isinstance(archs, list):
+        name = next((a for a in archs if isinstance(a, str) and a in ARCHITECTURES), None)
+    model_type = config.get("model_type")
+    if archs is None and isinstance(model_type, str) and model_type in _BY_MODEL_TYPE:
+        name = _BY_MODEL_TYPE[model_type]
+    if name is None:
+        given = archs if archs is not None else config.get("model_type")
+        key = "architectures" if archs is not None else "model_type"
+        if given is None:
+            raise bad_input("architectures", None, "is missing (and so is model_type): "
+                            "config.json must name the model's architecture", where=str(path))
+        accepted = ARCHITECTURES if key == "architectures" else _BY_MODEL_TYPE
+        raise bad_value(key, given, accepted, what="architecture", where=str(path))
+    model_type, reader = ARCHITECTURES[name]
+    for key, v in (("layer.tp_size", tp_size), ("layer.ep_size", ep_size)):
+        if v > LIMITS["parallel"]:
+            raise bad_input(key, v, f"is implausibly large (at most {LIMITS['parallel']})")
+    cfg = _Config(config, path, name, model_type, tp_size, ep_size)
+    r = reader(cfg)
+    renames = RENAMES.get(model_type, ((), (), ()))
+    notes = list(r.notes)
+    if cfg.defaulted:
+        notes.append(f"config.json leaves out {', '.join(cfg.defaulted)}: the defaults of "
+                     f"{name}'s Hugging Face config class apply (transformers 5.19.0), as in "
+                     "vLLM")
+    substr, prefix, suffix = renames or ((), (), ())
+    return Architecture(name, str(config.get("model_type") or model_type), r.layers,
+                        tuple(r.types), tuple(r.modules), tuple(notes), r.packed,
+                        maps_names=renames is not None, rename_substr=substr,
+                        rename_prefix=prefix, rename_suffix=suffix,
+                        defaulted=tuple(cfg.defaulted))
+
+
+def checkpoint_dtype(config: Mapping[str, Any], path: Path) -> Optional[str]:
+    key = "torch_dtype" if "torch_dtype" in config else "dtype"
+    v = config.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str) or v not in _DTYPES:
+        raise bad_value(key, v, _DTYPES, where=str(path))
+    return _DTYPES[v]

@@ -1,0 +1,381 @@
+"""Explain a whole checkpoint: read its config.json and quantization description (never the
+weights), derive every distinct NVFP4 layer kind, and decide each one.
+
+Users think in checkpoints, not in `layer.*` keys. checkpoint_arch.py turns config.json into
+projections with their layer fields, checkpoint_quant.py gives each one's scheme; here modules
+are grouped into kinds (routed experts, shared experts, dense MLP, attention, Mamba, LM head),
+each distinct set of fields is decided once, and the plan renders as text and JSON.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from selector.checkpoint.arch import (
+    Architecture,
+    checkpoint_dtype,
+    read_architecture,
+    read_json,
+)
+from selector.checkpoint.quant import Quantization, read_quantization
+from selector.core.errors import SelectorError, bad_input
+from selector.core.text import join_lines
+
+if TYPE_CHECKING:  # pragma: no cover
+    import os
+
+    from selector.api import Selector
+    from selector.core.decision import Candidate, Decision
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One distinct set of layer fields within a kind, and the decision for it."""
+    projections: Tuple[str, ...]
+    fields: Dict[str, Any]
+    modules: int
+    decision: Any  # selector.Decision
+
+
+@dataclass(frozen=True)
+class Kind:
+    component: str
+    quant: Optional[str]  # nvfp4 | nvfp4_w4a16 | None (not NVFP4)
+    why: str  # the rule of the quantization config that decided the scheme
+    layers: Tuple[int, ...]
+    modules: int
+    shapes: Tuple[Shape, ...]
+    warnings: Tuple[str, ...] = ()
+
+    @property
+    def op(self) -> str:
+        return self.shapes[0].fields["op"] if self.shapes else "linear"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"kind": self.component, "op": self.op, "quant": self.quant, "why": self.why,
+                "layers": list(self.layers), "modules": self.modules,
+                "warnings": list(self.warnings),
+                "shapes": [{"projections": list(s.projections), "modules": s.modules,
+                            "fields": dict(s.fields),
+                            "decision": s.decision.to_dict() if s.decision else None}
+                           for s in self.shapes]}
+
+
+@dataclass(frozen=True)
+class Plan:
+    model_dir: str
+    architecture: Architecture
+    quantization: Quantization
+    kinds: Tuple[Kind, ...]
+    requested: Dict[str, str]  # op -> policy (auto or a backend)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.decision.selected for k in self.kinds if k.quant for s in k.shapes)
+
+    def decisions(self) -> List[Any]:
+        return [s.decision for k in self.kinds if k.quant for s in k.shapes]
+
+    def summary(self) -> str:
+        """'61 layers: 58 MoE -> flashinfer_cutlass, 3 dense; 189 linear -> ...; ...'."""
+        arch = self.architecture
+        counts = Counter(arch.layer_types)
+        moe = [k for k in self.kinds if k.op == "moe"]
+        moe_sel = _selected_counts([(s, len(k.layers)) for k in moe if k.quant
+                                    for s in k.shapes])
+        parts = []
+        for t in ("MoE", "dense", "Mamba", "attention"):
+            if not counts[t]:
+                continue
+            text = f"{counts[t]} {t}"
+            if t == "MoE" and moe_sel:
+                text += " -> " + ", ".join(f"{sel}" if n == counts[t] else f"{n} {sel}"
+                                           for sel, n in moe_sel.items())
+            parts.append(text)
+        head = f"{arch.num_layers} layers: {', '.join(parts)}"
+        lin = _selected_counts([(s, s.modules) for k in self.kinds if k.quant and
+                                k.op == "linear" for s in k.shapes])
+        total = sum(lin.values())
+        if total:
+            head += f"; {total} linear -> " + ", ".join(
+                sel if n == total else f"{n} {sel}" for sel, n in lin.items())
+        off: Counter[str] = Counter()
+        for k in self.kinds:
+            if not k.quant:
+                off[k.component] += k.modules
+        if off:
+            head += "; not NVFP4: " + ", ".join(f"{n} {c}" for c, n in off.items())
+        extra = []
+        for op in ("moe", "linear"):
+            opt = OrderedDict()
+            for d in self.decisions():
+                if d.layer["op"] == op:
+                    for c in d.candidates:
+                        if c.status == "opt_in":
+                            opt[c.backend] = True
+            extra += [f"{b} available with policy.{op}_backend={b}" for b in opt]
+        return head + (f"; {'; '.join(extra)}" if extra else "")
+
+    def to_dict(self) -> Dict[str, Any]:
+        arch, q = self.architecture, self.quantization
+        ds = self.decisions()
+        return {"checkpoint": {"path": self.model_dir, "architecture": arch.name,
+                               "model_type": arch.model_type, "num_layers": arch.num_layers,
+                               "layer_types": dict(Counter(arch.layer_types)),
+                               "quantization": {"format": q.format, "algo": q.algo,
+                                                "source": q.source, "file": q.where,
+                                                "excluded": list(q.excluded),
+                                                "warnings": list(q.warnings)},
+                               "notes": list(arch.notes)},
+                "platform": ds[0].to_dict()["platform"] if ds else None,
+                "kinds": [k.to_dict() for k in self.kinds],
+                "ok": self.ok, "summary": self.summary()}
+
+    def __str__(self) -> str:
+        return render_plan(self)
+
+
+def _join_whys(whys: List[str]) -> str:
+    """"excluded by exclude_modules 'a', 'b' and 59 more" from the reasons of each module."""
+    head = re.match(r"^(.*?)'", whys[0])
+    if head and all(w.startswith(head.group(1) + "'") for w in whys):
+        items = [w[len(head.group(1)):] for w in whys]
+        prefix = head.group(1)
+    else:
+        items, prefix = whys, ""
+    return prefix + ", ".join(items[:2]) + (f" and {len(items) - 2} more" if len(items) > 2
+                                            else "")
+
+
+def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int]:
+    out: OrderedDict[str, int] = OrderedDict()
+    for s, n in items:
+        sel = s.decision.selected or "none"
+        out[sel] = out.get(sel, 0) + n
+    return out
+
+
+# layer.* keys a checkpoint fixes for each of its layers, and their unset values: under --model a
+# different value is refused (the checkpoint decides them; an ignored override would be silent)
+CHECKPOINT_KEYS = {"op": "moe", "quant": "nvfp4", "activation": "silu", "act_and_mul": True,
+                   "hidden_size": None, "intermediate_size": None, "num_experts": None,
+                   "top_k": None, "swiglu_limit": None}
+# layer field -> the config.json key it comes from (for errors at select time)
+_FIELD_KEYS = {"hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
+               "num_experts": "num_experts", "top_k": "num_experts_per_tok",
+               "swiglu_limit": "swiglu_limit", "activation": "hidden_act", "dtype": "torch_dtype"}
+
+
+def checkpoint_root(model_dir: Any) -> Path:
+    """The checkpoint directory, or a SelectorError naming what is wrong with `model_dir`."""
+    import os
+    if isinstance(model_dir, bytes) or not isinstance(model_dir, (str, os.PathLike)):
+        raise SelectorError(f"--model: a checkpoint directory must be a path (str or "
+                            f"os.PathLike), not {type(model_dir).__name__}", key="--model")
+    text = os.fspath(model_dir)
+    if not isinstance(text, str):
+        raise SelectorError("--model: a checkpoint directory must be a text path, not bytes",
+                            key="--model")
+    if not text.strip():
+        raise bad_input("--model", text, "is empty: give a checkpoint directory (it holds "
+                        "config.json)")
+    if len(text) > 4096 or "\0" in text:
+        raise bad_input("--model", text, "is not a usable path (too long, or a NUL byte)")
+    try:
+        root = Path(text).expanduser()
+    except RuntimeError as exc:  # ~nosuchuser
+        raise bad_input("--model", text, f"cannot be expanded: {exc}") from None
+    try:
+        is_dir = root.is_dir()
+        has_config = is_dir and (root / "config.json").exists()
+    except OSError as exc:
+        raise bad_input("--model", text, f"cannot be read: {exc.strerror or exc}") from None
+    if not is_dir:
+        raise bad_input("--model", text, "is not a directory (a checkpoint directory holds "
+                        "config.json)")
+    if not has_config:
+        raise bad_input("--model", text, "has no config.json")
+    return root
+
+
+def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
+    """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
+
+    Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
+    the selector's config and overrides; the sizes are per GPU under its tp_size and ep_size.
+    A `layer.*` key the checkpoint fixes (CHECKPOINT_KEYS) set to another value is refused.
+    """
+    root = checkpoint_root(model_dir)
+    defaults = selector.run_config.layer.to_dict()
+    for key, unset in CHECKPOINT_KEYS.items():
+        if defaults.get(key) != unset:
+            raise bad_input(f"layer.{key}", defaults.get(key), "cannot be combined with --model: "
+                            "the checkpoint fixes each layer's "
+                            f"{key}; drop the override (or the layer= preset that sets it)")
+    config_path = root / "config.json"
+    config = read_json(config_path)
+    arch = read_architecture(config, config_path, defaults["tp_size"], defaults["ep_size"])
+    quant = read_quantization(root, config, arch)
+    dtype = checkpoint_dtype(config, config_path)
+    if dtype and defaults.get("dtype") not in (dtype, "bfloat16"):
+        raise bad_input("layer.dtype", defaults.get("dtype"), f"contradicts the checkpoint's "
+                        f"dtype {dtype} ({config_path}); drop the override")
+    # group modules by (component, scheme): layers, module counts, distinct field sets
+    groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
+    for m in arch.modules:
+        v = quant.verdict_of(m)
+        scheme = v.scheme
+        why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
+        g = groups.setdefault((m.component, scheme), {"layers": [], "modules": 0, "why": {},
+                                                      "shapes": OrderedDict(), "warnings": {}})
+        g["why"][why] = True
+        if v.warning:
+            g["warnings"][v.warning] = True
+        if m.layer is not None and m.layer not in g["layers"]:
+            g["layers"].append(m.layer)
+        g["modules"] += 1
+        shape = g["shapes"].setdefault(m.fields, {"projections": [], "modules": 0})
+        if m.projection not in shape["projections"]:
+            shape["projections"].append(m.projection)
+        shape["modules"] += 1
+    kinds = []
+    for (component, scheme), g in groups.items():
+        shapes = []
+        for fields, s in g["shapes"].items():
+            f = dict(fields)
+            f["dtype"] = dtype or defaults.get("dtype")
+            d = _select(selector, scheme, f, config_path) if scheme else None
+            shapes.append(Shape(tuple(s["projections"]), {"quant": scheme, **f}, s["modules"],
+                                d))
+        why = _join_whys(list(g["why"]))
+        kinds.append(Kind(component, scheme, why, tuple(g["layers"]), g["modules"],
+                          tuple(shapes), tuple(g["warnings"])))
+    if not any(k.quant for k in kinds):
+        whys = "; ".join(f"{k.component}: {k.why}" for k in kinds)
+        raise SelectorError(f"{root}: no module of this {arch.name} checkpoint is NVFP4 under "
+                            f"{quant.describe()}: {whys}", where=str(root))
+    requested = {}
+    for d in (s.decision for k in kinds for s in k.shapes if s.decision):
+        requested[d.layer["op"]] = d.requested
+    return Plan(str(root), arch, quant, tuple(kinds), requested)
+
+
+def _select(selector: Selector, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
+    try:
+        return selector.select(quant=scheme, **f)
+    except SelectorError as exc:
+        key = str(exc.key or "").removeprefix("layer.")
+        ckpt_key = _FIELD_KEYS.get(key)
+        if ckpt_key is None:
+            raise
+        raise SelectorError(f"{config_path}: {ckpt_key}: the checkpoint's value gives "
+                            f"layer.{key}={f.get(key)!r}, which is refused: {exc}",
+                            key=ckpt_key, value=f.get(key), where=str(config_path)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+
+def _fields_text(f: Mapping[str, Any]) -> str:
+    if f["op"] == "moe":
+        gate = "gated" if f["act_and_mul"] else "non-gated"
+        text = (f"{f['activation']} {gate}, hidden_size {f['hidden_size']}, intermediate_size "
+                f"{f['intermediate_size']}, {f['num_experts']} experts, top_k {f['top_k']}")
+        if f.get("swiglu_limit") is not None:
+            text += f", swiglu_limit {f['swiglu_limit']:g}"
+        return text
+    return f"K {f['hidden_size']}, N {f['intermediate_size']}"
+
+
+def _layers_text(layers: Sequence[int]) -> str:
+    if not layers:
+        return ""
+    runs, start, prev = [], layers[0], layers[0]
+    for i in list(layers[1:]) + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    text = ",".join(runs)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _needs(c: Candidate) -> List[str]:
+    return list(dict.fromkeys(r.need for r in c.reasons if r.severity == "error"))
+
+
+def _verdict(d: Decision) -> List[str]:
+    """A decision in three short lines: selected, what else could run, what could not and why."""
+    usable = [c.backend for c in d.candidates if c.status == "eligible"]
+    opt = [c.backend for c in d.candidates if c.status == "opt_in"]
+    rejected = [f"{c.backend} ({'; '.join(_needs(c))})" for c in d.candidates
+                if c.status == "rejected"]
+    na = [c.backend for c in d.candidates if c.status == "not_applicable"]
+    head = f"selected: {d.selected or 'none'}"
+    if d.requested != "auto":
+        head += f" (requested {d.requested})"
+    lines = [head]
+    if usable or opt:
+        lines.append("usable: " + ", ".join(usable + [f"{b} (opt-in)" for b in opt]))
+    if rejected:
+        lines.append("rejected: " + ", ".join(rejected))
+    if na:
+        lines.append("does not implement this scheme: " + ", ".join(na))
+    return lines
+
+
+def render_plan(p: Plan) -> str:
+    import textwrap
+    arch, q = p.architecture, p.quantization
+    ds = p.decisions()
+    lines = [f"checkpoint: {p.model_dir}",
+             (f"model: {arch.name} ({arch.model_type}), {arch.num_layers} layers; "
+              f"quantization: {q.describe()}"),
+             f"read: {q.where} (vLLM's order: config.json quantization_config, then "
+             "hf_quant_config.json)"]
+    for w in q.warnings:
+        lines.append(f"warning: {w}")
+    if ds:
+        first = str(ds[0]).splitlines()
+        lines.append(next(ln for ln in first if ln.startswith("platform: ")))
+    for n in arch.notes:
+        lines.append(f"note: {n}")
+    lines.append("")
+    for k in p.kinds:
+        where = _layers_text(k.layers)
+        count = (f"{len(k.layers)} layer{'s' if len(k.layers) > 1 else ''} ({where})"
+                 if k.layers else "1 module")
+        mods = f", {k.modules} modules" if k.op == "linear" and k.layers else ""
+        if not k.quant:
+            lines.append(f"{k.component}: {count}{mods}: not NVFP4, {k.why}")
+            continue
+        lines.append(f"{k.component}: {count}{mods}: {k.op} {k.quant} ({k.why})")
+        for w in k.warnings:
+            lines.extend(textwrap.wrap(f"warning: {w}", width=100, initial_indent="    ",
+                                       subsequent_indent="      ", break_on_hyphens=False))
+        # shapes with the same verdict are shown together
+        by_verdict: OrderedDict[Tuple[str, ...], List[Shape]] = OrderedDict()
+        for s in k.shapes:
+            by_verdict.setdefault(tuple(_verdict(s.decision)), []).append(s)
+        for verdict, shapes in by_verdict.items():
+            shown = "; ".join(f"{'/'.join(s.projections)} {_fields_text(s.fields)}"
+                              if s.fields["op"] == "linear" else _fields_text(s.fields)
+                              for s in shapes)
+            lines.extend(textwrap.wrap(shown, width=100, initial_indent="    ",
+                                       subsequent_indent="      "))
+            for v in verdict:
+                lines.extend(textwrap.wrap(v, width=100, initial_indent="      ",
+                                           subsequent_indent="        ",
+                                           break_on_hyphens=False))
+    lines.append("")
+    lines.extend(textwrap.wrap(f"summary: {p.summary()}", width=100, subsequent_indent="  ",
+                               break_on_hyphens=False))
+    if not p.ok:
+        lines.append("some NVFP4 layers have no usable backend: --format json lists every "
+                     "reason")
+    return join_lines(lines)  # every checkpoint-derived string escaped: one line stays one line

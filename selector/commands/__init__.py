@@ -1,0 +1,3 @@
+"""The command line (`python -m selector ...`) and what only it uses. The top layer: nothing
+imports it.
+"""

@@ -1,0 +1,241 @@
+"""`python -m selector explain|list|check|doctor|matrix [--format ...] [OVERRIDE ...]`.
+
+Exit codes (CONTRACT.md): 0 a backend was selected (or the command found nothing wrong);
+1 nothing selectable, an explicit backend refused under strict, or doctor found a problem;
+2 bad input, reported as one message without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import sys
+from typing import Any, List, NoReturn, Optional, Sequence
+
+from selector.core.errors import SelectorError
+from selector.core.text import printable
+
+COMMANDS = ("explain", "list", "check", "doctor")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors are bad input too: exit 2
+        self.print_usage(sys.stderr)
+        print(f"selector: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="selector", description="Which NVFP4 kernel backend runs this layer on "
+                "this machine, and why not the others.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    helps = {"explain": "decide for one layer and say why",
+             "list": "the catalogue: every backend and its rules, with sources",
+             "check": "validate a config tree (the packaged one and --config-dir ones)",
+             "doctor": "detect this machine: GPU, CUDA, packages, what could run here"}
+    for name in COMMANDS:
+        s = sub.add_parser(name, help=helps[name], description=helps[name])
+        s.add_argument("--format", choices=("text", "json", "line") if name == "explain"
+                       else ("text", "json"), default="text",
+                       help="line: one line per decision (explain only)" if name == "explain"
+                       else None)
+        s.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                       help="an extra config directory (backend/<op>/*.yaml, platform/, layer/...)")
+        s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                       help="Hydra overrides: key=value, group=option, +key=value, ~key")
+        if name == "explain":
+            s.add_argument("--model", metavar="DIR", help="a checkpoint directory: explain "
+                           "every NVFP4 layer kind its config.json describes")
+            s.add_argument("--why", metavar="BACKEND", help="only this backend's verdict and "
+                           "every reason for it")
+        if name == "list":
+            s.add_argument("--presets", action="store_true", help="every preset of every group "
+                           "(platform, stack with the versions it holds, layer, policy)")
+        if name == "doctor":
+            s.add_argument("--deep", action="store_true",
+                           help="import the kernel libraries in a child process and probe them")
+            s.add_argument("--timeout", default=None, metavar="SECONDS",
+                           help="seconds each deep probe process may take (default: "
+                           "SELECTOR_PROBE_TIMEOUT, else 120)")
+            s.add_argument("--probe", action="append", default=[], metavar="NAME",
+                           help="run only this deep probe (repeatable; implies --deep)")
+            s.add_argument("--verify", action="store_true",
+                           help="run each usable backend on small NVFP4 problems (a child "
+                           "process each, --timeout) and compare it with the reference")
+            s.add_argument("--op", action="append", choices=("moe", "linear"), default=[],
+                           help="verify only this op (repeatable; implies --verify)")
+            s.add_argument("--no-cache", dest="verify_cache", action="store_false",
+                           help="verify again instead of reusing this machine's cached results")
+    m = sub.add_parser("matrix", help="every backend on every platform preset, as a grid",
+                       description="every backend on every platform preset, as a grid")
+    m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
+                   help="only this op (default: both, or the op of the layer given)")
+    m.add_argument("--stack", metavar="NAME", help="the software stack preset for every "
+                   "platform (default: the stack preset marked `stack: {default: true}`)")
+    m.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
+    m.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
+    m.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="layer and policy overrides (layer=nemotron_moe, layer.ep_size=8)")
+    return p
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line, with overrides anywhere after the command: `explain --why X
+    platform=b200 --format json layer.ep_size=2` (argparse alone takes one run of positionals,
+    so later `key=value` words come back unparsed; they join the overrides, in order)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    unknown = [w for w in extra if w.startswith("-") or not hasattr(args, "overrides")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (`>&-`)
+        return _output_failed("standard output is closed")
+    args = parse_args(argv)
+    if args.command is None:
+        build_parser().print_help(sys.stderr)
+        return 2
+    from selector.config import catalogues
+    catalogues.WARN = _warning
+    try:
+        rc = _run(args)
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
+        return rc
+    except SelectorError as exc:
+        print(f"selector: error: {printable(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        return _output_failed(exc.strerror or str(exc), exc.errno == errno.EPIPE)
+
+
+def _warning(message: str) -> None:
+    print(f"selector: warning: {message}", file=sys.stderr)
+
+
+_OUTPUT_ERRNOS = (errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO, errno.EFBIG,
+                  errno.EDQUOT, errno.EINVAL)
+
+
+def _output_failed(why: str, quiet: bool = False) -> int:
+    """Writing the answer failed: say so on stderr (not for a reader that stopped reading,
+    such as `| head`), exit 2, and point stdout at /dev/null so that the interpreter's
+    final flush does not fail again with a traceback."""
+    if not quiet:
+        print(f"selector: error: cannot write the output: {why}", file=sys.stderr)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+    return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from selector.api import load
+    if args.command == "doctor":
+        from selector.commands.doctor import run_doctor
+        return run_doctor(args.overrides, args.config_dir, deep=args.deep, timeout=args.timeout,
+                          fmt=args.format, probes=args.probe, verify=args.verify,
+                          verify_ops=args.op, verify_cache=args.verify_cache)
+    if args.command == "matrix":
+        from selector.commands.matrix import run_matrix
+        return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format)
+    if args.command == "check":
+        from selector.commands.check import run_check
+        return run_check(args.overrides, args.config_dir, fmt=args.format)
+    sel = load(args.overrides, config_dirs=args.config_dir)
+    if args.command == "list" and args.presets:
+        from selector.commands.preset_list import presets_dict, presets_text
+        assert sel.tree is not None  # load() always records the tree it composed
+        _emit(presets_dict(sel.tree) if args.format == "json" else presets_text(sel.tree),
+              args.format)
+        return 0
+    if args.command == "list":
+        from selector.commands.listing import catalogue_dict, catalogue_text
+        _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
+              catalogue_text(sel.catalogue), args.format)
+        return 0
+    if args.model is not None and sel.run_config.engine.name != "none" and args.format != "line":
+        lp = sel.launch_plan(args.model)
+        if args.format == "json":
+            _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
+        else:
+            _emit(f"{lp.plan}\n\n{lp}", "text")
+        return 0 if lp.plan.ok and lp.ok else 1
+    if args.model is not None:
+        from selector.checkpoint.plan import CHECKPOINT_KEYS
+        for o in args.overrides:  # what the checkpoint fixes is never silently overridden
+            key = o.lstrip("+~").split("=", 1)[0].strip()
+            if key == "layer" or key.removeprefix("layer.") in CHECKPOINT_KEYS and \
+                    key.startswith("layer."):
+                raise SelectorError(f"{key}: {o!r} cannot be combined with --model: the "
+                                    "checkpoint fixes each layer's op, quant, activation and "
+                                    "sizes (layer.ep_size, layer.tp_size, layer.num_tokens, "
+                                    "layer.all2all and layer.dtype apply)", key=key)
+        p = sel.plan(args.model)
+        if args.why is not None:
+            return _plan_why(p, args.why, args.format)
+        if args.format == "line":
+            from selector.config.catalogues import marked_line
+            _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) for d in p.decisions()),
+                  "line")
+        else:
+            _emit(p.to_dict() if args.format == "json" else str(p), args.format)
+        return 0 if p.ok else 1
+    d = sel.default()
+    if args.why is not None:
+        from selector.commands.why import why
+        out, usable = why(d, args.why, args.format)
+        _emit(out, args.format)
+        return 0 if usable else 1
+    if args.format == "line":
+        if d.hint:  # stdout stays one line per decision
+            print(f"selector: note: {d.hint}", file=sys.stderr)
+        from selector.config.catalogues import marked_line  # a backend from a plugin says so
+        _emit(marked_line(sel.catalogue, d, d.log_line()), "line")
+        return 0 if d.selected else 1
+    from selector.config.catalogues import explained
+    _emit(explained(sel.catalogue, d, args.format), args.format)
+    return 0 if d.selected else 1
+
+
+def _plan_why(p: Any, backend: str, fmt: str) -> int:
+    """--why with --model: the backend's verdict for each NVFP4 layer kind of its op."""
+    from selector.commands.why import why
+    from selector.core.errors import bad_value
+    name = backend.strip().replace("-", "_").lower()
+    rows = [(k, s) for k in p.kinds if k.quant for s in k.shapes
+            if any(c.backend == name for c in s.decision.candidates)]
+    if not rows:
+        names = {c.backend for d in p.decisions() for c in d.candidates}
+        raise bad_value("--why", backend, names, what="backend")
+    outs: List[Any] = []
+    usable = True
+    for k, s in rows:
+        out, ok = why(s.decision, backend, "json" if fmt == "json" else "line")
+        usable = usable and ok
+        if fmt == "json":
+            outs.append({"kind": k.component, "projections": list(s.projections),
+                         **json.loads(out)})
+        else:
+            outs.append(f"{k.component} {'/'.join(s.projections)}: {out}")
+    _emit(json.dumps(outs, indent=2) if fmt == "json" else
+          "\n".join(printable(str(x)) for x in outs), "text")
+    return 0 if usable else 1
+
+
+def _emit(obj: Any, fmt: str) -> None:
+    if fmt == "json" and not isinstance(obj, str):
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    else:
+        sys.stdout.write(obj.rstrip("\n") + "\n")

@@ -1,0 +1,291 @@
+"""A decision for one layer: the JSON object of CONTRACT.md and its text rendering."""
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, TypeVar
+
+from selector.core.notes import Note, text
+from selector.core.rules import Reason
+from selector.core.schema import USABLE, Status
+from selector.core.text import join_lines
+
+WRAP = 100  # text width of the rendered explanation
+# The text table reads at a glance: the selected backend first, then what else could run, then
+# the rejected ones with their reasons (the JSON keeps the preference order).
+_TEXT_ORDER = {s: i for i, s in enumerate(Status)}
+
+
+class Candidate(NamedTuple):
+    backend: str
+    status: Status
+    reasons: Tuple[Reason, ...]
+    entry_point: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"backend": self.backend, "status": str(self.status),
+                "reasons": [r.to_dict() for r in self.reasons]}
+
+
+OUTCOMES = ("selected", "refused_explicit", "unsupported_layer", "nothing_fits")
+
+
+class _Named(Protocol):
+    @property
+    def backend(self) -> str: ...
+
+
+NamedT = TypeVar("NamedT", bound=_Named)
+
+
+def find_candidate(candidates: Iterable[NamedT], backend: str, layer: Mapping[str, Any]) -> NamedT:
+    """The candidate named `backend` (of a Decision or an AgreedDecision); KeyError naming the
+    layer's op when the op has no such backend."""
+    for c in candidates:
+        if c.backend == backend:
+            return c
+    raise KeyError(f"no backend {backend!r} for op {layer.get('op')!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The decision for one layer.
+
+    layer, platform: what was decided for (the JSON objects). requested: the policy's request
+    for this op: "auto", a backend name, or an ordered list joined by ",". selected: the chosen
+    backend, or None; `outcome` says why None. candidates: every backend of the op with status
+    and every failed rule, in preference order; `candidate(name)` finds one (KeyError if the op
+    has no such backend). note_data: how the choice was made, as structured notes
+    (selector.core.notes: kind, severity, backend, data); `notes` is their text, `hint` the text of
+    a `no_packages` note (a platform that describes no software).
+    """
+    layer: Dict[str, Any]
+    platform: Dict[str, Any]
+    requested: str
+    selected: Optional[str]
+    candidates: Tuple[Candidate, ...]
+    note_data: Tuple[Note, ...]
+    platform_label: str = ""
+    warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason) of warning-level rules
+    engine: Optional[Dict[str, Any]] = None  # engine=vllm|sglang: its name and flags
+
+    # -- notes -------------------------------------------------------------------------------
+    @cached_property
+    def notes(self) -> Tuple[str, ...]:
+        """The notes in words (the hint apart): sentences on how the choice was made."""
+        return tuple(text(n) for n in self.note_data if n.kind != "no_packages")
+
+    @property
+    def hint(self) -> str:
+        """One line when the platform describes no software, else ''."""
+        return next((text(n) for n in self.note_data if n.kind == "no_packages"), "")
+
+    def notes_of(self, kind: str) -> Tuple[Note, ...]:
+        """The structured notes of one kind (selector.core.notes.NOTE_KINDS)."""
+        return tuple(n for n in self.note_data if n.kind == kind)
+
+    @property
+    def marks(self) -> Tuple[str, ...]:
+        """What the one-line form flags beside the outcome: 'fallback' (policy.strict=false
+        replaced a refused explicit backend) and 'warning' (a warning-severity note about the
+        selected backend)."""
+        out = []
+        if self.notes_of("fallback"):
+            out.append("fallback")
+        if self.selected is not None and any(n.severity == "warning" and
+                                             n.backend == self.selected for n in self.note_data):
+            out.append("warning")
+        return tuple(out)
+
+    # -- lookups -------------------------------------------------------------------------------
+    def candidate(self, backend: str) -> Candidate:
+        """The candidate named `backend` (its status, failed rules, entry point)."""
+        return find_candidate(self.candidates, backend, self.layer)
+
+    @property
+    def entry_point(self) -> Optional[str]:
+        """The selected backend's implementation ('module:Class'), or None."""
+        return self.candidate(self.selected).entry_point if self.selected else None
+
+    @property
+    def ok(self) -> bool:
+        """True when a backend was selected (the CLI's exit code 0)."""
+        return self.selected is not None
+
+    @property
+    def outcome(self) -> str:
+        """Why `selected` is what it is, machine-readable: 'selected'; 'refused_explicit' (a
+        requested backend fails its rules and policy.strict refuses a fallback);
+        'unsupported_layer' (no backend implements the layer's quant scheme, e.g. an
+        unquantized layer); 'nothing_fits' (automatic selection found no usable backend,
+        also after a fallback under policy.strict=false)."""
+        if self.selected is not None:
+            return "selected"
+        if self.notes_of("request_refused"):
+            return "refused_explicit"
+        if all(c.status == Status.NOT_APPLICABLE for c in self.candidates):
+            return "unsupported_layer"
+        return "nothing_fits"
+
+    def instantiate(self, **options: Any) -> Any:
+        """The selected backend's object: its entry-point class built with this decision (so
+        its gate does not decide again; the class learns its backend name from it) and the
+        whole layer, plus `options` (the class's constructor keywords, e.g. compute_dtype,
+        fold_mode; a layer key among them overrides the layer's). Raises SelectorError when
+        nothing was selected, naming the outcome."""
+        from selector.core.errors import SelectorError
+        if self.selected is None:
+            raise SelectorError(f"nothing to instantiate: outcome {self.outcome} "
+                                f"({self.notes[0] if self.notes else self.summary()})")
+        ep = self.entry_point
+        if not ep:
+            raise SelectorError(f"backend {self.selected} declares no entry_point")
+        from selector.core.entry_points import load_entry_point  # only modules selector allows
+        cls = load_entry_point(ep, f"catalogue.{self.layer['op']}.{self.selected}.entry_point")
+        layer = {**self.layer, **{k: v for k, v in options.items() if k in self.layer}}
+        rest = {k: v for k, v in options.items() if k not in self.layer}
+        return cls(decision=self, layer=layer, **rest)
+
+    # -- JSON ------------------------------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        out = {"layer": dict(self.layer), "platform": json.loads(json.dumps(self.platform)),
+               "requested": self.requested, "selected": self.selected,
+               "candidates": [c.to_dict() for c in self.candidates],
+               "notes": [text(n) for n in self.note_data],
+               "notes_data": [n.to_dict() for n in self.note_data],
+               "summary": self.summary(), "entry_point": self.entry_point,
+               "outcome": self.outcome}
+        if self.engine is not None:
+            out["engine"] = json.loads(json.dumps(self.engine))
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    # -- text ------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        """Kubernetes-style: '1/8 backends usable: 3 need SM 10.x, 2 need flashinfer ...'."""
+        total = len(self.candidates)
+        usable = [c for c in self.candidates if c.status in USABLE]
+        opt = sum(1 for c in usable if c.status == Status.OPT_IN)
+        needs: Counter[str] = Counter()
+        for c in self.candidates:
+            if c.status == Status.OPT_IN:
+                continue
+            for need in dict.fromkeys(r.need for r in c.reasons if r.severity == "error"):
+                needs[need] += 1
+        head = f"{len(usable)}/{total} backends usable"
+        if opt:
+            head += f" ({opt} opt-in only)"
+        if not needs:
+            return head
+        parts = [f"{n} {need}" for need, n in sorted(needs.items(), key=lambda x: (-x[1], x[0]))]
+        return f"{head}: {', '.join(parts)}"
+
+    def log_line(self) -> str:
+        """One line an engine can keep per decision: the layer's distinguishing fields (no
+        MoE-only field on a linear layer), the outcome and its marks (`fallback`, `warning`:
+        Decision.marks), and for a refusal or a fallback what was requested and its first
+        failing rule, for a warning the first warning about the selected backend."""
+        lay = self.layer
+        keys = _LOG_KEYS[lay["op"]]
+        fields = " ".join(f"{k}={lay[k]}" for k in keys
+                          if lay.get(k) is not None and not (k in _LOG_DEFAULTS
+                                                             and lay[k] == _LOG_DEFAULTS[k]))
+        marks = self.marks
+        head = (f"selector: {lay['op']} {fields} -> {self.selected or 'none'} "
+                f"[{', '.join((self.outcome,) + marks)}]")
+        refused = self.notes_of("request_refused") or self.notes_of("fallback")
+        if refused:
+            first = self.candidate(str(refused[0].backend))
+            r = first.reasons[0]
+            return f"{head} requested {self.requested}: {first.backend} [{r.rule}] {r.message}"
+        if "warning" in marks:
+            w = next(n for n in self.note_data
+                     if n.severity == "warning" and n.backend == self.selected)
+            return f"{head} {text(w)}"
+        return f"{head} ({self.summary()})"
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+
+_LOG_KEYS = {"moe": ("quant", "activation", "act_and_mul", "dtype", "hidden_size",
+                     "intermediate_size", "num_experts", "top_k", "ep_size", "tp_size",
+                     "swiglu_limit", "all2all", "num_tokens"),
+             "linear": ("quant", "dtype", "hidden_size", "intermediate_size", "tp_size",
+                        "num_tokens")}
+_LOG_DEFAULTS = {"ep_size": 1, "tp_size": 1}
+
+
+def render_line(d: Decision) -> str:
+    """`--format line`: one line per decision (the log line)."""
+    return d.log_line()
+
+
+def render_text(d: Decision) -> str:
+    lay, plat = d.layer, d.platform
+    gating = "" if lay["op"] == "linear" else (", gated" if lay["act_and_mul"] else ", non-gated")
+    shape = ", ".join(f"{k} {lay[k]}" for k in ("hidden_size", "intermediate_size", "num_experts",
+                                                  "top_k", "num_tokens") if lay.get(k))
+    extra = []
+    if lay["ep_size"] > 1 or lay["tp_size"] > 1:
+        extra.append(f"ep {lay['ep_size']}, tp {lay['tp_size']}")
+    if lay.get("swiglu_limit") is not None:
+        extra.append(f"swiglu_limit {lay['swiglu_limit']}")
+    act = "" if lay["op"] == "linear" else f", {lay['activation']}"
+    desc = f"{lay['op']} layer: {lay['quant']}{act}{gating}, {lay['dtype']}"
+    desc += "".join(f", {e}" for e in extra) + (f" ({shape})" if shape else "")
+    cap = f"SM {plat['capability']}" if plat["capability"] else "no GPU"
+    cuda = f"CUDA {plat['cuda']}" if plat["cuda"] else "no CUDA"
+    pk = plat["packages"]
+    shown = ", ".join(f"{n} {v}" for n, v in pk.items() if v is not None) or "no kernel packages"
+    lines = [desc,
+             f"platform: {d.platform_label or plat['source']} ({cap}, {cuda}); {shown}"]
+    if d.hint:
+        lines.extend(textwrap.wrap(f"!! {d.hint}", width=WRAP, subsequent_indent="   "))
+    lines.append(f"requested: {d.requested}")
+    if d.selected:
+        ep = d.entry_point
+        lines.append(f"selected: {d.selected}" + (f"  -> {ep}" if ep else ""))
+    else:
+        lines.append("selected: none")
+    if d.engine is not None and d.selected:
+        from selector.core.engines import command_line
+        kernel = d.engine.get("kernel")
+        lines.append(f"{d.engine['label']} flags: {command_line(d.engine)}" +
+                     (f"; runs {kernel} ({d.engine['scheme']})" if kernel else ""))
+    lines.append("")
+    lines += candidate_table(d.candidates, "passes every rule")
+    lines.append("")
+    lines.extend(textwrap.wrap(f"summary: {d.summary()}", width=WRAP, subsequent_indent="  "))
+    if d.notes:
+        lines.append("notes:")
+        for n in d.notes:
+            lines.extend(textwrap.wrap(n, width=WRAP, initial_indent="  - ",
+                                       subsequent_indent="    ", break_on_hyphens=False))
+    return join_lines(lines)
+
+
+def candidate_table(candidates: Sequence[Any], empty: str) -> List[str]:
+    """The backend / status / why table of a decision's text (one rank's or an agreed one):
+    selected first, then eligible, opt-in, rejected, not applicable; `empty` where a usable
+    candidate has no reason to show."""
+    width = max([len(c.backend) for c in candidates] + [7])
+    pad = " " * (width + 20)
+    lines = [f"  {'backend'.ljust(width)}  {'status'.ljust(14)}  why"]
+    for c in sorted(candidates, key=lambda c: _TEXT_ORDER[Status(c.status)]):  # stable
+        head = f"  {c.backend.ljust(width)}  {str(Status(c.status).value).ljust(14)}  "
+        if not c.reasons:
+            lines.append(head + (empty if c.status in (Status.SELECTED, Status.ELIGIBLE) else ""))
+            continue
+        for r in c.reasons:
+            lines.extend(textwrap.wrap(f"[{r.rule}] {r.message} ({r.source})",
+                                       width=max(WRAP, len(pad) + 60), initial_indent=head,
+                                       subsequent_indent=pad + "  ", break_on_hyphens=False,
+                                       break_long_words=False))
+            head = pad
+    return lines

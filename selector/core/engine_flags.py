@@ -1,0 +1,97 @@
+"""What an engine's launch flags do to every layer of a model: the tables the launch plan
+(selector/checkpoint/launch.py) checks flags against, each from the engine's own source.
+
+vLLM's `--moe-backend` is one value for every MoE layer of the model, whatever its quant scheme:
+each scheme's oracle maps the value to one of its backends or raises (`map_fp8_backend`, ...), so
+a value that serves the NVFP4 experts can stop the engine at an FP8 or unquantized MoE layer.
+`--linear-backend` is gentler: a layer type without a kernel of that backend falls back to
+automatic selection (`_resolve_backend_kernels`), and `linear_backend_per_quant` (in
+`--kernel-config`) scopes a backend to one linear scheme. tests/vllm/test_launch_tables.py
+compares every table here with vLLM's own functions.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+VLLM_SOURCE = "vLLM 0.32.0"
+
+# MoE quant scheme -> the --moe-backend values its oracle accepts (any other value raises
+# ValueError when the layer is built). "unquantized" also lets "humming" through to automatic
+# selection (oracle/unquantized.py, select_unquantized_moe_backend).
+VLLM_MOE_ACCEPTS: Dict[str, Tuple[str, ...]] = {
+    "nvfp4": ("cutlass", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl",
+              "flashinfer_moe_ep_cutedsl", "flashinfer_b12x", "b12x", "marlin", "humming",
+              "emulation"),
+    "fp8": ("triton", "deep_gemm", "cutlass", "flashinfer_trtllm", "flashinfer_cutlass",
+            "marlin", "humming", "aiter", "hpc"),
+    "mxfp8": ("flashinfer_trtllm", "deep_gemm", "marlin", "xpu", "aiter", "triton", "humming"),
+    "unquantized": ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass",
+                    "aiter", "humming"),
+}
+VLLM_MOE_ACCEPTS["nvfp4_w4a16"] = VLLM_MOE_ACCEPTS["nvfp4"]  # the same oracle
+VLLM_MOE_SOURCES = {
+    "nvfp4": "vLLM 0.32.0 fused_moe/oracle/nvfp4.py (map_nvfp4_backend)",
+    "nvfp4_w4a16": "vLLM 0.32.0 fused_moe/oracle/nvfp4.py (map_nvfp4_backend)",
+    "fp8": "vLLM 0.32.0 fused_moe/oracle/fp8.py (map_fp8_backend)",
+    "mxfp8": "vLLM 0.32.0 fused_moe/oracle/mxfp8.py (select_mxfp8_moe_backend)",
+    "unquantized": "vLLM 0.32.0 fused_moe/oracle/unquantized.py (map_unquantized_backend)",
+}
+
+# selector's linear scheme -> vLLM's linear quantization key (linear_backend_per_quant)
+VLLM_LINEAR_QUANT = {"nvfp4": "nvfp4_w4a4", "nvfp4_w4a16": "nvfp4_w4a16"}
+VLLM_LINEAR_SOURCE = ("vLLM 0.32.0 config/kernel.py (KernelConfig.linear_backend_per_quant); "
+                      "kernels/linear/__init__.py (_get_linear_backend, "
+                      "_resolve_backend_kernels)")
+
+# (op, selector scheme, vLLM backend name) -> the kernel classes vLLM may build, in its order:
+# the first whose is_supported() holds on the machine runs (init_nvfp4_linear_kernel over
+# _POSSIBLE_NVFP4_KERNELS filtered by _LINEAR_BACKEND_KERNEL_MAP; MoE: backend_to_kernel_cls).
+VLLM_KERNELS: Dict[Tuple[str, str, str], Tuple[str, ...]] = {
+    ("linear", "nvfp4", "flashinfer_cutedsl"): ("FlashInferCuteDslNvFp4LinearKernel",
+                                                "FlashInferCuteDslNvFp4W4A16LinearKernel"),
+    ("linear", "nvfp4", "flashinfer_cutlass"): ("FlashInferCutlassNvFp4LinearKernel",),
+    ("linear", "nvfp4", "flashinfer_b12x"): ("FlashInferB12xNvFp4LinearKernel",),
+    ("linear", "nvfp4", "cutlass"): ("CutlassNvFp4LinearKernel",),
+    ("linear", "nvfp4", "marlin"): ("MarlinNvFp4LinearKernel",),
+    ("linear", "nvfp4", "flashinfer_trtllm"): ("FlashInferTrtllmNvFp4LinearKernel",),
+    ("linear", "nvfp4", "flashinfer_cudnn"): ("FlashInferCudnnNvFp4LinearKernel",),
+    ("linear", "nvfp4", "b12x"): ("B12xNvFp4LinearKernel", "B12xNvFp4W4A16LinearKernel"),
+    ("linear", "nvfp4", "emulation"): ("EmulationNvFp4LinearKernel",),
+    ("linear", "nvfp4_w4a16", "flashinfer_cutedsl"): (
+        "FlashInferCuteDslNvFp4W4A16LinearKernel",),
+    ("linear", "nvfp4_w4a16", "marlin"): ("MarlinNvFp4LinearKernel",),
+    ("linear", "nvfp4_w4a16", "b12x"): ("B12xNvFp4W4A16LinearKernel",),
+    ("moe", "nvfp4", "flashinfer_trtllm"): ("TrtLlmNvFp4ExpertsMonolithic",
+                                            "TrtLlmNvFp4ExpertsModular"),
+    ("moe", "nvfp4", "flashinfer_cutlass"): ("FlashInferExperts",),
+    ("moe", "nvfp4", "flashinfer_cutedsl"): ("FlashInferCuteDSLExperts",),
+    ("moe", "nvfp4", "flashinfer_b12x"): ("FlashInferB12xExperts",),
+    ("moe", "nvfp4", "b12x"): ("B12xExperts",),
+    ("moe", "nvfp4", "cutlass"): ("CutlassExpertsFp4",),
+    ("moe", "nvfp4", "marlin"): ("MarlinExperts",),
+    ("moe", "nvfp4", "emulation"): ("Nvfp4QuantizationEmulationTritonExperts",),
+}
+for (_op, _q, _b), _k in list(VLLM_KERNELS.items()):  # W4A16 MoE: the same oracle and classes
+    if _op == "moe":
+        VLLM_KERNELS[("moe", "nvfp4_w4a16", _b)] = _k
+VLLM_KERNEL_SOURCE = ("vLLM 0.32.0 kernels/linear/__init__.py (_POSSIBLE_NVFP4_KERNELS, "
+                      "_LINEAR_BACKEND_KERNEL_MAP); fused_moe/oracle/nvfp4.py "
+                      "(backend_to_kernel_cls)")
+
+# Parallelism as each engine spells it
+VLLM_PARALLEL_SOURCE = ("vLLM 0.32.0 engine/arg_utils.py (--tensor-parallel-size, "
+                        "--data-parallel-size, --enable-expert-parallel); fused_moe/config.py "
+                        "(FusedMoEParallelConfig.make: with expert parallelism the MoE layers "
+                        "run EP = TP x DP and TP 1; without, TP x DP)")
+SGLANG_PARALLEL_SOURCE = ("SGLang 0.5.23 srt/server_args.py (--tp-size, --ep-size, --dp-size); "
+                          "entrypoints/engine.py (moe_ep_rank = tp_rank // (tp_size // "
+                          "ep_size): the MoE layers run TP = tp_size / ep_size)")
+
+
+def vllm_kernels(op: str, quant: str, name: Optional[str]) -> Tuple[str, ...]:
+    """The kernel classes vLLM may build for a backend name, in its order (empty: unknown)."""
+    return VLLM_KERNELS.get((op, quant, name or ""), ())
+
+
+__all__ = ["VLLM_MOE_ACCEPTS", "VLLM_MOE_SOURCES", "VLLM_LINEAR_QUANT", "VLLM_KERNELS",
+           "vllm_kernels"]

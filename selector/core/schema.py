@@ -1,0 +1,419 @@
+"""Structured-config schema (Hydra/OmegaConf dataclasses) and the vocabularies of accepted values.
+
+The dataclasses are the schema Hydra composes against, so a misspelt key in an override or a
+config file is an error rather than a silent new key. Imports nothing heavy: OmegaConf only
+reads these classes when a config is composed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from dataclasses import dataclass, field, fields, make_dataclass
+from enum import Enum
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from selector.core.errors import bad_input, bad_value
+
+OPS = ("moe", "linear")
+NVFP4_QUANTS = ("nvfp4", "nvfp4_w4a16")
+OTHER_QUANTS = ("fp8", "mxfp4", "mxfp8", "int8", "int4", "unquantized")
+QUANTS = NVFP4_QUANTS + OTHER_QUANTS
+# swigluoai reads gate/up interleaved (gpt-oss checkpoints); swigluoai_uninterleave is the same
+# function on packed [gate; up] halves: vLLM 0.32.0 fused_moe/activation.py MoEActivation.
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ",
+               "swigluoai_uninterleave", "swiglustep")
+DTYPES = ("bfloat16", "float16", "float32")
+ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
+           "flashinfer_nvlink", "naive")
+
+
+class Status(str, Enum):
+    """A candidate's status (CONTRACT.md); a str, so JSON and comparisons see the name."""
+    SELECTED = "selected"
+    ELIGIBLE = "eligible"  # passes every rule, lower in preference
+    OPT_IN = "opt_in"  # passes every rule, never chosen automatically (backend `opt_in:`)
+    REJECTED = "rejected"  # fails at least one rule: every failed rule is listed
+    NOT_APPLICABLE = "not_applicable"  # does not implement the layer's quant scheme
+
+    def __str__(self) -> str:
+        return self.value
+
+    __hash__ = str.__hash__  # a Status and its name are one dict key
+
+
+STATUSES = tuple(s.value for s in Status)
+USABLE = (Status.SELECTED, Status.ELIGIBLE, Status.OPT_IN)
+SHAPE_DIMS = ("hidden_size", "intermediate_size", "num_experts", "top_k")
+SEVERITIES = ("error", "warning")
+PROBE_MODES = ("none", "deep", "verify")
+EXECUTIONS = ("native", "weight_only", "reference")
+
+# Distributions every platform reports (CONTRACT.md), beside those the catalogue names.
+CORE_PACKAGES = ("flashinfer-python", "flashinfer-cubin", "nvidia-cutlass-dsl", "vllm",
+                 "sgl-kernel", "b12x", "torch", "triton")
+
+
+_PARSED = {"parsed": True}  # checked by its own parser (versions.py), not by its type here
+
+
+@dataclass
+class StackConf:
+    """`stack:` of a stack preset (conf/stack/<name>.yaml, `# @package platform`): what the
+    preset describes, as data. The no-packages hint offers the newest `version` of each
+    `family`; `matrix` uses the preset marked `default: true` when --stack is not given."""
+    family: str = field(default="???", metadata={
+        "required": "is required: the software the preset describes (vllm, sglang, ...)"})
+    version: str = field(default="???", metadata={
+        "required": "is required: the family's version the preset describes, e.g. '0.32'"})
+    default: bool = False
+
+
+@dataclass
+class PlatformConf:
+    preset: str = "auto"
+    capability: Optional[str] = field(default=None, metadata=_PARSED)
+    cuda: Optional[str] = field(default=None, metadata=_PARSED)
+    gpu_name: Optional[str] = None
+    packages: Dict[str, Optional[str]] = field(default_factory=dict, metadata=_PARSED)
+    stack: Optional[StackConf] = None  # set by a stack preset: what it describes
+
+
+def _choice(default: Optional[str], choices: Tuple[str, ...], optional: bool = False) -> Any:
+    return field(default=default, metadata={"choices": choices, "optional": optional})
+
+
+def _int(default: Optional[int], minimum: int = 1) -> Any:
+    return field(default=default, metadata={"min": minimum})
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer to decide for: the `layer.*` keys. Frozen, so it keys the decision cache.
+
+    Validation (layer.make_layer) is driven by these field types and their `choices`.
+    """
+    op: str = _choice("moe", OPS)
+    quant: str = _choice("nvfp4", QUANTS)
+    activation: str = _choice("silu", ACTIVATIONS)
+    act_and_mul: bool = True
+    ep_size: int = _int(1)
+    tp_size: int = _int(1)
+    swiglu_limit: Optional[float] = None
+    num_tokens: Optional[int] = _int(None)
+    dtype: str = _choice("bfloat16", DTYPES)
+    hidden_size: Optional[int] = _int(None)
+    intermediate_size: Optional[int] = _int(None)
+    num_experts: Optional[int] = _int(None)
+    top_k: Optional[int] = _int(None)
+    all2all: Optional[str] = _choice(None, ALL2ALL, optional=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(tuple(self.__dict__.values())))
+
+    def __hash__(self) -> int:
+        """Computed once: a kept Layer costs one dict lookup a decision (the cache key)."""
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._hash == other._hash and self.__dict__ == other.__dict__  # type: ignore
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The Hydra node of `layer:`: Layer's fields, mutable (Hydra applies overrides to it).
+LayerConf = make_dataclass("LayerConf", [(f.name, f.type, field(default=f.default))
+                                         for f in fields(Layer)],
+                           namespace={"__module__": __name__})
+
+
+_NAMES = {"problem": "is not a list of backend names"}
+
+
+@dataclass
+class PolicyConf:
+    moe_backend: Any = "auto"  # a name, or an ordered list of names (first usable wins)
+    linear_backend: Any = "auto"
+    strict: bool = field(default=True, metadata={
+        "problem": "is not a boolean; accepted: true, false"})
+    allow_opt_in: List[str] = field(default_factory=list, metadata=_NAMES)  # auto may choose
+    exclude: List[str] = field(default_factory=list, metadata=_NAMES)  # never chosen
+
+
+def _required(problem: str = "is required") -> Any:
+    """A field every file must give (a non-blank value; "???" is Hydra's missing value)."""
+    return field(default="???", metadata={"required": problem})
+
+
+_RANK = "must be an integer (lower is preferred)"
+
+
+def _rank() -> Any:
+    return field(default="???", metadata={"required": _RANK, "problem": _RANK})
+
+
+@dataclass
+class OptInConf:
+    """`opt_in:` of a backend: never chosen automatically (unless policy.allow_opt_in names
+    it), with why and the public source."""
+    reason: str = _required()
+    source: str = _required()
+
+
+@dataclass
+class PreferenceConf:
+    """One `preference:` entry: when `when` holds (layer and platform terms, as a rule's
+    `when`), the backend ranks at `rank` instead of its base rank; `reason` is shown."""
+    rank: int = _rank()
+    reason: str = _required()
+    source: str = _required()
+    when: Dict[str, Any] = field(default_factory=dict, metadata={
+        "problem": "is not a mapping of conditions"})
+
+
+@dataclass
+class ProbeConf:
+    """A deep probe declared in a backend file's `probes:` list (beside registered names):
+    `func` runs in a child process after `imports` (in-process, importing nothing, when there
+    are none), and is skipped unless each `requires` distribution is installed in range."""
+    name: str = _required()
+    func: str = _required("is required: selector.backends.probes.<module>:<function>")
+    description: str = _required()
+    source: str = _required()
+    imports: List[str] = field(default_factory=list)
+    requires: Dict[str, str] = field(default_factory=dict, metadata={
+        "problem": "is not a mapping of distribution to specifier"})
+
+
+@dataclass
+class DeclarationsConf:
+    """`declarations:` of a backend file: where the installed kernel library declares what
+    this backend claims, for the drift report of `doctor --deep` (keys of the
+    flashinfer.declarations probe: `moe:<entry point>`, `mm_fp4:<backend>`)."""
+    devices: Optional[str] = None  # its capability list (@supported_compute_capability)
+    min_cuda: Optional[str] = None  # its minimum CUDA (backend_requirement)
+    activations: Optional[str] = None  # its activation set, compared with `activation` rules
+    gated_activations: Optional[str] = None  # its gated set, with `act_and_mul` rules
+    activation_enum: bool = False  # compare the layer vocabulary with TRT-LLM ActivationType
+
+
+@dataclass
+class BackendConf:
+    """One backend of one op: one YAML file under conf/backend/<op>/<name>.yaml.
+
+    Validated field by field in model.py/rules.py against these dataclasses (merging a list
+    of structured rules through OmegaConf costs about 70 ms a file).
+    """
+    description: str = ""
+    rank: int = _rank()
+    execution: str = _choice("native", EXECUTIONS)
+    implements: List[str] = field(default_factory=lambda: list(NVFP4_QUANTS), metadata={
+        "choices": QUANTS, "hint": "a new quantization scheme is first named in "
+        "selector/core/schema.py (QUANTS): docs/architecture.md, recipe: add a quantization scheme"})
+    entry_point: Optional[str] = None
+    # probe names (probe_specs.py), or probes declared here (ProbeConf): must pass to run
+    probes: List[Any] = field(default_factory=list, metadata={
+        "problem": "is not a list of probe names or probe declarations"})
+    opt_in: Optional[OptInConf] = None
+    preference: List[PreferenceConf] = field(default_factory=list, metadata={
+        "problem": "is not a list of preference entries"})
+    rules: List[Any] = field(default_factory=list, metadata={  # each checked by its kind
+        "problem": "is not a list of rules"})
+    engines: Dict[str, Any] = field(default_factory=dict, metadata={  # per engine: engines/
+        "problem": "is not a mapping of engine name to entry"})
+    # What `doctor --deep` compares with what the installed library declares about itself
+    # (selector/inspect/drift.py): declaration keys of the flashinfer.declarations probe's findings.
+    declarations: Optional[DeclarationsConf] = None
+
+
+@dataclass
+class EngineEntryConf:
+    """`engines.<engine>:` of a backend file: the engine's name for the backend (null: the
+    engine has none), the public source, environment variables and engine-only rules."""
+    name: Optional[str] = field(default=None, metadata={
+        "problem": "is not a backend name (or null: the engine has no such backend)"})
+    source: str = _required("is required: cite the engine file or release that names this "
+                            "backend")
+    env: Dict[str, Union[str, int]] = field(default_factory=dict, metadata={
+        "problem": "is not a mapping of variable to value"})
+    rules: List[Any] = field(default_factory=list, metadata={"problem": "is not a list of rules"})
+    kernels: Optional[List[Any]] = field(default=None, metadata={
+        "problem": "is not a list of {kernel, source, scheme, when}"})
+    replaces: List[str] = field(default_factory=list, metadata={
+        "problem": "is not a list of rule kinds"})
+
+
+@dataclass
+class EngineConf:
+    """The inference engine selector answers for (`engine=none|vllm|sglang`): its name, the
+    label its messages use, and the command-line flag that requests a backend per op."""
+    name: str = "none"
+    label: str = ""
+    moe_flag: Optional[str] = None
+    linear_flag: Optional[str] = None
+    source: str = ""
+    outside: Dict[str, str] = field(default_factory=dict)  # engine backends not modelled: source
+    package: str = ""  # the distribution whose installed version the label names
+
+
+@dataclass
+class ParallelConf:
+    """`parallel.*`: the engine's parallel sizes, read by the launch plan (`explain --model DIR
+    engine=vllm|sglang`), which derives each layer's per-rank sizes, `layer.ep_size` and
+    `layer.tp_size` from them."""
+    tp: int = 1  # tensor-parallel size
+    dp: int = 1  # data-parallel size
+    ep: int = 1  # expert-parallel size of the MoE layers (1: off)
+
+
+@dataclass
+class SelectorConf:
+    """The run config Hydra composes (the catalogue is read file by file: see config.py)."""
+    platform: PlatformConf = field(default_factory=PlatformConf)
+    layer: LayerConf = field(default_factory=LayerConf)  # type: ignore[valid-type]  # made at run time
+    policy: PolicyConf = field(default_factory=PolicyConf)
+    engine: EngineConf = field(default_factory=EngineConf)
+    parallel: ParallelConf = field(default_factory=ParallelConf)
+    probe: str = "none"
+
+
+# --------------------------------------------------------------------------------------------
+# One validation path: every config node above (a backend file, its opt-in, preference and
+# engine entries, the platform, the policy, the engine) is checked against its dataclass by
+# `validate`, with one error shape (key, value, accepted values, file). Field metadata adds
+# what a type cannot say: `required` (the message for a missing value), `choices` (accepted
+# values; of each item for a list) and its `hint`, `problem` (the message for a mistyped
+# value), `parsed` (checked by its own parser). Rules' typed Params (rules.py) are checked the same way.
+
+def _unwrap(tp: Any) -> Tuple[Any, bool]:
+    """(the type without None, whether None is accepted)."""
+    if typing.get_origin(tp) is typing.Union:
+        args = tuple(a for a in typing.get_args(tp) if a is not type(None))
+        if len(args) < len(typing.get_args(tp)):
+            return (args[0] if len(args) == 1 else typing.Union[args]), True
+    return tp, False
+
+
+def type_ok(value: Any, tp: Any) -> bool:
+    """Whether a plain YAML value has type `tp` (an int is never a bool)."""
+    if tp is Any:
+        return True
+    if tp is str or tp is bool:  # the common cases first: a config load checks thousands
+        return isinstance(value, tp)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union:
+        return any(type_ok(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple)) and (
+            args[0] is Any or all(type_ok(v, args[0]) for v in value))
+    if origin is dict:
+        return isinstance(value, Mapping) and all(
+            type_ok(k, args[0]) and (args[1] is Any or type_ok(v, args[1]))
+            for k, v in value.items())
+    if dataclasses.is_dataclass(tp):  # plain data from a file, or the node itself (planned rules)
+        return isinstance(value, (Mapping, tp if isinstance(tp, type) else ()))
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def type_name(tp: Any) -> str:
+    """'a string', 'a list of strings', 'an integer or null' ... for messages and docs."""
+    base, optional = _unwrap(tp)
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    if origin is typing.Union:
+        text = " or ".join(type_name(a) for a in args)
+    elif origin in (list, tuple):
+        text = "a list of " + {str: "strings", int: "integers", bool: "booleans"}.get(
+            args[0], f"{type_name(args[0])} values")
+    elif origin is dict or dataclasses.is_dataclass(base):
+        text = "a mapping"
+    else:
+        text = {str: "a string", int: "an integer",
+                bool: "a boolean (true or false)"}.get(base, getattr(base, "__name__", str(base)))
+    return text
+
+
+@functools.cache  # one entry per node class
+def node_fields(node: type) -> Tuple[Tuple[dataclasses.Field[Any], Any], ...]:
+    hints = typing.get_type_hints(node)
+    return tuple((f, hints[f.name]) for f in fields(node))
+
+
+@functools.cache  # one entry per node class: what validate needs of each field, worked out once
+def _plan(node: type) -> Tuple[Tuple[str, Tuple[str, ...], Any, Any, bool], ...]:
+    return tuple((f.name, tuple(n.name for n in fields(node)), f, *_unwrap(tp))
+                 for f, tp in node_fields(node))
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def validate(node: type, conf: Any, key: str, where: Optional[str] = None) -> Dict[str, Any]:
+    """`conf` (plain data) checked against the dataclass `node`: a mapping, no unknown key,
+    every required key given, each value of its field's type and among its `choices`; nested
+    nodes (a dataclass field, a list of them) likewise. Returns {field: value}, defaults
+    filled (a null value of a field that does not accept null takes the default)."""
+    plan = _plan(node)
+    names = plan[0][1] if plan else ()
+    if not isinstance(conf, Mapping):
+        raise bad_input(key, conf, f"is not a mapping ({', '.join(names)})", where=where)
+    for k in conf:
+        if k not in names:
+            raise bad_value(key or "config", k, names, what="key", where=where)
+    out: Dict[str, Any] = {}
+    for name, _, f, base, optional in plan:
+        v = conf.get(name)
+        required = f.metadata.get("required")
+        if required is not None and (v is None or v == "???" or
+                                     (isinstance(v, str) and not v.strip())):
+            raise bad_input(f"{key}.{name}" if key else name, v, required, where=where)
+        if v is None:
+            out[name] = None if optional else _default(f)
+        elif (base is str or base is bool) and isinstance(v, base) and \
+                "choices" not in f.metadata:
+            out[name] = v  # the common case, checked inline
+        elif f.metadata.get("parsed"):
+            out[name] = v
+        else:
+            out[name] = _value(f, base, v, f"{key}.{name}" if key else name, where)
+    return out
+
+
+def _value(f: dataclasses.Field[Any], tp: Any, v: Any, key: str, where: Optional[str]) -> Any:
+    problem = f.metadata.get("problem")
+    if dataclasses.is_dataclass(tp):
+        return validate(tp, v, key, where)  # type: ignore[arg-type]
+    if typing.get_origin(tp) in (list, tuple):
+        item = typing.get_args(tp)[0]
+        if not isinstance(v, (list, tuple)):
+            raise bad_input(key, v, problem or f"is not {type_name(tp)}", where=where)
+        if dataclasses.is_dataclass(item):
+            return [validate(item, x, f"{key}[{i}]", where)  # type: ignore[arg-type]
+                    for i, x in enumerate(v)]
+        if not type_ok(v, tp):
+            raise bad_input(key, v, problem or f"is not {type_name(tp)}", where=where)
+        for x in v:
+            if "choices" in f.metadata and x not in f.metadata["choices"]:
+                raise bad_value(key, x, f.metadata["choices"], where=where,
+                                hint=f.metadata.get("hint", ""))
+        return list(v)
+    if not type_ok(v, tp):
+        raise bad_input(key, v, problem or f"is not {type_name(tp)}", where=where)
+    if "choices" in f.metadata and v not in f.metadata["choices"]:
+        raise bad_value(key, v, f.metadata["choices"], where=where)
+    return dict(v) if isinstance(v, Mapping) else v

