@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from test_fuzz_configdir import SCALARS, judge, run_main
 
 from selector.config import catalogues
+from selector.core import entry_points as scanner
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +118,7 @@ def _write(path: Path, kind: str, text: str) -> None:
     elif kind == "huge":
         with open(path, "wb") as f:
             f.write(text.encode("utf-8", "surrogatepass"))
-            f.truncate(catalogues.MAX_METADATA_BYTES + 10)
+            f.truncate(scanner.MAX_METADATA_BYTES + 10)
     elif kind == "not_utf8":
         path.write_bytes(text.encode("utf-8", "surrogatepass") + b"\xff\xfe\x80")
     elif kind == "binary":

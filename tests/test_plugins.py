@@ -13,6 +13,7 @@ from helpers import run_main
 from plugin_site import FAST_MOE, make_site
 
 from selector.config import catalogues
+from selector.core import entry_points as scanner
 
 RTX_VLLM = ["engine=vllm", "platform=rtx_5090", "stack=vllm_0_33"]
 
@@ -120,7 +121,7 @@ def test_hostile_entry_points_txt_is_skipped_with_a_warning(tmp_path, on_path, k
     elif kind == "huge":
         with open(ep, "wb") as f:
             f.write(b"[selector.catalogues]\n")
-            f.truncate(catalogues.MAX_METADATA_BYTES + 1)
+            f.truncate(scanner.MAX_METADATA_BYTES + 1)
     elif kind == "not_utf8":
         ep.write_bytes(b"[selector.catalogues]\nx = y\xff\xfe\n")
     elif kind == "malformed":

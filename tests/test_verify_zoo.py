@@ -11,6 +11,7 @@ listed miss that is now caught (update docs/verify.md then).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +64,9 @@ def test_zoo_fast():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("SELECTOR_VERIFY_ZOO") != "1",
+                    reason="the 30-seed zoo (thousands of emulated runs) is opt-in: "
+                    "SELECTOR_VERIFY_ZOO=1, or python tests/verify_zoo.py --jobs N")
 def test_zoo_30_seeds():
     """Every case emulation gets; the correct kernels over 30 seeds, the mutants over 3."""
     summary = zoo.summarize(zoo.measure(zoo.tasks(30, 3)))

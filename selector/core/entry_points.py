@@ -73,6 +73,8 @@ def load_entry_point(path: str, key: str = "entry_point") -> Any:
 
 # -- reading installed distributions' metadata (regular files, bounded) --------------------
 
+CATALOGUES_GROUP = "selector.catalogues"  # selector.config.catalogues.GROUP
+
 BACKENDS_GROUP = "selector.backends"
 
 
@@ -220,7 +222,7 @@ def scan() -> Tuple[Tuple[Dist, ...], Tuple[str, ...]]:
                 text = read_metadata(Path(path), "entry_points.txt")
             except _Malformed as exc:
                 raw = _peek(where)
-                if raw is None or GROUP.encode() in raw or BACKENDS_GROUP.encode() in raw:
+                if raw is None or CATALOGUES_GROUP.encode() in raw or BACKENDS_GROUP.encode() in raw:
                     problems.append(f"{exc}; the distribution's selector entry points are "
                                     "skipped")
                 continue
@@ -229,11 +231,11 @@ def scan() -> Tuple[Tuple[Dist, ...], Tuple[str, ...]]:
             try:
                 eps = parse_entry_points(text, where)
             except _Malformed as exc:
-                if GROUP in text or BACKENDS_GROUP in text:
+                if CATALOGUES_GROUP in text or BACKENDS_GROUP in text:
                     problems.append(f"{exc}; the distribution's selector entry points are "
                                     "skipped")
                 continue
-            if any(g in (GROUP, BACKENDS_GROUP) for g, _, _ in eps):
+            if any(g in (CATALOGUES_GROUP, BACKENDS_GROUP) for g, _, _ in eps):
                 found.append(Dist(Path(path), eps))
     return tuple(found), tuple(problems)
 
