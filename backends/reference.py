@@ -28,7 +28,7 @@ checkpoints), ``swigluoai_uninterleave`` reads ``[gate; up]`` halves (FlashInfer
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from .nvfp4 import (
     LinearWeights,
@@ -129,6 +129,18 @@ def _write_out(y, out, like):
     buf = output_buffer(out, tuple(y.shape), dtype, y.device)
     buf.copy_(y)
     return buf
+
+
+def _input_scales(weights: Any, fc1: Any, fc2: Any, E: int, device: Any) -> Tuple[Any, Any]:
+    """The FC1/FC2 input scales of an MoE call (`_FROM_WEIGHTS`: the checkpoint's a13/a2),
+    checked and on `device`."""
+    if fc1 is _FROM_WEIGHTS:
+        fc1 = weights.a13_scale
+    if fc2 is _FROM_WEIGHTS:
+        fc2 = weights.a2_scale
+    s1 = _check_scale_arg(fc1, "fc1_input_scale", E)
+    s2 = _check_scale_arg(fc2, "fc2_input_scale", E)
+    return (None if s1 is None else s1.to(device), None if s2 is None else s2.to(device))
 
 
 def _check_scale_arg(scale, name: str, num_experts: int = 0):
@@ -249,13 +261,7 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
                                        w13_order)
     cd = compute_dtype or torch.float32
-    if fc1_input_scale is _FROM_WEIGHTS:
-        fc1_input_scale = weights.a13_scale
-    if fc2_input_scale is _FROM_WEIGHTS:
-        fc2_input_scale = weights.a2_scale
-    s1 = _check_scale_arg(fc1_input_scale, "fc1_input_scale", E)
-    s2 = _check_scale_arg(fc2_input_scale, "fc2_input_scale", E)
-    s1, s2 = (None if s is None else s.to(x.device) for s in (s1, s2))
+    s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
     if deq is None:
         _check_weights(weights.w13, "w13")
         _check_weights(weights.w2, "w2")
@@ -373,13 +379,7 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
                                        w13_order)
     cd = _gemm_dtype(x, dtype)
-    if fc1_input_scale is _FROM_WEIGHTS:
-        fc1_input_scale = weights.a13_scale
-    if fc2_input_scale is _FROM_WEIGHTS:
-        fc2_input_scale = weights.a2_scale
-    s1 = _check_scale_arg(fc1_input_scale, "fc1_input_scale", E)
-    s2 = _check_scale_arg(fc2_input_scale, "fc2_input_scale", E)
-    s1, s2 = (None if s is None else s.to(x.device) for s in (s1, s2))
+    s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
     y = torch.zeros((T, H), dtype=torch.float32, device=x.device)
     k = topk_ids.shape[1]
     ids = topk_ids.reshape(-1).long()
