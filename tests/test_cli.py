@@ -17,7 +17,7 @@ DGX_NEMOTRON = ("platform=dgx_spark", "stack=flashinfer_0_7_4", "layer=nemotron_
 DGX_0610_B12X = ("platform=dgx_spark", "stack=flashinfer_0_6_10", "layer=nemotron_moe",
                  "policy.moe_backend=flashinfer_b12x")
 CONTRACT_KEYS = {"layer", "platform", "requested", "selected", "candidates", "notes"}
-EXTRA_KEYS = {"summary", "entry_point", "outcome"}  # the team's additions beside the contract's keys
+EXTRA_KEYS = {"summary", "entry_point", "outcome", "notes_data"}  # the team's additions beside the contract's keys
 CONTRACT_LAYER_KEYS = {"op", "quant", "activation", "act_and_mul", "ep_size", "tp_size",
                        "swiglu_limit", "num_tokens"}
 MOE = ["flashinfer_b12x", "b12x", "flashinfer_trtllm", "flashinfer_cutedsl",
