@@ -511,6 +511,7 @@ def _user_tree(root: Path, order: List[Path]) -> Path:
         data = yaml.safe_load(src.read_text())
         data.pop("entry_point", None)
         data.pop("probes", None)
+        data.pop("engines", None)  # two backends of an op may not claim one engine name
         dst.write_text(yaml.safe_dump(data, sort_keys=False))
     return d
 
