@@ -18,7 +18,7 @@ from selector.distributed.agreement import AgreedDecision, Group
 MOE = {"op": "moe", "quant": "nvfp4", "activation": "relu2", "act_and_mul": False,
        "hidden_size": 256, "intermediate_size": 128, "num_experts": 8, "top_k": 2}
 LINEAR = {"op": "linear", "quant": "nvfp4", "hidden_size": 256, "intermediate_size": 128}
-FP8 = {"op": "linear", "quant": "fp8"}
+FP8 = {"op": "linear", "quant": "int8"}
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 CPU = ("platform=cpu",)
 

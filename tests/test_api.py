@@ -35,7 +35,7 @@ def test_load_once_select_per_layer():
     sel = load(*DGX)
     moe = sel.select(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False, ep_size=1)
     lin = sel.select(op="linear", quant="nvfp4", hidden_size=4096, intermediate_size=4096)
-    fp8 = sel.select(op="linear", quant="fp8")
+    fp8 = sel.select(op="linear", quant="int8")
     assert isinstance(moe, Decision)
     assert moe.selected == "flashinfer_cutlass" and moe.layer["op"] == "moe"
     assert lin.selected == "flashinfer_cutlass" and lin.layer["op"] == "linear"
@@ -183,7 +183,7 @@ def test_lazy_attributes():
 
 LAYERS = [
     {}, {"activation": "relu2", "act_and_mul": False}, {"ep_size": 2}, {"quant": "nvfp4_w4a16"},
-    {"op": "linear", "hidden_size": 4096, "intermediate_size": 4096}, {"quant": "fp8"},
+    {"op": "linear", "hidden_size": 4096, "intermediate_size": 4096}, {"quant": "int8"},
     {"swiglu_limit": 10.0}, {"activation": "gelu_tanh"}, {"dtype": "float16"},
     {"op": "linear", "hidden_size": 4100}, {"activation": "relu2", "act_and_mul": True},
     {"num_tokens": 8}, {"num_tokens": 8192}, {"ep_size": 4, "all2all": "flashinfer_nvlink"},

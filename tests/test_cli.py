@@ -40,7 +40,7 @@ CASES = {
     "nonstrict-json": ("explain", "--format", "json", *DGX_0610_B12X, "policy.strict=false"),
     "fp8-explicit-json": ("explain", "--format", "json", "platform=dgx_spark",
                           "stack=flashinfer_0_7_4", "policy.moe_backend=flashinfer_b12x",
-                          "layer.quant=fp8"),
+                          "layer.quant=int8"),
     "list-text": ("list",),
     "list-json": ("list", "--format", "json"),
     "check-text": ("check",),
@@ -197,7 +197,7 @@ def test_explicit_backend_on_fp8_layer_is_not_an_error(runs):
     d = r.json
     assert {c["status"] for c in d["candidates"]} == {"not_applicable"}
     na = [n for n in d["notes_data"] if n["kind"] == "request_not_applicable"]
-    assert [(n["data"]["quant"], n["data"]["reason"]["rule"]) for n in na] == [("fp8", "quant")]
+    assert [(n["data"]["quant"], n["data"]["reason"]["rule"]) for n in na] == [("int8", "quant")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def layer_mix() -> List[Dict]:
     out = []
     for act, gated in (("silu", True), ("relu2", False), ("swigluoai", True), ("gelu", True),
                        ("relu2", True)):
-        for quant in ("nvfp4", "nvfp4_w4a16", "fp8"):
+        for quant in ("nvfp4", "nvfp4_w4a16", "int8"):
             for ep in (1, 8):
                 out.append({"op": "moe", "activation": act, "act_and_mul": gated,
                             "quant": quant, "ep_size": ep})

@@ -186,11 +186,11 @@ def test_note_without_opt_in_backends_names_none(tmp_path):
 
 
 def test_note_outside_the_catalogue_for_a_quant_no_backend_implements():
-    d = selector.load(SPARK).select(quant="fp8")
+    d = selector.load(SPARK).select(quant="int8")
     assert d.selected is None
     assert all(c.status == "not_applicable" for c in d.candidates)
     assert [(n.severity, n.data) for n in d.notes_of("unsupported_layer")] == [
-        ("info", {"quant": "fp8", "op": "moe"})], d.note_data
+        ("info", {"quant": "int8", "op": "moe"})], d.note_data
 
 
 # --------------------------------------------------------------------------------------------

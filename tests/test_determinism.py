@@ -31,7 +31,7 @@ COMMANDS: List[List[str]] = [
     ["explain", "--format", "json", "platform=rtx_5090", "stack=flashinfer_0_6_10",
      "layer=gpt_oss_moe", "policy.moe_backend=cutlass", "policy.strict=false"],
     ["explain", "--format", "json", "platform=h100", "layer=deepseek_v4_moe",
-     "platform.packages.vllm=0.32.0", "platform.cuda=12.9", "layer.quant=fp8"],
+     "platform.packages.vllm=0.32.0", "platform.cuda=12.9", "layer.quant=int8"],
     ["list", "--format", "json"],
     ["list"],
     ["explain", "platform=cpu", "layer.activation=silux"],  # bad input: exit 2, same message
@@ -107,7 +107,7 @@ def test_in_process_cold_then_warm(tmp_path, monkeypatch):
     assert cold.default().to_json() == warm.default().to_json()
     assert str(cold.default()) == str(warm.default())
     layers = [dict(op="linear", quant="nvfp4_w4a16"), dict(activation="relu2", act_and_mul=False),
-              dict(quant="fp8")]
+              dict(quant="int8")]
     for kw in layers:
         assert cold.select(**kw).to_json() == warm.select(**kw).to_json()
     # Asking again, in any order, changes nothing.

@@ -391,7 +391,7 @@ PLATFORMS = _platforms()
 FUZZ_LAYERS = [Layer(), Layer(activation="relu2", act_and_mul=False, num_experts=512),
                Layer(op="linear", hidden_size=4160), Layer(quant="nvfp4_w4a16", ep_size=8,
                                                            swiglu_limit=7.0, all2all="naive"),
-               Layer(op="linear", quant="fp8"), Layer(dtype="float16", activation="gelu_tanh")]
+               Layer(op="linear", quant="int8"), Layer(dtype="float16", activation="gelu_tanh")]
 
 
 def _check_backend_conf(fuzzer: str, op: str, conf: Any) -> None:

@@ -252,7 +252,7 @@ def test_a_final_failure_is_the_only_reason_and_rejected_lists_every_failure():
     d = load("platform=b200", "stack=sglang_0_5_23", "engine=sglang").default()
     lacking = [c for c in d.candidates if c.reasons and c.reasons[0].rule == "engine"]
     assert lacking and all(len(c.reasons) == 1 and c.status == "not_applicable" for c in lacking)
-    fp8 = load(*SPARK).select(quant="fp8")
+    fp8 = load(*SPARK).select(quant="int8")
     for c in fp8.candidates:  # `implements` is final: no package or device reason beside it
         assert [r.rule for r in c.reasons] == ["quant"] and c.reasons[0].final, c
 
@@ -303,7 +303,7 @@ def test_every_note_kind_has_a_documented_severity_and_renders():
 def test_notes_and_notes_data_are_parallel_in_json():
     for over, layer in [(SPARK, {}), (("platform=b200",), {}),
                         ((*SPARK, "policy.moe_backend=flashinfer_trtllm", "policy.strict=false"),
-                         {}), ((*SPARK, "policy.moe_backend=flashinfer_b12x"), {"quant": "fp8"})]:
+                         {}), ((*SPARK, "policy.moe_backend=flashinfer_b12x"), {"quant": "int8"})]:
         d = load(*over).select(**layer) if layer else load(*over).default()
         out = d.to_dict()
         assert len(out["notes"]) == len(out["notes_data"]) == len(d.note_data)
@@ -395,7 +395,7 @@ def test_nothing_fits_after_a_fallback_is_not_a_refusal():
         strict.log_line()
     auto = load(*SPARK).select(activation="situ")
     assert auto.outcome == "nothing_fits" and auto.notes_of("nothing_automatic")
-    assert load(*SPARK).select(quant="fp8").outcome == "unsupported_layer"
+    assert load(*SPARK).select(quant="int8").outcome == "unsupported_layer"
 
 
 def test_to_json_is_the_dict_as_json():
@@ -448,7 +448,7 @@ def _layers(seed: int, n: int):
     rnd = random.Random(seed)
     for _ in range(n):
         op = rnd.choice(("moe", "linear"))
-        kw = dict(op=op, quant=rnd.choice(("nvfp4", "nvfp4_w4a16", "fp8")),
+        kw = dict(op=op, quant=rnd.choice(("nvfp4", "nvfp4_w4a16", "int8")),
                   tp_size=rnd.randint(1, 15),
                   num_tokens=rnd.choice((None, 1, 62, 63, 64, 65, 8192)))
         if op == "moe":
@@ -581,14 +581,14 @@ def test_a_note_is_immutable():
 
 def test_request_not_applicable_words_for_one_and_several_backends():
     one = note("request_not_applicable", key="policy.moe_backend", requested=("b",), chose="c",
-               reason={"rule": "quant", "message": "implements nvfp4 layers, not fp8"},
-               quant="fp8", op="moe")
+               reason={"rule": "quant", "message": "implements nvfp4 layers, not int8"},
+               quant="int8", op="moe")
     assert str(one) == ("policy.moe_backend=b: b does not apply to this layer ([quant] "
-                        "implements nvfp4 layers, not fp8); automatic selection chose c for this "
+                        "implements nvfp4 layers, not int8); automatic selection chose c for this "
                         "layer")
     two = note("request_not_applicable", key="policy.moe_backend", requested=("b", "d"),
-               chose=None, reason=None, quant="fp8", op="moe")
-    assert str(two) == ("policy.moe_backend=b,d: none of them implements fp8 moe layers; "
+               chose=None, reason=None, quant="int8", op="moe")
+    assert str(two) == ("policy.moe_backend=b,d: none of them implements int8 moe layers; "
                         "automatic selection chose nothing for this layer")
     fb = note("fallback", "b", key="k", requested=("b",), failing=({"backend": "b",
                                                                      "failed": 1},), chose=None)

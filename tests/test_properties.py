@@ -373,7 +373,7 @@ def test_explicit_request_matrix():
     cat = catalogue()
     layers = [Layer(), Layer(activation="relu2", act_and_mul=False),
               Layer(op="linear", hidden_size=4160), Layer(op="linear", quant="nvfp4_w4a16"),
-              Layer(quant="fp8"),
+              Layer(quant="int8"),
               Layer(quant="nvfp4_w4a16", activation="swigluoai", swiglu_limit=7.0, ep_size=8)]
     pkgs = {"flashinfer-python": "0.7.4", "nvidia-cutlass-dsl": "4.8.1", "triton": "3.6.0",
             "vllm": "0.32.0", "torch": "2.11.0+cu130"}
@@ -424,7 +424,7 @@ def test_preset_combinations(data, policy, probes):
     field = data.draw(st.sampled_from(["ep_size", "swiglu_limit", "quant", "activation",
                                        "hidden_size", "num_experts", "all2all", "none"]))
     tweak = {"ep_size": st.sampled_from([1, 2, 8]), "swiglu_limit": st.sampled_from([None, 7.0]),
-             "quant": st.sampled_from(schema.NVFP4_QUANTS + ("fp8",)),
+             "quant": st.sampled_from(schema.NVFP4_QUANTS + ("int8",)),
              "activation": st.sampled_from(schema.ACTIVATIONS),
              "hidden_size": st.sampled_from([4096, 4160, 100]),
              "num_experts": st.sampled_from([None, 128, 512]),

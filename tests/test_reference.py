@@ -282,7 +282,7 @@ def test_moe_rejects_a_gated_relu2_and_bad_quant():
     with pytest.raises(ValueError, match="relu2"):
         reference_moe(x, W, tw, ti, activation="relu2")
     with pytest.raises(ValueError, match="quant"):
-        reference_moe(x, W, tw, ti, quant="fp8")
+        reference_moe(x, W, tw, ti, quant="int8")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -25,8 +25,9 @@ def _check(k: str, v: Any, where: Optional[str]) -> Any:
         return None
     if "choices" in f.metadata:  # a str first: a numpy array compared to one has no truth value
         if not isinstance(v, str) or v not in f.metadata["choices"]:
-            hint = ("other schemes are layers NVFP4 backends do not implement"
-                    if k == "quant" else "")
+            hint = ("`fp8` names four schemes: fp8_tensor, fp8_tensor_dynamic, fp8_channel, "
+                    "fp8_block (weight scales and activation scales)"
+                    if k == "quant" and v == "fp8" else "")
             raise bad_value(key, v, f.metadata["choices"], where=where, hint=hint)
         return v
     if base is bool:

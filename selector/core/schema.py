@@ -17,8 +17,57 @@ from selector.core.errors import bad_input, bad_value
 
 OPS = ("moe", "linear")
 NVFP4_QUANTS = ("nvfp4", "nvfp4_w4a16")
-OTHER_QUANTS = ("fp8", "mxfp4", "mxfp8", "int8", "int4", "unquantized")
-QUANTS = NVFP4_QUANTS + OTHER_QUANTS
+# FP8 (E4M3) weights, named by (weight scales, activation scales) as vLLM's QuantKey pairs are:
+# vLLM 0.32.0 model_executor/layers/quantization/utils/quant_utils.py (kFp8*).
+FP8_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+# OCP microscaling: E8M0 scales per 32 elements; mxfp4 is weight-only (bf16 activations).
+MX_QUANTS = ("mxfp8", "mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")
+OTHER_QUANTS = ("int8", "int4", "unquantized")
+QUANTS = NVFP4_QUANTS + FP8_QUANTS + MX_QUANTS + OTHER_QUANTS
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """What a `layer.quant` value means: weight and activation formats and their scales, and
+    the (weight, activation) QuantKey names vLLM's oracles take for it (None: no such key)."""
+    name: str
+    family: str  # nvfp4 | fp8 | mxfp8 | mxfp4 | int | unquantized
+    weights: str
+    activations: str
+    vllm_keys: Tuple[Optional[str], Optional[str]] = (None, None)
+
+
+_KEYS = "vLLM 0.32.0 model_executor/layers/quantization/utils/quant_utils.py"
+QUANT_SCHEMES: Dict[str, QuantScheme] = {q.name: q for q in (
+    QuantScheme("nvfp4", "nvfp4", "FP4 E2M1, E4M3 scale per 16 + fp32 global",
+                "FP4 E2M1, dynamic E4M3 scale per 16", ("kNvfp4Static", "kNvfp4Dynamic")),
+    QuantScheme("nvfp4_w4a16", "nvfp4", "FP4 E2M1, E4M3 scale per 16 + fp32 global",
+                "bf16/fp16", ("kNvfp4Static", None)),
+    QuantScheme("fp8_tensor", "fp8", "FP8 E4M3, fp32 scale per tensor",
+                "FP8 E4M3, static fp32 scale per tensor",
+                ("kFp8StaticTensorSym", "kFp8StaticTensorSym")),
+    QuantScheme("fp8_tensor_dynamic", "fp8", "FP8 E4M3, fp32 scale per tensor",
+                "FP8 E4M3, dynamic fp32 scale per tensor",
+                ("kFp8StaticTensorSym", "kFp8DynamicTensorSym")),
+    QuantScheme("fp8_channel", "fp8", "FP8 E4M3, fp32 scale per output channel",
+                "FP8 E4M3, dynamic fp32 scale per token",
+                ("kFp8StaticChannelSym", "kFp8DynamicTokenSym")),
+    QuantScheme("fp8_block", "fp8", "FP8 E4M3, fp32 scale per 128x128 block",
+                "FP8 E4M3, dynamic fp32 scale per 1x128 group",
+                ("kFp8Static128BlockSym", "kFp8Dynamic128Sym")),
+    QuantScheme("mxfp8", "mxfp8", "MXFP8 E4M3, E8M0 scale per 32",
+                "MXFP8 E4M3, dynamic E8M0 scale per 32", ("kMxfp8Static", "kMxfp8Dynamic")),
+    QuantScheme("mxfp4", "mxfp4", "MXFP4 E2M1, E8M0 scale per 32", "bf16/fp16",
+                ("kMxfp4Static", None)),
+    QuantScheme("mxfp4_w4a8", "mxfp4", "MXFP4 E2M1, E8M0 scale per 32",
+                "MXFP8 E4M3, dynamic E8M0 scale per 32", ("kMxfp4Static", "kMxfp8Dynamic")),
+    QuantScheme("mxfp4_w4a4", "mxfp4", "MXFP4 E2M1, E8M0 scale per 32",
+                "MXFP4 E2M1, dynamic E8M0 scale per 32", ("kMxfp4Static", "kMxfp4Dynamic")),
+    QuantScheme("int8", "int", "int8", "int8 or bf16"),
+    QuantScheme("int4", "int", "int4", "bf16"),
+    QuantScheme("unquantized", "unquantized", "bf16/fp16", "bf16/fp16"),
+)}
+QUANT_KEYS_SOURCE = _KEYS
 # swigluoai reads gate/up interleaved (gpt-oss checkpoints); swigluoai_uninterleave is the same
 # function on packed [gate; up] halves: vLLM 0.32.0 fused_moe/activation.py MoEActivation.
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ",
