@@ -198,6 +198,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.per_module and args.per_module < len(mine):
             mine = random.Random(f"{args.seed}:{mod}").sample(mine, args.per_module)
         mutants += mine
+    if args.per_module and not args.sample:  # round-robin over modules: a budget cuts fairly
+        queues = [[m for m in mutants if m[0] == mod] for mod in args.modules]
+        mutants = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues
+                   if i < len(q)]
     tests_of = {m: (list(args.tests) if args.tests else tests_for(m)) for m in args.modules}
     if args.only:
         wanted = {ln.split("survivor:")[-1].split("survived")[-1].strip()
