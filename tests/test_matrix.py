@@ -14,6 +14,8 @@ from html.parser import HTMLParser
 import pytest
 from helpers import REPO, assert_clean_error, run_cli_many
 
+from selector.core.schema import QUANTS
+
 DOC = REPO / "docs" / "matrix.md"
 RUNS = {
     "markdown": ("matrix", "--format", "markdown"),
@@ -30,6 +32,9 @@ RUNS = {
     "bad-op": ("matrix", "--op", "linear", "layer=nemotron_moe"),
     "bad-platform": ("matrix", "platform=h100"),
     "bad-format": ("matrix", "--format", "yaml"),
+    "one-quant": ("matrix", "--format", "json", "--op", "linear", "--quant", "nvfp4_w4a16"),
+    "bad-quant": ("matrix", "--quant", "fp8"),
+    "two-quants": ("matrix", "--quant", "nvfp4", "layer.quant=nvfp4_w4a16"),
 }
 
 
@@ -48,11 +53,19 @@ def test_docs_matrix_is_current(runs):
 
 
 def test_every_backend_on_every_preset_agrees_with_explain(runs):
-    grids = {g["op"]: g for g in runs["json"].json["grids"]}
+    every = runs["json"].json["grids"]
+    grids = {g["op"]: g for g in every if g["layer"]["quant"] == "nvfp4"}
     catalogue = runs["list"].json
+    # one grid per op and scheme some backend implements, holding exactly those backends
+    for op in ("moe", "linear"):
+        schemes = [q for q in QUANTS if any(q in b["implements"] for b in catalogue[op])]
+        assert [g["layer"]["quant"] for g in every if g["op"] == op] == schemes
+        for g in every:
+            if g["op"] == op:
+                assert sorted(g["backends"]) == sorted(
+                    b["backend"] for b in catalogue[op] if g["layer"]["quant"] in b["implements"])
     for op in ("moe", "linear"):
         g = grids[op]
-        assert sorted(g["backends"]) == sorted(b["backend"] for b in catalogue[op])
         presets = [p["preset"] for p in g["platforms"]]
         assert "auto" not in presets and {"cpu", "h100", "b200", "dgx_spark"} <= set(presets)
         caps = [p["capability"] for p in g["platforms"]]
@@ -86,6 +99,14 @@ def test_bad_matrix_input(runs):
     assert_clean_error(runs["bad-op"], "--op", "'linear'", "moe layer")
     assert_clean_error(runs["bad-platform"], "platform=h100", "--stack")
     assert runs["bad-format"].returncode == 2
+    assert_clean_error(runs["bad-quant"], "--quant", "'fp8'", "fp8_block")
+    assert_clean_error(runs["two-quants"], "--quant", "layer.quant")
+
+
+def test_one_scheme(runs):
+    g, = runs["one-quant"].json["grids"]
+    assert (g["op"], g["layer"]["quant"]) == ("linear", "nvfp4_w4a16")
+    assert "--quant nvfp4_w4a16" in runs["one-quant"].json["command"]
 
 
 class _Cells(HTMLParser):
@@ -153,7 +174,8 @@ def test_html_renders_in_headless_chromium(runs, tmp_path):
     m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout)
     assert m, r.stderr[-2000:]
     got = json.loads(m.group(1).replace("&quot;", '"'))
-    assert got["tables"] == 2 and got["cells"] == got["visible"] > 100
+    assert got["tables"] == len(runs["json"].json["grids"]) >= 4  # one per op and scheme
+    assert got["cells"] == got["visible"] > 100
     assert got["selected"] == ["rgb(30, 123, 52)"]  # the stylesheet is applied
     # and a screenshot of the page as a user sees it
     (tmp_path / "matrix.html").write_text(page)

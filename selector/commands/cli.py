@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="every backend on every platform preset, as a grid")
     m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
                    help="only this op (default: both, or the op of the layer given)")
+    m.add_argument("--quant", action="append", default=[], metavar="SCHEME",
+                   help="only this quant scheme (repeatable; default: every scheme some "
+                   "backend of the op implements; with a layer override, the layer's)")
     m.add_argument("--stack", metavar="NAME", help="the software stack preset for every "
                    "platform (default: the stack preset marked `stack: {default: true}`)")
     m.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
@@ -149,7 +152,8 @@ def _run(args: argparse.Namespace) -> int:
                           verify_ops=args.op, verify_cache=args.verify_cache)
     if args.command == "matrix":
         from selector.commands.matrix import run_matrix
-        return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format)
+        return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format,
+                          args.quant)
     if args.command == "check":
         from selector.commands.check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)

@@ -73,9 +73,11 @@ def _capability_key(cap: Optional[str]) -> Tuple[bool, Version]:
 
 
 def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Sequence[str] = (),
-          config_dirs: Sequence[str] = ()) -> List[Grid]:
-    """One grid per op: every backend of the catalogue on every platform preset but `auto`,
-    under `stack` (default: the stack preset marked `stack: {default: true}`)."""
+          config_dirs: Sequence[str] = (), quants: Sequence[str] = ()) -> List[Grid]:
+    """One grid per op and quant scheme: every backend of the catalogue that implements the
+    scheme, on every platform preset but `auto`, under `stack` (default: the stack preset
+    marked `stack: {default: true}`). Schemes: `quants`, else the layer's when a `layer`
+    override is given, else every scheme some backend of the op implements (vocabulary order)."""
     from selector.api import load
     stack = stack or default_stack(config_dirs)
     for o in overrides:
@@ -86,6 +88,14 @@ def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Seque
             raise SelectorError(f"override {o!r}: the matrix sets the platform itself (every "
                                 "preset) and the stack with --stack NAME", key=key, value=o)
     layer_given = any(o.lstrip("+~").startswith("layer") for o in overrides)
+    quant_given = any(o.lstrip("+~").startswith("layer.quant=") for o in overrides)
+    from selector.core.schema import QUANTS
+    for q in quants:
+        if q not in QUANTS:
+            raise bad_value("--quant", q, QUANTS, what="quant scheme")
+    if quants and quant_given:
+        raise SelectorError("--quant and a layer.quant override name the scheme twice: give "
+                            "one", key="--quant", value=",".join(quants))
     dirs = [Path(d) for d in config_dirs]
     probe = load([f"stack={stack}", "platform=cpu", *overrides], config_dirs=dirs)
     assert probe.tree is not None  # load() always records the config tree
@@ -98,14 +108,29 @@ def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Seque
     grids = []
     for op in ops or ("moe", "linear"):
         extra = [] if layer_given else [f"layer={DEFAULT_LAYERS[op]}"]
-        decisions = {p: load([f"platform={p}", f"stack={stack}", *extra, *overrides],
-                             config_dirs=dirs).default() for p in presets}
-        platforms = sorted(((p, d.platform["capability"]) for p, d in decisions.items()),
-                           key=lambda x: (_capability_key(x[1]), x[0]))
-        first = decisions[platforms[0][0]]
-        backends = tuple(c.backend for c in first.candidates)
-        cells = {(c.backend, p): _cell(c) for p, d in decisions.items() for c in d.candidates}
-        grids.append(Grid(op, dict(first.layer), stack, tuple(platforms), backends, cells))
+        schemes: Sequence[Optional[str]] = [None]
+        if quants:
+            schemes = list(quants)
+        elif not layer_given:
+            implemented = {q for b in probe.catalogue.backends[op] for q in b.implements}
+            schemes = [q for q in QUANTS if q in implemented]
+        for q in schemes:
+            more = [] if q is None else [f"layer.quant={q}"]
+            sels = {p: load([f"platform={p}", f"stack={stack}", *extra, *overrides, *more],
+                            config_dirs=dirs) for p in presets}
+            decisions = {p: sel.default() for p, sel in sels.items()}
+            platforms = sorted(((p, d.platform["capability"]) for p, d in decisions.items()),
+                               key=lambda x: (_capability_key(x[1]), x[0]))
+            first = decisions[platforms[0][0]]
+            cells = {(c.backend, p): _cell(c) for p, d in decisions.items()
+                     for c in d.candidates}
+            # a backend whose `implements:` leaves out the grid's scheme is left out
+            scheme = first.layer["quant"]
+            mine = {b.name for b in sels[platforms[0][0]].catalogue.backends[op]
+                    if scheme in b.implements}
+            backends = tuple(c.backend for c in first.candidates if c.backend in mine) or \
+                tuple(c.backend for c in first.candidates)
+            grids.append(Grid(op, dict(first.layer), stack, tuple(platforms), backends, cells))
     return grids
 
 
@@ -227,10 +252,11 @@ def default_stack(config_dirs: Sequence[str] = ()) -> str:
 
 
 def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: str,
-                 default: Optional[str] = None) -> str:
+                 default: Optional[str] = None, quants: Sequence[str] = ()) -> str:
     """The command that reproduces a rendering, as written into it."""
     parts = ["python -m selector matrix"]
     parts += [f"--op {o}" for o in ops]
+    parts += [f"--quant {q}" for q in quants]
     if stack != (default or default_stack()):
         parts.append(f"--stack {stack}")
     parts += [f"--format {fmt}", *overrides]
@@ -238,15 +264,15 @@ def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: 
 
 
 def run_matrix(ops: Sequence[str], stack: Optional[str], overrides: Sequence[str],
-               config_dirs: Sequence[str], fmt: str) -> int:
+               config_dirs: Sequence[str], fmt: str, quants: Sequence[str] = ()) -> int:
     default = default_stack(config_dirs)
     if stack is not None and not stack.strip():  # `--stack ''` is a mistake, not the default
         from selector.config.catalogues import discover as discover_tree
         raise bad_value("--stack", stack, discover_tree(config_dirs).group_options("stack"),
                         what="stack preset", hint=f"leave --stack out for the default, {default}")
     stack = stack or default
-    grids = build(ops, stack, overrides, config_dirs)
-    text = render(grids, fmt, command_line(ops, stack, overrides, fmt, default))
+    grids = build(ops, stack, overrides, config_dirs, quants)
+    text = render(grids, fmt, command_line(ops, stack, overrides, fmt, default, quants))
     import sys
     sys.stdout.write(text.rstrip("\n") + "\n")
     return 0
