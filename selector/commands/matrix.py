@@ -114,8 +114,8 @@ def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Seque
         elif not layer_given:
             implemented = {q for b in probe.catalogue.backends[op] for q in b.implements}
             schemes = [q for q in QUANTS if q in implemented]
-        for q in schemes:
-            more = [] if q is None else [f"layer.quant={q}"]
+        for want in schemes:
+            more = [] if want is None else [f"layer.quant={want}"]
             sels = {p: load([f"platform={p}", f"stack={stack}", *extra, *overrides, *more],
                             config_dirs=dirs) for p in presets}
             decisions = {p: sel.default() for p, sel in sels.items()}
