@@ -215,9 +215,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     for tests in broken:
         print(f"the tests fail on the unmutated code ({' '.join(tests)}); fix that first",
               file=sys.stderr)
-    if broken and (args.tests or not args.all):
+    if broken and (args.tests or len(args.modules) == 1):
         return 2
-    if broken:  # --all: leave out the modules whose tests fail here, and say which
+    if broken:  # several modules: leave out those whose tests fail here, and say which
         left = [m for m in args.modules if tuple(tests_of[m]) in broken]
         print("left out (their tests fail here): " + ", ".join(left), file=sys.stderr)
         mutants = [m for m in mutants if m[0] not in left]
