@@ -434,13 +434,15 @@ def fp8_block_size(value: Any, key: str, where: str) -> Optional[Tuple[int, int]
     if value is None:
         return None
     if not isinstance(value, list) or len(value) != 2:
-        raise bad_input(key, value, "must be a list of two integers [block_n, block_k]: vLLM "
-                        "0.32.0 refuses it (\"The quantization block size of weight must have "
-                        "2 dimensions\", fp8.py Fp8Config.__init__)", where=where,
+        raise bad_input(key, value, "must be a list of two integers [block_n, block_k], "
+                        "e.g. [128, 128] (fp8_block): vLLM 0.32.0 refuses it (\"The "
+                        "quantization block size of weight must have 2 dimensions\", fp8.py "
+                        "Fp8Config.__init__)", where=where,
                         accepted=("[128, 128]",))
     if not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 1 << 20
                for x in value):
-        raise bad_input(key, value, "must hold two positive integers [block_n, block_k]",
+        raise bad_input(key, value, "must hold two positive integers [block_n, block_k], e.g. "
+                        "[128, 128] (fp8_block)",
                         where=where, accepted=("[128, 128]",))
     return int(value[0]), int(value[1])
 
@@ -462,9 +464,9 @@ def _fp8(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Q
     without it per-tensor with static or dynamic activations. `store_dtype: mxfp4` makes the
     experts MXFP4 (Mxfp4MoEMethod)."""
     if "activation_scheme" not in q:
-        raise bad_input("quantization_config.activation_scheme", None, "is missing: vLLM "
-                        "0.32.0 refuses an FP8 config without it (fp8.py Fp8Config.from_config"
-                        ")", where=where, accepted=FP8_ACTIVATION_SCHEMES)
+        raise bad_input("quantization_config.activation_scheme", None, "is missing (accepted: "
+                        "dynamic, static): vLLM 0.32.0 refuses an FP8 config without it (fp8.py "
+                        "Fp8Config.from_config)", where=where, accepted=FP8_ACTIVATION_SCHEMES)
     act = q["activation_scheme"]
     if act not in FP8_ACTIVATION_SCHEMES:
         raise bad_value("quantization_config.activation_scheme", act, FP8_ACTIVATION_SCHEMES,
