@@ -380,3 +380,15 @@ def test_the_same_config_twice_is_the_same_plan(tmp_path):
     q = copy.deepcopy(DS_FP8)
     a = verdicts(tmp_path, DS, q)
     assert q == DS_FP8 and a == verdicts(tmp_path, DS, q)
+
+
+def test_why_with_model_judges_only_the_kinds_some_backend_implements(tmp_path):
+    """Nemotron-3 Nano MIXED_PRECISION: NVFP4 experts and FP8 attention; --why names the NVFP4
+    kinds and leaves the fp8_tensor attention (no backend implements it) to the engine."""
+    from checkpoint_fixtures import NEMOTRON_H, nemotron_mixed_precision
+    d = write_checkpoint(tmp_path, "nem", {**NEMOTRON_H,
+                                           "quantization_config": nemotron_mixed_precision()})
+    rc, out, err = run_main(["explain", "--model", str(d), "--why", "flashinfer_cutlass",
+                             "platform=b200", "stack=vllm_0_32"])
+    assert rc == 0, (out, err)
+    assert "routed experts" in out and "attention" not in out
