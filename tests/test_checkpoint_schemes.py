@@ -392,3 +392,14 @@ def test_why_with_model_judges_only_the_kinds_some_backend_implements(tmp_path):
                              "platform=b200", "stack=vllm_0_32"])
     assert rc == 0, (out, err)
     assert "routed experts" in out and "attention" not in out
+
+
+@pytest.mark.parametrize("a", [None, {"num_bits": 8, "type": "int", "strategy": "token",
+                                      "dynamic": True, "symmetric": True}])
+def test_ct_int_groups_are_named_but_not_read_as_the_int_values(tmp_path, a):
+    """vLLM builds CompressedTensorsW8A8Int8 / WNA16 for them, whose keys selector does not
+    read into int8/int4 (tests/vllm's differential classifies them "other")."""
+    w = {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True,
+         "dynamic": False}
+    x = verdicts(tmp_path, LL, ct(w, a, "int-quantized"))["model.layers.0.self_attn.qkv_proj"]
+    assert x.scheme is None and x.other.startswith("int8")

@@ -459,7 +459,7 @@ def _linear_flags(sel: Selector, engine: str, flag: str, groups: Sequence[Group]
         from selector.core.engine_flags import VLLM_LINEAR_QUANT
         per_key: Dict[str, Dict[str, str]] = {}  # vLLM's key -> {scheme: backend}
         for s_, n in sorted(names.items()):
-            per_key.setdefault(VLLM_LINEAR_QUANT[s_], {})[s_] = n
+            per_key.setdefault(VLLM_LINEAR_QUANT.get(s_, s_), {})[s_] = n
         clash = {k: v for k, v in per_key.items() if len(set(v.values())) > 1}
         if clash:
             k, v = next(iter(clash.items()))

@@ -717,8 +717,9 @@ def _ct_scheme(w_raw: Any, a_raw: Any, fmt: Optional[str], key: str, where: str)
         return CtScheme("mxfp4_w4a4", "mxfp4_w4a4")  # CompressedTensorsW4A4Mxfp4: kMxfp4Dynamic
     if mx and w.num_bits == 8 and w.group_size == 32 and w.scale_dtype == "uint8":  # _is_mxfp8
         return CtScheme("mxfp8", "mxfp8")
-    if w.type != "float" or w.num_bits != 8:
-        name = f"{w.type}{w.num_bits}" + ("" if a else " weight-only")
+    if w.type != "float" or w.num_bits != 8:  # int W8A8/W4A16/...: not read into a value
+        name = f"{w.type}{w.num_bits}" + (" with quantized activations" if a else
+                                          " weight-only")
         return CtScheme(name, name)
     fp8_weights = w.symmetric and not w.dynamic and w.strategy in ("tensor", "channel", "block")
     w8a8 = fp8_weights and a is not None and a.type == "float" and (
