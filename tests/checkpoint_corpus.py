@@ -19,6 +19,19 @@ cards' config.json / hf_quant_config.json):
   RedHatAI/Qwen3-30B-A3B-NVFP4A16, RedHatAI/Meta-Llama-3.1-8B-Instruct-NVFP4,
   RedHatAI/Qwen3-32B-NVFP4, RedHatAI/Mistral-Small-3.1-24B-Instruct-2503-NVFP4 (text part),
   RedHatAI/Qwen2.5-7B-Instruct-NVFP4 layouts.
+- FP8, MXFP8 and MXFP4 exports (issue 26): `quant_method: fp8` with `weight_block_size` [128, 128]
+  and dynamic activations (deepseek-ai/DeepSeek-V3, deepseek-ai/DeepSeek-R1, Qwen/Qwen3-8B-FP8,
+  Qwen/Qwen3-30B-A3B-FP8 with `modules_to_not_convert`), per-tensor with static activations and
+  `ignored_layers` (AutoFP8: neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8 style); `quant_method:
+  mxfp4` with `modules_to_not_convert` (openai/gpt-oss-120b, openai/gpt-oss-20b); ModelOpt FP8
+  (nvidia/Llama-3.1-8B-Instruct-FP8 hf_quant_config.json; config.json quantization_config with
+  quant_algo FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, MXFP8), MIXED_PRECISION mixing NVFP4, FP8
+  and FP8_PB_WO experts; compressed-tensors FP8 as llm-compressor writes it (format
+  float-quantized: FP8_DYNAMIC channel weights and dynamic token activations,
+  RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic; FP8 static tensor/tensor,
+  RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8; FP8_BLOCK 128x128 weights and dynamic group-128
+  activations, RedHatAI/Qwen3-30B-A3B-FP8-BLOCK), MXFP4 (format mxfp4-pack-quantized) and MXFP8
+  (format mxfp8-quantized, uint8 scales) presets.
 Architecture keys are those of the base models' config.json files (deepseek-ai/DeepSeek-V3,
 deepseek-ai/DeepSeek-V2-Lite, moonshotai/Kimi-K2-Instruct, Qwen/Qwen3-30B-A3B,
 Qwen/Qwen3-235B-A22B, Qwen/Qwen3-Coder-480B-A35B-Instruct, nvidia/Nemotron-H-8B-Base-8K,
@@ -127,6 +140,65 @@ QWEN3_32B = {**QWEN3_8B, "hidden_size": 5120, "intermediate_size": 25600,
 QWEN_GATE = ["lm_head"] + [f"model.layers.{i}.mlp.gate" for i in range(48)]
 
 
+def fp8(block=True, act="dynamic", key="modules_to_not_convert", skip=()) -> Dict[str, Any]:
+    q: Dict[str, Any] = {"activation_scheme": act, "fmt": "e4m3", "quant_method": "fp8"}
+    if block:
+        q["weight_block_size"] = [128, 128]
+    if skip:
+        q[key] = list(skip)
+    return q
+
+
+def modelopt_fp8(ignore, algo="FP8", version="0.37.0") -> Dict[str, Any]:
+    return {"quant_method": "modelopt", "quant_algo": algo, "ignore": list(ignore),
+            "kv_cache_scheme": None, "producer": {"name": "modelopt", "version": version}}
+
+
+FP8_W_CHANNEL = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
+                 "dynamic": False, "observer": "minmax"}
+FP8_A_TOKEN = {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+               "dynamic": True, "observer": None}
+FP8_W_TENSOR = {**FP8_W_CHANNEL, "strategy": "tensor"}
+FP8_A_TENSOR = {**FP8_W_CHANNEL, "strategy": "tensor"}
+FP8_W_BLOCK = {**FP8_W_CHANNEL, "strategy": "block", "block_structure": [128, 128]}
+FP8_A_GROUP = {**FP8_A_TOKEN, "strategy": "group", "group_size": 128}
+MX_W = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32,
+        "symmetric": True, "dynamic": False, "scale_dtype": "torch.uint8"}
+MX_A = {**MX_W, "dynamic": True}
+MX8_W = {**MX_W, "num_bits": 8}
+MX8_A = {**MX8_W, "dynamic": True}
+
+
+def ct_args(ignore, weights, acts, fmt="float-quantized") -> Dict[str, Any]:
+    return {"quant_method": "compressed-tensors", "format": fmt,
+            "quantization_status": "compressed", "version": "0.12.2",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": dict(weights),
+                                          "input_activations": acts and dict(acts),
+                                          "output_activations": None, "format": fmt}},
+            "ignore": list(ignore), "kv_cache_scheme": None}
+
+
+QWEN_MOE_FP8_SKIP = ["lm_head"] + [f"model.layers.{i}.mlp.gate" for i in range(48)]
+
+
+def mixed_fp8(layers=48) -> Dict[str, Any]:
+    """Qwen3-MoE MIXED_PRECISION: NVFP4 experts in the first third, FP8 per-tensor in the
+    second, FP8_PB_WO block experts in the last; attention FP8, shared names unfused."""
+    q: Dict[str, Any] = {}
+    for i in range(layers):
+        algo = "NVFP4" if i < layers // 3 else "FP8" if i < 2 * layers // 3 else "FP8_PB_WO"
+        for e in range(2):
+            for p in ("gate_proj", "up_proj", "down_proj"):
+                q[f"model.layers.{i}.mlp.experts.{e}.{p}"] = {"quant_algo": algo,
+                                                              "group_size": 16 if algo ==
+                                                              "NVFP4" else 128}
+        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            q[f"model.layers.{i}.self_attn.{p}"] = {"quant_algo": "FP8"}
+    return {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+            "kv_cache_scheme": None, "ignore": ["lm_head", "*mlp.gate"],
+            "quantized_layers": q, "producer": {"name": "modelopt", "version": "0.39.0"}}
+
+
 def _with(config: Dict[str, Any], q: Dict[str, Any]) -> Dict[str, Any]:
     return {**config, "quantization_config": q}
 
@@ -190,6 +262,50 @@ CORPUS: Dict[str, Entry] = {
     # both files: a stale hf_quant_config.json beside config.json's quantization_config
     "llama-3.1-8b-both-contradicting": (_with(LLAMA, ct(["lm_head"], a16=True)),
                                         legacy(["lm_head"])),
+    # FP8 (quant_method fp8), MXFP4, ModelOpt FP8/MXFP8/mixed, compressed-tensors FP8/MX
+    "deepseek-v3-fp8": (_with(DEEPSEEK_V3, fp8()), None),
+    "deepseek-r1-fp8": (_with(DEEPSEEK_V3, fp8()), None),
+    "kimi-k2-fp8": (_with(KIMI, fp8()), None),
+    "qwen3-8b-fp8": (_with(QWEN3_8B, fp8(skip=["lm_head"])), None),
+    "qwen3-30b-a3b-fp8": (_with(QWEN3_MOE, fp8(skip=QWEN_MOE_FP8_SKIP)), None),
+    "llama-3.1-8b-fp8-static": (_with(LLAMA, fp8(False, "static", "ignored_layers",
+                                                  ["lm_head"])), None),
+    "qwen3-30b-a3b-fp8-tensor-dynamic": (_with(QWEN3_MOE, fp8(False, skip=QWEN_MOE_FP8_SKIP)),
+                                         None),
+    "gpt-oss-120b-mxfp4": (_with(GPT_OSS_BASE, {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+        "quant_method": "mxfp4"}), None),
+    "gpt-oss-20b-mxfp4": (_with(GPT_OSS_20B, {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+        "quant_method": "mxfp4"}), None),
+    "llama-3.1-8b-modelopt-fp8": (LLAMA, {
+        "producer": {"name": "modelopt", "version": "0.15.0"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+                         "exclude_modules": ["lm_head"]}}),
+    "qwen3-30b-a3b-modelopt-fp8": (_with(QWEN3_MOE, modelopt_fp8(["lm_head", "*mlp.gate"])),
+                                   None),
+    "llama-3.1-8b-modelopt-fp8-pcpt": (_with(LLAMA, modelopt_fp8(
+        ["lm_head"], "FP8_PER_CHANNEL_PER_TOKEN")), None),
+    "deepseek-v3-modelopt-fp8-pb-wo": (_with(DEEPSEEK_V3, modelopt_fp8(
+        ["lm_head", "*mlp.gate"], "FP8_PB_WO")), None),
+    "qwen3-30b-a3b-modelopt-mxfp8": (_with(QWEN3_MOE, modelopt_fp8(["lm_head", "*mlp.gate"],
+                                                                   "MXFP8")), None),
+    "qwen3-30b-a3b-mixed-nvfp4-fp8": (_with(QWEN3_MOE, mixed_fp8()), None),
+    "llama-3.1-8b-ct-fp8-dynamic": (_with(LLAMA, ct_args(["lm_head"], FP8_W_CHANNEL,
+                                                         FP8_A_TOKEN)), None),
+    "llama-3.1-8b-ct-fp8-static": (_with(LLAMA, ct_args(["lm_head"], FP8_W_TENSOR,
+                                                        FP8_A_TENSOR)), None),
+    "qwen3-30b-a3b-ct-fp8-dynamic": (_with(QWEN3_MOE, ct_args(["lm_head", "re:.*mlp.gate$"],
+                                                              FP8_W_CHANNEL, FP8_A_TOKEN)),
+                                     None),
+    "qwen3-30b-a3b-ct-fp8-block": (_with(QWEN3_MOE, ct_args(["lm_head", "re:.*mlp.gate$"],
+                                                            FP8_W_BLOCK, FP8_A_GROUP)), None),
+    "qwen3-30b-a3b-ct-mxfp4": (_with(QWEN3_MOE, ct_args(["lm_head", "re:.*mlp.gate$"], MX_W,
+                                                        MX_A, "mxfp4-pack-quantized")), None),
+    "llama-3.1-8b-ct-mxfp8": (_with(LLAMA, ct_args(["lm_head"], MX8_W, MX8_A,
+                                                   "mxfp8-quantized")), None),
     # vLLM 0.32.0 refuses MIXED_PRECISION in a legacy hf_quant_config.json
     "nemotron-3-nano-legacy-mixed": (NEMOTRON_H, {
         "producer": {"name": "modelopt", "version": "0.37.0"},
@@ -244,7 +360,27 @@ def variants(name: str, entry: Entry) -> Iterator[Tuple[str, Entry]]:
         return c, h
 
     groups = q.get("config_groups")
-    if q.get("quant_method") == "compressed-tensors" and isinstance(groups, dict):
+    if q.get("quant_method") in ("fp8", "mxfp4"):
+        key = "ignored_layers" if "ignored_layers" in q else "modules_to_not_convert"
+        for label, names in (("skip-fused-qkv", ["model.layers.1.self_attn.qkv_proj"]),
+                             ("skip-q-proj-only", ["model.layers.1.self_attn.q_proj"]),
+                             ("skip-qkv-shards", [f"model.layers.1.self_attn.{p}_proj"
+                                                  for p in "qkv"]),
+                             ("skip-experts", ["model.layers.1.mlp.experts"]),
+                             ("skip-expert-0-down", ["model.layers.1.mlp.experts.0.down_proj"]),
+                             ("skip-down-proj-glob", ["*down_proj"]),
+                             ("skip-layer-1-mlp", ["model.layers.1.mlp"])):
+            yield f"{name}+{label}", put({**q, key: list(q.get(key) or []) + names})
+        if q.get("quant_method") == "fp8":
+            yield f"{name}+static-block", put({**q, "activation_scheme": "static"})
+            yield f"{name}+block-64", put({**q, "weight_block_size": [64, 64],
+                                           "activation_scheme": "dynamic"})
+            yield f"{name}+block-3d", put({**q, "weight_block_size": [128, 128, 1]})
+            yield f"{name}+no-block", put({k: v for k, v in q.items()
+                                           if k != "weight_block_size"})
+            yield f"{name}+unknown-activation", put({**q, "activation_scheme": "per_token"})
+            yield f"{name}+mxfp4-experts", put({**q, "store_dtype": "mxfp4"})
+    elif q.get("quant_method") == "compressed-tensors" and isinstance(groups, dict):
         items = list(groups.items())
         if len(items) > 1:
             yield f"{name}+reversed-groups", put({**q, "config_groups": dict(reversed(items))})

@@ -36,3 +36,26 @@ def mixed_linear(root: Path, layers: int = 2) -> Path:
                      "input_activations": None}},
         "ignore": ["lm_head"]})
     return write_checkpoint(root, "mixed_linear", cfg)
+
+
+def mixed_block_moe(root: Path, layers: int = 4, nvfp4_below: int = 2) -> Path:
+    """Qwen3-MoE, ModelOpt MIXED_PRECISION: experts of layers < nvfp4_below NVFP4, the rest
+    FP8_PB_WO (128x128 block FP8: vLLM builds Fp8MoEMethod for them), attention FP8_PB_WO."""
+    quantized = {}
+    for i in range(layers):
+        quantized[f"model.layers.{i}.mlp.experts"] = {
+            "quant_algo": "NVFP4" if i < nvfp4_below else "FP8_PB_WO"}
+        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            quantized[f"model.layers.{i}.self_attn.{p}"] = {"quant_algo": "FP8_PB_WO"}
+    q = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "ignore": ["lm_head"],
+         "quantized_layers": quantized}
+    return write_checkpoint(root, "mixed_block_moe", dict(QWEN3_MOE, num_hidden_layers=layers,
+                                                          quantization_config=q))
+
+
+def fp8_block_dense(root: Path, layers: int = 2) -> Path:
+    """Llama, `quant_method: fp8` with 128x128 blocks (the DeepSeek-V3 / Qwen3-FP8 layout)."""
+    cfg = dict(LLAMA, num_hidden_layers=layers, quantization_config={
+        "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+        "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]})
+    return write_checkpoint(root, "fp8_block_dense", cfg)

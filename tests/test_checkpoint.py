@@ -28,20 +28,21 @@ from selector import SelectorError
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 SUMMARIES = {
     "deepseek_v3": "61 layers: 58 MoE -> flashinfer_cutlass, 3 dense; 122 linear -> "
-                   "flashinfer_cutlass; not NVFP4: 244 attention, 1 LM head; flashinfer_b12x "
+                   "flashinfer_cutlass; not planned: 244 attention, 1 LM head; flashinfer_b12x "
                    "available with policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl "
                    "available with policy.linear_backend=flashinfer_cutedsl",
     "qwen3_moe": "48 layers: 48 MoE -> flashinfer_cutlass; 96 linear -> flashinfer_cutlass; "
-                 "not NVFP4: 1 LM head; flashinfer_b12x available with "
+                 "not planned: 1 LM head; flashinfer_b12x available with "
                  "policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl available with "
                  "policy.linear_backend=flashinfer_cutedsl",
-    "nemotron_h": "52 layers: 23 MoE -> flashinfer_cutlass, 23 Mamba, 6 attention; 46 linear "
-                  "-> flashinfer_cutlass; not NVFP4: 46 Mamba, 12 attention, 1 LM head; "
+    "nemotron_h": "52 layers: 23 MoE -> flashinfer_cutlass, 23 Mamba, 6 attention; 58 linear "
+                  "-> 46 flashinfer_cutlass, 12 fp8_tensor: the engine decides; not planned: "
+                  "46 Mamba, 1 LM head; "
                   "flashinfer_b12x available with policy.moe_backend=flashinfer_b12x; "
                   "flashinfer_cutedsl available with policy.linear_backend=flashinfer_cutedsl",
     # gpt-oss uses vLLM's interleaved swigluoai layout, which flashinfer_b12x does not take.
-    "gpt_oss": "36 layers: 36 MoE -> flashinfer_cutlass; not NVFP4: 72 attention, 1 LM head",
-    "llama": "32 layers: 32 dense; 128 linear -> flashinfer_cutlass; not NVFP4: 1 LM head; "
+    "gpt_oss": "36 layers: 36 MoE -> flashinfer_cutlass; not planned: 72 attention, 1 LM head",
+    "llama": "32 layers: 32 dense; 128 linear -> flashinfer_cutlass; not planned: 1 LM head; "
              "flashinfer_cutedsl available with policy.linear_backend=flashinfer_cutedsl",
 }
 
@@ -109,7 +110,7 @@ def test_nemotron_relu2_non_gated_mixed_precision(ckpts):
     assert (s.fields["activation"], s.fields["act_and_mul"]) == ("relu2", False)
     assert (s.fields["num_experts"], s.fields["top_k"], s.fields["intermediate_size"]) == \
         (128, 6, 1856)
-    assert _kind(p, "attention").quant is None and _kind(p, "attention").why == \
+    assert _kind(p, "attention").quant == "fp8_tensor" and _kind(p, "attention").why == \
         "quantized_layers: FP8"
     assert _kind(p, "Mamba").why == "not in quantized_layers (left unquantized)"
     shared = _kind(p, "shared experts")
@@ -183,32 +184,35 @@ def bad(tmp_path_factory):
                         ("hidden_act", "'tanh'", "silu")),
         "not-quantized": (write_checkpoint(root, "bf16", LLAMA),
                           ("quantization_config", "is missing", "hf_quant_config.json")),
-        "mxfp4": (write_checkpoint(root, "mxfp4", {**GPT_OSS, "quantization_config": {
-            "quant_method": "mxfp4"}}), ("quantization_config.quant_method", "'mxfp4'",
-                                         "compressed-tensors, modelopt")),
-        "fp8": (write_checkpoint(root, "fp8", LLAMA, {"producer": {"name": "modelopt"},
-                                                      "quantization": {"quant_algo": "FP8"}}),
-                ("quant_algo", "'FP8'", "W4A16_NVFP4")),
+        "awq": (write_checkpoint(root, "awq", {**GPT_OSS, "quantization_config": {
+            "quant_method": "awq"}}), ("quantization_config.quant_method", "'awq'",
+                                       "compressed-tensors, fp8, modelopt, mxfp4, mxfp8")),
+        "fp8": (write_checkpoint(root, "fp8", {**LLAMA, "quantization_config": {
+            "quant_method": "fp8", "activation_scheme": "staticc"}}),
+                ("activation_scheme", "'staticc'", "dynamic, static", "did you mean 'static'")),
+        "fp8-block": (write_checkpoint(root, "fp8b", {**LLAMA, "quantization_config": {
+            "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128]}}),
+                      ("weight_block_size", "[128]", "two integers", "2 dimensions")),
         "int4": (write_checkpoint(root, "int4", {**QWEN3_MOE, "quantization_config": {
             "quant_method": "compressed-tensors", "config_groups": {"group_0": {
                 "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int",
                                                    "strategy": "group", "group_size": 128},
-                "input_activations": None}}}}), ("config_groups", "has no NVFP4 group")),
+                "input_activations": None}}}}), ("no module", "layer.quant", "int4")),
         "pattern": (write_checkpoint(root, "nem", {**CHECKPOINTS["nemotron_h"][0],
                                                    "hybrid_override_pattern": "ME*"}),
                     ("hybrid_override_pattern", "'ME*'", "52 layers")),
         "all-excluded": (write_checkpoint(root, "allx", LLAMA, {
             "producer": {"name": "modelopt"}, "quantization": {
                 "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
-                "exclude_modules": ["*"]}}), ("no module", "is NVFP4")),
+                "exclude_modules": ["*"]}}), ("no module", "scheme selector plans")),
     }
     argvs = [("explain", "--model", str(d), *SPARK) for d, _ in cases.values()]
     return {k: (r, cases[k][1]) for k, r in zip(cases, run_cli_many(argvs))}
 
 
 @pytest.mark.parametrize("case", ["missing-dir", "no-config", "malformed", "unknown-arch",
-                                  "missing-key", "unknown-act", "not-quantized", "mxfp4", "fp8",
-                                  "int4", "pattern", "all-excluded"])
+                                  "missing-key", "unknown-act", "not-quantized", "awq", "fp8",
+                                  "fp8-block", "int4", "pattern", "all-excluded"])
 def test_bad_checkpoints_exit_2_naming_the_key(bad, case):
     r, needles = bad[case]
     assert_clean_error(r, *needles)

@@ -50,8 +50,9 @@ def test_attention_only_groups_are_skipped_as_vllm_skips_them(tmp_path):
                                    "input_activations": dict(NVFP4_ARGS)},
                           "lin": {"targets": ["Linear"], "weights": {"num_bits": 8,
                                                                      "type": "float"}}}
-    with pytest.raises(SelectorError, match="has no NVFP4 group"):
-        _verdicts(tmp_path, {**QWEN3_MOE, "quantization_config": q})
+    v = _verdicts(tmp_path, {**QWEN3_MOE, "quantization_config": q})
+    assert v["model.layers.0.self_attn.o_proj"].scheme is None  # the attention group: skipped
+    assert v["model.layers.0.self_attn.o_proj"].other.startswith("FP8 weight-only")
     q["config_groups"]["attn"]["targets"] = ["LlamaAttention", "re:.*o_proj$"]
     v = _verdicts(tmp_path, {**QWEN3_MOE, "quantization_config": q})
     assert v["model.layers.0.self_attn.o_proj"].scheme == "nvfp4"
@@ -71,7 +72,8 @@ def test_mixed_precision_mxfp8_linear_is_another_scheme(tmp_path):
     mp = nemotron_mixed_precision()
     mp["quantized_layers"]["backbone.layers.0.mixer.in_proj"] = {"quant_algo": "MXFP8"}
     v = _verdicts(tmp_path, {**NEMOTRON_H, "quantization_config": mp})
-    assert v["model.layers.0.mixer.in_proj"].other == "MXFP8"
+    assert v["model.layers.0.mixer.in_proj"].scheme == "mxfp8"
+    assert v["model.layers.0.mixer.in_proj"].other is None
     assert v["model.layers.0.mixer.in_proj"].why == "quantized_layers: MXFP8"
 
 
@@ -98,7 +100,7 @@ def test_text_lines_stay_within_100_columns_and_a_failed_plan_says_so(tmp_path):
     assert "no usable backend" not in text
     bad = load("platform=h100", "stack=flashinfer_0_7_4", "policy.exclude=[marlin,emulation]"
                ).plan(d)
-    assert not bad.ok and "some NVFP4 layers have no usable backend" in str(bad)
+    assert not bad.ok and "some quantized layers have no usable backend" in str(bad)
 
 
 def test_pattern_and_layer_counts_at_the_limit_are_accepted(tmp_path):

@@ -220,7 +220,8 @@ def test_mixed_precision_verdicts(tmp_path):
     v = verdicts(tmp_path, cfg)
     assert v["model.layers.1.mixer.experts"].scheme == "nvfp4"
     assert v["model.layers.1.mixer.experts"].warning is None
-    assert v["model.layers.5.mixer.qkv_proj"].other == "FP8"
+    assert v["model.layers.5.mixer.qkv_proj"].scheme == "fp8_tensor"  # modelopt.py resolve
+    assert v["model.layers.5.mixer.qkv_proj"].other is None
     assert v["model.layers.0.mixer.in_proj"].why == "not in quantized_layers (left unquantized)"
     assert v["lm_head"].why == "excluded by ignore 'lm_head'"
     q = cfg["quantization_config"]
@@ -231,7 +232,7 @@ def test_mixed_precision_verdicts(tmp_path):
     with pytest.raises(SelectorError, match="quant_algo"):
         verdicts(tmp_path, cfg)
     q["quantized_layers"]["backbone.layers.0.mixer.in_proj"] = {"quant_algo": "fp8_pb_wo"}
-    assert verdicts(tmp_path, cfg)["model.layers.0.mixer.in_proj"].other == "FP8_PB_WO"
+    assert verdicts(tmp_path, cfg)["model.layers.0.mixer.in_proj"].scheme == "fp8_block"
     q["quantized_layers"]["backbone.layers.1.mixer.experts.0.up_proj"] = {
         "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"}
     v = verdicts(tmp_path, cfg)["model.layers.1.mixer.experts"]
@@ -310,10 +311,11 @@ def test_ct_verdicts(tmp_path):
     q["config_groups"]["g1"] = {"targets": ["re:.*o_proj$"], "input_activations": {"x": 1},
                                 "weights": {"num_bits": 8, "type": "float"}}
     v = verdicts(tmp_path, {**QWEN3_MOE, "quantization_config": q})
-    assert v["model.layers.0.self_attn.o_proj"].other == "float8"
+    # input activations of no type: not _is_fp8_w8a8, but _is_fp8_w8a16 (W8A16Fp8)
+    assert v["model.layers.0.self_attn.o_proj"].other.startswith("FP8 weight-only")
     q["config_groups"]["g1"]["input_activations"] = None
     assert verdicts(tmp_path, {**QWEN3_MOE, "quantization_config": q})[
-        "model.layers.0.self_attn.o_proj"].other == "float8 weight-only"
+        "model.layers.0.self_attn.o_proj"].other.startswith("FP8 weight-only")
     q["config_groups"]["g1"] = {"targets": ["LlamaAttention"], "weights": {"num_bits": 8}}
     assert verdicts(tmp_path, {**QWEN3_MOE, "quantization_config": q})[
         "model.layers.0.self_attn.o_proj"].scheme == "nvfp4"
@@ -326,8 +328,9 @@ def test_ct_verdicts(tmp_path):
      "group_0"),
     (lambda q: q["config_groups"]["group_0"].update(input_activations={"num_bits": 8}),
      "input_activations"),
-    (lambda q: q["config_groups"]["group_0"].update(weights={"num_bits": 4, "type": "int"}),
-     "has no NVFP4 group"),
+    (lambda q: q["config_groups"]["group_0"].update(weights={"num_bits": 8, "type": "float",
+                                                             "strategy": "blok"}),
+     "group_0.weights.strategy: unknown value 'blok'.*did you mean 'block'"),
     (lambda q: q.update(format=3), "format"),
     (lambda q: q.update(ignore="lm_head"), "ignore")])
 def test_ct_bad_descriptions(tmp_path, edit, needle):
@@ -388,7 +391,9 @@ def test_file_order_and_warnings(tmp_path):
 @pytest.mark.parametrize("config,hf,needle", [
     (LLAMA, None, "is missing, and there is no"),
     ({**LLAMA, "quantization_config": []}, None, "must be a mapping"),
-    ({**LLAMA, "quantization_config": {"quant_method": "fp8"}}, None, "reads it as fp8"),
+    ({**LLAMA, "quantization_config": {"quant_method": "fp8"}}, None,
+     "activation_scheme: None is missing"),
+    ({**LLAMA, "quantization_config": {"quant_method": "awq"}}, None, "reads it as awq"),
     ({**LLAMA, "quantization_config": {"quant_algo": "NVFP4"}}, None, "unquantized"),
     (LLAMA, {"producer": {"name": "modelopt"}}, "quantization"),
     (LLAMA, {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}},
@@ -396,8 +401,8 @@ def test_file_order_and_warnings(tmp_path):
     ({**LLAMA, "quantization_config": {"quant_method": "modelopt",
                                        "quant_algo": "MIXED_PRECISION"}}, None,
      "quantized_layers"),
-    ({**LLAMA, "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}}, None,
-     "quant_algo"),
+    ({**LLAMA, "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP9"}}, None,
+     "quant_algo: unknown value 'FP9'"),
     ({**LLAMA, "quantization_config": {"quant_method": "modelopt", "quantization": 3}}, None,
      "quantization")])
 def test_quantization_refusals(tmp_path, config, hf, needle):

@@ -68,16 +68,16 @@ def test_mixed_moe_global_flag_that_breaks_fp8_experts(tmp_path):
     (c,) = lp.conflicts
     assert c.flag == ("--moe-backend", "flashinfer_b12x")
     (b,) = c.breaks
-    assert b.group.scheme == "fp8" and b.group.layers == (2, 3)
+    assert b.group.scheme == "fp8_tensor" and b.group.layers == (2, 3)
     assert "map_fp8_backend" in b.source and "flashinfer_b12x" in b.message
     assert c.instead[0].flags == ("--moe-backend", "flashinfer_cutlass")
-    assert "flashinfer_cutlass" in VLLM_MOE_ACCEPTS["fp8"]
+    assert "flashinfer_cutlass" in VLLM_MOE_ACCEPTS["fp8_tensor"]
     assert "--moe-backend" in lp.flags and "flashinfer_b12x" not in lp.flags
     assert lp.ok
     rc, out, err = run_main(["explain", "--model", str(tmp_path / "mixed_moe"), *PRO,
                              "policy.moe_backend=flashinfer_b12x"])
     assert rc == 0, err
-    assert "breaks routed experts (fp8, layers 2-3)" in out
+    assert "breaks routed experts (fp8_tensor, layers 2-3)" in out
     assert "instead (in the flags above): --moe-backend flashinfer_cutlass" in out
 
 

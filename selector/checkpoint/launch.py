@@ -95,14 +95,21 @@ class Group:
     """One layer group (a kind of the checkpoint, and one per-rank shape of it)."""
     kind: str
     op: str
-    scheme: str  # nvfp4 | nvfp4_w4a16 | fp8 | mxfp8 | unquantized | int | unknown
+    scheme: str  # a layer.quant value (nvfp4, fp8_block, mxfp4 ...) | unquantized | int | unknown
     layers: Tuple[int, ...]
     modules: int
     projections: Tuple[str, ...]
     per_rank: Dict[str, Any]  # the layer fields one rank runs (sizes per rank)
     decision: Optional[Decision] = None
     problems: Tuple[str, ...] = ()
-    why: str = ""  # for a non-NVFP4 group: the quantization config's rule
+    why: str = ""  # for a group selector does not plan: the quantization config's rule
+
+    @property
+    def planned(self) -> bool:
+        """selector decides the group: it has a layer.quant value some backend implements (else
+        the engine's own oracle decides it, checked against the flags by its tables)."""
+        from selector.checkpoint.plan import planned
+        return planned(self.decision)
 
     @property
     def backend(self) -> Optional[str]:
@@ -143,17 +150,14 @@ class Group:
 
 
 def other_scheme(k: Kind) -> str:
-    """The scheme of a group the checkpoint does not quantize with NVFP4, from the rule of the
-    quantization config that decided it (checkpoint_quant.py's words)."""
+    """The scheme of a group selector does not plan (no layer.quant value: unquantized, or a
+    scheme the vocabulary lacks), from the rule of the quantization config that decided it
+    (checkpoint/quant.py's words)."""
     why = k.why
-    if re.search(r"\bMXFP8\b", why):
-        return "mxfp8"
-    if re.search(r"\bFP8\w*|\(float8", why):
-        return "fp8"
-    if re.search(r"\(int\d", why):
-        return "int"
-    if re.search(r"excluded|ignored|unquantized", why):
+    if re.search(r"excluded|ignored|skipped|unquantized|not in quantized_layers|LM head", why):
         return "unquantized"
+    if re.search(r"\bint\d", why):
+        return "int"
     return "unknown"
 
 
@@ -260,7 +264,8 @@ class LaunchPlan:
     def ok(self) -> bool:
         """Every NVFP4 group has a backend, every size splits, and no flag conflict is left
         without an answer."""
-        return all(g.decision is None or g.decision.selected for g in self.groups) and \
+        return all(not g.planned or g.decision.selected  # type: ignore[union-attr]
+                   for g in self.groups) and \
             not any(g.problems for g in self.groups) and \
             all(c.instead for c in self.conflicts)
 
@@ -302,9 +307,10 @@ def _name_of(sel: Selector, op: str, engine: str, engine_name: str) -> Optional[
 
 
 def _accepts(engine: str, op: str, g: Group, value: str) -> Optional[Break]:
-    """The break a global MoE value causes on a group of another scheme, or None."""
+    """The break a global MoE value causes on a group selector does not plan (the engine's
+    oracle for its scheme decides it), or None."""
     from selector.core.engine_flags import VLLM_MOE_ACCEPTS, VLLM_MOE_SOURCES
-    if engine != "vllm" or op != "moe" or g.decision is not None:
+    if engine != "vllm" or op != "moe" or g.planned:
         return None
     accepted = VLLM_MOE_ACCEPTS.get(g.scheme)
     if accepted is None or value in accepted:
@@ -320,17 +326,20 @@ def _unchecked(engine: str, op: str, groups: Sequence[Group]) -> List[str]:
         return []
     return [f"{g.kind} ({g.scheme}): selector has no table of what vLLM's {g.scheme} MoE "
             "oracle accepts; check --moe-backend against it yourself"
-            for g in groups if g.decision is None and g.scheme not in VLLM_MOE_ACCEPTS]
+            for g in groups if not g.planned and g.scheme not in VLLM_MOE_ACCEPTS]
 
 
 def _moe_flags(sel: Selector, engine: str, flag: str, groups: Sequence[Group],
                notes: List[str]) -> Tuple[List[str], Dict[str, str], Optional[Conflict]]:
-    """The engine's MoE backend flag for every MoE group, or a conflict with options."""
-    nv = [g for g in groups if g.decision is not None]
+    """The engine's MoE backend flag for every MoE group, or a conflict with options: one
+    value for the groups selector plans, whatever their scheme, that the oracle of every other
+    group's scheme accepts."""
+    nv = [g for g in groups if g.planned]
     if not nv or any(not g.engine_backend for g in nv):
         return [], {}, None
     wanted = list(dict.fromkeys(str(g.engine_backend) for g in nv))
-    others = [g for g in groups if g.decision is None]
+    others = [g for g in groups if not g.planned]
+    what = _schemes_text(nv)
     notes.extend(_unchecked(engine, "moe", groups))
     breaks: List[Break] = []
     if len(wanted) == 1:
@@ -338,14 +347,22 @@ def _moe_flags(sel: Selector, engine: str, flag: str, groups: Sequence[Group],
                   if b is not None]
         if not breaks:
             return [flag, wanted[0]], _env(nv), None
-        problem = (f"{flag} {wanted[0]} suits every NVFP4 MoE layer but breaks "
+        problem = (f"{flag} {wanted[0]} suits every {what} MoE layer but breaks "
                    f"{len(breaks)} MoE layer group(s) of other schemes")
     else:
-        problem = (f"the NVFP4 MoE groups need different backends ({', '.join(wanted)}); "
+        problem = (f"the {what} MoE groups need different backends ({', '.join(wanted)}); "
                    f"{flag} is one value for every MoE layer")
     return [], {}, Conflict("moe", (flag, wanted[0]) if len(wanted) == 1 else (),
                             problem, tuple(breaks),
                             tuple(_options(sel, engine, "moe", flag, nv, others)))
+
+
+def _schemes_text(groups: Sequence[Group]) -> str:
+    """'NVFP4' when every group is NVFP4 (W4A4 or W4A16), else the schemes by name."""
+    schemes = list(dict.fromkeys(g.scheme for g in groups))
+    if all(s.startswith("nvfp4") for s in schemes):
+        return "NVFP4"
+    return "/".join(schemes)
 
 
 def _options(sel: Selector, engine: str, op: str, flag: str, nv: Sequence[Group],
@@ -371,7 +388,8 @@ def _options(sel: Selector, engine: str, op: str, flag: str, nv: Sequence[Group]
         if any(_accepts(engine, op, g, name) for g in others):
             continue
         out.append(Option((flag, name), tuple(sorted(_env_of(ds).items())),
-                          f"{name} is the first backend every NVFP4 {op} group can run and "
+                          f"{name} is the first backend every {_schemes_text(nv)} {op} group "
+                          "can run and "
                           f"every other {op} group accepts"
                           + ("" if c.backend == first.selected else
                              f" (selector prefers {first.selected} for "
@@ -400,8 +418,8 @@ def _plugin_option(sel: Selector, op: str, nv: Sequence[Group]) -> Optional[Opti
     if extra:
         env.append(("SELECTOR_VLLM_OVERRIDES", " ".join(extra)))
     return Option((), tuple(env), f"no --{op}-backend flag: selector's vLLM plugin picks the "
-                  f"same backend for every NVFP4 {op} layer, and vLLM's automatic selection "
-                  f"decides the layers of other schemes")
+                  f"same backend for every {_schemes_text(nv)} {op} layer, and vLLM's "
+                  "automatic selection decides the layers selector does not plan")
 
 
 def _env_of(ds: Sequence[Any]) -> Dict[str, str]:
@@ -418,7 +436,7 @@ def _env(groups: Sequence[Group]) -> Dict[str, str]:
 
 def _linear_flags(sel: Selector, engine: str, flag: str, groups: Sequence[Group],
                   notes: List[str]) -> Tuple[List[str], Dict[str, str], Optional[Conflict]]:
-    nv = [g for g in groups if g.decision is not None]
+    nv = [g for g in groups if g.planned]
     if not nv or any(not g.engine_backend for g in nv):
         return [], {}, None
     by_scheme: Dict[str, List[str]] = {}
@@ -429,25 +447,38 @@ def _linear_flags(sel: Selector, engine: str, flag: str, groups: Sequence[Group]
     split = {s: names for s, names in by_scheme.items() if len(names) > 1}
     if split:
         s, several = next(iter(split.items()))
-        problem = (f"the NVFP4 {s} linear groups need different backends "
+        problem = (f"the {s} linear groups need different backends "
                    f"({', '.join(several)}); "
                    f"{flag} is one value per scheme")
-        others = [g for g in groups if g.decision is None]
+        others = [g for g in groups if not g.planned]
         return [], {}, Conflict("linear", (), problem, (),
                                 tuple(_options(sel, engine, "linear", flag, nv, others)))
     names = {s: v[0] for s, v in by_scheme.items()}
-    quantized_others = [g for g in groups if g.decision is None and g.scheme != "unquantized"]
+    quantized_others = [g for g in groups if not g.planned and g.scheme != "unquantized"]
     if engine == "vllm" and (len(set(names.values())) > 1 or quantized_others):
         from selector.core.engine_flags import VLLM_LINEAR_QUANT
-        per = {VLLM_LINEAR_QUANT[s]: n for s, n in sorted(names.items())}
+        per_key: Dict[str, Dict[str, str]] = {}  # vLLM's key -> {scheme: backend}
+        for s_, n in sorted(names.items()):
+            per_key.setdefault(VLLM_LINEAR_QUANT.get(s_, s_), {})[s_] = n
+        clash = {k: v for k, v in per_key.items() if len(set(v.values())) > 1}
+        if clash:
+            k, v = next(iter(clash.items()))
+            problem = (f"the {'/'.join(v)} linear groups need different backends "
+                       f"({', '.join(f'{s_}: {n}' for s_, n in v.items())}), and vLLM keys "
+                       f"them all as {k!r} in linear_backend_per_quant: one value for them "
+                       "all")
+            return [], {}, Conflict("linear", (), problem, (), ())
+        per = {k: next(iter(v.values())) for k, v in per_key.items()}
         if quantized_others:
+            planned_schemes = ", ".join(sorted(names))
             notes.append(f"--linear-backend would also filter the kernels of the "
                          f"{', '.join(sorted({g.scheme for g in quantized_others}))} linear "
-                         "layers: linear_backend_per_quant keeps it to the NVFP4 ones")
+                         f"layers: linear_backend_per_quant keeps it to the {planned_schemes} "
+                         "ones")
         return ["--kernel-config", json.dumps({"linear_backend_per_quant": per},
                                               separators=(",", ":"))], _env(nv), None
     if len(set(names.values())) > 1:  # SGLang: one FP4 GEMM backend per server
-        problem = (f"the NVFP4 linear schemes need different backends "
+        problem = (f"the {_schemes_text(nv)} linear schemes need different backends "
                    f"({', '.join(f'{s}: {n}' for s, n in names.items())}); {flag} is one "
                    "value for every FP4 linear layer")
         return [], {}, Conflict("linear", (), problem, (), ())
@@ -540,7 +571,9 @@ def render(lp: LaunchPlan) -> str:
         what = g.kind if g.op == "moe" or not g.projections else \
             f"{g.kind} {_projections_text(g.projections)}"
         if g.decision is None:
-            backend = "(not NVFP4: the engine decides)"
+            backend = "(not planned: the engine decides)"
+        elif not g.planned:
+            backend = f"(no backend implements {g.scheme}: the engine decides)"
         elif g.backend:
             backend = g.backend if g.engine_backend in (None, g.backend) else \
                 f"{g.backend} ({lp.engine}: {g.engine_backend})"
@@ -555,7 +588,7 @@ def render(lp: LaunchPlan) -> str:
     for g in lp.groups:
         for p in g.problems:
             lines.append(f"  !! {g.kind}: {p}")
-        if g.decision is not None and not g.decision.selected:
+        if g.planned and g.decision is not None and not g.decision.selected:
             lines.extend(textwrap.wrap(f"!! {g.kind}: {g.decision.summary()}", width=WRAP,
                                        initial_indent="  ", subsequent_indent="     "))
     lines.append("")

@@ -1,5 +1,6 @@
 """Explain a whole checkpoint: read its config.json and quantization description (never the
-weights), derive every distinct NVFP4 layer kind, and decide each one.
+weights), derive every distinct quantized layer kind (NVFP4, FP8, MXFP8, MXFP4: any
+`layer.quant` value), and decide each one.
 
 Users think in checkpoints, not in `layer.*` keys. checkpoint_arch.py turns config.json into
 projections with their layer fields, checkpoint_quant.py gives each one's scheme; here modules
@@ -43,7 +44,7 @@ class Shape:
 @dataclass(frozen=True)
 class Kind:
     component: str
-    quant: Optional[str]  # nvfp4 | nvfp4_w4a16 | None (not NVFP4)
+    quant: Optional[str]  # a layer.quant value | None (unquantized, or no layer.quant value)
     why: str  # the rule of the quantization config that decided the scheme
     layers: Tuple[int, ...]
     modules: int
@@ -74,7 +75,10 @@ class Plan:
 
     @property
     def ok(self) -> bool:
-        return all(s.decision.selected for k in self.kinds if k.quant for s in k.shapes)
+        """Every layer a backend of the catalogue implements has a backend (a scheme no backend
+        implements is left to the engine, as an unquantized layer is)."""
+        return all(s.decision.selected or not planned(s.decision)
+                   for k in self.kinds if k.quant for s in k.shapes)
 
     def decisions(self) -> List[Any]:
         return [s.decision for k in self.kinds if k.quant for s in k.shapes]
@@ -107,7 +111,7 @@ class Plan:
             if not k.quant:
                 off[k.component] += k.modules
         if off:
-            head += "; not NVFP4: " + ", ".join(f"{n} {c}" for c, n in off.items())
+            head += "; not planned: " + ", ".join(f"{n} {c}" for c, n in off.items())
         extra = []
         for op in ("moe", "linear"):
             opt = OrderedDict()
@@ -138,6 +142,12 @@ class Plan:
         return render_plan(self)
 
 
+def planned(d: Any) -> bool:
+    """Whether a decision is selector's to make: some backend implements its scheme (outcome
+    'unsupported_layer': none does, and the engine's own oracle decides the layer)."""
+    return d is not None and d.outcome != "unsupported_layer"
+
+
 def _join_whys(whys: List[str]) -> str:
     """"excluded by exclude_modules 'a', 'b' and 59 more" from the reasons of each module."""
     head = re.match(r"^(.*?)'", whys[0])
@@ -153,7 +163,8 @@ def _join_whys(whys: List[str]) -> str:
 def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int]:
     out: OrderedDict[str, int] = OrderedDict()
     for s, n in items:
-        sel = s.decision.selected or "none"
+        sel = s.decision.selected or ("none" if planned(s.decision) else
+                                      f"{s.fields['quant']}: the engine decides")
         out[sel] = out.get(sel, 0) + n
     return out
 
@@ -255,8 +266,9 @@ def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
                           tuple(shapes), tuple(g["warnings"])))
     if not any(k.quant for k in kinds):
         whys = "; ".join(f"{k.component}: {k.why}" for k in kinds)
-        raise SelectorError(f"{root}: no module of this {arch.name} checkpoint is NVFP4 under "
-                            f"{quant.describe()}: {whys}", where=str(root))
+        raise SelectorError(f"{root}: no module of this {arch.name} checkpoint has a scheme "
+                            f"selector plans (a layer.quant value) under {quant.describe()}: "
+                            f"{whys}", where=str(root))
     requested = {}
     for d in (s.decision for k in kinds for s in k.shapes if s.decision):
         requested[d.layer["op"]] = d.requested
@@ -311,6 +323,9 @@ def _needs(c: Candidate) -> List[str]:
 
 def _verdict(d: Decision) -> List[str]:
     """A decision in three short lines: selected, what else could run, what could not and why."""
+    if not planned(d):
+        return [f"selected: none: no backend of the catalogue implements {d.layer['quant']} "
+                f"{d.layer['op']} layers; the engine's own oracle decides"]
     usable = [c.backend for c in d.candidates if c.status == "eligible"]
     opt = [c.backend for c in d.candidates if c.status == "opt_in"]
     rejected = [f"{c.backend} ({'; '.join(_needs(c))})" for c in d.candidates
@@ -352,7 +367,7 @@ def render_plan(p: Plan) -> str:
                  if k.layers else "1 module")
         mods = f", {k.modules} modules" if k.op == "linear" and k.layers else ""
         if not k.quant:
-            lines.append(f"{k.component}: {count}{mods}: not NVFP4, {k.why}")
+            lines.append(f"{k.component}: {count}{mods}: not planned, {k.why}")
             continue
         lines.append(f"{k.component}: {count}{mods}: {k.op} {k.quant} ({k.why})")
         for w in k.warnings:
@@ -376,6 +391,6 @@ def render_plan(p: Plan) -> str:
     lines.extend(textwrap.wrap(f"summary: {p.summary()}", width=100, subsequent_indent="  ",
                                break_on_hyphens=False))
     if not p.ok:
-        lines.append("some NVFP4 layers have no usable backend: --format json lists every "
+        lines.append("some quantized layers have no usable backend: --format json lists every "
                      "reason")
     return join_lines(lines)  # every checkpoint-derived string escaped: one line stays one line

@@ -4,12 +4,17 @@ Which file: config.json's `quantization_config` first, then `hf_quant_config.jso
 transformers_utils/config.py get_config: "ModelOpt 0.31.0 and after saves the quantization
 config in the model config file"); both present and contradicting gives a warning.
 
-Each scheme is what vLLM 0.32.0's quantization config answers for the module's vLLM prefix:
+Each scheme is what vLLM 0.32.0's quantization config answers for the module's vLLM prefix,
+named by selector's `layer.quant` vocabulary (schema.QUANT_SCHEMES: nvfp4, nvfp4_w4a16,
+fp8_tensor, fp8_tensor_dynamic, fp8_channel, fp8_block, mxfp8, mxfp4, mxfp4_w4a4 ...):
 ModelOpt (modelopt.py: `ModelOptQuantConfigBase.is_layer_excluded`, `get_quant_method`, the
-`apply_vllm_mapper` split of `name*` patterns; MIXED_PRECISION `_resolve_quant_algo`) and
-compressed-tensors (compressed_tensors.py `get_scheme_dict`, utils.py `should_ignore_layer`,
-`find_matched_target`; compressed_tensors_moe.py `get_moe_method` for routed experts). These are
-ports of that code, proven module by module against it by tests/vllm/test_checkpoint_differential.py.
+`apply_vllm_mapper` split of `name*` patterns; `resolve` for each algo's QuantKey pair;
+MIXED_PRECISION `_resolve_quant_algo`), compressed-tensors (compressed_tensors.py
+`get_scheme_dict`, `_get_scheme_from_parts`, utils.py `should_ignore_layer`,
+`find_matched_target`; compressed_tensors_moe.py `get_moe_method` for routed experts), FP8
+(fp8.py `Fp8Config.from_config`, `get_quant_method`, quant_utils.py `is_layer_skipped`) and
+MXFP4 (mxfp4.py `Mxfp4Config`, `GptOssMxfp4Config`). These are ports of that code, proven module
+by module against it by tests/vllm/test_checkpoint_differential.py.
 `re:` patterns run under a structural bound (no nested or alternated repetition, few repeats,
 bounded length), so that a hostile pattern is refused by name instead of backtracking for ever.
 """
@@ -24,6 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.checkpoint.arch import Architecture, Module, read_json
 from selector.core.errors import SelectorError, bad_input, bad_value
+from selector.core.schema import QUANT_SCHEMES
 
 NVFP4_SCHEMES = ("nvfp4", "nvfp4_w4a16")
 MAX_PATTERNS = 100_000  # exclusion/ignore/target entries (real ones: a few hundred)
@@ -33,18 +39,19 @@ MAX_REGEX_REPEATS = 4  # `*`, `+`, `{m,n}` with n > 1 in one `re:` pattern
 
 @dataclass(frozen=True)
 class Verdict:
-    """What vLLM builds for one module: scheme None = unquantized, `other` = not NVFP4."""
-    scheme: Optional[str]  # nvfp4 | nvfp4_w4a16 | None
+    """What vLLM builds for one module: `scheme` a `layer.quant` value (None: unquantized, or a
+    scheme the vocabulary has no value for, named by `other`)."""
+    scheme: Optional[str]  # nvfp4 | nvfp4_w4a16 | fp8_tensor | ... | mxfp4 | None
     why: str
-    other: Optional[str] = None  # the non-NVFP4 scheme vLLM builds (FP8, int4 ...), if any
+    other: Optional[str] = None  # a scheme vLLM builds that has no layer.quant value, if any
     warning: Optional[str] = None  # said on the layer kind (projections disagree, ...)
 
 
 @dataclass(frozen=True)
 class Quantization:
-    format: str  # "ModelOpt" | "compressed-tensors"
+    format: str  # "ModelOpt" | "compressed-tensors" | "FP8" | "MXFP4"
     source: str  # the file and key it came from
-    algo: str  # NVFP4 | W4A16_NVFP4 | MIXED_PRECISION | compressed-tensors format
+    algo: str  # NVFP4 | FP8_PB_WO | MIXED_PRECISION | compressed-tensors format | block 128x128
     verdict_of: Callable[[Module], Verdict] = field(compare=False)
     excluded: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()
@@ -170,10 +177,27 @@ def _star_split(patterns: Sequence[str]) -> List[str]:
 # ---------------------------------------------------------------------------------------------
 # ModelOpt
 
-_MODELOPT_SCHEMES = {"NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4_w4a16"}
-_MODELOPT_LINEAR = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4",
-                    "MXFP8")
-_MODELOPT_MOE = ("FP8", "FP8_PB_WO", "FP8_BLOCK_SCALES", "NVFP4", "W4A16_NVFP4", "MXFP8")
+# ModelOpt algo -> the layer.quant value of the QuantKey pair vLLM builds for a linear layer
+# (modelopt.py `resolve`: FP8 kFp8StaticTensorSym x2; FP8_PER_CHANNEL_PER_TOKEN kFp8StaticTokenSym
+# (one scale per weight row = per output channel) + kFp8DynamicTokenSym; FP8_PB_WO
+# kFp8Static128BlockSym + kFp8Dynamic128Sym; MXFP8 kMxfp8Static + kMxfp8Dynamic; NVFP4 kNvfp4Static
+# + kNvfp4Dynamic; W4A16_NVFP4 kNvfp4Static + none)
+_MODELOPT_LINEAR_SCHEME = {"FP8": "fp8_tensor", "FP8_PER_CHANNEL_PER_TOKEN": "fp8_channel",
+                           "FP8_PB_WO": "fp8_block", "NVFP4": "nvfp4",
+                           "W4A16_NVFP4": "nvfp4_w4a16", "MXFP8": "mxfp8"}
+# MIXED_PRECISION routed experts (ModelOptMixedPrecisionConfig.get_quant_method): FP8_PB_WO and
+# its alias FP8_BLOCK_SCALES -> Fp8MoEMethod with [group_size]*2 blocks, FP8 ->
+# ModelOptFp8MoEMethod (kFp8StaticTensorSym x2), NVFP4/W4A16_NVFP4 -> ModelOptNvFp4FusedMoE,
+# MXFP8 -> ModelOptMxFp8FusedMoE; FP8_PER_CHANNEL_PER_TOKEN has no MoE method (None)
+_MODELOPT_MOE_SCHEME = {"FP8": "fp8_tensor", "FP8_PB_WO": "fp8_block",
+                        "FP8_BLOCK_SCALES": "fp8_block", "NVFP4": "nvfp4",
+                        "W4A16_NVFP4": "nvfp4_w4a16", "MXFP8": "mxfp8"}
+_MODELOPT_LINEAR = tuple(_MODELOPT_LINEAR_SCHEME)
+_MODELOPT_MOE = tuple(_MODELOPT_MOE_SCHEME)
+_BLOCK_FP8_MOE_ALGOS = ("FP8_PB_WO", "FP8_BLOCK_SCALES")
+# a uniform ModelOpt config's algos (modelopt.py QUANT_ALGOS, less MIXED_PRECISION)
+_MODELOPT_SCHEMES = dict(_MODELOPT_LINEAR_SCHEME)
+MODELOPT_SOURCE = "vLLM 0.32.0 model_executor/layers/quantization/modelopt.py"
 
 
 def _is_layer_skipped(prefix: str, ignored: Sequence[str], packed: Mapping[str, Sequence[str]],
@@ -247,7 +271,7 @@ def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str)
             shown_as.setdefault(map_name(arch, x) if arch.maps_names else x, p)
     patterns = list(shown_as)
     packed = arch.packed
-    accepted = sorted([*_MODELOPT_SCHEMES, "MIXED_PRECISION"])
+    accepted = sorted([*_MODELOPT_SCHEMES, "MIXED_PRECISION"])  # modelopt.py QUANT_ALGOS
     if algo == "MIXED_PRECISION":
         if not isinstance(layers_raw, dict) or not layers_raw:
             raise bad_input("quantized_layers", layers_raw, "must map module names to "
@@ -257,12 +281,28 @@ def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str)
             raise bad_input("quantized_layers", f"{len(layers_raw)} entries", "has more than "
                             f"{MAX_PATTERNS} entries", where=where)
         recipes: Dict[str, str] = {}
+        block_sizes: Dict[int, str] = {}
         for prefix, recipe in layers_raw.items():
             a = _algo(recipe.get("quant_algo")) if isinstance(recipe, dict) else ""
             if a not in _MODELOPT_LINEAR and a not in _MODELOPT_MOE:
                 raise bad_value(f"quantized_layers.{prefix}.quant_algo", a or None,
                                 sorted(set(_MODELOPT_LINEAR + _MODELOPT_MOE)), where=where)
+            if a in _BLOCK_FP8_MOE_ALGOS:
+                assert isinstance(recipe, dict)
+                g = recipe.get("group_size", 128)
+                if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
+                    raise bad_input(f"quantized_layers.{prefix}.group_size", g, "must be a "
+                                    "positive integer (the FP8 block edge; vLLM builds "
+                                    "[group_size, group_size] blocks)", where=where)
+                block_sizes.setdefault(g, prefix)
             recipes[map_name(arch, prefix) if arch.maps_names else prefix] = a
+        if len(block_sizes) > 1:
+            raise bad_input("quantized_layers", sorted(block_sizes), "gives the block-FP8 "
+                            "layers different group_size values; vLLM 0.32.0 refuses this "
+                            "checkpoint: \"MIXED_PRECISION currently requires all block-FP8 MoE "
+                            "layers to use one group_size\" (modelopt.py "
+                            "ModelOptMixedPrecisionConfig.__init__)", where=where)
+        moe_block = next(iter(block_sizes), 128)
 
         def mixed(m: Module) -> Verdict:
             hit = _modelopt_excluded(m.name, patterns, packed, where)
@@ -271,17 +311,22 @@ def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str)
             a, key, warning = _resolve_quant_algo(m.name, recipes, packed, where)
             if a is None:
                 return Verdict(None, "not in quantized_layers (left unquantized)")
-            if m.cls == "RoutedExperts" and a not in _MODELOPT_MOE or \
-                    m.cls != "RoutedExperts" and a not in _MODELOPT_LINEAR:
+            moe = m.cls == "RoutedExperts"
+            if moe and a not in _MODELOPT_MOE or not moe and a not in _MODELOPT_LINEAR:
                 return Verdict(None, f"quantized_layers: {a} (no such {m.cls} method: left "
                                "unquantized)")
-            scheme = _MODELOPT_SCHEMES.get(a)
             why = f"quantized_layers: {a}"
-            return Verdict(scheme, why, None if scheme else a, warning)
+            if moe and a in _BLOCK_FP8_MOE_ALGOS and moe_block != 128:
+                return Verdict(None, why, f"FP8 {moe_block}x{moe_block} blocks (group_size "
+                               f"{moe_block}: no layer.quant value; fp8_block is 128x128)",
+                               warning)
+            scheme = (_MODELOPT_MOE_SCHEME if moe else _MODELOPT_LINEAR_SCHEME)[a]
+            return Verdict(scheme, why, None, warning)
         return Quantization("ModelOpt", source, algo, mixed, tuple(excluded), where=where)
     if algo not in _MODELOPT_SCHEMES:
         raise bad_value("quant_algo", algo_raw, accepted, where=where,
-                        hint="only NVFP4 checkpoints are explained")
+                        hint="vLLM 0.32.0's ModelOpt configs read these (modelopt.py "
+                        "QUANT_ALGOS)")
     scheme = _MODELOPT_SCHEMES[algo]
     groups = q.get("config_groups")  # vLLM reads them from the top level (original_config)
     shown = algo
@@ -290,6 +335,16 @@ def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str)
         # NVFP4 declared, yet no group quantizes activations: vLLM serves it as W4A16
         # (vLLM modelopt.py ModelOptNvFp4Config._from_config, 0.32.0)
         scheme, shown = "nvfp4_w4a16", "NVFP4 (no input activations in config_groups: W4A16)"
+    moe_scheme, moe_warning = scheme, None
+    if algo in ("FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO"):
+        # ModelOptFp8Config.FusedMoEMethodCls is ModelOptFp8MoEMethod whatever the FP8 algo:
+        # per-tensor static keys (kFp8StaticTensorSym x2) for the experts
+        moe_scheme = "fp8_tensor"
+        moe_warning = (f"vLLM 0.32.0 builds the experts of a uniform {algo} checkpoint with "
+                       "ModelOptFp8MoEMethod, per-tensor static FP8 (fp8_tensor), not the "
+                       f"linear layers' {scheme}: the checkpoint's expert scales will not load "
+                       "into it (modelopt.py ModelOptFp8Config.FusedMoEMethodCls, "
+                       "ModelOptFp8MoEMethod.__init__)")
 
     def uniform(m: Module) -> Verdict:
         hit = _modelopt_excluded(m.name, patterns, packed, where)
@@ -297,6 +352,8 @@ def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str)
             return Verdict(None, f"excluded by {short_key} {shown_as.get(hit, hit)!r}")
         if _vision(m.name):
             return Verdict(None, "a vision module (vLLM leaves them unquantized)")
+        if m.cls == "RoutedExperts":
+            return Verdict(moe_scheme, shown, None, moe_warning)
         return Verdict(scheme, shown)
     return Quantization("ModelOpt", source, shown, uniform, tuple(excluded), where=where)
 
@@ -364,6 +421,121 @@ def _disagree(prefix: str, hits: Sequence[Tuple[str, str]]) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# FP8 (`quant_method: fp8`: DeepSeek-V3/R1, Qwen3-FP8, AutoFP8 exports) and MXFP4 (gpt-oss)
+
+FP8_SOURCE = "vLLM 0.32.0 model_executor/layers/quantization/fp8.py"
+MXFP4_SOURCE = "vLLM 0.32.0 model_executor/layers/quantization/mxfp4.py"
+FP8_ACTIVATION_SCHEMES = ("dynamic", "static")  # fp8.py ACTIVATION_SCHEMES
+
+
+def fp8_block_size(value: Any, key: str, where: str) -> Optional[Tuple[int, int]]:
+    """A `weight_block_size` as vLLM takes it: None, or two positive integers [N, K]
+    (fp8.py Fp8Config.__init__ refuses any other length)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2:
+        raise bad_input(key, value, "must be a list of two integers [block_n, block_k], "
+                        "e.g. [128, 128] (fp8_block): vLLM 0.32.0 refuses it (\"The "
+                        "quantization block size of weight must have 2 dimensions\", fp8.py "
+                        "Fp8Config.__init__)", where=where,
+                        accepted=("[128, 128]",))
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 1 << 20
+               for x in value):
+        raise bad_input(key, value, "must hold two positive integers [block_n, block_k], e.g. "
+                        "[128, 128] (fp8_block)",
+                        where=where, accepted=("[128, 128]",))
+    return int(value[0]), int(value[1])
+
+
+def _block_scheme(block: Tuple[int, int]) -> Tuple[Optional[str], Optional[str]]:
+    """(layer.quant value, or the name of a scheme without one) for an FP8 block shape."""
+    if block == (128, 128):
+        return "fp8_block", None
+    return None, (f"FP8 {block[0]}x{block[1]} blocks (no layer.quant value: fp8_block is "
+                  "128x128; vLLM 0.32.0 builds a kFp8Static QuantKey of that group shape, "
+                  "fp8.py Fp8LinearMethod.__init__)")
+
+
+def _fp8(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Quantization:
+    """vLLM Fp8Config: every LinearBase and every RoutedExperts is FP8 unless `ignored_layers`
+    (or, when that is empty, `modules_to_not_convert`) skips it, exact names with fused shards
+    (quant_utils.is_layer_skipped, match mode "exact"); the LM head (not a LinearBase) stays
+    unquantized. With `weight_block_size` the layers are block-FP8 (dynamic activations only),
+    without it per-tensor with static or dynamic activations. `store_dtype: mxfp4` makes the
+    experts MXFP4 (Mxfp4MoEMethod)."""
+    if "activation_scheme" not in q:
+        raise bad_input("quantization_config.activation_scheme", None, "is missing (accepted: "
+                        "dynamic, static): vLLM 0.32.0 refuses an FP8 config without it (fp8.py "
+                        "Fp8Config.from_config)", where=where, accepted=FP8_ACTIVATION_SCHEMES)
+    act = q["activation_scheme"]
+    if act not in FP8_ACTIVATION_SCHEMES:
+        raise bad_value("quantization_config.activation_scheme", act, FP8_ACTIVATION_SCHEMES,
+                        where=where, hint="vLLM 0.32.0 refuses it: \"Unsupported activation "
+                        "scheme\" (fp8.py Fp8Config.__init__)")
+    block = fp8_block_size(q.get("weight_block_size"), "quantization_config.weight_block_size",
+                           where)
+    if block is not None and act != "dynamic":
+        raise bad_input("quantization_config.activation_scheme", act, "is refused with "
+                        "weight_block_size: vLLM 0.32.0's block-wise FP8 takes dynamic "
+                        "activations only (fp8.py Fp8Config.__init__)", where=where,
+                        accepted=("dynamic",))
+    key = "quantization_config.ignored_layers"
+    ignored = _patterns(q.get("ignored_layers"), key, where, "module names")
+    if not ignored:
+        key = "quantization_config.modules_to_not_convert"
+        ignored = _patterns(q.get("modules_to_not_convert"), key, where, "module names")
+    store = q.get("store_dtype")
+    if store is not None and not isinstance(store, str):
+        raise bad_input("quantization_config.store_dtype", store, "must be a string",
+                        where=where)
+    shown_as = {(map_name(arch, p) if arch.maps_names else p): p for p in ignored}
+    names = list(shown_as)
+    packed = arch.packed
+    short = key.rsplit(".", 1)[1]
+    if block is not None:
+        scheme, other = _block_scheme(block)
+        algo = f"block {block[0]}x{block[1]}, dynamic activations"
+        moe_scheme, moe_other = scheme, other
+    else:
+        scheme = moe_scheme = "fp8_tensor" if act == "static" else "fp8_tensor_dynamic"
+        other = moe_other = None
+        algo = f"per-tensor, {act} activations"
+    if store == "mxfp4":
+        moe_scheme, moe_other = "mxfp4", None
+        algo += ", MXFP4 experts (store_dtype)"
+
+    def verdict(m: Module) -> Verdict:
+        if m.cls == "ParallelLMHead":
+            return Verdict(None, "the LM head (vLLM's Fp8Config quantizes LinearBase and "
+                           "RoutedExperts layers only)")
+        if _is_layer_skipped(m.name, names, packed, where):
+            proj = m.name.split(".")[-1]
+            hit = next((p for p in names for n in [m.name] + [m.name.replace(proj, x) for x in
+                                                               packed.get(proj, ())]
+                        if n == p or ("experts" in p and m.name in p)), m.name)
+            return Verdict(None, f"skipped by {short} {shown_as.get(hit, hit)!r}")
+        if m.cls == "RoutedExperts":
+            return Verdict(moe_scheme, f"FP8 {algo}", moe_other)
+        return Verdict(scheme, f"FP8 {algo}", other)
+    return Quantization("FP8", source, algo, verdict, tuple(ignored), where=where)
+
+
+def _mxfp4(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Quantization:
+    """vLLM Mxfp4Config (GptOssMxfp4Config for model_type gpt_oss): routed experts MXFP4 with
+    bf16 activations (the checkpoint's W4A16; the MoE oracle may still run them with MXFP8
+    activations), every linear layer unquantized ("MXFP4 linear layer is not implemented"),
+    whatever the config lists (from_config reads no key)."""
+    del q, arch
+
+    def verdict(m: Module) -> Verdict:
+        if m.cls == "RoutedExperts":
+            return Verdict("mxfp4", "MXFP4 experts (Mxfp4Config)")
+        return Verdict(None, "vLLM's MXFP4 config leaves linear layers unquantized "
+                       "(mxfp4.py Mxfp4Config.get_quant_method)")
+    return Quantization("MXFP4", source, "MXFP4 experts", verdict, (), where=where)
+
+
+# ---------------------------------------------------------------------------------------------
 # compressed-tensors
 
 def _ct_is_nvfp4(args: Any) -> bool:
@@ -420,6 +592,173 @@ def _ct_target(name: str, cls: str, targets: Sequence[str], packed: Mapping[str,
     return None
 
 
+_CT_STRATEGIES = ("tensor", "channel", "group", "block", "token", "tensor_group", "attn_head")
+_CT_ACT_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized")
+CT_SOURCE = ("vLLM 0.32.0 model_executor/layers/quantization/compressed_tensors/"
+             "compressed_tensors.py")
+
+
+@dataclass(frozen=True)
+class CtArgs:
+    """One compressed-tensors QuantizationArgs, validated as its pydantic model validates it
+    (compressed_tensors 0.17.0 quant_args.py QuantizationArgs.validate_model_after)."""
+    num_bits: Any
+    type: Any
+    strategy: str
+    group_size: Any
+    block: Optional[Tuple[int, int]]
+    dynamic: Any  # False | True | "local"
+    symmetric: bool
+    scale_dtype: Optional[str]
+
+
+@dataclass(frozen=True)
+class CtScheme:
+    """A group's scheme for linear layers and for routed experts: a layer.quant value, the name
+    of a scheme without one, or "!" and the reason vLLM refuses to build the layer."""
+    linear: str
+    moe: str
+
+
+def _ct_args(args: Any, key: str, where: str) -> CtArgs:
+    if not isinstance(args, dict):
+        raise bad_input(key, args, "must be a mapping of quantization arguments (num_bits, type, "
+                        "strategy, ...)", where=where)
+    strategy, gs = args.get("strategy"), args.get("group_size")
+    if gs is not None and (isinstance(gs, bool) or not isinstance(gs, int)):
+        raise bad_input(f"{key}.group_size", gs, "must be an integer", where=where)
+    if strategy is None:
+        if gs is None:
+            strategy = "tensor"
+        elif gs > 0:
+            strategy = "group"
+        elif gs == -1:
+            strategy = "channel"
+        else:
+            raise bad_input(f"{key}.group_size", gs, "is not a group size: use > 0 for strategy "
+                            "group, -1 for channel (compressed_tensors QuantizationArgs)",
+                            where=where)
+    elif not isinstance(strategy, str) or strategy.lower() not in _CT_STRATEGIES:
+        raise bad_value(f"{key}.strategy", strategy, _CT_STRATEGIES, where=where,
+                        hint="compressed_tensors' QuantizationStrategy refuses it, and vLLM "
+                        "with it")
+    strategy = strategy.lower()
+    dynamic = args.get("dynamic", False)
+    if isinstance(dynamic, str):
+        if dynamic.lower() != "local":
+            raise bad_value(f"{key}.dynamic", dynamic, ("true", "false", "local"), where=where)
+        dynamic = "local"
+    elif not isinstance(dynamic, bool):
+        raise bad_input(f"{key}.dynamic", dynamic, "must be true, false or \"local\"",
+                        where=where)
+    raw_block = args.get("block_structure")
+    block: Optional[Tuple[int, int]] = None
+    if raw_block is not None:
+        parts: Any = raw_block.split("x") if isinstance(raw_block, str) else raw_block
+        try:
+            ok = isinstance(parts, list) and len(parts) == 2 and all(
+                not isinstance(x, bool) and (isinstance(x, int) or isinstance(raw_block, str))
+                and 0 < int(x) <= 1 << 20 for x in parts)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise bad_input(f"{key}.block_structure", raw_block, "must be a list of two "
+                            "positive integers [rows, cols] (or \"RxC\")", where=where,
+                            accepted=("[128, 128]",))
+        block = (int(parts[0]), int(parts[1]))
+    problem = None
+    if strategy == "token" and not dynamic:
+        problem = "strategy token needs dynamic: true (static token quantization does not exist)"
+    elif strategy in ("group", "tensor_group") and (gs is None or gs <= 0):
+        problem = f"strategy {strategy} needs a positive group_size"
+    elif gs is not None and gs > 0 and strategy not in ("group", "tensor_group"):
+        problem = f"group_size {gs} needs strategy group or tensor_group, not {strategy}"
+    elif strategy == "block" and block is None:
+        problem = "strategy block needs block_structure [rows, cols]"
+    elif block is not None and strategy != "block":
+        problem = f"block_structure needs strategy block, not {strategy}"
+    elif dynamic and strategy not in ("token", "tensor", "tensor_group", "group"):
+        problem = (f"dynamic quantization takes strategy token, tensor, tensor_group or group, "
+                   f"not {strategy}")
+    elif dynamic == "local" and strategy != "tensor_group":
+        problem = "dynamic \"local\" is only for strategy tensor_group"
+    if problem is not None:
+        raise bad_input(key, args, f"is malformed: {problem}; vLLM 0.32.0 refuses the "
+                        "checkpoint (compressed_tensors 0.17.0 QuantizationArgs validation)",
+                        where=where)
+    sd = args.get("scale_dtype")
+    return CtArgs(args.get("num_bits"), args.get("type"), strategy, gs, block, dynamic,
+                  args.get("symmetric", True) is True,
+                  sd.removeprefix("torch.") if isinstance(sd, str) else None)
+
+
+def _ct_scheme(w_raw: Any, a_raw: Any, fmt: Optional[str], key: str, where: str) -> CtScheme:
+    """vLLM's scheme for a group's arguments: CompressedTensorsConfig._get_scheme_from_parts for
+    linear layers, compressed_tensors_moe.py get_moe_method for routed experts (on a GPU of
+    SM 8.9 or newer, where FP8 W8A8 is native)."""
+    if a_raw == {}:
+        a_raw = None
+    w = _ct_args(w_raw, f"{key}.weights", where)
+    a = None if a_raw is None else _ct_args(a_raw, f"{key}.input_activations", where)
+    if _ct_is_nvfp4(w_raw):
+        if a is None:
+            return CtScheme("nvfp4_w4a16", "nvfp4_w4a16")
+        if _ct_is_nvfp4(a_raw):
+            return CtScheme("nvfp4", "nvfp4")
+        raise bad_input(f"{key}.input_activations", a_raw, "is neither NVFP4 nor null: NVFP4 "
+                        "weights need NVFP4 activations (W4A4) or none (W4A16)", where=where)
+    mx = w.strategy == "group" and w.type == "float" and w.symmetric
+    if mx and w.num_bits == 4 and w.group_size == 32:  # _is_mxfp4
+        if a is not None and a.type == "float" and a.num_bits == 8 and a.dynamic and \
+                not w.dynamic and a.strategy in ("token", "group") and a.symmetric:
+            name = ("MXFP4 weights, dynamic FP8 activations (CompressedTensorsW4A8Mxfp4: no "
+                    "layer.quant value; mxfp4_w4a8 takes MXFP8 activations)")
+            return CtScheme(name, name)  # _is_mxfp4_w4a8_fp8
+        return CtScheme("mxfp4_w4a4", "mxfp4_w4a4")  # CompressedTensorsW4A4Mxfp4: kMxfp4Dynamic
+    if mx and w.num_bits == 8 and w.group_size == 32 and w.scale_dtype == "uint8":  # _is_mxfp8
+        return CtScheme("mxfp8", "mxfp8")
+    if w.type != "float" or w.num_bits != 8:  # int W8A8/W4A16/...: not read into a value
+        name = f"{w.type}{w.num_bits}" + (" with quantized activations" if a else
+                                          " weight-only")
+        return CtScheme(name, name)
+    fp8_weights = w.symmetric and not w.dynamic and w.strategy in ("tensor", "channel", "block")
+    w8a8 = fp8_weights and a is not None and a.type == "float" and (
+        bool(a.dynamic) or (a.symmetric and a.strategy == "tensor"))  # _is_fp8_w8a8
+    if not w8a8:
+        if fp8_weights:  # _is_fp8_w8a16
+            name = "FP8 weight-only (CompressedTensorsW8A16Fp8: no layer.quant value)"
+            return CtScheme(name, name)
+        why = (f"!vLLM 0.32.0 refuses the layer: no compressed-tensors scheme takes FP8 weights "
+               f"with strategy {w.strategy}{', dynamic' if w.dynamic else ''}"
+               f"{'' if w.symmetric else ', asymmetric'} (compressed_tensors.py "
+               "_get_scheme_from_parts: NotImplementedError)")
+        return CtScheme(why, why)
+    if fmt is not None and fmt not in _CT_ACT_FORMATS:
+        why = (f"!vLLM 0.32.0 refuses the layer: format {fmt!r} is not an activation "
+               f"quantization format ({', '.join(_CT_ACT_FORMATS)}; compressed_tensors/utils.py "
+               "is_activation_quantization_format)")
+        return CtScheme(why, why)
+    assert a is not None
+    if w.strategy == "block":
+        assert w.block is not None
+        scheme, other = _block_scheme(w.block)
+        linear = moe = scheme or str(other)
+    elif w.strategy == "tensor":
+        linear = "fp8_tensor_dynamic" if a.dynamic else "fp8_tensor"
+        moe = linear if a.strategy == "tensor" else (
+            f"!vLLM 0.32.0 refuses the experts: per-tensor FP8 weights take per-tensor "
+            f"activations in an MoE, not {a.strategy} (compressed_tensors_moe_w8a8_fp8.py "
+            "CompressedTensorsW8A8Fp8MoEMethod.__init__ asserts block weights)")
+    else:  # channel
+        linear = "fp8_channel" if a.dynamic else (
+            "FP8 per-channel weights, static per-tensor activations (no layer.quant value)")
+        moe = "fp8_channel" if a.strategy == "token" else (
+            f"!vLLM 0.32.0 refuses the experts: per-channel FP8 weights take dynamic per-token "
+            f"activations in an MoE, not {a.strategy} (compressed_tensors_moe_w8a8_fp8.py "
+            "CompressedTensorsW8A8Fp8MoEMethod.__init__)")
+    return CtScheme(linear, moe)
+
+
 def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, where: str
                         ) -> Quantization:
     groups = q.get("config_groups")
@@ -436,7 +775,7 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
         raise bad_input("quantization_config.format", fmt, "must be a string", where=where)
     # target -> (group, scheme); a later group's target replaces an earlier one's in place
     # (vLLM _quantization_scheme_map_from_config builds a dict by target)
-    targets: Dict[str, Tuple[str, str, str]] = {}
+    targets: Dict[str, Tuple[str, CtScheme, str]] = {}
     for gname, g in groups.items():
         key = f"quantization_config.config_groups.{gname}"
         if not isinstance(g, dict) or not isinstance(g.get("targets"), list) or \
@@ -448,27 +787,14 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
         if len(tl) == 1 and tl[0].endswith("Attention"):
             continue  # vLLM from_config skips attention-only groups (KV-cache quantization)
         w, a = g["weights"], g.get("input_activations")
-        if _ct_is_nvfp4(w):
-            if a is None or a == {}:
-                scheme = "nvfp4_w4a16"
-            elif _ct_is_nvfp4(a):
-                scheme = "nvfp4"
-            else:
-                raise bad_input(f"{key}.input_activations", a, "is neither NVFP4 nor null: "
-                                "NVFP4 weights need NVFP4 activations (W4A4) or none (W4A16)",
-                                where=where)
-        else:
-            scheme = f"{w.get('type', '?')}{w.get('num_bits', '?')}"
-            if not a:
-                scheme += " weight-only"
+        gfmt = g.get("format") or fmt
+        if gfmt is not None and not isinstance(gfmt, str):
+            raise bad_input(f"{key}.format", gfmt, "must be a string", where=where)
+        scheme = _ct_scheme(w, a, gfmt, key, where)
         # what vLLM compares across an MoE's projections: the scheme's arguments, not the group
         same = json.dumps([w, a or None, g.get("format") or fmt], sort_keys=True, default=str)
         for t in tl:
             targets[t] = (gname, scheme, same)
-    if not any(t[1] in NVFP4_SCHEMES for t in targets.values()):
-        raise bad_input("quantization_config.config_groups", sorted(groups), "has no NVFP4 "
-                        "group (weights: num_bits 4, type float, strategy tensor_group, "
-                        "group_size 16)", where=where)
 
     def layer_path(t: str) -> bool:
         return "." in t and not t.startswith("re:")
@@ -486,8 +812,8 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
         moe_targets["RoutedExperts"] = targets["Linear"]
 
     def one(name: str, cls: str, tnames: Sequence[str],
-            tmap: Mapping[str, Tuple[str, str, str]]) -> Tuple[Optional[Tuple[str, str, str]],
-                                                               str]:
+            tmap: Mapping[str, Tuple[str, CtScheme, str]]
+            ) -> Tuple[Optional[Tuple[str, CtScheme, str]], str]:
         hit = _ct_ignored(name, ignore_m, packed, where)
         if hit is not None:
             return None, f"ignored by {hit!r}"
@@ -513,9 +839,12 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
             got, why = one(m.name, m.cls, names, targets)
         if got is None:
             return Verdict(None, why)
-        if got[1] in NVFP4_SCHEMES:
-            return Verdict(got[1], why)
-        return Verdict(None, why, got[1])
+        scheme = got[1].moe if m.cls == "RoutedExperts" else got[1].linear
+        if scheme.startswith("!"):
+            raise SelectorError(f"{where}: {m.name}: {why}: {scheme[1:]}", where=where)
+        if scheme in QUANT_SCHEMES:
+            return Verdict(scheme, why)
+        return Verdict(None, why, scheme)
     return Quantization("compressed-tensors", source, str(fmt or "compressed-tensors"), verdict,
                         tuple(ignore), where=where)
 
@@ -624,16 +953,30 @@ def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architec
         out = _modelopt(q, arch, source, where)
     elif method == "compressed-tensors":
         out = _compressed_tensors(q, arch, source, where)
+    elif method == "fp8":
+        out = _fp8(q, arch, source, where)
+    elif method in ("mxfp4", "gpt_oss_mxfp4"):
+        out = _mxfp4(q, arch, source, where)
+    elif method == "mxfp8":
+        # MiniMax-style `quant_method: mxfp8` + `ignored_layers`: vLLM loads it with
+        # ModelOptMxFp8Config, normalized to the ModelOpt schema (modelopt.py
+        # ModelOptMxFp8Config.from_config)
+        if "quantization" not in q and not q.get("quant_algo"):
+            ign = q.get("ignored_layers") or []
+            q = {"quant_method": "modelopt", "quantization": {
+                "quant_algo": "MXFP8", "kv_cache_quant_algo": q.get("kv_cache_quant_algo"),
+                "exclude_modules": ign}}
+        out = _modelopt(q, arch, source, where)
     elif method == "":
         raise bad_input("quantization_config.quant_method", q.get("quant_method"), "is missing "
                         "(and no ModelOpt producer is named): vLLM loads this checkpoint "
                         "unquantized", where=where)
     else:
         raise bad_value("quantization_config.quant_method", q.get("quant_method"),
-                        ("modelopt", "compressed-tensors"), where=where,
-                        hint=f"vLLM reads it as {method}; only NVFP4 checkpoints (ModelOpt "
-                        "NVFP4, W4A16_NVFP4, MIXED_PRECISION or compressed-tensors) are "
-                        "explained")
+                        ("modelopt", "compressed-tensors", "fp8", "mxfp4", "mxfp8"),
+                        where=where, hint=f"vLLM reads it as {method}; selector explains "
+                        "ModelOpt (FP8, NVFP4, MXFP8, MIXED_PRECISION), compressed-tensors, "
+                        "FP8 and MXFP4 checkpoints")
     if warnings:
         out = Quantization(out.format, out.source, out.algo, out.verdict_of, out.excluded,
                            tuple(warnings), out.where)

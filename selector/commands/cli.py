@@ -214,12 +214,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plan_why(p: Any, backend: str, fmt: str) -> int:
-    """--why with --model: the backend's verdict for each NVFP4 layer kind of its op."""
+    """--why with --model: the backend's verdict for each layer kind of its op that some backend
+    implements (a scheme none implements is the engine's)."""
+    from selector.checkpoint.plan import planned
     from selector.commands.why import why
     from selector.core.errors import bad_value
     name = backend.strip().replace("-", "_").lower()
-    rows = [(k, s) for k in p.kinds if k.quant for s in k.shapes
-            if any(c.backend == name for c in s.decision.candidates)]
+    rows = [(k, s) for k in p.kinds if k.quant for s in k.shapes if planned(s.decision)
+            and any(c.backend == name for c in s.decision.candidates)]
     if not rows:
         names = {c.backend for d in p.decisions() for c in d.candidates}
         raise bad_value("--why", backend, names, what="backend")

@@ -29,6 +29,21 @@ VLLM_MOE_ACCEPTS: Dict[str, Tuple[str, ...]] = {
                     "aiter", "humming"),
 }
 VLLM_MOE_ACCEPTS["nvfp4_w4a16"] = VLLM_MOE_ACCEPTS["nvfp4"]  # the same oracle
+# Every FP8 MoE method (Fp8MoEMethod, ModelOptFp8MoEMethod, CompressedTensorsW8A8Fp8MoEMethod)
+# maps the value with map_fp8_backend, whatever its quant keys; every MXFP4 one
+# (Mxfp4MoEMethod, GptOssMxfp4MoEMethod, CompressedTensorsW4A4Mxfp4MoEMethod) calls
+# select_mxfp4_moe_backend without an activation key, which maps it with map_mxfp4_backend
+# (_get_requested_backends); the MXFP8 ones take mxfp8.py's _BACKEND_NAME_MAP. A name that maps
+# can still be refused later when the backend it maps to does not support the layer
+# (select_*_moe_backend: "not supported"): that is the catalogue's rules' part, per backend.
+for _s in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block"):
+    VLLM_MOE_ACCEPTS[_s] = VLLM_MOE_ACCEPTS["fp8"]
+VLLM_MOE_ACCEPTS["mxfp4"] = ("triton", "deep_gemm", "flashinfer_trtllm", "flashinfer_cutlass",
+                             "flashinfer_moe_ep_cutedsl", "b12x",
+                             "flashinfer_moe_ep_mega_deep_gemm", "marlin", "humming",
+                             "triton_unfused", "aiter", "aiter_triton_mxfp4_bf16", "emulation")
+for _s in ("mxfp4_w4a8", "mxfp4_w4a4"):
+    VLLM_MOE_ACCEPTS[_s] = VLLM_MOE_ACCEPTS["mxfp4"]
 VLLM_MOE_SOURCES = {
     "nvfp4": "vLLM 0.32.0 fused_moe/oracle/nvfp4.py (map_nvfp4_backend)",
     "nvfp4_w4a16": "vLLM 0.32.0 fused_moe/oracle/nvfp4.py (map_nvfp4_backend)",
@@ -36,9 +51,22 @@ VLLM_MOE_SOURCES = {
     "mxfp8": "vLLM 0.32.0 fused_moe/oracle/mxfp8.py (select_mxfp8_moe_backend)",
     "unquantized": "vLLM 0.32.0 fused_moe/oracle/unquantized.py (map_unquantized_backend)",
 }
+for _s in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block"):
+    VLLM_MOE_SOURCES[_s] = VLLM_MOE_SOURCES["fp8"]
+for _s in ("mxfp4", "mxfp4_w4a8", "mxfp4_w4a4"):
+    VLLM_MOE_SOURCES[_s] = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py (select_mxfp4_moe_backend, "
+                            "map_mxfp4_backend)")
 
-# selector's linear scheme -> vLLM's linear quantization key (linear_backend_per_quant)
-VLLM_LINEAR_QUANT = {"nvfp4": "nvfp4_w4a4", "nvfp4_w4a16": "nvfp4_w4a16"}
+# selector's linear scheme -> vLLM's linear quantization key (linear_backend_per_quant), the
+# `quantization=` each kernel initializer passes to _get_linear_backend: init_nvfp4_linear_kernel
+# (nvfp4_w4a4 / nvfp4_w4a16), init_fp8_linear_kernel ("fp8_block_w8a8" when the activation key
+# is per-group, else "fp8_w8a8": per-tensor and per-channel FP8 share one key),
+# init_mxfp8_linear_kernel ("mxfp8"), init_mxfp4_linear_kernel ("mxfp4").
+VLLM_LINEAR_QUANT = {"nvfp4": "nvfp4_w4a4", "nvfp4_w4a16": "nvfp4_w4a16",
+                     "fp8_tensor": "fp8_w8a8", "fp8_tensor_dynamic": "fp8_w8a8",
+                     "fp8_channel": "fp8_w8a8", "fp8_block": "fp8_block_w8a8",
+                     "mxfp8": "mxfp8", "mxfp4": "mxfp4", "mxfp4_w4a8": "mxfp4",
+                     "mxfp4_w4a4": "mxfp4"}
 VLLM_LINEAR_SOURCE = ("vLLM 0.32.0 config/kernel.py (KernelConfig.linear_backend_per_quant); "
                       "kernels/linear/__init__.py (_get_linear_backend, "
                       "_resolve_backend_kernels)")

@@ -172,6 +172,8 @@ def runs_as(engine: Engine, backend: Any, layer: Any, facts: Facts
             ) -> Tuple[Any, Optional[Reason]]:
     """The layer as the engine's kernel for `backend` runs it (its quant scheme replaced where
     the kernel runs another), with the warning that says so; else (layer, None)."""
+    if layer.quant not in getattr(backend, "implements", (layer.quant,)):
+        return layer, None  # a scheme the backend does not implement: no kernel of it runs
     k = kernel(engine, backend, layer, facts)
     if k is None or k.scheme is None or k.scheme == layer.quant:
         return layer, None

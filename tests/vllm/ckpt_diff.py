@@ -3,13 +3,20 @@ module (issue 21).
 
 For one checkpoint directory (config files only, no weights) vLLM does what it does at load
 time: `ModelConfig` (transformers' config class, its defaults, config.json's
-`quantization_config` or else `hf_quant_config.json`, the quantization-method detection),
+`quantization_config` or else `hf_quant_config.json`, the quantization-method detection: ModelOpt,
+compressed-tensors, fp8, mxfp4, mxfp8),
 `get_quant_config` (the quant config class's `from_config`), `configure_quant_config` / the
 SupportsQuant mapping (the model's `packed_modules_mapping` and `hf_to_vllm_mapper`), then, for
 every module prefix selector plans, `quant_config.get_quant_method(layer, prefix)` with a layer
 object of vLLM's class for that module (no weights are created). What vLLM builds is compared
-with selector's verdict for the same prefix: nvfp4, nvfp4_w4a16, another scheme, unquantized, or
-a refusal of the whole checkpoint.
+with selector's verdict for the same prefix: the `layer.quant` value of the (weight, activation)
+QuantKey pair vLLM's method holds (nvfp4, fp8_block, mxfp8, ... : `scheme_of_keys`, built from
+schema.QUANT_SCHEMES' key names), "other" (a scheme without a value), unquantized, or a refusal
+of the whole checkpoint. The FP8 MoE methods hand their keys to `select_fp8_moe_backend`, which
+is wrapped here to record them (it still runs; when it finds no backend on the simulated GPU,
+"No FP8 MoE backend supports the deployment configuration", the method is still classified by
+its keys: which kernel runs is the MoE parity's subject, tests/vllm/test_parity.py, not this
+reading's).
 
 Runs under sim.Simulation (SM 10.0, CUDA 12.8, flashinfer): the MoE and linear NVFP4 methods
 choose a kernel when they are built. The model classes' `__init__` add packed mappings that
@@ -76,25 +83,110 @@ def _selector(d: Path) -> Tuple[Dict[str, str], List[Any], str]:
         return {}, list(arch.modules), str(exc)
 
 
+# Key pairs vLLM labels differently from selector's vocabulary, each for the reason given
+# (docs/checkpoints.md "Quant keys"): name of the weight key, name of the activation key -> scheme
+KEY_ALIASES = {
+    # Fp8LinearMethod / CompressedTensorsW8A8Fp8 with dynamic activations on a GPU with CUTLASS
+    # FP8 quantize the activations per token (fp8.py Fp8LinearMethod.__init__)
+    ("kFp8StaticTensorSym", "kFp8DynamicTokenSym"): "fp8_tensor_dynamic",
+    # ModelOpt FP8_PER_CHANNEL_PER_TOKEN names its per-row weight scale a token scale
+    # (modelopt.py resolve)
+    ("kFp8StaticTokenSym", "kFp8DynamicTokenSym"): "fp8_channel",
+    # CompressedTensorsW8A8Fp8MoEMethod: per-tensor weights, dynamic per-tensor activations
+    ("kFp8StaticTensorSym", "kFp8Dynamic128Sym"): "fp8_tensor_dynamic",
+}
+_FP8_MOE_KEYS: List[Any] = []  # (weight key, activation key) of the last FP8 MoE method built
+
+
+def scheme_of_keys(weight: Any, activation: Any) -> str:
+    """selector's layer.quant value for vLLM's (weight, activation) QuantKey pair, else
+    "other": schema.QUANT_SCHEMES names each scheme's pair, resolved here in vLLM's quant_utils."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+
+    from selector.core.schema import QUANT_SCHEMES
+
+    def key(name: Any) -> Any:
+        return None if name is None else getattr(q, name)
+    for s in QUANT_SCHEMES.values():
+        w, a = s.vllm_keys
+        if w is not None and (weight, activation) == (key(w), key(a)):
+            return s.name
+    for (w, a), name in KEY_ALIASES.items():
+        if (weight, activation) == (key(w), key(a)):
+            return name
+    return "other"
+
+
 def _classify(method: Any, layer: Any) -> str:
     name = type(method).__name__ if method is not None else "None"
     if method is None or name.startswith("Unquantized"):
         return UNQUANTIZED
     if name == "ModelOptLinearMethod":
-        from vllm.model_executor.layers.quantization.utils import quant_utils as q
-        if method.spec.weight == q.kNvfp4Static:
-            return "nvfp4" if method.spec.activation is not None else "nvfp4_w4a16"
-        return "other"
+        return scheme_of_keys(method.spec.weight, method.spec.activation)
+    if name == "Fp8LinearMethod":
+        return scheme_of_keys(method.weight_quant_key, method.activation_quant_key)
     if name == "ModelOptNvFp4FusedMoE":
         return "nvfp4_w4a16" if method.use_a16 else "nvfp4"
     if name == "CompressedTensorsLinearMethod":
         scheme = layer.scheme
-        if type(scheme).__name__ == "CompressedTensorsW4A4Fp4":
+        cls = type(scheme).__name__
+        if cls == "CompressedTensorsW4A4Fp4":
             return "nvfp4_w4a16" if scheme.use_a16 else "nvfp4"
+        if cls == "CompressedTensorsW8A8Fp8":
+            return scheme_of_keys(scheme.weight_quant_key, scheme.activation_quant_key)
+        if cls == "CompressedTensorsW4A4Mxfp4":  # kMxfp4Static weights, kMxfp4Dynamic acts
+            return "mxfp4_w4a4"
+        if cls == "CompressedTensorsW8A8Mxfp8":
+            return "mxfp8"
         return "other"
     if name == "CompressedTensorsW4A4Nvfp4MoEMethod":
         return "nvfp4_w4a16" if method.use_a16 else "nvfp4"
+    if name in ("Fp8MoEMethod", "ModelOptFp8MoEMethod", "CompressedTensorsW8A8Fp8MoEMethod"):
+        return scheme_of_keys(*_FP8_MOE_KEYS[-1])
+    if name in ("Mxfp4MoEMethod", "GptOssMxfp4MoEMethod"):  # bf16 activations (W4A16)
+        return "mxfp4"
+    if name == "CompressedTensorsW4A4Mxfp4MoEMethod":
+        return "mxfp4_w4a4"
+    if name in ("ModelOptMxFp8FusedMoE", "CompressedTensorsW8A8Mxfp8MoEMethod"):
+        return "mxfp8"
     return "other"
+
+
+@contextlib.contextmanager
+def _record_fp8_moe_keys() -> Any:
+    """Wrap select_fp8_moe_backend where the FP8 MoE methods import it: the keys are recorded,
+    then vLLM's own function runs."""
+    import importlib
+
+    from vllm.model_executor.layers.fused_moe.oracle import fp8 as oracle
+    real = oracle.select_fp8_moe_backend
+
+    def spy(config: Any, weight_key: Any, activation_key: Any, *a: Any, **k: Any) -> Any:
+        _FP8_MOE_KEYS.append((weight_key, activation_key))
+        try:
+            return real(config, weight_key, activation_key, *a, **k)
+        except NotImplementedError:  # no FP8 MoE backend on the simulated GPU: a kernel
+            return None, None  # choice (the MoE parity's), not the reading compared here
+    mods = [importlib.import_module(m) for m in (
+        "vllm.model_executor.layers.quantization.fp8",
+        "vllm.model_executor.layers.quantization.modelopt",
+        "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+        "compressed_tensors_moe_w8a8_fp8")]
+    for m in mods:
+        m.select_fp8_moe_backend = spy  # type: ignore[attr-defined]
+    # Fp8LinearMethod asks the CUDA build whether CUTLASS runs FP8 (a custom op the CPU build
+    # lacks): the answer of vLLM's CUDA build for SCENARIO's SM 10.0 and CUDA 12.8 is yes
+    # (csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu cutlass_scaled_mm_supports_fp8: SM >= 9.0
+    # with CUDA >= 12.0)
+    fp8_mod = mods[0]
+    real_cutlass = fp8_mod.cutlass_fp8_supported
+    fp8_mod.cutlass_fp8_supported = lambda: True  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        fp8_mod.cutlass_fp8_supported = real_cutlass  # type: ignore[attr-defined]
+        for m in mods:
+            m.select_fp8_moe_backend = real  # type: ignore[attr-defined]
 
 
 def _layer(cls_name: str, module: Any, moe_cfg: Any) -> Any:
@@ -172,6 +264,7 @@ def _vllm_config(d: Path) -> Tuple[Any, str]:
         else:
             configure_quant_config(qc, model_cls)
         _init_packed(arch_name, mc.hf_config, qc)
+        qc._selector_model_config = mc  # FP8 and MXFP4 methods read the current model config
         return qc, ""
     except Exception as exc:  # noqa: BLE001 - vLLM's refusal is an answer
         return None, f"{type(exc).__name__}: {exc}"
@@ -184,7 +277,9 @@ def _vllm_modules(qc: Any, modules: List[Any]) -> Tuple[Dict[str, str], str]:
         for m in modules:
             fields = dict(m.fields)
             layer = _layer(m.cls, m, _moe_config(fields) if m.cls == "RoutedExperts" else None)
-            with set_current_vllm_config(VllmConfig()):  # an unquantized MoE reads it
+            vc = VllmConfig()  # an unquantized MoE reads it, FP8 and MXFP4 its model config
+            vc.model_config = getattr(qc, "_selector_model_config", None)
+            with set_current_vllm_config(vc):
                 method = qc.get_quant_method(layer, m.name)
             out[m.name] = _classify(method, layer)
     except Exception as exc:  # noqa: BLE001
@@ -207,7 +302,8 @@ def run(checkpoints: List[Tuple[str, Path]]) -> List[Case]:
         configs.append((qc, modules))
     simulation = sim.Simulation()
     try:
-        with simulation.scenario(SCENARIO), contextlib.redirect_stdout(io.StringIO()):
+        with simulation.scenario(SCENARIO), contextlib.redirect_stdout(io.StringIO()), \
+                _record_fp8_moe_keys():
             for case, (qc, modules) in zip(cases, configs):
                 if qc is not None and modules:
                     case.vllm, case.vllm_error = _vllm_modules(qc, modules)

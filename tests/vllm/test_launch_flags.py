@@ -16,7 +16,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from launch_fixtures import mixed_linear, mixed_moe  # noqa: E402
+from launch_fixtures import (  # noqa: E402
+    fp8_block_dense,
+    mixed_block_moe,
+    mixed_linear,
+    mixed_moe,
+)
 
 import selector  # noqa: E402
 from selector.core import engine_flags as tables  # noqa: E402
@@ -41,7 +46,8 @@ def parser():
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
-    return [*EXAMPLES, mixed_moe(root), mixed_linear(root)]
+    return [*EXAMPLES, mixed_moe(root), mixed_linear(root), mixed_block_moe(root),
+            fp8_block_dense(root)]
 
 
 def vllm_config(parser, model, flags):
@@ -59,7 +65,7 @@ def test_printed_flags_build_a_vllm_config(parser, checkpoints, case):
     platform, parallel = CASES[case]
     sel = selector.load(["engine=vllm", *platform, *parallel])
     for model in checkpoints:
-        if "parallel.ep=8" in parallel and model.name == "mixed_linear":
+        if "parallel.ep=8" in parallel and model.name in ("mixed_linear", "fp8_block_dense"):
             continue  # no experts: the plan refuses parallel.ep (tests/test_launch.py)
         lp = sel.launch_plan(model)
         cfg = vllm_config(parser, model, list(lp.flags))
@@ -75,13 +81,30 @@ def test_printed_flags_build_a_vllm_config(parser, checkpoints, case):
         assert pc.tensor_parallel_size == lp.parallel.tp
         assert pc.data_parallel_size == lp.parallel.dp
         assert pc.enable_expert_parallel == (lp.parallel.ep > 1)
-        # every NVFP4 MoE group's backend is one vLLM's NVFP4 oracle maps
+        # every MoE group's backend is one vLLM's oracle for its scheme maps, and the flag
+        # printed is one the oracle of every MoE group's scheme maps
         for g in lp.groups:
-            if g.decision is not None and g.op == "moe" and g.engine_backend:
-                from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import (
-                    map_nvfp4_backend,
-                )
-                map_nvfp4_backend(g.engine_backend)
+            if g.op != "moe":
+                continue
+            if g.planned and g.engine_backend:
+                _map(g.scheme, g.engine_backend)
+            if want_moe != "auto" and g.scheme in tables.VLLM_MOE_ACCEPTS:
+                _map(g.scheme, want_moe)
+
+
+def _map(scheme, name):
+    """vLLM's own mapper of --moe-backend for a scheme (raises ValueError when it refuses)."""
+    from vllm.model_executor.layers.fused_moe.oracle import fp8, mxfp4, mxfp8, nvfp4, unquantized
+    if scheme.startswith("nvfp4"):
+        return nvfp4.map_nvfp4_backend(name)
+    if scheme.startswith("fp8"):
+        return fp8.map_fp8_backend(name)
+    if scheme.startswith("mxfp4"):
+        return mxfp4.map_mxfp4_backend(name)
+    if scheme == "mxfp8":
+        return mxfp8._BACKEND_NAME_MAP[name]
+    assert scheme == "unquantized", scheme
+    return None if name == "humming" else unquantized.map_unquantized_backend(name)
 
 
 def _accepted(fn):
@@ -122,3 +145,90 @@ def test_kernel_tables_equal_vllms_maps():
             mapped = [k.__name__ for k in nvfp4.backend_to_kernel_cls(
                 nvfp4.map_nvfp4_backend(name))]
         assert list(kernels) == mapped, (op, quant, name)
+
+
+def test_moe_accept_tables_of_the_fp8_and_mxfp4_schemes_equal_vllms_mappers():
+    """Issue 26: every FP8 MoE method maps --moe-backend with map_fp8_backend, every MXFP4 one
+    with map_mxfp4_backend (Mxfp4MoEMethod through select_deepseek_v4_mxfp4_moe_backend,
+    GptOssMxfp4MoEMethod and CompressedTensorsW4A4Mxfp4MoEMethod through
+    select_mxfp4_moe_backend without an activation key, whose _get_requested_backends keeps
+    every mapped backend); the tables hold exactly the names they take."""
+    import inspect
+
+    from vllm.model_executor.layers.fused_moe.oracle import fp8, mxfp4
+    from vllm.model_executor.layers.quantization import mxfp4 as qmx
+    fp8_names = sorted(_accepted(fp8.map_fp8_backend))
+    for s in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block"):
+        assert sorted(tables.VLLM_MOE_ACCEPTS[s]) == fp8_names, s
+        assert "map_fp8_backend" in tables.VLLM_MOE_SOURCES[s]
+    mx_names = sorted(_accepted(mxfp4.map_mxfp4_backend))
+    assert mx_names == sorted(_accepted(lambda n: mxfp4._get_requested_backends(n, None)))
+    for s in ("mxfp4", "mxfp4_w4a8", "mxfp4_w4a4"):
+        assert sorted(tables.VLLM_MOE_ACCEPTS[s]) == mx_names, s
+    # the PR #40082 review: the b12x label of FlashInfer is refused by both oracles
+    assert "flashinfer_b12x" not in fp8_names and "flashinfer_b12x" not in mx_names
+    # the MXFP4 methods ask without an activation key, as the table assumes
+    assert "select_mxfp4_moe_backend(moe)" in inspect.getsource(qmx.GptOssMxfp4MoEMethod)
+    assert "select_deepseek_v4_mxfp4_moe_backend(" in inspect.getsource(qmx.Mxfp4MoEMethod)
+
+
+def test_linear_quant_keys_are_the_keys_vllms_kernel_initializers_ask_for():
+    """VLLM_LINEAR_QUANT: the `quantization=` each vLLM linear kernel initializer passes to
+    _get_linear_backend (which reads linear_backend_per_quant) for the scheme's QuantKey pair
+    (schema.QUANT_SCHEMES): recorded by wrapping _get_linear_backend, then vLLM's own runs."""
+    import torch
+    import vllm.model_executor.kernels.linear as lin
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+
+    from selector.core.schema import QUANT_SCHEMES
+    asked = []
+    real = lin._get_linear_backend
+
+    def spy(*, quantization):
+        asked.append(quantization)
+        return real(quantization=quantization)
+    lin._get_linear_backend = spy
+    try:
+        for scheme, want in tables.VLLM_LINEAR_QUANT.items():
+            w, a = QUANT_SCHEMES[scheme].vllm_keys
+            asked.clear()
+            try:
+                if scheme.startswith("fp8"):
+                    lin.init_fp8_linear_kernel(getattr(q, a), getattr(q, w), torch.bfloat16,
+                                               torch.bfloat16, (256, 256))
+                elif scheme == "mxfp8":
+                    lin.init_mxfp8_linear_kernel(weight_shape=(256, 256))
+                elif scheme.startswith("mxfp4"):
+                    lin.init_mxfp4_linear_kernel(activation_quant_key=a and getattr(q, a))
+                else:
+                    lin.init_nvfp4_linear_kernel(use_a16=a is None)
+            except Exception:  # noqa: BLE001 - no kernel on this CPU: the key was asked first
+                pass
+            assert asked and asked[0] == want, (scheme, asked)
+    finally:
+        lin._get_linear_backend = real
+
+
+def test_a_moe_flag_for_nvfp4_that_breaks_fp8_block_experts(parser, tmp_path):
+    """The #40082 review, with block FP8: a MIXED_PRECISION checkpoint whose experts are NVFP4
+    in two layers and FP8_PB_WO in the others. --moe-backend flashinfer_b12x suits the NVFP4
+    experts; the plan says it breaks the fp8_block ones, and vLLM's own map_fp8_backend refuses
+    it; the flag printed instead is one vLLM's NVFP4 and FP8 mappers both take, and it builds a
+    VllmConfig."""
+    from launch_fixtures import mixed_block_moe
+    from vllm.model_executor.layers.fused_moe.oracle import fp8, nvfp4
+    model = mixed_block_moe(tmp_path)
+    sel = selector.load(["engine=vllm", "platform=rtx_pro_6000", "stack=vllm_0_33",
+                         "policy.moe_backend=flashinfer_b12x"])
+    lp = sel.launch_plan(model)
+    (c,) = lp.conflicts
+    assert c.flag == ("--moe-backend", "flashinfer_b12x")
+    assert {b.group.scheme for b in c.breaks} == {"fp8_block"}
+    assert all("map_fp8_backend" in b.source for b in c.breaks)
+    with pytest.raises(ValueError):
+        fp8.map_fp8_backend("flashinfer_b12x")
+    nvfp4.map_nvfp4_backend("flashinfer_b12x")
+    value = vllm_config(parser, model, list(lp.flags)).kernel_config.moe_backend
+    assert value != "flashinfer_b12x"
+    fp8.map_fp8_backend(value)
+    nvfp4.map_nvfp4_backend(value)
