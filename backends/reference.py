@@ -172,6 +172,13 @@ def reference_linear(x, weights: LinearWeights, *, quant: str = "nvfp4", input_s
     w_deq: the dequantized weight, when the caller has cached it (``EmulationLinear.prepare``).
     """
     torch = _torch()
+    from .fp8 import FP8_QUANTS
+    if quant in FP8_QUANTS:
+        if input_scale is not _FROM_WEIGHTS or w_deq is not None:
+            raise ValueError("an FP8 reference takes its scales from the weights "
+                             "(input_scale / w_deq are NVFP4 arguments)")
+        return reference_fp8_linear(x, weights, quant=quant, out=out,
+                                    compute_dtype=compute_dtype)
     _check_quant(quant)
     check_float_tensor(x)
     K = weights.in_features
@@ -187,6 +194,39 @@ def reference_linear(x, weights: LinearWeights, *, quant: str = "nvfp4", input_s
     if weights.bias is not None:
         y = y + weights.bias.to(cd)
     return _write_out(y.reshape(tuple(x.shape[:-1]) + (W.shape[0],)), out, x)
+
+
+def reference_fp8_linear(x, weights, *, quant: Optional[str] = None, out=None,
+                         compute_dtype=None):
+    """FP8 linear reference: ``y = deq(q(x)) @ deq(W).T (+ bias)`` for ``x`` ``[..., K]``.
+
+    ``weights``: ``backends.fp8.Fp8LinearWeights``; ``quant`` (default the weights' scheme) must
+    be theirs. The activation is quantized as every FP8 kernel of this package quantizes it
+    (``backends.fp8.quantize_activation``, in float32: per tensor with the static
+    ``input_scale`` or dynamically, per token, or per 1x128 group), then both operands are
+    dequantized and multiplied in ``compute_dtype`` (float32 by default; float64 for verify).
+    Output in x's dtype, or written into ``out``.
+    """
+    torch = _torch()
+    from .fp8 import Fp8LinearWeights, dequantize_activation, quantize_activation
+    if not isinstance(weights, Fp8LinearWeights):
+        raise ValueError(f"expected Fp8LinearWeights, got {type(weights).__name__}")
+    q = weights.quant if quant is None else quant
+    if q != weights.quant:
+        raise ValueError(f"quant {q!r} does not match the weights' scheme {weights.quant!r}")
+    check_float_tensor(x)
+    K, N = weights.in_features, weights.out_features
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(f"x has shape {list(x.shape)}; expected [..., {K}] (the layer's in_features)")
+    cd = compute_dtype or torch.float32
+    x2 = x.reshape(-1, K)
+    # the codes come from float32 arithmetic whatever compute_dtype is: the kernels' quantizer
+    codes, scale = quantize_activation(x2.to(torch.float32), q, weights.input_scale)
+    xd = dequantize_activation(codes, scale, q, cd)[:, :K]
+    y = xd @ weights.dequantize(cd).T
+    if weights.bias is not None:
+        y = y + weights.bias.to(cd)
+    return _write_out(y.reshape(tuple(x.shape[:-1]) + (N,)), out, x)
 
 
 def dequantize_moe(weights: MoEWeights, dtype=None):
@@ -415,7 +455,7 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     return _write_out(y, out, x)
 
 
-__all__ = ["activation_fn", "emulate_linear", "emulate_moe", "exact_quantizer",
+__all__ = ["activation_fn", "reference_fp8_linear", "emulate_linear", "emulate_moe", "exact_quantizer",
            "check_activation", "dequantize_moe", "route", "reference_linear",
            "reference_moe", "GATED_ACTIVATIONS", "INTERLEAVED_ACTIVATIONS", "NON_GATED_ACTIVATIONS",
            "NVFP4Tensor"]
