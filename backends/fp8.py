@@ -24,7 +24,7 @@ Imports torch only inside functions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Tuple
 
 FP8_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 FP8_MAX = 448.0  # largest finite E4M3 (float8_e4m3fn)
@@ -160,7 +160,7 @@ class Fp8LinearWeights:
     def in_features(self) -> int:
         return int(self.weight.shape[1])
 
-    def to(self, device) -> "Fp8LinearWeights":
+    def to(self, device) -> Fp8LinearWeights:
         def mv(t):
             return None if t is None else t.to(device)
         return Fp8LinearWeights(self.weight.to(device), self.weight_scale.to(device), self.quant,

@@ -1,14 +1,14 @@
 """torch ``_scaled_mm`` FP8 linear backends: vLLM 0.32.0's torch family
 (``model_executor/kernels/linear/scaled_mm/pytorch.py``) as selector backends.
 
-=================================  ==========================  =======================================
-backend (class)                    schemes                     the GEMM
-=================================  ==========================  =======================================
-torch_per_tensor (TorchPerTensor)  fp8_tensor(_dynamic)        ``_scaled_mm(A, B, sa, sb, bias)``, scalar scales (cuBLASLt)
-torch_row_wise (TorchRowWise)      fp8_channel                 ``_scaled_mm`` with ``sa [M, 1]``, ``sb [1, N]`` fused (CUTLASS SM90; bf16 out)
-torch_channel_wise (TorchChannel)  fp8_channel                 ``_scaled_mm`` with unit scales, fp32 out, then ``* sa * sb.T + bias`` (vLLM's unfused path)
-torch_block_wise (TorchBlockWise)  fp8_block                   ``_scaled_mm`` with ``sa [M, K/128]`` column-major and ``sb [K/128, N/128]`` (cuBLASLt block scaling, SM 9.0)
-=================================  ==========================  =======================================
+- ``torch_per_tensor`` (TorchPerTensorLinear), fp8_tensor / fp8_tensor_dynamic:
+  ``_scaled_mm(A, B, sa, sb, bias)`` with scalar scales (cuBLASLt).
+- ``torch_row_wise`` (TorchRowWiseLinear), fp8_channel: ``_scaled_mm`` with ``sa [M, 1]`` and
+  ``sb [1, N]`` fused in the epilogue (torch's CUTLASS SM90 kernel; bfloat16 output).
+- ``torch_channel_wise`` (TorchChannelWiseLinear), fp8_channel: ``_scaled_mm`` with unit scales
+  into float32, then ``* sa * sb.T + bias`` (vLLM's unfused path).
+- ``torch_block_wise`` (TorchBlockWiseLinear), fp8_block: ``_scaled_mm`` with ``sa [M, K/128]``
+  column-major and ``sb [K/128, N/128]`` (cuBLASLt block scaling, SM 9.0).
 
 ``prepare(Fp8LinearWeights)`` gates once (the selector must find the backend usable for the
 layer), zero-pads the weight to the GEMM's alignment (K and N to 16; K and N to 128 for block
@@ -20,7 +20,7 @@ torch's CPU build also has ``_scaled_mm`` (per-tensor and row-wise): it runs whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from ._base import LinearBackend
 from .fp8 import BLOCK, Fp8LinearWeights, cdiv, quantize_activation

@@ -74,8 +74,9 @@ def tile_config(m: int) -> dict:
 
 
 def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None):
-    """``[M, K']`` FP8 codes (K' >= K: the first K columns are read) with ``[M, ceil(K/128)]`` scales times ``[N, K]`` FP8 weights with
-    ``[ceil(N/128), ceil(K/128)]`` scales: ``[M, N]`` in ``out_dtype`` (CUDA tensors)."""
+    """``[M, K']`` FP8 codes (K' >= K: the first K columns are read) with ``[M, ceil(K/128)]``
+    scales times ``[N, K]`` FP8 weights with ``[ceil(N/128), ceil(K/128)]`` scales: ``[M, N]`` in
+    ``out_dtype`` (CUDA tensors)."""
     import torch
     import triton
     M = a.shape[0]
@@ -90,7 +91,8 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None):
     c = torch.empty((M, N), dtype=out_dtype, device=a.device)
     cfg = tile_config(M)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    _kernel()[grid](a, w, c, a_scale, w_scale, bias if bias is not None else c, M, N, K, KB,
+    _kernel()[grid](a, w, c, a_scale, w_scale, bias if bias is not None else c,
+                    M, N, K, KB,
                     a.stride(0), w.stride(0), c.stride(0), a_scale.stride(0), w_scale.stride(0),
                     HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8, **cfg)
     return c

@@ -205,8 +205,8 @@ def engine_name_clashes(backends: Sequence[BackendSpec], within: Optional[Any] =
                         ) -> List[str]:
     """Two backends of one op that implement a common scheme and claim the same name in one
     engine (`engines.<e>.name`): the engine's flag would name one and run the other, and the
-    engine's request of that name could not be mapped back. One message per clash, naming both files; with `within` (a directory),
-    only clashes that involve a file under it."""
+    engine's request of that name could not be mapped back. One message per clash, naming both
+    files; with `within` (a directory), only clashes that involve a file under it."""
     from selector.core.packaged import packaged_conf_dir
     packaged = f"{packaged_conf_dir()}/"
     seen: Dict[Tuple[str, str, str], List[BackendSpec]] = {}
