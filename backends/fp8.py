@@ -174,6 +174,12 @@ class Fp8LinearWeights:
         return self.weight.to(dt) * expand_weight_scale(self.weight_scale.to(dt), self.quant, n, k)
 
 
+def is_fp8_linear_weights(w) -> bool:
+    """An ``Fp8LinearWeights`` (by class name: the package is importable as ``backends`` and as
+    ``selector.backends``, two module objects for one class)."""
+    return type(w).__name__ == "Fp8LinearWeights" and hasattr(w, "weight_scale")
+
+
 def make_linear_weights(w, quant: str, *, input_scale=None, bias=None) -> Fp8LinearWeights:
     """Quantize a float ``[N, K]`` weight to ``quant`` (a checkpoint as an FP8 quantizer writes it)."""
     torch = _torch()
@@ -224,5 +230,6 @@ def dequantize_activation(q, scale, quant: str, dtype=None):
 
 
 __all__ = ["FP8_QUANTS", "FP8_MAX", "BLOCK", "Fp8LinearWeights", "make_linear_weights",
+           "is_fp8_linear_weights",
            "quantize_weight", "quantize_activation", "dequantize_activation",
            "expand_weight_scale", "weight_scale_shape", "check_quant"]

@@ -208,8 +208,8 @@ def reference_fp8_linear(x, weights, *, quant: Optional[str] = None, out=None,
     Output in x's dtype, or written into ``out``.
     """
     torch = _torch()
-    from .fp8 import Fp8LinearWeights, dequantize_activation, quantize_activation
-    if not isinstance(weights, Fp8LinearWeights):
+    from .fp8 import dequantize_activation, is_fp8_linear_weights, quantize_activation
+    if not is_fp8_linear_weights(weights):
         raise ValueError(f"expected Fp8LinearWeights, got {type(weights).__name__}")
     q = weights.quant if quant is None else quant
     if q != weights.quant:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict
 
 from ._base import LinearBackend
-from .fp8 import BLOCK, Fp8LinearWeights, cdiv, quantize_activation
+from .fp8 import BLOCK, cdiv, is_fp8_linear_weights, quantize_activation
 
 #: _scaled_mm's alignment of K and N (cuBLASLt FP8: both divisible by 16)
 ALIGN = 16
@@ -74,7 +74,7 @@ class _TorchScaledMM(LinearBackend):
     schemes: tuple = ()
 
     def _check(self, weights) -> None:
-        if not isinstance(weights, Fp8LinearWeights):
+        if not is_fp8_linear_weights(weights):
             raise ValueError(f"{type(self).__name__}.prepare: expected backends.fp8."
                              f"Fp8LinearWeights, got {type(weights).__name__}")
         if weights.quant != self.quant:

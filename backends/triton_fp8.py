@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 from ._base import LinearBackend
-from .fp8 import BLOCK, Fp8LinearWeights, quantize_activation
+from .fp8 import BLOCK, is_fp8_linear_weights, quantize_activation
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,7 +103,7 @@ class TritonBlockFp8Linear(LinearBackend):
     checkpoint's codes and 128x128 scales as they are; ``apply(x, prepared, out=None)``."""
 
     def prepare(self, weights):
-        if not isinstance(weights, Fp8LinearWeights):
+        if not is_fp8_linear_weights(weights):
             raise ValueError(f"TritonBlockFp8Linear.prepare: expected backends.fp8."
                              f"Fp8LinearWeights, got {type(weights).__name__}")
         if weights.quant != "fp8_block" or self.quant != "fp8_block":
