@@ -189,6 +189,98 @@ def make_linear_weights(w, quant: str, *, input_scale=None, bias=None) -> Fp8Lin
     return Fp8LinearWeights(q, s, quant, input_scale if quant == "fp8_tensor" else None, bias)
 
 
+#: the schemes the grouped MoE path runs (row-wise scales: per-tensor ones broadcast per row)
+MOE_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel")
+
+
+def moe_weight_scale_shape(quant: str, e: int, rows: int, k: int) -> Tuple[int, ...]:
+    return (e,) + weight_scale_shape(quant, rows, k)
+
+
+@dataclass(frozen=True)
+class Fp8MoEWeights:
+    """An FP8 fused-MoE layer: ``w13`` float8_e4m3fn ``[E, 2I, H]`` (``[gate; up]`` rows; ``[E, I,
+    H]`` non-gated), ``w2`` ``[E, H, I]``, their scales per expert (``[E]``, ``[E, rows]`` or
+    ``[E, rows/128, K/128]``), and for fp8_tensor the static activation scales ``a13_scale``
+    (one scalar: vLLM reduces w13's to one) and ``a2_scale`` (scalar or ``[E]``)."""
+
+    w13: Any
+    w13_scale: Any
+    w2: Any
+    w2_scale: Any
+    quant: str
+    a13_scale: Any = None
+    a2_scale: Any = None
+
+    def __post_init__(self) -> None:
+        torch = _torch()
+        check_quant(self.quant)
+        for name in ("w13", "w2"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn or t.dim() != 3:
+                raise ValueError(f"{name}: expected a float8_e4m3fn [E, rows, K] tensor, got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)} "
+                                 f"{list(getattr(t, 'shape', []))}")
+        e, rows, h = self.w13.shape
+        if tuple(self.w2.shape[:2]) != (e, h) or rows not in (self.w2.shape[2], 2 * self.w2.shape[2]):
+            raise ValueError(f"w13 {list(self.w13.shape)} and w2 {list(self.w2.shape)} do not make "
+                             "one MoE layer ([E, 2I or I, H] and [E, H, I])")
+        for name, t in (("w13_scale", self.w13), ("w2_scale", self.w2)):
+            s = getattr(self, name)
+            want = moe_weight_scale_shape(self.quant, *t.shape)
+            if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or tuple(s.shape) != want:
+                raise ValueError(f"{name}: expected float32 {list(want)} for {self.quant}, got "
+                                 f"{getattr(s, 'dtype', type(s).__name__)} "
+                                 f"{list(getattr(s, 'shape', []))}")
+        if self.quant == "fp8_tensor" and (self.a13_scale is None or self.a2_scale is None):
+            raise ValueError("fp8_tensor MoE needs its static a13_scale and a2_scale")
+
+    @property
+    def num_experts(self) -> int:
+        return int(self.w13.shape[0])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.w13.shape[2])
+
+    @property
+    def intermediate_size(self) -> int:
+        return int(self.w2.shape[2])
+
+    @property
+    def act_and_mul(self) -> bool:
+        return int(self.w13.shape[1]) == 2 * self.intermediate_size
+
+    def to(self, device) -> Fp8MoEWeights:
+        def mv(t):
+            return None if t is None else t.to(device)
+        return Fp8MoEWeights(self.w13.to(device), self.w13_scale.to(device), self.w2.to(device),
+                             self.w2_scale.to(device), self.quant, mv(self.a13_scale),
+                             mv(self.a2_scale))
+
+    def expert(self, name: str, e: int, dtype=None):
+        """Expert ``e`` of ``w13`` or ``w2``, dequantized."""
+        torch = _torch()
+        dt = dtype or torch.float32
+        t, s = getattr(self, name)[e], getattr(self, name + "_scale")[e]
+        return t.to(dt) * expand_weight_scale(s.to(dt), self.quant, *t.shape)
+
+
+def make_moe_weights(w13, w2, quant: str, *, a13_scale=None, a2_scale=None) -> Fp8MoEWeights:
+    """Quantize float ``[E, 2I, H]`` / ``[E, H, I]`` expert weights to ``quant``, expert by expert."""
+    torch = _torch()
+    out = []
+    for w in (w13, w2):
+        qs = [quantize_weight(w[e], quant) for e in range(w.shape[0])]
+        out.append((torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])))
+
+    def f32(v):
+        return None if v is None else torch.as_tensor(v, dtype=torch.float32, device=w13.device)
+    static = quant == "fp8_tensor"
+    return Fp8MoEWeights(out[0][0], out[0][1], out[1][0], out[1][1], quant,
+                         f32(a13_scale) if static else None, f32(a2_scale) if static else None)
+
+
 def quantize_activation(x, quant: str, input_scale=None):
     """``(codes float8_e4m3fn [M, K'], scale float32)`` of a 2-D activation ``[M, K]``.
 
@@ -230,6 +322,6 @@ def dequantize_activation(q, scale, quant: str, dtype=None):
 
 
 __all__ = ["FP8_QUANTS", "FP8_MAX", "BLOCK", "Fp8LinearWeights", "make_linear_weights",
-           "is_fp8_linear_weights",
+           "is_fp8_linear_weights", "Fp8MoEWeights", "make_moe_weights", "MOE_QUANTS",
            "quantize_weight", "quantize_activation", "dequantize_activation",
            "expand_weight_scale", "weight_scale_shape", "check_quant"]
