@@ -112,6 +112,34 @@ EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation"
                 "linear/b12x", "linear/flashinfer_cutedsl", "linear/marlin",
                 "linear/emulation"}
 
+# FP8 backends (h200): the scheme their generated cases are decided for (under the NVFP4 default
+# they would be not_applicable and pin nothing), their devices and activations.
+SCHEME_OF = {"linear/torch_per_tensor": "fp8_tensor", "linear/torch_channel_wise": "fp8_channel",
+             "linear/torch_row_wise": "fp8_channel", "linear/torch_block_wise": "fp8_block",
+             "linear/triton_block_fp8": "fp8_block", "moe/torch_grouped_fp8": "fp8_channel"}
+EXPECT_DEVICES.update({
+    # vLLM 0.32.0 scaled_mm/pytorch.py _supports_torch_fp8_scaled_mm; platforms/cuda.py
+    # supports_fp8 (cc >= 8.9)
+    "linear/torch_per_tensor": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "linear/torch_channel_wise": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    # pytorch #125204 (SM90 row-wise kernel; the only one selector claims)
+    "linear/torch_row_wise": {"9.0"},
+    # vLLM 0.32.0 BlockWiseTorchFP8ScaledMMLinearKernel.is_supported (compute capability 90)
+    "linear/torch_block_wise": {"9.0"},
+    # triton backends/nvidia/compiler.py: fp8e4nv from capability 89
+    "linear/triton_block_fp8": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    # pytorch #148531 (H100 only)
+    "moe/torch_grouped_fp8": {"9.0"},
+})
+# selector's reference activation_fn runs between the grouped GEMMs
+EXPECT_ACTIVATIONS["moe/torch_grouped_fp8"] = (_APPLY - {"situ"},
+                                               {"silu", "gelu", "gelu_tanh", "relu2"})
+
+
+def _scheme(backend: str) -> dict:
+    return {"quant": SCHEME_OF[backend]} if backend in SCHEME_OF else {}
+
+
 # A device on which each backend's device rule passes, for the activation and quant cases:
 # the oldest of these its expected devices include (derived, so a new backend adds none).
 HOME = {b: next(d for d in ("9.0", "10.0", "12.0") if d in ok) for b, ok in EXPECT_DEVICES.items()}
@@ -120,7 +148,7 @@ HOME = {b: next(d for d in ("9.0", "10.0", "12.0") if d in ok) for b, ok in EXPE
 def _generated() -> List[Case]:
     out = []
     for backend, ok in EXPECT_DEVICES.items():
-        layer = DENSE if backend.startswith(LIN) else {}
+        layer = {**(DENSE if backend.startswith(LIN) else {}), **_scheme(backend)}
         for dev in DEVICES:
             out.append(C(f"{backend}-device-{dev}", dev, backend, fails={"device"} - (
                 {"device"} if dev in ok else set()), layer=layer, only="device"))
@@ -128,11 +156,13 @@ def _generated() -> List[Case]:
         for act in GATED:
             out.append(C(f"{backend}-gated-{act}", HOME[backend], backend,
                          fails=() if act in gated else {"activation|act_and_mul"},
-                         layer={"activation": act, "act_and_mul": True}, only="activation"))
+                         layer={"activation": act, "act_and_mul": True, **_scheme(backend)},
+                         only="activation"))
         for act in NON_GATED:
             out.append(C(f"{backend}-nongated-{act}", HOME[backend], backend,
                          fails=() if act in non_gated else {"activation|act_and_mul"},
-                         layer={"activation": act, "act_and_mul": False}, only="activation"))
+                         layer={"activation": act, "act_and_mul": False, **_scheme(backend)},
+                         only="activation"))
     for backend in EXPECT_DEVICES:
         layer = dict(DENSE) if backend.startswith(LIN) else {}
         dev = HOME[backend]
@@ -502,11 +532,21 @@ ENGINE_NAMES = {
 }
 
 
+# vLLM 0.32.0 kernels/linear/__init__.py _LINEAR_BACKEND_KERNEL_MAP: one `torch` backend (a
+# kernel per FP8 scheme), `triton`; RowWiseTorchFP8ScaledMMLinearKernel is ROCm-only; the
+# grouped FP8 MoE is selector's own. SGLang 0.5.23 Fp8GemmRunnerBackend: no torch value.
+ENGINE_NAMES["vllm"].update({
+    "linear/torch_per_tensor": "torch", "linear/torch_channel_wise": "torch",
+    "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
+    "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None})
+ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
+
+
 def _engine_names() -> List[Case]:
     out = []
     for engine, names in ENGINE_NAMES.items():
         for backend, name in names.items():
-            layer = DENSE if backend.startswith(LIN) else {}
+            layer = {**(DENSE if backend.startswith(LIN) else {}), **_scheme(backend)}
             out.append(C(f"{engine}-name-{backend}", HOME[backend], backend,
                          fails=() if name else {"engine"}, layer=layer, only="engine",
                          engine=engine, name=name))
