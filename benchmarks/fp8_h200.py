@@ -154,10 +154,7 @@ def linear_layer(sel, row, quick: bool) -> Dict[str, Any]:
     for b in names:
         cls = load_entry_point(d.candidate(b).entry_point)
         try:
-            impl = cls(quant=quant, decision=sel.select(op="linear", quant=quant, hidden_size=k,
-                                                        num_tokens=CHECK_TOKENS,
-                                                        dtype="bfloat16"))
-            impl.backend = b
+            impl = cls(quant=quant, decision=d)
             prep = impl.prepare(w)
             y = impl.apply(x, prep)
             torch.cuda.synchronize()
@@ -189,7 +186,8 @@ def linear_layer(sel, row, quick: bool) -> Dict[str, Any]:
             + f"  | selected {dt.selected}, fastest {row_t.get('fastest')}, pick/fastest "
               f"{row_t.get('pick_over_fastest')}")
         out["timings"].append(row_t)
-    del wbf, ref
+    wbf = ref = None
+    impls.clear()
     torch.cuda.empty_cache()
     return out
 
