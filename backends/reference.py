@@ -230,7 +230,8 @@ def reference_fp8_linear(x, weights, *, quant: Optional[str] = None, out=None,
 
 
 def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "silu",
-                      swiglu_limit: Optional[float] = None, out=None, compute_dtype=None):
+                      swiglu_limit: Optional[float] = None, out=None, compute_dtype=None,
+                      fc1_output_dtype=None):
     """FP8 fused MoE (``backends.fp8.Fp8MoEWeights``): ``out[t] = sum_k w_tk * W2_e @
     q2(act(W13_e @ q1(x_t)))`` with both GEMM inputs quantized to FP8 as the grouped kernel
     quantizes them (``backends.fp8.quantize_activation``, float32 arithmetic):
@@ -241,6 +242,10 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
       scale over every routed row of every expert; fp8_channel per routed row.
 
     Weights dequantized (codes times scales), GEMMs in ``compute_dtype`` (float32 default).
+    ``fc1_output_dtype`` (e.g. torch.bfloat16): FC1's output rounded to it before the activation,
+    as a kernel whose FC1 GEMM writes that dtype (the grouped GEMM writes bf16): FC2's input
+    codes then match the kernel's, where an exact FC1 output can round to the neighbouring E4M3
+    code (one step, 2^-3 relative).
     """
     torch = _torch()
     from .fp8 import (
@@ -267,6 +272,8 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
     for e in torch.unique(ids[ids >= 0]).tolist():
         tok, slot = torch.nonzero(ids == e, as_tuple=True)
         h = xd[tok] @ weights.expert("w13", e, cd).T
+        if fc1_output_dtype is not None:
+            h = h.to(fc1_output_dtype).to(cd)
         acts[e] = (tok, slot, activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit))
     if quant == "fp8_tensor_dynamic" and acts:
         amax = max(float(a.abs().max()) for _, _, a in acts.values())

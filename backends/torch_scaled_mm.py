@@ -163,7 +163,8 @@ class TorchPerTensorLinear(_TorchScaledMM):
 
 class TorchRowWiseLinear(_TorchScaledMM):
     """torch's row-wise ``_scaled_mm``: per-token ``[M, 1]`` and per-channel ``[1, N]`` scales
-    applied in the GEMM's epilogue (torch's CUTLASS kernel on SM 9.0; bfloat16 output only).
+    applied in the GEMM's epilogue (torch's CUTLASS kernel on SM 9.0; before torch 2.11 bfloat16
+    output only: the backend file's dtype rule).
     vLLM's RowWiseTorchFP8ScaledMMLinearKernel is the same call, used on ROCm only."""
 
     schemes = ("fp8_channel",)
@@ -175,10 +176,6 @@ class TorchRowWiseLinear(_TorchScaledMM):
         return s
 
     def _gemm(self, a, a_scale, p, out_dtype):
-        torch = _torch()
-        if out_dtype != torch.bfloat16:
-            raise ValueError(f"torch_row_wise writes bfloat16 only (torch's row-wise "
-                             f"_scaled_mm); x is {out_dtype}")
         return _scaled_mm(a, p.weight.t(), a_scale.reshape(-1, 1).contiguous(), p.weight_scale,
                           out_dtype, _bias_for(p, p.padded_n, out_dtype))
 
@@ -209,11 +206,16 @@ class TorchChannelWiseLinear(_TorchScaledMM):
 class TorchBlockWiseLinear(_TorchScaledMM):
     """vLLM ``BlockWiseTorchFP8ScaledMMLinearKernel``: DeepSeek-style block scales in
     ``_scaled_mm`` (cuBLASLt, SM 9.0): ``scale_a`` ``[M, K/128]`` column-major, ``scale_b`` the
-    transposed ``[N/128, K/128]`` weight scale; M padded to a multiple of 4 (cuBLASLt). K and N are
-    zero-padded to 128 here (a layer whose sizes are not multiples of 128 still runs)."""
+    transposed ``[N/128, K/128]`` weight scale; M padded to a multiple of 4 (cuBLASLt).
+
+    K is zero-padded to a multiple of 512 (K/128 a multiple of 4) and N to 128: on torch 2.11
+    (H200, docs/h200.md) the block-scaled ``_scaled_mm`` returns wrong results when K/128 is not
+    a multiple of 4 (errors 25-52x the output for K/128 = 2, 3, 6; cuBLASLt's 128x128 scale layout
+    rounds K/128 up to 4, pytorch #166752), and refuses the padded scale layout; zero weight
+    columns with unit scales leave the product unchanged. vLLM 0.32.0's kernel does not pad."""
 
     schemes = ("fp8_block",)
-    align_k = BLOCK
+    align_k = 4 * BLOCK
     align_n = BLOCK
 
     def _weight_scale(self, weights, n_pad, k_pad):
@@ -228,10 +230,11 @@ class TorchBlockWiseLinear(_TorchScaledMM):
         torch = _torch()
         m = a.shape[0]
         pad = (-m) % 4
-        kb = a_scale.shape[1]
-        # column-major [M_pad, K/128]: the transpose of a contiguous [K/128, M_pad]
+        kb = p.padded_k // BLOCK
+        # column-major [M_pad, K_pad/128]: the transpose of a contiguous [K_pad/128, M_pad]
+        # (groups beyond the layer's K hold zero codes: their scale is 1)
         sa = torch.ones((kb, m + pad), dtype=torch.float32, device=a.device)
-        sa[:, :m] = a_scale.t()
+        sa[:a_scale.shape[1], :m] = a_scale.t()
         sa = sa.t()
         if pad:
             a = torch.cat([a.view(torch.uint8), torch.zeros(

@@ -28,7 +28,8 @@ def _kernel() -> Any:
     def block_fp8_gemm(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, bias_ptr, M, N, K, KB,
                        stride_am, stride_bn, stride_cm, stride_asm, stride_bsn,
                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                       MAX_IMPRECISE: tl.constexpr):
         pid = tl.program_id(0)
         num_m = tl.cdiv(M, BLOCK_M)
         num_n = tl.cdiv(N, BLOCK_N)
@@ -53,7 +54,7 @@ def _kernel() -> Any:
             b = tl.load(b_ptrs, mask=mask_n[None, :] & (rk[:, None] < k_left), other=0.0)
             sa = tl.load(as_ptrs + kb, mask=mask_m, other=0.0)
             sb = tl.load(bs_ptrs + kb, mask=mask_n, other=0.0)
-            acc += tl.dot(a, b) * sa[:, None] * sb[None, :]
+            acc += tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE) * sa[:, None] * sb[None, :]
             a_ptrs += BLOCK_K
             b_ptrs += BLOCK_K
         if HAS_BIAS:
@@ -73,7 +74,11 @@ def tile_config(m: int) -> dict:
     return dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
 
 
-def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None):
+#: tl.dot's max_num_imprecise_acc for the FP8 products (None: Triton's default)
+MAX_IMPRECISE = None
+
+
+def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise="default"):
     """``[M, K']`` FP8 codes (K' >= K: the first K columns are read) with ``[M, ceil(K/128)]``
     scales times ``[N, K]`` FP8 weights with ``[ceil(N/128), ceil(K/128)]`` scales: ``[M, N]`` in
     ``out_dtype`` (CUDA tensors)."""
@@ -94,7 +99,9 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None):
     _kernel()[grid](a, w, c, a_scale, w_scale, bias if bias is not None else c,
                     M, N, K, KB,
                     a.stride(0), w.stride(0), c.stride(0), a_scale.stride(0), w_scale.stride(0),
-                    HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8, **cfg)
+                    HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
+                    MAX_IMPRECISE=MAX_IMPRECISE if max_imprecise == "default" else max_imprecise,
+                    **cfg)
     return c
 
 

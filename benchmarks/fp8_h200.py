@@ -119,7 +119,7 @@ def usable(decision) -> List[str]:
 
 def measure(y, ref, bound) -> Dict[str, Any]:
     from selector.backends.verify_child import measure as vmeasure
-    r = vmeasure(y, ref, None)
+    r = vmeasure(y, ref.cpu(), None)  # its gains run on the CPU
     ok = (r.get("nonfinite", 0) == 0 and r["max_rel_err"] <= bound.max_rel_err
           and r["rms_rel_err"] <= bound.rms_rel_err and r["gain_err"] <= bound.gain_err)
     return {"max_rel_err": r.get("max_rel_err"), "rms_rel_err": r.get("rms_rel_err"),
@@ -228,6 +228,11 @@ def moe_layer(sel, row, quick: bool) -> Dict[str, Any]:
             from selector.backends.verify_child import compare
             res = dict(compare(y, ref))
             res.pop("worst", None)
+            # the reference with FC1's output rounded to bf16, as the grouped GEMM writes it
+            ref16 = reference_fp8_moe(x.double(), w, tw, ti, compute_dtype=torch.float64,
+                                      fc1_output_dtype=torch.bfloat16)
+            r16 = compare(y, ref16)
+            res["fc1_bf16_reference"] = {k: r16[k] for k in ("max_rel_err", "rms_rel_err")}
             out["verify"][b] = res
             log(f"  verify {b}: {res}")
             timings = {}
@@ -237,16 +242,37 @@ def moe_layer(sel, row, quick: bool) -> Dict[str, Any]:
                 timings[t] = cuda_time(lambda: impl.apply(xt, prep, twt, tit))
                 log(f"  T={t:5d} {b} {timings[t]:.4f} ms")
             out.setdefault("timings", {})[b] = timings
+            if b == "torch_grouped_fp8" and "profiled" not in out:
+                out["profiled"] = profile_moe(impl, prep, H, E, topk, g)
         except Exception as exc:  # noqa: BLE001
             out["verify"][b] = {"status": "ERROR", "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             log(f"  verify {b}: {out['verify'][b]}")
     return out
 
 
+def profile_moe(impl, prep, H: int, E: int, topk: int, g) -> str:
+    """torch.profiler's CUDA and CPU time per operator of one grouped-MoE apply at one token."""
+    import torch
+
+    from selector.backends.reference import route
+    x = torch.randn(1, H, generator=g, device="cuda").bfloat16()
+    tw, ti = route(torch.randn(1, E, generator=g, device="cuda"), topk)
+    for _ in range(3):
+        impl.apply(x, prep, tw, ti)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            impl.apply(x, prep, tw, ti)
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14)
+    log(table)
+    return table
+
+
 def verify_seeds(sel, seeds: int) -> Dict[str, Any]:
     """verify's own FP8 linear cases over ``seeds`` seeds, per usable FP8 backend: the worst
     max / RMS / gain errors (what the bounds are measured from)."""
-    from selector.backends import verify_child as C
     from selector.inspect import verify as V
     worst: Dict[str, Any] = {}
     for b in sel.catalogue.backends["linear"]:
@@ -257,10 +283,25 @@ def verify_seeds(sel, seeds: int) -> Dict[str, Any]:
         if not cases:
             log(f"verify seeds {b.name}: no case ({why})")
             continue
+        for variant in ((None, 32, 0) if b.name == "triton_block_fp8" else (None,)):
+            worst.update(_seed_cases(b, cases, seeds, variant))
+    return worst
+
+
+def _seed_cases(b, cases, seeds: int, variant) -> Dict[str, Any]:
+    """One backend's verify cases over seeds (``variant``: the Triton kernel's
+    max_num_imprecise_acc, None = its default)."""
+    from selector.backends import triton_fp8
+    from selector.backends import verify_child as C
+    from selector.inspect import verify as V
+    triton_fp8.MAX_IMPRECISE = variant
+    worst: Dict[str, Any] = {}
+    if True:
         spec = {"overrides": ["platform=auto"], "config_dirs": [], "backend": b.name,
                 "op": "linear", "entry_point": b.entry_point}
         for c in cases:
-            key = f"{b.name} {c.id}"
+            key = f"{b.name} {c.id}" + ("" if variant is None else
+                                         f" [max_num_imprecise_acc={variant}]")
             w = worst.setdefault(key, {"max_rel_err": 0.0, "rms_rel_err": 0.0, "gain_err": 0.0,
                                        "fails": 0, "runs": 0})
             for s in range(seeds):
@@ -275,6 +316,7 @@ def verify_seeds(sel, seeds: int) -> Dict[str, Any]:
                     w["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 w["runs"] += 1
             log(f"verify seeds {key}: {w}")
+    triton_fp8.MAX_IMPRECISE = None
     return worst
 
 

@@ -34,11 +34,14 @@ CASES = [
       layer=L("fp8_tensor")),
     C("channel-wise-fp16", "9.0", "linear/torch_channel_wise", layer=L("fp8_channel",
                                                                          dtype="float16")),
-    # row-wise: bfloat16 output only (pytorch Blas.cpp; vLLM RowWise can_implement)
-    C("row-wise-fp16", "9.0", "linear/torch_row_wise", {"dtype"},
+    # row-wise: bfloat16 output only before torch 2.11 (pytorch #125204's SM90 kernel; vLLM
+    # RowWise can_implement); torch 2.11 writes float16 and float32 too (measured, docs/h200.md)
+    C("row-wise-fp16-torch-2.10", "9.0", "linear/torch_row_wise", {"dtype"},
+      pk={"torch": "2.10.0"}, layer=L("fp8_channel", dtype="float16")),
+    C("row-wise-fp32-torch-2.10", "9.0", "linear/torch_row_wise", {"dtype"},
+      pk={"torch": "2.10.0"}, layer=L("fp8_channel", dtype="float32")),
+    C("row-wise-fp16-torch-2.11", "9.0", "linear/torch_row_wise", pk={"torch": "2.11.0"},
       layer=L("fp8_channel", dtype="float16")),
-    C("row-wise-fp32", "9.0", "linear/torch_row_wise", {"dtype"},
-      layer=L("fp8_channel", dtype="float32")),
     C("row-wise-bf16", "9.0", "linear/torch_row_wise", layer=L("fp8_channel")),
     C("row-wise-torch-2.4", "9.0", "linear/torch_row_wise", {"package"}, pk={"torch": "2.4.1"},
       layer=L("fp8_channel")),
@@ -52,6 +55,13 @@ CASES = [
       pk={"torch": "2.9.1"}, layer=L("fp8_block")),
     C("block-wise-torch-2.10", "9.0", "linear/torch_block_wise", pk={"torch": "2.10.0"},
       layer=L("fp8_block")),
+    # vLLM's kernel does not pad K: K/128 must be a multiple of 4 (pytorch #166752; measured on
+    # torch 2.11); selector's own backend pads
+    C("block-wise-vllm-k768", "9.0", "linear/torch_block_wise", {"shape"},
+      layer=L("fp8_block", hidden_size=768), engine="vllm", name="torch"),
+    C("block-wise-vllm-k7168", "9.0", "linear/torch_block_wise",
+      layer=L("fp8_block", hidden_size=7168), engine="vllm", name="torch"),
+    C("block-wise-k768", "9.0", "linear/torch_block_wise", layer=L("fp8_block", hidden_size=768)),
     C("block-wise-sm100", "10.0", "linear/torch_block_wise", {"device"}, layer=L("fp8_block")),
     C("block-wise-not-tensor", "9.0", "linear/torch_block_wise", {"quant"},
       layer=L("fp8_tensor")),
