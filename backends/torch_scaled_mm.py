@@ -239,11 +239,11 @@ class TorchBlockWiseLinear(_TorchScaledMM):
         if pad:
             a = torch.cat([a.view(torch.uint8), torch.zeros(
                 (pad, a.shape[1]), dtype=torch.uint8, device=a.device)]).view(torch.float8_e4m3fn)
-        y = _scaled_mm(a, p.weight.t(), sa, p.weight_scale.t(), out_dtype)
-        y = y[:m]
-        if p.bias is not None:
-            y = y[:, :p.out_features] + p.bias.to(y.dtype)
-        return y
+        if p.bias is None:
+            return _scaled_mm(a, p.weight.t(), sa, p.weight_scale.t(), out_dtype)[:m]
+        # cuBLASLt's block-scaled path takes no bias: a float32 output, the bias, one rounding
+        y = _scaled_mm(a, p.weight.t(), sa, p.weight_scale.t(), torch.float32)[:m]
+        return (y[:, :p.out_features] + p.bias.float()).to(out_dtype)
 
 
 __all__ = ["TorchPerTensorLinear", "TorchRowWiseLinear", "TorchChannelWiseLinear",
