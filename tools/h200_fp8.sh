@@ -18,8 +18,8 @@ export SELECTOR_CACHE_DIR="$OUT/cache" PYTHONUNBUFFERED=1
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
   "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
-  echo "=== pytest tests/test_fp8_backends.py tests/test_knowledge_fp8_torch.py"
-  "$PY" -m pytest -q -p no:cacheprovider tests/test_fp8_backends.py tests/test_knowledge_fp8_torch.py -rfs 2>&1 | tail -40
+  echo "=== pytest tests/test_fp8_backends.py"
+  "$PY" -m pytest -q -p no:cacheprovider tests/test_fp8_backends.py -rfs 2>&1 | tail -40
   for q in fp8_block fp8_channel fp8_tensor; do
     echo "=== python -m selector explain layer=dense_linear layer.quant=$q layer.hidden_size=7168"
     "$PY" -m selector explain layer=dense_linear layer.quant=$q layer.hidden_size=7168 2>&1 | head -12
