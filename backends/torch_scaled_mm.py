@@ -103,7 +103,7 @@ class _TorchScaledMM(LinearBackend):
     def _gemm(self, a, a_scale, p: TorchFp8Prepared, out_dtype):  # pragma: no cover
         raise NotImplementedError
 
-    def apply(self, x, prepared: TorchFp8Prepared, *, out=None):
+    def apply(self, x, prepared, *, out=None):
         from ._base import output_buffer
         torch = _torch()
         p = prepared

@@ -405,3 +405,25 @@ def test_verify_measures_a_torch_backend_on_this_machine():
             "entry_point": "selector.backends.torch_scaled_mm:TorchRowWiseLinear"}
     r = C.run_case(spec, case.spec(0))
     assert V.judge("torch_row_wise", case, dict(r, outcome="measured")).status == "OK", r
+
+
+# ---------------------------------------------------------------------------------------------
+# one engine name for backends of disjoint schemes (vLLM's `torch` linear backend)
+
+def test_backends_of_disjoint_schemes_may_share_an_engine_name():
+    import dataclasses
+
+    import selector
+    from selector.core.model import engine_name_clashes
+    sel = selector.load(H200)
+    linear = sel.catalogue.backends["linear"]
+    named = {b.name for b in linear if dict(b.engines).get("vllm") is not None
+             and dict(b.engines)["vllm"].name == "torch"}
+    assert named == {"torch_per_tensor", "torch_channel_wise", "torch_block_wise"}
+    assert engine_name_clashes(linear) == []
+    # channel-wise also claiming fp8_tensor: two backends would answer `torch` for one layer
+    wide = [dataclasses.replace(b, implements=("fp8_tensor", "fp8_channel"))
+            if b.name == "torch_channel_wise" else b for b in linear]
+    clashes = engine_name_clashes(wide)
+    assert len(clashes) == 1 and "'torch' is also the vllm name" in clashes[0]
+    assert "torch_per_tensor" in clashes[0] and "torch_channel_wise" in clashes[0]

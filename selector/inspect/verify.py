@@ -1,4 +1,4 @@
-"""Verify: run each usable backend on small NVFP4 problems and compare it with the reference.
+"""Verify: run each usable backend on small NVFP4 and FP8 (linear) problems and compare it with the reference.
 
 Metadata and imports can pass while a kernel returns garbage (FlashInfer #3294, #2723: releases
 without SM12x cubins; CUTLASS MoE garbage on GB10). `selector doctor --verify` and `explain
@@ -771,7 +771,7 @@ def verify_once(sel: Selector, overrides: Sequence[str] = (), config_dirs: Confi
 # Text
 
 def render_text(rep: Report) -> List[str]:
-    lines = [f"verify (each usable backend on small NVFP4 problems, one child process per "
+    lines = [f"verify (each usable backend on small NVFP4 and FP8 problems, one child process per "
              f"backend, compared with selector.backends.reference in float64 on the CPU; "
              f"{rep.seconds:.2f} s)"]
     bounds = ", ".join(f"{op} {q} max {b.max_rel_err:g} rms {b.rms_rel_err:g} gain "
