@@ -188,6 +188,24 @@ def build_linear(shape: Dict[str, int], quant: str, seed: int, bias: bool = Fals
     return x, LinearWeights(quantize(w, s2), scale, b)
 
 
+def build_fp8_linear(shape: Dict[str, int], quant: str, seed: int, bias: bool = False):
+    """(x bf16 [T, K], Fp8LinearWeights) on the CPU, from ``seed``: ``_weights``' rows (16-blocks
+    over many binades, zero and tiny blocks), each output row scaled by 2^-1..2^2 (a per-channel
+    or per-block scale bug moves its columns' gains), quantized to ``quant`` as an FP8 quantizer
+    writes a checkpoint; fp8_tensor's static input scale a power of two >= amax(x) / 448."""
+    import torch
+
+    from .fp8 import FP8_MAX, make_linear_weights
+    T, K, N = shape["num_tokens"], shape["hidden_size"], shape["out_features"]
+    g = torch.Generator().manual_seed(seed)
+    x = _x(g, T, K)
+    w = _weights(g, (), N, K, torch.randn(N, generator=g)) * _multipliers(g, N)[:, None]
+    amax = x.float().abs().amax() / FP8_MAX
+    scale = torch.exp2(torch.ceil(torch.log2(amax)))
+    b = torch.randn(N, generator=g).bfloat16() if bias else None
+    return x, make_linear_weights(w, quant, input_scale=scale, bias=b)
+
+
 def _moe_to(w, device):
     from .nvfp4 import MoEWeights
 
@@ -197,7 +215,10 @@ def _moe_to(w, device):
 
 
 def _linear_to(w, device):
+    from .fp8 import is_fp8_linear_weights
     from .nvfp4 import LinearWeights
+    if is_fp8_linear_weights(w):
+        return w.to(device)
     return LinearWeights(w.weight.to(device), None if w.input_scale is None else
                          w.input_scale.to(device), None if w.bias is None else w.bias.to(device))
 
@@ -363,7 +384,9 @@ def problem(spec: Dict[str, Any], case: Dict[str, Any]):
         ref = reference_moe(x.to(torch.float64), w, tw, ti, compute_dtype=torch.float64,
                             parts=parts, **kw)
         return (x, w, tw, ti), ref, dense_parts(parts, w.num_experts, tuple(ref.shape)), settings
-    x, w = build_linear(shape, quant, seed, bool(case.get("bias")))
+    from .fp8 import FP8_QUANTS
+    build = build_fp8_linear if quant in FP8_QUANTS else build_linear
+    x, w = build(shape, quant, seed, bool(case.get("bias")))
     ref = reference_linear(x.to(torch.float64), w, quant=ref_quant, compute_dtype=torch.float64,
                            **settings)
     return (x, w), ref, None, settings

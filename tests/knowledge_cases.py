@@ -112,6 +112,34 @@ EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation"
                 "linear/b12x", "linear/flashinfer_cutedsl", "linear/marlin",
                 "linear/emulation"}
 
+# FP8 backends (h200): the scheme their generated cases are decided for (under the NVFP4 default
+# they would be not_applicable and pin nothing), their devices and activations.
+SCHEME_OF = {"linear/torch_per_tensor": "fp8_tensor", "linear/torch_channel_wise": "fp8_channel",
+             "linear/torch_row_wise": "fp8_channel", "linear/torch_block_wise": "fp8_block",
+             "linear/triton_block_fp8": "fp8_block", "moe/torch_grouped_fp8": "fp8_channel"}
+EXPECT_DEVICES.update({
+    # vLLM 0.32.0 scaled_mm/pytorch.py _supports_torch_fp8_scaled_mm; platforms/cuda.py
+    # supports_fp8 (cc >= 8.9)
+    "linear/torch_per_tensor": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "linear/torch_channel_wise": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    # pytorch #125204 (SM90 row-wise kernel; the only one selector claims)
+    "linear/torch_row_wise": {"9.0"},
+    # vLLM 0.32.0 BlockWiseTorchFP8ScaledMMLinearKernel.is_supported (compute capability 90)
+    "linear/torch_block_wise": {"9.0"},
+    # triton backends/nvidia/compiler.py: fp8e4nv from capability 89
+    "linear/triton_block_fp8": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    # pytorch #148531 (H100 only)
+    "moe/torch_grouped_fp8": {"9.0"},
+})
+# selector's reference activation_fn runs between the grouped GEMMs
+EXPECT_ACTIVATIONS["moe/torch_grouped_fp8"] = (_APPLY - {"situ"},
+                                               {"silu", "gelu", "gelu_tanh", "relu2"})
+
+
+def _scheme(backend: str) -> dict:
+    return {"quant": SCHEME_OF[backend]} if backend in SCHEME_OF else {}
+
+
 # A device on which each backend's device rule passes, for the activation and quant cases:
 # the oldest of these its expected devices include (derived, so a new backend adds none).
 HOME = {b: next(d for d in ("9.0", "10.0", "12.0") if d in ok) for b, ok in EXPECT_DEVICES.items()}
@@ -120,7 +148,7 @@ HOME = {b: next(d for d in ("9.0", "10.0", "12.0") if d in ok) for b, ok in EXPE
 def _generated() -> List[Case]:
     out = []
     for backend, ok in EXPECT_DEVICES.items():
-        layer = DENSE if backend.startswith(LIN) else {}
+        layer = {**(DENSE if backend.startswith(LIN) else {}), **_scheme(backend)}
         for dev in DEVICES:
             out.append(C(f"{backend}-device-{dev}", dev, backend, fails={"device"} - (
                 {"device"} if dev in ok else set()), layer=layer, only="device"))
@@ -128,11 +156,13 @@ def _generated() -> List[Case]:
         for act in GATED:
             out.append(C(f"{backend}-gated-{act}", HOME[backend], backend,
                          fails=() if act in gated else {"activation|act_and_mul"},
-                         layer={"activation": act, "act_and_mul": True}, only="activation"))
+                         layer={"activation": act, "act_and_mul": True, **_scheme(backend)},
+                         only="activation"))
         for act in NON_GATED:
             out.append(C(f"{backend}-nongated-{act}", HOME[backend], backend,
                          fails=() if act in non_gated else {"activation|act_and_mul"},
-                         layer={"activation": act, "act_and_mul": False}, only="activation"))
+                         layer={"activation": act, "act_and_mul": False, **_scheme(backend)},
+                         only="activation"))
     for backend in EXPECT_DEVICES:
         layer = dict(DENSE) if backend.startswith(LIN) else {}
         dev = HOME[backend]
@@ -502,11 +532,21 @@ ENGINE_NAMES = {
 }
 
 
+# vLLM 0.32.0 kernels/linear/__init__.py _LINEAR_BACKEND_KERNEL_MAP: one `torch` backend (a
+# kernel per FP8 scheme), `triton`; RowWiseTorchFP8ScaledMMLinearKernel is ROCm-only; the
+# grouped FP8 MoE is selector's own. SGLang 0.5.23 Fp8GemmRunnerBackend: no torch value.
+ENGINE_NAMES["vllm"].update({
+    "linear/torch_per_tensor": "torch", "linear/torch_channel_wise": "torch",
+    "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
+    "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None})
+ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
+
+
 def _engine_names() -> List[Case]:
     out = []
     for engine, names in ENGINE_NAMES.items():
         for backend, name in names.items():
-            layer = DENSE if backend.startswith(LIN) else {}
+            layer = {**(DENSE if backend.startswith(LIN) else {}), **_scheme(backend)}
             out.append(C(f"{engine}-name-{backend}", HOME[backend], backend,
                          fails=() if name else {"engine"}, layer=layer, only="engine",
                          engine=engine, name=name))
@@ -658,8 +698,123 @@ ENGINES = [
       warns={"known_issue"}, pk={FI: "0.6.16", DSL: "4.5.0"}, layer={"activation": "situ"}),
 ]
 
+_FP8_MOE = {"quant": "fp8_channel", "hidden_size": 2048, "intermediate_size": 768}
+
+
+def _fl(quant: str, **kw) -> dict:
+    """A dense FP8 linear layer."""
+    return {**DENSE, "quant": quant, **kw}
+
+
+# FP8 torch / Triton backends (h200): each rule on both sides of its boundary
+FP8_TORCH: List[Case] = [
+    # torch >= 2.5: _scaled_mm's required scales and single output (vLLM 0.32.0
+    # scaled_mm/pytorch.py apply_scaled_mm; pytorch #130059)
+    C("per-tensor-torch-2.4", "9.0", "linear/torch_per_tensor", {"package"},
+      pk={"torch": "2.4.1"}, layer=_fl("fp8_tensor")),
+    C("per-tensor-torch-2.5", "9.0", "linear/torch_per_tensor", layer=_fl("fp8_tensor"),
+      pk={"torch": "2.5.0"}),
+    C("per-tensor-dynamic", "8.9", "linear/torch_per_tensor", layer=_fl("fp8_tensor_dynamic")),
+    C("per-tensor-not-channel", "9.0", "linear/torch_per_tensor", {"quant"},
+      layer=_fl("fp8_channel")),
+    C("per-tensor-no-torch", "9.0", "linear/torch_per_tensor", {"package"},
+      pk={"torch": None}, layer=_fl("fp8_tensor")),
+    C("channel-wise-torch-2.4", "9.0", "linear/torch_channel_wise", {"package"},
+      pk={"torch": "2.4.1"}, layer=_fl("fp8_channel")),
+    C("channel-wise-torch-2.5", "12.0", "linear/torch_channel_wise", pk={"torch": "2.5.0"},
+      layer=_fl("fp8_channel")),
+    C("channel-wise-not-tensor", "9.0", "linear/torch_channel_wise", {"quant"},
+      layer=_fl("fp8_tensor")),
+    C("channel-wise-fp16", "9.0", "linear/torch_channel_wise", layer=_fl("fp8_channel",
+                                                                         dtype="float16")),
+    # row-wise: bfloat16 output only before torch 2.11 (pytorch #125204's SM90 kernel; vLLM
+    # RowWise can_implement); torch 2.11 writes float16 and float32 too (measured, docs/h200.md)
+    C("row-wise-fp16-torch-2.10", "9.0", "linear/torch_row_wise", {"dtype"},
+      pk={"torch": "2.10.0"}, layer=_fl("fp8_channel", dtype="float16")),
+    C("row-wise-fp32-torch-2.10", "9.0", "linear/torch_row_wise", {"dtype"},
+      pk={"torch": "2.10.0"}, layer=_fl("fp8_channel", dtype="float32")),
+    C("row-wise-fp16-torch-2.11", "9.0", "linear/torch_row_wise", pk={"torch": "2.11.0"},
+      layer=_fl("fp8_channel", dtype="float16")),
+    C("row-wise-bf16", "9.0", "linear/torch_row_wise", layer=_fl("fp8_channel")),
+    C("row-wise-torch-2.5", "9.0", "linear/torch_row_wise", pk={"torch": "2.5.0"},
+      layer=_fl("fp8_channel")),
+    C("row-wise-torch-2.4", "9.0", "linear/torch_row_wise", {"package"}, pk={"torch": "2.4.1"},
+      layer=_fl("fp8_channel")),
+    C("row-wise-not-block", "9.0", "linear/torch_row_wise", {"quant"}, layer=_fl("fp8_block")),
+    # block-wise: cuBLAS 12.9 block scaling (pytorch #158037), torch 2.10 (#166752)
+    C("block-wise-cuda-12.8", "9.0", "linear/torch_block_wise", {"cuda"}, cuda="12.8",
+      layer=_fl("fp8_block")),
+    C("block-wise-cuda-12.9", "9.0", "linear/torch_block_wise", cuda="12.9",
+      layer=_fl("fp8_block")),
+    C("block-wise-torch-2.9.1", "9.0", "linear/torch_block_wise", {"package"},
+      pk={"torch": "2.9.1"}, layer=_fl("fp8_block")),
+    C("block-wise-torch-2.10", "9.0", "linear/torch_block_wise", pk={"torch": "2.10.0"},
+      layer=_fl("fp8_block")),
+    # vLLM's kernel does not pad K: K/128 must be a multiple of 4 (pytorch #166752; measured on
+    # torch 2.11); selector's own backend pads
+    C("block-wise-vllm-k768", "9.0", "linear/torch_block_wise", {"shape"},
+      layer=_fl("fp8_block", hidden_size=768), engine="vllm", name="torch"),
+    C("block-wise-vllm-k1536", "9.0", "linear/torch_block_wise",
+      layer=_fl("fp8_block", hidden_size=1536), engine="vllm", name="torch"),
+    C("block-wise-vllm-k7168", "9.0", "linear/torch_block_wise",
+      layer=_fl("fp8_block", hidden_size=7168), engine="vllm", name="torch"),
+    C("block-wise-k768", "9.0", "linear/torch_block_wise", layer=_fl("fp8_block", hidden_size=768)),
+    # preference: torch block-wise ahead of the Triton kernel from 1024 tokens on SM 9.0 (vLLM
+    # #49932: competitive-to-best for M >= 1024)
+    C("triton-block-eligible-1024", "9.0", "linear/triton_block_fp8", status="eligible",
+      layer=_fl("fp8_block", num_tokens=1024)),
+    C("triton-block-eligible-1024-sm100-no", "10.0", "linear/torch_block_wise", {"device"},
+      layer=_fl("fp8_block", num_tokens=1024)),
+    C("block-wise-eligible-1023", "9.0", "linear/torch_block_wise", status="eligible",
+      layer=_fl("fp8_block", num_tokens=1023)),
+    C("block-wise-sm100", "10.0", "linear/torch_block_wise", {"device"}, layer=_fl("fp8_block")),
+    C("block-wise-not-tensor", "9.0", "linear/torch_block_wise", {"quant"},
+      layer=_fl("fp8_tensor")),
+    # Triton block FP8: triton installed, fp8e4nv from SM 8.9
+    C("triton-block-no-triton", "9.0", "linear/triton_block_fp8", {"package"},
+      pk={"triton": None}, layer=_fl("fp8_block")),
+    C("triton-block-sm86", "8.6", "linear/triton_block_fp8", {"device"}, layer=_fl("fp8_block")),
+    C("triton-block-sm120", "12.0", "linear/triton_block_fp8", layer=_fl("fp8_block")),
+    C("triton-block-not-channel", "9.0", "linear/triton_block_fp8", {"quant"},
+      layer=_fl("fp8_channel")),
+    # grouped FP8 MoE: torch 2.8 (pytorch #148531), dims multiple of 16, SM 9.0, no block scales
+    C("grouped-torch-2.7", "9.0", "moe/torch_grouped_fp8", {"package"}, pk={"torch": "2.7.1"},
+      layer=_FP8_MOE),
+    C("grouped-torch-2.8", "9.0", "moe/torch_grouped_fp8", pk={"torch": "2.8.0"}, layer=_FP8_MOE),
+    C("grouped-hidden-2056", "9.0", "moe/torch_grouped_fp8", {"shape"},
+      layer={**_FP8_MOE, "hidden_size": 2056}),
+    C("grouped-intermediate-760", "9.0", "moe/torch_grouped_fp8", {"shape"},
+      layer={**_FP8_MOE, "intermediate_size": 760}),
+    C("grouped-hidden-2064", "9.0", "moe/torch_grouped_fp8", layer={**_FP8_MOE, "hidden_size": 2064}),
+    C("grouped-intermediate-784", "9.0", "moe/torch_grouped_fp8",
+      layer={**_FP8_MOE, "intermediate_size": 784}),
+    C("grouped-tensor", "9.0", "moe/torch_grouped_fp8", layer={**_FP8_MOE, "quant": "fp8_tensor"}),
+    C("grouped-not-block", "9.0", "moe/torch_grouped_fp8", {"quant"},
+      layer={**_FP8_MOE, "quant": "fp8_block"}),
+    C("grouped-not-nvfp4", "9.0", "moe/torch_grouped_fp8", {"quant"},
+      layer={**_FP8_MOE, "quant": "nvfp4"}),
+    # the kernel vLLM 0.32.0 builds under each name (kernels/linear/__init__.py
+    # _LINEAR_BACKEND_KERNEL_MAP, scaled_mm/pytorch.py, scaled_mm/triton.py)
+    C("vllm-kernel-per-tensor", "9.0", "linear/torch_per_tensor", layer=_fl("fp8_tensor"),
+      engine="vllm", kernel="PerTensorTorchFP8ScaledMMLinearKernel", scheme="fp8_tensor",
+      status="selected", only="device"),
+    C("vllm-kernel-channel-wise", "9.0", "linear/torch_channel_wise", layer=_fl("fp8_channel"),
+      engine="vllm", kernel="ChannelWiseTorchFP8ScaledMMLinearKernel", scheme="fp8_channel",
+      status="selected", only="device"),
+    C("vllm-kernel-block-wise", "9.0", "linear/torch_block_wise", layer=_fl("fp8_block"),
+      engine="vllm", kernel="BlockWiseTorchFP8ScaledMMLinearKernel", scheme="fp8_block",
+      status="selected", only="device"),
+    C("vllm-kernel-triton-block", "9.0", "linear/triton_block_fp8", layer=_fl("fp8_block"),
+      engine="vllm", kernel="TritonFp8BlockScaledMMKernel", scheme="fp8_block",
+      status="selected", only="device"),
+    # vLLM has no row-wise torch kernel on CUDA (RowWise...is_supported: ROCm only)
+    C("vllm-no-row-wise", "9.0", "linear/torch_row_wise", {"engine"}, layer=_fl("fp8_channel"),
+      engine="vllm", name=None, only="engine"),
+]
+
+
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
-                     _vllm_emulation_activations() + ENGINES)
+                     _vllm_emulation_activations() + ENGINES + FP8_TORCH)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--probe", action="append", default=[], metavar="NAME",
                            help="run only this deep probe (repeatable; implies --deep)")
             s.add_argument("--verify", action="store_true",
-                           help="run each usable backend on small NVFP4 problems (a child "
+                           help="run each usable backend on small NVFP4 and FP8 problems (a child "
                            "process each, --timeout) and compare it with the reference")
             s.add_argument("--op", action="append", choices=("moe", "linear"), default=[],
                            help="verify only this op (repeatable; implies --verify)")

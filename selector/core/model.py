@@ -203,13 +203,13 @@ class Catalogue:
 
 def engine_name_clashes(backends: Sequence[BackendSpec], within: Optional[Any] = None
                         ) -> List[str]:
-    """Two backends of one op that claim the same name in one engine (`engines.<e>.name`): the
-    engine's flag would name one and run the other, and the engine's request of that name could
-    not be mapped back. One message per clash, naming both files; with `within` (a directory),
-    only clashes that involve a file under it."""
+    """Two backends of one op that implement a common scheme and claim the same name in one
+    engine (`engines.<e>.name`): the engine's flag would name one and run the other, and the
+    engine's request of that name could not be mapped back. One message per clash, naming both
+    files; with `within` (a directory), only clashes that involve a file under it."""
     from selector.core.packaged import packaged_conf_dir
     packaged = f"{packaged_conf_dir()}/"
-    seen: Dict[Tuple[str, str, str], BackendSpec] = {}
+    seen: Dict[Tuple[str, str, str], List[BackendSpec]] = {}
     out = []
     # packaged files first: a clash is reported on the file that is not packaged
     for b in sorted(backends, key=lambda b: (b.op, not b.file.startswith(packaged), b.file,
@@ -217,19 +217,25 @@ def engine_name_clashes(backends: Sequence[BackendSpec], within: Optional[Any] =
         for engine, e in b.engines:
             if e.name is None:
                 continue
-            other = seen.setdefault((b.op, engine, e.name), b)
-            if other is b:
+            claimed = seen.setdefault((b.op, engine, e.name), [])
+            # backends of disjoint schemes may share a name: each layer has one of them at
+            # most (vLLM's `torch` linear backend is one kernel per FP8 scheme)
+            others = [o for o in claimed if set(o.implements) & set(b.implements)]
+            claimed.append(b)
+            if not others:
                 continue
+            this, other = b, others[0]
             if within is not None:
-                inside = [x for x in (b, other) if x.file.startswith(f"{within}/")]
+                inside = [x for x in (this, other) if x.file.startswith(f"{within}/")]
                 if not inside:
                     continue
-                b, other = (inside[0], other if inside[0] is b else b)
-            out.append(f"{b.file}: catalogue.{b.op}.{b.name}.engines.{engine}.name: "
-                       f"{e.name!r} is also the {engine} name of catalogue.{b.op}.{other.name} "
-                       f"({other.file}); two backends of one op cannot claim one engine "
-                       f"name (the engine's flag would run the other one): give "
-                       f"{b.name} its own name, or null if {engine} has no such backend")
+                this, other = (inside[0], other if inside[0] is this else this)
+            out.append(f"{this.file}: catalogue.{this.op}.{this.name}.engines.{engine}.name: "
+                       f"{e.name!r} is also the {engine} name of catalogue.{this.op}."
+                       f"{other.name} ({other.file}), which implements a scheme it implements "
+                       f"too; two backends of one op cannot claim one engine name for one "
+                       f"scheme (the engine's flag would run the other one): give "
+                       f"{this.name} its own name, or null if {engine} has no such backend")
     return out
 
 

@@ -96,15 +96,22 @@ def capability() -> Optional[str]:
     return None if cap is None else f"{cap.major}.{cap.minor}"
 
 
-def requested_name(op: str, vllm_name: str, catalogue: Catalogue) -> str:
-    """vLLM's requested backend value -> selector's backend name ('auto' stays)."""
+def requested_names(op: str, vllm_name: str, catalogue: Catalogue) -> Tuple[str, ...]:
+    """vLLM's requested backend value -> selector's backends of that name, in rank order ('auto'
+    stays). Several when vLLM's name covers one kernel per scheme (`torch`: a backend per FP8
+    scheme, of disjoint `implements`): as a policy list, each layer gets the one for its scheme."""
     if vllm_name == "auto":
-        return "auto"
-    for b in catalogue.backends[op]:
-        e = dict(b.engines).get("vllm")
-        if e is not None and e.name == vllm_name:
-            return b.name
-    raise NotExpressible(f"{op} backend {vllm_name!r} (not in selector's catalogue)")
+        return ("auto",)
+    names = tuple(b.name for b in catalogue.backends[op]
+                  if (e := dict(b.engines).get("vllm")) is not None and e.name == vllm_name)
+    if not names:
+        raise NotExpressible(f"{op} backend {vllm_name!r} (not in selector's catalogue)")
+    return names
+
+
+def requested_name(op: str, vllm_name: str, catalogue: Catalogue) -> str:
+    """The first of :func:`requested_names` (rank order)."""
+    return requested_names(op, vllm_name, catalogue)[0]
 
 
 # -- the decisions ------------------------------------------------------------------------------
@@ -129,9 +136,10 @@ class Chooser:
     def _with_policy(base: Selector, op: str, requested: str) -> Selector:
         """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
         from selector.api import Selector
-        from selector.core.model import normalize_backend
+        from selector.core.model import normalize_backends
         run = base.run_config
-        req = normalize_backend(op, requested_name(op, requested, run.catalogue), run.catalogue)
+        req = normalize_backends(op, list(requested_names(op, requested, run.catalogue)),
+                                 run.catalogue)
         request: Dict[str, Any] = {f"{op}_backend": req}
         policy = dataclasses.replace(run.policy, **request)
         return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)

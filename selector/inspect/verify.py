@@ -1,4 +1,4 @@
-"""Verify: run each usable backend on small NVFP4 problems and compare it with the reference.
+"""Verify: run each usable backend on small NVFP4 and FP8 (linear) problems and compare it with the reference.
 
 Metadata and imports can pass while a kernel returns garbage (FlashInfer #3294, #2723: releases
 without SM12x cubins; CUTLASS MoE garbage on GB10). `selector doctor --verify` and `explain
@@ -80,14 +80,24 @@ class Bound:
 # per scheme; on the H200, 2026-12-01), rounded up to 2^k or 1.5 * 2^k. Worst measured (max, rms,
 # gain): MoE W4A16 0.0226, 0.00688, 0.0141; MoE W4A4 0.305, 0.0520, 0.166; linear W4A16 0.00489,
 # 0.00230, 0.00038; linear W4A4 0.0917, 0.0120, 0.00099. tests/test_verify_zoo.py re-measures.
+# FP8 linear, measured on the H200 (docs/h200.md "FP8 on the H200"; 30 seeds of every case): the
+# kernels quantize the activation with the reference's quantizer (backends/fp8.py), so a correct
+# kernel differs by its accumulation and its bf16 output's rounding only. Worst (max / RMS /
+# gain): torch _scaled_mm per-tensor, row-wise, channel-wise 0.00388 / 0.00175 / 0.00044.
+FP8_LINEAR_BOUND = Bound(2.0 ** -7, 2.0 ** -8, 2.0 ** -10)
 BOUNDS: Mapping[Tuple[str, str], Bound] = {
     ("moe", "nvfp4_w4a16"): Bound(0.046875, 2.0 ** -6, 2.0 ** -5),
     ("moe", "nvfp4"): Bound(0.75, 2.0 ** -3, 0.375),
     ("linear", "nvfp4_w4a16"): Bound(0.01171875, 0.005859375, 2.0 ** -10),
-    ("linear", "nvfp4"): Bound(0.1875, 2.0 ** -5, 0.0029296875)}
+    ("linear", "nvfp4"): Bound(0.1875, 2.0 ** -5, 0.0029296875),
+    # FP8 linear (backends/fp8.py; the kernels quantize the activation with the reference's
+    # quantizer, so a correct kernel differs by its accumulation and output rounding only):
+    # docs/h200.md "FP8 on the H200" for the measurement
+    **{("linear", q): FP8_LINEAR_BOUND for q in ("fp8_tensor", "fp8_tensor_dynamic",
+                                                  "fp8_channel", "fp8_block")}}
 #: what a bound is: the measured worst times this, rounded up to 2^k or 1.5 * 2^k
 MARGIN = 2.0
-QUANTS = ("nvfp4", "nvfp4_w4a16")
+QUANTS = ("nvfp4", "nvfp4_w4a16", "fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 
 
 @dataclass(frozen=True)
@@ -257,9 +267,10 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
     applies and is accepted, and the first accepted one of each gating on the odd sizes too; an
     activation the reference does not implement is a case marked unverified (not run). Linear:
     the aligned sizes, the odd sizes, and a bias."""
-    quants = [q for q in QUANTS if q in b.implements]
+    quants = [q for q in QUANTS if q in b.implements and (op, q) in BOUNDS]
     if not quants:
-        return [], f"implements {', '.join(b.implements) or 'nothing'}, no NVFP4 scheme"
+        return [], (f"implements {', '.join(b.implements) or 'nothing'}, no scheme verify has "
+                    f"{op} problems for ({', '.join(q for o, q in BOUNDS if o == op)})")
     out: List[Case] = []
 
     def add(c: Case) -> bool:
@@ -269,7 +280,7 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
         return False
 
     for quant in quants:
-        ref = "nvfp4_w4a16" if b.execution == "weight_only" else quant
+        ref = "nvfp4_w4a16" if b.execution == "weight_only" and quant == "nvfp4" else quant
         if op == "linear":
             for c in (Case(op, quant, reference_quant=ref),
                       Case(op, quant, reference_quant=ref, size="odd"),
@@ -760,7 +771,7 @@ def verify_once(sel: Selector, overrides: Sequence[str] = (), config_dirs: Confi
 # Text
 
 def render_text(rep: Report) -> List[str]:
-    lines = [f"verify (each usable backend on small NVFP4 problems, one child process per "
+    lines = [f"verify (each usable backend on small NVFP4 and FP8 problems, one child process per "
              f"backend, compared with selector.backends.reference in float64 on the CPU; "
              f"{rep.seconds:.2f} s)"]
     bounds = ", ".join(f"{op} {q} max {b.max_rel_err:g} rms {b.rms_rel_err:g} gain "

@@ -1,0 +1,149 @@
+"""``triton_block_fp8``: a Triton GEMM for FP8 linear layers with DeepSeek-style block scales.
+
+``y[m, n] = sum_kb (sum_{k in kb} A[m, k] * W[n, k]) * sa[m, kb] * sw[n // 128, kb]``: FP8 E4M3
+operands on the tensor cores (``tl.dot``, float32 accumulation), one K step per 128-wide scale
+group, each partial product scaled in float32 and summed; the output written in x's dtype (and
+the bias added) in the epilogue. The activation is quantized per 1x128 group by
+``backends.fp8.quantize_activation`` (the reference's quantizer). The same algorithm as vLLM's
+``w8a8_triton_block_scaled_mm`` (``model_executor/layers/quantization/utils/fp8_utils.py``), written
+here for selector. Needs triton and SM >= 8.9 (E4M3 ``tl.dot``); any K and N (masked tiles).
+
+Imports triton only when a kernel first runs.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ._base import LinearBackend
+from .fp8 import BLOCK, is_fp8_linear_weights, quantize_activation
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def block_fp8_gemm(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, bias_ptr, M, N, K, KB,
+                       stride_am, stride_bn, stride_cm, stride_asm, stride_bsn,
+                       HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                       MAX_IMPRECISE: tl.constexpr):
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BLOCK_M)
+        num_n = tl.cdiv(N, BLOCK_N)
+        group = GROUP_M * num_n
+        first_m = (pid // group) * GROUP_M
+        size_m = min(num_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % group) % size_m
+        pid_n = (pid % group) // size_m
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        mask_m = rm < M
+        mask_n = rn < N
+        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+        b_ptrs = b_ptr + rn[None, :] * stride_bn + rk[:, None]
+        as_ptrs = as_ptr + rm * stride_asm
+        bs_ptrs = bs_ptr + (rn // 128) * stride_bsn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kb in range(0, KB):
+            k_left = K - kb * BLOCK_K
+            a = tl.load(a_ptrs, mask=mask_m[:, None] & (rk[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=mask_n[None, :] & (rk[:, None] < k_left), other=0.0)
+            sa = tl.load(as_ptrs + kb, mask=mask_m, other=0.0)
+            sb = tl.load(bs_ptrs + kb, mask=mask_n, other=0.0)
+            acc += tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE) * sa[:, None] * sb[None, :]
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :]
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+    return block_fp8_gemm
+
+
+def tile_config(m: int) -> dict:
+    """Tile sizes by the number of tokens: small M (decode) uses narrow M tiles."""
+    if m <= 16:
+        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4)
+    if m <= 64:
+        return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4)
+    return dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
+
+
+#: tl.dot's max_num_imprecise_acc for the FP8 products (None: Triton's default)
+MAX_IMPRECISE = None
+
+
+def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise="default"):
+    """``[M, K']`` FP8 codes (K' >= K: the first K columns are read) with ``[M, ceil(K/128)]``
+    scales times ``[N, K]`` FP8 weights with ``[ceil(N/128), ceil(K/128)]`` scales: ``[M, N]`` in
+    ``out_dtype`` (CUDA tensors)."""
+    import torch
+    import triton
+    M = a.shape[0]
+    N, K = w.shape
+    KB = triton.cdiv(K, BLOCK)
+    if a.shape[1] < K or a.stride(1) != 1 or tuple(a_scale.shape) != (M, KB) or tuple(w_scale.shape) != (
+            triton.cdiv(N, BLOCK), KB):
+        raise ValueError(f"block_fp8_matmul: a {list(a.shape)}, a_scale {list(a_scale.shape)}, "
+                         f"w {list(w.shape)}, w_scale {list(w_scale.shape)} do not fit")
+    w = w.contiguous()
+    a_scale, w_scale = a_scale.contiguous().float(), w_scale.contiguous().float()
+    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    cfg = tile_config(M)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    _kernel()[grid](a, w, c, a_scale, w_scale, bias if bias is not None else c,
+                    M, N, K, KB,
+                    a.stride(0), w.stride(0), c.stride(0), a_scale.stride(0), w_scale.stride(0),
+                    HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
+                    MAX_IMPRECISE=MAX_IMPRECISE if max_imprecise == "default" else max_imprecise,
+                    **cfg)
+    return c
+
+
+class TritonBlockFp8Linear(LinearBackend):
+    """Block-FP8 linear layer (``fp8_block``). ``prepare(Fp8LinearWeights)`` gates and keeps the
+    checkpoint's codes and 128x128 scales as they are; ``apply(x, prepared, out=None)``."""
+
+    def prepare(self, weights):
+        if not is_fp8_linear_weights(weights):
+            raise ValueError(f"TritonBlockFp8Linear.prepare: expected backends.fp8."
+                             f"Fp8LinearWeights, got {type(weights).__name__}")
+        if weights.quant != "fp8_block" or self.quant != "fp8_block":
+            raise ValueError(f"triton_block_fp8 runs fp8_block; the weights are "
+                             f"{weights.quant}, the layer {self.quant}")
+        from .torch_scaled_mm import TorchFp8Prepared
+        n, k = weights.out_features, weights.in_features
+        prepared = TorchFp8Prepared(
+            quant="fp8_block", weight=weights.weight.contiguous(),
+            weight_scale=weights.weight_scale.float().contiguous(), input_scale=None,
+            bias=weights.bias, in_features=k, out_features=n, padded_k=k, padded_n=n,
+            geometry={"hidden_size": k, "out_features": n})
+        return self.admit(prepared)
+
+    def apply(self, x, prepared, *, out=None):
+        import torch
+
+        from ._base import output_buffer
+        p = prepared
+        if x.dim() == 0 or x.shape[-1] != p.in_features:
+            raise ValueError(f"x has shape {list(x.shape)}; expected [..., {p.in_features}]")
+        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"x is {x.dtype}; expected bfloat16, float16 or float32")
+        lead = tuple(x.shape[:-1])
+        a, sa = quantize_activation(x.reshape(-1, p.in_features), "fp8_block")
+        bias = None if p.bias is None else p.bias.to(torch.float32).contiguous()
+        y = block_fp8_matmul(a, sa, p.weight, p.weight_scale, x.dtype, bias)
+        y = y.reshape(lead + (p.out_features,))
+        if out is None:
+            return y
+        buf = output_buffer(out, tuple(y.shape), x.dtype, y.device)
+        buf.copy_(y)
+        return buf
+
+
+__all__ = ["TritonBlockFp8Linear", "block_fp8_matmul", "tile_config"]
