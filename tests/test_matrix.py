@@ -76,6 +76,9 @@ def test_every_backend_on_every_preset_agrees_with_explain(runs):
                             ("explain-h100", "linear", "h100")):
         d = runs[key].json
         for c in d["candidates"]:
+            if c["backend"] not in grids[op]["backends"]:  # it does not implement nvfp4
+                assert c["status"] == "not_applicable", c
+                continue
             cell = grids[op]["cells"][c["backend"]][preset]
             assert cell["status"] == c["status"], (op, preset, c["backend"])
             assert cell["reasons"] == c["reasons"]
