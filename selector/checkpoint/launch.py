@@ -297,15 +297,6 @@ def _with_policy(sel: Selector, op: str, request: Sequence[str],
     return type(sel)(dataclasses.replace(run, policy=policy), sel.tree, sel.probes)
 
 
-def _name_of(sel: Selector, op: str, engine: str, engine_name: str) -> Optional[str]:
-    """selector's backend for an engine's backend name."""
-    for b in sel.catalogue.backends[op]:
-        e = dict(b.engines).get(engine)
-        if e is not None and e.name == engine_name:
-            return b.name
-    return None
-
-
 def _accepts(engine: str, op: str, g: Group, value: str) -> Optional[Break]:
     """The break a global MoE value causes on a group selector does not plan (the engine's
     oracle for its scheme decides it), or None."""
