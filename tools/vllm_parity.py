@@ -189,7 +189,8 @@ def main(argv=None) -> int:
         if args.fp8:
             text = nvfp4.rstrip("\n") + "\n" + FP8_MARK + render_fp8(report)[len(FP8_MARK) - 1:]
         else:
-            text = render(report, sweep_description()) + ("\n" + mark + fp8 if mark else "")
+            text = render(report, sweep_description()).rstrip("\n") + \
+                ("\n" + mark + fp8 if mark else "")
         OUT.write_text(text.rstrip("\n") + "\n")
         print(f"wrote {OUT.relative_to(ROOT)}")
     return 1 if report.unexplained else 0
