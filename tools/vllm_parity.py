@@ -139,7 +139,13 @@ def render_fp8(report) -> str:
         "changes nothing on CUDA, where FLASHINFER_TRTLLM is already the first backend after "
         "AITER (ROCm only) unless humming is preferred; selector's `all2all` vocabulary has no "
         "deepep_v2. selector's `flashinfer_nvlink` names both of FlashInfer's NVLink exchanges; "
-        "the sweep uses the two-sided one (Marlin takes the one-sided one, selector refuses it).",
+        "the sweep uses the two-sided one (Marlin takes the one-sided one, selector refuses it). "
+        "Not in the sweep: the TP block refinement vLLM's FP8 quant methods apply before the "
+        "oracle (`refine_fp8_moe_block_shape`, `pad_tp_shard_to_weight_blocks`: an "
+        "intermediate size per rank that is not a multiple of 128 turns the weight key into a "
+        "finer block only Triton takes, or pads the shard); selector's `fp8_block` is the "
+        "128x128 key, and routing methods and hash routing (TRT-LLM's monolithic kernel) are "
+        "not layer keys.",
         "",
         "| | scenarios |",
         "|---|---|",
