@@ -119,4 +119,4 @@ def test_nothing_fits_outcome_and_log_line():
     a = agreed([[spark], [cpu]])[0]
     assert a.selected is None and a.outcome == "nothing_fits"
     assert "-> none [nothing_fits]" in a.log_line()
-    assert "0/8 backends usable" in a.summary()
+    assert f"0/{len(spark.candidates)} backends usable" in a.summary()
