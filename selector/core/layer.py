@@ -27,7 +27,7 @@ def _check(k: str, v: Any, where: Optional[str]) -> Any:
         if not isinstance(v, str) or v not in f.metadata["choices"]:
             hint = ("`fp8` names four schemes: fp8_tensor, fp8_tensor_dynamic, fp8_channel, "
                     "fp8_block (weight scales and activation scales)"
-                    if k == "quant" and v == "fp8" else "")
+                    if k == "quant" and isinstance(v, str) and v == "fp8" else "")
             raise bad_value(key, v, f.metadata["choices"], where=where, hint=hint)
         return v
     if base is bool:
