@@ -813,8 +813,266 @@ FP8_TORCH: List[Case] = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------
+# FP8 MoE (vLLM 0.32.0 fused_moe/oracle/fp8.py and the experts classes it lists): literal
+# expectations per backend and scheme, each from the class's _supports_* (cited per line)
+
+FP8 = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+# The FP8 schemes each MoE backend implements (every other MoE backend: none)
+EXPECT_FP8_SCHEMES = {
+    # trtllm_fp8_moe.py: Monolithic (per-tensor, block), Modular (block)
+    "moe/flashinfer_trtllm": {"fp8_tensor", "fp8_block"},
+    # flashinfer_cutlass_moe.py FlashInferExperts._supports_quant_scheme
+    "moe/flashinfer_cutlass": {"fp8_tensor", "fp8_block"},
+    # cutlass_moe.py CutlassExpertsFp8Base._supports_quant_scheme (no block)
+    "moe/cutlass": {"fp8_tensor", "fp8_tensor_dynamic", "fp8_channel"},
+    # deep_gemm_moe.py / batched_deep_gemm_moe.py: 128x128 block only
+    "moe/deep_gemm": {"fp8_block"},
+    # triton_moe.py TritonExperts / fused_batched_moe.py BatchedTritonExperts: every FP8 pair
+    "moe/triton": set(FP8),
+    # marlin_moe.py MarlinExpertsBase: by weight key (block, channel, tensor)
+    "moe/marlin": set(FP8),
+    "moe/flashinfer_cutedsl": set(), "moe/flashinfer_b12x": set(), "moe/b12x": set(),
+    "moe/emulation": set(),
+}
+_SM10 = {"10.0", "10.3", "10.7"}
+EXPECT_FP8_DEVICES = {
+    # is_device_capability_family(100)
+    ("moe/flashinfer_trtllm", "fp8_tensor"): _SM10, ("moe/flashinfer_trtllm", "fp8_block"): _SM10,
+    # 9.0, 10.x, 12.x (SM110 excluded, FlashInfer #3134); block FP8 on 9.0 only
+    ("moe/flashinfer_cutlass", "fp8_tensor"): {"9.0", "12.0", "12.1"} | _SM10,
+    ("moe/flashinfer_cutlass", "fp8_block"): {"9.0"},
+    # cutlass_group_gemm_supported: SM >= 9.0 (with CUDA 13.0)
+    **{("moe/cutlass", q): {"9.0", "11.0", "12.0", "12.1"} | _SM10
+       for q in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel")},
+    # support_deep_gemm: 9.0, 10.x, 12.x
+    ("moe/deep_gemm", "fp8_block"): {"9.0", "12.0", "12.1"} | _SM10,
+    # supports_fp8: SM >= 8.9
+    **{("moe/triton", q): {"8.9", "9.0", "11.0", "12.0", "12.1"} | _SM10 for q in FP8},
+    # Marlin: cc >= 7.5
+    **{("moe/marlin", q): set(DEVICES) - {"7.0"} for q in FP8},
+}
+# (gated, non-gated) activations per backend for FP8 (vLLM 0.32.0 _supports_activation,
+# _supports_no_act_and_mul)
+EXPECT_FP8_ACTIVATIONS = {
+    "moe/flashinfer_trtllm": ({"silu", "swigluoai_uninterleave"}, {"relu2"}),
+    "moe/flashinfer_cutlass": ({"silu", "gelu_tanh", "swigluoai", "swigluoai_uninterleave"},
+                               {"relu2"}),
+    "moe/cutlass": (_APPLY, set()),  # is_gated and apply_moe_activation_supported
+    "moe/deep_gemm": ({"silu", "swiglustep", "swigluoai_uninterleave"}, set()),
+    "moe/triton": (_APPLY, {"silu", "gelu", "gelu_tanh", "relu2"}),
+    "moe/marlin": (_APPLY, {"silu", "gelu", "gelu_tanh", "relu2"}),
+}
+FP8_HOME = {b: next(d for d in ("9.0", "10.0", "12.0") if d in EXPECT_FP8_DEVICES[(b, q)])
+            for (b, q) in EXPECT_FP8_DEVICES}
+# the kernel class vLLM builds for each backend and scheme on its home device, standard format
+# (oracle/fp8.py backend_to_kernel_cls; the first class whose is_supported_config holds)
+VLLM_FP8_KERNELS = {
+    ("moe/flashinfer_trtllm", "fp8_tensor"): "TrtLlmFp8ExpertsMonolithic",
+    ("moe/flashinfer_trtllm", "fp8_block"): "TrtLlmFp8ExpertsMonolithic",
+    ("moe/flashinfer_cutlass", "fp8_tensor"): "FlashInferExperts",
+    ("moe/flashinfer_cutlass", "fp8_block"): "FlashInferExperts",
+    **{("moe/cutlass", q): "TritonOrCutlassExperts"
+       for q in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel")},
+    ("moe/deep_gemm", "fp8_block"): "TritonOrDeepGemmExperts",
+    **{("moe/triton", q): "TritonExperts" for q in FP8},
+    **{("moe/marlin", q): "MarlinExperts" for q in FP8},
+}
+LL = {"ep_size": 2, "all2all": "deepep_low_latency"}  # vLLM's batched activation format
+NVL = {"ep_size": 2, "all2all": "flashinfer_nvlink"}
+# under DeepEP low-latency vLLM maps the name to its batched backend (select_fp8_moe_backend)
+VLLM_FP8_BATCHED_KERNELS = {
+    "moe/cutlass": ("fp8_channel", "CutlassBatchedExpertsFp8"),
+    "moe/deep_gemm": ("fp8_block", "BatchedDeepGemmExperts"),
+    "moe/triton": ("fp8_block", "BatchedTritonExperts"),
+}
+
+
+def _fp8_cases() -> List[Case]:
+    out = []
+    for backend, schemes in EXPECT_FP8_SCHEMES.items():
+        for q in FP8:  # a scheme the backend does not implement: not applicable
+            out.append(C(f"fp8-{backend}-{q}-implements", FP8_HOME.get(backend, "10.0"), backend,
+                         fails=() if q in schemes else {"quant"}, layer={"quant": q},
+                         only="quant"))
+    for (backend, q), ok in EXPECT_FP8_DEVICES.items():
+        for dev in DEVICES:
+            out.append(C(f"fp8-{backend}-{q}-device-{dev}", dev, backend,
+                         fails=() if dev in ok else {"device"}, layer={"quant": q},
+                         only="device"))
+    # every scheme a backend runs (a rule scoped to some schemes is pinned for each); under
+    # engine=vllm too where vLLM's own activation rules replace the backend's
+    for engine in ("none", "vllm"):
+        for backend, (gated, non_gated) in EXPECT_FP8_ACTIVATIONS.items():
+            if engine == "vllm" and backend != "moe/flashinfer_trtllm":
+                continue
+            for q in sorted(EXPECT_FP8_SCHEMES[backend]):
+                for mul, acts, ok in ((True, GATED, gated), (False, NON_GATED, non_gated)):
+                    for act in acts:
+                        out.append(C(f"fp8-{engine}-{backend}-{q}-"
+                                     f"{'gated' if mul else 'nongated'}-{act}",
+                                     FP8_HOME[backend], backend,
+                                     fails=() if act in ok else {"activation|act_and_mul"},
+                                     layer={"quant": q, "activation": act, "act_and_mul": mul},
+                                     only="activation", engine=engine))
+    for (backend, q), kernel in VLLM_FP8_KERNELS.items():
+        out.append(C(f"fp8-vllm-kernel-{backend}-{q}", FP8_HOME[backend], backend,
+                     layer={"quant": q}, engine="vllm", kernel=kernel, scheme=q,
+                     status="selected", only="device"))
+    for backend, (q, kernel) in VLLM_FP8_BATCHED_KERNELS.items():
+        out.append(C(f"fp8-vllm-batched-{backend}", FP8_HOME[backend], backend,
+                     layer={"quant": q, **LL}, engine="vllm", kernel=kernel, scheme=q,
+                     status="selected", only="device"))
+    return out
+
+
+TRT, FIC, VC = "moe/flashinfer_trtllm", "moe/flashinfer_cutlass", "moe/cutlass"
+DG, TR, MA = "moe/deep_gemm", "moe/triton", "moe/marlin"
+BLOCK, TENSOR, CHANNEL = {"quant": "fp8_block"}, {"quant": "fp8_tensor"}, {"quant": "fp8_channel"}
+T613 = {FI: "0.6.13", DSL: "4.5.0"}  # TRT-LLM cases: before the cubin-download warning
+
+
+def CT(*args, pk=None, **kw) -> Case:
+    """A TRT-LLM case on flashinfer 0.6.13 (no run-time cubin download warning on SM 10.x)."""
+    return C(*args, pk={**T613, **(pk or {})}, **kw)
+
+
+FP8_BOUNDARIES = [
+    # csrc scaled_mm_entry.cu cutlass_group_gemm_supported: SM 9.x CUDA >= 12.3, SM >= 10 >= 12.8
+    C("fp8-cutlass-sm90-cuda12.2", "9.0", VC, {"cuda"}, layer=CHANNEL, cuda="12.2"),
+    C("fp8-cutlass-sm90-cuda12.3", "9.0", VC, layer=CHANNEL, cuda="12.3"),
+    C("fp8-cutlass-sm100-cuda12.6", "10.0", VC, {"cuda"}, layer=CHANNEL, cuda="12.6"),
+    C("fp8-cutlass-sm100-cuda12.8", "10.0", VC, layer=CHANNEL, cuda="12.8"),
+    C("fp8-cutlass-sm120-cuda12.6", "12.0", VC, {"cuda"}, layer=TENSOR, cuda="12.6"),
+    C("fp8-cutlass-sm120-cuda12.8", "12.0", VC, layer=TENSOR, cuda="12.8"),
+    C("fp8-cutlass-sm89", "8.9", VC, {"device"}, layer=CHANNEL),
+    C("fp8-cutlass-no-vllm", "9.0", VC, {"package"}, pk={"vllm": None}, layer=CHANNEL),
+    # CutlassExpertsFp8: not DeepEP high-throughput, not FlashInfer NVLink; the batched
+    # kernel takes DeepEP low-latency
+    C("fp8-cutlass-deepep-ht", "9.0", VC, {"parallel"},
+      layer={**CHANNEL, "ep_size": 2, "all2all": "deepep_high_throughput"}),
+    C("fp8-cutlass-nvlink", "9.0", VC, {"parallel"}, layer={**CHANNEL, **NVL}),
+    C("fp8-cutlass-deepep-ll", "9.0", VC, layer={**CHANNEL, **LL}),
+    # trtllm_fp8_moe.py is_supported_config: the clamp for block-scaled SwiGLU only
+    CT("fp8-trtllm-tensor-clamp", "10.0", TRT, {"clamp"}, layer={**TENSOR, "swiglu_limit": 7.0}),
+    CT("fp8-trtllm-block-clamp", "10.0", TRT, layer={**BLOCK, "swiglu_limit": 7.0}),
+    CT("fp8-trtllm-block-relu2-clamp", "10.0", TRT, {"clamp"},
+      layer={**BLOCK, "activation": "relu2", "act_and_mul": False, "swiglu_limit": 7.0}),
+    CT("fp8-trtllm-block-relu2", "10.0", TRT,
+      layer={**BLOCK, "activation": "relu2", "act_and_mul": False}),
+    # Monolithic: no all2all kernels but AG/RS; Modular (block): also FlashInfer NVLink
+    CT("fp8-trtllm-tensor-nvlink", "10.0", TRT, {"parallel"}, layer={**TENSOR, **NVL}),
+    CT("fp8-trtllm-block-nvlink", "10.0", TRT, layer={**BLOCK, **NVL}, engine="vllm",
+      kernel="TrtLlmFp8ExpertsModular", scheme="fp8_block", status="selected", only="parallel"),
+    CT("fp8-trtllm-block-deepep-ll", "10.0", TRT, {"parallel"}, layer={**BLOCK, **LL}),
+    CT("fp8-trtllm-tensor-deepep-ht", "10.0", TRT, {"parallel"},
+      layer={**TENSOR, "ep_size": 2, "all2all": "deepep_high_throughput"}),
+    CT("fp8-trtllm-tensor-agrs", "10.0", TRT,
+      layer={**TENSOR, "ep_size": 2, "all2all": "allgather_reducescatter"}),
+    CT("fp8-trtllm-tensor-naive", "10.0", TRT, {"parallel"},
+      layer={**TENSOR, "ep_size": 2, "all2all": "naive"}),
+    # routing: at most 2048 experts
+    CT("fp8-trtllm-2049-experts", "10.0", TRT, {"known_issue"},
+      layer={**BLOCK, "num_experts": 2049}),
+    CT("fp8-trtllm-2048-experts", "10.0", TRT, layer={**BLOCK, "num_experts": 2048}),
+    CT("fp8-trtllm-no-flashinfer", "10.0", TRT, {"package"}, pk={FI: None}, layer=BLOCK),
+    # FlashInferExperts: standard format only
+    C("fp8-fi-cutlass-deepep-ll", "9.0", FIC, {"parallel"}, layer={**BLOCK, **LL}),
+    C("fp8-fi-cutlass-nvlink", "9.0", FIC, layer={**BLOCK, **NVL}),
+    # DeepGEMM: SiLU only batched; no FlashInfer NVLink; in vLLM's wheel from #37980/#41516
+    C("fp8-deep-gemm-ll-swiglustep", "9.0", DG, {"activation"},
+      layer={**BLOCK, **LL, "activation": "swiglustep"}),
+    C("fp8-deep-gemm-ll-silu", "9.0", DG, layer={**BLOCK, **LL}),
+    C("fp8-deep-gemm-swiglustep", "9.0", DG, layer={**BLOCK, "activation": "swiglustep"}),
+    C("fp8-deep-gemm-nvlink", "9.0", DG, {"parallel"}, layer={**BLOCK, **NVL}),
+    C("fp8-deep-gemm-vllm-0.20", "9.0", DG, {"package"}, pk={"vllm": "0.20.0"}, layer=BLOCK),
+    C("fp8-deep-gemm-vllm-0.21", "9.0", DG, pk={"vllm": "0.21.0"}, layer=BLOCK),
+    C("fp8-deep-gemm-own-package", "9.0", DG, pk={"vllm": None, "deep-gemm": "2.1.0"},
+      layer=BLOCK),
+    # TritonExperts: no FlashInfer NVLink; BatchedTritonExperts under DeepEP low-latency
+    C("fp8-triton-nvlink", "9.0", TR, {"parallel"}, layer={**BLOCK, **NVL}),
+    C("fp8-triton-deepep-ll", "9.0", TR, layer={**BLOCK, **LL}),
+    C("fp8-triton-deepep-ht", "9.0", TR,
+      layer={**BLOCK, "ep_size": 2, "all2all": "deepep_high_throughput"}),
+    C("fp8-triton-no-vllm", "9.0", TR, {"package"}, pk={"vllm": None}, layer=BLOCK),
+    C("fp8-triton-sglang", "9.0", TR, pk={"vllm": None, "sglang": "0.5.23"}, layer=BLOCK),
+    # MarlinExperts: standard format, no two-sided FlashInfer NVLink
+    C("fp8-marlin-deepep-ll", "9.0", MA, {"parallel"}, layer={**BLOCK, **LL}),
+    C("fp8-marlin-nvlink", "9.0", MA, {"parallel"}, layer={**BLOCK, **NVL}),
+    C("fp8-marlin-deepep-ht", "9.0", MA,
+      layer={**BLOCK, "ep_size": 2, "all2all": "deepep_high_throughput"}),
+    # the NVFP4-only rules stay NVFP4's: no SM 12.1 CUTLASS report, no TRT-LLM relu2 report,
+    # no CUDA 12.8 NVFP4 floor for an FP8 layer
+    C("fp8-fi-cutlass-sm121", "12.1", FIC, layer=TENSOR),
+    CT("fp8-trtllm-relu2-sm100", "10.0", TRT, pk={FI: "0.6.13", DSL: "4.5.0"},
+      layer={**BLOCK, "activation": "relu2", "act_and_mul": False}),
+    C("fp8-fi-cutlass-sm120-cuda12.8", "12.0", FIC, layer=TENSOR, cuda="12.8"),
+    # the NVFP4 rules scoped to the NVFP4 pair still judge a W4A16 layer (not applicable to
+    # these backends, the reasons say all of why)
+    CT("w4a16-trtllm-sm120", "12.0", TRT, {"quant", "device"}, layer=W4A16),
+    CT("w4a16-trtllm-situ", "10.0", TRT, {"quant", "activation"},
+       layer={**W4A16, "activation": "situ"}),
+    CT("w4a16-trtllm-gelu-nongated", "10.0", TRT, {"quant", "act_and_mul"},
+       layer={**W4A16, "activation": "gelu", "act_and_mul": False}),
+    CT("w4a16-trtllm-relu2", "10.0", TRT, {"quant"}, warns={"known_issue"},
+       layer={**W4A16, "activation": "relu2", "act_and_mul": False}),
+    CT("w4a16-vllm-trtllm-swigluoai", "10.0", TRT, {"quant", "activation"},
+       layer={**W4A16, "activation": "swigluoai"}, engine="vllm"),
+    C("w4a16-fi-cutlass-sm110", "11.0", FIC, {"quant", "device"}, layer=W4A16),
+    C("w4a16-fi-cutlass-sm120-cuda12.8", "12.0", FIC, {"quant"}, warns={"cuda"}, layer=W4A16,
+      cuda="12.8"),
+    C("w4a16-fi-cutlass-sm121", "12.1", FIC, {"quant"}, warns={"known_issue"}, layer=W4A16),
+    C("w4a16-cutlass-sm90", "9.0", VC, {"quant", "device"}, layer=W4A16),
+    C("w4a16-cutlass-cuda12.6", "10.0", VC, {"quant", "cuda"}, layer=W4A16, cuda="12.6"),
+    C("w4a16-cutlass-relu2-gated", "10.0", VC, {"quant", "act_and_mul"},
+      layer={**W4A16, "activation": "relu2", "act_and_mul": True}),
+    # engines: vLLM's and SGLang's names for the FP8-only backends
+    C("fp8-vllm-name-triton", "9.0", TR, layer=BLOCK, engine="vllm", name="triton"),
+    C("fp8-vllm-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="vllm", name="deep_gemm"),
+    C("fp8-sglang-name-triton", "9.0", TR, layer=BLOCK, engine="sglang", name="triton"),
+    C("fp8-sglang-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="sglang", name="deep_gemm"),
+]
+
+HT = {"ep_size": 2, "all2all": "deepep_high_throughput"}
+NAIVE = {"ep_size": 2, "all2all": "naive"}
+AGRS = {"ep_size": 2, "all2all": "allgather_reducescatter"}
+
+
+def _fp8_scheme_boundaries() -> List[Case]:
+    """The boundaries of scheme-scoped rules, once for each scheme the backend runs."""
+    out = []
+
+    def each(backend, cases):
+        for q in sorted(EXPECT_FP8_SCHEMES[backend]):
+            for tag, dev, fails, layer, kw in cases(q):
+                maker = CT if backend == TRT else C
+                out.append(maker(f"fp8-{backend}-{q}-{tag}", dev, backend, fails,
+                                 layer={"quant": q, **layer}, **kw))
+    # vLLM's CUTLASS grouped GEMM: CUDA floors; the batched kernel under DeepEP low-latency
+    each(VC, lambda q: [("sm90-cuda12.2", "9.0", {"cuda"}, {}, {"cuda": "12.2"}),
+                        ("sm100-cuda12.6", "10.0", {"cuda"}, {}, {"cuda": "12.6"}),
+                        ("sm100-cuda12.8", "10.0", (), {}, {"cuda": "12.8"}),
+                        ("batched", "10.0", (), LL, {"engine": "vllm", "status": "selected",
+                                                     "kernel": "CutlassBatchedExpertsFp8",
+                                                     "scheme": q})])
+    # FlashInferExperts and MarlinExperts: the standard format only
+    each(FIC, lambda q: [("deepep-ll", "9.0", {"parallel"}, LL, {}),
+                         ("agrs", "9.0", (), AGRS, {})])
+    each(MA, lambda q: [("deepep-ll", "9.0", {"parallel"}, LL, {}),
+                        ("nvlink", "9.0", {"parallel"}, NVL, {}),
+                        ("agrs", "9.0", (), AGRS, {})])
+    # TRT-LLM: neither kernel takes DeepEP or the naive exchange; 2048 experts at most
+    each(TRT, lambda q: [("deepep-ll", "10.0", {"parallel"}, LL, {}),
+                         ("deepep-ht", "10.0", {"parallel"}, HT, {}),
+                         ("naive", "10.0", {"parallel"}, NAIVE, {}),
+                         ("agrs", "10.0", (), AGRS, {}),
+                         ("2049-experts", "10.0", {"known_issue"}, {"num_experts": 2049}, {})])
+    return out
+
+
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
-                     _vllm_emulation_activations() + ENGINES + FP8_TORCH)
+                     _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
+                     _fp8_scheme_boundaries() + FP8_TORCH)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -130,9 +130,17 @@ def test_instantiate_hands_the_implementation_the_whole_layer():
 
 
 def test_swiglu_clamp_set(cat):
-    """FACTS.md: every MoE backend applies swiglu_limit except flashinfer_b12x."""
-    no_clamp = {b.name for b in cat.backends["moe"] if any(r.kind == "clamp" for r in b.rules)}
+    """FACTS.md: every MoE backend applies swiglu_limit except flashinfer_b12x; for FP8,
+    TRT-LLM applies it to block-scaled SwiGLU layers only (vLLM trtllm_fp8_moe.py)."""
+    no_clamp = {b.name for b in cat.backends["moe"] if any(
+        r.kind == "clamp" and not (r.when.get("quant") and
+                                   r.when.get("quant") <= set(schema.FP8_QUANTS))
+        for r in b.rules)}
     assert no_clamp == {"flashinfer_b12x"}
+    fp8 = {b.name for b in cat.backends["moe"] if any(
+        r.kind == "clamp" and r.when.get("quant") and r.when.get("quant") <= set(schema.FP8_QUANTS)
+        for r in b.rules)}
+    assert fp8 == {"flashinfer_trtllm"}
 
 
 def test_no_ep_backends(cat):

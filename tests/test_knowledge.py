@@ -26,14 +26,30 @@ def test_case(case):
 
 def test_every_backend_has_device_activation_and_quant_expectations():
     """A new backend without literal expectations would escape the mutation run."""
-    names = {f"{op}/{b.name}" for op, bs in kc.base().catalogue.backends.items() for b in bs}
-    missing = sorted(names - set(kc.EXPECT_DEVICES)) + sorted(
-        n for n in names if n.startswith("moe/") and n not in kc.EXPECT_ACTIVATIONS)
+    cat = kc.base().catalogue
+    names = {f"{op}/{b.name}" for op, bs in cat.backends.items() for b in bs}
+    nvfp4 = {f"{op}/{b.name}" for op, bs in cat.backends.items() for b in bs
+             if set(b.implements) & {"nvfp4", "nvfp4_w4a16"}}
+    missing = sorted(nvfp4 - set(kc.EXPECT_DEVICES)) + sorted(
+        n for n in nvfp4 if n.startswith("moe/") and n not in kc.EXPECT_ACTIVATIONS)
     assert not missing, ("write the literal expectations of these backends in "
                          f"tests/knowledge_cases.py (EXPECT_DEVICES, EXPECT_ACTIVATIONS, "
                          f"EXPECT_W4A16): {missing}")
-    assert names == set(kc.EXPECT_DEVICES) == set(kc.HOME)
-    assert {n for n in names if n.startswith("moe/")} == set(kc.EXPECT_ACTIVATIONS)
+    # EXPECT_DEVICES also holds selector's FP8 torch/Triton backends, each at its SCHEME_OF
+    assert nvfp4 | set(kc.SCHEME_OF) == set(kc.EXPECT_DEVICES) == set(kc.HOME)
+    assert {n for n in nvfp4 | set(kc.SCHEME_OF) if n.startswith("moe/")} == \
+        set(kc.EXPECT_ACTIVATIONS)
+    # FP8 MoE: every MoE backend says which FP8 schemes it runs; each that runs one has its
+    # devices per scheme, its activations and the kernel vLLM builds
+    # selector's own torch/Triton FP8 backends (run on the H200) are pinned case by case in
+    # FP8_TORCH, every rule on both sides of its boundary
+    torch = {c.backend for c in kc.FP8_TORCH}
+    moe = {n for n in names if n.startswith("moe/")} - torch
+    assert moe == set(kc.EXPECT_FP8_SCHEMES), sorted(moe ^ set(kc.EXPECT_FP8_SCHEMES))
+    fp8 = {(b, q) for b, qs in kc.EXPECT_FP8_SCHEMES.items() for q in qs}
+    assert fp8 == set(kc.EXPECT_FP8_DEVICES) == set(kc.VLLM_FP8_KERNELS)
+    assert {b for b, _ in fp8} == set(kc.EXPECT_FP8_ACTIVATIONS)
+    assert names == nvfp4 | {b for b, _ in fp8} | torch
 
 
 def test_layout_and_swiglustep_are_vocabulary():

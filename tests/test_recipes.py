@@ -400,10 +400,15 @@ def test_recipe_stack_preset_missing_steps(copy):
 def _implement(conf, scheme):
     """Step 2: the scheme in `implements:` of a backend file that runs it (marlin's W4A16
     kernels serve MXFP4 weights too: vLLM 0.32.0 quantization/utils/marlin_utils_fp4.py)."""
+    import re
     path = conf / "backend" / "moe" / "marlin.yaml"
-    path.write_text(path.read_text().replace(
-        "execution: weight_only\n", f"execution: weight_only\nimplements: [nvfp4, nvfp4_w4a16, "
-        f"{scheme}]\n", 1))
+    text = path.read_text()
+    if re.search(r"^implements: \[", text, re.M):  # the file lists schemes: one more
+        text = re.sub(r"^implements: \[", f"implements: [{scheme}, ", text, count=1, flags=re.M)
+    else:
+        text = text.replace("execution: weight_only\n", "execution: weight_only\nimplements: "
+                            f"[nvfp4, nvfp4_w4a16, {scheme}]\n", 1)
+    path.write_text(text)
 
 
 def test_recipe_quantization_scheme(copy):
@@ -420,8 +425,8 @@ def test_recipe_quantization_scheme_missing_steps(copy):
     # step 2 missing: no backend implements it, and each says so
     d = selector.load(["platform=h100", "stack=vllm_0_32", "layer.quant=mxfp4"]).default()
     assert d.selected is None and d.outcome == "unsupported_layer"
-    assert "implements nvfp4, nvfp4_w4a16 layers, not mxfp4" in \
-        d.candidate("marlin").reasons[0].message
+    msg = d.candidate("marlin").reasons[0].message
+    assert msg.startswith("implements nvfp4, nvfp4_w4a16") and "layers, not mxfp4" in msg
     # step 1 missing: a scheme outside the vocabulary is refused, naming where it is added
     _implement(conf, "nvfp4_w4a8")
     problems = _problems(check_tree([], []))

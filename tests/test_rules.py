@@ -460,6 +460,10 @@ def test_opt_in_is_a_backend_field_not_a_rule():
     ({"ep": False}, {"ep_size": 1}, {"ep_size": 8}),
     ({"min_num_experts": 512}, {"num_experts": 512}, {"num_experts": 256}),
     ({"min_num_experts": 512}, {"num_experts": 1024}, {}),
+    ({"all2all": ["deepep_low_latency"]}, {"ep_size": 2, "all2all": "deepep_low_latency"},
+     {"ep_size": 2, "all2all": "deepep_high_throughput"}),
+    ({"all2all": ["deepep_low_latency"]}, {"ep_size": 2, "all2all": "deepep_low_latency"},
+     {"ep_size": 2}),
 ], ids=str)
 def test_when_layer_conditions(when, holds, fails):
     r = rule(kind="clamp", when=when)
@@ -483,6 +487,7 @@ def test_when_devices_and_packages_all_must_hold():
     ({"activation": ["swish"]}, "when.activation"),
     ({"activation": "silu"}, "when.activation"),
     ({"quant": ["nvfp5"]}, "when.quant"),
+    ({"all2all": ["deepep"]}, "when.all2all"),
     ({"devices": ["12"]}, "when.devices"),
     ({"packages": {"vllm": ">>1"}}, "when.packages.vllm"),
     ({"packages": ["vllm"]}, "when.packages"),

@@ -396,6 +396,55 @@ MOE = [
       no_notes=(N("weight_only"),)),
 ]
 
+# --- FP8 MoE under vLLM 0.32.0 (fused_moe/oracle/fp8.py _get_priority_backends and the experts
+# classes' is_supported_config; tests/vllm/test_parity_fp8.py runs vLLM's own oracle) ----------
+FP8_BLOCK, FP8_TENSOR = "layer.quant=fp8_block", "layer.quant=fp8_tensor"
+VLLM_ENGINE = "engine=vllm"
+NVFP4_ONLY = {"flashinfer_cutedsl": {"quant"}, "b12x": {"quant"}, "flashinfer_b12x": {"quant"},
+              "emulation": {"quant"},
+              # selector's own FP8 MoE backend: under engine=vllm its engine reason is final
+              "torch_grouped_fp8": {"engine"}}
+MOE += [
+    # Hopper, block FP8 (DeepSeek-V3, Qwen3 FP8): Triton first for TP, FlashInfer CUTLASS for EP
+    S("fp8-h200-block-tp-triton", [H200, VLLM, VLLM_ENGINE, FP8_BLOCK], "triton",
+      kinds={"flashinfer_trtllm": {"device"}, "cutlass": {"quant"}, "triton": set(),
+             "flashinfer_cutlass": set(), "deep_gemm": set(), "marlin": set(), **NVFP4_ONLY},
+      status={"flashinfer_cutlass": "eligible", "deep_gemm": "eligible"}),
+    S("fp8-h100-block-ep-flashinfer-cutlass", [H100, VLLM, VLLM_ENGINE, FP8_BLOCK,
+                                               "layer.ep_size=8"], "flashinfer_cutlass",
+      status={"triton": "eligible", "deep_gemm": "eligible"}),
+    S("fp8-h200-block-deepep-ll-batched-deep-gemm",
+      [H200, VLLM, VLLM_ENGINE, FP8_BLOCK, "layer.ep_size=8",
+       "layer.all2all=deepep_low_latency"], "deep_gemm",
+      kinds={"flashinfer_cutlass": {"parallel"}, "marlin": {"parallel"}, "triton": set()}),
+    S("fp8-h200-tensor-flashinfer-cutlass", [H200, VLLM, VLLM_ENGINE, FP8_TENSOR],
+      "flashinfer_cutlass",
+      kinds={"flashinfer_trtllm": {"device"}, "deep_gemm": {"quant"}, "cutlass": set()},
+      status={"cutlass": "eligible", "triton": "eligible"}),
+    S("fp8-h200-block-no-flashinfer-triton", [H200, VLLM, VLLM_ENGINE, FP8_BLOCK,
+                                              pk(flashinfer_python=None)], "triton",
+      kinds={"flashinfer_cutlass": {"package"}}),
+    # Blackwell B200: FlashInfer TRT-LLM for block and per-tensor FP8
+    S("fp8-b200-block-trtllm", [B200, VLLM, VLLM_ENGINE, FP8_BLOCK], "flashinfer_trtllm",
+      kinds={"flashinfer_cutlass": {"device"}, "cutlass": {"quant"}},
+      status={"deep_gemm": "eligible", "triton": "eligible"}),
+    S("fp8-b200-tensor-trtllm", [B200, VLLM, VLLM_ENGINE, FP8_TENSOR], "flashinfer_trtllm",
+      status={"flashinfer_cutlass": "eligible", "cutlass": "eligible"}),
+    S("fp8-b200-tensor-clamp-flashinfer-cutlass", [B200, VLLM, VLLM_ENGINE, FP8_TENSOR,
+                                                   "layer.swiglu_limit=7.0"],
+      "flashinfer_cutlass", kinds={"flashinfer_trtllm": {"clamp"}}),
+    # RTX Pro 6000 (SM 12.0): no TRT-LLM; DeepGEMM for block FP8, FlashInfer CUTLASS per-tensor
+    S("fp8-rtx-pro-6000-block-deep-gemm", [PRO, VLLM, VLLM_ENGINE, FP8_BLOCK], "deep_gemm",
+      kinds={"flashinfer_trtllm": {"device"}, "flashinfer_cutlass": {"device"}},
+      status={"triton": "eligible"}),
+    S("fp8-rtx-pro-6000-tensor-flashinfer-cutlass", [PRO, VLLM, VLLM_ENGINE, FP8_TENSOR],
+      "flashinfer_cutlass", kinds={"flashinfer_trtllm": {"device"}},
+      status={"cutlass": "eligible"}),
+    S("fp8-rtx-pro-6000-block-relu2-triton", [PRO, VLLM, VLLM_ENGINE, FP8_BLOCK,
+                                              "layer.activation=relu2", "layer.act_and_mul=false"],
+      "triton", kinds={"deep_gemm": {"activation"}}),
+]
+
 LINEAR = [
     S("lin-dgx-074-dense-auto", [DGX, FI_074, DENSE], "flashinfer_cutlass",
       kinds={"flashinfer_cutedsl": {"opt_in"}, "flashinfer_b12x": set(), "cutlass": {"package"},
@@ -539,8 +588,9 @@ def check_invariants(s: Scenario, d) -> None:
             assert errors
         if c.status == "opt_in":
             assert {r.rule for r in c.reasons} == {"opt_in"}
-        if c.status == "not_applicable":  # the layer's quant scheme is not the backend's
-            assert "quant" in {r.rule for r in c.reasons}, (c.backend, c.reasons)
+        if c.status == "not_applicable":  # the layer's scheme is not the backend's, or the
+            # engine has no such backend (engine=X)
+            assert {"quant", "engine"} & {r.rule for r in c.reasons}, (c.backend, c.reasons)
         if c.status == "rejected":
             assert "quant" not in {r.rule for r in c.reasons}, (c.backend, c.reasons)
     if d.requested == "auto":
@@ -562,7 +612,7 @@ def test_scenario(s: Scenario):
         assert {r.rule for r in c.reasons} == kinds, (backend, c.status, c.reasons)
         if backend not in s.status and kinds and c.status != "selected":
             want = ("opt_in" if kinds == {"opt_in"} else
-                    "not_applicable" if "quant" in kinds else "rejected")
+                    "not_applicable" if kinds & {"quant", "engine"} else "rejected")
             assert c.status == want, (backend, c.status)
     for backend, status in s.status.items():
         assert by_name[backend].status == status, (backend, by_name[backend])

@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 _VERSION = re.compile(r"(?P<op>===|==|!=|~=|<=|>=|<|>)\s*(?P<v>\d+(?:\.\d+)*)")
 LIST_FIELDS = ("devices", "values", "gated", "non_gated", "all2all_exclude")
-WHEN_LISTS = ("activation", "quant", "devices")
+WHEN_LISTS = ("activation", "quant", "devices", "all2all")
 
 Mutation = Tuple[str, Callable[[Dict[str, Any]], None]]  # (description, apply to backend conf)
 

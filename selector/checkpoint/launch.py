@@ -297,11 +297,12 @@ def _with_policy(sel: Selector, op: str, request: Sequence[str],
     return type(sel)(dataclasses.replace(run, policy=policy), sel.tree, sel.probes)
 
 
-def _accepts(engine: str, op: str, g: Group, value: str) -> Optional[Break]:
+def _accepts(engine: str, op: str, g: Group, value: str, planned: bool = False
+             ) -> Optional[Break]:
     """The break a global MoE value causes on a group selector does not plan (the engine's
-    oracle for its scheme decides it), or None."""
+    oracle for its scheme decides it; with `planned`, on any group), or None."""
     from selector.core.engine_flags import VLLM_MOE_ACCEPTS, VLLM_MOE_SOURCES
-    if engine != "vllm" or op != "moe" or g.planned:
+    if engine != "vllm" or op != "moe" or (g.planned and not planned):
         return None
     accepted = VLLM_MOE_ACCEPTS.get(g.scheme)
     if accepted is None or value in accepted:
@@ -343,9 +344,32 @@ def _moe_flags(sel: Selector, engine: str, flag: str, groups: Sequence[Group],
     else:
         problem = (f"the {what} MoE groups need different backends ({', '.join(wanted)}); "
                    f"{flag} is one value for every MoE layer")
+        # the backend the user asked for, passed to the engine as is: the layers whose
+        # scheme's oracle refuses it (vLLM #40082's review: the FP8 oracle and b12x)
+        asked = _requested_engine_name(sel, engine, "moe")
+        if asked is not None:
+            breaks = [b for g in groups for b in (_accepts(engine, "moe", g, asked, True),)
+                      if b is not None]
+            if breaks:
+                return [], {}, Conflict("moe", (flag, asked), problem, tuple(breaks),
+                                        tuple(_options(sel, engine, "moe", flag, nv, others)))
     return [], {}, Conflict("moe", (flag, wanted[0]) if len(wanted) == 1 else (),
                             problem, tuple(breaks),
                             tuple(_options(sel, engine, "moe", flag, nv, others)))
+
+
+def _requested_engine_name(sel: Selector, engine: str, op: str) -> Optional[str]:
+    """The engine's name for the one backend the policy requests for `op`, or None (auto,
+    several, or a backend the engine does not name)."""
+    request = sel.run_config.policy.requested(op)
+    if len(request) != 1 or request[0] == "auto":
+        return None
+    try:
+        b = sel.catalogue.get(op, request[0])
+    except KeyError:
+        return None
+    entry = dict(b.engines).get(engine)
+    return None if entry is None or entry.name is None else str(entry.name)
 
 
 def _schemes_text(groups: Sequence[Group]) -> str:

@@ -212,6 +212,9 @@ WHEN: Dict[str, WhenTerm] = {
     "quant": WhenTerm(_one_of(schema.QUANTS), lambda v, layer, f: layer.quant in v, "quant",
                       lambda v: "/".join(sorted(v))),
     "ep": WhenTerm(_bool, lambda v, layer, f: (layer.ep_size > 1) == v, "ep_size"),
+    # the all2all exchange of an EP layer (vLLM's batched experts format: deepep_low_latency)
+    "all2all": WhenTerm(_one_of(schema.ALL2ALL), lambda v, layer, f: layer.all2all in v,
+                        "all2all", lambda v: "/".join(sorted(v))),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
                                 and layer.num_experts >= v, "num_experts", threshold=">="),
     "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None

@@ -67,11 +67,27 @@ def moe_quant(weight_key: Any, activation_key: Any) -> str:
     raise NotExpressible(f"activation quantization {activation_key}")
 
 
+def quant_scheme(weight_key: Any, activation_key: Any) -> str:
+    """Any scheme of schema.QUANT_SCHEMES from vLLM's (weight, activation) QuantKeys (NVFP4 as
+    moe_quant says); a pair no scheme names is NotExpressible."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+
+    from selector.core.schema import QUANT_SCHEMES
+    if weight_key == q.kNvfp4Static:
+        return moe_quant(weight_key, activation_key)
+    for scheme in QUANT_SCHEMES.values():
+        w, a = scheme.vllm_keys
+        if w is not None and getattr(q, w, None) == weight_key and \
+                (getattr(q, a, None) if a else None) == activation_key:
+            return scheme.name
+    raise NotExpressible(f"quantization {weight_key} x {activation_key}")
+
+
 def moe_layer(config: Any, weight_key: Any, activation_key: Any) -> Dict[str, Any]:
     """A FusedMoEConfig (with its parallel config and activation enum) as `layer.*` keys."""
     par = config.moe_parallel_config
     activation, gated = moe_activation(config.activation)
-    return {"op": "moe", "quant": moe_quant(weight_key, activation_key),
+    return {"op": "moe", "quant": quant_scheme(weight_key, activation_key),
             "activation": activation, "act_and_mul": gated,
             "ep_size": par.ep_size if par.use_ep else 1, "tp_size": par.tp_size,
             "swiglu_limit": config.swiglu_limit,

@@ -272,11 +272,16 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
         return [], (f"implements {', '.join(b.implements) or 'nothing'}, no scheme verify has "
                     f"{op} problems for ({', '.join(q for o, q in BOUNDS if o == op)})")
     out: List[Case] = []
+    refused: List[str] = []  # why the first layer was refused (a layer-scoped device rule)
 
     def add(c: Case) -> bool:
         if _usable(sel, op, b.name, c.layer()):
             out.append(c)
             return True
+        if not refused:
+            cand = sel.decide(sel.layer(op=op, **c.layer())).candidate(b.name)
+            refused.extend(f"[{r.rule}] {r.message}" for r in cand.reasons
+                           if r.severity != "warning")
         return False
 
     for quant in quants:
@@ -301,7 +306,8 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
                 if first:
                     first = not add(replace(c, size="odd"))
     if not out:
-        return [], "its rules reject every verification layer (" + ", ".join(quants) + ")"
+        return [], "its rules reject every verification layer (" + ", ".join(quants) + ")" + \
+            (": " + "; ".join(refused) if refused else "")
     return out, ""
 
 

@@ -47,6 +47,16 @@ class SimulatedCuda(Platform):
     def get_device_name(cls, device_id: int = 0) -> str:
         return f"simulated SM {cls.capability.major}.{cls.capability.minor}"
 
+    # CudaPlatformBase's answers (vLLM 0.32.0 platforms/cuda.py), read by the FP8 experts
+    @classmethod
+    def supports_fp8(cls) -> bool:
+        return cls.has_device_capability(89)
+
+    @classmethod
+    def support_deep_gemm(cls) -> bool:
+        return (cls.is_device_capability(90) or cls.is_device_capability_family(100)
+                or cls.is_device_capability_family(120))
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -63,6 +73,12 @@ class Scenario:
     ep_size: int = 1
     swiglu_limit: Optional[float] = None
     requested: str = "auto"
+    # FP8 MoE only: vLLM's all2all backend with data parallelism 2 (None: no all2all kernels),
+    # the quant method's allow_vllm_cutlass (compressed-tensors: True; fp8, modelopt: False),
+    # and VLLM_MOE_USE_DEEP_GEMM (None: unset)
+    all2all: Optional[str] = None
+    allow_cutlass: bool = True
+    deep_gemm_env: Optional[str] = None
 
     @property
     def machine(self) -> Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
@@ -75,6 +91,9 @@ class Scenario:
             f" {self.activation}{'' if self.act_and_mul else ' non-gated'}"
         extra = (f" ep{self.ep_size}" if self.ep_size > 1 else "") + \
             (f" clamp{self.swiglu_limit:g}" if self.swiglu_limit else "")
+        extra += (f" {self.all2all}" if self.all2all else "") + \
+            ("" if self.allow_cutlass else " no-vllm-cutlass") + \
+            (f" VLLM_MOE_USE_DEEP_GEMM={self.deep_gemm_env}" if self.deep_gemm_env else "")
         where = f"SM {self.capability} CUDA {self.cuda}" if self.capability else "no GPU"
         return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
                 f"{self.requested}")
@@ -109,7 +128,17 @@ def _probes(s: Scenario) -> Dict[str, Any]:
             return True
 
     b12x_mod = _B12xFusedMoe() if s.b12x else None
+    cuda = Version(s.cuda) if s.cuda else None
+    # csrc scaled_mm_entry.cu cutlass_group_gemm_supported: SM >= 10.0 with CUDA >= 12.8, SM 9.x
+    # with CUDA >= 12.3 (the C++ op this CPU build lacks)
+    group_gemm = cuda is not None and ((cap >= 100 and cuda >= Version("12.8")) or
+                                       (90 <= cap < 100 and cuda >= Version("12.3")))
+    # vLLM 0.32.0's wheel bundles DeepGEMM (vllm/third_party/deep_gemm): present with vllm
+    deep_gemm = cap in (90,) or cap // 10 in (10, 12)
     return {
+        "cutlass_group_gemm_supported": lambda *a: group_gemm,
+        "has_deep_gemm": lambda: True,
+        "is_deep_gemm_supported": lambda: deep_gemm,
         "has_flashinfer": lambda: fi,
         "has_flashinfer_moe": lambda: fi,
         "has_flashinfer_cutedsl": lambda: fi,
@@ -137,6 +166,9 @@ MODULES = (  # where vLLM's NVFP4 selection and its probes live
     "vllm.model_executor.layers.quantization.compressed_tensors.schemes."
     "compressed_tensors_w4a4_nvfp4",
     "vllm.model_executor.layers.fused_moe.b12x",
+    "vllm.model_executor.layers.fused_moe.oracle.fp8",
+    "vllm.model_executor.layers.quantization.utils.w8a8_utils",
+    "vllm.utils.deep_gemm",
 )
 PACKAGES = (  # every kernel class the oracle may import lazily
     "vllm.model_executor.layers.fused_moe.experts",
@@ -237,9 +269,10 @@ def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, FusedMoEParallelConfig, RoutingMethodType
     act = MoEActivation(s.activation if s.act_and_mul else f"{s.activation}_no_mul")
-    par = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=1, ep_size=s.ep_size,
-                                 tp_rank=0, pcp_rank=0, dp_rank=0, ep_rank=0, sp_size=1,
-                                 use_ep=s.ep_size > 1, all2all_backend="allgather_reducescatter",
+    par = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=2 if s.all2all else 1,
+                                 ep_size=s.ep_size, tp_rank=0, pcp_rank=0, dp_rank=0, ep_rank=0,
+                                 sp_size=1, use_ep=s.ep_size > 1,
+                                 all2all_backend=s.all2all or "allgather_reducescatter",
                                  enable_eplb=False)
     # a SiTU layer carries its two scales; 4 and 25 are SiTU's published ones (FlashInfer #4460)
     situ = {"activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0} \
@@ -253,8 +286,12 @@ def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
 
 
 def quant_keys(s: Scenario) -> Tuple[Any, Any]:
+    """vLLM's (weight, activation) QuantKeys for the scenario's scheme (schema.QUANT_SCHEMES)."""
     from vllm.model_executor.layers.quantization.utils import quant_utils as q
-    return q.kNvfp4Static, (q.kNvfp4Dynamic if s.quant == "nvfp4" else None)
+
+    from selector.core.schema import QUANT_SCHEMES
+    w, a = QUANT_SCHEMES[s.quant].vllm_keys
+    return getattr(q, w), (getattr(q, a) if a else None)
 
 
 # -- the sweep --------------------------------------------------------------------------------------
@@ -297,4 +334,50 @@ def sweep() -> List[Scenario]:
                     out.append(replace(base, swiglu_limit=7.0))
             out.extend(Scenario(cap, cuda, fi, b, "linear", quant, "silu", True, requested=n)
                        for n in LINEAR_NAMES)
+    return out
+
+
+# -- the FP8 MoE sweep (select_fp8_moe_backend) ----------------------------------------------------
+# SM 8.0 (no FP8 Triton) to 12.1, CUDA 12.6 and 12.8 (the CUTLASS grouped GEMM's floor on SM >= 10),
+# flashinfer present or absent; the four FP8 schemes; every activation with and without EP, a few
+# with each all2all exchange (DeepEP low-latency is vLLM's batched format); every --moe-backend
+# vLLM's FP8 oracle maps (and one NVFP4-only name); allow_vllm_cutlass off (fp8, modelopt
+# checkpoints) and VLLM_MOE_USE_DEEP_GEMM=0/1 on automatic selection.
+FP8_CAPABILITIES = (None, "8.0", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
+FP8_CUDAS = ("12.6", "12.8")
+FP8_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+FP8_NAMES = ("auto", "triton", "deep_gemm", "cutlass", "flashinfer_trtllm", "flashinfer_cutlass",
+             "marlin", "flashinfer_cutedsl")
+FP8_ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
+               "flashinfer_nvlink_two_sided")
+FP8_ALL2ALL_LAYERS = (("silu", True), ("swiglustep", True), ("relu2", False))
+
+
+def fp8_machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]]:
+    """CUDA matters to vLLM's FP8 MoE on SM >= 10.0 only (the CUTLASS grouped GEMM's 12.8 floor;
+    SM 9.x needs 12.3), flashinfer on the devices its kernels run on (9.0, 10.x, 12.x)."""
+    out = []
+    for cap in FP8_CAPABILITIES:
+        major = int(cap.split(".")[0]) if cap else 0
+        cudas = FP8_CUDAS if major >= 10 else (FP8_CUDAS[-1] if cap else None,)
+        fis = (FLASHINFER, None) if cap in ("9.0",) or major in (10, 12) else (FLASHINFER,)
+        out.extend((cap, cuda, fi, None) for cuda in cudas for fi in fis)
+    return out
+
+
+def fp8_sweep() -> List[Scenario]:
+    out: List[Scenario] = []
+    for cap, cuda, fi, b in fp8_machines():
+        for quant in FP8_QUANTS:
+            layers = [(a, g, ep, None) for (a, g) in MOE_LAYERS for ep in (1, 2)] + \
+                [(a, g, 2, x) for (a, g) in FP8_ALL2ALL_LAYERS for x in FP8_ALL2ALL]
+            for act, gated, ep, a2a in layers:
+                base = Scenario(cap, cuda, fi, b, "moe", quant, act, gated, ep, all2all=a2a)
+                rows = [replace(base, requested=n) for n in FP8_NAMES]
+                rows += [replace(base, allow_cutlass=False, requested=n)
+                         for n in ("auto", "cutlass")]
+                rows += [replace(base, deep_gemm_env=e) for e in ("0", "1")]
+                if act == "silu" and gated and a2a is None:
+                    rows += [replace(r, swiglu_limit=7.0) for r in rows]
+                out.extend(rows)
     return out
