@@ -47,6 +47,13 @@ class SimulatedCuda(Platform):
     def get_device_name(cls, device_id: int = 0) -> str:
         return f"simulated SM {cls.capability.major}.{cls.capability.minor}"
 
+    @classmethod
+    def support_deep_gemm(cls) -> bool:
+        """vLLM 0.32.0 platforms/cuda.py CudaPlatformBase.support_deep_gemm (not importable on
+        this CPU build): Hopper and the Blackwell 10.x and 12.x families."""
+        return cls.is_device_capability(90) or cls.is_device_capability_family(100) or \
+            cls.is_device_capability_family(120)
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -63,10 +70,19 @@ class Scenario:
     ep_size: int = 1
     swiglu_limit: Optional[float] = None
     requested: str = "auto"
+    # MXFP4/MXFP8 (sweep_mx): which oracle vLLM runs (nvfp4: the NVFP4 sweep above; mxfp4:
+    # select_mxfp4_moe_backend with the layer's activation key; dsv4:
+    # select_deepseek_v4_mxfp4_moe_backend; mxfp8: select_mxfp8_moe_backend), whether the vLLM
+    # build carries its vendored triton_kernels and DeepGEMM, VLLM_B12X_MOE_FP4_FORCE_A16
+    oracle: str = "nvfp4"
+    triton_kernels: bool = True
+    deep_gemm: bool = True
+    force_a16: bool = False
 
     @property
-    def machine(self) -> Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
-        return (self.capability, self.cuda, self.flashinfer, self.b12x)
+    def machine(self) -> Tuple[Any, ...]:
+        return (self.capability, self.cuda, self.flashinfer, self.b12x, self.triton_kernels,
+                self.deep_gemm)
 
     def label(self) -> str:
         pk = ", ".join(f"{n} {v}" for n, v in (("flashinfer", self.flashinfer),
@@ -76,6 +92,10 @@ class Scenario:
         extra = (f" ep{self.ep_size}" if self.ep_size > 1 else "") + \
             (f" clamp{self.swiglu_limit:g}" if self.swiglu_limit else "")
         where = f"SM {self.capability} CUDA {self.cuda}" if self.capability else "no GPU"
+        if self.oracle != "nvfp4":
+            pk += "" if self.triton_kernels else ", no triton_kernels"
+            pk += "" if self.deep_gemm else ", no DeepGEMM"
+            extra += f" [{self.oracle} oracle]" + (" FORCE_A16" if self.force_a16 else "")
         return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
                 f"{self.requested}")
 
@@ -109,7 +129,18 @@ def _probes(s: Scenario) -> Dict[str, Any]:
             return True
 
     b12x_mod = _B12xFusedMoe() if s.b12x else None
+    # vLLM's MXFP4 experts quantization (CUTLASS W4A4): csrc mxfp4_experts_quant.cu, compiled
+    # with CUDA >= 12.9, answers 100 <= capability < 120
+    mx_quant = s.cuda is not None and Version(s.cuda) >= Version("12.9")
+    # DeepGEMM: vLLM 0.32.0 utils/deep_gemm.py is_deep_gemm_supported (cached there, so
+    # answered here): the platform's support_deep_gemm, VLLM_USE_DEEP_GEMM and the module
+    dg = s.deep_gemm and (cap == 90 or cap // 10 in (10, 12))
     return {
+        "has_triton_kernels": lambda: s.triton_kernels,
+        "has_deep_gemm": lambda: s.deep_gemm,
+        "is_deep_gemm_supported": lambda: dg,
+        "has_quark": lambda: False,  # amd-quark (vLLM's OCP MX emulation) is not installed
+        "mxfp4_experts_quant_supported": lambda c: mx_quant and 100 <= c < 120,
         "has_flashinfer": lambda: fi,
         "has_flashinfer_moe": lambda: fi,
         "has_flashinfer_cutedsl": lambda: fi,
@@ -130,8 +161,12 @@ def _probes(s: Scenario) -> Dict[str, Any]:
     }
 
 
-MODULES = (  # where vLLM's NVFP4 selection and its probes live
+MODULES = (  # where vLLM's NVFP4, MXFP4 and MXFP8 selection and its probes live
     "vllm.model_executor.layers.fused_moe.oracle.nvfp4",
+    "vllm.model_executor.layers.fused_moe.oracle.mxfp4",
+    "vllm.model_executor.layers.fused_moe.oracle.mxfp8",
+    "vllm._custom_ops",
+    "vllm.utils.deep_gemm",
     "vllm.model_executor.kernels.linear",
     "vllm.model_executor.layers.quantization.modelopt",
     "vllm.model_executor.layers.quantization.compressed_tensors.schemes."
@@ -253,8 +288,12 @@ def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
 
 
 def quant_keys(s: Scenario) -> Tuple[Any, Any]:
+    """The (weight, activation) QuantKeys of the scenario's scheme (schema.QUANT_SCHEMES)."""
     from vllm.model_executor.layers.quantization.utils import quant_utils as q
-    return q.kNvfp4Static, (q.kNvfp4Dynamic if s.quant == "nvfp4" else None)
+
+    from selector.core.schema import QUANT_SCHEMES
+    w, a = QUANT_SCHEMES[s.quant].vllm_keys
+    return getattr(q, str(w)), (None if a is None else getattr(q, a))
 
 
 # -- the sweep --------------------------------------------------------------------------------------
@@ -297,4 +336,59 @@ def sweep() -> List[Scenario]:
                     out.append(replace(base, swiglu_limit=7.0))
             out.extend(Scenario(cap, cuda, fi, b, "linear", quant, "silu", True, requested=n)
                        for n in LINEAR_NAMES)
+    return out
+
+
+# -- the MXFP4 / MXFP8 sweep ---------------------------------------------------------------------
+# select_mxfp4_moe_backend (gpt-oss and every checkpoint that declares its activation key:
+# compressed-tensors, Quark, INC), select_deepseek_v4_mxfp4_moe_backend (quant_method mxfp4
+# outside gpt-oss) and select_mxfp8_moe_backend, over SM 8.9 to 12.1 and no GPU, FlashInfer and
+# native b12x present or absent, vLLM's vendored triton_kernels and DeepGEMM present or absent,
+# CUDA 12.8 and 13.0 where it decides (vLLM's MXFP4 W4A4 kernels need 12.9), every activation
+# vLLM's MXFP4 experts know, EP 1 and 2, every --moe-backend value of the MXFP4 and MXFP8 maps,
+# and VLLM_B12X_MOE_FP4_FORCE_A16.
+MX_CAPABILITIES = (None, "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
+MX_LAYERS = (("swigluoai", True, None), ("silu", True, None), ("silu", True, 7.0),
+             ("situ", True, None), ("swigluoai_uninterleave", True, None),
+             ("swiglustep", True, None), ("gelu", True, None), ("gelu_tanh", True, None),
+             ("relu2", False, None), ("silu", False, None))
+MXFP4_NAMES = ("auto", "b12x", "deep_gemm", "flashinfer_trtllm", "flashinfer_trtllm_afp8",
+               "flashinfer_cutlass", "flashinfer_cutlass_afp8", "triton", "triton_unfused",
+               "marlin", "emulation", "cutlass")
+MXFP8_NAMES = ("auto", "flashinfer_trtllm", "deep_gemm", "marlin", "triton", "emulation", "b12x")
+MXFP4_QUANTS = ("mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")
+
+
+def mx_machines() -> List[Tuple[Any, ...]]:
+    out = []
+    for cap in MX_CAPABILITIES:
+        cudas: Tuple[Optional[str], ...] = (None,) if cap is None else \
+            (("12.8", "13.0") if cap in ("10.0", "11.0") else ("13.0",))
+        for cuda in cudas:
+            for fi in (FLASHINFER, None):
+                for vendored in (True, False):
+                    out.append((cap, cuda, fi, None, vendored, vendored))
+                    if fi and cap and cap.startswith("12."):
+                        out.append((cap, cuda, fi, B12X, vendored, vendored))
+    return out
+
+
+def sweep_mx() -> List[Scenario]:
+    out: List[Scenario] = []
+    for cap, cuda, fi, b, tk, dg in mx_machines():
+        def one(oracle: str, quant: str, names: Tuple[str, ...]) -> None:
+            for act, gated, clamp in MX_LAYERS:
+                for name in names:
+                    base = Scenario(cap, cuda, fi, b, "moe", quant, act, gated,
+                                    swiglu_limit=clamp, requested=name, oracle=oracle,
+                                    triton_kernels=tk, deep_gemm=dg)
+                    out.append(base)
+                    if name in ("auto", "b12x"):
+                        out.append(replace(base, ep_size=2))
+                    if name == "b12x" and oracle != "mxfp8":
+                        out.append(replace(base, force_a16=True))
+        for quant in MXFP4_QUANTS:
+            one("mxfp4", quant, MXFP4_NAMES)
+        one("dsv4", "mxfp4", MXFP4_NAMES)
+        one("mxfp8", "mxfp8", MXFP8_NAMES)
     return out
