@@ -392,15 +392,27 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
         return ("vLLM's DEEPGEMM_MXFP4 quantizes activations to FP8 with 1x128 scales, a scheme "
                 "selector's quant vocabulary does not name (mxfp4_w4a8 is MXFP8 activations)",
                 (("engine", FP8_ACT_SOURCE),))
-    if r.vllm is not None and r.vllm_quant == "mxfp4" and \
-            r.selector_mxfp4 == (r.vllm, r.vllm_kernel):
-        return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
-                f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
-                "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),))
     if s.force_a16 and r.vllm == "b12x" and r.vllm_quant == "mxfp4" and r.selected == "b12x":
         return ("VLLM_B12X_MOE_FP4_FORCE_A16=1 keeps --moe-backend b12x on bf16 activations; "
                 "selector names the W4A8 kernel vLLM runs without it",
                 (("engine", FORCE_A16_SOURCE),))
+    if r.vllm is not None and r.vllm not in {c.backend for c in d.candidates}:
+        return explain(r, outside_names)  # a vLLM backend outside selector's catalogue
+    if r.vllm is not None and r.vllm_quant is not None and \
+            r.vllm_quant != asked(s, r.vllm_quant).quant:
+        # vLLM ran other activations than the layer asked for: only its BF16 fallback explains it
+        if r.vllm_quant != "mxfp4" or r.selector_mxfp4 is None:
+            return None
+        if r.selector_mxfp4 == (r.vllm, r.vllm_kernel):
+            return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
+                    f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
+                    "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),))
+        if r.selector_mxfp4[0] in ("triton", "triton_unfused", "deep_gemm") and \
+                not (s.triton_kernels and s.deep_gemm):
+            return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
+                    f"selector picks {r.selector_mxfp4[0]}, whose module this vLLM build lacks",
+                    (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)))
+        return None
     if s.requested == "cutlass" and r.vllm is None and s.oracle != "mxfp8" and \
             "is not supported for MXFP4" in r.vllm_error:
         return ("vLLM has no --moe-backend value for its CUTLASS MXFP4 x MXFP4 MoE: selector "

@@ -348,7 +348,7 @@ def sweep() -> List[Scenario]:
 # vLLM's MXFP4 experts know, EP 1 and 2, every --moe-backend value of the MXFP4 and MXFP8 maps,
 # and VLLM_B12X_MOE_FP4_FORCE_A16.
 MX_CAPABILITIES = (None, "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
-MX_LAYERS = (("swigluoai", True, None), ("silu", True, None), ("silu", True, 7.0),
+MX_LAYERS = (("swigluoai", True, None), ("silu", True, None), ("silu", True, 10.0),
              ("situ", True, None), ("swigluoai_uninterleave", True, None),
              ("swiglustep", True, None), ("gelu", True, None), ("gelu_tanh", True, None),
              ("relu2", False, None), ("silu", False, None))
@@ -365,18 +365,21 @@ def mx_machines() -> List[Tuple[Any, ...]]:
         cudas: Tuple[Optional[str], ...] = (None,) if cap is None else \
             (("12.8", "13.0") if cap in ("10.0", "11.0") else ("13.0",))
         for cuda in cudas:
-            for fi in (FLASHINFER, None):
-                for vendored in (True, False):
-                    out.append((cap, cuda, fi, None, vendored, vendored))
-                    if fi and cap and cap.startswith("12."):
-                        out.append((cap, cuda, fi, B12X, vendored, vendored))
+            for fi, vendored in ((FLASHINFER, True), (FLASHINFER, False), (None, True)):
+                out.append((cap, cuda, fi, None, vendored, vendored))
+                if fi and cap and cap.startswith("12."):
+                    out.append((cap, cuda, fi, B12X, vendored, vendored))
     return out
 
 
 def sweep_mx() -> List[Scenario]:
+    """machine x oracle (and scheme) x activation x requested (x EP 2 for auto and b12x,
+    x FORCE_A16 for b12x), sorted by machine as parity.run sorts."""
     out: List[Scenario] = []
+    questions = [("mxfp4", q, MXFP4_NAMES) for q in MXFP4_QUANTS] + \
+        [("dsv4", "mxfp4", MXFP4_NAMES), ("mxfp8", "mxfp8", MXFP8_NAMES)]
     for cap, cuda, fi, b, tk, dg in mx_machines():
-        def one(oracle: str, quant: str, names: Tuple[str, ...]) -> None:
+        for oracle, quant, names in questions:
             for act, gated, clamp in MX_LAYERS:
                 for name in names:
                     base = Scenario(cap, cuda, fi, b, "moe", quant, act, gated,
@@ -387,8 +390,4 @@ def sweep_mx() -> List[Scenario]:
                         out.append(replace(base, ep_size=2))
                     if name == "b12x" and oracle != "mxfp8":
                         out.append(replace(base, force_a16=True))
-        for quant in MXFP4_QUANTS:
-            one("mxfp4", quant, MXFP4_NAMES)
-        one("dsv4", "mxfp4", MXFP4_NAMES)
-        one("mxfp8", "mxfp8", MXFP8_NAMES)
     return out
