@@ -89,3 +89,13 @@ def test_an_mx_layer_is_not_applicable_to_nvfp4_only_backends():
     d = selector.load([*BASE, B200, "layer.quant=mxfp4"]).default()
     for name in ("flashinfer_cutedsl", "flashinfer_b12x", "emulation"):
         assert d.candidate(name).status == "not_applicable", name
+
+
+def test_the_nvfp4_wrappers_refuse_to_prepare_an_mx_layer():
+    """The catalogue's flashinfer_trtllm implements MXFP4 (vLLM runs it), but this project's
+    TrtllmMoE prepares NVFP4 weights only: it says so instead of running an NVFP4 kernel."""
+    from selector.backends.flashinfer_trtllm import TrtllmMoE
+    from selector.backends.marlin import MarlinMoE
+    for cls in (TrtllmMoE, MarlinMoE):
+        with pytest.raises(NotImplementedError, match="prepares nvfp4, nvfp4_w4a16 weights only"):
+            cls(quant="mxfp4").admit(object())
