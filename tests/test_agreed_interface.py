@@ -119,4 +119,5 @@ def test_nothing_fits_outcome_and_log_line():
     a = agreed([[spark], [cpu]])[0]
     assert a.selected is None and a.outcome == "nothing_fits"
     assert "-> none [nothing_fits]" in a.log_line()
-    assert "0/8 backends usable" in a.summary()
+    n = len(load(*CPU).catalogue.backends["moe"])  # the catalogue grows (MXFP4, FP8 backends)
+    assert f"0/{n} backends usable" in a.summary()
