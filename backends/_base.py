@@ -186,6 +186,9 @@ class KernelBackend:
     #: distributions whose kernels ``apply`` calls (any one suffices); empty = FlashInfer/none
     needs_any: Tuple[str, ...] = ()
     needs_source: str = ""
+    #: the quant schemes whose weights this class prepares (a catalogue backend may implement
+    #: more: an MXFP4/MXFP8 decision names the engine's own kernel, `Decision.engine`)
+    computes: Tuple[str, ...] = ("nvfp4", "nvfp4_w4a16")
 
     def __init__(self, *, quant: str = "nvfp4", activation: str = "silu",
                  act_and_mul: Optional[bool] = None, ep_size: int = 1,
@@ -240,6 +243,11 @@ class KernelBackend:
 
     def admit(self, prepared):
         """Gate once, on the layer these prepared weights make; return them (called by ``prepare``)."""
+        if self.quant not in self.computes:
+            raise NotImplementedError(
+                f"backend {self.backend!r}: {type(self).__name__} prepares "
+                f"{', '.join(self.computes)} weights only; a {self.quant} layer runs through the "
+                "engine's own kernel (the decision's engine.kernel)")
         head = prepared[0] if isinstance(prepared, tuple) else prepared
         self.gate(getattr(head, "geometry", None) or {})
         return prepared

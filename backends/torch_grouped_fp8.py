@@ -54,6 +54,7 @@ def _rowwise(scale, quant: str, rows: int):
 class TorchGroupedFp8MoE(MoEBackend):
     """FP8 fused MoE on ``torch._scaled_grouped_mm`` (SM 9.0). ``prepare(Fp8MoEWeights)``,
     ``apply(x, prepared, topk_weights, topk_ids, out=None)``."""
+    computes = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 
     def prepare(self, weights):
         torch = _torch()

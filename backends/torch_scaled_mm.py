@@ -68,6 +68,7 @@ class TorchFp8Prepared:
 
 class _TorchScaledMM(LinearBackend):
     """Shared prepare/apply; subclasses set the alignment, the scale form and the GEMM call."""
+    computes = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 
     align_k = ALIGN
     align_n = ALIGN

@@ -108,6 +108,7 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
 class TritonBlockFp8Linear(LinearBackend):
     """Block-FP8 linear layer (``fp8_block``). ``prepare(Fp8LinearWeights)`` gates and keeps the
     checkpoint's codes and 128x128 scales as they are; ``apply(x, prepared, out=None)``."""
+    computes = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 
     def prepare(self, weights):
         if not is_fp8_linear_weights(weights):

@@ -76,6 +76,12 @@ EXPECT_DEVICES = {
     "moe/cutlass": {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
     "moe/marlin": set(DEVICES) - {"7.0"},  # Marlin FP4: cc >= 7.5
     "moe/emulation": set(DEVICES),
+    # MXFP4/MXFP8-only backends, judged on their HOME_QUANT: vLLM 0.32.0
+    # gpt_oss_triton_kernels_moe.py _triton_kernel_moe_supports_current_device (9.0 <= cc < 13.0);
+    # deep_gemm_moe.py DeepGemmExperts._supports_quant_scheme (MXFP8 on the 10.x family only)
+    "moe/triton_kernels": {"9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "moe/triton_unfused": {"9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "moe/deep_gemm": {"10.0", "10.3", "10.7"},
     # flashinfer 0.7.4 gemm_base.py requirement lists
     "linear/flashinfer_b12x": {"12.0", "12.1"},
     "linear/flashinfer_cutedsl": {"10.0", "10.3", "10.7", "12.0", "12.1"},
@@ -105,7 +111,17 @@ EXPECT_ACTIVATIONS = {
     "moe/marlin": (_APPLY, {"silu", "gelu", "gelu_tanh", "relu2"}),
     # vLLM's NVFP4 emulation runs all of _APPLY (TritonExperts); selector's reference all but situ
     "moe/emulation": (_APPLY - {"situ"}, {"silu", "gelu", "gelu_tanh", "relu2"}),
+    # vLLM 0.32.0 gpt_oss_triton_kernels_moe.py (OAITritonExperts, UnfusedOAITritonExperts
+    # _supports_activation; no non-gated); deep_gemm_moe.py DeepGemmExperts._supports_activation
+    "moe/triton_kernels": ({"swigluoai"}, set()),
+    "moe/triton_unfused": ({"silu", "gelu", "swigluoai", "swiglustep", "swigluoai_uninterleave"},
+                           set()),
+    "moe/deep_gemm": ({"silu", "swiglustep", "swigluoai_uninterleave"}, set()),
 }
+# The scheme the device and activation cases of a backend that runs no NVFP4 are judged on
+# (default nvfp4): vLLM 0.32.0 oracle/mxfp4.py (TRITON, TRITON_UNFUSED: MXFP4 W4A16) and
+# oracle/mxfp8.py (DEEPGEMM).
+HOME_QUANT = {"moe/triton_kernels": "mxfp4", "moe/triton_unfused": "mxfp4", "moe/deep_gemm": "mxfp8"}
 
 # The quant schemes each backend runs (W4A4 only unless W4A16 is listed).
 EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation",
@@ -137,7 +153,9 @@ EXPECT_ACTIVATIONS["moe/torch_grouped_fp8"] = (_APPLY - {"situ"},
 
 
 def _scheme(backend: str) -> dict:
-    return {"quant": SCHEME_OF[backend]} if backend in SCHEME_OF else {}
+    """The layer scheme a backend's generated cases are decided for (default: nvfp4)."""
+    q = SCHEME_OF.get(backend) or HOME_QUANT.get(backend)
+    return {"quant": q} if q else {}
 
 
 # A device on which each backend's device rule passes, for the activation and quant cases:
@@ -523,6 +541,9 @@ ENGINE_NAMES = {
                "moe/flashinfer_cutlass": "flashinfer_cutlass", "moe/marlin": "marlin",
                "moe/flashinfer_b12x": None, "moe/b12x": None, "moe/cutlass": None,
                "moe/emulation": None,
+               # MoeRunnerBackend.TRITON_KERNELS and DEEP_GEMM; no unfused triton_kernels runner
+               "moe/triton_kernels": "triton_kernel", "moe/triton_unfused": None,
+               "moe/deep_gemm": "deep_gemm",
                "linear/flashinfer_cudnn": "flashinfer_cudnn",
                "linear/flashinfer_cutedsl": "flashinfer_cutedsl",
                "linear/flashinfer_cutlass": "flashinfer_cutlass",
@@ -540,6 +561,9 @@ ENGINE_NAMES["vllm"].update({
     "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
     "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None})
 ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
+# vLLM 0.32.0 oracle/mxfp4.py map_mxfp4_backend: OpenAI's triton_kernels MoE is vLLM's `triton`
+# for MXFP4 (its fused FP8 Triton MoE, moe/triton, is `triton` for FP8: disjoint schemes)
+ENGINE_NAMES["vllm"]["moe/triton_kernels"] = "triton"
 
 
 def _engine_names() -> List[Case]:
@@ -833,7 +857,7 @@ EXPECT_FP8_SCHEMES = {
     # marlin_moe.py MarlinExpertsBase: by weight key (block, channel, tensor)
     "moe/marlin": set(FP8),
     "moe/flashinfer_cutedsl": set(), "moe/flashinfer_b12x": set(), "moe/b12x": set(),
-    "moe/emulation": set(),
+    "moe/emulation": set(), "moe/triton_kernels": set(), "moe/triton_unfused": set(),
 }
 _SM10 = {"10.0", "10.3", "10.7"}
 EXPECT_FP8_DEVICES = {
@@ -1070,9 +1094,194 @@ def _fp8_scheme_boundaries() -> List[Case]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# MXFP4 (W4A16 `mxfp4`, W4A8 `mxfp4_w4a8`, W4A4 `mxfp4_w4a4`) and MXFP8 MoE: every device, version,
+# activation and scheme boundary of the MXFP4/MXFP8 blocks. Sources: vLLM 0.32.0
+# fused_moe/oracle/mxfp4.py and oracle/mxfp8.py, and each experts class's is_supported_config /
+# _supports_* (trtllm_mxfp4_moe.py, trtllm_fp8_moe.py, flashinfer_cutlass_moe.py, b12x.py,
+# cutlass_moe.py, marlin_moe.py, gpt_oss_triton_kernels_moe.py, deep_gemm_moe.py); vLLM
+# csrc/quantization/fp4/mxfp4_experts_quant.cu.
+MX4, MX48, MX44, MX8 = ({"quant": q} for q in ("mxfp4", "mxfp4_w4a8", "mxfp4_w4a4", "mxfp8"))
+OLD_FI = {FI: "0.6.13", DSL: "4.5.0"}  # no cubin-download warning (flashinfer-cubin 0.6.13)
+TRT, FIC, B12, CUT, MAR = ("moe/flashinfer_trtllm", "moe/flashinfer_cutlass", "moe/b12x",
+                           "moe/cutlass", "moe/marlin")
+TRI, TRU, DG = "moe/triton_kernels", "moe/triton_unfused", "moe/deep_gemm"
+SWO = {"activation": "swigluoai"}
+MX_CASES = [
+    # TRT-LLM MXFP4 (bf16 or MXFP8 activations): SM 10.x, swigluoai/silu/situ, gated only
+    C("mx-trtllm-mxfp4-swigluoai-sm100", "10.0", TRT, pk=OLD_FI, layer={**MX4, **SWO},
+      status="selected"),
+    C("mx-trtllm-w4a8-silu-sm103", "10.3", TRT, pk=OLD_FI, layer=MX48, status="selected"),
+    C("mx-trtllm-mxfp4-sm90", "9.0", TRT, {"device"}, pk=OLD_FI, layer={**MX4, **SWO}),
+    C("mx-trtllm-mxfp4-sm120", "12.0", TRT, {"device"}, pk=OLD_FI, layer={**MX4, **SWO}),
+    C("mx-trtllm-mxfp4-gelu", "10.0", TRT, {"activation"}, pk=OLD_FI,
+      layer={**MX4, "activation": "gelu"}),
+    C("mx-trtllm-mxfp4-silu-nongated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
+      layer={**MX4, "act_and_mul": False}),
+    C("mx-trtllm-mxfp4-situ", "10.0", TRT, pk=OLD_FI, layer={**MX4, "activation": "situ"}),
+    C("mx-trtllm-mxfp4-relu2", "10.0", TRT, {"activation"}, pk=OLD_FI,
+      layer={**MX4, "activation": "relu2", "act_and_mul": False}),
+    C("mx-trtllm-mxfp4-no-fi", "10.0", TRT, {"package"}, pk={FI: None}, layer={**MX4, **SWO}),
+    C("mx-vllm-trtllm-mxfp4-swigluoai", "10.0", TRT, pk=OLD_FI, layer={**MX4, **SWO},
+      engine=V, kernel="TrtLlmMxfp4ExpertsMonolithic", scheme="mxfp4"),
+    C("mx-vllm-trtllm-w4a8-silu", "10.0", TRT, pk=OLD_FI, layer=MX48, engine=V,
+      kernel="TrtLlmMxfp4ExpertsMonolithic", scheme="mxfp4_w4a8"),
+    C("mx-vllm-trtllm-mxfp4-gelu", "10.0", TRT, {"activation"}, pk=OLD_FI,
+      layer={**MX4, "activation": "gelu"}, engine=V),
+    C("mx-vllm-trtllm-w4a8-situ-0.6.15", "10.0", TRT, {"feature"}, warns={"known_issue"},
+      pk={FI: "0.6.15", DSL: "4.5.0"},
+      layer={**MX48, "activation": "situ"}, engine=V),
+    C("mx-vllm-trtllm-w4a8-situ-0.6.16", "10.0", TRT, warns={"known_issue"},
+      pk={FI: "0.6.16", DSL: "4.5.0"}, layer={**MX48, "activation": "situ"}, engine=V),
+    C("mx-trtllm-w4a8-gelu", "10.0", TRT, {"activation"}, pk=OLD_FI,
+      layer={**MX48, "activation": "gelu"}),
+    C("mx-vllm-trtllm-w4a8-gelu", "10.0", TRT, {"activation"}, pk=OLD_FI,
+      layer={**MX48, "activation": "gelu"}, engine=V),
+    C("mx-trtllm-mxfp4-swigluoai-nongated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
+      layer={**MX4, **SWO, "act_and_mul": False}),
+    C("mx-trtllm-mxfp4-situ-nongated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
+      layer={**MX4, "activation": "situ", "act_and_mul": False}),
+    C("mx-trtllm-w4a8-silu-nongated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
+      layer={**MX48, "act_and_mul": False}),
+    C("mx-vllm-b12x-mxfp4-situ", "12.0", B12, warns={"engine"}, layer={**MX4, "activation": "situ"},
+      engine=V, kernel="B12xExperts", scheme="mxfp4_w4a8"),
+    # TRT-LLM FP8 experts on MXFP8: silu, swigluoai_uninterleave gated, relu2 non-gated
+    C("mx-trtllm-mxfp8-swiglu-uninterleave", "10.0", TRT, pk=OLD_FI,
+      layer={**MX8, "activation": "swigluoai_uninterleave"}),
+    C("mx-trtllm-mxfp8-silu-nongated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
+      layer={**MX8, "act_and_mul": False}),
+    C("mx-trtllm-mxfp8-swiglu-uninterleave-nongated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
+      layer={**MX8, "activation": "swigluoai_uninterleave", "act_and_mul": False}),
+    C("mx-vllm-trtllm-mxfp8-swiglu-uninterleave", "10.0", TRT, pk=OLD_FI,
+      layer={**MX8, "activation": "swigluoai_uninterleave"}, engine=V),
+    C("mx-vllm-trtllm-mxfp8-relu2", "10.0", TRT, pk=OLD_FI,
+      layer={**MX8, "activation": "relu2", "act_and_mul": False}, engine=V),
+    C("mx-trtllm-mxfp8-silu", "10.0", TRT, pk=OLD_FI, layer=MX8, status="selected"),
+    C("mx-trtllm-mxfp8-relu2", "10.0", TRT, pk=OLD_FI,
+      layer={**MX8, "activation": "relu2", "act_and_mul": False}),
+    C("mx-trtllm-mxfp8-relu2-gated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
+      layer={**MX8, "activation": "relu2"}),
+    C("mx-trtllm-mxfp8-swigluoai", "10.0", TRT, {"activation"}, pk=OLD_FI, layer={**MX8, **SWO}),
+    C("mx-trtllm-mxfp8-sm90", "9.0", TRT, {"device"}, pk=OLD_FI, layer=MX8),
+    C("mx-vllm-trtllm-mxfp8-silu", "10.0", TRT, pk=OLD_FI, layer=MX8, engine=V,
+      kernel="TrtLlmFp8ExpertsMonolithic", scheme="mxfp8"),
+    C("mx-vllm-trtllm-mxfp8-swigluoai", "10.0", TRT, {"activation"}, pk=OLD_FI,
+      layer={**MX8, **SWO}, engine=V),
+    # FlashInfer CUTLASS: MXFP4 x bf16 on SM 9.0 only; MXFP4 x MXFP8 on 10.x and 12.x (not 11.x)
+    C("mx-fic-mxfp4-sm90", "9.0", FIC, layer={**MX4, **SWO}),
+    C("mx-fic-mxfp4-sm100", "10.0", FIC, {"device"}, layer={**MX4, **SWO}),
+    C("mx-fic-mxfp4-sm120", "12.0", FIC, {"device"}, layer={**MX4, **SWO}),
+    C("mx-fic-w4a8-sm90", "9.0", FIC, {"device"}, layer={**MX48, **SWO}),
+    C("mx-fic-w4a8-sm100", "10.0", FIC, layer={**MX48, **SWO}),
+    C("mx-fic-w4a8-sm110", "11.0", FIC, {"device"}, layer={**MX48, **SWO}),
+    C("mx-fic-w4a8-sm120-cuda12.8", "12.0", FIC, layer={**MX48, **SWO}, cuda="12.8",
+      status="selected"),
+    C("mx-fic-w4a8-sm121", "12.1", FIC, layer={**MX48, **SWO}, status="selected"),
+    C("mx-fic-w4a8-gelu", "10.0", FIC, {"activation"}, layer={**MX48, "activation": "gelu"}),
+    C("mx-fic-w4a4", "10.0", FIC, {"quant"}, layer=MX44),
+    C("mx-vllm-fic-mxfp4-sm90", "9.0", FIC, layer={**MX4, **SWO}, engine=V,
+      kernel="FlashInferExperts", scheme="mxfp4"),
+    # native b12x (opt-in): MXFP4 W4A16 or W4A8 (silu/situ only; hidden % 256, intermediate % 32)
+    C("mx-b12x-mxfp4-silu", "12.0", B12, layer=MX4, status="opt_in"),
+    C("mx-b12x-mxfp4-swiglu-uninterleave", "12.0", B12,
+      layer={**MX4, "activation": "swigluoai_uninterleave"}, status="opt_in"),
+    C("mx-b12x-w4a8-swiglu-uninterleave", "12.0", B12, {"activation"},
+      layer={**MX48, "activation": "swigluoai_uninterleave"}),
+    C("mx-b12x-w4a8-relu2", "12.0", B12, {"activation"},
+      layer={**MX48, "activation": "relu2", "act_and_mul": False}),
+    C("mx-b12x-w4a8-situ", "12.0", B12, layer={**MX48, "activation": "situ"}, status="opt_in"),
+    C("mx-b12x-w4a8-hidden-2880", "12.0", B12, {"shape"}, layer={**MX48, "hidden_size": 2880}),
+    C("mx-b12x-w4a8-hidden-2048", "12.0", B12, layer={**MX48, "hidden_size": 2048},
+      status="opt_in"),
+    C("mx-b12x-mxfp4-hidden-2880", "12.0", B12, layer={**MX4, "hidden_size": 2880},
+      status="opt_in"),
+    C("mx-b12x-mxfp4-inter-1000", "12.0", B12, {"shape"}, layer={**MX4, "intermediate_size": 1000}),
+    C("mx-b12x-w4a8-hidden-2304", "12.0", B12, layer={**MX48, "hidden_size": 2304},
+      status="opt_in"),
+    C("mx-b12x-w4a8-hidden-2176", "12.0", B12, {"shape"}, layer={**MX48, "hidden_size": 2176}),
+    C("mx-b12x-mxfp4-inter-1040", "12.0", B12, {"shape"}, layer={**MX4, "intermediate_size": 1040}),
+    C("mx-b12x-mxfp4-inter-1056", "12.0", B12, layer={**MX4, "intermediate_size": 1056},
+      status="opt_in"),
+    C("mx-b12x-w4a8-inter-1000", "12.0", B12, {"shape"}, layer={**MX48, "intermediate_size": 1000}),
+    C("mx-b12x-mxfp4-inter-1024", "12.0", B12, layer={**MX4, "intermediate_size": 1024},
+      status="opt_in"),
+    C("mx-b12x-mxfp4-sm100", "10.0", B12, {"device"}, layer=MX4),
+    C("mx-b12x-mxfp4-ep2", "12.0", B12, {"parallel"}, layer={**MX4, "ep_size": 2}),
+    C("mx-b12x-w4a4", "12.0", B12, {"quant"}, layer=MX44),
+    C("mx-vllm-b12x-mxfp4-silu", "12.0", B12, warns={"engine"}, layer=MX4, engine=V,
+      kernel="B12xExperts", scheme="mxfp4_w4a8"),
+    C("mx-vllm-b12x-mxfp4-swiglu-uninterleave", "12.0", B12,
+      layer={**MX4, "activation": "swigluoai_uninterleave"}, engine=V, kernel="B12xExperts",
+      scheme="mxfp4"),
+    C("mx-vllm-b12x-w4a8-situ", "12.0", B12, layer={**MX48, "activation": "situ"}, engine=V,
+      kernel="B12xExperts", scheme="mxfp4_w4a8"),
+    # vLLM CUTLASS MXFP4 x MXFP4: SM 10.x and 11.x, built with CUDA >= 12.9
+    C("mx-cutlass-w4a4-sm100-cuda12.9", "10.0", CUT, layer=MX44, cuda="12.9", status="selected"),
+    C("mx-cutlass-w4a4-sm100-cuda12.8", "10.0", CUT, {"cuda"}, layer=MX44, cuda="12.8"),
+    C("mx-cutlass-w4a4-sm110", "11.0", CUT, layer=MX44, status="selected"),
+    C("mx-cutlass-w4a4-sm120", "12.0", CUT, {"device"}, layer=MX44),
+    C("mx-cutlass-w4a4-sm90", "9.0", CUT, {"device"}, layer=MX44),
+    C("mx-cutlass-w4a4-ep-deepep-ht", "10.0", CUT, {"parallel"},
+      layer={**MX44, "ep_size": 2, "all2all": "deepep_high_throughput"}),
+    C("mx-cutlass-mxfp4", "10.0", CUT, {"quant"}, layer=MX4),
+    C("mx-vllm-cutlass-w4a4", "10.0", CUT, layer=MX44, engine=V, kernel="CutlassExpertsMxfp4",
+      scheme="mxfp4_w4a4"),
+    # Marlin: MXFP4 and MXFP8 weights with bf16 activations, SM >= 7.5
+    C("mx-marlin-mxfp4-sm75", "7.5", MAR, layer={**MX4, **SWO}, status="selected"),
+    C("mx-marlin-mxfp4-sm70", "7.0", MAR, {"device"}, layer={**MX4, **SWO}),
+    C("mx-marlin-w4a8-sm90", "9.0", MAR, layer={**MX48, **SWO}, status="selected"),
+    C("mx-marlin-w4a4-sm90", "9.0", MAR, layer=MX44, status="selected"),
+    C("mx-marlin-mxfp8-sm90", "9.0", MAR, layer={**MX8, **SWO}, status="selected"),
+    C("mx-vllm-marlin-mxfp8", "9.0", MAR, layer=MX8, engine=V, kernel="MarlinExperts",
+      scheme="mxfp8"),
+    C("mx-vllm-marlin-mxfp4", "12.0", MAR, layer=MX4, engine=V, kernel="MarlinExperts",
+      scheme="mxfp4"),
+    C("mx-vllm-marlin-w4a8", "9.0", MAR, warns={"engine"}, layer=MX48, engine=V,
+      kernel="MarlinExperts", scheme="mxfp4"),
+    C("mx-vllm-marlin-w4a4", "12.0", MAR, warns={"engine"}, layer=MX44, engine=V,
+      kernel="MarlinExperts", scheme="mxfp4"),
+    # OpenAI triton_kernels (vLLM's TRITON): swigluoai only; after Marlin on SM 12.x
+    C("mx-triton-sm90", "9.0", TRI, layer={**MX4, **SWO}, status="selected"),
+    C("mx-triton-sm89", "8.9", TRI, {"device"}, layer={**MX4, **SWO}),
+    C("mx-triton-sm121", "12.1", TRI, layer={**MX4, **SWO}, status="eligible"),
+    C("mx-triton-sm110", "11.0", TRI, layer={**MX4, **SWO}, status="selected"),
+    C("mx-triton-silu", "9.0", TRI, {"activation"}, layer=MX4),
+    C("mx-triton-nongated", "9.0", TRI, {"act_and_mul"}, layer={**MX4, **SWO, "act_and_mul": False}),
+    C("mx-triton-no-vllm", "9.0", TRI, {"package"}, pk={"vllm": None}, layer={**MX4, **SWO}),
+    C("mx-triton-standalone-triton-kernels", "9.0", TRI, pk={"vllm": None, "triton-kernels": "1.0"},
+      layer={**MX4, **SWO}, status="selected"),
+    C("mx-triton-no-triton", "9.0", TRI, {"package"}, pk={"triton": None}, layer={**MX4, **SWO}),
+    C("mx-triton-w4a8", "9.0", TRI, {"quant"}, layer={**MX48, **SWO}),
+    C("mx-vllm-triton-sm90", "9.0", TRI, layer={**MX4, **SWO}, engine=V,
+      kernel="OAITritonMxfp4ExpertsMonolithic", scheme="mxfp4"),
+    C("mx-triton-unfused-silu", "9.0", TRU, layer=MX4, status="opt_in"),
+    C("mx-triton-unfused-gelu-tanh", "9.0", TRU, {"activation"},
+      layer={**MX4, "activation": "gelu_tanh"}),
+    C("mx-triton-unfused-sm89", "8.9", TRU, {"device"}, layer=MX4),
+    C("mx-triton-unfused-no-vllm", "9.0", TRU, {"package"}, pk={"vllm": None}, layer=MX4),
+    C("mx-vllm-triton-unfused", "9.0", TRU, layer=MX4, engine=V, kernel="UnfusedOAITritonExperts",
+      scheme="mxfp4"),
+    # DeepGEMM MXFP8 (1x32): SM 10.x, silu/swiglustep/swigluoai_uninterleave, not FlashInfer NVLink
+    C("mx-deep-gemm-mxfp8-sm100", "10.0", DG, pk=OLD_FI, layer=MX8),
+    C("mx-deep-gemm-mxfp8-sm90", "9.0", DG, {"device"}, layer=MX8),
+    C("mx-deep-gemm-mxfp8-sm120", "12.0", DG, {"device"}, layer=MX8),
+    C("mx-deep-gemm-mxfp8-no-vllm", "10.0", DG, {"package"}, pk={"vllm": None}, layer=MX8),
+    C("mx-deep-gemm-mxfp8-deep-gemm", "10.0", DG, pk={"vllm": None, "deep-gemm": "2.1.0"},
+      layer=MX8),
+    C("mx-deep-gemm-mxfp8-gelu", "10.0", DG, {"activation"}, layer={**MX8, "activation": "gelu"}),
+    C("mx-deep-gemm-mxfp8-nongated", "10.0", DG, {"act_and_mul"},
+      layer={**MX8, "act_and_mul": False}),
+    C("mx-deep-gemm-mxfp8-ep-nvlink", "10.0", DG, {"parallel"},
+      layer={**MX8, "ep_size": 2, "all2all": "flashinfer_nvlink"}),
+    C("mx-deep-gemm-mxfp8-ep", "10.0", DG, layer={**MX8, "ep_size": 2}),
+    C("mx-deep-gemm-w4a8", "10.0", DG, {"quant"}, layer=MX48),
+    C("mx-vllm-deep-gemm-mxfp8", "10.0", DG, layer=MX8, engine=V, kernel="DeepGemmExperts",
+      scheme="mxfp8"),
+]
+
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
-                     _fp8_scheme_boundaries() + FP8_TORCH)
+                     _fp8_scheme_boundaries() + FP8_TORCH + MX_CASES)
 
 
 # ---------------------------------------------------------------------------------------------

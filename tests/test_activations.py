@@ -99,8 +99,12 @@ def _catalogue_pairs():
         cls = load_entry_point(b.entry_point)
         if not hasattr(cls, "activations"):
             continue
-        values = [set(r.params.values) for r in b.rules if r.kind == "activation" and not r.when]
-        for r in b.rules:
+        # the wrappers compute NVFP4: the rules that hold for an NVFP4 layer (no `when`, or a
+        # `when` naming only the quant scheme, nvfp4 among its values)
+        nv = [r for r in b.rules if not r.when.terms or (
+            [k for k, _ in r.when.terms] == ["quant"] and "nvfp4" in dict(r.when.terms)["quant"])]
+        values = [set(r.params.values) for r in nv if r.kind == "activation"]
+        for r in nv:
             if r.kind != "act_and_mul":
                 continue
             for gated, names in ((True, r.params.gated), (False, r.params.non_gated)):

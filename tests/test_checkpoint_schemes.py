@@ -349,14 +349,15 @@ def test_launch_plan_breaks_fp8_block_experts_with_a_b12x_flag(tmp_path):
 
 
 def test_launch_plan_mxfp4_experts_break_on_a_flag_vllm_s_mxfp4_mapper_refuses(tmp_path):
-    """gpt-oss MXFP4 experts beside nothing selector decides: no MoE flag is printed; the
-    table still refuses flashinfer_b12x for mxfp4 (vLLM map_mxfp4_backend)."""
+    """gpt-oss MXFP4 experts on an RTX Pro 6000: selector plans them as vLLM does (Marlin before
+    the OpenAI Triton kernels on SM 12.x) and prints that one flag; vLLM's mxfp4 mapper refuses
+    flashinfer_b12x (map_mxfp4_backend), so requesting it breaks those layers."""
     d = write_checkpoint(tmp_path, "gpt", {**GPT, "quantization_config": {
         "quant_method": "mxfp4"}})
     lp = load(*PRO).launch_plan(d)
-    assert "--moe-backend" not in lp.flags
     (g,) = [g for g in lp.groups if g.op == "moe"]
-    assert g.scheme == "mxfp4" and not g.planned
+    assert g.scheme == "mxfp4" and g.planned
+    assert lp.flags[lp.flags.index("--moe-backend") + 1] == g.engine_backend == "marlin"
     assert "flashinfer_b12x" not in VLLM_MOE_ACCEPTS["mxfp4"]
     assert "b12x" in VLLM_MOE_ACCEPTS["mxfp4"]
 

@@ -36,9 +36,10 @@ def test_every_backend_has_device_activation_and_quant_expectations():
                          f"tests/knowledge_cases.py (EXPECT_DEVICES, EXPECT_ACTIVATIONS, "
                          f"EXPECT_W4A16): {missing}")
     # EXPECT_DEVICES also holds selector's FP8 torch/Triton backends, each at its SCHEME_OF
-    assert nvfp4 | set(kc.SCHEME_OF) == set(kc.EXPECT_DEVICES) == set(kc.HOME)
-    assert {n for n in nvfp4 | set(kc.SCHEME_OF) if n.startswith("moe/")} == \
-        set(kc.EXPECT_ACTIVATIONS)
+    # ... and the MXFP4/MXFP8-only ones, each at its HOME_QUANT
+    home = nvfp4 | set(kc.SCHEME_OF) | set(kc.HOME_QUANT)
+    assert home == set(kc.EXPECT_DEVICES) == set(kc.HOME)
+    assert {n for n in home if n.startswith("moe/")} == set(kc.EXPECT_ACTIVATIONS)
     # FP8 MoE: every MoE backend says which FP8 schemes it runs; each that runs one has its
     # devices per scheme, its activations and the kernel vLLM builds
     # selector's own torch/Triton FP8 backends (run on the H200) are pinned case by case in
@@ -49,7 +50,7 @@ def test_every_backend_has_device_activation_and_quant_expectations():
     fp8 = {(b, q) for b, qs in kc.EXPECT_FP8_SCHEMES.items() for q in qs}
     assert fp8 == set(kc.EXPECT_FP8_DEVICES) == set(kc.VLLM_FP8_KERNELS)
     assert {b for b, _ in fp8} == set(kc.EXPECT_FP8_ACTIVATIONS)
-    assert names == nvfp4 | {b for b, _ in fp8} | torch
+    assert names == nvfp4 | {b for b, _ in fp8} | torch | set(kc.HOME_QUANT)
 
 
 def test_layout_and_swiglustep_are_vocabulary():

@@ -398,24 +398,19 @@ def test_recipe_stack_preset_missing_steps(copy):
 # -- recipe: add a quantization scheme -------------------------------------------------------
 
 def _implement(conf, scheme):
-    """Step 2: the scheme in `implements:` of a backend file that runs it (marlin's W4A16
-    kernels serve MXFP4 weights too: vLLM 0.32.0 quantization/utils/marlin_utils_fp4.py)."""
-    import re
+    """Step 2: the scheme in `implements:` of a backend file that runs it (Marlin's MoE runs int4
+    weights too: vLLM 0.32.0 fused_moe/experts/marlin_moe.py _supports_quant_scheme, kInt4Static)."""
     path = conf / "backend" / "moe" / "marlin.yaml"
     text = path.read_text()
-    if re.search(r"^implements: \[", text, re.M):  # the file lists schemes: one more
-        text = re.sub(r"^implements: \[", f"implements: [{scheme}, ", text, count=1, flags=re.M)
-    else:
-        text = text.replace("execution: weight_only\n", "execution: weight_only\nimplements: "
-                            f"[nvfp4, nvfp4_w4a16, {scheme}]\n", 1)
-    path.write_text(text)
+    assert text.count("implements: [") == 1
+    path.write_text(text.replace("implements: [", f"implements: [{scheme}, ", 1))
 
 
 def test_recipe_quantization_scheme(copy):
     conf, _ = copy
-    _implement(conf, "mxfp4")
+    _implement(conf, "int4")
     _ok(check_tree([], []))
-    d = selector.load(["platform=h100", "stack=vllm_0_32", "layer.quant=mxfp4"]).default()
+    d = selector.load(["platform=h100", "stack=vllm_0_32", "layer.quant=int4"]).default()
     assert d.selected == "marlin"
     assert d.candidate("flashinfer_cutlass").status == "not_applicable"
 
@@ -423,10 +418,10 @@ def test_recipe_quantization_scheme(copy):
 def test_recipe_quantization_scheme_missing_steps(copy):
     conf, _ = copy
     # step 2 missing: no backend implements it, and each says so
-    d = selector.load(["platform=h100", "stack=vllm_0_32", "layer.quant=mxfp4"]).default()
+    d = selector.load(["platform=h100", "stack=vllm_0_32", "layer.quant=int4"]).default()
     assert d.selected is None and d.outcome == "unsupported_layer"
     msg = d.candidate("marlin").reasons[0].message
-    assert msg.startswith("implements nvfp4, nvfp4_w4a16") and "layers, not mxfp4" in msg
+    assert msg.startswith("implements nvfp4, nvfp4_w4a16") and "layers, not int4" in msg
     # step 1 missing: a scheme outside the vocabulary is refused, naming where it is added
     _implement(conf, "nvfp4_w4a8")
     problems = _problems(check_tree([], []))

@@ -1,6 +1,6 @@
-"""Write docs/vllm-parity.md: vLLM 0.32.0's untouched NVFP4 choice against selector's
-(engine=vllm) over the simulated sweep of tests/vllm/sim.py, every difference once per cluster
-with the rules and sources that make selector differ.
+"""Write docs/vllm-parity.md: vLLM 0.32.0's untouched NVFP4, MXFP4 and MXFP8 MoE choices (and
+NVFP4 linear) against selector's (engine=vllm) over the simulated sweeps of tests/vllm/sim.py,
+every difference once per cluster with the rules and sources that make selector differ.
 
 Run in the vLLM environment (tools/vllm_env.sh):
     .venv-vllm/bin/python tools/vllm_parity.py [--check] [--fp8]
@@ -161,6 +161,95 @@ def render_fp8(report) -> str:
     return "\n".join(lines)
 
 
+def render_mx(report) -> str:
+    """The MXFP4/MXFP8 section: vLLM's select_mxfp4_moe_backend, its DeepSeek V4 path and
+    select_mxfp8_moe_backend against selector, with the differences one entry per cluster."""
+    import sim
+    rows, differ = report.rows, report.differ
+    caps = ", ".join(c for c in sim.MX_CAPABILITIES if c)
+    lines = [
+        "## MXFP4 and MXFP8 MoE",
+        "",
+        "vLLM 0.32.0 has three MX oracles, all run untouched here: `select_mxfp4_moe_backend` "
+        "(gpt-oss, and every MXFP4 checkpoint that declares its activation key: "
+        "compressed-tensors, Quark, INC), `select_deepseek_v4_mxfp4_moe_backend` (the "
+        "`quant_method: mxfp4` checkpoints that are not gpt-oss: DeepSeek V4 and others) and "
+        "`select_mxfp8_moe_backend` (ModelOpt, compressed-tensors, INC and online MXFP8). "
+        "vLLM's MXFP4 backend enum names the activation precision (`..._MXFP4_BF16`, "
+        "`..._MXFP4_MXFP8`, `CUTLASS_MXFP4_MXFP4`); in selector that precision is the layer's "
+        "quant: `mxfp4` (W4A16, bf16 activations), `mxfp4_w4a8` (MXFP8 activations), "
+        "`mxfp4_w4a4` (MXFP4 activations). A scenario agrees when both name the same backend, "
+        "the same kernel class and the same scheme (selector's `engine.scheme`, vLLM's "
+        "`_backend_activation_key` of its pick), or both refuse.",
+        "",
+        "How a gpt-oss user sees both: vLLM 0.32.0 builds gpt-oss' MoE with no activation key, "
+        "so it runs the `_BF16` variants (`layer.quant=mxfp4`): FlashInfer TRT-LLM on SM 10.x, "
+        "OpenAI's Triton kernels on SM 9.0 and 11.0, Marlin on SM 12.x (vLLM orders Triton after "
+        "Marlin there). Asking vLLM for MXFP8 activations, `--quantization-config "
+        "'{\"moe\": {\"activation\": \"mxfp8\"}}'` (or `--moe-backend "
+        "flashinfer_trtllm_afp8` / `flashinfer_cutlass_afp8`), is `layer.quant=mxfp4_w4a8` in "
+        "selector: TRT-LLM MXFP4 x MXFP8 on SM 10.x, FlashInfer CUTLASS MXFP4 x MXFP8 on SM 10.x "
+        "and 12.x; where no kernel quantizes activations vLLM falls back to a `_BF16` variant and "
+        "says so, and selector answers the layer as asked (Marlin, weight-only) and, asked about "
+        "`mxfp4`, vLLM's fallback. `--moe-backend b12x` (native b12x, SM 12.x) on a layer without "
+        "an activation key runs W4A8 where it can (SiLU, SiTU): selector's b12x kernel entry says "
+        "so (`scheme: mxfp4_w4a8`); `VLLM_B12X_MOE_FP4_FORCE_A16=1` keeps bf16. The DeepSeek V4 "
+        "path picks the precision itself (TRT-LLM MXFP8, DeepGEMM FP8, Marlin); selector is "
+        "asked about the scheme of vLLM's pick.",
+        "",
+        "Out of scope (not NVIDIA, or not a kernel choice): ROCm AITER and CK (`aiter*`), XPU, "
+        "vLLM's CPU MXFP4 experts (the `cpu` entry of conf/engine/vllm.yaml `outside`), Humming "
+        "(optional package; vLLM's probe answers absent here), the FlashInfer MoE-EP megakernels "
+        "(`flashinfer_moe_ep_*`, explicit only), vLLM's OCP-MX emulation (needs amd-quark; absent "
+        "here, so an explicit `emulation` raises), ROCm-only `TRITON_MXFP8`, Qwen3.8's gfx950 "
+        "emulation guard.",
+        "",
+        f"Sweep: {len(sim.sweep_mx())} scenarios: no GPU and SM {caps}; CUDA 13.0, and 12.8 on "
+        f"SM 10.0 and 11.0 (vLLM's MXFP4 W4A4 kernels need 12.9); flashinfer-python "
+        f"{sim.FLASHINFER} present (with and without vLLM's vendored triton_kernels and DeepGEMM) "
+        f"or absent; native b12x {sim.B12X} on 12.x; select_mxfp4_moe_backend with each of "
+        "mxfp4, mxfp4_w4a8, mxfp4_w4a4, the DeepSeek V4 path and select_mxfp8_moe_backend; "
+        "activations " + ", ".join(f"{a}{'' if g else ' non-gated'}{' clamp' if c else ''}"
+                                   for a, g, c in sim.MX_LAYERS)
+        + "; EP 1 and 2; every --moe-backend value of vLLM's MXFP4 map ("
+        + ", ".join(sim.MXFP4_NAMES) + ") and MXFP8 map (" + ", ".join(sim.MXFP8_NAMES)
+        + "); VLLM_B12X_MOE_FP4_FORCE_A16 on b12x requests.",
+        "",
+        "| | scenarios |",
+        "|---|---|",
+        f"| MXFP4/MXFP8 total | {len(rows)} |",
+        f"| MXFP4/MXFP8 agree (same backend, kernel and scheme, or both refuse) | "
+        f"{len(rows) - len(differ)} |",
+        f"| MXFP4/MXFP8 differ | {len(differ)} |",
+        f"| MXFP4/MXFP8 differ without an explanation | {len(report.unexplained)} |",
+        "",
+        "### Differences, one entry per cluster",
+        "",
+    ]
+    for i, ((v, s, why), members) in enumerate(report.clusters().items(), 1):
+        text, pairs = why
+        m = members[0]
+        lines.append(f"### MX-{i}. vLLM: {v}; selector: {s} ({len(members)} scenarios)")
+        lines.append("")
+        lines.append(f"Why: {text}.")
+        lines.append("")
+        shown = set()
+        for x in _reasons(m):
+            lines.append(f"- [{x.rule}] {x.message} ({x.source})")
+            shown.add((x.rule, x.source))
+        for rule, source in pairs:
+            if (rule, source) not in shown:
+                lines.append(f"- [{rule}] {source}")
+        lines.append("")
+        lines.append(f"Kernels: vLLM {m.vllm_kernel or '-'} ({m.vllm_quant or '-'}); selector "
+                     f"{m.kernel or '-'} ({m.scheme or '-'}).")
+        lines.append("")
+        lines.append("Examples: " + "; ".join(f"`{x.scenario.label()}`" for x in members[:3])
+                     + ("" if m.vllm_error == "" else f". vLLM says: \"{m.vllm_error[:200]}\""))
+        lines.append("")
+    return "\n".join(lines)
+
+
 def sweep_description() -> str:
     import sim
     caps = ", ".join(c for c in sim.CAPABILITIES if c)
@@ -173,33 +262,60 @@ def sweep_description() -> str:
             "auto and every backend by name.")
 
 
+# The report's sections, in file order: each its sweep, its rendering and its first line
+SECTIONS = ("nvfp4", "fp8", "mx")
+SWEEPS = {"nvfp4": lambda sim: None, "fp8": lambda sim: sim.fp8_sweep(),
+          "mx": lambda sim: sim.sweep_mx()}
+RENDER = {"nvfp4": lambda report: render(report, sweep_description()),
+          "fp8": lambda report: render_fp8(report), "mx": lambda report: render_mx(report)}
+HEADS = {"fp8": FP8_MARK.strip("\n"), "mx": "## MXFP4 and MXFP8 MoE"}
+
+
+def split(text: str) -> dict:
+    """The file's sections by name ('' where absent): each starts at its heading line."""
+    starts = sorted([(0, "nvfp4")] + [(at + 1, n) for n, h in HEADS.items()
+                                       for at in (text.find("\n" + h),) if at >= 0])
+    out = {n: "" for n in SECTIONS}
+    for k, (i, n) in enumerate(starts):
+        end = starts[k + 1][0] if k + 1 < len(starts) else len(text)
+        body = text[i:end].strip("\n")
+        out[n] = body + "\n" if body else ""
+    return out
+
+
+def _summary(name: str, rep) -> None:
+    for r in rep.unexplained:
+        print(f"UNEXPLAINED: {r.scenario.label()}: vLLM {r.vllm or 'error'} "
+              f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}", file=sys.stderr)
+    print(f"{name}: {len(rep.rows)} scenarios: {len(rep.rows) - len(rep.differ)} agree, "
+          f"{len(rep.differ)} differ in {len(rep.clusters())} clusters, "
+          f"{len(rep.unexplained)} unexplained")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only report unexplained differences")
-    ap.add_argument("--fp8", action="store_true", help="the FP8 MoE sweep and section")
+    ap.add_argument("--only", action="append", choices=SECTIONS,
+                    help="run this sweep only (repeatable); keep the file's other sections")
     args = ap.parse_args(argv)
     import logging
     logging.disable(logging.WARNING)
     import parity
     import sim
-    report = parity.run(sim.fp8_sweep() if args.fp8 else None)
-    for r in report.unexplained:
-        print(f"UNEXPLAINED: {r.scenario.label()}: vLLM {r.vllm or 'error'} "
-              f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}", file=sys.stderr)
-    print(f"{len(report.rows)} scenarios: {len(report.rows) - len(report.differ)} agree, "
-          f"{len(report.differ)} differ in {len(report.clusters())} clusters, "
-          f"{len(report.unexplained)} unexplained")
+    old = OUT.read_text() if OUT.exists() else ""
+    parts = split(old)
+    bad = 0
+    for name in SECTIONS:
+        if args.only and name not in args.only:
+            continue
+        report = parity.run(SWEEPS[name](sim))
+        _summary(name, report)
+        parts[name] = RENDER[name](report).strip("\n") + "\n"
+        bad += len(report.unexplained)
     if not args.check:
-        old = OUT.read_text() if OUT.exists() else ""
-        nvfp4, mark, fp8 = old.partition(FP8_MARK)
-        if args.fp8:
-            text = nvfp4.rstrip("\n") + "\n" + FP8_MARK + render_fp8(report)[len(FP8_MARK) - 1:]
-        else:
-            text = render(report, sweep_description()).rstrip("\n") + \
-                ("\n" + mark + fp8 if mark else "")
-        OUT.write_text(text.rstrip("\n") + "\n")
+        OUT.write_text("\n".join(parts[n] for n in SECTIONS if parts.get(n)))
         print(f"wrote {OUT.relative_to(ROOT)}")
-    return 1 if report.unexplained else 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

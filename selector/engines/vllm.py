@@ -56,14 +56,24 @@ def moe_activation(activation: Any) -> Tuple[str, bool]:
 
 
 def moe_quant(weight_key: Any, activation_key: Any) -> str:
-    """vLLM's (weight, activation) QuantKeys -> selector's quant scheme."""
+    """vLLM's (weight, activation) QuantKeys -> selector's quant scheme (the scheme whose
+    schema.QUANT_SCHEMES entry names that pair; NVFP4's per-token activations are nvfp4)."""
     from vllm.model_executor.layers.quantization.utils import quant_utils as q
-    if weight_key != q.kNvfp4Static:
-        raise NotExpressible(f"weight quantization {weight_key}")
-    if activation_key is None:
-        return "nvfp4_w4a16"
-    if activation_key in (q.kNvfp4Dynamic, q.kNvfp4DynamicToken):
+
+    from selector.core.schema import QUANT_SCHEMES
+    if weight_key == q.kNvfp4Static and activation_key == q.kNvfp4DynamicToken:
         return "nvfp4"
+    known_weights = False
+    for name, scheme in QUANT_SCHEMES.items():
+        w, a = scheme.vllm_keys
+        if w is None or getattr(q, w, None) != weight_key:
+            continue
+        known_weights = True
+        if (activation_key is None and a is None) or \
+                (a is not None and getattr(q, a, None) == activation_key):
+            return name
+    if not known_weights:
+        raise NotExpressible(f"weight quantization {weight_key}")
     raise NotExpressible(f"activation quantization {activation_key}")
 
 

@@ -305,9 +305,15 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
                     add(replace(c, swiglu_limit=LIMIT))
                 if first:
                     first = not add(replace(c, size="odd"))
-    if not out:
+    if not out:  # why: the first verification layer's failed rules (a rule scoped to a scheme
+        # is no platform rule, so `cannot run on this machine` did not name it)
+        probe = (Case(op, quants[0], reference_quant=quants[0]) if op == "linear" else
+                 Case(op, quants[0], ACTIVATIONS[True][0], True, quants[0]))
+        cand = sel.decide(sel.layer(op=op, **probe.layer())).candidate(b.name)
+        why = "; ".join(f"[{r.rule}] {r.message}" for r in cand.reasons
+                        if r.severity != "warning")
         return [], "its rules reject every verification layer (" + ", ".join(quants) + ")" + \
-            (": " + "; ".join(refused) if refused else "")
+            (f": {why}" if why else "")
     return out, ""
 
 

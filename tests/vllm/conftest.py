@@ -19,6 +19,6 @@ if vllm_installed():
     sys.path.insert(0, str(Path(__file__).parent))  # sim.py, parity.py
     collect_ignore_glob: list = []
 else:
-    collect_ignore_glob = ["test_plugin.py", "test_parity.py", "test_parity_fp8.py",
+    collect_ignore_glob = ["test_plugin.py", "test_parity.py", "test_parity_fp8.py", "test_parity_mx.py",
                            "test_launch_flags.py",
                            "test_e2e.py", "test_checkpoint_differential.py"]

@@ -22,6 +22,26 @@ FALLBACK_SOURCE = ("vLLM 0.32.0 kernels/linear/__init__.py (_resolve_backend_ker
                    "falls back to the unfiltered kernel list; init_nvfp4_linear_kernel's "
                    "automatic W4A16 path forces Marlin outside SM 10.0/10.3)")
 POLICY_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"
+MX = "vLLM 0.32.0 fused_moe/oracle/mxfp4.py"
+BF16_FALLBACK_SOURCE = (f"{MX} (_filter_by_activation: backends matching the requested "
+                        "activation key first, then the BF16 variants 'as a higher-precision "
+                        "fallback'; _warn_on_bf16_fallback)")
+FP8_ACT_SOURCE = (f"{MX} (_backend_activation_key(DEEPGEMM_MXFP4) = kFp8Dynamic128Sym); "
+                  "fused_moe/experts/deep_gemm_moe.py (DeepGemmFP4Experts._supports_quant_scheme)")
+NO_MXFP4_NAME_SOURCE = (f"{MX} (map_mxfp4_backend has no --moe-backend value for "
+                        "CUTLASS_MXFP4_MXFP4: vLLM runs it only from its automatic list)")
+DSV4_SOURCE = (f"{MX} (select_deepseek_v4_mxfp4_moe_backend walks _get_priority_backends: "
+               "FLASHINFER_TRTLLM_MXFP4_MXFP8, DEEPGEMM_MXFP4, MARLIN, BATCHED_MARLIN, HUMMING "
+               "only)")
+DSV4_LIST = ("flashinfer_trtllm", "deep_gemm", "marlin")
+VENDORED_SOURCE = ("vLLM 0.32.0 utils/import_utils.py (has_triton_kernels, has_deep_gemm: the "
+                   "module or vLLM's vendored copy, vllm.third_party.*; VLLM_USE_DEEP_GEMM=0 "
+                   "turns DeepGEMM off); setup.py copies both into CUDA wheels")
+FORCE_A16_SOURCE = (f"{MX} (_get_requested_backends: envs.VLLM_B12X_MOE_FP4_FORCE_A16 keeps "
+                    "b12x on B12X_MXFP4_BF16)")
+# a vLLM --moe-backend alias that names the activation precision: selector's layer.quant says it
+AFP8 = {"flashinfer_trtllm_afp8": "flashinfer_trtllm",
+        "flashinfer_cutlass_afp8": "flashinfer_cutlass"}
 
 
 @dataclass
@@ -35,6 +55,10 @@ class Row:
     # FP8 with allow_vllm_cutlass off: vLLM's (backend, kernel) with it on
     vllm_allowed: Optional[Tuple[Optional[str], Optional[str]]] = None
     why: Optional[Tuple[str, Tuple[Tuple[str, str], ...]]] = None  # (cluster text, reasons)
+    # MXFP4: the activation precision of vLLM's pick as selector's scheme (its backend enum's
+    # _BF16/_MXFP8/_MXFP4 suffix; FP8_ACT for DeepGEMM's FP8 1x128 activations); None: not compared
+    vllm_quant: Optional[str] = None
+    selector_mxfp4: Optional[Tuple[Optional[str], Optional[str]]] = None  # asked about mxfp4
 
     @property
     def selected(self) -> Optional[str]:
@@ -47,9 +71,16 @@ class Row:
         return view["kernel"] if view else None
 
     @property
+    def scheme(self) -> Optional[str]:
+        view = self.decision.engine
+        return view["scheme"] if view else None
+
+    @property
     def agrees(self) -> bool:
-        """Same backend and the same kernel, or both refuse."""
-        return self.vllm == self.selected and self.vllm_kernel == self.kernel
+        """Same backend and the same kernel (and for MXFP4 the same activation precision), or
+        both refuse."""
+        return self.vllm == self.selected and self.vllm_kernel == self.kernel and \
+            (self.vllm_quant is None or self.vllm is None or self.vllm_quant == self.scheme)
 
 
 @dataclass
@@ -131,11 +162,71 @@ def vllm_linear(s: sim.Scenario, init: Any) -> Tuple[Optional[str], str, Optiona
     return linear_kernel_name(kernel), "", type(kernel).__name__
 
 
+FP8_ACT = "mxfp4 x fp8 1x128"
+_MX_NAMES = {"B12X": "b12x", "DEEPGEMM": "deep_gemm", "FLASHINFER_TRTLLM": "flashinfer_trtllm",
+             "FLASHINFER_CUTLASS": "flashinfer_cutlass", "CUTLASS": "cutlass",
+             "BATCHED_MARLIN": "marlin", "MARLIN": "marlin", "TRITON": "triton_kernels",
+             "TRITON_UNFUSED": "triton_unfused", "EMULATION": "emulation", "CPU": "cpu",
+             "HUMMING": "humming", "TRITON_MXFP8": "triton"}
+
+
+def mx_pick(backend: Any) -> Tuple[str, Optional[str]]:
+    """vLLM's Mxfp4MoeBackend / Fp8MoeBackend -> (its --moe-backend family name, the scheme its
+    activation key makes of the layer: vLLM's own _backend_activation_key)."""
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+    name = backend.name
+    for suffix in ("_MXFP4_MXFP8", "_MXFP4_BF16", "_MXFP4_MXFP4", "_MXFP4"):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+            break
+    if not isinstance(backend, mxfp4.Mxfp4MoeBackend):
+        return _MX_NAMES.get(name, name.lower()), None
+    key = mxfp4._backend_activation_key(backend)
+    quant = {None: "mxfp4", q.kMxfp8Dynamic: "mxfp4_w4a8", q.kMxfp4Dynamic: "mxfp4_w4a4",
+             q.kFp8Dynamic128Sym: FP8_ACT}.get(key, str(key))
+    return _MX_NAMES.get(name, name.lower()), quant
+
+
+def vllm_mx(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str], Optional[str]]:
+    """vLLM's MXFP4/MXFP8 oracle for scenario `s`: (backend, error, kernel, scheme)."""
+    import os
+    import types
+
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4, mxfp8
+    vc = VllmConfig()  # no --quantization-config: the checkpoint's activation key decides
+    object.__setattr__(vc, "model_config", types.SimpleNamespace(quantization_config=None))
+    env = "VLLM_B12X_MOE_FP4_FORCE_A16"
+    saved = os.environ.pop(env, None)
+    if s.force_a16:
+        os.environ[env] = "1"
+    try:
+        with set_current_vllm_config(vc):
+            config = sim.moe_config(s, s.requested)  # vLLM's config refuses some layers too
+            if s.oracle == "mxfp4":
+                backend, experts = mxfp4.select_mxfp4_moe_backend(config, sim.quant_keys(s)[1])
+            elif s.oracle == "dsv4":
+                backend, experts = mxfp4.select_deepseek_v4_mxfp4_moe_backend(config)
+            else:
+                backend, experts = mxfp8.select_mxfp8_moe_backend(config)
+    except (ValueError, NotImplementedError) as exc:
+        return None, str(exc).splitlines()[0], None, None
+    finally:
+        os.environ.pop(env, None)
+        if saved is not None:
+            os.environ[env] = saved
+    name, quant = mx_pick(backend)
+    return name, "", experts.__name__ if experts else None, quant
+
+
 def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str]]:
     """vLLM's own choice: its backend name, its error's first line, the kernel class it
     built (None, the error, None when vLLM raised)."""
     from vllm.model_executor.kernels import linear
     from vllm.model_executor.layers.fused_moe.oracle import fp8, nvfp4
+    if s.oracle != "nvfp4":
+        return vllm_mx(s)[:3]
     if s.op == "moe" and s.quant in FP8_SCHEMES:
         return vllm_moe(s, fp8.select_fp8_moe_backend)
     if s.op == "moe":
@@ -248,6 +339,19 @@ def _excluding(chooser: adapter.Chooser, layer: Dict[str, Any], requested: str,
     return sel.select(**layer)
 
 
+def asked(s: sim.Scenario, vllm_quant: Optional[str]) -> sim.Scenario:
+    """The question selector answers for an MXFP4 scenario: an `_afp8` alias is its family's
+    backend on an mxfp4_w4a8 layer; on the DeepSeek V4 path, where vLLM picks the activation
+    precision itself, the layer's scheme is the one vLLM's pick runs (mxfp4 when it raised)."""
+    if s.oracle == "dsv4":
+        quant = vllm_quant if vllm_quant in sim.MXFP4_QUANTS else "mxfp4"
+        s = replace(s, quant=quant)
+    if s.requested in AFP8:  # unless the layer asks for other quantized activations
+        s = replace(s, quant="mxfp4_w4a8" if s.quant in ("mxfp4", "mxfp4_w4a8") else s.quant,
+                    requested=AFP8[s.requested])
+    return s
+
+
 def outside(decision_or_none: Any = None) -> Dict[str, str]:
     """vLLM backends outside selector's catalogue, with the source that says why."""
     return dict(_base_selector().run_config.engine.outside)
@@ -324,18 +428,76 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
     try:
         for s in sorted(todo, key=lambda s: str(s.machine)):  # one probe patch per machine
             with simulation.scenario(s):
-                v, err, kern = vllm_choice(s)
-                d = selector_decision(s)
-                row = Row(s, v, err, d, kern)
-                if not row.agrees and s.requested != "auto":  # vLLM's automatic answer too
-                    auto_v, _, auto_k = vllm_choice(replace(s, requested="auto"))
-                    row.vllm_auto = (auto_v, auto_k)
-                if not row.agrees and not s.allow_cutlass:  # vLLM with its CUTLASS allowed
-                    allowed_v, _, allowed_k = vllm_choice(replace(s, allow_cutlass=True))
-                    row.vllm_allowed = (allowed_v, allowed_k)
+                if s.oracle == "nvfp4":
+                    v, err, kern = vllm_choice(s)
+                    d = selector_decision(s)
+                    row = Row(s, v, err, d, kern)
+                    if not row.agrees and s.requested != "auto":  # vLLM's automatic answer too
+                        auto_v, _, auto_k = vllm_choice(replace(s, requested="auto"))
+                        row.vllm_auto = (auto_v, auto_k)
+                    if not row.agrees and not s.allow_cutlass:  # vLLM with its CUTLASS allowed
+                        allowed_v, _, allowed_k = vllm_choice(replace(s, allow_cutlass=True))
+                        row.vllm_allowed = (allowed_v, allowed_k)
+                else:
+                    v, err, kern, vq = vllm_mx(s)
+                    row = Row(s, v, err, selector_decision(asked(s, vq)), kern, vllm_quant=vq)
+                    if not row.agrees and v is not None and vq == "mxfp4" and \
+                            asked(s, vq).quant != "mxfp4":  # vLLM's BF16 fallback
+                        row.selector_mxfp4 = _selected(selector_decision(
+                            replace(asked(s, vq), quant="mxfp4")))
             if not row.agrees:
-                row.why = explain(row, names)
+                row.why = explain_mx(row, names) if s.oracle != "nvfp4" else \
+                    explain(row, names)
             report.rows.append(row)
     finally:
         simulation.close()
     return report
+
+
+def _selected(d: Any) -> Tuple[Optional[str], Optional[str]]:
+    return d.selected, (d.engine["kernel"] if d.engine else None)
+
+
+def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
+    """An MXFP4/MXFP8 difference, explained by vLLM's source or by selector's rules."""
+    s, d = r.scenario, r.decision
+    if r.vllm_quant == FP8_ACT:
+        return ("vLLM's DEEPGEMM_MXFP4 quantizes activations to FP8 with 1x128 scales, a scheme "
+                "selector's quant vocabulary does not name (mxfp4_w4a8 is MXFP8 activations)",
+                (("engine", FP8_ACT_SOURCE),))
+    if s.force_a16 and r.vllm == "b12x" and r.vllm_quant == "mxfp4" and r.selected == "b12x":
+        return ("VLLM_B12X_MOE_FP4_FORCE_A16=1 keeps --moe-backend b12x on bf16 activations; "
+                "selector names the W4A8 kernel vLLM runs without it",
+                (("engine", FORCE_A16_SOURCE),))
+    if r.vllm is not None and r.vllm not in {c.backend for c in d.candidates}:
+        return explain(r, outside_names)  # a vLLM backend outside selector's catalogue
+    if r.vllm is not None and r.vllm_quant is not None and \
+            r.vllm_quant != asked(s, r.vllm_quant).quant:
+        # vLLM ran other activations than the layer asked for: only its BF16 fallback explains it
+        if r.vllm_quant != "mxfp4" or r.selector_mxfp4 is None:
+            return None
+        if r.selector_mxfp4 == (r.vllm, r.vllm_kernel):
+            return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
+                    f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
+                    "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),))
+        if r.selector_mxfp4[0] in ("triton_kernels", "triton_unfused", "deep_gemm") and \
+                not (s.triton_kernels and s.deep_gemm):
+            return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
+                    f"selector picks {r.selector_mxfp4[0]}, whose module this vLLM build lacks",
+                    (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)))
+        return None
+    if s.requested == "cutlass" and r.vllm is None and s.oracle != "mxfp8" and \
+            "is not supported for MXFP4" in r.vllm_error:
+        return ("vLLM has no --moe-backend value for its CUTLASS MXFP4 x MXFP4 MoE: selector "
+                "decides the layer with cutlass requested", (("engine", NO_MXFP4_NAME_SOURCE),))
+    if r.selected in ("triton_kernels", "triton_unfused", "deep_gemm") and \
+            not (s.triton_kernels and s.deep_gemm):
+        return ("this vLLM build lacks its vendored triton_kernels / DeepGEMM (or "
+                "VLLM_USE_DEEP_GEMM=0): a Python module inside vllm, which selector's platform "
+                "(installed distributions) does not see", (("engine", VENDORED_SOURCE),))
+    if s.oracle == "dsv4" and s.requested == "auto" and r.selected is not None and \
+            r.selected not in DSV4_LIST:
+        return (f"vLLM's DeepSeek V4 MXFP4 path never tries {r.selected}; selector's MXFP4 order "
+                "is select_mxfp4_moe_backend's (policy.exclude reproduces the DeepSeek V4 list)",
+                (("engine", DSV4_SOURCE),))
+    return explain(replace(r, scenario=asked(s, r.vllm_quant)), outside_names)

@@ -79,10 +79,19 @@ class Scenario:
     all2all: Optional[str] = None
     allow_cutlass: bool = True
     deep_gemm_env: Optional[str] = None
+    # MXFP4/MXFP8 (sweep_mx): which oracle vLLM runs (nvfp4: the NVFP4 sweep above; mxfp4:
+    # select_mxfp4_moe_backend with the layer's activation key; dsv4:
+    # select_deepseek_v4_mxfp4_moe_backend; mxfp8: select_mxfp8_moe_backend), whether the vLLM
+    # build carries its vendored triton_kernels and DeepGEMM, VLLM_B12X_MOE_FP4_FORCE_A16
+    oracle: str = "nvfp4"
+    triton_kernels: bool = True
+    deep_gemm: bool = True
+    force_a16: bool = False
 
     @property
-    def machine(self) -> Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
-        return (self.capability, self.cuda, self.flashinfer, self.b12x)
+    def machine(self) -> Tuple[Any, ...]:
+        return (self.capability, self.cuda, self.flashinfer, self.b12x, self.triton_kernels,
+                self.deep_gemm)
 
     def label(self) -> str:
         pk = ", ".join(f"{n} {v}" for n, v in (("flashinfer", self.flashinfer),
@@ -95,6 +104,10 @@ class Scenario:
             ("" if self.allow_cutlass else " no-vllm-cutlass") + \
             (f" VLLM_MOE_USE_DEEP_GEMM={self.deep_gemm_env}" if self.deep_gemm_env else "")
         where = f"SM {self.capability} CUDA {self.cuda}" if self.capability else "no GPU"
+        if self.oracle != "nvfp4":
+            pk += "" if self.triton_kernels else ", no triton_kernels"
+            pk += "" if self.deep_gemm else ", no DeepGEMM"
+            extra += f" [{self.oracle} oracle]" + (" FORCE_A16" if self.force_a16 else "")
         return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
                 f"{self.requested}")
 
@@ -133,12 +146,20 @@ def _probes(s: Scenario) -> Dict[str, Any]:
     # with CUDA >= 12.3 (the C++ op this CPU build lacks)
     group_gemm = cuda is not None and ((cap >= 100 and cuda >= Version("12.8")) or
                                        (90 <= cap < 100 and cuda >= Version("12.3")))
-    # vLLM 0.32.0's wheel bundles DeepGEMM (vllm/third_party/deep_gemm): present with vllm
-    deep_gemm = cap in (90,) or cap // 10 in (10, 12)
+    # vLLM's MXFP4 experts quantization (CUTLASS W4A4): csrc mxfp4_experts_quant.cu, compiled
+    # with CUDA >= 12.9, answers 100 <= capability < 120
+    mx_quant = cuda is not None and cuda >= Version("12.9")
+    # DeepGEMM: vLLM 0.32.0's wheel bundles it (vllm/third_party/deep_gemm); utils/deep_gemm.py
+    # is_deep_gemm_supported (cached there, so answered here): the platform's support_deep_gemm,
+    # VLLM_USE_DEEP_GEMM and the module
+    dg = s.deep_gemm and (cap == 90 or cap // 10 in (10, 12))
     return {
         "cutlass_group_gemm_supported": lambda *a: group_gemm,
-        "has_deep_gemm": lambda: True,
-        "is_deep_gemm_supported": lambda: deep_gemm,
+        "has_triton_kernels": lambda: s.triton_kernels,
+        "has_deep_gemm": lambda: s.deep_gemm,
+        "is_deep_gemm_supported": lambda: dg,
+        "has_quark": lambda: False,  # amd-quark (vLLM's OCP MX emulation) is not installed
+        "mxfp4_experts_quant_supported": lambda c: mx_quant and 100 <= c < 120,
         "has_flashinfer": lambda: fi,
         "has_flashinfer_moe": lambda: fi,
         "has_flashinfer_cutedsl": lambda: fi,
@@ -159,8 +180,12 @@ def _probes(s: Scenario) -> Dict[str, Any]:
     }
 
 
-MODULES = (  # where vLLM's NVFP4 selection and its probes live
+MODULES = (  # where vLLM's NVFP4, MXFP4 and MXFP8 selection and its probes live
     "vllm.model_executor.layers.fused_moe.oracle.nvfp4",
+    "vllm.model_executor.layers.fused_moe.oracle.mxfp4",
+    "vllm.model_executor.layers.fused_moe.oracle.mxfp8",
+    "vllm._custom_ops",
+    "vllm.utils.deep_gemm",
     "vllm.model_executor.kernels.linear",
     "vllm.model_executor.layers.quantization.modelopt",
     "vllm.model_executor.layers.quantization.compressed_tensors.schemes."
@@ -291,7 +316,7 @@ def quant_keys(s: Scenario) -> Tuple[Any, Any]:
 
     from selector.core.schema import QUANT_SCHEMES
     w, a = QUANT_SCHEMES[s.quant].vllm_keys
-    return getattr(q, w), (getattr(q, a) if a else None)
+    return getattr(q, str(w)), (None if a is None else getattr(q, a))
 
 
 # -- the sweep --------------------------------------------------------------------------------------
@@ -380,4 +405,58 @@ def fp8_sweep() -> List[Scenario]:
                 if act == "silu" and gated and a2a is None:
                     rows += [replace(r, swiglu_limit=7.0) for r in rows]
                 out.extend(rows)
+    return out
+
+
+# -- the MXFP4 / MXFP8 sweep ---------------------------------------------------------------------
+# select_mxfp4_moe_backend (gpt-oss and every checkpoint that declares its activation key:
+# compressed-tensors, Quark, INC), select_deepseek_v4_mxfp4_moe_backend (quant_method mxfp4
+# outside gpt-oss) and select_mxfp8_moe_backend, over SM 8.9 to 12.1 and no GPU, FlashInfer and
+# native b12x present or absent, vLLM's vendored triton_kernels and DeepGEMM present or absent,
+# CUDA 12.8 and 13.0 where it decides (vLLM's MXFP4 W4A4 kernels need 12.9), every activation
+# vLLM's MXFP4 experts know, EP 1 and 2, every --moe-backend value of the MXFP4 and MXFP8 maps,
+# and VLLM_B12X_MOE_FP4_FORCE_A16.
+MX_CAPABILITIES = (None, "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
+MX_LAYERS = (("swigluoai", True, None), ("silu", True, None), ("silu", True, 10.0),
+             ("situ", True, None), ("swigluoai_uninterleave", True, None),
+             ("swiglustep", True, None), ("gelu", True, None), ("gelu_tanh", True, None),
+             ("relu2", False, None), ("silu", False, None))
+MXFP4_NAMES = ("auto", "b12x", "deep_gemm", "flashinfer_trtllm", "flashinfer_trtllm_afp8",
+               "flashinfer_cutlass", "flashinfer_cutlass_afp8", "triton", "triton_unfused",
+               "marlin", "emulation", "cutlass")
+MXFP8_NAMES = ("auto", "flashinfer_trtllm", "deep_gemm", "marlin", "triton", "emulation", "b12x")
+MXFP4_QUANTS = ("mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")
+
+
+def mx_machines() -> List[Tuple[Any, ...]]:
+    out = []
+    for cap in MX_CAPABILITIES:
+        cudas: Tuple[Optional[str], ...] = (None,) if cap is None else \
+            (("12.8", "13.0") if cap in ("10.0", "11.0") else ("13.0",))
+        for cuda in cudas:
+            for fi, vendored in ((FLASHINFER, True), (FLASHINFER, False), (None, True)):
+                out.append((cap, cuda, fi, None, vendored, vendored))
+                if fi and cap and cap.startswith("12."):
+                    out.append((cap, cuda, fi, B12X, vendored, vendored))
+    return out
+
+
+def sweep_mx() -> List[Scenario]:
+    """machine x oracle (and scheme) x activation x requested (x EP 2 for auto and b12x,
+    x FORCE_A16 for b12x), sorted by machine as parity.run sorts."""
+    out: List[Scenario] = []
+    questions = [("mxfp4", q, MXFP4_NAMES) for q in MXFP4_QUANTS] + \
+        [("dsv4", "mxfp4", MXFP4_NAMES), ("mxfp8", "mxfp8", MXFP8_NAMES)]
+    for cap, cuda, fi, b, tk, dg in mx_machines():
+        for oracle, quant, names in questions:
+            for act, gated, clamp in MX_LAYERS:
+                for name in names:
+                    base = Scenario(cap, cuda, fi, b, "moe", quant, act, gated,
+                                    swiglu_limit=clamp, requested=name, oracle=oracle,
+                                    triton_kernels=tk, deep_gemm=dg)
+                    out.append(base)
+                    if name in ("auto", "b12x"):
+                        out.append(replace(base, ep_size=2))
+                    if name == "b12x" and oracle != "mxfp8":
+                        out.append(replace(base, force_a16=True))
     return out
