@@ -96,14 +96,17 @@ def capability() -> Optional[str]:
     return None if cap is None else f"{cap.major}.{cap.minor}"
 
 
-def requested_name(op: str, vllm_name: str, catalogue: Catalogue) -> str:
-    """vLLM's requested backend value -> selector's backend name ('auto' stays)."""
+def requested_name(op: str, vllm_name: str, catalogue: Catalogue,
+                   quant: Optional[str] = None) -> str:
+    """vLLM's requested backend value -> selector's backend name ('auto' stays). Backends of
+    disjoint schemes may share a vLLM name (vLLM's `torch` holds one kernel per FP8 scheme):
+    the one that implements the layer's `quant` answers first."""
     if vllm_name == "auto":
         return "auto"
-    for b in catalogue.backends[op]:
-        e = dict(b.engines).get("vllm")
-        if e is not None and e.name == vllm_name:
-            return b.name
+    named = [b for b in catalogue.backends[op]
+             if (e := dict(b.engines).get("vllm")) is not None and e.name == vllm_name]
+    for b in sorted(named, key=lambda b: quant not in b.implements):
+        return b.name
     raise NotExpressible(f"{op} backend {vllm_name!r} (not in selector's catalogue)")
 
 
@@ -126,12 +129,14 @@ class Chooser:
         return sel
 
     @staticmethod
-    def _with_policy(base: Selector, op: str, requested: str) -> Selector:
+    def _with_policy(base: Selector, op: str, requested: str,
+                     quant: Optional[str] = None) -> Selector:
         """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
         from selector.api import Selector
         from selector.core.model import normalize_backend
         run = base.run_config
-        req = normalize_backend(op, requested_name(op, requested, run.catalogue), run.catalogue)
+        req = normalize_backend(op, requested_name(op, requested, run.catalogue, quant),
+                                run.catalogue)
         request: Dict[str, Any] = {f"{op}_backend": req}
         policy = dataclasses.replace(run.policy, **request)
         return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
@@ -145,10 +150,10 @@ class Chooser:
 
     def decide(self, layer: Dict[str, Any], requested: str) -> Decision:
         base = tuple(self.overrides())
-        key = base + (layer["op"], requested)
+        key = base + (layer["op"], requested, str(layer.get("quant")))
         sel = self._selectors.get(key)
         if sel is None:
-            sel = self._with_policy(self._base(base), layer["op"], requested)
+            sel = self._with_policy(self._base(base), layer["op"], requested, layer.get("quant"))
             with self._lock:
                 sel = self._selectors.setdefault(key, sel)
         d = sel.select(**layer)
