@@ -26,6 +26,7 @@ class B12xNativeMoE(ExternalKernelMixin, MoEBackend):
 
 
 class B12xNativeLinear(ExternalKernelMixin, LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM #39634 #52016 (b12x dense FP4 GEMM)"
     kernel_call = "the b12x package's dense NVFP4 GEMM"
 

@@ -45,6 +45,7 @@ class CutlassMoE(FlashInferMoE):
 
 
 class CutlassLinear(LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     fi_backend = "cutlass"
 
     def prepare(self, weights):

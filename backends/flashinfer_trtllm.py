@@ -53,6 +53,7 @@ class TrtllmMoE(FlashInferMoE):
 
 
 class TrtllmLinear(LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     fi_backend = "trtllm"
 
     def prepare(self, weights):

@@ -25,6 +25,7 @@ class MarlinMoE(ExternalKernelMixin, MoEBackend):
 
 
 class MarlinLinear(ExternalKernelMixin, LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM quantization/utils/marlin_utils_fp4.py; SGLang sgl-kernel"
     kernel_call = "vllm._custom_ops.marlin_gemm (apply_fp4_marlin_linear)"
 

@@ -25,6 +25,7 @@ class VllmCutlassMoE(ExternalKernelMixin, MoEBackend):
 
 
 class VllmCutlassLinear(ExternalKernelMixin, LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM quantization/utils/nvfp4_utils.py (cutlass_scaled_fp4_mm)"
     kernel_call = "vllm._custom_ops.cutlass_scaled_fp4_mm"
 

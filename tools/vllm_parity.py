@@ -3,8 +3,10 @@
 with the rules and sources that make selector differ.
 
 Run in the vLLM environment (tools/vllm_env.sh):
-    .venv-vllm/bin/python tools/vllm_parity.py [--check]
---check exits 1 when a difference has no explanation, without writing the file.
+    .venv-vllm/bin/python tools/vllm_parity.py [--check] [--only nvfp4|linear]
+--check exits 1 when a difference has no explanation, without writing the file; --only runs one
+sweep and rewrites its part of the file (NVFP4; the FP8/MXFP8/MXFP4 linear section,
+tests/vllm/linear_parity.py), keeping the other.
 """
 from __future__ import annotations
 
@@ -90,6 +92,88 @@ def render(report, sweep_text: str) -> str:
     return "\n".join(lines)
 
 
+LINEAR_HEADING = "## FP8, MXFP8 and MXFP4 linear layers"
+
+
+def render_linear(report) -> str:
+    """The section for vLLM's FP8/MXFP8/MXFP4 linear kernel choice (tests/vllm/linear_parity.py):
+    its own table keys and `#### L<n>.` cluster headings, so the NVFP4 report's stay its own."""
+    import linear_parity as lp
+    import sim
+    rows, differ = report.rows, report.differ
+    caps = ", ".join(c for c in lp.CAPABILITIES if c)
+    lines = [
+        LINEAR_HEADING,
+        "",
+        "vLLM's `init_fp8_linear_kernel` (its `_POSSIBLE_FP8_KERNELS` and "
+        "`_POSSIBLE_FP8_BLOCK_KERNELS` lists with each kernel's `is_supported`/`can_implement`), "
+        "`init_mxfp8_linear_kernel` and `init_mxfp4_linear_kernel`, run untouched on the same "
+        "simulated GPU (tests/vllm/linear_parity.py; the CUTLASS FP8 build checks of "
+        "`scaled_mm_entry.cu`, FlashInfer's block-scale GEMM, DeepGEMM (vendored in vLLM's CUDA "
+        "wheel) and b12x answered from the scenario, amd-quark absent; the requested backend "
+        "set as vLLM's `KernelConfig.linear_backend_per_quant` under the quantization key "
+        "selector's `VLLM_LINEAR_QUANT` names, which vLLM's own `_get_linear_backend` reads), "
+        "against selector's plugin Chooser with "
+        "`engine=vllm stack=vllm_0_32`. vLLM names its linear backends per kernel family "
+        "(`torch` holds one kernel per FP8 scheme): a scenario agrees when both name the same vLLM "
+        "backend and the same kernel class, or both refuse; vLLM's name maps to the selector "
+        "backend of that name that implements the layer's scheme.",
+        "",
+        f"Sweep: {len(rows)} scenarios: no GPU and SM {caps}; CUDA {', '.join(sim.CUDAS)} "
+        f"(MXFP8/MXFP4: {', '.join(lp.MX_CUDAS)}, their kernels check none); flashinfer-python "
+        f"{sim.FLASHINFER} present or absent; native b12x {sim.B12X} on 12.x; schemes "
+        f"{', '.join(lp.SCHEMES)}; weights (N, K) "
+        f"{', '.join(f'{n}x{k}' for n, k in lp.SHAPES)} in bfloat16 and "
+        f"{lp.SHAPES[0][0]}x{lp.SHAPES[0][1]} in float16 (MXFP4: the first shape); requested "
+        f"{', '.join(lp.NAMES)}; DeepGEMM asked for a `{lp.MODEL_TYPE}` model.",
+        "",
+        "| FP8/MX linear | scenarios |",
+        "|---|---|",
+        f"| linear total | {len(rows)} |",
+        f"| linear agree (same backend and kernel, or both refuse) | {len(rows) - len(differ)} |",
+        f"| linear differ | {len(differ)} |",
+        f"| linear differ without an explanation | {len(report.unexplained)} |",
+        "",
+    ]
+    for i, ((v, s, why), members) in enumerate(report.clusters().items(), 1):
+        text, pairs = why
+        first = members[0]
+        lines.append(f"#### L{i}. vLLM: {v}; selector: {first.engine_name or s} "
+                     f"({len(members)} scenarios)")
+        lines.append("")
+        lines.append(f"Why: {text}.")
+        lines.append("")
+        shown = set()
+        for x in _reasons_linear(first):
+            lines.append(f"- [{x.rule}] {x.message} ({x.source})")
+            shown.add((x.rule, x.source))
+        for rule, source in pairs:
+            if (rule, source) not in shown:
+                lines.append(f"- [{rule}] {source}")
+        lines.append("")
+        lines.append(f"Kernels: vLLM {first.vllm_kernel or '-'}; selector {first.kernel or '-'}.")
+        lines.append("")
+        lines.append("Examples: " + "; ".join(f"`{m.scenario.label()}`" for m in members[:3])
+                     + ("" if first.vllm_error == "" else
+                        f". vLLM says: \"{first.vllm_error[:200]}\""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _reasons_linear(row):
+    import linear_parity as lp
+    d = row.decision
+    q = row.scenario.quant
+    names = {c.backend for c in d.candidates}
+    name = lp.selector_name(row.vllm, q)
+    if name not in names:
+        name = lp.selector_name(row.scenario.requested, q)
+    if name not in names:
+        return []
+    keep = {rule for rule, _ in (row.why[1] if row.why else ())}
+    return [x for x in d.candidate(name).reasons if x.rule in keep]
+
+
 def sweep_description() -> str:
     import sim
     caps = ", ".join(c for c in sim.CAPABILITIES if c)
@@ -102,24 +186,46 @@ def sweep_description() -> str:
             "auto and every backend by name.")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="only report unexplained differences")
-    args = ap.parse_args(argv)
-    import logging
-    logging.disable(logging.WARNING)
-    import parity
-    report = parity.run()
+def _summary(what: str, report) -> None:
     for r in report.unexplained:
         print(f"UNEXPLAINED: {r.scenario.label()}: vLLM {r.vllm or 'error'} "
               f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}", file=sys.stderr)
-    print(f"{len(report.rows)} scenarios: {len(report.rows) - len(report.differ)} agree, "
+    print(f"{what}: {len(report.rows)} scenarios: {len(report.rows) - len(report.differ)} agree, "
           f"{len(report.differ)} differ in {len(report.clusters())} clusters, "
           f"{len(report.unexplained)} unexplained")
+
+
+def split(text: str):
+    """The file's NVFP4 part and its linear section ('' where absent)."""
+    at = text.find(f"\n{LINEAR_HEADING}\n")
+    return (text, "") if at < 0 else (text[:at + 1], text[at + 1:])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only report unexplained differences")
+    ap.add_argument("--only", choices=("nvfp4", "linear"), help="run one sweep, keep the other")
+    args = ap.parse_args(argv)
+    import logging
+    logging.disable(logging.WARNING)
+    nvfp4, linear = split(OUT.read_text()) if OUT.exists() else ("", "")
+    bad = 0
+    if args.only in (None, "nvfp4"):
+        import parity
+        report = parity.run()
+        _summary("NVFP4", report)
+        nvfp4 = render(report, sweep_description()) + "\n"
+        bad += len(report.unexplained)
+    if args.only in (None, "linear"):
+        import linear_parity
+        report = linear_parity.run()
+        _summary("FP8/MXFP8/MXFP4 linear", report)
+        linear = render_linear(report) + "\n"
+        bad += len(report.unexplained)
     if not args.check:
-        OUT.write_text(render(report, sweep_description()) + "\n")
+        OUT.write_text(nvfp4.rstrip("\n") + "\n\n" + linear if linear else nvfp4)
         print(f"wrote {OUT.relative_to(ROOT)}")
-    return 1 if report.unexplained else 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -38,7 +38,13 @@ VLLM_MOE_SOURCES = {
 }
 
 # selector's linear scheme -> vLLM's linear quantization key (linear_backend_per_quant)
-VLLM_LINEAR_QUANT = {"nvfp4": "nvfp4_w4a4", "nvfp4_w4a16": "nvfp4_w4a16"}
+VLLM_LINEAR_QUANT = {"nvfp4": "nvfp4_w4a4", "nvfp4_w4a16": "nvfp4_w4a16",
+                     # init_fp8_linear_kernel ("fp8_w8a8", block: "fp8_block_w8a8"),
+                     # init_mxfp8_linear_kernel, init_mxfp4_linear_kernel
+                     "fp8_tensor": "fp8_w8a8", "fp8_tensor_dynamic": "fp8_w8a8",
+                     "fp8_channel": "fp8_w8a8", "fp8_block": "fp8_block_w8a8",
+                     "mxfp8": "mxfp8", "mxfp4": "mxfp4", "mxfp4_w4a8": "mxfp4",
+                     "mxfp4_w4a4": "mxfp4"}
 VLLM_LINEAR_SOURCE = ("vLLM 0.32.0 config/kernel.py (KernelConfig.linear_backend_per_quant); "
                       "kernels/linear/__init__.py (_get_linear_backend, "
                       "_resolve_backend_kernels)")

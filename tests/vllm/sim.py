@@ -47,6 +47,17 @@ class SimulatedCuda(Platform):
     def get_device_name(cls, device_id: int = 0) -> str:
         return f"simulated SM {cls.capability.major}.{cls.capability.minor}"
 
+    # CudaPlatform's own answers (vllm/platforms/cuda.py cannot be imported without its CUDA
+    # extension): vLLM 0.32.0 platforms/cuda.py CudaPlatformBase.supports_fp8, support_deep_gemm
+    @classmethod
+    def supports_fp8(cls) -> bool:
+        return cls.has_device_capability(89)
+
+    @classmethod
+    def support_deep_gemm(cls) -> bool:
+        return (cls.is_device_capability(90) or cls.is_device_capability_family(100)
+                or cls.is_device_capability_family(120))
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -63,6 +74,8 @@ class Scenario:
     ep_size: int = 1
     swiglu_limit: Optional[float] = None
     requested: str = "auto"
+    dtype: str = "bfloat16"  # a linear layer's activation and output dtype (FP8/MX sweep)
+    shape: Optional[Tuple[int, int]] = None  # a linear layer's weight (N, K) (FP8/MX sweep)
 
     @property
     def machine(self) -> Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]:
@@ -76,6 +89,8 @@ class Scenario:
         extra = (f" ep{self.ep_size}" if self.ep_size > 1 else "") + \
             (f" clamp{self.swiglu_limit:g}" if self.swiglu_limit else "")
         where = f"SM {self.capability} CUDA {self.cuda}" if self.capability else "no GPU"
+        if self.shape is not None:
+            extra += f" N{self.shape[0]} K{self.shape[1]} {self.dtype}"
         return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
                 f"{self.requested}")
 
@@ -109,7 +124,30 @@ def _probes(s: Scenario) -> Dict[str, Any]:
             return True
 
     b12x_mod = _B12xFusedMoe() if s.b12x else None
-    return {
+    cuda = Version(s.cuda) if s.cuda else Version("0")
+
+    def cutlass_fp8(c: int) -> bool:  # csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu
+        return cuda >= Version("12.0") if c >= 90 else \
+            cuda >= Version("12.4") if c >= 89 else False
+
+    def cutlass_block_fp8(c: int) -> bool:  # the same file, cutlass_scaled_mm_supports_block_fp8
+        return cuda >= Version("12.8") if c >= 100 else \
+            cuda >= Version("12.0") if c >= 90 else False
+
+    def fi_blockscale() -> bool:  # utils/flashinfer.py has_flashinfer_fp8_blockscale_gemm: its
+        # device check is vLLM's own, the library's fp8_blockscale_gemm_sm90 is in flashinfer 0.7.x
+        return fi and SimulatedCuda.is_device_capability(90)
+
+    linear = {  # the FP8/MXFP8/MXFP4 linear kernels' library probes
+        "cutlass_scaled_mm_supports_fp8": cutlass_fp8,
+        "cutlass_scaled_mm_supports_block_fp8": cutlass_block_fp8,
+        "has_flashinfer_fp8_blockscale_gemm": fi_blockscale,
+        "has_deep_gemm": lambda: s.capability is not None,  # vendored in vLLM's CUDA wheel
+        "has_quark": lambda: False,  # amd-quark is not part of vLLM's CUDA install
+        "_import_b12x_tensor_fp8": lambda: b12x_mod,
+        "_import_b12x_mxfp8": lambda: b12x_mod,
+    }
+    return {**linear,
         "has_flashinfer": lambda: fi,
         "has_flashinfer_moe": lambda: fi,
         "has_flashinfer_cutedsl": lambda: fi,
@@ -137,7 +175,16 @@ MODULES = (  # where vLLM's NVFP4 selection and its probes live
     "vllm.model_executor.layers.quantization.compressed_tensors.schemes."
     "compressed_tensors_w4a4_nvfp4",
     "vllm.model_executor.layers.fused_moe.b12x",
+    "vllm.utils.deep_gemm",
+    "vllm.model_executor.layers.quantization.utils.w8a8_utils",
 )
+# vLLM values computed once (import time or functools.cache) from the platform and the probes:
+# recomputed by vLLM's own code for each machine.
+CONSTANTS = (("vllm.model_executor.layers.quantization.utils.w8a8_utils",
+              "CUTLASS_BLOCK_FP8_SUPPORTED", "cutlass_block_fp8_supported"),)
+CACHED = (("vllm.utils.deep_gemm", "is_deep_gemm_supported"),
+          ("vllm.utils.deep_gemm", "is_deep_gemm_e8m0_used"),
+          ("vllm.utils.flashinfer", "is_flashinfer_fp8_blockscale_gemm_supported"))
 PACKAGES = (  # every kernel class the oracle may import lazily
     "vllm.model_executor.layers.fused_moe.experts",
     "vllm.model_executor.kernels.linear.nvfp4",
@@ -214,12 +261,22 @@ class Simulation:
                 if attr in vars(mod) and callable(vars(mod)[attr]):
                     self._patched.append((mod, attr, vars(mod)[attr]))
                     setattr(mod, attr, answers[attr])
+        for modname, fn in CACHED:
+            getattr(sys.modules[modname], fn).cache_clear()
+        for modname, const, func in CONSTANTS:
+            value = getattr(sys.modules[modname], func)()
+            for _, mod in self._modules():
+                if const in vars(mod):
+                    self._patched.append((mod, const, vars(mod)[const]))
+                    setattr(mod, const, value)
         self._machine = s.machine
 
     def _unpatch(self) -> None:
         for mod, attr, value in reversed(self._patched):
             setattr(mod, attr, value)
         self._patched = []
+        for modname, fn in CACHED:
+            getattr(sys.modules[modname], fn).cache_clear()
         self._machine = None
 
     def close(self) -> None:
