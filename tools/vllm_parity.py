@@ -117,7 +117,10 @@ def render_linear(report) -> str:
         "`engine=vllm stack=vllm_0_32`. vLLM names its linear backends per kernel family "
         "(`torch` holds one kernel per FP8 scheme): a scenario agrees when both name the same vLLM "
         "backend and the same kernel class, or both refuse; vLLM's name maps to the selector "
-        "backend of that name that implements the layer's scheme.",
+        "backend of that name that implements the layer's scheme. selector's `emulation` is its "
+        "NVFP4 reference: vLLM's MXFP8 emulation (`EmulationMxfp8LinearKernel`, vLLM's last "
+        "resort for MXFP8 layers no other kernel takes) has no selector counterpart, and vLLM's "
+        "MXFP4 emulation needs amd-quark, absent from vLLM's CUDA install.",
         "",
         f"Sweep: {len(rows)} scenarios: no GPU and SM {caps}; CUDA {', '.join(sim.CUDAS)} "
         f"(MXFP8/MXFP4: {', '.join(lp.MX_CUDAS)}, their kernels check none); flashinfer-python "
