@@ -748,16 +748,37 @@ def _lin(quant, **kw):
     return {**DSV3, "quant": quant, **kw}
 
 
-SCHEME_BOUNDARIES = [
-    # scaled_mm_entry.cu cutlass_scaled_mm_supports_fp8: SM 8.9 needs CUDA 12.4, SM >= 9.0 12.0
-    C("cutlass-fp8-sm89-cuda-12.3", "8.9", CUT, {"cuda"}, layer=_lin("fp8_tensor"), cuda="12.3"),
-    C("cutlass-fp8-sm89-cuda-12.4", "8.9", CUT, layer=_lin("fp8_tensor"), cuda="12.4"),
-    C("cutlass-fp8-sm90-cuda-11.8", "9.0", CUT, {"cuda"}, layer=_lin("fp8_channel"),
-      cuda="11.8"),
-    C("cutlass-fp8-sm90-cuda-12.0", "9.0", CUT, layer=_lin("fp8_channel"), cuda="12.0"),
+def _cutlass_cuda() -> List[Case]:
+    """scaled_mm_entry.cu cutlass_scaled_mm_supports_fp8: SM 8.9 needs CUDA 12.4 and SM >= 9.0
+    CUDA 12.0 (every FP8 scheme but block on 8.9); supports_block_fp8: SM >= 10.0 CUDA 12.8."""
+    out = []
+    for q in _FP8_ALL[:3]:
+        out += [C(f"cutlass-{q}-sm89-cuda-12.3", "8.9", CUT, {"cuda"}, layer=_lin(q),
+                  cuda="12.3"),
+                C(f"cutlass-{q}-sm89-cuda-12.4", "8.9", CUT, layer=_lin(q), cuda="12.4")]
+    for q in _FP8_ALL:
+        out += [C(f"cutlass-{q}-sm90-cuda-11.8", "9.0", CUT, {"cuda"}, layer=_lin(q),
+                  cuda="11.8"),
+                C(f"cutlass-{q}-sm90-cuda-12.0", "9.0", CUT, layer=_lin(q), cuda="12.0")]
+    return out
+
+
+def _marlin_vllm_only() -> List[Case]:
+    """Marlin's FP8, MXFP8 and MXFP4 GEMMs are vLLM's (kernels/linear/scaled_mm/marlin.py,
+    mxfp8/marlin.py, mxfp4/marlin.py): with SGLang alone (whose JIT Marlin is NVFP4's) they
+    are missing, the NVFP4 one is not."""
+    sgl = {"vllm": None, "sglang": "0.5.23"}
+    return [C(f"marlin-{q}-sglang-only", "9.0", MAR, set() if q.startswith("nvfp4") else
+              {"package"}, warns={"known_issue"}, layer=_lin(q), pk=sgl)
+            for q in ("nvfp4",) + _FP8_ALL + ("mxfp8", "mxfp4", "mxfp4_w4a4")]
+
+
+SCHEME_BOUNDARIES = _cutlass_cuda() + _marlin_vllm_only() + [
     # ... cutlass_scaled_mm_supports_block_fp8: SM >= 10.0 needs CUDA 12.8, SM 9.0 12.0
     C("cutlass-block-sm100-cuda-12.6", "10.0", CUT, {"cuda"}, layer=_lin("fp8_block"),
       cuda="12.6"),
+    C("cutlass-block-sm100-cuda-12.7", "10.0", CUT, {"cuda"}, layer=_lin("fp8_block"),
+      cuda="12.7"),
     C("cutlass-block-sm100-cuda-12.8", "10.0", CUT, layer=_lin("fp8_block"), cuda="12.8"),
     C("cutlass-block-sm90-cuda-12.0", "9.0", CUT, layer=_lin("fp8_block"), cuda="12.0"),
     # the NVFP4 CUDA-12.8 rule holds for NVFP4 only
@@ -771,6 +792,7 @@ SCHEME_BOUNDARIES = [
     C("fi-cutlass-block-n4128", "9.0", FCUT, {"shape"},
       layer=_lin("fp8_block", intermediate_size=4128)),
     C("fi-cutlass-block-k4160", "9.0", FCUT, {"shape"}, layer=_lin("fp8_block", hidden_size=4160)),
+    C("fi-cutlass-block-k4224", "9.0", FCUT, layer=_lin("fp8_block", hidden_size=4224)),
     C("fi-cutlass-block-no-vllm", "9.0", FCUT, {"package"}, layer=_lin("fp8_block"),
       pk={"vllm": None}),
     # mxfp8/flashinfer.py _check_mm_mxfp8_shape (K % 32) and N % 32 on SM 12.x only
@@ -779,6 +801,7 @@ SCHEME_BOUNDARIES = [
     C("fi-cutlass-mxfp8-n4112-sm120", "12.0", FCUT, {"shape"},
       layer=_lin("mxfp8", intermediate_size=4112)),
     C("fi-cutlass-mxfp8-n4112-sm100", "10.0", FCUT, layer=_lin("mxfp8", intermediate_size=4112)),
+    C("fi-cutlass-mxfp8-n4128-sm120", "12.0", FCUT, layer=_lin("mxfp8", intermediate_size=4128)),
     # mxfp4/flashinfer.py: has_flashinfer_cutedsl
     C("fi-cutlass-mxfp4-no-dsl", "10.0", FCUT, {"package"}, layer=_lin("mxfp4_w4a4"),
       pk={DSL: None}),
@@ -788,6 +811,7 @@ SCHEME_BOUNDARIES = [
     C("deep-gemm-n4160", "9.0", DG, layer=_lin("fp8_block", intermediate_size=4160)),
     C("deep-gemm-n4128", "10.0", DG, {"shape"}, layer=_lin("fp8_block", intermediate_size=4128)),
     C("deep-gemm-k4160", "10.0", DG, {"shape"}, layer=_lin("fp8_block", hidden_size=4160)),
+    C("deep-gemm-k4224", "10.0", DG, layer=_lin("fp8_block", hidden_size=4224)),
     C("deep-gemm-no-vllm", "9.0", DG, {"package"}, layer=_lin("fp8_block"), pk={"vllm": None}),
     # mxfp8/marlin.py K % 32; marlin FP8/MX needs vLLM's kernels
     C("marlin-mxfp8-k4112", "9.0", MAR, {"shape"}, layer=_lin("mxfp8", hidden_size=4112)),
@@ -799,6 +823,8 @@ SCHEME_BOUNDARIES = [
       status="rejected"),
     C("b12x-block-k4224", "12.0", B12, layer=_lin("fp8_block", hidden_size=4224),
       status="opt_in"),
+    C("b12x-block-k4160", "12.0", B12, {"shape"}, layer=_lin("fp8_block", hidden_size=4160)),
+    C("b12x-block-n4224", "12.0", B12, layer=_lin("fp8_block", intermediate_size=4224)),
     C("b12x-tensor-k4112", "12.0", B12, {"shape"}, layer=_lin("fp8_tensor", hidden_size=4112)),
     C("b12x-tensor-k4128", "12.0", B12, layer=_lin("fp8_tensor", hidden_size=4128)),
     # mxfp8/flashinfer.py TRT-LLM: K % 256 (at weight loading); its NVFP4 bf16-only rule does not
@@ -808,6 +834,13 @@ SCHEME_BOUNDARIES = [
     C("fi-trtllm-mxfp8-k4096-fp16", "10.0", FTR, warns={"known_issue"},
       layer=_lin("mxfp8", hidden_size=4096, dtype="float16")),
     C("fi-cutedsl-mxfp8-k4112", "10.0", FCD, {"shape"}, layer=_lin("mxfp8", hidden_size=4112)),
+    C("fi-cutedsl-mxfp8-k4128", "10.0", FCD, layer=_lin("mxfp8", hidden_size=4128)),
+    C("fi-trtllm-mxfp8-k4352", "10.0", FTR, warns={"known_issue"},
+      layer=_lin("mxfp8", hidden_size=4352)),
+    # flashinfer gemm_base.py _cute_dsl_gemm_fp4_requirement N % 8, W4A4 and W4A16 alike
+    C("fi-cutedsl-w4a16-n4100", "10.0", FCD, {"shape"},
+      layer=_lin("nvfp4_w4a16", intermediate_size=4100)),
+    C("fi-cutedsl-w4a16-n4104", "10.0", FCD, layer=_lin("nvfp4_w4a16", intermediate_size=4104)),
     C("fi-cutedsl-mxfp8-n4104", "10.0", FCD, layer=_lin("mxfp8", intermediate_size=4104)),
 ]
 
