@@ -88,8 +88,6 @@ EXPECT_DEVICES = {
     # DeepGEMM builds for SM 9.0 and 10.x only (DeepGEMM #236 #305; vLLM #54125, #42431)
     "linear/deep_gemm": {"9.0", "10.0", "10.3", "10.7"},
 }
-# The scheme a backend's generated cases use when it implements no NVFP4 scheme (literal).
-HOME_QUANT = {"linear/deep_gemm": "fp8_block"}
 
 # (gated, non-gated) activations each MoE backend runs (vLLM 0.32.0 _supports_activation;
 # FlashInfer moe_activation.py for flashinfer_b12x; selector's reference for emulation)
@@ -116,6 +114,14 @@ EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation"
                 "linear/b12x", "linear/flashinfer_cutedsl", "linear/marlin",
                 "linear/emulation"}
 
+# The scheme the generated cases of a backend without NVFP4 schemes are decided for (under the
+# NVFP4 default it would be not_applicable and pin nothing).
+SCHEME_OF = {"linear/deep_gemm": "fp8_block"}
+
+
+def _scheme(backend: str) -> dict:
+    return {"quant": SCHEME_OF[backend]} if backend in SCHEME_OF else {}
+
 # A device on which each backend's device rule passes, for the activation and quant cases:
 # the oldest of these its expected devices include (derived, so a new backend adds none).
 HOME = {b: next(d for d in ("9.0", "10.0", "12.0") if d in ok) for b, ok in EXPECT_DEVICES.items()}
@@ -124,9 +130,7 @@ HOME = {b: next(d for d in ("9.0", "10.0", "12.0") if d in ok) for b, ok in EXPE
 def _generated() -> List[Case]:
     out = []
     for backend, ok in EXPECT_DEVICES.items():
-        layer = dict(DENSE) if backend.startswith(LIN) else {}
-        if backend in HOME_QUANT:
-            layer["quant"] = HOME_QUANT[backend]
+        layer = {**(DENSE if backend.startswith(LIN) else {}), **_scheme(backend)}
         for dev in DEVICES:
             out.append(C(f"{backend}-device-{dev}", dev, backend, fails={"device"} - (
                 {"device"} if dev in ok else set()), layer=layer, only="device"))
@@ -142,10 +146,6 @@ def _generated() -> List[Case]:
     for backend in EXPECT_DEVICES:
         layer = dict(DENSE) if backend.startswith(LIN) else {}
         dev = HOME[backend]
-        if backend in HOME_QUANT:  # no NVFP4 scheme at all: W4A16 is not implemented either
-            out.append(C(f"{backend}-w4a16", dev, backend, fails={"quant"},
-                         layer={**layer, **W4A16}, only="quant"))
-            continue
         out.append(C(f"{backend}-w4a16", dev, backend,
                      fails=() if backend in EXPECT_W4A16 else {"quant"},
                      layer={**layer, **W4A16}, only="quant"))
@@ -516,7 +516,7 @@ def _engine_names() -> List[Case]:
     out = []
     for engine, names in ENGINE_NAMES.items():
         for backend, name in names.items():
-            layer = DENSE if backend.startswith(LIN) else {}
+            layer = {**(DENSE if backend.startswith(LIN) else {}), **_scheme(backend)}
             out.append(C(f"{engine}-name-{backend}", HOME[backend], backend,
                          fails=() if name else {"engine"}, layer=layer, only="engine",
                          engine=engine, name=name))
