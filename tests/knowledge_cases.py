@@ -876,7 +876,20 @@ def _vllm_scheme_kernels() -> List[Case]:
             for (backend, quant), kernel in VLLM_SCHEME_KERNELS.items()]
 
 
-LINEAR_SCHEME_CASES = _scheme_cases() + SCHEME_BOUNDARIES + _vllm_scheme_kernels()
+# SGLang 0.5.23's --fp4-gemm-backend (fp4_utils.py Fp4GemmRunnerBackend) chooses NVFP4 GEMMs
+# only; its FP8 GEMMs are --fp8-gemm-runner-backend's (fp8_utils.py), which selector does not map
+SGLANG_LINEAR = [
+    C(f"sglang-{b.split('/')[1]}-{q}", dev, b, fails={"quant"} if bad else (),
+      layer=_lin(q), only="quant", engine="sglang")
+    for b, q, dev, bad in (
+        (FCUT, "nvfp4", "10.0", False), (FCUT, "fp8_tensor", "10.0", True),
+        (FCD, "nvfp4_w4a16", "10.0", False), (FCD, "mxfp8", "10.0", True),
+        (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", True),
+        (MAR, "nvfp4_w4a16", "9.0", False), (MAR, "fp8_block", "9.0", True),
+        (MAR, "mxfp4", "9.0", True))]
+
+LINEAR_SCHEME_CASES = (_scheme_cases() + SCHEME_BOUNDARIES + _vllm_scheme_kernels() +
+                       SGLANG_LINEAR)
 
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + LINEAR_SCHEME_CASES)
