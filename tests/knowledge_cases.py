@@ -883,7 +883,8 @@ SGLANG_LINEAR = [
       layer=_lin(q), only="quant", engine="sglang")
     for b, q, dev, bad in (
         (FCUT, "nvfp4", "10.0", False), (FCUT, "fp8_tensor", "10.0", True),
-        (FCD, "nvfp4_w4a16", "10.0", False), (FCD, "mxfp8", "10.0", True),
+        (FCD, "nvfp4", "10.0", False), (FCD, "nvfp4_w4a16", "10.0", False),
+        (FCD, "mxfp8", "10.0", True), (MAR, "nvfp4", "9.0", False),
         (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", True),
         (MAR, "nvfp4_w4a16", "9.0", False), (MAR, "fp8_block", "9.0", True),
         (MAR, "mxfp4", "9.0", True))]
