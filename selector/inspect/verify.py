@@ -290,7 +290,16 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
                 if first:
                     first = not add(replace(c, size="odd"))
     if not out:
-        return [], "its rules reject every verification layer (" + ", ".join(quants) + ")"
+        # why, in the backend's own rules for the first such layer (a rule scoped to a scheme,
+        # `when: {quant: ...}`, is no platform-only failure, so this is where it shows)
+        moe = op == "moe"
+        layer = Case(op, quants[0], "silu" if moe else None, True if moe else None,
+                     quants[0]).layer()
+        cand = sel.decide(sel.layer(op=op, **layer)).candidate(b.name)
+        reasons = "; ".join(f"[{r.rule}] {r.message}" for r in cand.reasons
+                            if r.severity != "warning")
+        return [], "its rules reject every verification layer (" + ", ".join(quants) + ")" + \
+            (f": {quants[0]}: {reasons}" if reasons else "")
     return out, ""
 
 
