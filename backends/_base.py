@@ -186,9 +186,10 @@ class KernelBackend:
     #: distributions whose kernels ``apply`` calls (any one suffices); empty = FlashInfer/none
     needs_any: Tuple[str, ...] = ()
     needs_source: str = ""
-    #: the quant schemes whose weights this class prepares (a catalogue backend may implement
-    #: more: an MXFP4/MXFP8 decision names the engine's own kernel, `Decision.engine`)
-    computes: Tuple[str, ...] = ("nvfp4", "nvfp4_w4a16")
+    #: the quant schemes this class computes (None: all its backend file implements). A file may
+    #: implement more schemes than its class: selector decides those layers and the engine builds
+    #: the kernel (its `engines.<engine>.kernels`), as vLLM's FP8 and MX linear kernels.
+    computes: Optional[Tuple[str, ...]] = None
 
     def __init__(self, *, quant: str = "nvfp4", activation: str = "silu",
                  act_and_mul: Optional[bool] = None, ep_size: int = 1,
@@ -208,6 +209,12 @@ class KernelBackend:
                 act_and_mul = layer.get("act_and_mul", act_and_mul)
                 ep_size = layer.get("ep_size", ep_size)
                 swiglu_limit = layer.get("swiglu_limit", swiglu_limit)
+        if self.computes is not None and quant not in self.computes:
+            raise NotImplementedError(
+                f"backend {self.backend!r}: {type(self).__name__} computes "
+                f"{', '.join(self.computes)} layers, not {quant}; selector decides {quant} "
+                f"layers for {self.backend}, and the engine builds its kernel for them "
+                f"(the decision's engine kernel)")
         self.quant = quant
         self.activation = activation
         self.act_and_mul = act_and_mul
@@ -243,11 +250,6 @@ class KernelBackend:
 
     def admit(self, prepared):
         """Gate once, on the layer these prepared weights make; return them (called by ``prepare``)."""
-        if self.quant not in self.computes:
-            raise NotImplementedError(
-                f"backend {self.backend!r}: {type(self).__name__} prepares "
-                f"{', '.join(self.computes)} weights only; a {self.quant} layer runs through the "
-                "engine's own kernel (the decision's engine.kernel)")
         head = prepared[0] if isinstance(prepared, tuple) else prepared
         self.gate(getattr(head, "geometry", None) or {})
         return prepared

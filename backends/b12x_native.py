@@ -14,6 +14,7 @@ from .prepare import prepare_b12x_native_moe, prepare_fp4_linear
 
 
 class B12xNativeMoE(ExternalKernelMixin, MoEBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = ("vLLM #52016 #52018 (vllm[b12x]); flashinfer-python 0.7.4 wheel (its top-level "
                     "b12x module: distribution metadata, not the import)")
     kernel_call = "the b12x package's NVFP4 MoE (vLLM fused_moe/b12x.py B12xExperts)"
@@ -26,6 +27,7 @@ class B12xNativeMoE(ExternalKernelMixin, MoEBackend):
 
 
 class B12xNativeLinear(ExternalKernelMixin, LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM #39634 #52016 (b12x dense FP4 GEMM)"
     kernel_call = "the b12x package's dense NVFP4 GEMM"
 

@@ -48,6 +48,7 @@ class CuteDslMoE(FlashInferMoE):
 
 
 class CuteDslLinear(LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     fi_backend = "cute-dsl"
 
     def prepare(self, weights):

@@ -16,6 +16,7 @@ from .prepare import prepare_fp4_linear, prepare_swizzled_moe
 class CutlassMoE(FlashInferMoE):
     """Both SwiGLU-OAI layouts run as ``Swiglu`` with per-expert swiglu alpha / beta / limit
     (vLLM's mapping); an interleaved ``swigluoai`` checkpoint's w13 is de-interleaved in ``prepare``."""
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
 
     deinterleaves = True
 
@@ -45,6 +46,7 @@ class CutlassMoE(FlashInferMoE):
 
 
 class CutlassLinear(LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     fi_backend = "cutlass"
 
     def prepare(self, weights):

@@ -16,6 +16,7 @@ from .prepare import prepare_fp4_linear, prepare_trtllm_moe
 class TrtllmMoE(FlashInferMoE):
     """Runs the [gate; up] SwiGLU-OAI (``swigluoai_uninterleave``) as ``Swiglu`` with per-expert
     gemm1 alpha / beta / clamp (vLLM's mapping); refuses the interleaved ``swigluoai``."""
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
 
     deinterleaves = False
 
@@ -53,6 +54,7 @@ class TrtllmMoE(FlashInferMoE):
 
 
 class TrtllmLinear(LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     fi_backend = "trtllm"
 
     def prepare(self, weights):

@@ -14,6 +14,7 @@ from .prepare import prepare_marlin_linear, prepare_marlin_moe
 
 
 class MarlinMoE(ExternalKernelMixin, MoEBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM experts/marlin_moe.py; SGLang sgl-kernel"
     kernel_call = "vllm fused_marlin_moe (ops.moe_wna16_marlin_gemm)"
 
@@ -25,6 +26,7 @@ class MarlinMoE(ExternalKernelMixin, MoEBackend):
 
 
 class MarlinLinear(ExternalKernelMixin, LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM quantization/utils/marlin_utils_fp4.py; SGLang sgl-kernel"
     kernel_call = "vllm._custom_ops.marlin_gemm (apply_fp4_marlin_linear)"
 

@@ -14,6 +14,7 @@ from .prepare import prepare_fp4_linear, prepare_swizzled_moe
 
 
 class VllmCutlassMoE(ExternalKernelMixin, MoEBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM experts/cutlass_moe.py (CutlassExpertsFp4)"
     kernel_call = "vllm._custom_ops.cutlass_fp4_moe_mm"
 
@@ -25,6 +26,7 @@ class VllmCutlassMoE(ExternalKernelMixin, MoEBackend):
 
 
 class VllmCutlassLinear(ExternalKernelMixin, LinearBackend):
+    computes = ("nvfp4", "nvfp4_w4a16")  # its FP8/MX schemes: the engine's kernels
     needs_source = "vLLM quantization/utils/nvfp4_utils.py (cutlass_scaled_fp4_mm)"
     kernel_call = "vllm._custom_ops.cutlass_scaled_fp4_mm"
 

@@ -91,6 +91,8 @@ EXPECT_DEVICES = {
     "linear/cutlass": {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
     "linear/marlin": set(DEVICES) - {"7.0"},
     "linear/emulation": set(DEVICES),
+    # DeepGEMM builds for SM 9.0 and 10.x only (DeepGEMM #236 #305; vLLM #54125, #42431)
+    "linear/deep_gemm": {"9.0", "10.0", "10.3", "10.7"},
 }
 
 # (gated, non-gated) activations each MoE backend runs (vLLM 0.32.0 _supports_activation;
@@ -132,7 +134,9 @@ EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation"
 # they would be not_applicable and pin nothing), their devices and activations.
 SCHEME_OF = {"linear/torch_per_tensor": "fp8_tensor", "linear/torch_channel_wise": "fp8_channel",
              "linear/torch_row_wise": "fp8_channel", "linear/torch_block_wise": "fp8_block",
-             "linear/triton_block_fp8": "fp8_block", "moe/torch_grouped_fp8": "fp8_channel"}
+             "linear/triton_block_fp8": "fp8_block", "moe/torch_grouped_fp8": "fp8_channel",
+             # DeepGEMM linear (linear): block FP8 only
+             "linear/deep_gemm": "fp8_block"}
 EXPECT_DEVICES.update({
     # vLLM 0.32.0 scaled_mm/pytorch.py _supports_torch_fp8_scaled_mm; platforms/cuda.py
     # supports_fp8 (cc >= 8.9)
@@ -549,7 +553,7 @@ ENGINE_NAMES = {
                "linear/flashinfer_cutlass": "flashinfer_cutlass",
                "linear/flashinfer_trtllm": "flashinfer_trtllm", "linear/marlin": "marlin",
                "linear/flashinfer_b12x": None, "linear/b12x": None, "linear/cutlass": None,
-               "linear/emulation": None},
+               "linear/emulation": None, "linear/deep_gemm": None},
 }
 
 
@@ -1279,9 +1283,233 @@ MX_CASES = [
       scheme="mxfp8"),
 ]
 
+# ---------------------------------------------------------------------------------------------
+# FP8, MXFP8 and MXFP4 linear layers (issue 26): the schemes each linear backend implements, the
+# devices each (backend, scheme) runs on, their boundaries and the kernel vLLM 0.32.0 builds
+
+_SM89_UP = {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"}
+_SM100_UP = {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"}
+_SM10X = {"10.0", "10.3", "10.7"}
+_SM12X = {"12.0", "12.1"}
+_FP8_PT = ("fp8_tensor", "fp8_tensor_dynamic")
+_FP8_ALL = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+_MX = ("mxfp8", "mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")
+# The non-NVFP4 schemes each linear backend of this file implements (torch_* and
+# triton_block_fp8 are pinned with their own files), with the vLLM 0.32.0 kernel lists that say so
+# (kernels/linear/__init__.py _LINEAR_BACKEND_KERNEL_MAP and _POSSIBLE_*_KERNELS[CUDA])
+EXPECT_LINEAR_SCHEMES = {
+    "linear/flashinfer_cutlass": {"fp8_tensor", "fp8_tensor_dynamic", "fp8_block", "mxfp8",
+                                  "mxfp4_w4a4"},
+    "linear/flashinfer_cutedsl": {"mxfp8"},
+    "linear/flashinfer_trtllm": {"mxfp8"},
+    "linear/flashinfer_cudnn": set(), "linear/flashinfer_b12x": set(),
+    "linear/cutlass": set(_FP8_ALL),
+    "linear/b12x": {"fp8_tensor", "fp8_block", "mxfp8", "mxfp4_w4a4"},
+    "linear/marlin": set(_FP8_ALL) | {"mxfp8", "mxfp4", "mxfp4_w4a4"},
+    "linear/deep_gemm": {"fp8_block"},
+    "linear/emulation": set(),  # selector's reference computes NVFP4 only
+}
+# (backend, scheme) -> the devices it runs on
+EXPECT_SCHEME_DEVICES = {
+    # vLLM 0.32.0 scaled_mm/flashinfer.py FlashInferFP8ScaledMMLinearKernel: cc >= 100
+    **{("linear/flashinfer_cutlass", q): _SM100_UP for q in _FP8_PT},
+    # utils/flashinfer.py has_flashinfer_fp8_blockscale_gemm: is_device_capability(90)
+    ("linear/flashinfer_cutlass", "fp8_block"): {"9.0"},
+    # mxfp8/flashinfer.py, mxfp4/flashinfer.py: has_device_capability(100)
+    ("linear/flashinfer_cutlass", "mxfp8"): _SM100_UP,
+    ("linear/flashinfer_cutlass", "mxfp4_w4a4"): _SM100_UP,
+    # csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu: FP8 >= 89, block FP8 >= 90
+    **{("linear/cutlass", q): _SM89_UP for q in _FP8_ALL[:3]},
+    ("linear/cutlass", "fp8_block"): _SM89_UP - {"8.9"},
+    # DeepGEMM #236 #305, vLLM #54125: 9.0 and 10.x
+    ("linear/deep_gemm", "fp8_block"): {"9.0", "10.0", "10.3", "10.7"},
+    # marlin_utils_fp8.py is_fp8_marlin_supported, marlin_utils_fp4.py: cc >= 75
+    **{("linear/marlin", q): set(DEVICES) - {"7.0"} for q in _FP8_ALL + ("mxfp8", "mxfp4",
+                                                                         "mxfp4_w4a4")},
+    # mxfp8/flashinfer.py CuTe-DSL and TRT-LLM MXFP8: is_device_capability_family(100)
+    ("linear/flashinfer_cutedsl", "mxfp8"): _SM10X,
+    ("linear/flashinfer_trtllm", "mxfp8"): _SM10X,
+    # scaled_mm/b12x.py, mxfp8/b12x.py, mxfp4/b12x.py: is_device_capability_family(120)
+    **{("linear/b12x", q): _SM12X for q in ("fp8_tensor", "fp8_block", "mxfp8", "mxfp4_w4a4")},
+}
+# A device and a shape where every other rule of the (backend, scheme) passes
+SCHEME_HOME = {k: next(d for d in ("9.0", "10.0", "12.0", "8.9") if d in ok)
+               for k, ok in EXPECT_SCHEME_DEVICES.items()}
+DSV3 = {"op": "linear", "act_and_mul": False, "hidden_size": 7168, "intermediate_size": 18432}
+
+
+def _scheme_cases() -> List[Case]:
+    out = []
+    for (backend, quant), ok in EXPECT_SCHEME_DEVICES.items():
+        for dev in DEVICES:
+            out.append(C(f"{backend}-{quant}-device-{dev}", dev, backend,
+                         fails={"device"} - ({"device"} if dev in ok else set()),
+                         layer={**DSV3, "quant": quant}, only="device"))
+    for backend, schemes in EXPECT_LINEAR_SCHEMES.items():
+        for quant in _FP8_ALL + _MX:
+            dev = SCHEME_HOME.get((backend, quant), HOME[backend])
+            out.append(C(f"{backend}-implements-{quant}", dev, backend,
+                         fails=() if quant in schemes else {"quant"},
+                         layer={**DSV3, "quant": quant}, only="quant"))
+    return out
+
+
+FCUT, CUT, DG, MAR, B12 = ("linear/flashinfer_cutlass", "linear/cutlass", "linear/deep_gemm",
+                           "linear/marlin", "linear/b12x")
+FCD, FTR = "linear/flashinfer_cutedsl", "linear/flashinfer_trtllm"
+
+
+def _lin(quant, **kw):
+    return {**DSV3, "quant": quant, **kw}
+
+
+def _cutlass_cuda() -> List[Case]:
+    """scaled_mm_entry.cu cutlass_scaled_mm_supports_fp8: SM 8.9 needs CUDA 12.4 and SM >= 9.0
+    CUDA 12.0 (every FP8 scheme but block on 8.9); supports_block_fp8: SM >= 10.0 CUDA 12.8."""
+    out = []
+    for q in _FP8_ALL[:3]:
+        out += [C(f"cutlass-{q}-sm89-cuda-12.3", "8.9", CUT, {"cuda"}, layer=_lin(q),
+                  cuda="12.3"),
+                C(f"cutlass-{q}-sm89-cuda-12.4", "8.9", CUT, layer=_lin(q), cuda="12.4")]
+    for q in _FP8_ALL:
+        out += [C(f"cutlass-{q}-sm90-cuda-11.8", "9.0", CUT, {"cuda"}, layer=_lin(q),
+                  cuda="11.8"),
+                C(f"cutlass-{q}-sm90-cuda-12.0", "9.0", CUT, layer=_lin(q), cuda="12.0")]
+    return out
+
+
+def _marlin_vllm_only() -> List[Case]:
+    """Marlin's FP8, MXFP8 and MXFP4 GEMMs are vLLM's (kernels/linear/scaled_mm/marlin.py,
+    mxfp8/marlin.py, mxfp4/marlin.py): with SGLang alone (whose JIT Marlin is NVFP4's) they
+    are missing, the NVFP4 one is not."""
+    sgl = {"vllm": None, "sglang": "0.5.23"}
+    return [C(f"marlin-{q}-sglang-only", "9.0", MAR, set() if q.startswith("nvfp4") else
+              {"package"}, warns={"known_issue"}, layer=_lin(q), pk=sgl)
+            for q in ("nvfp4",) + _FP8_ALL + ("mxfp8", "mxfp4", "mxfp4_w4a4")]
+
+
+SCHEME_BOUNDARIES = _cutlass_cuda() + _marlin_vllm_only() + [
+    # ... cutlass_scaled_mm_supports_block_fp8: SM >= 10.0 needs CUDA 12.8, SM 9.0 12.0
+    C("cutlass-block-sm100-cuda-12.6", "10.0", CUT, {"cuda"}, layer=_lin("fp8_block"),
+      cuda="12.6"),
+    C("cutlass-block-sm100-cuda-12.7", "10.0", CUT, {"cuda"}, layer=_lin("fp8_block"),
+      cuda="12.7"),
+    C("cutlass-block-sm100-cuda-12.8", "10.0", CUT, layer=_lin("fp8_block"), cuda="12.8"),
+    C("cutlass-block-sm90-cuda-12.0", "9.0", CUT, layer=_lin("fp8_block"), cuda="12.0"),
+    # the NVFP4 CUDA-12.8 rule holds for NVFP4 only
+    C("cutlass-fp8-sm100-cuda-12.6", "10.0", CUT, layer=_lin("fp8_tensor"), cuda="12.6"),
+    C("fi-cutlass-fp8-sm100-cuda-12.6", "10.0", FCUT, layer=_lin("fp8_tensor"), cuda="12.6"),
+    C("fi-cutlass-fp8-no-flashinfer", "10.0", FCUT, {"package"}, layer=_lin("fp8_tensor"),
+      pk={FI: None}),
+    # utils/flashinfer.py should_use_flashinfer_for_blockscale_fp8_gemm: bf16, N % 64, K % 128
+    C("fi-cutlass-block-fp16", "9.0", FCUT, {"dtype"}, layer=_lin("fp8_block", dtype="float16")),
+    C("fi-cutlass-block-n4160", "9.0", FCUT, layer=_lin("fp8_block", intermediate_size=4160)),
+    C("fi-cutlass-block-n4128", "9.0", FCUT, {"shape"},
+      layer=_lin("fp8_block", intermediate_size=4128)),
+    C("fi-cutlass-block-k4160", "9.0", FCUT, {"shape"}, layer=_lin("fp8_block", hidden_size=4160)),
+    C("fi-cutlass-block-k4224", "9.0", FCUT, layer=_lin("fp8_block", hidden_size=4224)),
+    C("fi-cutlass-block-no-vllm", "9.0", FCUT, {"package"}, layer=_lin("fp8_block"),
+      pk={"vllm": None}),
+    # mxfp8/flashinfer.py _check_mm_mxfp8_shape (K % 32) and N % 32 on SM 12.x only
+    C("fi-cutlass-mxfp8-k4112", "10.0", FCUT, {"shape"}, layer=_lin("mxfp8", hidden_size=4112)),
+    C("fi-cutlass-mxfp8-k4128", "10.0", FCUT, layer=_lin("mxfp8", hidden_size=4128)),
+    C("fi-cutlass-mxfp8-n4112-sm120", "12.0", FCUT, {"shape"},
+      layer=_lin("mxfp8", intermediate_size=4112)),
+    C("fi-cutlass-mxfp8-n4112-sm100", "10.0", FCUT, layer=_lin("mxfp8", intermediate_size=4112)),
+    C("fi-cutlass-mxfp8-n4128-sm120", "12.0", FCUT, layer=_lin("mxfp8", intermediate_size=4128)),
+    # mxfp4/flashinfer.py: has_flashinfer_cutedsl
+    C("fi-cutlass-mxfp4-no-dsl", "10.0", FCUT, {"package"}, layer=_lin("mxfp4_w4a4"),
+      pk={DSL: None}),
+    C("fi-cutlass-mxfp4-dsl", "10.0", FCUT, layer=_lin("mxfp4_w4a4")),
+    # deep_gemm.py can_implement: bf16 out; should_use_deepgemm_for_fp8_linear: N % 64, K % 128
+    C("deep-gemm-fp16", "9.0", DG, {"dtype"}, layer=_lin("fp8_block", dtype="float16")),
+    C("deep-gemm-n4160", "9.0", DG, layer=_lin("fp8_block", intermediate_size=4160)),
+    C("deep-gemm-n4128", "10.0", DG, {"shape"}, layer=_lin("fp8_block", intermediate_size=4128)),
+    C("deep-gemm-k4160", "10.0", DG, {"shape"}, layer=_lin("fp8_block", hidden_size=4160)),
+    C("deep-gemm-k4224", "10.0", DG, layer=_lin("fp8_block", hidden_size=4224)),
+    C("deep-gemm-no-vllm", "9.0", DG, {"package"}, layer=_lin("fp8_block"), pk={"vllm": None}),
+    # mxfp8/marlin.py K % 32; marlin FP8/MX needs vLLM's kernels
+    C("marlin-mxfp8-k4112", "9.0", MAR, {"shape"}, layer=_lin("mxfp8", hidden_size=4112)),
+    C("marlin-mxfp8-k4128", "9.0", MAR, layer=_lin("mxfp8", hidden_size=4128)),
+    C("marlin-fp8-no-vllm", "9.0", MAR, {"package"}, layer=_lin("fp8_block"),
+      pk={"vllm": None}),
+    # scaled_mm/b12x.py: block FP8 K % 128 and N % 128, tensor FP8 K % 32
+    C("b12x-block-n4160", "12.0", B12, {"shape"}, layer=_lin("fp8_block", intermediate_size=4160),
+      status="rejected"),
+    C("b12x-block-k4224", "12.0", B12, layer=_lin("fp8_block", hidden_size=4224),
+      status="opt_in"),
+    C("b12x-block-k4160", "12.0", B12, {"shape"}, layer=_lin("fp8_block", hidden_size=4160)),
+    C("b12x-block-n4224", "12.0", B12, layer=_lin("fp8_block", intermediate_size=4224)),
+    C("b12x-tensor-k4112", "12.0", B12, {"shape"}, layer=_lin("fp8_tensor", hidden_size=4112)),
+    C("b12x-tensor-k4128", "12.0", B12, layer=_lin("fp8_tensor", hidden_size=4128)),
+    # mxfp8/flashinfer.py TRT-LLM: K % 256 (at weight loading); its NVFP4 bf16-only rule does not
+    # hold for MXFP8
+    C("fi-trtllm-mxfp8-k4224", "10.0", FTR, {"shape"}, warns={"known_issue"},
+      layer=_lin("mxfp8", hidden_size=4224)),
+    C("fi-trtllm-mxfp8-k4096-fp16", "10.0", FTR, warns={"known_issue"},
+      layer=_lin("mxfp8", hidden_size=4096, dtype="float16")),
+    C("fi-cutedsl-mxfp8-k4112", "10.0", FCD, {"shape"}, layer=_lin("mxfp8", hidden_size=4112)),
+    C("fi-cutedsl-mxfp8-k4128", "10.0", FCD, layer=_lin("mxfp8", hidden_size=4128)),
+    C("fi-trtllm-mxfp8-k4352", "10.0", FTR, warns={"known_issue"},
+      layer=_lin("mxfp8", hidden_size=4352)),
+    # flashinfer gemm_base.py _cute_dsl_gemm_fp4_requirement N % 8, W4A4 and W4A16 alike
+    C("fi-cutedsl-w4a16-n4100", "10.0", FCD, {"shape"},
+      layer=_lin("nvfp4_w4a16", intermediate_size=4100)),
+    C("fi-cutedsl-w4a16-n4104", "10.0", FCD, layer=_lin("nvfp4_w4a16", intermediate_size=4104)),
+    C("fi-cutedsl-mxfp8-n4104", "10.0", FCD, layer=_lin("mxfp8", intermediate_size=4104)),
+]
+
+# The kernel vLLM 0.32.0 builds under each name for each scheme (kernels/linear/__init__.py
+# _LINEAR_BACKEND_KERNEL_MAP, _POSSIBLE_FP8_KERNELS, _POSSIBLE_FP8_BLOCK_KERNELS,
+# _POSSIBLE_MXFP8_KERNELS, _POSSIBLE_MXFP4_KERNELS)
+VLLM_SCHEME_KERNELS = {
+    (FCUT, "fp8_tensor"): "FlashInferFP8ScaledMMLinearKernel",
+    (FCUT, "fp8_tensor_dynamic"): "FlashInferFP8ScaledMMLinearKernel",
+    (FCUT, "fp8_block"): "FlashInferFp8DeepGEMMDynamicBlockScaledKernel",
+    (FCUT, "mxfp8"): "FlashInferCutlassMxfp8LinearKernel",
+    (FCUT, "mxfp4_w4a4"): "FlashInferMxFp4LinearKernel",
+    (CUT, "fp8_tensor"): "CutlassFP8ScaledMMLinearKernel",
+    (CUT, "fp8_tensor_dynamic"): "CutlassFP8ScaledMMLinearKernel",
+    (CUT, "fp8_channel"): "CutlassFP8ScaledMMLinearKernel",
+    (CUT, "fp8_block"): "CutlassFp8BlockScaledMMKernel",
+    (DG, "fp8_block"): "DeepGemmFp8BlockScaledMMKernel",
+    **{(MAR, q): "MarlinFP8ScaledMMLinearKernel" for q in _FP8_ALL},
+    (MAR, "mxfp8"): "MarlinMxfp8LinearKernel",
+    (MAR, "mxfp4"): "MarlinMxFp4LinearKernel", (MAR, "mxfp4_w4a4"): "MarlinMxFp4LinearKernel",
+    (FCD, "mxfp8"): "FlashInferCutedslMxfp8LinearKernel",
+    (FTR, "mxfp8"): "FlashInferTrtllmMxfp8LinearKernel",
+    (B12, "fp8_tensor"): "B12xTensorFP8ScaledMMLinearKernel",
+    (B12, "fp8_block"): "B12xFp8BlockScaledMMKernel",
+    (B12, "mxfp8"): "B12xMxfp8LinearKernel", (B12, "mxfp4_w4a4"): "B12xMxFp4LinearKernel",
+}
+
+
+def _vllm_scheme_kernels() -> List[Case]:
+    return [C(f"vllm-kernel-{quant}-{backend}", SCHEME_HOME[(backend, quant)], backend,
+              layer=_lin(quant), engine=V, kernel=kernel, scheme=quant, status="selected",
+              only="device")
+            for (backend, quant), kernel in VLLM_SCHEME_KERNELS.items()]
+
+
+# SGLang 0.5.23's --fp4-gemm-backend (fp4_utils.py Fp4GemmRunnerBackend) chooses NVFP4 GEMMs
+# only; its FP8 GEMMs are --fp8-gemm-runner-backend's (fp8_utils.py), which selector does not map
+SGLANG_LINEAR = [
+    C(f"sglang-{b.split('/')[1]}-{q}", dev, b, fails={"quant"} if bad else (),
+      layer=_lin(q), only="quant", engine="sglang")
+    for b, q, dev, bad in (
+        (FCUT, "nvfp4", "10.0", False), (FCUT, "fp8_tensor", "10.0", True),
+        (FCD, "nvfp4", "10.0", False), (FCD, "nvfp4_w4a16", "10.0", False),
+        (FCD, "mxfp8", "10.0", True), (MAR, "nvfp4", "9.0", False),
+        (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", True),
+        (MAR, "nvfp4_w4a16", "9.0", False), (MAR, "fp8_block", "9.0", True),
+        (MAR, "mxfp4", "9.0", True))]
+
+LINEAR_SCHEME_CASES = (_scheme_cases() + SCHEME_BOUNDARIES + _vllm_scheme_kernels() +
+                       SGLANG_LINEAR)
+
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
-                     _fp8_scheme_boundaries() + FP8_TORCH + MX_CASES)
+                     _fp8_scheme_boundaries() + FP8_TORCH + MX_CASES + LINEAR_SCHEME_CASES)
 
 
 # ---------------------------------------------------------------------------------------------

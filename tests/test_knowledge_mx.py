@@ -97,5 +97,5 @@ def test_the_nvfp4_wrappers_refuse_to_prepare_an_mx_layer():
     from selector.backends.flashinfer_trtllm import TrtllmMoE
     from selector.backends.marlin import MarlinMoE
     for cls in (TrtllmMoE, MarlinMoE):
-        with pytest.raises(NotImplementedError, match="prepares nvfp4, nvfp4_w4a16 weights only"):
-            cls(quant="mxfp4").admit(object())
+        with pytest.raises(NotImplementedError, match="computes nvfp4, nvfp4_w4a16 layers, not mxfp4"):
+            cls(quant="mxfp4")

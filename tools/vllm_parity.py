@@ -3,10 +3,10 @@ NVFP4 linear) against selector's (engine=vllm) over the simulated sweeps of test
 every difference once per cluster with the rules and sources that make selector differ.
 
 Run in the vLLM environment (tools/vllm_env.sh):
-    .venv-vllm/bin/python tools/vllm_parity.py [--check] [--fp8]
---check exits 1 when a difference has no explanation, without writing the file. --fp8 runs the
-FP8 MoE sweep (select_fp8_moe_backend, tests/vllm/sim.py fp8_sweep) and rewrites the file's FP8
-section only; without it the NVFP4 sweep rewrites the rest and keeps the FP8 section.
+    .venv-vllm/bin/python tools/vllm_parity.py [--check] [--only nvfp4|fp8|mx|linear ...]
+--check exits 1 when a difference has no explanation, without writing the file; --only runs those
+sweeps (NVFP4; FP8 MoE, sim.fp8_sweep; MXFP4/MXFP8 MoE, sim.sweep_mx; FP8/MXFP8/MXFP4 linear,
+tests/vllm/linear_parity.py) and rewrites their sections, keeping the file's others.
 """
 from __future__ import annotations
 
@@ -250,6 +250,91 @@ def render_mx(report) -> str:
     return "\n".join(lines)
 
 
+LINEAR_HEADING = "## FP8, MXFP8 and MXFP4 linear layers"
+
+
+def render_linear(report) -> str:
+    """The section for vLLM's FP8/MXFP8/MXFP4 linear kernel choice (tests/vllm/linear_parity.py):
+    its own table keys and `#### L<n>.` cluster headings, so the NVFP4 report's stay its own."""
+    import linear_parity as lp
+    import sim
+    rows, differ = report.rows, report.differ
+    caps = ", ".join(c for c in lp.CAPABILITIES if c)
+    lines = [
+        LINEAR_HEADING,
+        "",
+        "vLLM's `init_fp8_linear_kernel` (its `_POSSIBLE_FP8_KERNELS` and "
+        "`_POSSIBLE_FP8_BLOCK_KERNELS` lists with each kernel's `is_supported`/`can_implement`), "
+        "`init_mxfp8_linear_kernel` and `init_mxfp4_linear_kernel`, run untouched on the same "
+        "simulated GPU (tests/vllm/linear_parity.py; the CUTLASS FP8 build checks of "
+        "`scaled_mm_entry.cu`, FlashInfer's block-scale GEMM, DeepGEMM (vendored in vLLM's CUDA "
+        "wheel) and b12x answered from the scenario, amd-quark absent; the requested backend "
+        "set as vLLM's `KernelConfig.linear_backend_per_quant` under the quantization key "
+        "selector's `VLLM_LINEAR_QUANT` names, which vLLM's own `_get_linear_backend` reads), "
+        "against selector's plugin Chooser with "
+        "`engine=vllm stack=vllm_0_32`. vLLM names its linear backends per kernel family "
+        "(`torch` holds one kernel per FP8 scheme): a scenario agrees when both name the same vLLM "
+        "backend and the same kernel class, or both refuse; vLLM's name maps to the selector "
+        "backend of that name that implements the layer's scheme. selector's `emulation` is its "
+        "NVFP4 reference: vLLM's MXFP8 emulation (`EmulationMxfp8LinearKernel`, vLLM's last "
+        "resort for MXFP8 layers no other kernel takes) has no selector counterpart, and vLLM's "
+        "MXFP4 emulation needs amd-quark, absent from vLLM's CUDA install.",
+        "",
+        f"Sweep: {len(rows)} scenarios: no GPU and SM {caps}; CUDA {', '.join(sim.CUDAS)} "
+        f"(MXFP8/MXFP4: {', '.join(lp.MX_CUDAS)}, their kernels check none); flashinfer-python "
+        f"{sim.FLASHINFER} present or absent; native b12x {sim.B12X} on 12.x; schemes "
+        f"{', '.join(lp.SCHEMES)}; weights (N, K) "
+        f"{', '.join(f'{n}x{k}' for n, k in lp.SHAPES)} in bfloat16 and "
+        f"{lp.SHAPES[0][0]}x{lp.SHAPES[0][1]} in float16 (MXFP4: the first shape); requested "
+        f"{', '.join(lp.NAMES)}; DeepGEMM asked for a `{lp.MODEL_TYPE}` model.",
+        "",
+        "| FP8/MX linear | scenarios |",
+        "|---|---|",
+        f"| linear total | {len(rows)} |",
+        f"| linear agree (same backend and kernel, or both refuse) | {len(rows) - len(differ)} |",
+        f"| linear differ | {len(differ)} |",
+        f"| linear differ without an explanation | {len(report.unexplained)} |",
+        "",
+    ]
+    for i, ((v, s, why), members) in enumerate(report.clusters().items(), 1):
+        text, pairs = why
+        first = members[0]
+        lines.append(f"#### L{i}. vLLM: {v}; selector: {first.engine_name or s} "
+                     f"({len(members)} scenarios)")
+        lines.append("")
+        lines.append(f"Why: {text}.")
+        lines.append("")
+        shown = set()
+        for x in _reasons_linear(first):
+            lines.append(f"- [{x.rule}] {x.message} ({x.source})")
+            shown.add((x.rule, x.source))
+        for rule, source in pairs:
+            if (rule, source) not in shown:
+                lines.append(f"- [{rule}] {source}")
+        lines.append("")
+        lines.append(f"Kernels: vLLM {first.vllm_kernel or '-'}; selector {first.kernel or '-'}.")
+        lines.append("")
+        lines.append("Examples: " + "; ".join(f"`{m.scenario.label()}`" for m in members[:3])
+                     + ("" if first.vllm_error == "" else
+                        f". vLLM says: \"{first.vllm_error[:200]}\""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _reasons_linear(row):
+    import linear_parity as lp
+    d = row.decision
+    q = row.scenario.quant
+    names = {c.backend for c in d.candidates}
+    name = lp.selector_name(row.vllm, q)
+    if name not in names:
+        name = lp.selector_name(row.scenario.requested, q)
+    if name not in names:
+        return []
+    keep = {rule for rule, _ in (row.why[1] if row.why else ())}
+    return [x for x in d.candidate(name).reasons if x.rule in keep]
+
+
 def sweep_description() -> str:
     import sim
     caps = ", ".join(c for c in sim.CAPABILITIES if c)
@@ -263,12 +348,24 @@ def sweep_description() -> str:
 
 
 # The report's sections, in file order: each its sweep, its rendering and its first line
-SECTIONS = ("nvfp4", "fp8", "mx")
-SWEEPS = {"nvfp4": lambda sim: None, "fp8": lambda sim: sim.fp8_sweep(),
-          "mx": lambda sim: sim.sweep_mx()}
+SECTIONS = ("nvfp4", "fp8", "mx", "linear")
 RENDER = {"nvfp4": lambda report: render(report, sweep_description()),
-          "fp8": lambda report: render_fp8(report), "mx": lambda report: render_mx(report)}
-HEADS = {"fp8": FP8_MARK.strip("\n"), "mx": "## MXFP4 and MXFP8 MoE"}
+          "fp8": lambda report: render_fp8(report), "mx": lambda report: render_mx(report),
+          "linear": lambda report: render_linear(report)}
+HEADS = {"fp8": FP8_MARK.strip("\n"), "mx": "## MXFP4 and MXFP8 MoE", "linear": LINEAR_HEADING}
+
+
+def run_sweep(name: str):
+    import parity
+    import sim
+    if name == "linear":
+        import linear_parity
+        return linear_parity.run()
+    if name == "fp8":
+        return parity.run(sim.fp8_sweep())
+    if name == "mx":
+        return parity.run(sim.sweep_mx())
+    return parity.run()  # the NVFP4 sweep
 
 
 def split(text: str) -> dict:
@@ -300,15 +397,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import logging
     logging.disable(logging.WARNING)
-    import parity
-    import sim
     old = OUT.read_text() if OUT.exists() else ""
     parts = split(old)
     bad = 0
     for name in SECTIONS:
         if args.only and name not in args.only:
             continue
-        report = parity.run(SWEEPS[name](sim))
+        report = run_sweep(name)
         _summary(name, report)
         parts[name] = RENDER[name](report).strip("\n") + "\n"
         bad += len(report.unexplained)

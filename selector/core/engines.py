@@ -171,9 +171,11 @@ def kernel(engine: Engine, backend: Any, layer: Any, facts: Facts) -> Optional[K
 def runs_as(engine: Engine, backend: Any, layer: Any, facts: Facts
             ) -> Tuple[Any, Optional[Reason]]:
     """The layer as the engine's kernel for `backend` runs it (its quant scheme replaced where
-    the kernel runs another), with the warning that says so; else (layer, None)."""
-    if layer.quant not in getattr(backend, "implements", (layer.quant,)):
-        return layer, None  # a scheme the backend does not implement: no kernel of it runs
+    the kernel runs another), with the warning that says so; else (layer, None). A layer of a
+    scheme the backend does not implement is never run as another one: its `implements` rule
+    answers first (an NVFP4 W4A16 kernel does not serve an FP8 layer)."""
+    if layer.quant not in backend.implements:
+        return layer, None
     k = kernel(engine, backend, layer, facts)
     if k is None or k.scheme is None or k.scheme == layer.quant:
         return layer, None

@@ -135,9 +135,13 @@ def requested_names(op: str, vllm_name: str, catalogue: Catalogue) -> Tuple[str,
     return names
 
 
-def requested_name(op: str, vllm_name: str, catalogue: Catalogue) -> str:
-    """The first of :func:`requested_names` (rank order)."""
-    return requested_names(op, vllm_name, catalogue)[0]
+def requested_name(op: str, vllm_name: str, catalogue: Catalogue,
+                   quant: Optional[str] = None) -> str:
+    """One of :func:`requested_names`: the first that implements the layer's `quant`, else the
+    first in rank order."""
+    names = requested_names(op, vllm_name, catalogue)
+    mine = [n for n in names if n != "auto" and quant in catalogue.get(op, n).implements]
+    return (mine or list(names))[0]
 
 
 # -- the decisions ------------------------------------------------------------------------------
@@ -159,7 +163,8 @@ class Chooser:
         return sel
 
     @staticmethod
-    def _with_policy(base: Selector, op: str, requested: str) -> Selector:
+    def _with_policy(base: Selector, op: str, requested: str,
+                     quant: Optional[str] = None) -> Selector:
         """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
         from selector.api import Selector
         from selector.core.model import normalize_backends
@@ -179,10 +184,10 @@ class Chooser:
 
     def decide(self, layer: Dict[str, Any], requested: str) -> Decision:
         base = tuple(self.overrides())
-        key = base + (layer["op"], requested)
+        key = base + (layer["op"], requested, str(layer.get("quant")))
         sel = self._selectors.get(key)
         if sel is None:
-            sel = self._with_policy(self._base(base), layer["op"], requested)
+            sel = self._with_policy(self._base(base), layer["op"], requested, layer.get("quant"))
             with self._lock:
                 sel = self._selectors.setdefault(key, sel)
         d = sel.select(**layer)

@@ -69,9 +69,19 @@ def _rules(b: BackendSpec, kind: Type[R]) -> List[R]:
     return [r for r in b.rules if r.kind == kind.kind and isinstance(r, kind)]
 
 
+def _nvfp4_layers(r: Any) -> bool:
+    """Whether r's `when` holds for every NVFP4 layer: its only layer term, if any, is a `quant`
+    one naming nvfp4 (the libraries' declarations compared here are their NVFP4 kernels'; rules
+    scoped to other schemes, FP8 or MX, are not theirs)."""
+    return set(r.when.layer_fields) <= {"quant"} and "nvfp4" in (r.when.get("quant") or
+                                                                 ("nvfp4",))
+
+
 def _unconditional(b: BackendSpec, kind: Type[R]) -> List[R]:
-    """b's rules of that kind without a `when`."""
-    return [r for r in _rules(b, kind) if not r.when.terms]
+    """b's rules of that kind that hold for NVFP4 layers on every platform: no `when`, or one
+    on the quant scheme only, naming nvfp4."""
+    return [r for r in _rules(b, kind)
+            if all(k == "quant" and "nvfp4" in v for k, v in r.when.terms)]
 
 
 def _explanation(backends: Sequence[BackendSpec], claim: str
@@ -126,7 +136,7 @@ class _Report:
         if declared is None or b is None:
             return
         floors = [f for f in (_floor(r.spec) for r in _rules(b, CudaRule) if
-                              not r.when.layer_fields and r.when.get("devices") is None and
+                              _nvfp4_layers(r) and r.when.get("devices") is None and
                               all(p.holds(self.facts) for p in r.when.get("packages") or ()))
                   if f is not None]
         claimed = max(floors) if floors else None

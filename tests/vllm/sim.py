@@ -87,6 +87,8 @@ class Scenario:
     triton_kernels: bool = True
     deep_gemm: bool = True
     force_a16: bool = False
+    dtype: str = "bfloat16"  # a linear layer's activation and output dtype (FP8/MX sweep)
+    shape: Optional[Tuple[int, int]] = None  # a linear layer's weight (N, K) (FP8/MX sweep)
 
     @property
     def machine(self) -> Tuple[Any, ...]:
@@ -108,6 +110,8 @@ class Scenario:
             pk += "" if self.triton_kernels else ", no triton_kernels"
             pk += "" if self.deep_gemm else ", no DeepGEMM"
             extra += f" [{self.oracle} oracle]" + (" FORCE_A16" if self.force_a16 else "")
+        if self.shape is not None:
+            extra += f" N{self.shape[0]} K{self.shape[1]} {self.dtype}"
         return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
                 f"{self.requested}")
 
@@ -153,10 +157,32 @@ def _probes(s: Scenario) -> Dict[str, Any]:
     # is_deep_gemm_supported (cached there, so answered here): the platform's support_deep_gemm,
     # VLLM_USE_DEEP_GEMM and the module
     dg = s.deep_gemm and (cap == 90 or cap // 10 in (10, 12))
-    return {
+    cuda0 = cuda or Version("0")
+
+    def cutlass_fp8(c: int) -> bool:  # csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu
+        return cuda0 >= Version("12.0") if c >= 90 else \
+            cuda0 >= Version("12.4") if c >= 89 else False
+
+    def cutlass_block_fp8(c: int) -> bool:  # the same file, cutlass_scaled_mm_supports_block_fp8
+        return cuda0 >= Version("12.8") if c >= 100 else \
+            cuda0 >= Version("12.0") if c >= 90 else False
+
+    def fi_blockscale() -> bool:  # utils/flashinfer.py has_flashinfer_fp8_blockscale_gemm: its
+        # device check is vLLM's own, the library's fp8_blockscale_gemm_sm90 is in flashinfer 0.7.x
+        return fi and SimulatedCuda.is_device_capability(90)
+
+    linear = {  # the FP8/MXFP8/MXFP4 linear kernels' library probes
+        "cutlass_scaled_mm_supports_fp8": cutlass_fp8,
+        "cutlass_scaled_mm_supports_block_fp8": cutlass_block_fp8,
+        "has_flashinfer_fp8_blockscale_gemm": fi_blockscale,
+        "_import_b12x_tensor_fp8": lambda: b12x_mod,
+        "_import_b12x_mxfp8": lambda: b12x_mod,
+    }
+    return {**linear,
         "cutlass_group_gemm_supported": lambda *a: group_gemm,
         "has_triton_kernels": lambda: s.triton_kernels,
-        "has_deep_gemm": lambda: s.deep_gemm,
+        # vendored in vLLM's CUDA wheel: a linear layer on no GPU has none
+        "has_deep_gemm": lambda: s.deep_gemm and (s.capability is not None or s.op == "moe"),
         "is_deep_gemm_supported": lambda: dg,
         "has_quark": lambda: False,  # amd-quark (vLLM's OCP MX emulation) is not installed
         "mxfp4_experts_quant_supported": lambda c: mx_quant and 100 <= c < 120,
@@ -195,6 +221,13 @@ MODULES = (  # where vLLM's NVFP4, MXFP4 and MXFP8 selection and its probes live
     "vllm.model_executor.layers.quantization.utils.w8a8_utils",
     "vllm.utils.deep_gemm",
 )
+# vLLM values computed once (import time or functools.cache) from the platform and the probes:
+# recomputed by vLLM's own code for each machine.
+CONSTANTS = (("vllm.model_executor.layers.quantization.utils.w8a8_utils",
+              "CUTLASS_BLOCK_FP8_SUPPORTED", "cutlass_block_fp8_supported"),)
+CACHED = (("vllm.utils.deep_gemm", "is_deep_gemm_supported"),
+          ("vllm.utils.deep_gemm", "is_deep_gemm_e8m0_used"),
+          ("vllm.utils.flashinfer", "is_flashinfer_fp8_blockscale_gemm_supported"))
 PACKAGES = (  # every kernel class the oracle may import lazily
     "vllm.model_executor.layers.fused_moe.experts",
     "vllm.model_executor.kernels.linear.nvfp4",
@@ -271,12 +304,22 @@ class Simulation:
                 if attr in vars(mod) and callable(vars(mod)[attr]):
                     self._patched.append((mod, attr, vars(mod)[attr]))
                     setattr(mod, attr, answers[attr])
+        for modname, fn in CACHED:
+            getattr(sys.modules[modname], fn).cache_clear()
+        for modname, const, func in CONSTANTS:
+            value = getattr(sys.modules[modname], func)()
+            for _, mod in self._modules():
+                if const in vars(mod):
+                    self._patched.append((mod, const, vars(mod)[const]))
+                    setattr(mod, const, value)
         self._machine = s.machine
 
     def _unpatch(self) -> None:
         for mod, attr, value in reversed(self._patched):
             setattr(mod, attr, value)
         self._patched = []
+        for modname, fn in CACHED:
+            getattr(sys.modules[modname], fn).cache_clear()
         self._machine = None
 
     def close(self) -> None:

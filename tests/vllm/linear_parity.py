@@ -1,0 +1,192 @@
+"""vLLM's own FP8, MXFP8 and MXFP4 linear kernel choice against selector's (engine=vllm), over the
+simulated sweep: the same harness as the NVFP4 one (sim.py's simulated CUDA platform, parity.py's
+rows, Chooser and explanations), with vLLM's `init_fp8_linear_kernel`,
+`init_mxfp8_linear_kernel` and `init_mxfp4_linear_kernel` as the oracles.
+
+vLLM names its linear backends per kernel family (`--linear-backend torch` holds one kernel per
+FP8 scheme); selector has one file per (backend, scheme family), so a vLLM name maps to the
+selector backend of that name which implements the layer's scheme (engines/vllm.py
+requested_name), and a scenario agrees when both name the same vLLM backend and kernel class.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import types
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Tuple
+
+import parity
+import sim
+
+from selector.core.engine_flags import VLLM_LINEAR_QUANT
+from selector.core.schema import QUANT_SCHEMES
+from selector.engines import vllm as adapter
+
+FP8 = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+MX = ("mxfp8", "mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")
+SCHEMES = FP8 + MX
+# (N, K): DeepSeek-V3's dense MLP gate/up projection (every alignment holds), one with N and K
+# multiples of 64 and 32 but not 128 (block kernels' alignments), one with K a multiple of 16 only
+SHAPES = ((18432, 7168), (4160, 4160), (4128, 4112))
+DTYPES = ("bfloat16", "float16")
+CAPABILITIES = (None, "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
+# every vLLM --linear-backend value with a CUDA kernel for these schemes (humming needs the
+# optional humming package, answered absent), and auto
+NAMES = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm",
+         "flashinfer_cudnn", "flashinfer_b12x", "cutlass", "b12x", "marlin", "deep_gemm",
+         "triton", "torch", "emulation")
+MODEL_TYPE = "deepseek_v3"  # the model DeepGEMM's can_implement asks about (not disabled)
+
+
+def machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]]:
+    out = []
+    for cap in CAPABILITIES:
+        for cuda in (sim.CUDAS if cap else (None,)):
+            for fi in (sim.FLASHINFER, None):
+                out.append((cap, cuda, fi, None))
+                if fi and cap and cap.startswith("12."):
+                    out.append((cap, cuda, fi, sim.B12X))
+    return out
+
+
+def layers(quant: str) -> List[Tuple[str, Tuple[int, int]]]:
+    """(dtype, shape) per scheme: every shape in bf16 and the first in fp16 where a kernel checks
+    shapes (FP8, MXFP8); MXFP4's kernels check none, so one shape in both dtypes."""
+    if quant in FP8 or quant == "mxfp8":
+        return [(d, SHAPES[0]) for d in DTYPES] + [(DTYPES[0], sh) for sh in SHAPES[1:]]
+    return [(d, SHAPES[0]) for d in DTYPES]
+
+
+# vLLM's MXFP8 and MXFP4 linear kernels check no CUDA version: two of them suffice there
+MX_CUDAS = ("12.6", "13.0")
+
+
+def sweep() -> List[sim.Scenario]:
+    """machine x scheme x (dtype, shape) x requested, sorted by machine."""
+    out = []
+    for (cap, cuda, fi, b), quant in itertools.product(machines(), SCHEMES):
+        if quant in MX and cuda not in (None, *MX_CUDAS):
+            continue
+        for (dtype, shape), name in itertools.product(layers(quant), NAMES):
+            out.append(sim.Scenario(cap, cuda, fi, b, "linear", quant, "silu", True,
+                                    requested=name, dtype=dtype, shape=shape))
+    return out
+
+
+# -- vLLM untouched --------------------------------------------------------------------------------
+def _key(name: Optional[str]) -> Any:
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+    return None if name is None else getattr(q, name)
+
+
+_CONFIG: List[Any] = []
+
+
+def vllm_config(s: sim.Scenario) -> Any:
+    """A VllmConfig whose model config names MODEL_TYPE (DeepGEMM's can_implement reads it) and
+    whose kernel config requests the scenario's backend for the layer's quantization, as
+    `--linear-backend-per-quant` would (selector's VLLM_LINEAR_QUANT names vLLM's key: vLLM's
+    own _get_linear_backend reads it)."""
+    if not _CONFIG:
+        from vllm.config import VllmConfig
+        cfg = VllmConfig()
+        object.__setattr__(cfg, "model_config", types.SimpleNamespace(
+            hf_text_config=types.SimpleNamespace(model_type=MODEL_TYPE)))
+        _CONFIG.append(cfg)
+    cfg = _CONFIG[0]
+    per = None if s.requested == "auto" else {VLLM_LINEAR_QUANT[s.quant]: s.requested}
+    object.__setattr__(cfg.kernel_config, "linear_backend_per_quant", per)
+    return cfg
+
+
+def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str]]:
+    """vLLM's own kernel for the scenario's layer: its backend name, the error's first line, the
+    kernel class (None, the error, None when vLLM raised)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.kernels import linear
+    wkey, akey = (_key(n) for n in QUANT_SCHEMES[s.quant].vllm_keys)
+    dtype = getattr(torch, s.dtype)
+    try:
+        with set_current_vllm_config(vllm_config(s)):
+            if s.quant in FP8:
+                fn = linear.init_fp8_linear_kernel
+                kernel = fn(akey, wkey, dtype, dtype, s.shape)
+            elif s.quant == "mxfp8":
+                kernel = linear.init_mxfp8_linear_kernel(weight_shape=s.shape)
+            else:
+                kernel = linear.init_mxfp4_linear_kernel(activation_quant_key=akey)
+    except (ValueError, NotImplementedError) as exc:
+        return None, str(exc).splitlines()[0], None
+    return parity.linear_kernel_name(kernel), "", type(kernel).__name__
+
+
+# -- selector --------------------------------------------------------------------------------------
+def selector_layer(s: sim.Scenario) -> Dict[str, Any]:
+    n, k = s.shape
+    return {"op": "linear", "quant": s.quant, "dtype": s.dtype, "hidden_size": k,
+            "intermediate_size": n}
+
+
+def selector_decision(s: sim.Scenario) -> Any:
+    chooser = parity._CHOOSERS.setdefault(s.machine, parity.MachineChooser(s))
+    return chooser.decide(selector_layer(s), s.requested)
+
+
+@dataclasses.dataclass
+class Row(parity.Row):
+    """A parity row compared by vLLM backend name: selector's choice as the engine names it."""
+
+    @property
+    def engine_name(self) -> Optional[str]:
+        view = self.decision.engine
+        return view["backend"] if view and self.selected else None
+
+    @property
+    def agrees(self) -> bool:
+        return self.vllm == self.engine_name and self.vllm_kernel == self.kernel
+
+
+def selector_name(vllm_name: Optional[str], quant: str) -> Optional[str]:
+    """The selector backend a vLLM linear backend name means for a layer of `quant`."""
+    if vllm_name is None:
+        return None
+    try:
+        return adapter.requested_name("linear", vllm_name, parity._base_selector().catalogue,
+                                      quant)
+    except adapter.NotExpressible:
+        return vllm_name
+
+
+def explain(r: Row, outside: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
+    """parity.explain on the row with vLLM's names translated into selector's."""
+    q = r.scenario.quant
+    req = r.scenario.requested
+    t = parity.Row(replace(r.scenario, requested=req if req == "auto" else
+                           selector_name(req, q)),
+                   selector_name(r.vllm, q), r.vllm_error, r.decision, r.vllm_kernel)
+    if r.vllm_auto is not None:
+        t.vllm_auto = (selector_name(r.vllm_auto[0], q), r.vllm_auto[1])
+    return parity.explain(t, outside)
+
+
+def run(scenarios: Optional[List[sim.Scenario]] = None) -> parity.Report:
+    report = parity.Report()
+    names = parity.outside()
+    simulation = sim.Simulation()
+    todo = scenarios if scenarios is not None else sweep()
+    try:
+        for s in sorted(todo, key=lambda s: str(s.machine)):
+            with simulation.scenario(s):
+                v, err, kern = vllm_choice(s)
+                row = Row(s, v, err, selector_decision(s), kern)
+                if not row.agrees and s.requested != "auto":
+                    auto_v, _, auto_k = vllm_choice(replace(s, requested="auto"))
+                    row.vllm_auto = (auto_v, auto_k)
+            if not row.agrees:
+                row.why = explain(row, names)
+            report.rows.append(row)
+    finally:
+        simulation.close()
+    return report
