@@ -240,9 +240,20 @@ def test_the_selector_gate_refuses_where_the_rules_do(overrides, rule):
     assert rule in {r for r, _, _ in e.value.reasons}
 
 
+# the lent H200's software: torch and triton, no vllm, flashinfer or sgl-kernel (docs/h200.md)
+LENT_H200 = H200 + ["platform.packages.vllm=null", "platform.packages.flashinfer-python=null",
+                    "platform.packages.nvidia-cutlass-dsl=null"]
+
+
 def test_selection_on_the_h200_preset():
     import selector
-    sel = selector.load(H200)
+    # with vLLM installed, vLLM's own kernels come first, as in vLLM (tests/vllm/linear_parity.py)
+    full = selector.load(H200)
+    assert {q: full.select(op="linear", quant=q, hidden_size=7168).selected
+            for q in fp8.FP8_QUANTS} == {
+        "fp8_tensor": "cutlass", "fp8_tensor_dynamic": "cutlass", "fp8_channel": "cutlass",
+        "fp8_block": "flashinfer_cutlass"}
+    sel = selector.load(LENT_H200)
     pick = {q: sel.select(op="linear", quant=q, hidden_size=7168).selected
             for q in fp8.FP8_QUANTS}
     assert pick == {"fp8_tensor": "torch_per_tensor", "fp8_tensor_dynamic": "torch_per_tensor",
@@ -252,8 +263,8 @@ def test_selection_on_the_h200_preset():
                       num_tokens=1024).selected == "torch_block_wise"
     assert sel.select(op="linear", quant="fp8_block", hidden_size=7168,
                       num_tokens=1023).selected == "triton_block_fp8"
-    under_vllm = selector.load(H200 + ["engine=vllm"]).select(op="linear", quant="fp8_channel",
-                                                             hidden_size=7168)
+    under_vllm = selector.load(LENT_H200 + ["engine=vllm"]).select(
+        op="linear", quant="fp8_channel", hidden_size=7168)
     assert under_vllm.selected == "torch_channel_wise"  # vLLM's row-wise kernel is ROCm-only
 
 

@@ -50,7 +50,7 @@ def test_every_backend_has_device_activation_and_quant_expectations():
     fp8 = {(b, q) for b, qs in kc.EXPECT_FP8_SCHEMES.items() for q in qs}
     assert fp8 == set(kc.EXPECT_FP8_DEVICES) == set(kc.VLLM_FP8_KERNELS)
     assert {b for b, _ in fp8} == set(kc.EXPECT_FP8_ACTIVATIONS)
-    assert names == nvfp4 | {b for b, _ in fp8} | torch | set(kc.HOME_QUANT)
+    assert names == nvfp4 | {b for b, _ in fp8} | torch | set(kc.HOME_QUANT) | set(kc.SCHEME_OF)
 
 
 def test_layout_and_swiglustep_are_vocabulary():

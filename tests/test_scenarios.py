@@ -521,7 +521,7 @@ LINEAR = [
       notes=(N("reference", "emulation"),)),
     S("lin-dgx-vllm-w4a16-marlin", [DGX, VLLM, W4A16_LIN], "marlin",
       kinds={"flashinfer_cutlass": {"quant"}, "flashinfer_b12x": {"quant"},
-             "cutlass": {"quant"}, "flashinfer_trtllm": {"device", "quant"}},
+             "cutlass": {"quant"}, "flashinfer_trtllm": {"quant"}},
       no_notes=(N("weight_only"),)),
     S("lin-rtx5090-b12x-native-opt-in", [RTX, FI_074, B12X_151],
       "flashinfer_cutlass", layer=DENSE_KW, kinds={"b12x": {"opt_in"}}, status={"b12x": "opt_in"}),
