@@ -341,6 +341,154 @@ def dense_parts(parts, E: int, shape):
     return out
 
 
+#: a block-scale swizzle tile (``nvfp4.swizzle_128x4``): 128 rows by 4 blocks of 16 columns
+TILE_ROWS, TILE_COLS = 128, 64
+
+
+def _act_partials(h, activation: str, act_and_mul: bool, swiglu_limit):
+    """``(a, partials)``: the activation of ``h`` (float64) and, for each element of ``h``, the
+    derivative of the one output element it feeds (the activation is elementwise in (gate, up)
+    pairs), by autograd."""
+    import torch
+
+    from .reference import activation_fn
+    h = h.detach().clone().requires_grad_(True)
+    a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit)
+    (d,) = torch.autograd.grad(a.sum(), h)
+    return a.detach(), d
+
+
+def _fold(v, activation: str, act_and_mul: bool):
+    """``[n, 2I] -> [n, I]``: sum each (gate, up) pair's terms (interleaved for swigluoai)."""
+    from .reference import INTERLEAVED_ACTIVATIONS
+    if not act_and_mul:
+        return v
+    if activation in INTERLEAVED_ACTIVATIONS:
+        return v[..., 0::2] + v[..., 1::2]
+    half = v.shape[-1] // 2
+    return v[..., :half] + v[..., half:]
+
+
+def tile_regressors(x, w, tw, ti, *, activation: str, quant: str, swiglu_limit=None,
+                    fc2_input_scale=None, **_: Any):
+    """The first-order change of the float64 reference's MoE output when the block scales of one
+    swizzle tile (``TILE_ROWS`` rows by ``TILE_COLS`` columns) of one expert's w13 or w2 are
+    multiplied by ``1 + delta``: ``(D [m, T, H], labels [m])``, one per (expert, weight, tile).
+
+    A tile whose scales are wrong (one code off, transposed, read from the neighbouring tile)
+    moves the output along its regressor; a correct kernel's rounding does not. FC2's input
+    quantization (W4A4) is taken as the identity for the derivative (it is flat almost
+    everywhere, and on average the identity)."""
+    import torch
+
+    from .nvfp4 import quantize_dequantize
+    from .reference import _expert_scale, _expert_weight
+    f64 = torch.float64
+    T, H = x.shape
+    E = w.num_experts
+    xd = x.to(f64)
+    if quant == "nvfp4":
+        xd = quantize_dequantize(xd, w.a13_scale, dtype=f64)
+    a2 = w.a2_scale if fc2_input_scale is None else torch.as_tensor(fc2_input_scale)
+    act_and_mul = w.act_and_mul
+    ids = ti.long()
+    D, labels = [], []
+    for e in range(E):
+        tok, slot = torch.nonzero(ids == e, as_tuple=True)
+        if not len(tok):
+            continue
+        wt = tw[tok, slot].to(f64).unsqueeze(-1)
+        w13 = _expert_weight(w.w13, e, f64)
+        w2 = _expert_weight(w.w2, e, f64)
+        xe = xd[tok]
+        h = xe @ w13.T
+        a, d = _act_partials(h, activation, act_and_mul, swiglu_limit)
+        aq = a if quant != "nvfp4" else quantize_dequantize(a, _expert_scale(a2, e), dtype=f64)
+        R13, K13 = w13.shape
+        for r0 in range(0, R13, TILE_ROWS):
+            for c0 in range(0, K13, TILE_COLS):
+                dh = torch.zeros_like(h)
+                dh[:, r0:r0 + TILE_ROWS] = xe[:, c0:c0 + TILE_COLS] @ w13[
+                    r0:r0 + TILE_ROWS, c0:c0 + TILE_COLS].T
+                dy = torch.zeros((T, H), dtype=f64)
+                dy.index_add_(0, tok, (_fold(d * dh, activation, act_and_mul) @ w2.T) * wt)
+                D.append(dy)
+                labels.append((e, "w13", r0 // TILE_ROWS, c0 // TILE_COLS))
+        R2, K2 = w2.shape
+        for r0 in range(0, R2, TILE_ROWS):
+            for c0 in range(0, K2, TILE_COLS):
+                dy = torch.zeros((T, H), dtype=f64)
+                dy[:, r0:r0 + TILE_ROWS].index_add_(0, tok, (aq[:, c0:c0 + TILE_COLS] @ w2[
+                    r0:r0 + TILE_ROWS, c0:c0 + TILE_COLS].T) * wt)
+                D.append(dy)
+                labels.append((e, "w2", r0 // TILE_ROWS, c0 // TILE_COLS))
+    return torch.stack(D), labels
+
+
+#: a tile is judged when its regressor carries at least this share of its expert's output energy
+#: (below that its fitted scale error is mostly noise, and a wrong scale there moves the output
+#: less than a correct kernel's rounding)
+TILE_MIN_SHARE = 2.0 ** -8
+
+
+def tile_fit(y, ref, D, labels, parts):
+    """Least-squares ``delta`` of ``y - ref ~ sum_k delta_k D_k`` (every tile at once):
+    ``(tile_err, [label, delta])``, the largest ``|delta|`` over the tiles that carry at least
+    ``TILE_MIN_SHARE`` of their expert's output energy."""
+    import torch
+    r = (y.to(torch.float64) - ref.to(torch.float64)).reshape(-1)
+    M = D.reshape(D.shape[0], -1)
+    G = M @ M.T
+    b = M @ r
+    diag = torch.diagonal(G).clone()
+    live = diag > 0
+    delta = torch.zeros(D.shape[0], dtype=torch.float64)
+    if bool(live.any()):
+        Gl = G[live][:, live] + torch.diag(diag[live] * 1e-9)
+        delta[live] = torch.linalg.solve(Gl, b[live])
+    energy = {e: float(p.pow(2).sum()) for e, p in enumerate(parts)}
+    worst, where = 0.0, None
+    for k, lab in enumerate(labels):
+        if not live[k] or diag[k] < TILE_MIN_SHARE * energy.get(lab[0], 0.0):
+            continue
+        v = abs(float(delta[k]))
+        if v > worst:
+            worst, where = v, [list(lab), float(delta[k])]
+    return worst, where
+
+
+def activation_alternatives(activation: str, act_and_mul: bool):
+    from .reference import GATED_ACTIVATIONS, NON_GATED_ACTIVATIONS
+    acts = GATED_ACTIVATIONS if act_and_mul else NON_GATED_ACTIVATIONS
+    return [a for a in acts if a != activation]
+
+
+def activation_fit(y, ref, alternatives):
+    """For each other activation, the least-squares ``beta`` of ``y - ref ~ beta (ref_alt -
+    ref)``: about 0 for a correct kernel, about 1 for one that computes ``alt`` instead.
+    ``(act_err, [alt, beta])``: the largest ``|beta|``."""
+    import torch
+    r = (y.to(torch.float64) - ref.to(torch.float64)).reshape(-1)
+    worst, where = 0.0, None
+    for alt, ra in alternatives.items():
+        d = (ra.to(torch.float64) - ref.to(torch.float64)).reshape(-1)
+        dd = float(d @ d)
+        if dd <= 0:
+            continue
+        beta = float(r @ d) / dd
+        if abs(beta) > worst:
+            worst, where = abs(beta), [alt, beta]
+    return worst, where
+
+
+def global_gain(y, ref) -> float:
+    """``<y, ref> / <ref, ref>``: the least-squares gain of the whole output."""
+    import torch
+    y, ref = y.to(torch.float64).reshape(-1), ref.to(torch.float64).reshape(-1)
+    d = float(ref @ ref)
+    return float(y @ ref) / d if d > 0 else 1.0
+
+
 def problem(spec: Dict[str, Any], case: Dict[str, Any]):
     """The case's inputs and reference: ``(inputs, ref, parts or None, settings)`` on the CPU.
 

@@ -189,9 +189,12 @@ def moe_figures(cfg, tokens, device, iters):
                 same = torch.equal(run(), emulate_moe(x, W, tw, ti, activation="silu",
                                                       quant=quant, grouped=False))
                 if not same:
-                    d = (run().float() - emulate_moe(x, W, tw, ti, activation="silu", quant=quant,
-                                                      grouped=False).float()).abs().max()
-                    print(f"  (grouped vs loop: not bit-identical on {device}, max diff {d:.3g})")
+                    a, b = run().float(), emulate_moe(x, W, tw, ti, activation="silu",
+                                                      quant=quant, grouped=False).float()
+                    d = (a - b).abs()
+                    print(f"  (grouped vs loop on {device}: {int((d > 0).sum())} of {d.numel()} "
+                          f"outputs differ, max |diff| / max |y| = "
+                          f"{float(d.max() / b.abs().max()):.3g}, rms {float(d.norm() / b.norm()):.3g})")
             if device.type == "cpu":
                 peak = cpu_peak(run)
             else:
