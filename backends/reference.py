@@ -245,7 +245,7 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
                   quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS, fc2_input_scale=_FROM_WEIGHTS,
                   swiglu_limit: Optional[float] = None, swiglu_alpha: Optional[float] = None,
                   swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None,
-                  w13_order: str = "gate_up", parts=None):
+                  w13_order: str = "gate_up", parts=None, intermediate_dtype=None):
     """Fused MoE: ``out[t] = sum_k topk_weights[t,k] * W2_e @ act(W13_e @ q(x_t))``, e = topk_ids[t,k].
 
     x: ``[T, H]``; topk_weights / topk_ids: ``[T, k]`` (ids < 0 are unrouted slots, skipped).
@@ -256,6 +256,9 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
     first half of FC1's output is up, the second gate), for weights already reordered.
     parts: a dict that receives each routed expert's contribution, ``{e: (token indices,
     weighted [n, H] output)}`` (verify's per-expert gains).
+    intermediate_dtype: round FC1's output to it (a kernel's bf16 intermediate; exact when the
+    global scales are powers of two, as verify's are), and W4A16's FC2 input (the GEMM's bf16
+    input): the kernel-model reference verify judges its finer measures against too.
     """
     torch = _torch()
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
@@ -282,10 +285,14 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
         else:  # only the routed experts, one at a time: no copy of the layer
             w13e, w2e = _expert_weight(weights.w13, e, cd), _expert_weight(weights.w2, e, cd)
         h = xe @ w13e.T
+        if intermediate_dtype is not None:
+            h = h.to(intermediate_dtype).to(cd)
         if act_and_mul and w13_order == "up_gate":  # halves only (checked above)
             h = torch.cat([h[:, h.shape[1] // 2:], h[:, :h.shape[1] // 2]], dim=1)
         a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
                           swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
+        if intermediate_dtype is not None and quant != "nvfp4":
+            a = a.to(intermediate_dtype).to(cd)
         a = _act_input(a, quant, _expert_scale(s2, e), cd)
         ye = (a @ w2e.T) * topk_weights[tok, slot].to(cd).unsqueeze(-1)
         y.index_add_(0, tok, ye)
