@@ -379,7 +379,7 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     Tokens are grouped by expert once; for each *routed* expert only, its weights are expanded to
     codes times block scales in x's dtype (exact in bf16), the GEMMs run in that dtype (FC1's
     output rounded to it, as a kernel's bf16 intermediate) and the global and activation scales
-    multiply the float32 GEMM outputs. Memory: the checkpoint plus one expert's weights in x's
+    multiply the float32 GEMM outputs. Memory (loop): the checkpoint plus one expert's weights in x's
     dtype and the activations; nothing is cached. ``quantizer(x, scale) -> (values, scale_2)``
     quantizes the W4A4 GEMM inputs (default :func:`exact_quantizer`).
 
