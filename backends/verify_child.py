@@ -27,8 +27,14 @@ from selector.inspect.probe_child import close_channel, emit, open_channel
 # Reference settings a backend's documented semantics need (else the reference's defaults apply).
 # FlashInfer b12x re-quantizes FC2's input per 16-element block with global scale 1 instead of
 # the checkpoint's a2_scale (vLLM #40082; backends/prepare.py prepare_b12x_moe).
+# FlashInfer's CUTLASS, CuTe-DSL and TRT-LLM MoE take one FC2 activation scale for all experts,
+# the max of the checkpoint's (vLLM amax_for_moe_activation_quant; backends/prepare.py
+# _static_scales): "max" is that, computed from the problem's per-expert a2.
 REFERENCE_SETTINGS: Dict[Tuple[str, str, str], Dict[str, Any]] = {
-    ("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0}}
+    ("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0},
+    ("moe", "flashinfer_cutlass", "nvfp4"): {"fc2_input_scale": "max"},
+    ("moe", "flashinfer_cutedsl", "nvfp4"): {"fc2_input_scale": "max"},
+    ("moe", "flashinfer_trtllm", "nvfp4"): {"fc2_input_scale": "max"}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,7 +570,14 @@ def problem(spec: Dict[str, Any], case: Dict[str, Any]):
         limit = layer.get("swiglu_limit")
         x, w, tw, ti = build_moe(shape, quant, layer["act_and_mul"], layer["activation"], seed,
                                  limit)
-        kw = dict(activation=layer["activation"], quant=ref_quant, swiglu_limit=limit, **settings)
+        ref_settings = dict(settings)
+        if ref_settings.get("fc2_input_scale") == "max":
+            ref_settings["fc2_input_scale"] = (
+                None if w.a2_scale is None or ref_quant != "nvfp4" else w.a2_scale.max())
+            if ref_settings["fc2_input_scale"] is None:
+                del ref_settings["fc2_input_scale"]
+        kw = dict(activation=layer["activation"], quant=ref_quant, swiglu_limit=limit,
+                  **ref_settings)
         # x's bf16 values are exact in float64: the float64 input gives a float64 output
         parts: Dict[int, Any] = {}
         ref = reference_moe(x.to(torch.float64), w, tw, ti, compute_dtype=torch.float64,

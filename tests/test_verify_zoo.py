@@ -229,3 +229,27 @@ def test_tile_fit_is_not_fooled_by_a_scale_free_family():
     err, where = vc.tile_fit(y, ref, extras["tiles"], parts)
     # the ridge shrinks a fitted error by 5-25%
     assert where[0] == list(labels[k][:4]) and 0.06 < err < 0.1, (err, where, labels[k])
+
+
+def test_flashinfer_shared_fc2_scale_is_the_reference_for_its_backends():
+    """FlashInfer's CUTLASS, CuTe-DSL and TRT-LLM MoE quantize FC2's input with the max of the
+    experts' a2 (backends/prepare.py _static_scales): a correct kernel doing so is OK against
+    their reference, and FAILs against the per-expert one the others get (the problem's a2 differ
+    by up to 8x between experts)."""
+    import torch
+    mk = zoo._zoo()
+    from selector.backends import nvfp4 as nv
+    from selector.backends import verify_child as vc
+
+    class SharedA2(mk.SimMoE):
+        def mutate(self, w):
+            return nv.MoEWeights(w.w13, w.w2, w.a13_scale, w.a2_scale.max().expand(
+                w.a2_scale.shape[0]).clone())
+    case = verify.Case("moe", "nvfp4", "silu", True, "nvfp4")
+    for backend, status in (("flashinfer_cutlass", "OK"), ("emulation", "FAIL")):
+        spec = {"op": "moe", "backend": backend, "overrides": [], "config_dirs": []}
+        ev = dict(vc.run_case(spec, case.spec(0), cls=SharedA2), outcome="measured")
+        r = verify.judge(backend, case, ev)
+        assert r.status == status, (backend, r.detail)
+    assert torch.is_tensor(vc.problem({"op": "moe", "backend": "flashinfer_trtllm"},
+                                      case.spec(0))[4]["refs"][0])
