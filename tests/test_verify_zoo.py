@@ -210,6 +210,7 @@ def test_tile_fit_is_not_fooled_by_a_scale_free_family():
     """A gated expert's up rows times 1 + t and FC2's columns they feed times 1 / (1 + t) change
     nothing: the ridge keeps the per-tile fit finite there, and a real one-tile error is found."""
     import torch
+
     from selector.backends import verify_child as vc
     case = verify.Case("moe", "nvfp4_w4a16", "silu", True, "nvfp4_w4a16")
     spec = {"op": "moe", "backend": "emulation", "overrides": [], "config_dirs": []}
