@@ -118,7 +118,9 @@ def test_wrong_sign_and_dropped_scale_fail(doctor_wrong):
         assert v["max_rel_err"] == pytest.approx(2, rel=0.05)
         assert v["rms_rel_err"] == pytest.approx(2, rel=0.05)
         w = v["worst"]
-        assert w["got"] == pytest.approx(-w["expected"], rel=0.01)
+        # -y at the element where y + ref peaks: y errs there by a correct kernel's own error
+        # (W4A4: FC2's re-quantization, a few % of that element)
+        assert w["got"] == pytest.approx(-w["expected"], rel=0.05)
         assert "worst element" in v["detail"]
     drop = _rows(doc, "drop_scale")
     assert len(drop) == 3 and all(v["status"] == "FAIL" for v in drop)  # aligned, odd, bias
