@@ -4,7 +4,8 @@ Always available: the last resort of every selector order. By default it runs as
 (``backends.reference.emulate_moe`` / ``emulate_linear``): only the routed experts' weights are
 expanded, per call, to codes times block scales in the activation dtype (exact in bf16), GEMMs in
 that dtype, global scales on the float32 outputs; nothing is cached, so its memory is the
-checkpoint's plus one expert's weights in bf16 (docs/verify.md, docs/h200.md for the figures).
+checkpoint's plus one expert's weights in bf16 (on CUDA, where the routed experts run grouped as
+batched GEMMs: one group's, at most ``reference.EXPERT_GROUP_BYTES``; docs/h200.md for the figures).
 ``compute_dtype=torch.float64`` (or float32) runs the oracle, ``reference_moe`` /
 ``reference_linear``, instead: what ``doctor --verify`` compares every backend with.
 """

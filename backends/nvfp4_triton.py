@@ -72,13 +72,13 @@ def _quant_kernel() -> Optional[Any]:
         return None
 
     @triton.jit
-    def qdq(x_ptr, s_ptr, out_ptr, n_blocks, BLOCKS: tl.constexpr):
+    def qdq(x_ptr, s_ptr, out_ptr, n_blocks, blocks_per_scale, BLOCKS: tl.constexpr):
         pid = tl.program_id(0)
         rb = pid.to(tl.int64) * BLOCKS + tl.arange(0, BLOCKS)
         offs = rb[:, None] * 16 + tl.arange(0, 16)[None, :]
         mask = rb[:, None] < n_blocks
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        s = tl.load(s_ptr).to(tl.float32)
+        s = tl.load(s_ptr + rb // blocks_per_scale, mask=rb < n_blocks, other=1.0).to(tl.float32)
         amax = tl.max(tl.abs(x), axis=1)
         # E4M3 round-to-nearest-even of amax / (6 s), saturated at 448, in float32 arithmetic
         # (exact: the step is a power of two; RNE by the 1.5 * 2^23 addition)
@@ -102,17 +102,21 @@ def _quant_kernel() -> Optional[Any]:
 
 def quantize_unit_triton(x, scale, dtype, blocks: int = 64):
     """``(codes * block scales in dtype, scale)``: the NVFP4 quantization of ``x`` (``[..., K]``,
-    contiguous, K % 16 == 0) with the given global ``scale`` (a 0-d tensor on x's device), fused:
-    what ``quantize`` then ``dequantize_unit`` give (the same rounding: division, E4M3 and E2M1
-    round-to-nearest-even, saturation)."""
+    contiguous, K % 16 == 0) with the given global ``scale`` (a 0-d tensor on x's device, or one
+    per index of x's first dimension, ``[x.shape[0]]``: one per expert of a grouped GEMM input),
+    fused: what ``quantize`` then ``dequantize_unit`` give (the same rounding: division, E4M3 and
+    E2M1 round-to-nearest-even, saturation)."""
     import torch
     k = _quant_kernel()
     if k is None:
         raise RuntimeError("triton is not importable")
     xc = x.contiguous()
-    s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(())
+    s = torch.as_tensor(scale, dtype=torch.float32, device=x.device)
+    if s.dim() and tuple(s.shape) != tuple(x.shape[:1]):
+        raise ValueError(f"scale has shape {tuple(s.shape)}; expected () or ({x.shape[0]},)")
+    s = s.contiguous()
     out = torch.empty(xc.shape, dtype=dtype, device=x.device)
     nb = xc.numel() // 16
     if nb:
-        k[(-(-nb // blocks),)](xc, s, out, nb, BLOCKS=blocks)
+        k[(-(-nb // blocks),)](xc, s, out, nb, max(1, nb // s.numel()), BLOCKS=blocks)
     return out, s

@@ -352,7 +352,7 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
                   quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS, fc2_input_scale=_FROM_WEIGHTS,
                   swiglu_limit: Optional[float] = None, swiglu_alpha: Optional[float] = None,
                   swiglu_beta: Optional[float] = None, deq=None, out=None, compute_dtype=None,
-                  w13_order: str = "gate_up", parts=None):
+                  w13_order: str = "gate_up", parts=None, intermediate_dtype=None):
     """Fused MoE: ``out[t] = sum_k topk_weights[t,k] * W2_e @ act(W13_e @ q(x_t))``, e = topk_ids[t,k].
 
     x: ``[T, H]``; topk_weights / topk_ids: ``[T, k]`` (ids < 0 are unrouted slots, skipped).
@@ -363,6 +363,9 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
     first half of FC1's output is up, the second gate), for weights already reordered.
     parts: a dict that receives each routed expert's contribution, ``{e: (token indices,
     weighted [n, H] output)}`` (verify's per-expert gains).
+    intermediate_dtype: round FC1's output to it (a kernel's bf16 intermediate; exact when the
+    global scales are powers of two, as verify's are), and W4A16's FC2 input (the GEMM's bf16
+    input): the kernel-model reference verify judges its finer measures against too.
     """
     torch = _torch()
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
@@ -389,10 +392,14 @@ def reference_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation:
         else:  # only the routed experts, one at a time: no copy of the layer
             w13e, w2e = _expert_weight(weights.w13, e, cd), _expert_weight(weights.w2, e, cd)
         h = xe @ w13e.T
+        if intermediate_dtype is not None:
+            h = h.to(intermediate_dtype).to(cd)
         if act_and_mul and w13_order == "up_gate":  # halves only (checked above)
             h = torch.cat([h[:, h.shape[1] // 2:], h[:, :h.shape[1] // 2]], dim=1)
         a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
                           swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
+        if intermediate_dtype is not None and quant != "nvfp4":
+            a = a.to(intermediate_dtype).to(cd)
         a = _act_input(a, quant, _expert_scale(s2, e), cd)
         ye = (a @ w2e.T) * topk_weights[tok, slot].to(cd).unsqueeze(-1)
         y.index_add_(0, tok, ye)
@@ -471,22 +478,36 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
                 quant: str = "nvfp4", fc1_input_scale=_FROM_WEIGHTS,
                 fc2_input_scale=_FROM_WEIGHTS, swiglu_limit: Optional[float] = None,
                 swiglu_alpha: Optional[float] = None, swiglu_beta: Optional[float] = None,
-                out=None, dtype=None, w13_order: str = "gate_up", quantizer=exact_quantizer):
+                out=None, dtype=None, w13_order: str = "gate_up", quantizer=exact_quantizer,
+                grouped: Optional[bool] = None):
     """The fused MoE as a kernel computes it, for the ``emulation`` backend (same semantics and
     arguments as :func:`reference_moe`).
 
     Tokens are grouped by expert once; for each *routed* expert only, its weights are expanded to
     codes times block scales in x's dtype (exact in bf16), the GEMMs run in that dtype (FC1's
     output rounded to it, as a kernel's bf16 intermediate) and the global and activation scales
-    multiply the float32 GEMM outputs. Memory: the checkpoint plus one expert's weights in x's
+    multiply the float32 GEMM outputs. Memory (loop): the checkpoint plus one expert's weights in x's
     dtype and the activations; nothing is cached. ``quantizer(x, scale) -> (values, scale_2)``
     quantizes the W4A4 GEMM inputs (default :func:`exact_quantizer`).
+
+    grouped (default: on CUDA): the routed experts run in groups of at most
+    ``EXPERT_GROUP_BYTES`` of expanded FC1 weights, each group as batched GEMMs over its experts'
+    tokens padded to the group's largest count (:func:`_emulate_moe_grouped`): a few launches per
+    group instead of per expert. The same values as the per-expert loop (same rounding steps; the
+    CPU gives the same bits, tests/test_emulation_grouped.py); memory: the checkpoint plus one
+    group's weights in x's dtype.
     """
     torch = _torch()
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
                                        w13_order)
     cd = _gemm_dtype(x, dtype)
     s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
+    if grouped if grouped is not None else x.is_cuda:
+        return _emulate_moe_grouped(x, weights, topk_weights, topk_ids, E, act_and_mul, cd, s1,
+                                    s2, activation=activation, quant=quant,
+                                    swiglu_limit=swiglu_limit, swiglu_alpha=swiglu_alpha,
+                                    swiglu_beta=swiglu_beta, out=out, w13_order=w13_order,
+                                    quantizer=quantizer)
     y = torch.zeros((T, H), dtype=torch.float32, device=x.device)
     k = topk_ids.shape[1]
     ids = topk_ids.reshape(-1).long()
@@ -519,6 +540,104 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
         ye = _scaled(au @ dequantize_unit(w2.packed[e], w2.block_scale[e], cd).T,
                      _expert_scale(w2.scale_2, e), as_)
         y.index_add_(0, tok, ye * topk_weights[tok, slot].float().unsqueeze(-1))
+    return _write_out(y, out, x)
+
+
+#: the expanded (codes times block scales, x's dtype) FC1 weights of one group of experts in
+#: the grouped emulation: the memory it adds to the checkpoint's (FC2's are half as large at most)
+EXPERT_GROUP_BYTES = 256 * 2 ** 20
+
+
+def _group_input(v, quant: str, scale, cd, quantizer, per_expert: bool):
+    """A grouped GEMM input ``[c, n, K]`` as ``(values in cd, multiplier [c, 1, 1] or 0-d or
+    None)``: W4A4 quantized with the scale of each expert (``scale`` ``[c]``, 0-d, or None =
+    dynamic per expert, from the amax of its rows: padding rows repeat a real row, so the amax is
+    the expert's), W4A16 as is."""
+    torch = _torch()
+    if quant != "nvfp4":
+        return v.to(cd), None
+    c = v.shape[0]
+    if quantizer is exact_quantizer:
+        if scale is None:  # dynamic: quantize()'s own formula, per expert
+            from .nvfp4 import E2M1_MAX, E4M3_MAX
+            amax = v.float().abs().amax(dim=(1, 2))
+            scale = torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
+        u, s = quantizer(v, scale)
+        return u.to(cd), (s.reshape(c, 1, 1) if s.dim() else s)
+    # another quantizer (verify's simulated kernels): expert by expert, as the loop calls it
+    parts = [quantizer(v[i], scale[i] if per_expert else scale) for i in range(c)]
+    return (torch.stack([u.to(cd) for u, _ in parts]),
+            torch.stack([torch.as_tensor(s, dtype=torch.float32, device=v.device).reshape(())
+                         for _, s in parts]).reshape(c, 1, 1))
+
+
+def _emulate_moe_grouped(x, weights: MoEWeights, topk_weights, topk_ids, E: int,
+                         act_and_mul: bool, cd, s1, s2, *, activation: str, quant: str,
+                         swiglu_limit, swiglu_alpha, swiglu_beta, out, w13_order: str,
+                         quantizer):
+    """:func:`emulate_moe` with the routed experts in groups (batched GEMMs): the same steps and
+    rounding, per group instead of per expert (a group's experts' tokens padded to its largest
+    count by repeating a real row, whose router weight is set to 0)."""
+    torch = _torch()
+    from .nvfp4 import dequantize_unit
+    T, H = x.shape
+    dev = x.device
+    y = torch.zeros((T, H), dtype=torch.float32, device=dev)
+    k = topk_ids.shape[1]
+    ids = topk_ids.reshape(-1).long()
+    order = torch.argsort(torch.where(ids >= 0, ids, E), stable=True)
+    counts = torch.bincount(ids[ids >= 0], minlength=E).tolist()
+    tok_s = order // k
+    wt_s = topk_weights.reshape(-1)[order].float()
+    w13, w2 = weights.w13, weights.w2
+    rows13 = w13.packed.shape[1]
+    per_group = max(1, EXPERT_GROUP_BYTES // max(1, rows13 * H * torch.empty(
+        (), dtype=cd).element_size()))
+    starts, acc = [], 0
+    for n in counts:
+        starts.append(acc)
+        acc += n
+    routed = [e for e in range(E) if counts[e]]
+    shared = None
+    if quant == "nvfp4" and s1 is not None and s1.dim() == 0:
+        shared = _unit_input(x, quant, s1, cd, quantizer)
+
+    def per_e(s, es_t):
+        return None if s is None else (s if s.dim() == 0 else s[es_t])
+
+    for g0 in range(0, len(routed), per_group):
+        es = routed[g0:g0 + per_group]
+        ns = [counts[e] for e in es]
+        m = max(ns)
+        meta = torch.tensor([es, ns, [starts[e] for e in es]], dtype=torch.long).to(dev)
+        es_t, ns_t, st_t = meta[0], meta[1], meta[2]
+        ar = torch.arange(m, device=dev)
+        pos = st_t.unsqueeze(1) + torch.minimum(ar.unsqueeze(0), ns_t.unsqueeze(1) - 1)  # [c, m]
+        tok = tok_s[pos]
+        wt = torch.where(ar.unsqueeze(0) < ns_t.unsqueeze(1), wt_s[pos], 0.0)
+        if shared is not None:
+            xu, xs = shared[0][tok], shared[1]
+        else:
+            xu, xs = _group_input(x[tok], quant, per_e(s1, es_t), cd, quantizer,
+                                  s1 is not None and s1.dim() > 0)
+        g13 = dequantize_unit(w13.packed[es_t], w13.block_scale[es_t], cd)
+        h = torch.bmm(xu, g13.transpose(1, 2))  # FC1's output, rounded to cd
+        del g13
+        w13s = w13.scale_2 if w13.scale_2.dim() == 0 else w13.scale_2[es_t].view(-1, 1, 1)
+        h = _scaled(h, w13s, xs)
+        if act_and_mul and w13_order == "up_gate":
+            h = torch.cat([h[..., h.shape[-1] // 2:], h[..., :h.shape[-1] // 2]], dim=-1)
+        a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
+                          swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
+        del h
+        au, as_ = _group_input(a, quant, per_e(s2, es_t), cd, quantizer,
+                               s2 is not None and s2.dim() > 0)
+        del a
+        g2 = dequantize_unit(w2.packed[es_t], w2.block_scale[es_t], cd)
+        w2s = w2.scale_2 if w2.scale_2.dim() == 0 else w2.scale_2[es_t].view(-1, 1, 1)
+        ye = _scaled(torch.bmm(au, g2.transpose(1, 2)), w2s, as_)
+        del g2, au
+        y.index_add_(0, tok.reshape(-1), (ye * wt.unsqueeze(-1)).reshape(-1, H))
     return _write_out(y, out, x)
 
 

@@ -27,8 +27,14 @@ from selector.inspect.probe_child import close_channel, emit, open_channel
 # Reference settings a backend's documented semantics need (else the reference's defaults apply).
 # FlashInfer b12x re-quantizes FC2's input per 16-element block with global scale 1 instead of
 # the checkpoint's a2_scale (vLLM #40082; backends/prepare.py prepare_b12x_moe).
+# FlashInfer's CUTLASS, CuTe-DSL and TRT-LLM MoE take one FC2 activation scale for all experts,
+# the max of the checkpoint's (vLLM amax_for_moe_activation_quant; backends/prepare.py
+# _static_scales): "max" is that, computed from the problem's per-expert a2.
 REFERENCE_SETTINGS: Dict[Tuple[str, str, str], Dict[str, Any]] = {
-    ("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0}}
+    ("moe", "flashinfer_b12x", "nvfp4"): {"fc2_input_scale": 1.0},
+    ("moe", "flashinfer_cutlass", "nvfp4"): {"fc2_input_scale": "max"},
+    ("moe", "flashinfer_cutedsl", "nvfp4"): {"fc2_input_scale": "max"},
+    ("moe", "flashinfer_trtllm", "nvfp4"): {"fc2_input_scale": "max"}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,19 +62,31 @@ def pow2_scale(amax):
 SCALE_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0)
 #: the constant input channel (x[:, 0]) that carries each FC1 row's offset
 OFFSET_CHANNEL = 4.0
+#: FC2's activation scales are powers of two times the multipliers times this 24-bit factor: an
+#: activation output that equals its input (gelu and silu beyond +6, relu2 of a few bits) has a
+#: bf16 value's few significant bits and, over a power-of-two scale, is an E2M1 rounding midpoint
+#: one time in a few hundred, where a reciprocal quantizer (FlashInfer's) and a dividing one round
+#: to different codes, a whole FP4 step; over this factor no value is a midpoint. (FC1's scale
+#: stays a power of two: a kernel's bf16 FC1 output times it is the reference's, rounded the same.)
+A2_FACTOR = 1.0905077
 #: FC1 row offsets (pre-activation means) of gate rows: the bulk in [-3, 1], where silu, gelu and
 #: gelu_tanh differ most, and some rows at +-10, beyond every SwiGLU limit (7, and the 5 verify
 #: sets), so that a clamp is exercised
 GATE_OFFSETS = (-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0)
 OUTLIER_OFFSET = 10.0
 OUTLIER_SHARE = 0.0625
-#: every 4th expert's gate rows sit at -5 (the activations' negative tail; not for relu2, for
+#: every 4th expert's gate rows sit at TAIL_OFFSET (the activations' negative tail; not for relu2, for
 #: which that expert would be dead)
 TAIL_EVERY = 4
-TAIL_OFFSET = -5.0
+TAIL_OFFSET = -3.75
+#: the tail experts' gate rows vary by this around TAIL_OFFSET (the others by about 1): in
+#: [-4.25, -3.25] gelu and gelu_tanh differ by 20-90% (gelu(-3.75) = -3.3e-4, gelu_tanh -2.2e-4),
+#: silu and gelu by 100x, so a kernel computing the wrong one moves that expert's gain by 0.3 and
+#: more; a wider spread lets the least negative rows (about -3, where they differ by 10%) dominate
+TAIL_SPREAD = 0.25
 
 
-def _weights(g, lead, rows, k, offsets=None):
+def _weights(g, lead, rows, k, offsets=None, spread=None):
     """float32 ``[*lead, rows, k]`` weights for a unit-variance input: each row's 16-blocks scaled by
     2^-3..2^3 (so block scales span many binades), about 3% zero blocks and 3% blocks 2^-12 down
     (E4M3 subnormal block scales), then the row renormalised to unit norm (the GEMM output has
@@ -81,6 +99,8 @@ def _weights(g, lead, rows, k, offsets=None):
     w = (w * mag).reshape(*lead, rows, k)
     w[..., 0] = 0.0
     w = w / w.norm(dim=-1, keepdim=True).clamp(min=1e-30)
+    if spread is not None:  # [*lead, rows]: each row's standard deviation
+        w = w * spread.unsqueeze(-1)
     if offsets is not None:
         w[..., 0] = offsets / OFFSET_CHANNEL
     return w
@@ -93,11 +113,19 @@ def _multipliers(g, n):
 
 
 def _x(g, T, H):
-    """bf16 activations ``[T, H]``: unit normal, column 0 the constant offset channel."""
+    """bf16 activations ``[T, H]``: unit normal with an odd bf16 significand (8 significant bits),
+    column 0 the constant offset channel.
+
+    An E2M1 rounding midpoint (0.25, 0.75, ..., 5: at most 3 significant bits) times an E4M3 block
+    scale (4) and a power-of-two global scale has at most 7 significant bits: no element is a
+    midpoint, where a kernel that multiplies by a reciprocal (FlashInfer's quantizer) and one that
+    divides legitimately round to different codes, a whole FP4 step (with a random bf16 input
+    about 1 element in 100 is one)."""
     import torch
-    x = torch.randn(T, H, generator=g)
+    x = torch.randn(T, H, generator=g).bfloat16()
+    x = (x.view(torch.int16) | 1).view(torch.bfloat16)
     x[:, 0] = OFFSET_CHANNEL
-    return x.bfloat16()
+    return x
 
 
 def balanced_routing(g, T: int, E: int, K: int):
@@ -143,13 +171,15 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
     # silu vs gelu differ there by 10% and more); its w2 is scaled up like every expert's below
     tail = (torch.arange(E) % TAIL_EVERY == TAIL_EVERY - 1) & (activation != "relu2")
     gate = torch.where(tail.unsqueeze(1), TAIL_OFFSET, gate)
+    spread = torch.where(tail.unsqueeze(1), TAIL_SPREAD, torch.ones(E, I))
     if act_and_mul:
         up_sign = torch.where(torch.rand(E, I, generator=g) < 0.5, -1.0, 1.0)
         up = torch.where(torch.rand(E, I, generator=g) < OUTLIER_SHARE, OUTLIER_OFFSET * up_sign, 0.0)
         offsets = torch.cat([gate, up], dim=1)
+        spread = torch.cat([spread, torch.ones(E, I)], dim=1)
     else:
         offsets = gate
-    w13 = _weights(g, (E,), rows, H, offsets)
+    w13 = _weights(g, (E,), rows, H, offsets, spread)
     w2 = _weights(g, (E,), H, I)
     topk_weights, topk_ids = balanced_routing(g, T, E, K)
     s13 = pow2_scale(w13.abs().amax(dim=(1, 2))) * _multipliers(g, E)
@@ -167,7 +197,7 @@ def build_moe(shape: Dict[str, int], quant: str, act_and_mul: bool, activation: 
         a13 = pow2_scale(x.float().abs().amax())
         h = torch.einsum("th,erh->etr", quantize_dequantize(x.float(), a13), q13.dequantize())
         a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit)
-        a2 = pow2_scale(a.abs().amax(dim=(1, 2))) * _multipliers(g, E)
+        a2 = pow2_scale(a.abs().amax(dim=(1, 2))) * _multipliers(g, E) * A2_FACTOR
     return x, MoEWeights(q13, q2, a13, a2), topk_weights, topk_ids
 
 
@@ -362,8 +392,191 @@ def dense_parts(parts, E: int, shape):
     return out
 
 
+#: a block-scale swizzle tile (``nvfp4.swizzle_128x4``): 128 rows by 4 blocks of 16 columns
+TILE_ROWS, TILE_COLS = 128, 64
+
+
+def _act_partials(h, activation: str, act_and_mul: bool, swiglu_limit):
+    """``(a, partials)``: the activation of ``h`` (float64) and, for each element of ``h``, the
+    derivative of the one output element it feeds (the activation is elementwise in (gate, up)
+    pairs), by autograd."""
+    import torch
+
+    from .reference import activation_fn
+    h = h.detach().clone().requires_grad_(True)
+    a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit)
+    (d,) = torch.autograd.grad(a.sum(), h)
+    return a.detach(), d
+
+
+def _fold(v, activation: str, act_and_mul: bool):
+    """``[n, 2I] -> [n, I]``: sum each (gate, up) pair's terms (interleaved for swigluoai)."""
+    from .reference import INTERLEAVED_ACTIVATIONS
+    if not act_and_mul:
+        return v
+    if activation in INTERLEAVED_ACTIVATIONS:
+        return v[..., 0::2] + v[..., 1::2]
+    half = v.shape[-1] // 2
+    return v[..., :half] + v[..., half:]
+
+
+def tile_regressors(x, w, tw, ti, *, activation: str, quant: str, swiglu_limit=None,
+                    fc2_input_scale=None, **_: Any):
+    """The first-order change of the float64 reference's MoE output when the block scales of one
+    swizzle tile (``TILE_ROWS`` rows by ``TILE_COLS`` columns) of one expert's w13 or w2 are
+    multiplied by ``1 + delta``: per routed expert ``e``, ``(e, token indices, D [m, n, H],
+    labels [m])``, one regressor per tile of its w13 and w2, on the rows of its tokens; a label is
+    ``(e, "w13"|"w2", tile row, tile column, full)``, full False for a partial tile at the edge of
+    an odd-sized weight.
+
+    A tile whose scales are wrong (one code off, transposed, read from the neighbouring tile)
+    moves the output along its regressor; a correct kernel's rounding does not. FC2's input
+    quantization (W4A4) is taken as the identity for the derivative (it is flat almost
+    everywhere, and on average the identity)."""
+    import torch
+
+    from .nvfp4 import quantize_dequantize
+    from .reference import _expert_scale, _expert_weight
+    f64 = torch.float64
+    H = x.shape[1]
+    E = w.num_experts
+    xd = x.to(f64)
+    if quant == "nvfp4":
+        xd = quantize_dequantize(xd, w.a13_scale, dtype=f64)
+    a2 = w.a2_scale if fc2_input_scale is None else torch.as_tensor(fc2_input_scale)
+    act_and_mul = w.act_and_mul
+    ids = ti.long()
+    out = []
+    for e in range(E):
+        tok, slot = torch.nonzero(ids == e, as_tuple=True)
+        if not len(tok):
+            continue
+        wt = tw[tok, slot].to(f64).unsqueeze(-1)
+        w13 = _expert_weight(w.w13, e, f64)
+        w2 = _expert_weight(w.w2, e, f64)
+        xe = xd[tok]
+        h = xe @ w13.T
+        a, d = _act_partials(h, activation, act_and_mul, swiglu_limit)
+        aq = a if quant != "nvfp4" else quantize_dequantize(a, _expert_scale(a2, e), dtype=f64)
+        D, labels = [], []
+        R13, K13 = w13.shape
+        for r0 in range(0, R13, TILE_ROWS):
+            for c0 in range(0, K13, TILE_COLS):
+                dh = torch.zeros_like(h)
+                dh[:, r0:r0 + TILE_ROWS] = xe[:, c0:c0 + TILE_COLS] @ w13[
+                    r0:r0 + TILE_ROWS, c0:c0 + TILE_COLS].T
+                D.append((_fold(d * dh, activation, act_and_mul) @ w2.T) * wt)
+                labels.append((e, "w13", r0 // TILE_ROWS, c0 // TILE_COLS,
+                               r0 + TILE_ROWS <= R13 and c0 + TILE_COLS <= K13))
+        R2, K2 = w2.shape
+        for r0 in range(0, R2, TILE_ROWS):
+            for c0 in range(0, K2, TILE_COLS):
+                dy = torch.zeros((len(tok), H), dtype=f64)
+                dy[:, r0:r0 + TILE_ROWS] = (aq[:, c0:c0 + TILE_COLS] @ w2[
+                    r0:r0 + TILE_ROWS, c0:c0 + TILE_COLS].T) * wt
+                D.append(dy)
+                labels.append((e, "w2", r0 // TILE_ROWS, c0 // TILE_COLS,
+                               r0 + TILE_ROWS <= R2 and c0 + TILE_COLS <= K2))
+        out.append((e, tok, torch.stack(D), labels))
+    return out
+
+
+#: a tile is judged when its regressor carries at least this share of its expert's output energy
+#: (below that its fitted scale error is mostly noise, and a wrong scale there moves the output
+#: less than a correct kernel's rounding)
+TILE_MIN_SHARE = 2.0 ** -8
+#: ridge (relative to each regressor's own energy) of the per-expert fit: some combinations of
+#: tiles change nothing (a gated expert's up rows times 1 + t and the FC2 input columns they feed
+#: times 1 / (1 + t); relu2's rows likewise), so the plain least squares is singular along them
+#: and a correct kernel's rounding can fit large opposite errors there; the ridge keeps the
+#: smallest solution, which spreads such a family's error over it
+TILE_RIDGE = 2.0 ** -5
+
+
+def tile_fit(y, ref, tiles, parts):
+    """Per expert, the least-squares ``delta`` of ``(y - ref)[its tokens] ~ sum_k delta_k D_k``
+    over its tiles at once: ``(tile_err, [label, delta])``, the largest ``|delta|`` over the full
+    tiles that carry at least ``TILE_MIN_SHARE`` of their expert's output energy (a partial tile,
+    16 to 32 rows or columns at the edge of an odd-sized weight, is fitted but not judged: its
+    fitted error is as noisy as a wrong code's, 0.046 against 0.09 on the odd W4A16 problem)."""
+    import torch
+    r = y.to(torch.float64) - ref.to(torch.float64)
+    worst, where = 0.0, None
+    for e, tok, D, labels in tiles:
+        M = D.reshape(D.shape[0], -1)
+        G = M @ M.T
+        b = M @ r[tok].reshape(-1)
+        diag = torch.diagonal(G).clone()
+        energy = float(parts[e].pow(2).sum())
+        live = diag > 0
+        judged = live & (diag >= TILE_MIN_SHARE * energy) & torch.tensor(
+            [bool(lab[4]) for lab in labels])
+        if not bool(judged.any()):
+            continue
+        idx = torch.nonzero(live).flatten()
+        Gl = G[idx][:, idx] + torch.diag(diag[idx] * TILE_RIDGE)
+        delta = torch.zeros(len(labels), dtype=torch.float64)
+        delta[idx] = torch.linalg.solve(Gl, b[idx])
+        delta = torch.where(judged, delta, torch.zeros_like(delta))
+        k = int(delta.abs().argmax())
+        if abs(float(delta[k])) > worst:
+            worst, where = abs(float(delta[k])), [list(labels[k][:4]), float(delta[k])]
+    return worst, where
+
+
+def activation_alternatives(activation: str, act_and_mul: bool):
+    from .reference import GATED_ACTIVATIONS, NON_GATED_ACTIVATIONS
+    acts = GATED_ACTIVATIONS if act_and_mul else NON_GATED_ACTIVATIONS
+    return [a for a in acts if a != activation]
+
+
+def activation_fit(y, ref, alternatives):
+    """For each other activation, the least-squares ``beta`` of ``y - ref ~ beta (ref_alt -
+    ref)``: about 0 for a correct kernel, about 1 for one that computes ``alt`` instead.
+    ``(act_err, [alt, beta])``: the largest ``|beta|``."""
+    import torch
+    r = (y.to(torch.float64) - ref.to(torch.float64)).reshape(-1)
+    worst, where = 0.0, None
+    for alt, ra in alternatives.items():
+        d = (ra.to(torch.float64) - ref.to(torch.float64)).reshape(-1)
+        dd = float(d @ d)
+        if dd <= 0:
+            continue
+        beta = float(r @ d) / dd
+        if abs(beta) > worst:
+            worst, where = abs(beta), [alt, beta]
+    return worst, where
+
+
+def global_gain(y, ref) -> float:
+    """``<y, ref> / <ref, ref>``: the least-squares gain of the whole output."""
+    import torch
+    y, ref = y.to(torch.float64).reshape(-1), ref.to(torch.float64).reshape(-1)
+    d = float(ref @ ref)
+    return float(y @ ref) / d if d > 0 else 1.0
+
+
+def moe_extras(x, w, tw, ti, kw: Dict[str, Any]) -> Dict[str, Any]:
+    """What the finer MoE measures compare with, besides the float64 reference: the kernel-model
+    reference (FC1's output rounded to bf16, and W4A16's FC2 input: what a kernel with a bf16
+    intermediate computes, up to accumulation order), the tile regressors, and the reference with
+    each other activation of the gating."""
+    import torch
+
+    from .reference import reference_moe
+    x64 = x.to(torch.float64)
+    refs = [reference_moe(x64, w, tw, ti, compute_dtype=torch.float64,
+                          intermediate_dtype=torch.bfloat16, **kw)]
+    tiles = tile_regressors(x, w, tw, ti, **kw)
+    alts = {a: reference_moe(x64, w, tw, ti, compute_dtype=torch.float64,
+                             **dict(kw, activation=a))
+            for a in activation_alternatives(kw["activation"], w.act_and_mul)}
+    return {"refs": refs, "tiles": tiles, "alternatives": alts}
+
+
 def problem(spec: Dict[str, Any], case: Dict[str, Any]):
-    """The case's inputs and reference: ``(inputs, ref, parts or None, settings)`` on the CPU.
+    """The case's inputs and reference: ``(inputs, ref, parts or None, settings, extras or
+    None)`` on the CPU (extras: ``moe_extras``).
 
     inputs: ``(x, weights, topk_weights, topk_ids)`` (MoE) or ``(x, weights)`` (linear)."""
     import torch
@@ -378,22 +591,34 @@ def problem(spec: Dict[str, Any], case: Dict[str, Any]):
         limit = layer.get("swiglu_limit")
         x, w, tw, ti = build_moe(shape, quant, layer["act_and_mul"], layer["activation"], seed,
                                  limit)
-        kw = dict(activation=layer["activation"], quant=ref_quant, swiglu_limit=limit, **settings)
+        ref_settings = dict(settings)
+        if ref_settings.get("fc2_input_scale") == "max":
+            ref_settings["fc2_input_scale"] = (
+                None if w.a2_scale is None or ref_quant != "nvfp4" else w.a2_scale.max())
+            if ref_settings["fc2_input_scale"] is None:
+                del ref_settings["fc2_input_scale"]
+        kw = dict(activation=layer["activation"], quant=ref_quant, swiglu_limit=limit,
+                  **ref_settings)
         # x's bf16 values are exact in float64: the float64 input gives a float64 output
         parts: Dict[int, Any] = {}
         ref = reference_moe(x.to(torch.float64), w, tw, ti, compute_dtype=torch.float64,
                             parts=parts, **kw)
-        return (x, w, tw, ti), ref, dense_parts(parts, w.num_experts, tuple(ref.shape)), settings
+        return ((x, w, tw, ti), ref, dense_parts(parts, w.num_experts, tuple(ref.shape)),
+                settings, moe_extras(x, w, tw, ti, kw))
     from .fp8 import FP8_QUANTS
     build = build_fp8_linear if quant in FP8_QUANTS else build_linear
     x, w = build(shape, quant, seed, bool(case.get("bias")))
     ref = reference_linear(x.to(torch.float64), w, quant=ref_quant, compute_dtype=torch.float64,
                            **settings)
-    return (x, w), ref, None, settings
+    return (x, w), ref, None, settings, None
 
 
-def measure(y, ref, parts) -> Dict[str, Any]:
-    """``compare`` plus the gains (per expert for an MoE, per 32 output columns for a linear)."""
+def measure(y, ref, parts, extras: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``compare`` plus the gains (per expert for an MoE, per 32 output columns for a linear) and
+    ``scale_err``, ``|gain - 1|`` of the whole output; an MoE also ``tile_err`` (``tile_fit``)
+    and ``act_err`` (``activation_fit``). The last three are each the smaller of the measure
+    against the float64 reference and against the kernel-model one (``moe_extras``): a kernel
+    with a bf16 intermediate and one with a float32 one are each judged against their own."""
     res = compare(y, ref)
     if res.get("nonfinite"):
         return res
@@ -401,6 +626,14 @@ def measure(y, ref, parts) -> Dict[str, Any]:
     y64 = y.detach().to("cpu", torch.float64)
     g = moe_gains(y64, parts) if parts is not None else column_gains(y64, ref)
     res.update(_gain_fields(g))
+    refs = [ref] + list((extras or {}).get("refs", []))
+    res["scale_err"] = min(abs(global_gain(y64, r) - 1) for r in refs)
+    if extras:
+        tiles = [tile_fit(y64, r, extras["tiles"], parts) for r in refs]
+        acts = [activation_fit(y64, r, extras["alternatives"]) for r in refs]
+        t = min(tiles, key=lambda v: v[0])
+        a = min(acts, key=lambda v: v[0])
+        res.update(tile_err=t[0], tile_worst=t[1], act_err=a[0], act_worst=a[1])
     return res
 
 
@@ -419,7 +652,7 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, 
         if layer.get("swiglu_limit") is not None:
             kwargs["swiglu_limit"] = layer["swiglu_limit"]
     impl = cls(**kwargs)
-    inputs, ref, parts, settings = problem(spec, case)
+    inputs, ref, parts, settings, extras = problem(spec, case)
     t0 = time.perf_counter()
     if op == "moe":
         x, w, tw, ti = inputs
@@ -434,7 +667,7 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, 
     seconds = time.perf_counter() - t0
     if y is None:
         raise TypeError(f"{spec['entry_point']}.apply returned None, not a tensor")
-    res = measure(y, ref, parts)
+    res = measure(y, ref, parts, extras)
     res.update(device=device_text, kernel_seconds=seconds,
                reference=", ".join(f"{k}={v}" for k, v in settings.items()))
     return res

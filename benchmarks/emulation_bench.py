@@ -12,6 +12,8 @@ Prints, on CUDA when a GPU is visible (else the CPU, with a smaller shape unless
    and W4A4, for each token count, against a dequantize-once bf16 baseline: the same expert loop
    (tokens grouped by expert once, per routed expert two bf16 GEMMs and the activation) on bf16
    weights dequantized ahead of time (3.6x the checkpoint). Median times in ms and their ratio.
+   On CUDA the emulation runs grouped (batched GEMMs over groups of routed experts, the default
+   there); "loop ms" is the per-expert loop it replaced (``grouped=False``), same results.
 3. Its memory: the checkpoint's bytes, and the peak allocated during a call beyond the checkpoint
    and the inputs (CUDA: ``max_memory_allocated``), as a multiple of the checkpoint. The emulation
    it replaced cached the weights dequantized to float32: 7.1x the checkpoint (computed, not run).
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from backends import nvfp4 as nv  # noqa: E402
+from backends import reference as R  # noqa: E402
 from backends.reference import activation_fn, emulate_moe  # noqa: E402
 
 DSV3 = dict(num_experts=256, top_k=8, hidden=7168, inter=2048)
@@ -161,7 +164,9 @@ def moe_figures(cfg, tokens, device, iters):
                                      torch.bfloat16) for e in range(E)])
     b2 = torch.stack([nv.dequantize(w2.packed[e], w2.block_scale[e], w2.scale_2[e],
                                     torch.bfloat16) for e in range(E)])
-    print(f"{'T':>5} {'quant':12} {'emulation ms':>13} {'bf16 ms':>9} {'ratio':>6} "
+    print(f"expert groups: at most {R.EXPERT_GROUP_BYTES / 2 ** 20:.0f} MiB of expanded FC1 "
+          f"weights each")
+    print(f"{'T':>5} {'quant':12} {'emulation ms':>13} {'loop ms':>8} {'bf16 ms':>9} {'ratio':>6} "
           f"{'peak extra / ckpt':>18} {'total / ckpt':>13}")
     for T in tokens:
         x = torch.randn(T, H, generator=gen).bfloat16().to(device)
@@ -177,6 +182,19 @@ def moe_figures(cfg, tokens, device, iters):
             def run():
                 return emulate_moe(x, W, tw, ti, activation="silu", quant=quant)
             t_em = timeit(run, device, iters(T))
+            t_loop = float("nan")
+            if device.type == "cuda":
+                t_loop = timeit(lambda: emulate_moe(x, W, tw, ti, activation="silu", quant=quant,
+                                                    grouped=False), device, iters(T))
+                same = torch.equal(run(), emulate_moe(x, W, tw, ti, activation="silu",
+                                                      quant=quant, grouped=False))
+                if not same:
+                    a, b = run().float(), emulate_moe(x, W, tw, ti, activation="silu",
+                                                      quant=quant, grouped=False).float()
+                    d = (a - b).abs()
+                    print(f"  (grouped vs loop on {device}: {int((d > 0).sum())} of {d.numel()} "
+                          f"outputs differ, max |diff| / max |y| = "
+                          f"{float(d.max() / b.abs().max()):.3g}, rms {float(d.norm() / b.norm()):.3g})")
             if device.type == "cpu":
                 peak = cpu_peak(run)
             else:
@@ -187,7 +205,7 @@ def moe_figures(cfg, tokens, device, iters):
                 torch.cuda.synchronize()
                 peak = torch.cuda.max_memory_allocated() - base
                 del y
-            print(f"{T:5d} {quant:12} {t_em:13.3f} {t_bf:9.3f} {t_em / t_bf:6.2f} "
+            print(f"{T:5d} {quant:12} {t_em:13.3f} {t_loop:8.3f} {t_bf:9.3f} {t_em / t_bf:6.2f} "
                   f"{peak / ckpt:18.3f} {1 + peak / ckpt:13.3f}")
 
 

@@ -118,7 +118,9 @@ def test_wrong_sign_and_dropped_scale_fail(doctor_wrong):
         assert v["max_rel_err"] == pytest.approx(2, rel=0.05)
         assert v["rms_rel_err"] == pytest.approx(2, rel=0.05)
         w = v["worst"]
-        assert w["got"] == pytest.approx(-w["expected"], rel=0.01)
+        # -y at the element where y + ref peaks: y errs there by a correct kernel's own error
+        # (W4A4: FC2's re-quantization, a few % of that element)
+        assert w["got"] == pytest.approx(-w["expected"], rel=0.05)
         assert "worst element" in v["detail"]
     drop = _rows(doc, "drop_scale")
     assert len(drop) == 3 and all(v["status"] == "FAIL" for v in drop)  # aligned, odd, bias
@@ -157,7 +159,8 @@ def test_probe_verify_rejects_the_wrong_backends(doctor_wrong, wrong):
     cand = {c["backend"]: c for c in d["candidates"]}
     assert cand["flip_sign"]["status"] == "rejected"
     (reason,) = [x for x in cand["flip_sign"]["reasons"] if x["rule"] == "verify"]
-    assert "max relative error 2" in reason["message"] and "bound 0.75" in reason["message"]
+    bound = verify.BOUNDS["moe", "nvfp4"].max_rel_err
+    assert "max relative error 2" in reason["message"] and f"bound {bound:.3g}" in reason["message"]
     assert "doctor --verify" in reason["source"]
     assert [x["rule"] for x in cand["crash"]["reasons"]] == ["verify"]
     assert "SIGSEGV" in cand["crash"]["reasons"][0]["message"]

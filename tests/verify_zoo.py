@@ -53,8 +53,31 @@ def run(op: str, cls, case, seed: int) -> Dict[str, Any]:
         return {"outcome": "error", "error": f"{type(exc).__name__}: {exc}"}
 
 
+_PROBLEMS: Dict[Any, Any] = {}
+
+
+def _cached_problems() -> None:
+    """The verify child's problems (with their references) memoized in this process: the kernels
+    of one case and seed share them (the tasks come grouped so)."""
+    from selector.backends import verify_child as vc
+    if getattr(vc.problem, "_zoo_cached", False):
+        return
+    original = vc.problem
+
+    def problem(spec, case):
+        key = json.dumps([spec.get("op"), spec.get("backend"), case], sort_keys=True)
+        if key not in _PROBLEMS:
+            if len(_PROBLEMS) >= 4:
+                _PROBLEMS.pop(next(iter(_PROBLEMS)))
+            _PROBLEMS[key] = original(spec, case)
+        return _PROBLEMS[key]
+    problem._zoo_cached = True  # type: ignore[attr-defined]
+    vc.problem = problem
+
+
 def _task(args: Tuple[str, str, str, int, int]) -> Tuple[str, str, str, int, int, Dict[str, Any]]:
     kind, name, op, ci, seed = args
+    _cached_problems()
     zoo = _zoo()
     cls = zoo.CORRECT[op][name] if kind == "correct" else zoo.MUTANTS[name][1]
     import torch
@@ -76,7 +99,8 @@ def tasks(seeds: int, mutant_seeds: int, mutants=None, case_filter=None) -> List
         for ci, c in enumerate(cases(op)):
             if pred(c) and (case_filter is None or case_filter(c)):
                 out += [("mutant", name, op, ci, s) for s in range(mutant_seeds)]
-    return out
+    # grouped by problem (op, case, seed): a process builds each problem once
+    return sorted(out, key=lambda t: (t[2], t[3], t[4]))
 
 
 def measure(todo: List[tuple], jobs: int = 1) -> List[tuple]:
@@ -84,7 +108,7 @@ def measure(todo: List[tuple], jobs: int = 1) -> List[tuple]:
         return [_task(t) for t in todo]
     import multiprocessing as mp
     with mp.get_context("spawn").Pool(jobs) as pool:
-        return pool.map(_task, todo, chunksize=4)
+        return pool.map(_task, todo, chunksize=16)
 
 
 def summarize(results: List[tuple]) -> Dict[str, Any]:
@@ -99,9 +123,8 @@ def summarize(results: List[tuple]) -> Dict[str, Any]:
         r = verify.judge(name, case, ev)
         if kind == "correct":
             key = f"{op} {case.quant}"
-            c = correct.setdefault(key, {"max_rel_err": 0.0, "rms_rel_err": 0.0, "gain_err": 0.0,
-                                         "runs": 0})
-            for m in ("max_rel_err", "rms_rel_err", "gain_err"):
+            c = correct.setdefault(key, dict.fromkeys(MEASURES, 0.0) | {"runs": 0})
+            for m in MEASURES:
                 c[m] = max(c[m], float(ev.get(m) or 0.0))
             c["runs"] += 1
             if r.status != "OK":
@@ -127,21 +150,23 @@ def summarize(results: List[tuple]) -> Dict[str, Any]:
     return {"correct": correct, "correct_failures": judged_ok, "mutants": mutants}
 
 
+#: every measure verify judges (selector.inspect.verify.Bound), and its short name in the table
+MEASURES = ("max_rel_err", "rms_rel_err", "gain_err", "scale_err", "tile_err", "act_err")
+SHORT = {"max_rel_err": "max", "rms_rel_err": "rms", "gain_err": "gain", "scale_err": "scale",
+         "tile_err": "tile", "act_err": "act"}
+
+
 def _ratio(r, b) -> float:
-    """How far past its bound a caught mutant is (the largest of the three ratios)."""
+    """How far past its bound a caught mutant is (the largest of the ratios)."""
     if r.max_rel_err is None or r.rms_rel_err is None:
         return float("inf")
-    return max(r.max_rel_err / b.max_rel_err, r.rms_rel_err / b.rms_rel_err,
-               (r.gain_err or 0.0) / b.gain_err)
+    return max((getattr(r, m) or 0.0) / getattr(b, m) for m in MEASURES)
 
 
 def _why(r, b) -> str:
     if r.max_rel_err is None:
         return "error" if r.detail.startswith("raised") else "non-finite"
-    out = [n for n, v, lim in (("max", r.max_rel_err, b.max_rel_err),
-                               ("rms", r.rms_rel_err, b.rms_rel_err),
-                               ("gain", r.gain_err or 0.0, b.gain_err)) if v > lim]
-    return "+".join(out)
+    return "+".join(SHORT[m] for m in MEASURES if (getattr(r, m) or 0.0) > getattr(b, m))
 
 
 def verdicts(summary: Dict[str, Any]) -> Dict[Tuple[str, str], Tuple[int, int]]:

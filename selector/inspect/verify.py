@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 ConfigDirs = Sequence[Union[str, "os.PathLike[str]"]]
 
 CHILD = "selector.backends.verify_child:main"
-VERSION = 2  # of the problems, bounds and cache format: a change invalidates cached results
+VERSION = 3  # of the problems, bounds and cache format: a change invalidates cached results
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_VERIFY_TIMEOUT", "120"))
 #: cases one child process runs (the time limit is per child): a backend's 30-odd cases take a few
 #: children, so a slow machine does not run out of time on a correct backend
@@ -72,24 +72,40 @@ class Bound:
     max_rel_err: float
     rms_rel_err: float
     gain_err: float = math.inf  # max |gain - 1| (per expert; per 32 output columns, linear)
+    scale_err: float = math.inf  # |gain - 1| of the whole output
+    tile_err: float = math.inf  # max |fitted block-scale error| of one swizzle tile (MoE)
+    act_err: float = math.inf  # max |share of another activation's output| (MoE)
+
+    def to_dict(self) -> Dict[str, float]:
+        return {"max_rel_err": self.max_rel_err, "rms_rel_err": self.rms_rel_err,
+                "gain_err": self.gain_err, "scale_err": self.scale_err,
+                "tile_err": self.tile_err, "act_err": self.act_err}
+
+
+#: the finer measures (selector.backends.verify_child.measure): name, what it is, its unit
+FINE_MEASURES = (("scale_err", "scale error"), ("tile_err", "tile scale error"),
+                 ("act_err", "activation confusion"))
 
 
 # Error bounds, measured (docs/verify.md "Bounds"): 2x the worst of two simulated correct kernels
 # (bf16 GEMM inputs and intermediates; W4A4 with the exact and with a FlashInfer-style reciprocal
 # activation quantizer) over 30 seeds of every case emulation gets (960 MoE and 180 linear runs
-# per scheme; on the H200, 2026-12-01), rounded up to 2^k or 1.5 * 2^k. Worst measured (max, rms,
-# gain): MoE W4A16 0.0226, 0.00688, 0.0141; MoE W4A4 0.305, 0.0520, 0.166; linear W4A16 0.00489,
-# 0.00230, 0.00038; linear W4A4 0.0917, 0.0120, 0.00099. tests/test_verify_zoo.py re-measures.
+# per scheme; on the H200, 2026-12-01; the odd-size MoE cases' tile errors on the CPU), rounded up
+# to 2^k or 1.5 * 2^k. Worst measured (max, rms, gain, scale, tile, act): MoE W4A16 0.0278,
+# 0.0122, 0.0161, 0.000154, 0.0144, 0.0146; MoE W4A4 0.2255, 0.0411, 0.0642, 0.000152, 0.0233,
+# 0.00228; linear W4A16 0.00490, 0.00232, 0.000458, 0.000109; linear W4A4 0.00492, 0.00229,
+# 0.000461, 0.0000788. tests/test_verify_zoo.py re-measures.
 # FP8 linear, measured on the H200 (docs/h200.md "FP8 on the H200"; 30 seeds of every case): the
 # kernels quantize the activation with the reference's quantizer (backends/fp8.py), so a correct
 # kernel differs by its accumulation and its bf16 output's rounding only. Worst (max / RMS /
 # gain): torch _scaled_mm per-tensor, row-wise, channel-wise 0.00388 / 0.00175 / 0.00044.
 FP8_LINEAR_BOUND = Bound(2.0 ** -7, 2.0 ** -8, 2.0 ** -10)
 BOUNDS: Mapping[Tuple[str, str], Bound] = {
-    ("moe", "nvfp4_w4a16"): Bound(0.046875, 2.0 ** -6, 2.0 ** -5),
-    ("moe", "nvfp4"): Bound(0.75, 2.0 ** -3, 0.375),
-    ("linear", "nvfp4_w4a16"): Bound(0.01171875, 0.005859375, 2.0 ** -10),
-    ("linear", "nvfp4"): Bound(0.1875, 2.0 ** -5, 0.0029296875),
+    ("moe", "nvfp4_w4a16"): Bound(0.0625, 2.0 ** -5, 0.046875, 0.0003662109375, 2.0 ** -5,
+                                  2.0 ** -5),
+    ("moe", "nvfp4"): Bound(0.5, 0.09375, 0.1875, 0.0003662109375, 0.046875, 0.005859375),
+    ("linear", "nvfp4_w4a16"): Bound(0.01171875, 0.005859375, 2.0 ** -10, 2.0 ** -12),
+    ("linear", "nvfp4"): Bound(0.01171875, 0.005859375, 2.0 ** -10, 0.00018310546875),
     # FP8 linear (backends/fp8.py; the kernels quantize the activation with the reference's
     # quantizer, so a correct kernel differs by its accumulation and output rounding only):
     # docs/h200.md "FP8 on the H200" for the measurement
@@ -170,6 +186,9 @@ class Result:
     case: str = ""  # the case's id (Case.id); "" for a whole skipped backend
     key: Optional[Tuple[Any, ...]] = None  # Case.key
     unverified: bool = False  # SKIPPED for a reason probe=verify does not accept as verified
+    scale_err: Optional[float] = None
+    tile_err: Optional[float] = None
+    act_err: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         def num(v: Optional[float]) -> Optional[float]:
@@ -180,11 +199,11 @@ class Result:
                 "seconds": None if self.seconds is None else round(self.seconds, 3),
                 "detail": self.detail, "activation": self.activation,
                 "act_and_mul": self.act_and_mul,
-                "bound": None if self.bound is None else {
-                    "max_rel_err": self.bound.max_rel_err, "rms_rel_err": self.bound.rms_rel_err,
-                    "gain_err": self.bound.gain_err},
+                "bound": None if self.bound is None else self.bound.to_dict(),
                 "device": self.device, "worst": self.worst, "cached": self.cached,
-                "gain_err": num(self.gain_err), "case": self.case or None,
+                "gain_err": num(self.gain_err), "scale_err": num(self.scale_err),
+                "tile_err": num(self.tile_err), "act_err": num(self.act_err),
+                "case": self.case or None,
                 "key": None if self.key is None else list(self.key),
                 "unverified": self.unverified}
 
@@ -239,9 +258,7 @@ class Report:
     def info(self) -> Dict[str, Any]:
         return {"fingerprint": self.fingerprint, "cache": self.cache_path,
                 "seconds": round(self.seconds, 3), "notes": list(self.notes),
-                "bounds": {f"{op} {q}": {"max_rel_err": b.max_rel_err,
-                                         "rms_rel_err": b.rms_rel_err, "gain_err": b.gain_err}
-                           for (op, q), b in BOUNDS.items()},
+                "bounds": {f"{op} {q}": b.to_dict() for (op, q), b in BOUNDS.items()},
                 "reference": "selector.backends.reference in float64 on the CPU"}
 
 
@@ -399,11 +416,25 @@ def judge(b_name: str, case: Case, ev: Mapping[str, Any]) -> Result:
         gain_text = f", gain error {gain:.3g} (bound {bound.gain_err:.3g})"
         if isinstance(gw, list) and len(gw) == 2 and gain > bound.gain_err:
             gain_text += f" at {unit} {gw[0]} (gain {_finite(gw[1]) or 0:.4g})"
+    fine = {name: _finite(ev.get(name)) for name, _ in FINE_MEASURES}
+    base = replace(base, scale_err=fine["scale_err"], tile_err=fine["tile_err"],
+                   act_err=fine["act_err"])
+    fine_text = ""
+    for name, label in FINE_MEASURES:
+        v = fine[name]
+        if v is None:
+            continue
+        lim = getattr(bound, name)
+        fine_text += f", {label} {v:.3g} (bound {lim:.3g})"
+        w = ev.get(name.replace("_err", "_worst"))
+        if v > lim and isinstance(w, list) and len(w) == 2:
+            fine_text += (f" at tile {w[0]}" if name == "tile_err" else f" toward {w[0]}")
     text = (f"max relative error {mx:.3g} (bound {bound.max_rel_err:.3g}), RMS {rms:.3g} "
-            f"(bound {bound.rms_rel_err:.3g}){gain_text}; ran on {base.device}"
+            f"(bound {bound.rms_rel_err:.3g}){gain_text}{fine_text}; ran on {base.device}"
             + (f"; reference {ref}" if ref else ""))
     if mx <= bound.max_rel_err and rms <= bound.rms_rel_err and (
-            gain is None or gain <= bound.gain_err):
+            gain is None or gain <= bound.gain_err) and all(
+            v is None or v <= getattr(bound, n) for n, v in fine.items()):
         return replace(base, status="OK", detail=text)
     return replace(base, detail=text + where)
 
@@ -572,7 +603,8 @@ def _result_from(d: Any) -> Optional[Result]:
     bound = None
     if isinstance(b, dict) and _finite(b.get("max_rel_err")) and _finite(b.get("rms_rel_err")):
         bound = Bound(float(b["max_rel_err"]), float(b["rms_rel_err"]),
-                      _finite(b.get("gain_err")) or math.inf)
+                      _finite(b.get("gain_err")) or math.inf,
+                      *(_finite(b.get(n)) or math.inf for n, _ in FINE_MEASURES))
     worst = _worst(d.get("worst"))
     act = d.get("activation") if isinstance(d.get("activation"), str) else None
     gated = d.get("act_and_mul") if isinstance(d.get("act_and_mul"), bool) else None
@@ -586,7 +618,8 @@ def _result_from(d: Any) -> Optional[Result]:
                   nums["timeout_s"], cached=True,
                   gain_err=None if gain is None else _finite(gain),
                   case=d["case"] if isinstance(d.get("case"), str) else "", key=key_t,
-                  unverified=d.get("unverified") is True)
+                  unverified=d.get("unverified") is True,
+                  **{n: _finite(d.get(n)) for n, _ in FINE_MEASURES})
 
 
 class VerifyCache:
@@ -640,7 +673,8 @@ class VerifyCache:
     def put(self, key: str, result: Result) -> None:
         d = result.to_dict()
         d.update(max_rel_err=result.max_rel_err, rms_rel_err=result.rms_rel_err,
-                 gain_err=result.gain_err,
+                 gain_err=result.gain_err, scale_err=result.scale_err,
+                 tile_err=result.tile_err, act_err=result.act_err,
                  seconds=result.seconds, timeout_s=result.timeout_s)
         self.entries[key] = {"stored": time.time(), "result": d}
 
@@ -787,7 +821,9 @@ def render_text(rep: Report) -> List[str]:
              f"backend, compared with selector.backends.reference in float64 on the CPU; "
              f"{rep.seconds:.2f} s)"]
     bounds = ", ".join(f"{op} {q} max {b.max_rel_err:g} rms {b.rms_rel_err:g} gain "
-                       f"{b.gain_err:g}" for (op, q), b in BOUNDS.items())
+                       f"{b.gain_err:g} scale {b.scale_err:g}"
+                       + (f" tile {b.tile_err:g} act {b.act_err:g}" if op == "moe" else "")
+                       for (op, q), b in BOUNDS.items())
     lines.append(f"  bounds (relative to the reference): {bounds}")
     for n in rep.notes:
         lines.append(f"  note: {n}")
