@@ -304,8 +304,10 @@ class Simulation:
                 if attr in vars(mod) and callable(vars(mod)[attr]):
                     self._patched.append((mod, attr, vars(mod)[attr]))
                     setattr(mod, attr, answers[attr])
-        for modname, fn in CACHED:
-            getattr(sys.modules[modname], fn).cache_clear()
+        for modname, fn in CACHED:  # vLLM's cached probes (one an answer above may replace)
+            cached = getattr(sys.modules[modname], fn)
+            if hasattr(cached, "cache_clear"):
+                cached.cache_clear()
         for modname, const, func in CONSTANTS:
             value = getattr(sys.modules[modname], func)()
             for _, mod in self._modules():
@@ -318,8 +320,10 @@ class Simulation:
         for mod, attr, value in reversed(self._patched):
             setattr(mod, attr, value)
         self._patched = []
-        for modname, fn in CACHED:
-            getattr(sys.modules[modname], fn).cache_clear()
+        for modname, fn in CACHED:  # vLLM's cached probes (one an answer above may replace)
+            cached = getattr(sys.modules[modname], fn)
+            if hasattr(cached, "cache_clear"):
+                cached.cache_clear()
         self._machine = None
 
     def close(self) -> None:
