@@ -36,8 +36,7 @@ SUMMARIES = {
                  "policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl available with "
                  "policy.linear_backend=flashinfer_cutedsl",
     "nemotron_h": "52 layers: 23 MoE -> flashinfer_cutlass, 23 Mamba, 6 attention; 58 linear "
-                  "-> 46 flashinfer_cutlass, 12 fp8_tensor: the engine decides; not planned: "
-                  "46 Mamba, 1 LM head; "
+                  "-> flashinfer_cutlass; not planned: 46 Mamba, 1 LM head; "
                   "flashinfer_b12x available with policy.moe_backend=flashinfer_b12x; "
                   "flashinfer_cutedsl available with policy.linear_backend=flashinfer_cutedsl",
     # gpt-oss uses vLLM's interleaved swigluoai layout, which flashinfer_b12x does not take.

@@ -20,10 +20,15 @@ CONTRACT_KEYS = {"layer", "platform", "requested", "selected", "candidates", "no
 EXTRA_KEYS = {"summary", "entry_point", "outcome", "notes_data"}  # the team's additions beside the contract's keys
 CONTRACT_LAYER_KEYS = {"op", "quant", "activation", "act_and_mul", "ep_size", "tp_size",
                        "swiglu_limit", "num_tokens"}
-MOE = ["flashinfer_b12x", "b12x", "flashinfer_trtllm", "flashinfer_cutedsl",
-       "flashinfer_cutlass", "cutlass", "marlin", "emulation"]
+NVFP4_MOE = ["flashinfer_b12x", "b12x", "flashinfer_trtllm", "flashinfer_cutedsl",
+             "flashinfer_cutlass", "cutlass", "marlin", "emulation"]
+# the backends of other schemes only (FP8, MXFP4, MXFP8: issue 26)
+OTHER_MOE = ["triton_kernels", "deep_gemm", "triton", "triton_unfused", "torch_grouped_fp8"]
+MOE = NVFP4_MOE + OTHER_MOE
 LINEAR = ["flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass", "marlin",
-          "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "emulation"]
+          "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "emulation", "deep_gemm",
+          "torch_row_wise", "torch_per_tensor", "torch_channel_wise", "triton_block_fp8",
+          "torch_block_wise"]
 
 CASES = {
     "dgx-text": ("explain", *DGX_NEMOTRON),
@@ -86,7 +91,7 @@ def test_explain_text(runs):
     assert "vLLM #40082" in flat
     assert "flashinfer_cutlass selected passes every rule" in flat
     assert "emulation eligible passes every rule" in flat
-    assert any(ln.startswith("summary: 3/8 backends usable") for ln in lines)
+    assert any(ln.startswith("summary: 3/13 backends usable") for ln in lines)
 
 
 def test_explain_json_shape(runs):
@@ -110,7 +115,7 @@ def test_explain_json_shape(runs):
     assert pk["torch"] == "2.11.0+cu130" and pk["vllm"] is None and pk["b12x"] is None
     assert d["requested"] == "auto" and d["selected"] == "flashinfer_cutlass"
     assert isinstance(d["notes"], list)
-    assert [c["backend"] for c in d["candidates"]] == [
+    assert [c["backend"] for c in d["candidates"] if c["backend"] in NVFP4_MOE] == [
         "flashinfer_trtllm", "flashinfer_cutedsl", "b12x", "flashinfer_cutlass",
         "flashinfer_b12x", "cutlass", "marlin", "emulation"]
     assert sorted(c["backend"] for c in d["candidates"]) == sorted(MOE)
@@ -118,7 +123,8 @@ def test_explain_json_shape(runs):
     assert statuses == {"flashinfer_trtllm": "rejected", "flashinfer_cutedsl": "rejected",
                         "flashinfer_b12x": "opt_in", "b12x": "rejected",
                         "flashinfer_cutlass": "selected", "cutlass": "rejected",
-                        "marlin": "rejected", "emulation": "eligible"}
+                        "marlin": "rejected", "emulation": "eligible",
+                        **{b: "not_applicable" for b in OTHER_MOE}}
     for c in d["candidates"]:
         assert set(c) == {"backend", "status", "reasons"}
         assert c["status"] in schema.STATUSES
@@ -129,7 +135,7 @@ def test_explain_json_shape(runs):
         if c["status"] in ("selected", "eligible"):
             assert c["reasons"] == []
     assert d["entry_point"] == "selector.backends.flashinfer_cutlass:CutlassMoE"
-    assert d["summary"].startswith("3/8 backends usable")
+    assert d["summary"].startswith("3/13 backends usable")
 
 
 def test_explain_json_linear_lists_every_linear_backend(runs):
@@ -162,7 +168,9 @@ def test_exit_1_nothing_selectable(runs):
     assert d["platform"] == {"capability": None, "cuda": None, "source": "cpu",
                              "packages": d["platform"]["packages"]}
     assert all(v is None for v in d["platform"]["packages"].values())
-    assert all(c["status"] == "rejected" for c in d["candidates"])
+    assert all(c["status"] in ("rejected", "not_applicable") for c in d["candidates"])
+    assert {c["backend"] for c in d["candidates"] if c["status"] == "not_applicable"} <= \
+        set(OTHER_MOE) | set(LINEAR) - set(NVFP4_MOE)
 
 
 def test_exit_1_strict_refusal_still_explains(runs):
@@ -230,7 +238,8 @@ def test_list_json(runs):
                 assert rule["kind"] in reason_rules() and rule["source"].strip()
     opt_in = {(op, b["backend"]) for op in cat for b in cat[op] if b["opt_in"]}
     assert opt_in == {("moe", "flashinfer_b12x"), ("moe", "b12x"), ("linear", "b12x"),
-                      ("linear", "flashinfer_trtllm")}
+                      ("linear", "flashinfer_trtllm"),
+                      ("moe", "triton_unfused")}  # explicit only in vLLM (oracle/mxfp4.py)
 
 
 def test_check_packaged_tree(runs):
@@ -239,7 +248,7 @@ def test_check_packaged_tree(runs):
         pytest.skip("backends/ entry-point modules are not all written yet: " + r.stderr[:300])
     _no_error(r)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("ok: ") and "17 backends (8 moe, 9 linear)" in r.stdout
+    assert r.stdout.startswith("ok: ") and "28 backends (13 moe, 15 linear)" in r.stdout
     rj = runs["check-json"]
     assert rj.returncode == 0
     report = rj.json
