@@ -19,6 +19,18 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "vllm")]
 OUT = ROOT / "docs" / "vllm-parity.md"
 
 
+def why_lines(text: str, pairs, reasons) -> list:
+    """A cluster's "Why:" line and its rules: every failed rule of selector's answer, then the
+    engine-side sources the explanation adds."""
+    lines = [f"Why: {text}.", ""]
+    shown = set()
+    for x in reasons:
+        lines.append(f"- [{x.rule}] {x.message} ({x.source})")
+        shown.add((x.rule, x.source))
+    lines += [f"- [{rule}] {source}" for rule, source in pairs if (rule, source) not in shown]
+    return lines + [""]
+
+
 def _reasons(row):
     """The messages behind a cluster, from its first row's decision."""
     d, r = row.decision, row
@@ -78,17 +90,7 @@ def cluster_lines(report, heading: str) -> list:
         text, pairs = why
         lines.append(heading.format(i=i) + f"vLLM: {v}; selector: {s} ({len(members)} scenarios)")
         lines.append("")
-        lines.append(f"Why: {text}.")
-        lines.append("")
-        reasons = _reasons(members[0])
-        shown = set()
-        for x in reasons:
-            lines.append(f"- [{x.rule}] {x.message} ({x.source})")
-            shown.add((x.rule, x.source))
-        for rule, source in pairs:
-            if (rule, source) not in shown:
-                lines.append(f"- [{rule}] {source}")
-        lines.append("")
+        lines += why_lines(text, pairs, _reasons(members[0]))
         kern = members[0]
         lines.append(f"Kernels: vLLM {kern.vllm_kernel or '-'}; selector {kern.kernel or '-'}.")
         lines.append("")
@@ -231,16 +233,7 @@ def render_mx(report) -> str:
         m = members[0]
         lines.append(f"### MX-{i}. vLLM: {v}; selector: {s} ({len(members)} scenarios)")
         lines.append("")
-        lines.append(f"Why: {text}.")
-        lines.append("")
-        shown = set()
-        for x in _reasons(m):
-            lines.append(f"- [{x.rule}] {x.message} ({x.source})")
-            shown.add((x.rule, x.source))
-        for rule, source in pairs:
-            if (rule, source) not in shown:
-                lines.append(f"- [{rule}] {source}")
-        lines.append("")
+        lines += why_lines(text, pairs, _reasons(m))
         lines.append(f"Kernels: vLLM {m.vllm_kernel or '-'} ({m.vllm_quant or '-'}); selector "
                      f"{m.kernel or '-'} ({m.scheme or '-'}).")
         lines.append("")
@@ -302,16 +295,7 @@ def render_linear(report) -> str:
         lines.append(f"#### L{i}. vLLM: {v}; selector: {first.engine_name or s} "
                      f"({len(members)} scenarios)")
         lines.append("")
-        lines.append(f"Why: {text}.")
-        lines.append("")
-        shown = set()
-        for x in _reasons_linear(first):
-            lines.append(f"- [{x.rule}] {x.message} ({x.source})")
-            shown.add((x.rule, x.source))
-        for rule, source in pairs:
-            if (rule, source) not in shown:
-                lines.append(f"- [{rule}] {source}")
-        lines.append("")
+        lines += why_lines(text, pairs, _reasons_linear(first))
         lines.append(f"Kernels: vLLM {first.vllm_kernel or '-'}; selector {first.kernel or '-'}.")
         lines.append("")
         lines.append("Examples: " + "; ".join(f"`{m.scenario.label()}`" for m in members[:3])
