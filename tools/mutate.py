@@ -16,7 +16,8 @@ is written over the module and the tests run in a forked child (imports of hydra
 pytest stay warm in the parent; every `selector` module is imported afresh); the first failing
 test kills it (`-x`). The module is restored afterwards, also on Ctrl-C. Docstrings are not
 mutated. Prints killed/total and the survivors (file:line, the change); `--budget` (seconds)
-stops early and reports what was run. One mutant at a time: the machine is shared.
+stops early and reports what was run. One mutant at a time: the machine is shared. Slow-marked
+tests are left out unless --slow is given; a module whose tests are all slow-marked is named.
 """
 from __future__ import annotations
 
@@ -122,8 +123,13 @@ def tests_for(module: str) -> List[str]:
     return found or list(FALLBACK_TESTS)
 
 
-def run_tests(tests: List[str], timeout: float) -> bool:
-    """True when the tests pass (the mutant survives). Forked child; fresh `selector` imports."""
+NO_TESTS = 5  # pytest's exit code when the selection collects nothing
+
+
+def run_tests(tests: List[str], timeout: float, marks: str = "not slow") -> int:
+    """pytest's exit code in a forked child with fresh `selector` imports: 0 when the tests
+    pass (the mutant survives), NO_TESTS when `marks` selects none of them, 1 otherwise (a
+    failure, an error or a hang past `timeout`)."""
     pid = os.fork()
     if pid == 0:  # child
         try:
@@ -134,19 +140,20 @@ def run_tests(tests: List[str], timeout: float) -> bool:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
-            rc = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *tests])
-            os._exit(0 if rc == 0 else 1)
+            rc = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                              *(["-m", marks] if marks else []), *tests])
+            os._exit(int(rc) if int(rc) in (0, NO_TESTS) else 1)
         except BaseException:  # noqa: B036 - any failure of the child is a killed mutant
             os._exit(1)
     deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
         if time.monotonic() > deadline:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            return False  # a hang is noticed too
+            return 1  # a hang is noticed too
         time.sleep(0.05)
 
 
@@ -169,6 +176,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--only", help="a file of 'module:line: change' lines (an earlier run's "
                     "survivors): run just those; adding tests never revives a killed mutant")
     ap.add_argument("--timeout", type=float, default=300.0, help="per mutant, seconds")
+    ap.add_argument("--slow", action="store_true",
+                    help="run the slow-marked tests too (subprocess suites such as test_cli.py "
+                    "and test_faults.py: the only tests of commands/cli.py and the child runners)")
     args = ap.parse_args(argv)
     if args.all:
         args.modules = all_modules()
@@ -210,11 +220,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.sample and args.sample < len(mutants):
         mutants = random.Random(args.seed).sample(mutants, args.sample)  # random order too
     mutants = mutants[args.start:]
-    broken = [tests for tests in sorted({tuple(t) for t in tests_of.values()})
-              if not run_tests(list(tests), args.timeout)]
+    marks = "" if args.slow else "not slow"
+    baseline = {tests: run_tests(list(tests), args.timeout, marks)
+                for tests in sorted({tuple(t) for t in tests_of.values()})}
+    broken = [tests for tests, rc in baseline.items() if rc != 0]
     for tests in broken:
-        print(f"the tests fail on the unmutated code ({' '.join(tests)}); fix that first",
-              file=sys.stderr)
+        why = ("select no test without --slow (every one is slow-marked)"
+               if baseline[tests] == NO_TESTS else "fail on the unmutated code; fix that first")
+        print(f"the tests ({' '.join(tests)}) {why}", file=sys.stderr)
     if broken and (args.tests or len(args.modules) == 1):
         return 2
     if broken:  # several modules: leave out those whose tests fail here, and say which
@@ -240,7 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             ran += 1
             row = per[mod]
             row["ran"] = int(str(row["ran"])) + 1
-            if run_tests(tests_of[mod], args.timeout):
+            if run_tests(tests_of[mod], args.timeout, marks) == 0:
                 survivors.append(f"{mod}:{line}: {desc}")
                 row["survivors"].append(f"{line}: {desc}")  # type: ignore[attr-defined]
                 print(f"survived {mod}:{line}: {desc}", flush=True)
