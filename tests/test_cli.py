@@ -82,9 +82,15 @@ def test_explain_text(runs):
     assert lines[1].startswith("platform: dgx_spark (SM 12.1, CUDA 13.0); flashinfer-python 0.7.4")
     assert "requested: auto" in lines
     assert any(ln.startswith("selected: flashinfer_cutlass") for ln in lines)
-    for name in MOE:
-        assert any(ln.strip().startswith(name + " ") for ln in lines), name
     flat = " ".join(out.split())  # the text form wraps long reasons and notes
+    other = json.loads(runs["dgx-json"].stdout)["candidates"]
+    other = [c["backend"] for c in other if c["status"] == "not_applicable"
+             and {r["rule"] for r in c["reasons"]} == {"quant"}]
+    assert len(other) >= 2  # the FP8 and MX backends share one row
+    assert (f"({len(other)} others) not_applicable [quant] do not implement nvfp4: "
+            f"{', '.join(other)}") in flat
+    for name in MOE:
+        assert name in other or any(ln.strip().startswith(name + " ") for ln in lines), name
     assert "flashinfer_trtllm rejected [device] needs SM 10.0 or SM 10.3 or SM 10.7; this GPU is SM 12.1" \
         in flat
     assert "flashinfer_b12x opt_in [opt_in] never chosen automatically" in flat

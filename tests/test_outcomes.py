@@ -612,3 +612,37 @@ def test_the_hint_counts_only_installed_packages():
     assert got is not None and got.data == {"add": ("stack=vllm_0_33",)}
     some = SimpleNamespace(source="preset", packages=(("torch", None), ("vllm", "0.33.0")))
     assert no_packages_hint(some, stacks) is None
+
+
+def test_backends_of_other_schemes_share_one_row_of_the_text():
+    """Two or more backends that do not implement the layer's scheme at all are one row of the
+    text (an NVFP4 layer is not helped by an FP8/MX row each); JSON keeps every candidate."""
+    d1, _ = synthetic()
+    na = Reason("quant", "implements fp8_block layers, not nvfp4", "vLLM #4",
+                "do not implement nvfp4", status=S.NOT_APPLICABLE, final=True)
+    mixed = Reason("quant", "implements mxfp4 layers, not nvfp4", "vLLM #5",
+                   "do not implement nvfp4", status=S.NOT_APPLICABLE, final=True)
+    cands = d1.candidates + (Candidate("fp8_one", S.NOT_APPLICABLE, (na,)),
+                             Candidate("fp8_two_longer", S.NOT_APPLICABLE, (na,)))
+    d = Decision(dict(d1.layer), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
+    lines = str(d).splitlines()
+    at = next(i for i, ln in enumerate(lines) if "not_applicable" in ln)
+    assert lines[at:at + 3] == [
+        '  (3 others)  not_applicable  [quant] do not implement nvfp4: ee, fp8_one, fp8_two_longer '
+        '(vLLM #4);', '                                --why NAME shows one', '']
+    assert [c["backend"] for c in d.to_dict()["candidates"]] == [
+        "aa", "bb_backend", "cc", "dd", "ee", "ff", "fp8_one", "fp8_two_longer"]
+    # sources differ: none is shown on the shared row; the column widens for the row's label
+    cands = cands[:-1] + (Candidate("mx", S.NOT_APPLICABLE, (mixed,)),)
+    d = Decision(dict(d1.layer), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
+    rows = [ln for ln in str(d).splitlines() if "not_applicable" in ln]
+    assert rows == ['  (3 others)  not_applicable  [quant] do not implement nvfp4: ee, fp8_one, mx; '
+                    '--why NAME shows one']
+    # a not-applicable backend with another reason beside the scheme keeps its own row
+    other = Reason("device", "needs SM 10.x", "PR #3", "need SM 10.x", status=S.NOT_APPLICABLE)
+    cands = cands[:-1] + (Candidate("both", S.NOT_APPLICABLE, (na, other)),)
+    d = Decision(dict(d1.layer), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
+    text = str(d)
+    assert "(2 others)  not_applicable  [quant] do not implement nvfp4: ee, fp8_one (vLLM #4)" \
+        in text.replace("\n" + " " * 32, " ")
+    assert "  both        not_applicable  [quant] implements fp8_block" in text

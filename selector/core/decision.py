@@ -274,10 +274,29 @@ def candidate_table(candidates: Sequence[Any], empty: str) -> List[str]:
     """The backend / status / why table of a decision's text (one rank's or an agreed one):
     selected first, then eligible, opt-in, rejected, not applicable; `empty` where a usable
     candidate has no reason to show."""
-    width = max([len(c.backend) for c in candidates] + [7])
+    # backends that do not implement the layer's scheme at all share one row: an NVFP4 layer
+    # is not helped by five FP8/MX rows (the JSON and `--why NAME` keep each one)
+    other = [c for c in candidates if c.status == Status.NOT_APPLICABLE and c.reasons
+             and all(r.rule == "quant" for r in c.reasons)]
+    if len(other) < 2:
+        other = []
+    width = max([len(c.backend) for c in candidates if c not in other] + [7]
+                + ([len(f"({len(other)} others)")] if other else []))
     pad = " " * (width + 20)
     lines = [f"  {'backend'.ljust(width)}  {'status'.ljust(14)}  why"]
     for c in sorted(candidates, key=lambda c: _TEXT_ORDER[Status(c.status)]):  # stable
+        if c in other:
+            if c is other[0]:
+                first = c.reasons[0]
+                sources = {r.source for o in other for r in o.reasons}
+                src = f" ({first.source})" if len(sources) == 1 else ""
+                head = (f"  {f'({len(other)} others)'.ljust(width)}  "
+                        f"{str(Status.NOT_APPLICABLE.value).ljust(14)}  ")
+                lines.extend(textwrap.wrap(
+                    f"[{first.rule}] {first.need}: {', '.join(o.backend for o in other)}{src}; "
+                    "--why NAME shows one", width=max(WRAP, len(pad) + 60), initial_indent=head,
+                    subsequent_indent=pad + "  ", break_on_hyphens=False, break_long_words=False))
+            continue
         head = f"  {c.backend.ljust(width)}  {str(Status(c.status).value).ljust(14)}  "
         if not c.reasons:
             lines.append(head + (empty if c.status in (Status.SELECTED, Status.ELIGIBLE) else ""))
