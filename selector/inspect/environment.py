@@ -269,13 +269,19 @@ def gpu_from_answer(raw: Dict[str, Any]) -> Gpu:
     elif "capability" in raw or not notes:
         notes.append(f"NVML returned an invalid compute capability ({_show(cap)}): GPU "
                      "unknown")
-    if name is not None and not (0 < len(name) <= 96 and name.isprintable()):
+    if name is not None and not _valid_name(name):
         notes.append(f"NVML returned an invalid GPU name ({_show(name)}); ignored")
         name = None
     if capability is None:
         return Gpu(name, None, driver, driver_cuda, count, method, notes)
     return Gpu(name, capability, driver, driver_cuda, count, method,
                notes + _count_note(count))
+
+
+def _valid_name(name: str) -> bool:
+    """A GPU name worth showing: 1 to 96 printable characters, none of them U+FFFD (bytes that
+    were not UTF-8; `isprintable()` alone accepts U+FFFD)."""
+    return 0 < len(name) <= 96 and name.isprintable() and "\ufffd" not in name
 
 
 def _plain_int(v: object) -> TypeGuard[int]:
@@ -286,9 +292,9 @@ def _text(v: Any) -> Optional[str]:
     """A string NVML returned (as text, or as hex bytes from the child), else None."""
     if isinstance(v, dict) and isinstance(v.get("bytes"), str):
         try:
-            return bytes.fromhex(v["bytes"]).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return "\ufffd"  # not printable as a name: refused by the caller's check
+            return bytes.fromhex(v["bytes"]).decode("utf-8", "replace")
+        except ValueError:
+            return "\ufffd"  # not hex: refused by the caller's check (_valid_name)
     return v if isinstance(v, str) else None
 
 
@@ -330,7 +336,7 @@ def _torch_child() -> Gpu:
             all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 100 for x in cap))):
         return Gpu(method="torch", notes=[f"torch gave a malformed answer: {str(out)[:200]}"])
     name, count = out.get("name"), out.get("count", 0)
-    if not (isinstance(name, str) and 0 < len(name) <= 96 and name.isprintable()):
+    if not (isinstance(name, str) and _valid_name(name)):
         name = None
     return Gpu(name, tuple(cap) if cap else None, None, None,
                count if isinstance(count, int) and not isinstance(count, bool) else 0,
