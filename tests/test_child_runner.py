@@ -74,3 +74,12 @@ def test_the_child_gets_this_interpreter():
     events, rc, _, _ = cr.run_child("import sys, json\nprint('@@' + json.dumps(sys.executable))",
                                     {}, 60.0, "@@")
     assert events == [sys.executable] and rc == 0
+
+
+def test_output_of_exactly_the_limit_is_kept_whole(monkeypatch):
+    monkeypatch.setattr(cr, "MAX_OUTPUT", 1 << 20)
+    body = "x" * ((1 << 20) - 4)  # '@@' + two quotes: exactly MAX_OUTPUT bytes
+    boot = f"import sys\nsys.stdout.write('@@\"' + 'x' * {len(body)} + '\"')\n"
+    events, rc, timed_out, err = cr.run_child(boot, {}, 60.0, "@@")
+    assert events == [body] and rc == 0 and not cr.truncated(err)
+
