@@ -120,7 +120,8 @@ def render_fp8(report) -> str:
         "vLLM's CUTLASS grouped-GEMM check (`cutlass_group_gemm_supported`: SM 9.x with CUDA "
         ">= 12.3, SM >= 10.0 with CUDA >= 12.8) and DeepGEMM (bundled in vLLM's wheel; "
         "`is_deep_gemm_supported` on SM 9.0, 10.x, 12.x) answered from the scenario. selector "
-        "decides through the plugin's Chooser with `engine=vllm stack=vllm_0_32`; "
+        "decides through the plugin's Chooser with `engine=vllm stack=vllm_0_32` and the "
+        "plugin's `fp8_moe_switches`: `allow_vllm_cutlass=False` is `policy.exclude=[cutlass]`, "
         "`VLLM_MOE_USE_DEEP_GEMM=0` is `policy.exclude=[deep_gemm]`, `=1` requests `deep_gemm`.",
         "",
         f"Sweep: {len(rows)} scenarios: no GPU (vLLM's CPU platform) and SM {caps}; CUDA "

@@ -2,8 +2,9 @@
 
 `register()` is vLLM's general plugin (entry point group `vllm.general_plugins`, name
 `selector`). It does nothing unless the operator sets SELECTOR_VLLM=1; then every NVFP4 MoE and
-linear layer is decided by selector, and vLLM builds that choice through its own explicit-backend
-path (`moe_backend=` / `--linear-backend`), so vLLM's checks still run on it. One log line per
+linear layer and every FP8 and MXFP8 MoE layer is decided by selector, and vLLM builds that
+choice through its own explicit-backend path (`moe_backend=` / `--linear-backend`), so vLLM's checks still run
+on it. One log line per
 distinct layer says what selector chose and why; when selector refuses, vLLM's error carries
 selector's whole explanation.
 
@@ -29,6 +30,8 @@ log = logging.getLogger("vllm.selector")  # vLLM's handlers print it beside vLLM
 ENV_ENABLE = "SELECTOR_VLLM"
 ENV_OVERRIDES = "SELECTOR_VLLM_OVERRIDES"
 MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
+FP8_MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.fp8"
+MXFP8_MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp8"
 LINEAR_KERNELS = "vllm.model_executor.kernels.linear"
 _DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float32": "float32"}
 # vLLM all2all backend -> selector's layer.all2all vocabulary
@@ -164,14 +167,19 @@ class Chooser:
 
     @staticmethod
     def _with_policy(base: Selector, op: str, requested: str,
-                     quant: Optional[str] = None) -> Selector:
-        """`base` with vLLM's requested backend as policy (the run config is immutable: cheap)."""
+                     quant: Optional[str] = None, exclude: Tuple[str, ...] = ()) -> Selector:
+        """`base` with vLLM's requested backend as policy, and the backends vLLM's switches
+        leave out (`exclude`, vLLM's names) as policy.exclude (the run config is immutable:
+        cheap)."""
         from selector.api import Selector
         from selector.core.model import normalize_backends
         run = base.run_config
         req = normalize_backends(op, list(requested_names(op, requested, run.catalogue)),
                                  run.catalogue)
         request: Dict[str, Any] = {f"{op}_backend": req}
+        if exclude:
+            mine = {n for v in exclude for n in requested_names(op, v, run.catalogue)}
+            request["exclude"] = tuple(sorted(set(run.policy.exclude) | mine))
         policy = dataclasses.replace(run.policy, **request)
         return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
 
@@ -182,12 +190,16 @@ class Chooser:
         return ["engine=vllm", "platform=auto",
                 "platform.capability=" + (cap if cap else "null"), *extra]
 
-    def decide(self, layer: Dict[str, Any], requested: str) -> Decision:
+    def decide(self, layer: Dict[str, Any], requested: str,
+               exclude: Tuple[str, ...] = ()) -> Decision:
+        """selector's decision for a vLLM layer; `requested` and `exclude` (what a vLLM switch
+        keeps out: fp8_moe_switches) in vLLM's names."""
         base = tuple(self.overrides())
-        key = base + (layer["op"], requested, str(layer.get("quant")))
+        key = base + (layer["op"], requested, str(layer.get("quant"))) + exclude
         sel = self._selectors.get(key)
         if sel is None:
-            sel = self._with_policy(self._base(base), layer["op"], requested, layer.get("quant"))
+            sel = self._with_policy(self._base(base), layer["op"], requested, layer.get("quant"),
+                                    exclude)
             with self._lock:
                 sel = self._selectors.setdefault(key, sel)
         d = sel.select(**layer)
@@ -208,29 +220,94 @@ def refusal(d: Decision, what: str) -> str:
 CHOOSER = Chooser()
 
 
-def select_moe(original: Callable[..., Any], config: Any, weight_key: Any, activation_key: Any,
-               chooser: Optional[Chooser] = None) -> Any:
-    """select_nvfp4_moe_backend, decided by selector and built by vLLM's explicit path."""
+def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any], what: str,
+                call: Callable[[Callable[..., Any], Any], Any], chooser: Optional[Chooser],
+                switches: Optional[Callable[[str], Tuple[str, Tuple[str, ...]]]] = None) -> Any:
+    """One MoE oracle of vLLM, decided by selector and built by vLLM's explicit path: the layer
+    from `config` and the (weight, activation) QuantKeys `keys`; `switches` turns vLLM's
+    requested backend into (requested, excluded) where vLLM has switches of its own (FP8);
+    `call(fn, config)` calls vLLM's oracle `fn` as its caller did. A layer selector cannot
+    describe is vLLM's alone; a refusal raises vLLM's error type with the explanation."""
     chooser = chooser or CHOOSER
+    requested: str = config.moe_backend
+    exclude: Tuple[str, ...] = ()
     try:
-        layer = moe_layer(config, weight_key, activation_key)
-        d = chooser.decide(layer, config.moe_backend)
+        layer = moe_layer(config, *keys)
+        if switches is not None:
+            requested, exclude = switches(config.moe_backend)
+        d = chooser.decide(layer, requested, exclude)
     except NotExpressible as exc:
-        log.info("selector: NVFP4 MoE layer with %s: vLLM decides alone", exc)
-        return original(config, weight_key, activation_key)
+        log.info("selector: %s MoE layer with %s: vLLM decides alone", what, exc)
+        return call(original, config)
     if d.selected is None:
-        error = NotImplementedError if config.moe_backend == "auto" else ValueError
-        raise error(refusal(d, "every NvFp4 MoE backend for this layer"
-                            if config.moe_backend == "auto" else
-                            f"moe_backend={config.moe_backend!r} for this layer"))
+        error = NotImplementedError if requested == "auto" else ValueError
+        why = refusal(d, f"every {what} MoE backend for this layer" if requested == "auto"
+                      else f"moe_backend={requested!r} for this layer")
+        if exclude or requested != config.moe_backend:
+            why += (f"\nvLLM's switches: moe_backend={requested!r}, excluded: "
+                    f"{', '.join(exclude) or 'none'} ({FP8_SWITCHES_SOURCE})")
+        raise error(why)
     assert d.engine is not None  # every Chooser decision is made with engine=vllm
     forced = copy.copy(config)
     forced.moe_backend = d.engine["backend"]
     try:
-        return original(forced, weight_key, activation_key)
+        return call(original, forced)
     except (ValueError, NotImplementedError) as exc:
         raise ValueError(f"vLLM cannot build selector's choice {d.selected}: {exc}\n{d}") \
             from exc
+
+
+def select_moe(original: Callable[..., Any], config: Any, weight_key: Any, activation_key: Any,
+               chooser: Optional[Chooser] = None) -> Any:
+    """select_nvfp4_moe_backend, decided by selector and built by vLLM's explicit path."""
+    return _moe_choice(original, config, (weight_key, activation_key), "NvFp4",
+                       lambda fn, c: fn(c, weight_key, activation_key), chooser)
+
+
+# vLLM 0.32.0 fused_moe/oracle/fp8.py, select_fp8_moe_backend: what its switches do
+FP8_SWITCHES_SOURCE = (
+    "vLLM 0.32.0 fused_moe/oracle/fp8.py (select_fp8_moe_backend: allow_vllm_cutlass=False "
+    "refuses an explicit cutlass and drops VLLM_CUTLASS from the automatic list; on automatic "
+    "selection VLLM_USE_DEEP_GEMM or VLLM_MOE_USE_DEEP_GEMM set to 0 drops DEEPGEMM, both "
+    "set to 1 force it)")
+
+
+def fp8_moe_switches(requested: str, allow_vllm_cutlass: bool) -> Tuple[str, Tuple[str, ...]]:
+    """vLLM's FP8 MoE switches as selector's policy: (requested, excluded vLLM names).
+
+    The quant method's `allow_vllm_cutlass` (False for fp8 and modelopt checkpoints) keeps
+    vLLM's CUTLASS FP8 MoE out, asked for or not; on automatic selection the DeepGEMM
+    environment variables, read by vLLM's own envs module, exclude DeepGEMM (either one 0) or
+    request it (set and both 1). An explicit --moe-backend comes before the variables, as in
+    vLLM (FP8_SWITCHES_SOURCE)."""
+    from vllm import envs
+    exclude: Tuple[str, ...] = () if allow_vllm_cutlass else ("cutlass",)
+    if requested == "auto" and (envs.is_set("VLLM_USE_DEEP_GEMM")
+                                or envs.is_set("VLLM_MOE_USE_DEEP_GEMM")):
+        if envs.VLLM_USE_DEEP_GEMM and envs.VLLM_MOE_USE_DEEP_GEMM:
+            return "deep_gemm", exclude
+        exclude += ("deep_gemm",)
+    return requested, exclude
+
+
+def select_fp8_moe(original: Callable[..., Any], config: Any, weight_key: Any,
+                   activation_key: Any, allow_vllm_cutlass: bool = False,
+                   chooser: Optional[Chooser] = None) -> Any:
+    """select_fp8_moe_backend, decided by selector (vLLM's switches as policy:
+    fp8_moe_switches) and built by vLLM's explicit path."""
+    return _moe_choice(original, config, (weight_key, activation_key), "FP8",
+                       lambda fn, c: fn(c, weight_key, activation_key,
+                                        allow_vllm_cutlass=allow_vllm_cutlass), chooser,
+                       lambda requested: fp8_moe_switches(requested, allow_vllm_cutlass))
+
+
+def select_mxfp8_moe(original: Callable[..., Any], config: Any,
+                     chooser: Optional[Chooser] = None) -> Any:
+    """select_mxfp8_moe_backend (its keys are MXFP8's own), decided by selector and built by
+    vLLM's explicit path."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+    return _moe_choice(original, config, (q.kMxfp8Static, q.kMxfp8Dynamic), "MXFP8",
+                       lambda fn, c: fn(c), chooser)
 
 
 _forced = threading.local()
@@ -310,14 +387,20 @@ def installed() -> bool:
 
 
 def install() -> None:
-    """Route vLLM's NVFP4 MoE and linear selection through selector (idempotent)."""
+    """Route vLLM's NVFP4 MoE and linear, FP8 MoE and MXFP8 MoE selection through selector
+    (idempotent)."""
     import importlib
     if installed():
         return
     oracle = importlib.import_module(MOE_ORACLE)
+    fp8: Any = importlib.import_module(FP8_MOE_ORACLE)
     kernels: Any = importlib.import_module(LINEAR_KERNELS)  # vLLM's private names: untyped
     _rebind(oracle.select_nvfp4_moe_backend,
             _wrap(oracle.select_nvfp4_moe_backend, select_moe))
+    _rebind(fp8.select_fp8_moe_backend, _wrap(fp8.select_fp8_moe_backend, select_fp8_moe))
+    mx8: Any = importlib.import_module(MXFP8_MOE_ORACLE)
+    _rebind(mx8.select_mxfp8_moe_backend,
+            _wrap(mx8.select_mxfp8_moe_backend, select_mxfp8_moe))
     kernels._get_linear_backend = linear_backend_hook(kernels._get_linear_backend)
     _rebind(kernels.init_nvfp4_linear_kernel,
             _wrap(kernels.init_nvfp4_linear_kernel, select_linear))
@@ -329,7 +412,11 @@ def uninstall() -> None:
     if mod is None or not installed():
         return
     kernels: Any = sys.modules[LINEAR_KERNELS]  # vLLM's private names: untyped
+    fp8: Any = sys.modules[FP8_MOE_ORACLE]
     _rebind(mod.select_nvfp4_moe_backend, mod.select_nvfp4_moe_backend.__selector_original__)
+    _rebind(fp8.select_fp8_moe_backend, fp8.select_fp8_moe_backend.__selector_original__)
+    mx8: Any = sys.modules[MXFP8_MOE_ORACLE]
+    _rebind(mx8.select_mxfp8_moe_backend, mx8.select_mxfp8_moe_backend.__selector_original__)
     _rebind(kernels.init_nvfp4_linear_kernel,
             kernels.init_nvfp4_linear_kernel.__selector_original__)
     kernels._get_linear_backend = kernels._get_linear_backend.__selector_original__
@@ -344,13 +431,15 @@ def register() -> None:
         return
     words(ENV_OVERRIDES)
     install()
-    log.info("selector: deciding NVFP4 MoE and linear backends (%s=1)", ENV_ENABLE)
+    log.info("selector: deciding NVFP4 MoE and linear, FP8 MoE and MXFP8 MoE backends (%s=1)",
+             ENV_ENABLE)
 
 
 def iter_rebound() -> Iterator[str]:
     """Modules whose selection functions point at selector now (tests, diagnostics)."""
     for name, mod in list(sys.modules.items()):
         if name.startswith("vllm") and mod is not None:
-            for attr in ("select_nvfp4_moe_backend", "init_nvfp4_linear_kernel"):
+            for attr in ("select_nvfp4_moe_backend", "init_nvfp4_linear_kernel",
+                         "select_fp8_moe_backend", "select_mxfp8_moe_backend"):
                 if hasattr(getattr(mod, attr, None), "__selector_original__"):
                     yield f"{name}.{attr}"

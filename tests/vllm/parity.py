@@ -8,9 +8,11 @@ automatic selection (CONTRACT). Anything else is unexplained.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import sim
 
@@ -52,8 +54,6 @@ class Row:
     decision: Any
     vllm_kernel: Optional[str] = None  # the kernel class vLLM built
     vllm_auto: Optional[Tuple[Optional[str], Optional[str]]] = None  # vLLM with auto: backend, kernel
-    # FP8 with allow_vllm_cutlass off: vLLM's (backend, kernel) with it on
-    vllm_allowed: Optional[Tuple[Optional[str], Optional[str]]] = None
     why: Optional[Tuple[str, Tuple[Tuple[str, str], ...]]] = None  # (cluster text, reasons)
     # MXFP4: the activation precision of vLLM's pick as selector's scheme (its backend enum's
     # _BF16/_MXFP8/_MXFP4 suffix; FP8_ACT for DeepGEMM's FP8 1x128 activations); None: not compared
@@ -109,12 +109,6 @@ _MOE_NAMES = {"VLLM_CUTLASS": "cutlass", "FLASHINFER_CUTEDSL_BATCHED": "flashinf
               "BATCHED_VLLM_CUTLASS": "cutlass", "BATCHED_TRITON": "triton",
               "DEEPGEMM": "deep_gemm", "BATCHED_DEEPGEMM": "deep_gemm"}
 FP8_SCHEMES = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
-ALLOW_CUTLASS_SOURCE = ("vLLM 0.32.0 quantization/fp8.py (Fp8MoEMethod: select_fp8_moe_backend("
-                        "..., allow_vllm_cutlass=False)), quantization/modelopt.py (default False), "
-                        "compressed_tensors_moe_w8a8_fp8.py (allow_vllm_cutlass=True); "
-                        "fused_moe/oracle/fp8.py (select_fp8_moe_backend: 'vLLM CUTLASS FP8 MoE "
-                        "backend is disabled for this configuration', VLLM_CUTLASS removed from "
-                        "the automatic list)")
 DEEP_GEMM_ENV_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/fp8.py (select_fp8_moe_backend: "
                         "VLLM_MOE_USE_DEEP_GEMM=0 removes DEEPGEMM from the automatic list, =1 "
                         "returns DEEPGEMM or raises); selector: policy.exclude=[deep_gemm], "
@@ -122,20 +116,12 @@ DEEP_GEMM_ENV_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/fp8.py (select_fp8_moe_bac
 
 
 def vllm_moe(s: sim.Scenario, select: Any) -> Tuple[Optional[str], str, Optional[str]]:
-    import os
     kw = {"allow_vllm_cutlass": s.allow_cutlass} if s.quant in FP8_SCHEMES else {}
-    env = "VLLM_MOE_USE_DEEP_GEMM"
-    saved = os.environ.pop(env, None)
-    if s.deep_gemm_env is not None:
-        os.environ[env] = s.deep_gemm_env
     try:  # vLLM's MoE config itself refuses some layers on some platforms
-        backend, experts = select(sim.moe_config(s, s.requested), *sim.quant_keys(s), **kw)
+        with _deep_gemm_env(s):
+            backend, experts = select(sim.moe_config(s, s.requested), *sim.quant_keys(s), **kw)
     except (ValueError, NotImplementedError) as exc:
         return None, str(exc).splitlines()[0], None
-    finally:
-        os.environ.pop(env, None)
-        if saved is not None:
-            os.environ[env] = saved
     if experts is None:  # Fp8MoeBackend.NONE: no backend, no error (a platform vLLM leaves open)
         return None, f"vLLM returned {backend.value}", None
     return _MOE_NAMES.get(backend.value, backend.value.lower()), "", experts.__name__
@@ -303,40 +289,35 @@ _CHOOSERS: Dict[Any, adapter.Chooser] = {}
 
 def selector_decision(s: sim.Scenario, composed: bool = False) -> Any:
     """selector's decision through the plugin's Chooser; `composed`: with the machine as
-    Hydra overrides (the plugin's own path), else MachineChooser. VLLM_MOE_USE_DEEP_GEMM is
-    what selector says with policy.exclude=[deep_gemm] (0) and by requesting deep_gemm (1, on
+    Hydra overrides (the plugin's own path), else MachineChooser. An FP8 layer goes through the
+    plugin's own fp8_moe_switches: allow_vllm_cutlass=False is policy.exclude=[cutlass];
+    VLLM_MOE_USE_DEEP_GEMM=0 is policy.exclude=[deep_gemm], =1 requests deep_gemm (on
     automatic selection: vLLM's explicit --moe-backend comes first)."""
     if composed:
         extra = [STACK, *s.selector_overrides()]
         chooser = _CHOOSERS.setdefault(tuple(extra), adapter.Chooser(extra=extra))
     else:
         chooser = _CHOOSERS.setdefault(s.machine, MachineChooser(s))
-    requested = s.requested
-    if s.deep_gemm_env == "1" and requested == "auto":
-        requested = "deep_gemm"
-    if s.deep_gemm_env == "0" and requested == "auto":
-        return _excluding(chooser, selector_layer(s), requested, ("deep_gemm",))
-    return chooser.decide(selector_layer(s), requested)
+    requested, exclude = s.requested, ()
+    if s.op == "moe" and s.quant in FP8_SCHEMES:
+        with _deep_gemm_env(s):
+            requested, exclude = adapter.fp8_moe_switches(s.requested, s.allow_cutlass)
+    return chooser.decide(selector_layer(s), requested, exclude)
 
 
-_EXCLUDING: Dict[Any, Any] = {}
-
-
-def _excluding(chooser: adapter.Chooser, layer: Dict[str, Any], requested: str,
-               exclude: Tuple[str, ...]) -> Any:
-    """The Chooser's decision with policy.exclude set (vLLM's env var that drops a backend)."""
-    import dataclasses
-
-    from selector.api import Selector
-    key = (id(chooser), requested, exclude)
-    sel = _EXCLUDING.get(key)
-    if sel is None:
-        base = chooser._with_policy(chooser._base(tuple(chooser.overrides())), "moe", requested)
-        run = base.run_config
-        policy = dataclasses.replace(run.policy, exclude=list(exclude))
-        sel = _EXCLUDING[key] = Selector(dataclasses.replace(run, policy=policy), base.tree,
-                                         base.probes)
-    return sel.select(**layer)
+@contextlib.contextmanager
+def _deep_gemm_env(s: sim.Scenario) -> Iterator[None]:
+    """VLLM_MOE_USE_DEEP_GEMM as the scenario sets it (unset: None), for vLLM's envs module."""
+    env = "VLLM_MOE_USE_DEEP_GEMM"
+    saved = os.environ.pop(env, None)
+    if s.deep_gemm_env is not None:
+        os.environ[env] = s.deep_gemm_env
+    try:
+        yield
+    finally:
+        os.environ.pop(env, None)
+        if saved is not None:
+            os.environ[env] = saved
 
 
 def asked(s: sim.Scenario, vllm_quant: Optional[str]) -> sim.Scenario:
@@ -371,14 +352,6 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
                 f"unfiltered kernel list and lands on {r.vllm_kernel}, where its automatic path "
                 f"picks {r.kernel}; selector decides the layer as vLLM's automatic path does",
                 _why(d.candidate(req)) + (("engine", FALLBACK_SOURCE),))
-    s = r.scenario
-    if not s.allow_cutlass and r.selected == "cutlass" and \
-            r.vllm_allowed == (r.selected, r.kernel):
-        # the checkpoint's quant method keeps vLLM's CUTLASS FP8 MoE out (a fact of the
-        # checkpoint format, which a selector layer does not carry)
-        return ("this checkpoint's quant method passes allow_vllm_cutlass=False: vLLM keeps its "
-                "CUTLASS FP8 MoE for compressed-tensors checkpoints",
-                (("engine", ALLOW_CUTLASS_SOURCE),))
     if r.vllm is not None and r.vllm not in names:
         src = outside_names.get(r.vllm)
         return None if src is None else \
@@ -435,9 +408,6 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
                     if not row.agrees and s.requested != "auto":  # vLLM's automatic answer too
                         auto_v, _, auto_k = vllm_choice(replace(s, requested="auto"))
                         row.vllm_auto = (auto_v, auto_k)
-                    if not row.agrees and not s.allow_cutlass:  # vLLM with its CUTLASS allowed
-                        allowed_v, _, allowed_k = vllm_choice(replace(s, allow_cutlass=True))
-                        row.vllm_allowed = (allowed_v, allowed_k)
                 else:
                     v, err, kern, vq = vllm_mx(s)
                     row = Row(s, v, err, selector_decision(asked(s, vq)), kern, vllm_quant=vq)

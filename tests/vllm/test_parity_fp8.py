@@ -101,13 +101,18 @@ def test_batched_format_runs_the_batched_kernels():
     assert r.agrees and r.kernel == "CutlassBatchedExpertsFp8"
 
 
-def test_allow_vllm_cutlass_is_explained_by_the_quant_method():
+def test_allow_vllm_cutlass_is_policy_exclude():
+    """The quant method's allow_vllm_cutlass=False (fp8, modelopt) reaches selector through
+    the plugin's fp8_moe_switches as policy.exclude=[cutlass]: automatic selection agrees, an
+    explicit cutlass is refused by both."""
     s = _fp8("10.0", "fp8_channel")
     assert _row(s).agrees and _row(s).vllm == "cutlass"
     r = _row(replace(s, allow_cutlass=False))
-    assert (r.vllm, r.selected) == ("triton", "cutlass")
-    text, reasons = r.why
-    assert "allow_vllm_cutlass" in text and "quantization/fp8.py" in reasons[0][1]
+    assert r.agrees and (r.vllm, r.selected) == ("triton", "triton")
+    assert r.decision.candidate("cutlass").reasons[0].rule == "exclude"
+    r = _row(replace(s, allow_cutlass=False, requested="cutlass"))
+    assert r.agrees and r.vllm is None and r.selected is None
+    assert "disabled for this configuration" in r.vllm_error
 
 
 def test_deep_gemm_env_var_is_policy():
@@ -122,10 +127,6 @@ def test_an_unexplained_fp8_difference_fails():
     row = _row(_fp8("10.0", "fp8_block"))
     assert row.agrees
     row.vllm, row.vllm_error = None, "simulated refusal"
-    assert parity.explain(row, parity.outside()) is None
-    row = _row(_fp8("10.0", "fp8_channel", allow_cutlass=False))
-    assert row.why is not None and row.vllm_allowed == ("cutlass", "TritonOrCutlassExperts")
-    row.vllm_allowed = ("marlin", "MarlinExperts")  # vLLM would not run CUTLASS either
     assert parity.explain(row, parity.outside()) is None
     row = _row(_fp8("10.0", "fp8_tensor"))
     row.vllm_kernel = "TrtLlmFp8ExpertsModular"  # same backend name, another kernel
