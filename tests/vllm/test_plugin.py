@@ -119,17 +119,11 @@ def test_vllm_builds_selectors_choice_over_the_sweep(entry_point, monkeypatch, s
     assert counts["built"] > 1000 and counts["refused"] > 50
 
 
-def test_vllm_builds_selectors_choice_for_fp8_moe(entry_point, monkeypatch, simulation):
-    """select_fp8_moe_backend through the names vLLM's FP8 quant method imported: vLLM builds
-    selector's choice (backend and kernel class) or both refuse, over a sample of the FP8
-    sweep, with allow_vllm_cutlass and VLLM_MOE_USE_DEEP_GEMM as the scenario sets them."""
-    load_plugins(monkeypatch, enabled=True)
-    from vllm.model_executor.layers.quantization import fp8 as fp8_method
-    rebound = set(adapter.iter_rebound())
-    assert "vllm.model_executor.layers.quantization.fp8.select_fp8_moe_backend" in rebound
-    assert "vllm.model_executor.layers.fused_moe.oracle.fp8.select_fp8_moe_backend" in rebound
+def sweep_through_plugin(monkeypatch, simulation, space, built, what):
+    """Each scenario of `space` through the loaded plugin: `built(s)` is vLLM's (backend,
+    error, kernel) from its own oracle (the rebound name); vLLM builds selector's choice, or
+    selector refused and vLLM's error carries the refusal. Returns the counts."""
     counts = {"built": 0, "refused": 0, "config": 0}
-    space = sorted(sim.fp8_sweep(), key=lambda s: str(s.machine))[::23]
     for s in space:
         monkeypatch.setenv(adapter.ENV_OVERRIDES, plugin_overrides(s))
         with simulation.scenario(s):
@@ -139,7 +133,7 @@ def test_vllm_builds_selectors_choice_for_fp8_moe(entry_point, monkeypatch, simu
                 counts["config"] += 1
                 continue
             d = parity.selector_decision(s)
-            name, error, kernel = parity.vllm_moe(s, fp8_method.select_fp8_moe_backend)
+            name, error, kernel = built(s)
         if d.selected is None:
             assert name is None and "selector refuses" in error, (s.label(), name, error)
             counts["refused"] += 1
@@ -147,9 +141,24 @@ def test_vllm_builds_selectors_choice_for_fp8_moe(entry_point, monkeypatch, simu
             assert (name, kernel) == (d.engine["backend"], d.engine["kernel"]), \
                 (s.label(), name, kernel, error)
             counts["built"] += 1
-    print(f"plugin FP8 sweep: {len(space)} scenarios, {counts['built']} built as selector "
+    print(f"plugin {what} sweep: {len(space)} scenarios, {counts['built']} built as selector "
           f"chose, {counts['refused']} refused with selector's explanation, {counts['config']} "
           "refused by vLLM's MoE config on its CPU platform")
+    return counts
+
+
+def test_vllm_builds_selectors_choice_for_fp8_moe(entry_point, monkeypatch, simulation):
+    """select_fp8_moe_backend through the names vLLM's FP8 quant method imported: vLLM builds
+    selector's choice (backend and kernel class) or both refuse, over a sample of the FP8
+    sweep, with allow_vllm_cutlass and VLLM_MOE_USE_DEEP_GEMM as the scenario sets them."""
+    load_plugins(monkeypatch, enabled=True)
+    from vllm.model_executor.layers.quantization import fp8 as fp8_method
+    rebound = set(adapter.iter_rebound())
+    assert "vllm.model_executor.layers.quantization.fp8.select_fp8_moe_backend" in rebound
+    assert "vllm.model_executor.layers.fused_moe.oracle.fp8.select_fp8_moe_backend" in rebound
+    space = sorted(sim.fp8_sweep(), key=lambda s: str(s.machine))[::23]
+    counts = sweep_through_plugin(monkeypatch, simulation, space, lambda s: parity.vllm_moe(
+        s, fp8_method.select_fp8_moe_backend), "FP8")
     assert counts["built"] > 500 and counts["refused"] > 20
     assert {s.allow_cutlass for s in space} == {True, False}
     assert {s.deep_gemm_env for s in space} == {None, "0", "1"}
@@ -183,31 +192,12 @@ def test_vllm_builds_selectors_choice_for_mxfp8_moe(entry_point, monkeypatch, si
     rebound = set(adapter.iter_rebound())
     assert "vllm.model_executor.layers.quantization.modelopt.select_mxfp8_moe_backend" in rebound
     assert "vllm.model_executor.layers.fused_moe.oracle.mxfp8.select_mxfp8_moe_backend" in rebound
-    counts = {"built": 0, "refused": 0, "config": 0}
     # vLLM's wheel bundles DeepGEMM and triton_kernels (the sweep's builds without them are
     # parity questions: selector's packages do not describe vLLM's vendored copies)
     space = sorted((s for s in sim.sweep_mx() if s.oracle == "mxfp8" and s.deep_gemm and
                     s.triton_kernels), key=lambda s: str(s.machine))[::2]
-    for s in space:
-        monkeypatch.setenv(adapter.ENV_OVERRIDES, plugin_overrides(s))
-        with simulation.scenario(s):
-            try:
-                sim.moe_config(s, s.requested)
-            except NotImplementedError:
-                counts["config"] += 1
-                continue
-            d = parity.selector_decision(s)
-            name, error, kernel, _ = parity.vllm_mx(s)  # the oracle module's name: rebound
-        if d.selected is None:
-            assert name is None and "selector refuses" in error, (s.label(), name, error)
-            counts["refused"] += 1
-        else:
-            assert (name, kernel) == (d.engine["backend"], d.engine["kernel"]), \
-                (s.label(), name, kernel, error)
-            counts["built"] += 1
-    print(f"plugin MXFP8 sweep: {len(space)} scenarios, {counts['built']} built as selector "
-          f"chose, {counts['refused']} refused with selector's explanation, {counts['config']} "
-          "refused by vLLM's MoE config on its CPU platform")
+    counts = sweep_through_plugin(monkeypatch, simulation, space,
+                                  lambda s: parity.vllm_mx(s)[:3], "MXFP8")  # the rebound name
     assert counts["built"] > 50 and counts["refused"] > 10
 
 
