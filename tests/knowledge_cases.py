@@ -1417,6 +1417,21 @@ SCHEME_BOUNDARIES = _cutlass_cuda() + _marlin_vllm_only() + [
       layer=_lin("mxfp8", intermediate_size=4112)),
     C("fi-cutlass-mxfp8-n4112-sm100", "10.0", FCUT, layer=_lin("mxfp8", intermediate_size=4112)),
     C("fi-cutlass-mxfp8-n4128-sm120", "12.0", FCUT, layer=_lin("mxfp8", intermediate_size=4128)),
+    # _check_mm_mxfp8_shape: K >= 128 and N >= 128 (shape rules with `min`), both FlashInfer
+    # MXFP8 GEMMs of vLLM
+    C("fi-cutlass-mxfp8-k96", "10.0", FCUT, {"shape"}, layer=_lin("mxfp8", hidden_size=96)),
+    C("fi-cutlass-mxfp8-k128", "10.0", FCUT, layer=_lin("mxfp8", hidden_size=128)),
+    C("fi-cutlass-mxfp8-n127", "10.0", FCUT, {"shape"},
+      layer=_lin("mxfp8", intermediate_size=127)),
+    C("fi-cutlass-mxfp8-n128", "10.0", FCUT, layer=_lin("mxfp8", intermediate_size=128)),
+    C("fi-cutedsl-mxfp8-k96", "10.0", "linear/flashinfer_cutedsl", {"shape"},
+      layer=_lin("mxfp8", hidden_size=96)),
+    C("fi-cutedsl-mxfp8-k128", "10.0", "linear/flashinfer_cutedsl",
+      layer=_lin("mxfp8", hidden_size=128)),
+    C("fi-cutedsl-mxfp8-n64", "10.0", "linear/flashinfer_cutedsl", {"shape"},
+      layer=_lin("mxfp8", intermediate_size=64)),
+    C("fi-cutedsl-mxfp8-n128", "10.0", "linear/flashinfer_cutedsl",
+      layer=_lin("mxfp8", intermediate_size=128)),
     # mxfp4/flashinfer.py: has_flashinfer_cutedsl
     C("fi-cutlass-mxfp4-no-dsl", "10.0", FCUT, {"package"}, layer=_lin("mxfp4_w4a4"),
       pk={DSL: None}),

@@ -202,7 +202,8 @@ def _rule(**conf):
 
 
 def test_positive_integers_start_at_one():
-    assert _rule(kind="shape", dim="hidden_size", multiple_of=1).multiple == 1
+    assert _rule(kind="shape", dim="hidden_size", multiple_of=1, min=2).multiple == 1
+    assert _rule(kind="shape", dim="hidden_size", multiple_of=2, min=1).min == 1
     assert Condition.parse({"min_num_tokens": 1}, "k", "w").get("min_num_tokens") == 1
     for bad in (0, -1, True, 1.5):
         with pytest.raises(SelectorError):

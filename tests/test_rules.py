@@ -413,6 +413,26 @@ def test_shape():
     assert "hidden_size % 128 == 0" in got.message and "4128" in got.message
 
 
+def test_shape_minimum_alone_and_with_a_multiple():
+    """mm_mxfp8 (vLLM 0.32.0 kernels/linear/mxfp8/flashinfer.py): K >= 128 and K % 32, N >= 128."""
+    n = rule(kind="shape", dim="intermediate_size", min=128)
+    assert check(n, layer(op="linear", intermediate_size=128)) is None
+    assert check(n, layer(op="linear", intermediate_size=129)) is None  # no multiple asked
+    assert check(n, layer(op="linear")) is None
+    got = check(n, layer(op="linear", intermediate_size=127))
+    assert got.message == "needs intermediate_size >= 128; this layer has intermediate_size 127"
+    assert got.need == "need intermediate_size >= 128"
+    assert n.describe() == "shape intermediate_size >= 128"
+    k = rule(kind="shape", dim="hidden_size", multiple_of=32, min=128)
+    assert check(k, layer(op="linear", hidden_size=128)) is None
+    for bad in (96, 4112, 127, 32):
+        got = check(k, layer(op="linear", hidden_size=bad))
+        assert got.need == "need hidden_size % 32 == 0 and hidden_size >= 128", bad
+    assert k.describe() == "shape hidden_size % 32 == 0 and hidden_size >= 128"
+    assert rule(kind="shape", dim="hidden_size", multiple_of=32).describe() == \
+        "shape hidden_size % 32 == 0"
+
+
 def test_shape_with_version_condition():
     """b12x linear: K % 128 before flashinfer 0.6.14, K % 32 from it on."""
     r128 = rule(kind="shape", dim="hidden_size", multiple_of=128,
@@ -432,6 +452,10 @@ def test_shape_with_version_condition():
     ({"dim": "hidden_size", "multiple_of": True}, "multiple_of"),
     ({"dim": "hidden_size", "multiple_of": "32"}, "multiple_of"),
     ({"dim": "hidden_size"}, "multiple_of"),
+    ({"dim": "hidden_size", "multiple_of": 1, "min": 1}, "multiple_of"),
+    ({"dim": "hidden_size", "min": 0}, "min"),
+    ({"dim": "hidden_size", "min": 128.0}, "min"),
+    ({"dim": "hidden_size", "min": False}, "min"),
 ], ids=str)
 def test_shape_malformed(conf, field):
     with pytest.raises(SelectorError) as e:

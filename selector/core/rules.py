@@ -834,13 +834,15 @@ class ClampRule(Rule):
 
 @register
 class ShapeRule(Rule):
-    """A layer dimension must be a multiple of `multiple_of`."""
+    """A layer dimension must be a multiple of `multiple_of` and at least `min` (either or
+    both; a dimension the layer does not give passes)."""
     kind = "shape"
 
     @dataclass(frozen=True)
     class Params:
         dim: str
-        multiple_of: int
+        multiple_of: int = 1
+        min: int = 1
 
     @property
     def layer_fields(self) -> Tuple[str, ...]:
@@ -850,17 +852,26 @@ class ShapeRule(Rule):
         if p.dim not in schema.SHAPE_DIMS:
             raise bad_value(f"{self.key}.dim", p.dim, schema.SHAPE_DIMS, where=self.where)
         _positive(p.multiple_of, f"{self.key}.multiple_of", self.where)
-        self.dim, self.multiple = p.dim, p.multiple_of
+        _positive(p.min, f"{self.key}.min", self.where)
+        if p.multiple_of == 1 and p.min == 1:
+            raise bad_input(f"{self.key}.multiple_of", p.multiple_of, "a shape rule needs "
+                            "multiple_of or min (an integer >= 2); this one checks nothing",
+                            where=self.where)
+        self.dim, self.multiple, self.min = p.dim, p.multiple_of, p.min
+
+    def _needs(self) -> List[str]:
+        out = [f"{self.dim} % {self.multiple} == 0"] if self.multiple > 1 else []
+        return out + ([f"{self.dim} >= {self.min}"] if self.min > 1 else [])
 
     def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         got = getattr(layer, self.dim)
-        if got is None or got % self.multiple == 0:
+        if got is None or (got % self.multiple == 0 and got >= self.min):
             return None
-        return self.reason(f"needs {self.dim} % {self.multiple} == 0; this layer has "
-                           f"{self.dim} {got}", f"need {self.dim} % {self.multiple} == 0")
+        need = " and ".join(self._needs())
+        return self.reason(f"needs {need}; this layer has {self.dim} {got}", f"need {need}")
 
     def describe(self) -> str:
-        return f"shape {self.dim} % {self.multiple} == 0"
+        return f"shape {' and '.join(self._needs())}"
 
 
 @register

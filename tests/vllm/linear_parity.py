@@ -29,6 +29,8 @@ SCHEMES = FP8 + MX
 # (N, K): DeepSeek-V3's dense MLP gate/up projection (every alignment holds), one with N and K
 # multiples of 64 and 32 but not 128 (block kernels' alignments), one with K a multiple of 16 only
 SHAPES = ((18432, 7168), (4160, 4160), (4128, 4112))
+# MXFP8 only: N below 128 and K below 128 (mm_mxfp8's minimums, _check_mm_mxfp8_shape)
+SMALL_SHAPES = ((64, 4096), (4096, 96))
 DTYPES = ("bfloat16", "float16")
 CAPABILITIES = (None, "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
 # every vLLM --linear-backend value with a CUDA kernel for these schemes (humming needs the
@@ -52,9 +54,12 @@ def machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Option
 
 def layers(quant: str) -> List[Tuple[str, Tuple[int, int]]]:
     """(dtype, shape) per scheme: every shape in bf16 and the first in fp16 where a kernel checks
-    shapes (FP8, MXFP8); MXFP4's kernels check none, so one shape in both dtypes."""
+    shapes (FP8, MXFP8; MXFP8 also the SMALL_SHAPES); MXFP4's kernels check none, so one shape
+    in both dtypes."""
     if quant in FP8 or quant == "mxfp8":
-        return [(d, SHAPES[0]) for d in DTYPES] + [(DTYPES[0], sh) for sh in SHAPES[1:]]
+        small = SMALL_SHAPES if quant == "mxfp8" else ()
+        return [(d, SHAPES[0]) for d in DTYPES] + [(DTYPES[0], sh)
+                                                   for sh in SHAPES[1:] + small]
     return [(d, SHAPES[0]) for d in DTYPES]
 
 
