@@ -1,8 +1,10 @@
 """The parent side of selector's child processes, in-process: how an ending is worded, which
 stderr line is shown, how output beyond the limit is cut (tests/test_faults.py runs real
 children that crash, hang and flood)."""
+import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -54,6 +56,7 @@ def test_run_child_stops_a_hang_and_a_flood(monkeypatch):
     flood = "import sys\nsys.stdout.write('@@' + 'x' * (3 << 20))\nsys.stdout.flush()\n"
     events, rc, timed_out, err = cr.run_child(flood, {}, 60.0, "@@")
     assert cr.truncated(err) and "more than 1 MiB to stdout" in err and events == []
+    assert "only the first 1 MiB were read" in err
 
 
 def test_run_child_that_cannot_start(monkeypatch):
@@ -83,3 +86,45 @@ def test_output_of_exactly_the_limit_is_kept_whole(monkeypatch):
     events, rc, timed_out, err = cr.run_child(boot, {}, 60.0, "@@")
     assert events == [body] and rc == 0 and not cr.truncated(err)
 
+
+
+def test_a_timed_out_child_is_killed_with_what_it_started(tmp_path):
+    """The child runs in a session of its own: on a time limit its whole process group goes,
+    grandchildren included (a kernel library's helper process must not outlive the probe)."""
+    pidfile = tmp_path / "grandchild.pid"
+    boot = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+            "time.sleep(60)\n")
+    _, rc, timed_out, _ = cr.run_child(boot, {}, 3.0, "@@")
+    assert timed_out and rc is not None and rc < 0
+    pid = int(pidfile.read_text())
+    for _ in range(100):  # reaped by init once killed: gone from the process table
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if _zombie(pid):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the grandchild outlived the timed-out child")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_large_payload_and_a_large_output_do_not_deadlock():
+    """The payload is written without blocking while the child's output is read: a child that
+    writes 1 MiB before reading its 1 MiB of input finishes (blocking writes would deadlock on
+    the full pipes until the time limit)."""
+    boot = ("import json, sys\nsys.stdout.write('x' * (1 << 20) + '\\n')\nsys.stdout.flush()\n"
+            "spec = json.loads(sys.stdin.read())\nprint('@@' + json.dumps(len(spec['blob'])))\n")
+    events, rc, timed_out, _ = cr.run_child(boot, {"blob": "y" * (1 << 20)}, 30.0, "@@")
+    assert (events, rc, timed_out) == ([1 << 20], 0, False)

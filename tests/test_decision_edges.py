@@ -510,3 +510,11 @@ def test_a_failed_deep_probe_rejects_its_backend_with_the_finding():
     assert d.selected is None and c.status == "rejected"
     assert [(r.rule, r.message) for r in c.reasons] == [
         ("probe", "deep probe flashinfer.b12x_moe failed: ImportError: no triton")]
+
+
+def test_show_bounds_a_value_at_its_limit():
+    from selector.core.errors import show
+    assert show("a" * 198) == repr("a" * 198)  # 200 characters: whole
+    assert show("a" * 199) == repr("a" * 199)[:197] + "..."
+    assert len(show("a" * 199)) == 200
+    assert show(12, limit=2) == "12"

@@ -149,7 +149,7 @@ def test_nvml_child_outcomes(monkeypatch):
     assert environment._nvml_child(3.0) == ({"via": "pynvml", "count": 0}, None)
     (cmd, kw), = calls
     assert cmd[1] == "-S" and cmd[2].endswith("nvml_query.py") and kw["timeout"] == 3.0
-    assert kw["stdin"] is subprocess.DEVNULL
+    assert kw["stdin"] is subprocess.DEVNULL and kw["capture_output"] is True and kw["text"]
     _run_returning(monkeypatch, rc=-int(signal.SIGSEGV))
     assert environment._nvml_child(1.0) == ({}, "NVML crashed (SIGSEGV) in its child process: "
                                                 "GPU unknown")
@@ -204,6 +204,7 @@ def test_torch_child_answers(monkeypatch, out, capability, name, count):
     (0, '{"capability": [9, false]}', "", None, "torch gave a malformed answer"),
     (0, '{"capability": [9]}', "", None, "torch gave a malformed answer"),
     (0, '[9, 0]', "", None, "torch gave a malformed answer: [9, 0]"),
+    (0, '[' + '1, ' * 150 + '1]', "", None, "torch gave a malformed answer: " + str([1] * 151)[:200]),
     (0, "", "", None, "torch printed no answer"),
     (0, "{broken", "", None, "torch printed no answer"),
     (1, "", "Traceback\nImportError: libcuda.so.1\n", None, "torch failed: ImportError: "
@@ -217,6 +218,8 @@ def test_torch_child_failures(monkeypatch, rc, out, err, exc, note):
     gpu = environment._torch_child()
     assert gpu.capability is None and gpu.method == "torch"
     assert len(gpu.notes) == 1 and gpu.notes[0].startswith(note), gpu.notes
+    if "malformed" in note:
+        assert len(gpu.notes[0]) <= len("torch gave a malformed answer: ") + 200
 
 
 def _detect_with(monkeypatch, cuda, driver_cuda, pkgs=None, half=None):

@@ -37,7 +37,7 @@ def _set(*values):
 def _name(text):
     def f(*args):  # (handle, buffer, size) or, for the driver version, (buffer, size)
         *_, buf, n = args
-        assert n == 96
+        assert n == len(buf) == 96  # the size passed is the buffer's
         buf.value = text
         return 0
     return f
@@ -64,9 +64,10 @@ def test_ctypes_no_gpu_asks_no_handle():
     assert "nvmlDeviceGetHandleByIndex_v2" not in lib.calls
 
 
-def test_ctypes_count_the_library_did_not_write_stays_zero():
-    out = nq.query_ctypes(Lib(nvmlDeviceGetCount_v2=lambda ref: 0))
-    assert out["count"] == 0 and out["failed"] == []
+def test_ctypes_values_the_library_did_not_write_stay_zero():
+    out = nq.query_ctypes(Lib(nvmlDeviceGetCount_v2=lambda ref: 0,
+                              nvmlSystemGetCudaDriverVersion=lambda ref: 0))
+    assert out["count"] == 0 and out["cuda_driver"] == 0 and out["failed"] == []
 
 
 def test_ctypes_each_failed_call_is_named_with_its_code():
@@ -114,10 +115,12 @@ def _pynvml(monkeypatch, **fns):
 
 
 def test_pynvml_good_answer(monkeypatch):
-    _pynvml(monkeypatch)
+    handles = []
+    _pynvml(monkeypatch, nvmlDeviceGetHandleByIndex=lambda i: handles.append(i) or f"h{i}")
     assert nq.query_pynvml() == {"via": "pynvml", "failed": [], "count": 1,
                                  "driver": "580.95.05", "cuda_driver": 13000,
                                  "capability": [12, 0], "name": "NVIDIA RTX PRO 6000"}
+    assert handles == [0]  # GPU 0, the one selector decides for
 
 
 def test_pynvml_no_gpu_or_a_failed_call_asks_no_handle(monkeypatch):
