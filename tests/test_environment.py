@@ -341,6 +341,9 @@ def test_cuda_from_a_runtime_wheel_when_torch_says_nothing(monkeypatch):
     assert cuda == Version("12.8") and how == "nvidia-cuda-runtime-cu12 12.8.90"
     assert seen == ["torch", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13",
                     "nvidia-cuda-runtime-cu12"]
+    monkeypatch.setattr(environment, "installed_versions", lambda names: {
+        names[0]: Version("11.8.89") if names[0] == "nvidia-cuda-runtime-cu11" else None})
+    assert environment.cuda_runtime({}) == (Version("11.8"), "nvidia-cuda-runtime-cu11 11.8.89")
     monkeypatch.setattr(environment, "installed_versions", lambda names: {names[0]: None})
     assert environment.cuda_runtime({}) == (
         None, "none found (no CUDA build of torch, no nvidia-cuda-runtime wheel)")
