@@ -13,6 +13,7 @@ from helpers import REPO, cli_env, load, run_cli_many
 
 import selector
 from selector.core.decision import Decision
+from selector.core.errors import SelectorError
 
 DGX = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 DGX_NEMOTRON = DGX + ("layer=nemotron_moe",)
@@ -226,3 +227,21 @@ def test_thread_safety_smoke():
     assert len(canonical) == len(LAYERS)
     for k, d in canonical.items():
         assert d.to_dict() == expected[k]
+
+
+@pytest.mark.parametrize("bad, what", [
+    ("platform=b200", "str"), (b"platform=b200", "bytes"), (3, "int"), (None, "NoneType")])
+def test_load_refuses_overrides_and_config_dirs_that_are_not_lists(bad, what):
+    with pytest.raises(SelectorError) as e:
+        selector.load(bad)
+    assert str(e.value) == ("overrides must be a list of strings such as ['platform=auto'], "
+                            f"not {what}")
+    with pytest.raises(SelectorError) as e:
+        selector.load(["platform=b200"], config_dirs=bad)
+    assert str(e.value) == f"config_dirs must be a list of directories, not {what}"
+
+
+def test_probes_run_only_when_asked():
+    """probe=deep imports kernel libraries in children: never on a plain load."""
+    sel = selector.load(["platform=b200"])
+    assert sel.probes == {} and sel.run_config.probe != "deep"

@@ -102,6 +102,7 @@ def test_gpu_from_answer_driver_cuda_name_and_failures():
     g = environment.gpu_from_answer({**NVML, "driver": "latest"})
     assert g.driver is None and g.notes == ["NVML returned an invalid driver version ('latest'); "
                                             "ignored"]
+    assert environment.gpu_from_answer({**NVML, "name": "X"}).name == "X"  # one character
     g = environment.gpu_from_answer({**NVML, "name": "x" * 96})
     assert g.name == "x" * 96 and g.notes == []
     g = environment.gpu_from_answer({**NVML, "name": "x" * 97})
