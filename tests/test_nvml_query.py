@@ -186,3 +186,32 @@ def test_query_uses_the_library_it_loads(monkeypatch):
     lib = Lib(**GOOD)
     monkeypatch.setattr(nq.ctypes, "CDLL", lambda name: lib)
     assert nq.query()["capability"] == [12, 1]
+
+
+def test_ctypes_asks_gpu_0_and_reports_unwritten_capability_as_zero():
+    asked = []
+
+    def handle(index, ref):
+        asked.append(index)
+        return 0
+    out = nq.query_ctypes(Lib(**{**GOOD, "nvmlDeviceGetHandleByIndex_v2": handle,
+                                 "nvmlDeviceGetCudaComputeCapability": lambda *a: 0}))
+    assert asked == [0] and out["capability"] == [0, 0]  # the parent refuses SM 0.0
+
+
+def test_ctypes_without_a_count_asks_no_handle():
+    lib = Lib(**{**GOOD, "nvmlDeviceGetCount_v2": lambda ref: 1})
+    out = nq.query_ctypes(lib)
+    assert "count" not in out and out["failed"] == ["nvmlDeviceGetCount_v2 returned 1"]
+    assert "nvmlDeviceGetHandleByIndex_v2" not in lib.calls
+
+
+def test_long_error_texts_are_cut_at_300_characters(monkeypatch):
+    def boom(*a):
+        raise RuntimeError("e" * 500)
+    out = nq.query_ctypes(Lib(**{**GOOD, "nvmlDeviceGetCount_v2": boom}))
+    assert out["failed"] == [("RuntimeError: " + "e" * 500)[:300]]
+    out = nq.query_ctypes(Lib(nvmlInit_v2=boom))
+    assert out["init_error"] == ("RuntimeError: " + "e" * 500)[:300]
+    _pynvml(monkeypatch, nvmlDeviceGetCount=lambda: (_ for _ in ()).throw(OSError("o" * 500)))
+    assert nq.query_pynvml()["failed"] == [("nvmlDeviceGetCount: " + "o" * 500)[:300]]
