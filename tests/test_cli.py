@@ -33,6 +33,8 @@ LINEAR = ["flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlas
 CASES = {
     "dgx-text": ("explain", *DGX_NEMOTRON),
     "dgx-json": ("explain", "--format", "json", *DGX_NEMOTRON),
+    "dgx-text-explicit": ("explain", "--format", "text", *DGX_NEMOTRON),
+    "list-text-explicit": ("list", "--format", "text"),
     "dgx-linear-json": ("explain", "--format", "json", "platform=dgx_spark",
                         "stack=flashinfer_0_7_4", "layer=dense_linear"),
     "dgx-request-json": ("explain", "--format", "json", *DGX_NEMOTRON,
@@ -70,6 +72,12 @@ def _no_error(r):
 
 # ---------------------------------------------------------------------------------------------
 # explain
+
+def test_format_text_is_the_default_and_can_be_named(runs):
+    for named, default in (("dgx-text-explicit", "dgx-text"), ("list-text-explicit", "list-text")):
+        assert runs[named].returncode == runs[default].returncode == 0, runs[named].stderr
+        assert runs[named].stdout == runs[default].stdout and runs[named].stdout
+
 
 def test_explain_text(runs):
     r = runs["dgx-text"]

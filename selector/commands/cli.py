@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="selector", description="Which NVFP4 kernel backend runs this layer on "
+    p = _Parser(prog="selector", description="Which quantized kernel backend runs this layer on "
                 "this machine, and why not the others.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     helps = {"explain": "decide for one layer and say why",
