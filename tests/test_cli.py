@@ -35,6 +35,13 @@ CASES = {
     "dgx-json": ("explain", "--format", "json", *DGX_NEMOTRON),
     "dgx-text-explicit": ("explain", "--format", "text", *DGX_NEMOTRON),
     "list-text-explicit": ("list", "--format", "text"),
+    "engine-no-model": ("explain", "engine=vllm", "platform=b200", "stack=vllm_0_32"),
+    "model-why-json": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=dgx_spark",
+                       "stack=flashinfer_0_7_4", "--why", "flashinfer_cutlass", "--format",
+                       "json"),
+    "model-why-line": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=dgx_spark",
+                       "stack=flashinfer_0_7_4", "--why", "flashinfer_cutlass", "--format",
+                       "line"),
     "dgx-linear-json": ("explain", "--format", "json", "platform=dgx_spark",
                         "stack=flashinfer_0_7_4", "layer=dense_linear"),
     "dgx-request-json": ("explain", "--format", "json", *DGX_NEMOTRON,
@@ -77,6 +84,27 @@ def test_format_text_is_the_default_and_can_be_named(runs):
     for named, default in (("dgx-text-explicit", "dgx-text"), ("list-text-explicit", "list-text")):
         assert runs[named].returncode == runs[default].returncode == 0, runs[named].stderr
         assert runs[named].stdout == runs[default].stdout and runs[named].stdout
+
+
+def test_an_engine_without_a_model_explains_one_layer(runs):
+    r = runs["engine-no-model"]
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("moe layer: nvfp4") and "vLLM 0.32.0 flags: " in r.stdout
+    assert "launch" not in r.stdout.lower()
+
+
+def test_why_over_a_model_in_json_and_line_forms(runs):
+    r = runs["model-why-json"]
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["kind"], x["projections"]) for x in rows][:3] == [
+        ("dense MLP", ["gate_up_proj"]), ("dense MLP", ["down_proj"]),
+        ("routed experts", ["experts"])]
+    assert all(x["backend"] == "flashinfer_cutlass" and x["status"] == "selected" for x in rows)
+    r = runs["model-why-line"]
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == ["dense MLP gate_up_proj: flashinfer_cutlass: selected",
+                                         "dense MLP down_proj: flashinfer_cutlass: selected"]
 
 
 def test_explain_text(runs):
