@@ -42,6 +42,8 @@ CASES = {
     "model-why-line": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=dgx_spark",
                        "stack=flashinfer_0_7_4", "--why", "flashinfer_cutlass", "--format",
                        "line"),
+    "model-why-unknown": ("explain", "--model", "examples/deepseek-r1-nvfp4",
+                          "platform=dgx_spark", "stack=flashinfer_0_7_4", "--why", "no_such"),
     "dgx-linear-json": ("explain", "--format", "json", "platform=dgx_spark",
                         "stack=flashinfer_0_7_4", "layer=dense_linear"),
     "dgx-request-json": ("explain", "--format", "json", *DGX_NEMOTRON,
@@ -97,6 +99,7 @@ def test_why_over_a_model_in_json_and_line_forms(runs):
     r = runs["model-why-json"]
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
+    assert r.stdout == json.dumps(rows, indent=2) + "\n"  # indented like explain's JSON
     assert [(x["kind"], x["projections"]) for x in rows][:3] == [
         ("dense MLP", ["gate_up_proj"]), ("dense MLP", ["down_proj"]),
         ("routed experts", ["experts"])]
@@ -105,6 +108,9 @@ def test_why_over_a_model_in_json_and_line_forms(runs):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[:2] == ["dense MLP gate_up_proj: flashinfer_cutlass: selected",
                                          "dense MLP down_proj: flashinfer_cutlass: selected"]
+    r = runs["model-why-unknown"]
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--why: unknown backend 'no_such'; accepted: " in r.stderr and "flashinfer_cutlass" in r.stderr
 
 
 def test_explain_text(runs):
