@@ -350,3 +350,32 @@ def test_cuda_from_a_runtime_wheel_when_torch_says_nothing(monkeypatch):
         None, "none found (no CUDA build of torch, no nvidia-cuda-runtime wheel)")
     cuda, how = environment.cuda_runtime({"torch": Version("2.9.0+cu126")})
     assert cuda == Version("12.6") and how == "torch build label +cu126"
+
+
+def test_every_extra_package_keys_the_verify_cache(monkeypatch):
+    """doctor and verify report EXTRA_PACKAGES beside the catalogue's: a new version of any of
+    them (CUDA bindings, cuDNN, the CuTe DSL's libraries) is a new verify fingerprint, so cached
+    kernel verdicts are not reused across it."""
+    import selector
+    from selector.inspect import verify
+    run = selector.load(["platform=b200"]).run_config
+    monkeypatch.setattr(environment, "detect_gpu", lambda: environment.Gpu())
+    real = environment.installed_versions
+
+    def with_version(extra):
+        def versions(names):
+            got = real(names)
+            return {n: (Version("99.0") if n == extra else v) for n, v in got.items()}
+        return versions
+    monkeypatch.setattr(environment, "installed_versions", with_version(None))
+    base, data = verify.fingerprint(run)
+    seen = {base}
+    listed = dict(run.platform.packages)  # the platform's own packages keep their values
+    tested = [e for e in environment.EXTRA_PACKAGES if e not in listed]
+    assert len(tested) >= 10
+    for extra in tested:
+        monkeypatch.setattr(environment, "installed_versions", with_version(extra))
+        digest, data = verify.fingerprint(run)
+        assert data["packages"][extra] == "99.0" and digest not in seen, extra
+        seen.add(digest)
+    assert len(environment.EXTRA_PACKAGES) == len(set(environment.EXTRA_PACKAGES)) >= 14
