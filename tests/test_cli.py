@@ -42,6 +42,10 @@ CASES = {
     "model-why-line": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=dgx_spark",
                        "stack=flashinfer_0_7_4", "--why", "flashinfer_cutlass", "--format",
                        "line"),
+    "model-launch": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=b200",
+                     "stack=vllm_0_32", "engine=vllm"),
+    "model-bare-key": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=b200",
+                       "hidden_size=5"),
     "model-why-unknown": ("explain", "--model", "examples/deepseek-r1-nvfp4",
                           "platform=dgx_spark", "stack=flashinfer_0_7_4", "--why", "no_such"),
     "dgx-linear-json": ("explain", "--format", "json", "platform=dgx_spark",
@@ -93,6 +97,18 @@ def test_an_engine_without_a_model_explains_one_layer(runs):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("moe layer: nvfp4") and "vLLM 0.32.0 flags: " in r.stdout
     assert "launch" not in r.stdout.lower()
+
+
+def test_a_model_under_an_engine_prints_its_launch_plan(runs):
+    r = runs["model-launch"]
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().splitlines()[-1] == (
+        "command: vllm serve examples/deepseek-r1-nvfp4 --moe-backend flashinfer_trtllm "
+        "--linear-backend flashinfer_cutedsl")
+    # a bare key is not a layer key the checkpoint fixes: Hydra's unknown-key error, not ours
+    r = runs["model-bare-key"]
+    assert r.returncode == 2 and "unknown key 'hidden_size'" in r.stderr
+    assert "cannot be combined with --model" not in r.stderr
 
 
 def test_why_over_a_model_in_json_and_line_forms(runs):
