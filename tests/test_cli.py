@@ -46,6 +46,15 @@ CASES = {
                      "stack=vllm_0_32", "engine=vllm"),
     "model-bare-key": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=b200",
                        "hidden_size=5"),
+    "model-layer-key": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=b200",
+                        "layer.quant=nvfp4"),
+    "model-layer-preset": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=b200",
+                           "layer=deepseek_moe"),
+    "model-launch-nothing": ("explain", "--model", "examples/deepseek-r1-nvfp4", "platform=cpu",
+                             "stack=vllm_0_32", "engine=vllm"),
+    "model-why-rejected": ("explain", "--model", "examples/deepseek-r1-nvfp4",
+                           "platform=dgx_spark", "stack=flashinfer_0_7_4", "--why",
+                           "flashinfer_trtllm", "--format", "line"),
     "model-why-unknown": ("explain", "--model", "examples/deepseek-r1-nvfp4",
                           "platform=dgx_spark", "stack=flashinfer_0_7_4", "--why", "no_such"),
     "dgx-linear-json": ("explain", "--format", "json", "platform=dgx_spark",
@@ -109,6 +118,19 @@ def test_a_model_under_an_engine_prints_its_launch_plan(runs):
     r = runs["model-bare-key"]
     assert r.returncode == 2 and "unknown key 'hidden_size'" in r.stderr
     assert "cannot be combined with --model" not in r.stderr
+
+
+def test_model_exit_codes_and_what_the_checkpoint_fixes(runs):
+    for key, name in (("model-layer-key", "layer.quant"), ("model-layer-preset", "layer")):
+        r = runs[key]
+        assert r.returncode == 2 and r.stdout == "", (key, r.stderr)
+        assert f"{name}: " in r.stderr and "cannot be combined with --model" in r.stderr
+    r = runs["model-launch-nothing"]  # vLLM has no NVFP4 path without a GPU: nothing fits
+    assert r.returncode == 1 and "command: " in r.stdout, r.stderr
+    r = runs["model-why-rejected"]
+    assert r.returncode == 1 and r.stderr == ""
+    assert r.stdout.splitlines()[0].startswith(
+        "dense MLP gate_up_proj: flashinfer_trtllm: rejected [device]")
 
 
 def test_why_over_a_model_in_json_and_line_forms(runs):
