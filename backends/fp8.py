@@ -287,6 +287,17 @@ def make_moe_weights(w13, w2, quant: str, *, a13_scale=None, a2_scale=None) -> F
                          f32(a13_scale) if static else None, f32(a2_scale) if static else None)
 
 
+def linear_input(x, in_features: int):
+    """``(leading shape, x as [M, in_features])`` of a linear layer's input ``[..., K]`` in
+    bfloat16, float16 or float32; anything else is a ValueError naming what was expected."""
+    torch = _torch()
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise ValueError(f"x has shape {list(x.shape)}; expected [..., {in_features}]")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"x is {x.dtype}; expected bfloat16, float16 or float32")
+    return tuple(x.shape[:-1]), x.reshape(-1, in_features)
+
+
 def quantize_activation(x, quant: str, input_scale=None):
     """``(codes float8_e4m3fn [M, K'], scale float32)`` of a 2-D activation ``[M, K]``.
 

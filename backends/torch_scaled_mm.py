@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict
 
 from ._base import LinearBackend
-from .fp8 import BLOCK, cdiv, is_fp8_linear_weights, quantize_activation
+from .fp8 import BLOCK, cdiv, is_fp8_linear_weights, linear_input, quantize_activation
 
 #: _scaled_mm's alignment of K and N (cuBLASLt FP8: both divisible by 16)
 ALIGN = 16
@@ -108,12 +108,7 @@ class _TorchScaledMM(LinearBackend):
         from ._base import output_buffer
         torch = _torch()
         p = prepared
-        if x.dim() == 0 or x.shape[-1] != p.in_features:
-            raise ValueError(f"x has shape {list(x.shape)}; expected [..., {p.in_features}]")
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"x is {x.dtype}; expected bfloat16, float16 or float32")
-        lead = tuple(x.shape[:-1])
-        x2 = x.reshape(-1, p.in_features)
+        lead, x2 = linear_input(x, p.in_features)
         a, a_scale = quantize_activation(x2, p.quant, p.input_scale)
         if a.shape[1] != p.padded_k:
             a = torch.nn.functional.pad(a.view(torch.uint8), (0, p.padded_k - a.shape[1])).view(

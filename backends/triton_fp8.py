@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 from ._base import LinearBackend
-from .fp8 import BLOCK, is_fp8_linear_weights, quantize_activation
+from .fp8 import BLOCK, is_fp8_linear_weights, linear_input, quantize_activation
 
 
 @functools.lru_cache(maxsize=1)
@@ -131,12 +131,8 @@ class TritonBlockFp8Linear(LinearBackend):
 
         from ._base import output_buffer
         p = prepared
-        if x.dim() == 0 or x.shape[-1] != p.in_features:
-            raise ValueError(f"x has shape {list(x.shape)}; expected [..., {p.in_features}]")
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"x is {x.dtype}; expected bfloat16, float16 or float32")
-        lead = tuple(x.shape[:-1])
-        a, sa = quantize_activation(x.reshape(-1, p.in_features), "fp8_block")
+        lead, x2 = linear_input(x, p.in_features)
+        a, sa = quantize_activation(x2, "fp8_block")
         bias = None if p.bias is None else p.bias.to(torch.float32).contiguous()
         y = block_fp8_matmul(a, sa, p.weight, p.weight_scale, x.dtype, bias)
         y = y.reshape(lead + (p.out_features,))

@@ -438,3 +438,18 @@ def test_backends_of_disjoint_schemes_may_share_an_engine_name():
     clashes = engine_name_clashes(wide)
     assert len(clashes) == 1 and "'torch' is also the vllm name" in clashes[0]
     assert "torch_per_tensor" in clashes[0] and "torch_channel_wise" in clashes[0]
+
+
+def test_linear_input_checks_shape_and_dtype():
+    """backends.fp8.linear_input: the input check both FP8 linear backends (torch _scaled_mm,
+    Triton block) run before quantizing."""
+    torch = pytest.importorskip("torch")
+    from selector.backends.fp8 import linear_input
+    lead, x2 = linear_input(torch.zeros(2, 3, 8, dtype=torch.bfloat16), 8)
+    assert lead == (2, 3) and tuple(x2.shape) == (6, 8)
+    with pytest.raises(ValueError, match=r"x has shape \[2, 4\]; expected \[\.\.\., 8\]"):
+        linear_input(torch.zeros(2, 4), 8)
+    with pytest.raises(ValueError, match=r"expected \[\.\.\., 8\]"):
+        linear_input(torch.tensor(1.0), 8)
+    with pytest.raises(ValueError, match="x is torch.int32; expected bfloat16, float16 or float32"):
+        linear_input(torch.zeros(2, 8, dtype=torch.int32), 8)
