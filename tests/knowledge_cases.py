@@ -91,8 +91,8 @@ EXPECT_DEVICES = {
     "linear/cutlass": {"10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
     "linear/marlin": set(DEVICES) - {"7.0"},
     "linear/emulation": set(DEVICES),
-    # DeepGEMM builds for SM 9.0 and 10.x only (DeepGEMM #236 #305; vLLM #54125, #42431)
-    "linear/deep_gemm": {"9.0", "10.0", "10.3", "10.7"},
+    # DeepGEMM runs on SM 9.0, 10.x and 12.x (DeepGEMM PR #324; 12.1 a known issue, vLLM #54125)
+    "linear/deep_gemm": {"9.0", "10.0", "10.3", "10.7", "12.0", "12.1"},  # DeepGEMM PR #324 (sm120)
 }
 
 # (gated, non-gated) activations each MoE backend runs (vLLM 0.32.0 _supports_activation;
@@ -304,11 +304,16 @@ BOUNDARIES = [
       layer={"num_experts": 512}),
     C("fi-b12x-512-experts-sm121", "12.1", B12X_MOE, pk={FI: "0.7.0", DSL: "4.7.0"},
       layer={"num_experts": 512}),
-    # linear flashinfer_b12x: CUDA >= 12.9 from 0.7.2 (13.0 before), K multiple of 32 / 128
+    # linear flashinfer_b12x: CUDA >= 12.9 from 0.7.0 (13.0 before: 0.6.18.post1's gemm_base.py
+    # raises 'requires CUDA 13', 0.7.0's _MIN_B12X_CUDA_VERSION is 12.9), K multiple of 32 / 128
     C("fi-b12x-lin-cuda-12.9", "12.0", B12X_LIN, cuda="12.9", layer=DENSE),
     C("fi-b12x-lin-cuda-12.8", "12.0", B12X_LIN, {"cuda"}, cuda="12.8", layer=DENSE),
-    C("fi-b12x-lin-0.7.1-cuda-12.9", "12.0", B12X_LIN, {"cuda"}, cuda="12.9",
-      pk={FI: "0.7.1"}, layer=DENSE),
+    C("fi-b12x-lin-0.7.0-cuda-12.9", "12.0", B12X_LIN, cuda="12.9", pk={FI: "0.7.0"},
+      layer=DENSE),
+    C("fi-b12x-lin-0.7.0.post1-cuda-12.9", "12.0", B12X_LIN, cuda="12.9",
+      pk={FI: "0.7.0.post1"}, layer=DENSE),
+    C("fi-b12x-lin-0.6.18.post1-cuda-12.9", "12.0", B12X_LIN, {"cuda"}, cuda="12.9",
+      pk={FI: "0.6.18.post1"}, layer=DENSE),
     C("fi-b12x-lin-0.7.2-cuda-12.9", "12.0", B12X_LIN, cuda="12.9", pk={FI: "0.7.2", DSL: "4.7.1"},
       layer=DENSE),
     C("fi-b12x-lin-k32", "12.0", B12X_LIN, layer={**DENSE, "hidden_size": 4128}),
@@ -870,8 +875,9 @@ EXPECT_FP8_DEVICES = {
     # 9.0, 10.x, 12.x (SM110 excluded, FlashInfer #3134); block FP8 on 9.0 only
     ("moe/flashinfer_cutlass", "fp8_tensor"): {"9.0", "12.0", "12.1"} | _SM10,
     ("moe/flashinfer_cutlass", "fp8_block"): {"9.0"},
-    # cutlass_group_gemm_supported: SM >= 9.0 (with CUDA 13.0)
-    **{("moe/cutlass", q): {"9.0", "11.0", "12.0", "12.1"} | _SM10
+    # vLLM 0.32.0 _custom_ops.py cutlass_group_gemm_supported: SM 9.x and 10.x (it refuses
+    # capability >= 110 before asking the CUDA build)
+    **{("moe/cutlass", q): {"9.0"} | _SM10
        for q in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel")},
     # support_deep_gemm: 9.0, 10.x, 12.x
     ("moe/deep_gemm", "fp8_block"): {"9.0", "12.0", "12.1"} | _SM10,
@@ -966,13 +972,16 @@ def CT(*args, pk=None, **kw) -> Case:
 
 
 FP8_BOUNDARIES = [
-    # csrc scaled_mm_entry.cu cutlass_group_gemm_supported: SM 9.x CUDA >= 12.3, SM >= 10 >= 12.8
+    # csrc scaled_mm_entry.cu cutlass_group_gemm_supported: SM 9.x CUDA >= 12.3, SM >= 10 >= 12.8;
+    # vLLM 0.32.0 _custom_ops.py cutlass_group_gemm_supported refuses SM < 9.0 and >= 11.0 first
     C("fp8-cutlass-sm90-cuda12.2", "9.0", VC, {"cuda"}, layer=CHANNEL, cuda="12.2"),
     C("fp8-cutlass-sm90-cuda12.3", "9.0", VC, layer=CHANNEL, cuda="12.3"),
     C("fp8-cutlass-sm100-cuda12.6", "10.0", VC, {"cuda"}, layer=CHANNEL, cuda="12.6"),
     C("fp8-cutlass-sm100-cuda12.8", "10.0", VC, layer=CHANNEL, cuda="12.8"),
-    C("fp8-cutlass-sm120-cuda12.6", "12.0", VC, {"cuda"}, layer=TENSOR, cuda="12.6"),
-    C("fp8-cutlass-sm120-cuda12.8", "12.0", VC, layer=TENSOR, cuda="12.8"),
+    C("fp8-cutlass-sm103-cuda12.8", "10.3", VC, layer=TENSOR, cuda="12.8"),
+    C("fp8-cutlass-sm110-cuda12.8", "11.0", VC, {"device"}, layer=TENSOR, cuda="12.8"),
+    C("fp8-cutlass-sm120-cuda12.8", "12.0", VC, {"device"}, layer=TENSOR, cuda="12.8"),
+    C("fp8-cutlass-sm121-cuda13.0", "12.1", VC, {"device"}, layer=CHANNEL, cuda="13.0"),
     C("fp8-cutlass-sm89", "8.9", VC, {"device"}, layer=CHANNEL),
     C("fp8-cutlass-no-vllm", "9.0", VC, {"package"}, pk={"vllm": None}, layer=CHANNEL),
     # CutlassExpertsFp8: not DeepEP high-throughput, not FlashInfer NVLink; the batched
@@ -1321,8 +1330,8 @@ EXPECT_SCHEME_DEVICES = {
     # csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu: FP8 >= 89, block FP8 >= 90
     **{("linear/cutlass", q): _SM89_UP for q in _FP8_ALL[:3]},
     ("linear/cutlass", "fp8_block"): _SM89_UP - {"8.9"},
-    # DeepGEMM #236 #305, vLLM #54125: 9.0 and 10.x
-    ("linear/deep_gemm", "fp8_block"): {"9.0", "10.0", "10.3", "10.7"},
+    # support_deep_gemm 9.0, 10.x, 12.x; DeepGEMM PR #324 (sm120); 12.1 known issue vLLM #54125
+    ("linear/deep_gemm", "fp8_block"): {"9.0", "10.0", "10.3", "10.7", "12.0", "12.1"},
     # marlin_utils_fp8.py is_fp8_marlin_supported, marlin_utils_fp4.py: cc >= 75
     **{("linear/marlin", q): set(DEVICES) - {"7.0"} for q in _FP8_ALL + ("mxfp8", "mxfp4",
                                                                          "mxfp4_w4a4")},

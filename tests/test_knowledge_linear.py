@@ -63,16 +63,17 @@ ROWS = [
      "flashinfer_cutlass", "FlashInferMxFp4LinearKernel"),
     ("b200-mxfp4-w4a16", "b200", "mxfp4", QWEN3_DOWN, "bfloat16", [],
      "marlin", "MarlinMxFp4LinearKernel"),
-    # SM 12.0 / 12.1: no DeepGEMM (vLLM #54125; DeepGEMM #236), so CUTLASS block FP8; FlashInfer
-    # per-tensor FP8 and CUTLASS MXFP8 (the CuTe-DSL one is SM 10.x only)
+    # SM 12.0: DeepGEMM (support_deep_gemm admits the 12.x family; DeepGEMM PR #324 added sm120
+    # kernels) before CUTLASS block FP8; FlashInfer per-tensor FP8 and CUTLASS MXFP8 (the CuTe-DSL
+    # one is SM 10.x only)
     ("rtx-pro-6000-dsv3-block", "rtx_pro_6000", "fp8_block", DSV3_GATE_UP, "bfloat16", [],
-     "cutlass", "CutlassFp8BlockScaledMMKernel"),
+     "deep_gemm", "DeepGemmFp8BlockScaledMMKernel"),
     ("rtx-pro-6000-per-tensor", "rtx_pro_6000", "fp8_tensor", QWEN3_DOWN, "bfloat16", [],
      "flashinfer_cutlass", "FlashInferFP8ScaledMMLinearKernel"),
     ("rtx-pro-6000-mxfp8", "rtx_pro_6000", "mxfp8", QWEN3_DOWN, "bfloat16", [],
      "flashinfer_cutlass", "FlashInferCutlassMxfp8LinearKernel"),
     ("dgx-spark-qwen3-block", "dgx_spark", "fp8_block", QWEN3_GATE_UP, "bfloat16", [],
-     "cutlass", "CutlassFp8BlockScaledMMKernel"),
+     "deep_gemm", "DeepGemmFp8BlockScaledMMKernel"),
     ("dgx-spark-mxfp4-w4a16", "dgx_spark", "mxfp4", QWEN3_DOWN, "bfloat16", [],
      "marlin", "MarlinMxFp4LinearKernel"),
     ("dgx-spark-mxfp4-w4a4", "dgx_spark", "mxfp4_w4a4", QWEN3_DOWN, "bfloat16", [],
@@ -104,12 +105,16 @@ def test_mxfp4_with_mxfp8_activations_has_no_linear_kernel():
     assert d.notes_of("unsupported_layer")
 
 
-def test_deep_gemm_on_sm12x_is_rejected_with_vllms_issue():
-    """vLLM 0.32.0's support_deep_gemm() admits SM 12.x; DeepGEMM faults there (vLLM #54125)."""
+def test_deep_gemm_on_sm12x_runs_and_warns_on_sm121():
+    """vLLM 0.32.0's support_deep_gemm() admits SM 12.x and DeepGEMM has sm120 kernels (DeepGEMM
+    PR #324): selected on SM 12.0; on SM 12.1 it faults (vLLM #54125, open): a warning."""
+    d = _selector("rtx_pro_6000", ()).select(op="linear", quant="fp8_block", **QWEN3_GATE_UP)
+    assert d.selected == "deep_gemm" and not d.candidate("deep_gemm").reasons
     d = _selector("dgx_spark", ()).select(op="linear", quant="fp8_block", **QWEN3_GATE_UP)
     c = d.candidate("deep_gemm")
-    assert c.status == "rejected"
-    assert any(r.rule == "device" and "#54125" in r.source for r in c.reasons)
+    assert d.selected == "deep_gemm" and c.status == "selected"
+    assert any(n.data["rule"] == "known_issue" and "#54125" in n.data["source"]
+               for n in d.notes_of("rule_warning") if n.backend == "deep_gemm")
 
 
 def test_a_global_linear_backend_serves_each_scheme_or_falls_back():

@@ -134,10 +134,7 @@ def machine_packages(s: Scenario) -> Dict[str, Optional[str]]:
 # -- the probes ------------------------------------------------------------------------------------
 def _probes(s: Scenario) -> Dict[str, Any]:
     """Answers for vLLM's library probes in scenario `s` (flashinfer 0.7.x has every kernel)."""
-    cap = int(s.capability.replace(".", "")) if s.capability else 0
     fi = s.flashinfer is not None
-    cutlass_fp4 = cap >= 100 and s.cuda is not None and \
-        Version(s.cuda) >= Version("12.8")  # vLLM's NVFP4 build flags (cutlass_fp4_supported)
 
     class _B12xFusedMoe:  # vLLM's get_b12x_fused_moe(): the module, asked is_supported()
         @staticmethod
@@ -145,47 +142,22 @@ def _probes(s: Scenario) -> Dict[str, Any]:
             return True
 
     b12x_mod = _B12xFusedMoe() if s.b12x else None
-    cuda = Version(s.cuda) if s.cuda else None
-    # csrc scaled_mm_entry.cu cutlass_group_gemm_supported: SM >= 10.0 with CUDA >= 12.8, SM 9.x
-    # with CUDA >= 12.3 (the C++ op this CPU build lacks)
-    group_gemm = cuda is not None and ((cap >= 100 and cuda >= Version("12.8")) or
-                                       (90 <= cap < 100 and cuda >= Version("12.3")))
-    # vLLM's MXFP4 experts quantization (CUTLASS W4A4): csrc mxfp4_experts_quant.cu, compiled
-    # with CUDA >= 12.9, answers 100 <= capability < 120
-    mx_quant = cuda is not None and cuda >= Version("12.9")
-    # DeepGEMM: vLLM 0.32.0's wheel bundles it (vllm/third_party/deep_gemm); utils/deep_gemm.py
-    # is_deep_gemm_supported (cached there, so answered here): the platform's support_deep_gemm,
-    # VLLM_USE_DEEP_GEMM and the module
-    dg = s.deep_gemm and (cap == 90 or cap // 10 in (10, 12))
-    cuda0 = cuda or Version("0")
+    fi_blockscale_mod = fi  # utils/flashinfer.py has_flashinfer_fp8_blockscale_gemm: the library's
+    # fp8_blockscale_gemm_sm90 is in flashinfer 0.7.x; its device check is vLLM's own code
 
-    def cutlass_fp8(c: int) -> bool:  # csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu
-        return cuda0 >= Version("12.0") if c >= 90 else \
-            cuda0 >= Version("12.4") if c >= 89 else False
-
-    def cutlass_block_fp8(c: int) -> bool:  # the same file, cutlass_scaled_mm_supports_block_fp8
-        return cuda0 >= Version("12.8") if c >= 100 else \
-            cuda0 >= Version("12.0") if c >= 90 else False
-
-    def fi_blockscale() -> bool:  # utils/flashinfer.py has_flashinfer_fp8_blockscale_gemm: its
-        # device check is vLLM's own, the library's fp8_blockscale_gemm_sm90 is in flashinfer 0.7.x
-        return fi and SimulatedCuda.is_device_capability(90)
+    def fi_blockscale() -> bool:
+        return fi_blockscale_mod and SimulatedCuda.is_device_capability(90)
 
     linear = {  # the FP8/MXFP8/MXFP4 linear kernels' library probes
-        "cutlass_scaled_mm_supports_fp8": cutlass_fp8,
-        "cutlass_scaled_mm_supports_block_fp8": cutlass_block_fp8,
         "has_flashinfer_fp8_blockscale_gemm": fi_blockscale,
         "_import_b12x_tensor_fp8": lambda: b12x_mod,
         "_import_b12x_mxfp8": lambda: b12x_mod,
     }
     return {**linear,
-        "cutlass_group_gemm_supported": lambda *a: group_gemm,
         "has_triton_kernels": lambda: s.triton_kernels,
         # vendored in vLLM's CUDA wheel: a linear layer on no GPU has none
         "has_deep_gemm": lambda: s.deep_gemm and (s.capability is not None or s.op == "moe"),
-        "is_deep_gemm_supported": lambda: dg,
         "has_quark": lambda: False,  # amd-quark (vLLM's OCP MX emulation) is not installed
-        "mxfp4_experts_quant_supported": lambda c: mx_quant and 100 <= c < 120,
         "has_flashinfer": lambda: fi,
         "has_flashinfer_moe": lambda: fi,
         "has_flashinfer_cutedsl": lambda: fi,
@@ -197,13 +169,41 @@ def _probes(s: Scenario) -> Dict[str, Any]:
         "has_flashinfer_b12x_gemm": lambda: fi,
         "has_flashinfer_bf16_fp4": lambda: fi,
         "has_flashinfer_situ_activation": lambda: fi,
-        "cutlass_fp4_supported": lambda: cutlass_fp4,
         "has_humming": lambda: False,
         "has_fbgemm_gpu": lambda: False,
         "get_b12x_fused_moe": lambda: b12x_mod,
         "_import_b12x_blockscaled": lambda: b12x_mod,
         "_import_b12x_intrinsics": lambda: b12x_mod,
     }
+
+
+def _cuda_ops(s: Scenario) -> Dict[str, Any]:
+    """The C++ ops of vLLM's CUDA build that its CPU build lacks (`torch.ops._C.<name>`), answered
+    as the CUDA build compiles them: the one thing a CPU machine cannot answer. vLLM's Python
+    wrappers around them (`_custom_ops.cutlass_group_gemm_supported` refuses SM >= 11.0 before it
+    asks the op, `cutlass_fp4_supported` reads the platform) run as shipped."""
+    cuda = Version(s.cuda) if s.cuda else Version("0")
+
+    def group_gemm(c: int) -> bool:  # csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu
+        return (c >= 100 and cuda >= Version("12.8")) or (90 <= c < 100 and cuda >= Version("12.3"))
+
+    def scaled_mm_fp8(c: int) -> bool:  # the same file, cutlass_scaled_mm_supports_fp8
+        return cuda >= Version("12.0") if c >= 90 else cuda >= Version("12.4") if c >= 89 else False
+
+    def scaled_mm_block_fp8(c: int) -> bool:  # the same file, cutlass_scaled_mm_supports_block_fp8
+        return cuda >= Version("12.8") if c >= 100 else cuda >= Version("12.0") if c >= 90 else False
+
+    def scaled_mm_fp4(c: int) -> bool:  # csrc/quantization/fp4/nvfp4_scaled_mm_entry.cu
+        return c >= 100 and cuda >= Version("12.8")
+
+    def mxfp4_experts_quant(c: int) -> bool:  # csrc/quantization/fp4/mxfp4_experts_quant.cu
+        return cuda >= Version("12.9") and 100 <= c < 120
+
+    return {"cutlass_group_gemm_supported": group_gemm,
+            "cutlass_scaled_mm_supports_fp8": scaled_mm_fp8,
+            "cutlass_scaled_mm_supports_block_fp8": scaled_mm_block_fp8,
+            "cutlass_scaled_mm_supports_fp4": scaled_mm_fp4,
+            "mxfp4_experts_quant_supported": mxfp4_experts_quant}
 
 
 MODULES = (  # where vLLM's NVFP4, MXFP4 and MXFP8 selection and its probes live
@@ -261,6 +261,7 @@ class Simulation:
         platforms.current_platform = self.platform  # later `from ... import` see it
         self._swapped = self._rebind({id(self._old_platform): self.platform})
         self._patched: List[Tuple[Any, str, Any]] = []
+        self._ops: List[str] = []  # the C++ ops installed on torch.ops._C for this machine
         self._machine: Optional[Tuple[Optional[str], ...]] = None
         self._gpu = True
 
@@ -298,6 +299,10 @@ class Simulation:
         if gpu:
             major, minor = (int(x) for x in s.capability.split("."))
             SimulatedCuda.capability = DeviceCapability(major, minor)
+        import torch
+        for name, fn in _cuda_ops(s).items() if gpu else ():
+            self._ops.append(name)
+            setattr(torch.ops._C, name, fn)
         answers = _probes(s)
         for _, mod in self._modules():
             for attr in answers:
@@ -320,6 +325,11 @@ class Simulation:
         for mod, attr, value in reversed(self._patched):
             setattr(mod, attr, value)
         self._patched = []
+        import torch
+        for name in self._ops:
+            if name in vars(torch.ops._C):
+                delattr(torch.ops._C, name)
+        self._ops = []
         for modname, fn in CACHED:  # vLLM's cached probes (one an answer above may replace)
             cached = getattr(sys.modules[modname], fn)
             if hasattr(cached, "cache_clear"):
