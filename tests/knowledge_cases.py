@@ -1066,6 +1066,14 @@ FP8_BOUNDARIES = [
     # engines: vLLM's and SGLang's names for the FP8-only backends
     C("fp8-vllm-name-triton", "9.0", TR, layer=BLOCK, engine="vllm", name="triton"),
     C("fp8-vllm-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="vllm", name="deep_gemm"),
+    # PyPI's deep-gemm 1.0.0 lacks m_grouped_fp8_gemm_nt_contiguous and shadows vLLM's bundled
+    # DeepGEMM; SGLang's sgl-deep-gemm (module deep_gemm) has it
+    C("fp8-deep-gemm-pypi-1.0.0", "9.0", DG, {"known_issue"}, layer=BLOCK,
+      pk={"deep-gemm": "1.0.0"}),
+    C("fp8-deep-gemm-pypi-1.0.0-alone", "9.0", DG, {"package", "known_issue"}, layer=BLOCK,
+      pk={"deep-gemm": "1.0.0", "vllm": None}),
+    C("fp8-deep-gemm-sgl-deep-gemm", "9.0", DG, layer=BLOCK,
+      pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
     C("fp8-sglang-name-triton", "9.0", TR, layer=BLOCK, engine="sglang", name="triton"),
     C("fp8-sglang-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="sglang", name="deep_gemm"),
 ]
