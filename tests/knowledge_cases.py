@@ -1507,15 +1507,15 @@ def _vllm_scheme_kernels() -> List[Case]:
 
 
 # SGLang 0.5.23's --fp4-gemm-backend (fp4_utils.py Fp4GemmRunnerBackend) chooses NVFP4 GEMMs
-# only; its FP8 GEMMs are --fp8-gemm-runner-backend's (fp8_utils.py), which selector does not map
+# only; its FP8 GEMMs are --fp8-gemm-backend's (fp8_utils.py dispatch_w8a8_block_fp8_linear)
 SGLANG_LINEAR = [
     C(f"sglang-{b.split('/')[1]}-{q}", dev, b, fails={"quant"} if bad else (),
       layer=_lin(q), only="quant", engine="sglang")
     for b, q, dev, bad in (
         (FCUT, "nvfp4", "10.0", False), (FCUT, "fp8_tensor", "10.0", True),
         (FCD, "nvfp4", "10.0", False), (FCD, "nvfp4_w4a16", "10.0", False),
-        (FCD, "mxfp8", "10.0", True), (MAR, "nvfp4", "9.0", False),
-        (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", True),
+        (FCD, "mxfp8", "10.0", False), (MAR, "nvfp4", "9.0", False),
+        (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", False),
         (MAR, "nvfp4_w4a16", "9.0", False), (MAR, "fp8_block", "9.0", True),
         (MAR, "mxfp4", "9.0", True))]
 

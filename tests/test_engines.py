@@ -45,7 +45,8 @@ def test_sglang_marks_b12x_not_applicable_and_prints_its_flags(runs):
     data = json.loads(runs["sglang-json"].stdout)
     assert data["engine"] == {"name": "sglang", "label": "SGLang 0.5.23",
                               "backend": "flashinfer_cutlass", "kernel": None, "scheme": None,
-                              "flags": ["--moe-runner-backend", "flashinfer_cutlass"], "env": {}}
+                              "flags": ["--moe-runner-backend", "flashinfer_cutlass"], "env": {},
+                              "config": {}}
     by_name = {c["backend"]: c for c in data["candidates"]}
     for name in ("b12x", "flashinfer_b12x", "cutlass", "emulation"):
         assert by_name[name]["status"] == "not_applicable"
@@ -188,8 +189,11 @@ def test_sglang_names_match_its_released_source(sglang_release):
     read, _ = sglang_release
     values = {"moe": _enum_values(read("sglang/srt/layers/moe/utils.py"), "MoeRunnerBackend"),
               "linear": _enum_values(read("sglang/srt/layers/quantization/fp4_utils.py"),
-                                     "Fp4GemmRunnerBackend")}
+                                     "Fp4GemmRunnerBackend") |
+              _enum_values(read("sglang/srt/layers/quantization/fp8_utils.py"),
+                           "Fp8GemmRunnerBackend")}
     assert "flashinfer_cutlass" in values["moe"] and "marlin" in values["linear"]
+    assert {"deep_gemm", "triton", "cutlass"} <= values["linear"]
     sel = load("engine=none", "platform=cpu")
     for op, backends in sel.catalogue.backends.items():
         for b in backends:
@@ -197,6 +201,7 @@ def test_sglang_names_match_its_released_source(sglang_release):
             text = read(_cited(e.source))
             assert text, (op, b.name, e.source)
             assert e.name is None or e.name in values[op], (op, b.name, e.name)
+            assert {n for _, n in e.names} <= values[op], (op, b.name, e.names)
             if e.name is None and b.name in values[op]:  # SGLang has the name: why not ours
                 refusal = re.search(rf"is_{b.name}\(\):\s*raise NotImplementedError", text)
                 assert refusal, (op, b.name, e.source)
