@@ -500,7 +500,7 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
                 out.flags += first.flags
                 out.env.update(first.env)
                 out.config.update(first.config)
-    notes += launch.notes(sel, groups)
+    notes += launch.notes(sel, plan, groups)
     return LaunchPlan(plan, engine.name, engine.label, run.parallel, topo, tuple(groups),
                       tuple(out.flags), tuple(sorted(out.env.items())), tuple(conflicts),
                       tuple(dict.fromkeys(notes)), tuple(sorted(out.config.items())), launch)

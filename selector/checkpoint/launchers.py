@@ -152,7 +152,7 @@ class Launcher:
         """More answers to a flag conflict than a backend every layer takes."""
         return []
 
-    def notes(self, sel: Selector, groups: Sequence[Any]) -> List[str]:
+    def notes(self, sel: Selector, plan: Any, groups: Sequence[Any]) -> List[str]:
         """The engine's word on the plan (its automatic choice, ...)."""
         return []
 
@@ -233,9 +233,20 @@ def _hooks(path: Any, file: str) -> type:
     return cls
 
 
+def check_launch(engine: Engine, file: str) -> Optional[Launcher]:
+    """`check`'s view of an engine's launch: None without `launch:` (no launch plan), else
+    its Launcher; a broken one raises, naming the file and key."""
+    if not engine.launch:
+        return None
+    return _launcher(engine, file)
+
+
 def launcher(sel: Selector, engine: Engine) -> Launcher:
     """The engine's Launcher, from its file's `launch:`."""
-    file = _file_of(sel, engine)
+    return _launcher(engine, _file_of(sel, engine))
+
+
+def _launcher(engine: Engine, file: str) -> Launcher:
     conf = {k: json.loads(v) for k, v in engine.launch}
     if not conf.get("command"):
         raise SelectorError(f"{file}: engine.launch.command: no launch command known for "
@@ -247,4 +258,4 @@ def launcher(sel: Selector, engine: Engine) -> Launcher:
     return cls(engine, conf, file)
 
 
-__all__ = ["Topology", "Launcher", "launcher", "PARALLEL_RULES", "config_text"]
+__all__ = ["Topology", "Launcher", "launcher", "check_launch", "PARALLEL_RULES", "config_text"]
