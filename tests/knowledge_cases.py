@@ -552,8 +552,10 @@ ENGINE_NAMES = {
                "linear/flashinfer_cutedsl": "flashinfer_cutedsl",
                "linear/flashinfer_cutlass": "flashinfer_cutlass",
                "linear/flashinfer_trtllm": "flashinfer_trtllm", "linear/marlin": "marlin",
-               "linear/flashinfer_b12x": None, "linear/b12x": None, "linear/cutlass": None,
-               "linear/emulation": None, "linear/deep_gemm": None},
+               "linear/flashinfer_b12x": None, "linear/b12x": None,
+               # fp8_utils.py Fp8GemmRunnerBackend (--fp8-gemm-backend): cutlass, deep_gemm
+               "linear/cutlass": "cutlass",
+               "linear/emulation": None, "linear/deep_gemm": "deep_gemm"},
 }
 
 
@@ -565,6 +567,7 @@ ENGINE_NAMES["vllm"].update({
     "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
     "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None})
 ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
+ENGINE_NAMES["sglang"]["linear/triton_block_fp8"] = "triton"  # Fp8GemmRunnerBackend.TRITON
 # vLLM 0.32.0 oracle/mxfp4.py map_mxfp4_backend: OpenAI's triton_kernels MoE is vLLM's `triton`
 # for MXFP4 (its fused FP8 Triton MoE, moe/triton, is `triton` for FP8: disjoint schemes)
 ENGINE_NAMES["vllm"]["moe/triton_kernels"] = "triton"

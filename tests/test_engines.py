@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import REPO, load, run_cli_many, warm
 
 from selector import SelectorError
@@ -88,12 +89,30 @@ def test_explicit_backend_the_engine_lacks_falls_to_automatic_selection():
         ("engine", "SGLang 0.5.23 has no flashinfer_b12x backend")]
 
 
-def test_every_backend_names_itself_in_every_engine():
+def _engine_files():
+    """The packaged engines, from conf/engine/ (no test names the list)."""
+    return {p.stem: yaml.safe_load(p.read_text()) for p in (REPO / "conf" / "engine").glob("*.yaml")
+            if p.stem != "none"}
+
+
+def test_every_backend_is_named_once_by_every_engine():
+    """Each engine names each backend in one place: the backend's `engines.<engine>` entry, or
+    the engine file's own `backends:` map (a new engine edits no backend file)."""
+    files = _engine_files()
     sel = load("engine=none", "platform=cpu")
-    for _op, backends in sel.catalogue.backends.items():
+    for op, backends in sel.catalogue.backends.items():
         for b in backends:
             entries = dict(b.engines)
-            assert set(entries) == {"vllm", "sglang"}, b.file
+            in_engine_file = {e for e, conf in files.items()
+                              if b.name in (conf.get("backends") or {}).get(op, {})}
+            assert not set(entries) & in_engine_file, b.file
+            by_file = {e for e, conf in files.items() if not conf.get("backends")}
+            assert by_file <= set(entries), (b.file, by_file - set(entries))
+            assert all(e.source for e in entries.values())
+            # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
+            # _scaled_mm (vLLM's RowWise kernel is ROCm-only) and the grouped FP8 MoE
+            assert (entries["vllm"].name is None) == (b.name in {"torch_row_wise",
+                                                                 "torch_grouped_fp8"}), b.name
             assert all(e.source for e in entries.values())
             # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
             # _scaled_mm (vLLM's RowWise kernel is ROCm-only) and the grouped FP8 MoE
