@@ -79,7 +79,9 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
     own: Dict[str, Set[Tuple[str, str]]] = {}
     for name, path in sorted(tree.presets.get("engine", {}).items()):
         found, own[name] = engine_problems(path, backends, known)
-        problems.extend({"file": str(path), "problem": p} for p in found)
+        said = {q["problem"].split(" is ", 1)[0] for q in problems}  # the lint found it first
+        problems.extend({"file": str(path), "problem": p} for p in found
+                        if p.split(" is ", 1)[0] not in said)
     warnings += unnamed_by_engines(backends, known, own)
     for group, options in tree.presets.items():
         for name, path in sorted(options.items()):

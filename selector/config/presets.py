@@ -185,6 +185,7 @@ def validate_preset(path: Path, group: str) -> Dict[str, Any]:
     _, raw = load_document(path)
     raw = dict(raw or {})
     raw.pop("defaults", None)
+    _lint_shapes(group, raw, path)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(SCHEMA_NODES[group]), raw)
         return cast(Dict[str, Any], OmegaConf.to_container(merged, resolve=False))
