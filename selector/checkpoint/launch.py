@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
-import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -265,6 +263,7 @@ class LaunchPlan:
                 "notes": list(self.notes), "ok": self.ok}
 
     def __str__(self) -> str:
+        from selector.checkpoint.launch_text import render
         return render(self)
 
 
@@ -394,23 +393,27 @@ def _linear_flags(sel: Selector, launch: Launcher, groups: Sequence[Group], note
     """One value per choice key of the engine (SGLang: one FP4 and one FP8 GEMM backend per
     server), or the engine's own per-scheme form (vLLM's linear_backend_per_quant)."""
     engine = launch.engine
-    nv = [g for g in groups if g.planned and engine.choice("linear", g.scheme) is not None]
+    choice: Dict[str, Choice] = {}
+    for g in groups:
+        c = engine.choice("linear", g.scheme)
+        if g.planned and c is not None:
+            choice[g.scheme] = c
+    nv = [g for g in groups if g.scheme in choice and g.planned]
     if not nv or any(not g.engine_backend for g in nv):
         return None, None
     by_scheme: Dict[str, List[str]] = {}
     for g in nv:
-        names = by_scheme.setdefault(g.scheme, [])
-        if g.engine_backend not in names:
-            names.append(str(g.engine_backend))
-    split = {s: names for s, names in by_scheme.items() if len(names) > 1}
+        several = by_scheme.setdefault(g.scheme, [])
+        if g.engine_backend not in several:
+            several.append(str(g.engine_backend))
+    split = {s: v for s, v in by_scheme.items() if len(v) > 1}
     if split:
         s, several = next(iter(split.items()))
-        key = engine.choice("linear", s).key  # type: ignore[union-attr]
         problem = (f"the {s} linear groups need different backends ({', '.join(several)}); "
-                   f"{key} is one value per scheme")
+                   f"{choice[s].key} is one value per scheme")
         others = [g for g in groups if not g.planned]
         return None, Conflict("linear", (), problem, (), tuple(_options(
-            sel, launch, "linear", engine.choice("linear", s), nv, others)))  # type: ignore[arg-type]
+            sel, launch, "linear", choice[s], nv, others)))
     names = {s: v[0] for s, v in by_scheme.items()}
     quantized = [g.scheme for g in groups if not g.planned and g.scheme != "unquantized"]
     own = launch.linear(names, quantized, notes)
@@ -422,7 +425,7 @@ def _linear_flags(sel: Selector, launch: Launcher, groups: Sequence[Group], note
     out = Asked(env=_env(nv))
     per_choice: Dict[Choice, Dict[str, str]] = {}
     for s, n in names.items():
-        per_choice.setdefault(engine.choice("linear", s), {})[s] = n  # type: ignore[index]
+        per_choice.setdefault(choice[s], {})[s] = n
     for c, values in per_choice.items():
         if len(set(values.values())) > 1:
             problem = (f"the {'/'.join(values)} linear schemes need different backends "
@@ -506,85 +509,5 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
                       tuple(dict.fromkeys(notes)), tuple(sorted(out.config.items())), launch)
 
 
-# ---------------------------------------------------------------------------------------------
-# Text
-
-def _sizes(g: Group, topo: Topology) -> str:
-    f = g.per_rank
-    if not f:
-        return "-"
-    if g.op == "moe":
-        e = f.get("num_experts")
-        local = f"{e // topo.ep} of {e} experts" if e and topo.ep > 1 and not e % topo.ep \
-            else f"{e} experts"
-        return f"{local}, H {f.get('hidden_size')}, I {f.get('intermediate_size')}"
-    return f"K {f.get('hidden_size')}, N {f.get('intermediate_size')}"
-
-
-def _projections_text(projections: Sequence[str]) -> str:
-    names = [p.rsplit(".", 1)[-1] for p in projections]
-    return "/".join(names) if len(names) <= 2 else f"{'/'.join(names[:2])}/+{len(names) - 2}"
-
-
-def render(lp: LaunchPlan) -> str:
-    from selector.checkpoint.plan import _layers_text
-    topo, par = lp.topology, lp.parallel
-    lines = [f"launch plan for {lp.label}: tp {par.tp}, dp {par.dp}, ep {par.ep} "
-             f"(MoE layers: TP {topo.moe_tp}, EP {topo.ep}; dense layers: TP {topo.linear_tp})"]
-    rows = [("group", "layers", "scheme", "per rank", "backend", "kernel")]
-    for g in lp.groups:
-        what = g.kind if g.op == "moe" or not g.projections else \
-            f"{g.kind} {_projections_text(g.projections)}"
-        if g.decision is None:
-            backend = "(not planned: the engine decides)"
-        elif not g.planned:
-            backend = f"(no backend implements {g.scheme}: the engine decides)"
-        elif g.backend:
-            backend = g.backend if g.engine_backend in (None, g.backend) else \
-                f"{g.backend} ({lp.engine}: {g.engine_backend})"
-        else:
-            backend = f"none: {g.decision.outcome}"
-        rows.append((what, _layers_text(g.layers) or "-", g.scheme, _sizes(g, topo), backend,
-                     ", else ".join(g.kernels(lp.launch)) or "-"))
-    width = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        lines.append("  " + "  ".join(c.ljust(width[i]) for i, c in enumerate(r[:5])) +
-                     f"  {r[5]}")
-    for g in lp.groups:
-        for p in g.problems:
-            lines.append(f"  !! {g.kind}: {p}")
-        if g.planned and g.decision is not None and not g.decision.selected:
-            lines.extend(textwrap.wrap(f"!! {g.kind}: {g.decision.summary()}", width=WRAP,
-                                       initial_indent="  ", subsequent_indent="     "))
-    lines.append("")
-    lines.append(f"flags: {' '.join(shlex.quote(f) for f in lp.flags) or '(none)'}")
-    if lp.config:
-        lines.append("config: " + " ".join(f"{k}={v}" for k, v in lp.config))
-    lines.append("env: " + (" ".join(f"{k}={shlex.quote(v)}" for k, v in lp.env) or "(none)"))
-    for c in lp.conflicts:
-        lines.extend(textwrap.wrap(f"!! {c.problem}", width=WRAP, subsequent_indent="   "))
-        for b in c.breaks:
-            lines.extend(textwrap.wrap(
-                f"breaks {b.group.kind} ({b.group.scheme}, layers "
-                f"{_layers_text(b.group.layers) or '-'}): {b.message} ({b.source})",
-                width=WRAP, initial_indent="   - ", subsequent_indent="     "))
-        for i, o in enumerate(c.instead):
-            what = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in o.env),
-                             *(shlex.quote(f) for f in o.flags)])
-            lines.extend(textwrap.wrap(f"{'instead (in the flags above)' if i == 0 else 'or'}: "
-                                       f"{what or '(no flag)'}: {o.why}",
-                                       width=WRAP, initial_indent="   ",
-                                       subsequent_indent="     "))
-        if not c.instead:
-            lines.append(f"   no single value serves every layer: {lp.launch.no_answer()}")
-    for n in lp.notes:
-        lines.extend(textwrap.wrap(f"note: {n}", width=WRAP, subsequent_indent="  "))
-    for name, text in lp.files().items():
-        lines.append(f"{name} (the config file the command reads):")
-        lines.extend(f"  {line}" for line in text.splitlines())
-    lines.append(f"command: {lp.command()}")
-    return "\n".join(lines)
-
-
-__all__ = ["Parallel", "make_parallel", "Topology", "topology", "Group", "LaunchPlan",
+__all__ = ["Parallel", "make_parallel", "Topology", "Group", "LaunchPlan",
            "launch_plan", "per_rank_fields", "other_scheme"]

@@ -255,7 +255,8 @@ def _launcher(engine: Engine, file: str) -> Launcher:
                             key="engine.launch.command", where=file)
     conf = _checked(conf, file, engine.label)
     cls = _hooks(conf["hooks"], file) if conf.get("hooks") else Launcher
-    return cls(engine, conf, file)
+    made: Launcher = cls(engine, conf, file)
+    return made
 
 
 __all__ = ["Topology", "Launcher", "launcher", "check_launch", "PARALLEL_RULES", "config_text"]

@@ -105,7 +105,8 @@ def _lint_shapes(group: str, data: Dict[str, Any], f: Path) -> None:
         if x is not None and isinstance(x.type, str):
             origin = dict if x.type.startswith("Dict[") else list if \
                 x.type.startswith("List[") else None
-        shape = {dict: (dict, "a mapping"), list: (list, "a list")}.get(origin)  # type: ignore[call-overload]
+        shapes: Dict[Any, Tuple[type, str]] = {dict: (dict, "a mapping"), list: (list, "a list")}
+        shape = shapes.get(origin)
         if shape is not None and value is not None and not isinstance(value, shape[0]):
             problem = x.metadata.get("problem") or f"is not {shape[1]}"  # type: ignore[union-attr]
             raise bad_input(f"{PACKAGES[group][-1]}.{key}", value, f"{problem} (accepted "

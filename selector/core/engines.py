@@ -350,7 +350,8 @@ def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str],
         b = catalogue.get(op, selected)
         e = entry(b, engine.name)
         if e is not None and e.name is not None:
-            name, env = e.name_for(layer.quant if layer is not None else None), dict(e.env)
+            name, env = e.name_for(layer.quant if layer is not None else None) or e.name, \
+                dict(e.env)
             c = engine.choice(op, layer.quant if layer is not None else None)
             if c is not None and c.kind == "flag":
                 flags = [c.key, name]

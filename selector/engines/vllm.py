@@ -18,8 +18,19 @@ import dataclasses
 import logging
 import sys
 import threading
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional,
-                    Sequence, Set, Tuple)
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from selector.checkpoint.launchers import Launcher
 
