@@ -567,7 +567,9 @@ ENGINE_NAMES["vllm"].update({
     "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
     "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None})
 ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
-ENGINE_NAMES["sglang"]["linear/triton_block_fp8"] = "triton"  # Fp8GemmRunnerBackend.TRITON
+# SGLang 0.5.23 fp8_utils.py Fp8GemmRunnerBackend (--fp8-gemm-backend): its block-FP8 GEMMs
+ENGINE_NAMES["sglang"].update({"linear/triton_block_fp8": "triton",
+                               "linear/deep_gemm": "deep_gemm", "linear/cutlass": "cutlass"})
 # vLLM 0.32.0 oracle/mxfp4.py map_mxfp4_backend: OpenAI's triton_kernels MoE is vLLM's `triton`
 # for MXFP4 (its fused FP8 Triton MoE, moe/triton, is `triton` for FP8: disjoint schemes)
 ENGINE_NAMES["vllm"]["moe/triton_kernels"] = "triton"
