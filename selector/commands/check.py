@@ -132,19 +132,21 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
 def unnamed_by_engines(backends: Sequence[BackendSpec], known: Sequence[str],
                        own: Optional[Dict[str, Set[Tuple[str, str]]]] = None
                        ) -> List[Dict[str, str]]:
-    """An engine has the backends it names (in its own file or the backend's): one line per
-    engine saying how many it does not name, which are not_applicable under it."""
+    """An engine has the backends it names. One whose file lists its names (`backends:`) has
+    said which it has: the rest are not_applicable under it, said by its file once. For an
+    engine the backend files name, a backend without its entry is named here (an oversight of
+    the backend's author, most likely)."""
+    listed = {e for e, named in (own or {}).items() if named}
     out = []
-    for e in known:
-        if e == "none":
-            continue
-        named = (own or {}).get(e, set())
-        missing = [b for b in backends if e not in dict(b.engines) and (b.op, b.name) not in named]
+    for b in backends:
+        missing = [e for e in known if e != "none" and e not in listed
+                   and e not in dict(b.engines)]
         if missing:
-            out.append({"file": "", "warning": f"engine={e} names {len(backends) - len(missing)} "
-                        f"of the {len(backends)} backends; the other {len(missing)} "
-                        f"({', '.join(f'{b.op}/{b.name}' for b in missing[:6])}"
-                        f"{', ...' if len(missing) > 6 else ''}) are not_applicable under it"})
+            out.append({"file": b.file, "warning": f"{b.file}: catalogue.{b.op}.{b.name} has no "
+                        + ", ".join(f"engines.{e}" for e in missing) + " entry, so under "
+                        + " or ".join(f"engine={e}" for e in missing) + " it is not_applicable; "
+                        "write engines.<engine>.name (null: the engine has no such backend) "
+                        "and its source"})
     return out
 
 

@@ -326,8 +326,9 @@ def apply(catalogue: Any, engine: Engine) -> Any:
             if e is None or e.name is None:
                 source = e.source if e is not None else (engine.source or b.file)
                 why = (f"{engine.label} has no {b.name} backend" if e is not None else
-                       f"{engine.label} names no {b.name} backend: an engine has the "
-                       "backends it names, in its engine file or the backend's")
+                       f"{engine.label} names no {b.name} backend: its engine file lists the "
+                       "backends it has" if engine.entries else
+                       f"{b.name} has no engines.{engine.name} entry in {b.file}")
                 changed.append(dataclasses.replace(b, unavailable=Reason(
                     "engine", why, source, f"not offered by {engine.label}")))
             else:  # the engine's kernel checks its own `replaces` kinds instead of the backend's
