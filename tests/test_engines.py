@@ -402,3 +402,11 @@ def test_every_sglang_flag_selector_prints_is_an_sglang_cli_name(sglang_release)
         c for c in conf["launch"]["command"] if c.startswith("--")}
     assert "--model-path" in flags and "--fp8-gemm-backend" in flags
     assert flags <= names, flags - names
+
+
+def test_sglang_server_kwargs_name_the_fp8_gemm_field():
+    """--fp8-gemm-backend sets ServerArgs.fp8_gemm_runner_backend (fields/exec_.py)."""
+    d = load("engine=sglang", "platform=h100", "stack=sglang_0_5_23", "layer=dense_linear",
+             "layer.quant=fp8_block").default()
+    assert sglang.server_kwargs(d) == {"fp8_gemm_runner_backend": d.engine["backend"]}
+    assert d.engine["backend"] in {"cutlass", "triton", "deep_gemm"}
