@@ -557,8 +557,10 @@ ENGINE_NAMES = {
                "linear/flashinfer_cutedsl": "flashinfer_cutedsl",
                "linear/flashinfer_cutlass": "flashinfer_cutlass",
                "linear/flashinfer_trtllm": "flashinfer_trtllm", "linear/marlin": "marlin",
-               "linear/flashinfer_b12x": None, "linear/b12x": None, "linear/cutlass": None,
-               "linear/emulation": None, "linear/deep_gemm": None},
+               "linear/flashinfer_b12x": None, "linear/b12x": None,
+               # fp8_utils.py Fp8GemmRunnerBackend (--fp8-gemm-backend): cutlass, deep_gemm
+               "linear/cutlass": "cutlass",
+               "linear/emulation": None, "linear/deep_gemm": "deep_gemm"},
 }
 
 
@@ -570,6 +572,9 @@ ENGINE_NAMES["vllm"].update({
     "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
     "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None})
 ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
+# SGLang 0.5.23 fp8_utils.py Fp8GemmRunnerBackend (--fp8-gemm-backend): its block-FP8 GEMMs
+ENGINE_NAMES["sglang"].update({"linear/triton_block_fp8": "triton",
+                               "linear/deep_gemm": "deep_gemm", "linear/cutlass": "cutlass"})
 # vLLM 0.32.0 oracle/mxfp4.py map_mxfp4_backend: OpenAI's triton_kernels MoE is vLLM's `triton`
 # for MXFP4 (its fused FP8 Triton MoE, moe/triton, is `triton` for FP8: disjoint schemes)
 ENGINE_NAMES["vllm"]["moe/triton_kernels"] = "triton"
@@ -1524,15 +1529,15 @@ def _vllm_scheme_kernels() -> List[Case]:
 
 
 # SGLang 0.5.23's --fp4-gemm-backend (fp4_utils.py Fp4GemmRunnerBackend) chooses NVFP4 GEMMs
-# only; its FP8 GEMMs are --fp8-gemm-runner-backend's (fp8_utils.py), which selector does not map
+# only; its FP8 GEMMs are --fp8-gemm-backend's (fp8_utils.py dispatch_w8a8_block_fp8_linear)
 SGLANG_LINEAR = [
     C(f"sglang-{b.split('/')[1]}-{q}", dev, b, fails={"quant"} if bad else (),
       layer=_lin(q), only="quant", engine="sglang")
     for b, q, dev, bad in (
         (FCUT, "nvfp4", "10.0", False), (FCUT, "fp8_tensor", "10.0", True),
         (FCD, "nvfp4", "10.0", False), (FCD, "nvfp4_w4a16", "10.0", False),
-        (FCD, "mxfp8", "10.0", True), (MAR, "nvfp4", "9.0", False),
-        (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", True),
+        (FCD, "mxfp8", "10.0", False), (MAR, "nvfp4", "9.0", False),
+        (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", False),
         (MAR, "nvfp4_w4a16", "9.0", False), (MAR, "fp8_block", "9.0", True),
         (MAR, "mxfp4", "9.0", True))]
 

@@ -379,7 +379,7 @@ def test_fp8_block_dense_launch_plan(tmp_path):
         assert lp.flags[lp.flags.index("--linear-backend") + 1] == block.engine_backend
     js = lp.to_dict()
     assert set(js) == {"engine", "label", "parallel", "topology", "groups", "flags", "env",
-                       "command", "conflicts", "notes", "ok"}
+                       "config", "files", "command", "conflicts", "notes", "ok"}
     assert js["groups"][0]["scheme"] == "fp8_block"
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import REPO, load, run_cli_many, warm
 
 from selector import SelectorError
@@ -45,7 +46,8 @@ def test_sglang_marks_b12x_not_applicable_and_prints_its_flags(runs):
     data = json.loads(runs["sglang-json"].stdout)
     assert data["engine"] == {"name": "sglang", "label": "SGLang 0.5.23",
                               "backend": "flashinfer_cutlass", "kernel": None, "scheme": None,
-                              "flags": ["--moe-runner-backend", "flashinfer_cutlass"], "env": {}}
+                              "flags": ["--moe-runner-backend", "flashinfer_cutlass"], "env": {},
+                              "config": {}}
     by_name = {c["backend"]: c for c in data["candidates"]}
     for name in ("b12x", "flashinfer_b12x", "cutlass", "emulation"):
         assert by_name[name]["status"] == "not_applicable"
@@ -87,12 +89,30 @@ def test_explicit_backend_the_engine_lacks_falls_to_automatic_selection():
         ("engine", "SGLang 0.5.23 has no flashinfer_b12x backend")]
 
 
-def test_every_backend_names_itself_in_every_engine():
+def _engine_files():
+    """The packaged engines, from conf/engine/ (no test names the list)."""
+    return {p.stem: yaml.safe_load(p.read_text()) for p in (REPO / "conf" / "engine").glob("*.yaml")
+            if p.stem != "none"}
+
+
+def test_every_backend_is_named_once_by_every_engine():
+    """Each engine names each backend in one place: the backend's `engines.<engine>` entry, or
+    the engine file's own `backends:` map (a new engine edits no backend file)."""
+    files = _engine_files()
     sel = load("engine=none", "platform=cpu")
-    for _op, backends in sel.catalogue.backends.items():
+    for op, backends in sel.catalogue.backends.items():
         for b in backends:
             entries = dict(b.engines)
-            assert set(entries) == {"vllm", "sglang"}, b.file
+            in_engine_file = {e for e, conf in files.items()
+                              if b.name in (conf.get("backends") or {}).get(op, {})}
+            assert not set(entries) & in_engine_file, b.file
+            by_file = {e for e, conf in files.items() if not conf.get("backends")}
+            assert by_file <= set(entries), (b.file, by_file - set(entries))
+            assert all(e.source for e in entries.values())
+            # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
+            # _scaled_mm (vLLM's RowWise kernel is ROCm-only) and the grouped FP8 MoE
+            assert (entries["vllm"].name is None) == (b.name in {"torch_row_wise",
+                                                                 "torch_grouped_fp8"}), b.name
             assert all(e.source for e in entries.values())
             # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
             # _scaled_mm (vLLM's RowWise kernel is ROCm-only) and the grouped FP8 MoE
@@ -188,8 +208,11 @@ def test_sglang_names_match_its_released_source(sglang_release):
     read, _ = sglang_release
     values = {"moe": _enum_values(read("sglang/srt/layers/moe/utils.py"), "MoeRunnerBackend"),
               "linear": _enum_values(read("sglang/srt/layers/quantization/fp4_utils.py"),
-                                     "Fp4GemmRunnerBackend")}
+                                     "Fp4GemmRunnerBackend") |
+              _enum_values(read("sglang/srt/layers/quantization/fp8_utils.py"),
+                           "Fp8GemmRunnerBackend")}
     assert "flashinfer_cutlass" in values["moe"] and "marlin" in values["linear"]
+    assert {"deep_gemm", "triton", "cutlass"} <= values["linear"]
     sel = load("engine=none", "platform=cpu")
     for op, backends in sel.catalogue.backends.items():
         for b in backends:
@@ -197,6 +220,7 @@ def test_sglang_names_match_its_released_source(sglang_release):
             text = read(_cited(e.source))
             assert text, (op, b.name, e.source)
             assert e.name is None or e.name in values[op], (op, b.name, e.name)
+            assert {n for _, n in e.names} <= values[op], (op, b.name, e.names)
             if e.name is None and b.name in values[op]:  # SGLang has the name: why not ours
                 refusal = re.search(rf"is_{b.name}\(\):\s*raise NotImplementedError", text)
                 assert refusal, (op, b.name, e.source)
@@ -276,3 +300,113 @@ def test_an_engine_replaces_the_backends_own_rule_kind():
             "policy.moe_backend=emulation")
     assert load("engine=vllm", *over).default().selected == "emulation"
     assert load(*over).default().selected is None
+
+
+def _runner_values(read) -> dict:
+    """MoeRunnerBackend member -> value (SGLang 0.5.23 srt/layers/moe/utils.py)."""
+    tree = ast.parse(read("sglang/srt/layers/moe/utils.py"))
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+               and n.name == "MoeRunnerBackend")
+    return {t.id: n.value.value for n in cls.body if isinstance(n, ast.Assign)
+            for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
+
+
+def _mxfp4_runners(read) -> set:
+    """The runners SGLang's Mxfp4MoEMethod.create_moe_runner builds (quantization/mxfp4.py):
+    the `moe_runner_backend.is_<member>()` tests of its body; any other value raises."""
+    tree = ast.parse(read("sglang/srt/layers/quantization/mxfp4.py"))
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+               and n.name == "Mxfp4MoEMethod")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef)
+              and n.name == "create_moe_runner")
+    members = _runner_values(read)
+    called = {n.func.attr[3:].upper() for n in ast.walk(fn) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Attribute) and n.func.attr.startswith("is_")}
+    return {v for m, v in members.items() if m in called and m != "AUTO"}
+
+
+@pytest.mark.parametrize("platform", ["b200", "h100", "rtx_pro_6000"])
+@pytest.mark.parametrize("quant", ["mxfp4", "mxfp4_w4a8"])
+def test_gpt_oss_mxfp4_under_sglang_names_a_runner_its_mxfp4_method_builds(sglang_release,
+                                                                          platform, quant):
+    """Issue 31: selector printed --moe-runner-backend flashinfer_trtllm / flashinfer_cutlass
+    for gpt-oss, which SGLang's Mxfp4MoEMethod refuses (NotImplementedError); on SM 10.0 its
+    trtllm MXFP4 MoE is `flashinfer_mxfp4` (model_overrides/gpt_oss.py, SGLang PR #32668)."""
+    read, _ = sglang_release
+    accepted = _mxfp4_runners(read)
+    assert {"flashinfer_mxfp4", "triton_kernel", "marlin"} <= accepted
+    assert "flashinfer_trtllm" not in accepted and "flashinfer_cutlass" not in accepted
+    d = load("engine=sglang", f"platform={platform}", "stack=sglang_0_5_23", "layer=gpt_oss_moe",
+             f"layer.quant={quant}").default()
+    assert d.selected, d.summary()
+    assert d.engine["backend"] in accepted, (d.selected, d.engine)
+    assert d.engine["flags"] == ["--moe-runner-backend", d.engine["backend"]]
+    if platform == "b200":
+        assert d.engine["backend"] == "flashinfer_mxfp4"
+
+
+def _cli_names(read) -> set:
+    """Every option SGLang 0.5.23's parser takes: per field of srt/arg_groups/fields/*.py its
+    `cli_name` (else `--` + the field name, dashed: arg_utils.py _field_to_cli_name) and its
+    aliases."""
+    out = set()
+    for rel in ("device", "disagg", "exec_", "lora", "memory", "mm", "model", "observability",
+                "parallel", "schedule", "serving", "spec"):
+        for node in ast.walk(ast.parse(read(f"sglang/srt/arg_groups/fields/{rel}.py"))):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            arg = next((c for c in ast.walk(node.annotation) if isinstance(c, ast.Call)
+                        and getattr(c.func, "id", "") == "Arg"), None)
+            if arg is None:
+                continue
+            kw = {k.arg: k.value for k in arg.keywords}
+            name = kw.get("cli_name")
+            out.add(name.value if isinstance(name, ast.Constant) else
+                    "--" + node.target.id.replace("_", "-"))
+            if isinstance(kw.get("aliases"), ast.List):
+                out |= {e.value for e in kw["aliases"].elts if isinstance(e, ast.Constant)}
+    return out
+
+
+@pytest.mark.parametrize("platform", ["b200", "h100", "rtx_pro_6000"])
+@pytest.mark.parametrize("quant", ["fp8_block", "mxfp8"])
+def test_fp8_and_mxfp8_linear_run_under_sglang_with_its_fp8_gemm_flag(sglang_release, platform,
+                                                                      quant):
+    """Issue 31: FP8 and MXFP8 linear layers were unsupported_layer under engine=sglang though
+    SGLang runs them (fp8_utils.py dispatch_w8a8_block_fp8_linear,
+    resolve_mxfp8_dense_gemm_backend); the flag is --fp8-gemm-backend (fields/exec_.py
+    cli_name), whose values are Fp8GemmRunnerBackend's."""
+    read, _ = sglang_release
+    fp8 = _enum_values(read("sglang/srt/layers/quantization/fp8_utils.py"),
+                       "Fp8GemmRunnerBackend")
+    exec_ = read("sglang/srt/arg_groups/fields/exec_.py")
+    assert 'cli_name="--fp8-gemm-backend"' in exec_ and "--fp8-gemm-runner-backend" not in exec_
+    d = load("engine=sglang", f"platform={platform}", "stack=sglang_0_5_23",
+             "layer=dense_linear", f"layer.quant={quant}").default()
+    if quant == "mxfp8" and platform == "h100":  # SGLang's MXFP8 dense GEMMs are Blackwell's
+        assert d.selected is None
+        return
+    assert d.outcome != "unsupported_layer" and d.selected, d.summary()
+    assert d.engine["flags"] == ["--fp8-gemm-backend", d.engine["backend"]]
+    assert d.engine["backend"] in fp8
+
+
+def test_every_sglang_flag_selector_prints_is_an_sglang_cli_name(sglang_release):
+    """The choice flags of conf/engine/sglang.yaml and its launch flags are cli_names of
+    SGLang 0.5.23's argument fields, so its parser accepts them."""
+    read, _ = sglang_release
+    names = _cli_names(read)
+    conf = yaml.safe_load((REPO / "conf" / "engine" / "sglang.yaml").read_text())
+    flags = {c["flag"] for c in conf["choices"]} | {
+        v for k, v in conf["launch"]["parallel"].items() if k in ("tp", "dp", "ep")} | {
+        c for c in conf["launch"]["command"] if c.startswith("--")}
+    assert "--model-path" in flags and "--fp8-gemm-backend" in flags
+    assert flags <= names, flags - names
+
+
+def test_sglang_server_kwargs_name_the_fp8_gemm_field():
+    """--fp8-gemm-backend sets ServerArgs.fp8_gemm_runner_backend (fields/exec_.py)."""
+    d = load("engine=sglang", "platform=h100", "stack=sglang_0_5_23", "layer=dense_linear",
+             "layer.quant=fp8_block").default()
+    assert sglang.server_kwargs(d) == {"fp8_gemm_runner_backend": d.engine["backend"]}
+    assert d.engine["backend"] in {"cutlass", "triton", "deep_gemm"}

@@ -117,6 +117,28 @@ def test_sglang_flags():
     assert lp.command().startswith("python -m sglang.launch_server --model-path ")
 
 
+def test_sglang_plan_passes_fp8_gemm_backend_with_per_rank_sizes(tmp_path):
+    """Issue 31 item 4: SGLang's FP8 linear layers get --fp8-gemm-backend (fields/exec_.py
+    cli_name), its NVFP4 and FP8 experts one --moe-runner-backend, each group decided with its
+    per-rank sizes (MoE TP = tp / ep: entrypoints/engine.py)."""
+    from launch_fixtures import mixed_block_moe
+    model = mixed_block_moe(tmp_path)
+    lp = load("engine=sglang", "platform=b200", "stack=sglang_0_5_23", "parallel.tp=4",
+              "parallel.ep=2").launch_plan(model)
+    assert (lp.topology.moe_tp, lp.topology.ep, lp.topology.linear_tp) == (2, 2, 4)
+    experts = [g for g in lp.groups if g.op == "moe" and g.planned]
+    assert {g.scheme for g in experts} == {"nvfp4", "fp8_block"}
+    assert all(g.per_rank["tp_size"] == 2 and g.per_rank["ep_size"] == 2 for g in experts)
+    linear = [g for g in lp.groups if g.op == "linear" and g.planned]
+    assert linear and all(g.scheme == "fp8_block" and g.per_rank["tp_size"] == 4
+                          for g in linear)
+    flags = list(lp.flags)
+    i = flags.index("--fp8-gemm-backend")
+    assert flags[i + 1] == linear[0].engine_backend
+    assert flags.count("--moe-runner-backend") == 1 and "--fp4-gemm-backend" not in flags
+    assert "--fp8-gemm-runner-backend" not in lp.command()
+
+
 def test_json_and_text(tmp_path):
     rc, out, err = run_main(["explain", "--model", R1, *B200, "parallel.tp=8", "parallel.ep=8",
                              "--format", "json"])

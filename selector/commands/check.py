@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from selector.config import catalogues, compose, lint_tree, read_backend, validate_preset
 from selector.config.catalogues import discover as discover_tree
@@ -76,7 +76,13 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                  "gated and non-gated"}
                 for b in backends if b.op == "moe"
                 and not any(r.kind in _ACTIVATION_KINDS for r in b.rules)]
-    warnings += unnamed_by_engines(backends, known)
+    own: Dict[str, Set[Tuple[str, str]]] = {}
+    for name, path in sorted(tree.presets.get("engine", {}).items()):
+        found, own[name] = engine_problems(path, backends, known)
+        said = {q["problem"].split(" is ", 1)[0] for q in problems}  # the lint found it first
+        problems.extend({"file": str(path), "problem": p} for p in found
+                        if p.split(" is ", 1)[0] not in said)
+    warnings += unnamed_by_engines(backends, known, own)
     for group, options in tree.presets.items():
         for name, path in sorted(options.items()):
             checked.append(str(path))
@@ -123,13 +129,18 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             "problems": problems, "warnings": warnings}
 
 
-def unnamed_by_engines(backends: Sequence[BackendSpec], known: Sequence[str]
+def unnamed_by_engines(backends: Sequence[BackendSpec], known: Sequence[str],
+                       own: Optional[Dict[str, Set[Tuple[str, str]]]] = None
                        ) -> List[Dict[str, str]]:
-    """A backend without an `engines.<engine>` entry is not_applicable under that engine
-    without a word: name each such (backend, engine) pair."""
+    """An engine has the backends it names. One whose file lists its names (`backends:`) has
+    said which it has: the rest are not_applicable under it, said by its file once. For an
+    engine the backend files name, a backend without its entry is named here (an oversight of
+    the backend's author, most likely)."""
+    listed = {e for e, named in (own or {}).items() if named}
     out = []
     for b in backends:
-        missing = [e for e in known if e != "none" and e not in dict(b.engines)]
+        missing = [e for e in known if e != "none" and e not in listed
+                   and e not in dict(b.engines)]
         if missing:
             out.append({"file": b.file, "warning": f"{b.file}: catalogue.{b.op}.{b.name} has no "
                         + ", ".join(f"engines.{e}" for e in missing) + " entry, so under "
@@ -137,6 +148,68 @@ def unnamed_by_engines(backends: Sequence[BackendSpec], known: Sequence[str]
                         "write engines.<engine>.name (null: the engine has no such backend) "
                         "and its source"})
     return out
+
+
+def _outside_clash(engine: str, key: str, why: str, backends: Sequence[BackendSpec],
+                   entries: Sequence[Tuple[str, str, Any]]) -> str:
+    """What of the catalogue an `outside:` key names ('' : nothing). The engine's name for a
+    backend may stand outside for a scheme that backend does not implement, when the reason
+    says which (vLLM's `torch` is its FP8 torch._scaled_mm linear backends, and an NVFP4 GEMM
+    the catalogue lacks)."""
+    import re
+
+    from selector.core.schema import QUANTS
+    mine = [b for b in backends if b.name == key]
+    if mine:
+        return f"the catalogue's {mine[0].op}/{key} ({mine[0].file})"
+    own = {(op, n) for op, n, e in entries if e.name == key}
+    claiming = [b for b in backends if (b.op, b.name) in own or any(
+        n == engine and e.name == key for n, e in b.engines)]
+    if not claiming:
+        return ""
+    said = {q for q in QUANTS if re.search(rf"\b{q}\b", why.lower())}
+    if said and not said & {q for b in claiming for q in b.implements}:
+        return ""
+    return (f"{engine}'s name for {claiming[0].op}/{claiming[0].name} (say in the reason which "
+            "scheme stands outside, one that backend does not implement)")
+
+
+def engine_problems(path: Any, backends: Sequence[BackendSpec], known: Sequence[str]
+                    ) -> Tuple[List[str], Set[Tuple[str, str]]]:
+    """One engine file against the catalogue: it validates (its `launch:` and hooks too), the
+    backends it names exist and are not named twice, and its `outside:` names no backend the
+    catalogue has."""
+    from selector.checkpoint.launchers import check_launch
+    from selector.config.safe_yaml import load_yaml
+    from selector.core.engines import make_engine
+    file = str(path)
+    try:
+        conf = load_yaml(path) or {}
+        conf = {k: v for k, v in conf.items() if k != "defaults"}
+        engine = make_engine(conf, known, file)
+    except SelectorError as exc:
+        return [str(exc)], set()
+    out = []
+    try:
+        check_launch(engine, file)
+    except SelectorError as exc:
+        out.append(str(exc))
+    names = {(b.op, b.name): b for b in backends}
+    for op, name, _ in engine.entries:
+        b = names.get((op, name))
+        key = f"engine.backends.{op}.{name}"
+        if b is None:
+            out.append(f"{file}: {key}: names no backend of the catalogue (accepted: "
+                       f"{', '.join(sorted(n for o, n in names if o == op))})")
+        elif engine.name in dict(b.engines):
+            out.append(f"{file}: {key}: is also named in {b.file} (engines.{engine.name}): "
+                       "name a backend in one place")
+    for key, why in engine.outside:
+        clash = _outside_clash(engine.name, key, why, backends, engine.entries)
+        if clash:
+            out.append(f"{file}: engine.outside.{key}: {key!r} is {clash}: outside lists only "
+                       "the engine's backends the catalogue does not model")
+    return out, {(op, name) for op, name, _ in engine.entries}
 
 
 def backend_problems(op: str, name: str, conf: Any, file: str,

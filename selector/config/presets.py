@@ -69,6 +69,7 @@ def _lint_preset(tree: ConfigTree, group: str, f: Path, data: Any, node: Any) ->
         raise SelectorError(f"{f}: a preset file must hold a mapping of keys, not "
                             f"{type(data).__name__}", where=str(f))
     data = data or {}
+    _lint_shapes(group, data, f)
     if "preset" in data and (group != "platform" or data["preset"] != f.stem):
         raise bad_input(f"{PACKAGES[group][-1]}.preset", data["preset"], "is set by the preset's "
                         f"file name ({group}={f.stem}); remove the key" if group == "platform"
@@ -89,6 +90,27 @@ def _lint_preset(tree: ConfigTree, group: str, f: Path, data: Any, node: Any) ->
                             where=f"{f} line {_defaults_line(node, i)}")
         out.append(target)
     return out
+
+
+def _lint_shapes(group: str, data: Dict[str, Any], f: Path) -> None:
+    """A mapping field given a list, or a list field a mapping (Hydra's merge would only say
+    "Cannot merge DictConfig with ListConfig"): named with the key and the accepted shape."""
+    import dataclasses
+    import typing
+    fields = {x.name: x for x in dataclasses.fields(SCHEMA_NODES[group])}
+    for key, value in data.items():
+        x = fields.get(key)
+        origin = typing.get_origin(x.type) if x is not None and not isinstance(x.type, str) \
+            else None
+        if x is not None and isinstance(x.type, str):
+            origin = dict if x.type.startswith("Dict[") else list if \
+                x.type.startswith("List[") else None
+        shapes: Dict[Any, Tuple[type, str]] = {dict: (dict, "a mapping"), list: (list, "a list")}
+        shape = shapes.get(origin)
+        if shape is not None and value is not None and not isinstance(value, shape[0]):
+            problem = x.metadata.get("problem") or f"is not {shape[1]}"  # type: ignore[union-attr]
+            raise bad_input(f"{PACKAGES[group][-1]}.{key}", value, f"{problem} (accepted "
+                            f"shape: {shape[1]})", where=str(f))
 
 
 def _defaults_line(node: Any, i: int) -> int:
@@ -164,6 +186,7 @@ def validate_preset(path: Path, group: str) -> Dict[str, Any]:
     _, raw = load_document(path)
     raw = dict(raw or {})
     raw.pop("defaults", None)
+    _lint_shapes(group, raw, path)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(SCHEMA_NODES[group]), raw)
         return cast(Dict[str, Any], OmegaConf.to_container(merged, resolve=False))

@@ -1,18 +1,24 @@
-"""Engines (`engine=none|vllm|sglang`): the catalogue as one inference engine offers it.
+"""Engines (`engine=NAME`, one file `conf/engine/NAME.yaml` each): the catalogue as one inference
+engine offers it.
 
-Each backend YAML names itself in each engine under `engines.<engine>` (`name: null` when the
-engine has no such backend), with the environment variables that go with it, rules that hold
-only for that engine's integration (a backend vLLM wires up for fewer activations than the
-kernel library offers) and the kernels the engine runs under that name (`kernels:`, the first
-whose `when` holds; its `scheme` when the engine runs the layer as another quant scheme, as
-vLLM's `flashinfer_cutedsl` runs a W4A4 layer with its W4A16 kernel on SM 12.x). Under
-`engine=X` a backend X does not offer is `not_applicable`, X's rules join the backend's own, the
-backend is judged as the scheme X's kernel runs, and a decision names the kernel, its scheme and
-the flags that request the selected backend. The engine's label carries the version the
-platform lists for its distribution (`stack=vllm_0_33`: "vLLM 0.33.0").
+An engine is one object (`Engine`) made from one file: its label and distributions, how a
+backend choice is passed to it (`choices`: a command-line flag, an environment variable or a key
+of a config file, per op and optionally per quant scheme), its backend names (in each backend
+file's `engines.<engine>` entry, or in the engine file's own `backends.<op>.<backend>` map, so a
+new engine needs no edit to the backend files), the backends it has that the catalogue does not
+model (`outside`), its launch command and parallel rules (`launch`, read by
+selector/checkpoint/launchers.py), and where its proof lives (`proof`). Nothing else in selector
+branches on an engine's name: docs/engines.md is the recipe.
 
-The adapters (`selector.engines.vllm`, `selector.engines.sglang`) import their engine lazily:
-importing this package imports neither.
+Each entry names the backend as the engine does (`name: null` when the engine has none), with
+the environment variables that go with it, rules that hold only for that engine's integration
+and the kernels the engine runs under that name (`kernels:`, the first whose `when` holds; its
+`scheme` when the engine runs the layer as another quant scheme). Under `engine=X` a backend X
+does not name is `not_applicable`, X's rules join the backend's own, and a decision names the
+kernel, its scheme and the choice (flag, variable or config key) that requests the backend.
+
+The adapters (`selector.engines.*`) import their engine lazily: importing this package imports
+none of them.
 """
 from __future__ import annotations
 
@@ -21,15 +27,44 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.core import schema
-from selector.core.errors import bad_input, bad_value
+from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.rules import KINDS, Condition, Facts, Reason, Rule, compile_rule
-from selector.core.schema import QUANTS
+from selector.core.schema import OPS, QUANTS
 
-# The engines of the packaged tree (conf/engine/*.yaml). A run takes the list from its config
-# tree instead (composer: data["engines"]), so a new engine is its file, not an edit here.
-ENGINES = ("none", "vllm", "sglang")
+# The engines of the packaged tree (conf/engine/*.yaml) when no config tree is at hand. A run
+# takes the list from its config tree (composer: data["engines"]), so a new engine is its file.
+
+
+def _packaged_engines() -> Tuple[str, ...]:
+    from selector.core.packaged import packaged_conf_dir
+    try:
+        files = (packaged_conf_dir() / "engine").glob("*.yaml")
+    except SelectorError:
+        return ("none",)
+    return ("none",) + tuple(sorted(p.stem for p in files if p.stem != "none"))
+
+
+ENGINES = _packaged_engines()
 ENTRY_KEYS = tuple(f.name for f in dataclasses.fields(schema.EngineEntryConf))
 KERNEL_KEYS = ("kernel", "scheme", "when", "source")
+CHOICE_KINDS = ("flag", "env", "config")
+CHOICE_KEYS = ("op", "schemes", "source", "list") + CHOICE_KINDS
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How the engine is told the backend of one op (of some quant schemes; none: all): a
+    command-line `flag`, an environment variable (`env`) or a dotted `config` key of the
+    engine's config file (TensorRT-LLM's `moe_config.backend`); `list`: the key holds a list."""
+    op: str
+    kind: str
+    key: str
+    schemes: Tuple[str, ...] = ()
+    source: str = ""
+    list: bool = False
+
+    def serves(self, op: str, scheme: Optional[str]) -> bool:
+        return self.op == op and (not self.schemes or scheme is None or scheme in self.schemes)
 
 
 @dataclass(frozen=True)
@@ -37,13 +72,23 @@ class Engine:
     """The engine a Selector answers for; `none` keeps selector's own names."""
     name: str = "none"
     label: str = ""
-    flags: Tuple[Tuple[str, Optional[str]], ...] = ()  # (op, flag)
+    choices: Tuple[Choice, ...] = ()
     source: str = ""
     outside: Tuple[Tuple[str, str], ...] = ()  # engine backends the catalogue omits: why
     package: str = ""  # the distribution whose version the label names (vllm, sglang)
+    distributions: Tuple[str, ...] = ()  # every distribution that ships the engine
+    proof: str = ""  # the test that runs the engine's own code against selector
+    entries: Tuple[Tuple[str, str, Any], ...] = ()  # (op, backend, EngineEntry): the file's own
+    launch: Tuple[Tuple[str, Any], ...] = ()  # `launch:` as given (checkpoint/launchers.py)
 
-    def flag(self, op: str) -> Optional[str]:
-        return dict(self.flags).get(op)
+    def choice(self, op: str, scheme: Optional[str] = None) -> Optional[Choice]:
+        """The choice that requests `op`'s backend for a layer of `scheme` (None: any)."""
+        return next((c for c in self.choices if c.serves(op, scheme)), None)
+
+    def flag(self, op: str, scheme: Optional[str] = None) -> Optional[str]:
+        """The command-line flag of that choice (None: no flag, or not a flag)."""
+        c = self.choice(op, scheme)
+        return c.key if c is not None and c.kind == "flag" else None
 
 
 NO_ENGINE = Engine()
@@ -69,31 +114,84 @@ class EngineEntry:
     rules: Tuple[Rule, ...] = ()
     kernels: Tuple[Kernel, ...] = ()
     replaces: Tuple[str, ...] = ()  # rule kinds of the backend's own that the engine's replace
+    names: Tuple[Tuple[str, str], ...] = ()  # (scheme, name): the engine's name for one scheme
+
+    def name_for(self, scheme: Optional[str]) -> Optional[str]:
+        """The engine's name for a layer of `scheme` (SGLang runs gpt-oss MXFP4 under
+        flashinfer_mxfp4, its NVFP4 under flashinfer_trtllm)."""
+        return dict(self.names).get(scheme or "", self.name) if self.name else None
 
 
-def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINES) -> Engine:
+def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINES,
+                file: str = "") -> Engine:
     """The chosen engine from its config file (`conf/engine/<name>.yaml`); `known`: the
     engine files of the config tree (their names are the engines backend files may name)."""
-    v = schema.validate(schema.EngineConf, conf or {}, "engine")
+    v = schema.validate(schema.EngineConf, conf or {}, "engine", file or None)
     name = v["name"]
     accepted = tuple(dict.fromkeys(("none",) + tuple(known)))
     if name not in accepted:
         raise bad_value("engine", name, accepted, what="engine")
     if name == "none":
         return NO_ENGINE
-    return Engine(name, str(v["label"] or name),
-                  (("moe", v["moe_flag"]), ("linear", v["linear_flag"])), str(v["source"]),
+    import json
+    return Engine(name, str(v["label"] or name), _choices(v, file), str(v["source"]),
                   tuple(sorted((str(k), str(x)) for k, x in v["outside"].items())),
-                  str(v["package"] or ""))
+                  str(v["package"] or ""), tuple(str(d) for d in v["distributions"]),
+                  str(v["proof"] or ""), _own_entries(v["backends"], file),
+                  tuple(sorted((str(k), json.dumps(x, sort_keys=True, default=str))
+                               for k, x in v["launch"].items())))
+
+
+def _choices(v: Mapping[str, Any], file: str) -> Tuple[Choice, ...]:
+    """`choices:` (or the shorthand `moe_flag:` / `linear_flag:`), each checked."""
+    out = [Choice(op, "flag", str(v[f"{op}_flag"]), source=str(v["source"]))
+           for op in OPS if v.get(f"{op}_flag")]
+    for i, c in enumerate(v["choices"]):
+        key = f"engine.choices[{i}]"
+        if not isinstance(c, Mapping):
+            raise bad_input(key, c, "is not a mapping {op, flag|env|config, schemes, source}",
+                            where=file or None)
+        for f in c:
+            if f not in CHOICE_KEYS:
+                raise bad_value(key, f, CHOICE_KEYS, what="key", where=file or None)
+        kinds = [k for k in CHOICE_KINDS if c.get(k)]
+        if c.get("op") not in OPS:
+            raise bad_value(f"{key}.op", c.get("op"), OPS, where=file or None)
+        if len(kinds) != 1 or not isinstance(c[kinds[0]], str):
+            raise bad_input(key, dict(c), "names exactly one of flag, env or config (a string):"
+                            " how the engine is told the backend", where=file or None)
+        schemes = c.get("schemes") or []
+        if not isinstance(schemes, list) or any(s not in QUANTS for s in schemes):
+            raise bad_value(f"{key}.schemes", schemes, QUANTS, where=file or None)
+        out.append(Choice(c["op"], kinds[0], c[kinds[0]], tuple(schemes),
+                          str(c.get("source") or v["source"]), bool(c.get("list"))))
+    return tuple(out)
+
+
+def _own_entries(conf: Any, file: str) -> Tuple[Tuple[str, str, Any], ...]:
+    """The engine file's `backends.<op>.<backend>` entries (its names for catalogue backends
+    whose files do not name it)."""
+    out = []
+    for op, entries in conf.items():
+        if op not in OPS:
+            raise bad_value("engine.backends", op, OPS, what="op", where=file or None)
+        if not isinstance(entries, Mapping):
+            raise bad_input(f"engine.backends.{op}", entries, "is not a mapping of catalogue "
+                            "backend to {name, source, env, rules, kernels}", where=file or None)
+        for backend, raw in entries.items():
+            out.append((op, str(backend), _entry(raw, f"engine.backends.{op}.{backend}", file)))
+    return tuple(out)
 
 
 def versioned(engine: Engine, packages: Mapping[str, Any]) -> Engine:
     """The engine labelled with the version the platform lists for its distribution (the
-    configured label, the release the catalogue models, when the platform lists none)."""
-    version = packages.get(engine.package) if engine.package else None
+    first of `package` and `distributions` it lists; else the configured label, the release
+    the catalogue models)."""
+    names = ([engine.package] if engine.package else []) + list(engine.distributions)
+    version = next((packages[n] for n in names if packages.get(n) is not None), None)
     if version is None:
         return engine
-    family = engine.label.split(" ")[0]
+    family = engine.label.rsplit(" ", 1)[0] if " " in engine.label else engine.label
     return dataclasses.replace(engine, label=f"{family} {version}")
 
 
@@ -123,10 +221,33 @@ def _kernels(conf: Any, key: str, file: str) -> Tuple[Kernel, ...]:
     return tuple(out)
 
 
+def _entry(raw: Any, where: str, file: str) -> EngineEntry:
+    """One engine entry, validated against schema.EngineEntryConf."""
+    v = schema.validate(schema.EngineEntryConf, raw, where, file)
+    if v["name"] is not None and not v["name"].strip():
+        raise bad_input(f"{where}.name", v["name"], "is not a backend name (or null: the "
+                        "engine has no such backend)", where=file)
+    compiled = tuple(compile_rule(r, f"{where}.rules[{i}]", file)
+                     for i, r in enumerate(v["rules"]))
+    kernels = _kernels(v["kernels"], f"{where}.kernels", file)
+    for kind in v["replaces"]:
+        if kind not in KINDS:
+            raise bad_value(f"{where}.replaces", kind, tuple(KINDS), what="rule kind",
+                            where=file)
+    for scheme, n in v["names"].items():
+        if scheme not in QUANTS:
+            raise bad_value(f"{where}.names", scheme, QUANTS, what="quant scheme", where=file)
+        if not isinstance(n, str) or not n.strip():
+            raise bad_input(f"{where}.names.{scheme}", n, "is not a backend name", where=file)
+    return EngineEntry(v["name"], v["source"], tuple(
+        (k, str(x)) for k, x in sorted(v["env"].items())), compiled, kernels,
+        tuple(v["replaces"]), tuple(sorted((str(k), str(x)) for k, x in v["names"].items())))
+
+
 def parse_entries(conf: Any, key: str, file: str, known: Sequence[str] = ENGINES
                   ) -> Tuple[Tuple[str, EngineEntry], ...]:
-    """A backend file's `engines:` section, validated against schema.EngineEntryConf:
-    ((engine, entry), ...). `known`: the engines of the config tree."""
+    """A backend file's `engines:` section: ((engine, entry), ...). `known`: the engines of
+    the config tree."""
     if conf is None:
         return ()
     if not isinstance(conf, Mapping):
@@ -136,21 +257,7 @@ def parse_entries(conf: Any, key: str, file: str, known: Sequence[str] = ENGINES
     for engine, raw in conf.items():
         if engine not in accepted:
             raise bad_value(key, engine, accepted, what="engine", where=file)
-        where = f"{key}.{engine}"
-        v = schema.validate(schema.EngineEntryConf, raw, where, file)
-        if v["name"] is not None and not v["name"].strip():
-            raise bad_input(f"{where}.name", v["name"], "is not a backend name (or null: the "
-                            "engine has no such backend)", where=file)
-        compiled = tuple(compile_rule(r, f"{where}.rules[{i}]", file)
-                         for i, r in enumerate(v["rules"]))
-        kernels = _kernels(v["kernels"], f"{where}.kernels", file)
-        for kind in v["replaces"]:
-            if kind not in KINDS:
-                raise bad_value(f"{where}.replaces", kind, tuple(KINDS), what="rule kind",
-                                where=file)
-        out.append((engine, EngineEntry(v["name"], v["source"], tuple(
-            (k, str(x)) for k, x in sorted(v["env"].items())), compiled, kernels,
-            tuple(v["replaces"]))))
+        out.append((engine, _entry(raw, f"{key}.{engine}", file)))
     return tuple(out)
 
 
@@ -185,25 +292,48 @@ def runs_as(engine: Engine, backend: Any, layer: Any, facts: Facts
         f"run as {k.scheme}", "warning", k.key)
 
 
+def own_entries(catalogue: Any, engine: Engine) -> Dict[Tuple[str, str], EngineEntry]:
+    """The engine file's entries, each naming a backend of the catalogue that its own file does
+    not name for this engine: {(op, backend): entry}."""
+    out: Dict[Tuple[str, str], EngineEntry] = {}
+    for op, name, e in engine.entries:
+        names = tuple(b.name for b in catalogue.backends.get(op, ()))
+        key = f"engine.backends.{op}.{name}"
+        if name not in names:
+            raise bad_value(f"engine.backends.{op}", name, names, what=f"{op} backend "
+                            f"(engine={engine.name} names a backend the catalogue lacks)")
+        b = catalogue.get(op, name)
+        if entry(b, engine.name) is not None:
+            raise bad_input(key, e.name, f"is also named in {b.file} (engines.{engine.name}): "
+                            "name a backend in one place")
+        out[op, name] = e
+    return out
+
+
 def apply(catalogue: Any, engine: Engine) -> Any:
-    """The catalogue as `engine` offers it: absent backends carry their not_applicable reason,
-    offered ones gain the engine's rules."""
+    """The catalogue as `engine` offers it: backends it does not name carry their
+    not_applicable reason, named ones gain the engine's entry and rules."""
     if engine.name == "none":
         return catalogue
+    own = own_entries(catalogue, engine)
     out: Dict[str, Tuple[Any, ...]] = {}
     for op, backends in catalogue.backends.items():
         changed = []
         for b in backends:
+            if (op, b.name) in own:
+                b = dataclasses.replace(b, engines=b.engines + ((engine.name, own[op, b.name]),))
             e = entry(b, engine.name)
             if e is None or e.name is None:
-                source = e.source if e is not None else b.file
+                source = e.source if e is not None else (engine.source or b.file)
                 why = (f"{engine.label} has no {b.name} backend" if e is not None else
+                       f"{engine.label} names no {b.name} backend: its engine file lists the "
+                       "backends it has" if engine.entries else
                        f"{b.name} has no engines.{engine.name} entry in {b.file}")
                 changed.append(dataclasses.replace(b, unavailable=Reason(
                     "engine", why, source, f"not offered by {engine.label}")))
             else:  # the engine's kernel checks its own `replaces` kinds instead of the backend's
-                own = tuple(r for r in b.rules if r.kind not in e.replaces)
-                changed.append(dataclasses.replace(b, rules=own + e.rules))
+                kept = tuple(r for r in b.rules if r.kind not in e.replaces)
+                changed.append(dataclasses.replace(b, rules=kept + e.rules))
         out[op] = tuple(changed)
     return dataclasses.replace(catalogue, backends=out)
 
@@ -211,31 +341,41 @@ def apply(catalogue: Any, engine: Engine) -> Any:
 def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str],
          layer: Any = None, facts: Optional[Facts] = None) -> Optional[Dict[str, Any]]:
     """What the decision means to the engine: its name for the backend, the kernel it runs and
-    that kernel's quant scheme, and the flags (and environment variables) that request it;
-    None without an engine."""
+    that kernel's quant scheme, and how to request it (flags, environment variables, config
+    keys); None without an engine."""
     if engine.name == "none":
         return None
     name, env, flags, kern, scheme = None, {}, [], None, None
+    config: Dict[str, Any] = {}
     if selected is not None:
         b = catalogue.get(op, selected)
         e = entry(b, engine.name)
         if e is not None and e.name is not None:
-            name, env = e.name, dict(e.env)
-            flag = engine.flag(op)
-            flags = [flag, name] if flag else []
+            name, env = e.name_for(layer.quant if layer is not None else None) or e.name, \
+                dict(e.env)
+            c = engine.choice(op, layer.quant if layer is not None else None)
+            if c is not None and c.kind == "flag":
+                flags = [c.key, name]
+            elif c is not None and c.kind == "env":
+                env[c.key] = name
+            elif c is not None:
+                config[c.key] = [name] if c.list else name
             k = kernel(engine, b, layer, facts) if layer is not None and facts is not None \
                 else None
             if k is not None:
                 kern, scheme = k.kernel, k.scheme or layer.quant
     return {"name": engine.name, "label": engine.label, "backend": name, "kernel": kern,
-            "scheme": scheme, "flags": flags, "env": env}
+            "scheme": scheme, "flags": flags, "env": env, "config": config}
 
 
 def command_line(v: Mapping[str, Any]) -> str:
-    """`VAR=1 --flag value`: the text form of view()."""
+    """`VAR=1 --flag value` (and `config key: value` for an engine's config file): the text
+    form of view()."""
     parts = [f"{k}={val}" for k, val in v["env"].items()] + list(v["flags"])
+    parts += [f"{k}: {val}" for k, val in (v.get("config") or {}).items()]
     return " ".join(parts) if parts else "(none: automatic selection)"
 
 
-__all__ = ["Engine", "EngineEntry", "Kernel", "NO_ENGINE", "ENGINES", "make_engine",
-           "parse_entries", "apply", "view", "command_line", "kernel", "runs_as", "versioned"]
+__all__ = ["Engine", "EngineEntry", "Kernel", "Choice", "NO_ENGINE", "ENGINES", "make_engine",
+           "parse_entries", "apply", "view", "command_line", "kernel", "runs_as", "versioned",
+           "own_entries"]

@@ -295,19 +295,30 @@ class EngineEntryConf:
         "problem": "is not a list of {kernel, source, scheme, when}"})
     replaces: List[str] = field(default_factory=list, metadata={
         "problem": "is not a list of rule kinds"})
+    names: Dict[str, str] = field(default_factory=dict, metadata={  # scheme -> its own name
+        "problem": "is not a mapping of quant scheme to the engine's name for it"})
 
 
 @dataclass
 class EngineConf:
-    """The inference engine selector answers for (`engine=none|vllm|sglang`): its name, the
-    label its messages use, and the command-line flag that requests a backend per op."""
+    """The inference engine selector answers for (`engine=NAME`, conf/engine/NAME.yaml; the
+    fields: selector/core/engines.py, docs/engines.md)."""
     name: str = "none"
     label: str = ""
-    moe_flag: Optional[str] = None
+    moe_flag: Optional[str] = None  # shorthand for choices: [{op: moe, flag: ...}]
     linear_flag: Optional[str] = None
     source: str = ""
-    outside: Dict[str, str] = field(default_factory=dict)  # engine backends not modelled: source
+    outside: Dict[str, str] = field(default_factory=dict, metadata={  # not modelled: source
+        "problem": "is not a mapping of the engine's backend name to why it is not modelled"})
     package: str = ""  # the distribution whose installed version the label names
+    distributions: List[str] = field(default_factory=list)
+    proof: str = ""
+    choices: List[Any] = field(default_factory=list, metadata={
+        "problem": "is not a list of {op, flag|env|config, schemes, source}"})
+    backends: Dict[str, Any] = field(default_factory=dict, metadata={
+        "problem": "is not a mapping of op to {catalogue backend: engine entry}"})
+    launch: Dict[str, Any] = field(default_factory=dict, metadata={
+        "problem": "is not a mapping (command, parallel, hooks, config_file)"})
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """selector for SGLang: a decision (made with `engine=sglang`) as SGLang server arguments.
 
-SGLang picks one MoE runner and one FP4 GEMM backend per server, so the arguments come from the
-decisions for the model's MoE and linear layers:
+SGLang picks one MoE runner, one FP4 GEMM and one FP8 GEMM backend per server, so the arguments
+come from the decisions for the model's MoE and linear layers (`explain --model DIR
+engine=sglang` checks them across a whole checkpoint):
 
     sel = selector.load(overrides=["engine=sglang", "platform=auto"])
     args = server_args(sel.select(op="moe", ...), sel.select(op="linear", ...))
@@ -18,9 +19,10 @@ from selector.core.errors import SelectorError
 if TYPE_CHECKING:
     from selector.core.decision import Decision
 
-# The server_args fields the flags set (SGLang 0.5.23 srt/server_args.py)
+# The server_args fields the flags set (SGLang 0.5.23 srt/arg_groups/fields/exec_.py cli_name)
 FIELDS = {"--moe-runner-backend": "moe_runner_backend",
-          "--fp4-gemm-backend": "fp4_gemm_runner_backend"}
+          "--fp4-gemm-backend": "fp4_gemm_runner_backend",
+          "--fp8-gemm-backend": "fp8_gemm_runner_backend"}
 
 
 def _checked(decision: Decision) -> Dict[str, Any]:

@@ -18,7 +18,21 @@ import dataclasses
 import logging
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
+
+from selector.checkpoint.launchers import Launcher
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.api import Selector
@@ -443,3 +457,87 @@ def iter_rebound() -> Iterator[str]:
                          "select_fp8_moe_backend", "select_mxfp8_moe_backend"):
                 if hasattr(getattr(mod, attr, None), "__selector_original__"):
                     yield f"{name}.{attr}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The launch plan's vLLM rules (conf/engine/vllm.yaml `launch.hooks`): the tables of
+# core/engine_flags.py, each compared with vLLM's own functions by tests/vllm/.
+
+class VllmLauncher(Launcher):
+    """vLLM's per-scheme MoE oracles, its kernel classes, `linear_backend_per_quant` and
+    selector's own plugin as an answer to a flag conflict."""
+
+    def refuses(self, op: str, scheme: str, value: str) -> Optional[Tuple[str, str]]:
+        from selector.core.engine_flags import VLLM_MOE_ACCEPTS, VLLM_MOE_SOURCES
+        accepted = VLLM_MOE_ACCEPTS.get(scheme) if op == "moe" else None
+        if accepted is None or value in accepted:
+            return None
+        return (f"vLLM's {scheme} MoE oracle does not take moe_backend={value!r} "
+                f"(accepted: {', '.join(accepted)}): the layer raises ValueError when it is "
+                "built", VLLM_MOE_SOURCES[scheme])
+
+    def unchecked(self, op: str, schemes: Sequence[str]) -> List[str]:
+        from selector.core.engine_flags import VLLM_MOE_ACCEPTS
+        return [f"{s}: selector has no table of what vLLM's {s} MoE oracle accepts; check "
+                "--moe-backend against it yourself" for s in dict.fromkeys(schemes)
+                if op == "moe" and s not in VLLM_MOE_ACCEPTS]
+
+    def kernels(self, op: str, scheme: str, name: Optional[str]) -> Tuple[str, ...]:
+        from selector.core.engine_flags import vllm_kernels
+        return vllm_kernels(op, scheme, name)
+
+    def linear(self, names: Mapping[str, str], others: Sequence[str], notes: List[str]
+               ) -> Optional[Tuple[List[str], str]]:
+        """Several linear schemes, or quantized layers selector does not plan: vLLM's
+        `--kernel-config {"linear_backend_per_quant": ...}` scopes each backend to its key."""
+        import json
+
+        from selector.core.engine_flags import VLLM_LINEAR_QUANT
+        if len(set(names.values())) <= 1 and not others:
+            return None
+        per_key: Dict[str, Dict[str, str]] = {}  # vLLM's key -> {scheme: backend}
+        for s, n in sorted(names.items()):
+            per_key.setdefault(VLLM_LINEAR_QUANT.get(s, s), {})[s] = n
+        clash = {k: v for k, v in per_key.items() if len(set(v.values())) > 1}
+        if clash:
+            k, v = next(iter(clash.items()))
+            return [], (f"the {'/'.join(v)} linear groups need different backends "
+                        f"({', '.join(f'{s}: {n}' for s, n in v.items())}), and vLLM keys "
+                        f"them all as {k!r} in linear_backend_per_quant: one value for them all")
+        if others:
+            notes.append(f"--linear-backend would also filter the kernels of the "
+                         f"{', '.join(sorted(set(others)))} linear layers: "
+                         f"linear_backend_per_quant keeps it to the {', '.join(sorted(names))} "
+                         "ones")
+        per = {k: next(iter(v.values())) for k, v in per_key.items()}
+        return ["--kernel-config", json.dumps({"linear_backend_per_quant": per},
+                                              separators=(",", ":"))], ""
+
+    def options(self, sel: Selector, op: str, nv: Sequence[Any]) -> List[Any]:
+        """No flag for `op`; SELECTOR_VLLM=1 makes selector decide every planned layer inside
+        vLLM (vLLM's request, auto, as the policy; SELECTOR_VLLM_OVERRIDES for opt-in
+        backends), when the plugin's choice equals this plan's."""
+        from selector.checkpoint.launch import Option, _schemes_text, _with_policy
+        opt_in = sorted({str(g.backend) for g in nv
+                         if sel.catalogue.get(op, str(g.backend)).opt_in is not None})
+        auto = _with_policy(sel, op, ["auto"], opt_in)
+        if any(auto.select(**g.per_rank).selected != g.backend for g in nv):
+            return []
+        policy = sel.run_config.policy
+        env = [(ENV_ENABLE, "1")]
+        allowed = sorted(set(policy.allow_opt_in) | set(opt_in))
+        extra = [f"policy.allow_opt_in=[{','.join(allowed)}]"] if allowed else []
+        if policy.exclude:
+            extra.append(f"policy.exclude=[{','.join(policy.exclude)}]")
+        if extra:
+            env.append((ENV_OVERRIDES, " ".join(extra)))
+        return [Option((), tuple(env), f"no --{op}-backend flag: selector's vLLM plugin picks "
+                       f"the same backend for every {_schemes_text(nv)} {op} layer, and vLLM's "
+                       "automatic selection decides the layers selector does not plan")]
+
+    def no_answer(self) -> str:
+        return "run with selector's plugin (SELECTOR_VLLM=1) or requantize"
+
+    def no_experts(self) -> str:
+        return (" (vLLM refuses --enable-expert-parallel for a model without experts: "
+                "vLLM 0.32.0 config/model.py, ModelConfig)")

@@ -1,0 +1,145 @@
+"""engine=trtllm (issue 31 item 3): TensorRT-LLM as a config-file engine. Its backend choice is a
+key of the extra_llm_api_options YAML (`moe_config.backend`, `nvfp4_gemm_config`), its AUTO value
+resolves per model, SM and quant algorithm (`ModelConfig.resolve_moe_backend`), and the launch
+plan prints that YAML and the `trtllm-serve` command. TensorRT-LLM cannot be installed here (the
+PyPI package is a stub): each row below restates a rule of the TensorRT-LLM file it cites, and
+the tests hold selector's mapping to it."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import REPO, load, refused, run_main
+
+from selector.core.schema import QUANTS
+from selector.engines.trtllm import QUANT_ALGO, resolve_moe_backend
+
+CORPUS = REPO / "tests" / "checkpoint_corpus"
+CUDA = ("platform.cuda=13.0",)
+TRT = ("engine=trtllm",)
+# TensorRT-LLM tensorrt_llm/llmapi/llm_args.py MoeConfig.backend (the release names; newer main
+# adds DENSEGEMM, MARLIN, MEGAMOE_DEEPGEMM; WIDEEP is deprecated, TensorRT-LLM PR #17119)
+MOE_BACKENDS = {"AUTO", "CUTLASS", "TRTLLM", "CUTEDSL", "DEEPGEMM", "TRITON", "VANILLA", "WIDEEP",
+                "DENSEGEMM", "MARLIN", "MEGAMOE_DEEPGEMM"}
+# nvfp4_gemm_config.allowed_backends (llm_args.py; _torch/custom_ops/torch_custom_ops.py)
+NVFP4_GEMMS = {"cutlass", "cublaslt", "cuda_core", "cutedsl", "marlin"}
+
+# ModelConfig.resolve_moe_backend (TensorRT-LLM _torch/model_config.py):
+# (SM, QuantAlgo, architecture) -> what AUTO becomes
+AUTO = [
+    (100, "NVFP4", "DeepseekV4ForCausalLM", "TRTLLM"),
+    (110, "W4A16_MXFP4", "DeepseekV4ForCausalLM", "TRTLLM"),
+    (90, "FP8_BLOCK_SCALES", "DeepseekV4ForCausalLM", "CUTLASS"),
+    (120, "NVFP4", "DeepseekV4ForCausalLM", "CUTLASS"),
+    (100, "W4A8_MXFP4_MXFP8", "GptOssForCausalLM", "TRTLLM"),
+    (103, "W4A16_MXFP4", "GptOssForCausalLM", "TRTLLM"),
+    (90, "W4A16_MXFP4", "GptOssForCausalLM", "TRITON"),
+    (120, "W4A16_MXFP4", "GptOssForCausalLM", "CUTLASS"),
+    (89, "W4A16_MXFP4", "GptOssForCausalLM", "CUTLASS"),
+    (100, "FP8_BLOCK_SCALES", "DeepseekV3ForCausalLM", "TRTLLM"),
+    (103, "FP8_BLOCK_SCALES", "Qwen3MoeForCausalLM", "TRTLLM"),
+    (90, "FP8_BLOCK_SCALES", "DeepseekV3ForCausalLM", "CUTLASS"),
+    (120, "FP8_BLOCK_SCALES", "Qwen3MoeForCausalLM", "CUTLASS"),
+    (100, "NVFP4", "DeepseekV3ForCausalLM", "CUTLASS"),
+    (100, "FP8", "Qwen3MoeForCausalLM", "CUTLASS"),
+]
+
+
+@pytest.mark.parametrize("sm,algo,arch,want", AUTO)
+def test_auto_resolution_follows_resolve_moe_backend(sm, algo, arch, want):
+    assert resolve_moe_backend(sm, algo, arch) == want
+
+
+def test_engine_file_names_only_trtllm_values_and_cites_trtllm_sources():
+    """Every backend name the engine file gives is a value of the config key its choice sets,
+    every outside entry too, and every entry cites a TensorRT-LLM source file."""
+    conf = yaml.safe_load((REPO / "conf" / "engine" / "trtllm.yaml").read_text())
+    cited = re.compile(r"TensorRT-LLM (tensorrt_llm/|_torch/)[\w/]+\.py")
+    for op, entries in conf["backends"].items():
+        for backend, e in entries.items():
+            assert e["name"] in (MOE_BACKENDS if op == "moe" else NVFP4_GEMMS | {"deep_gemm"}), \
+                (op, backend, e["name"])
+            assert cited.search(e["source"]), (op, backend)
+            for r in e.get("rules", []):
+                assert cited.search(r["source"]), (op, backend, r)
+    assert set(conf["outside"]) <= MOE_BACKENDS | NVFP4_GEMMS | {"fp8_block_scaling_gemm"}
+    assert set(QUANT_ALGO) <= set(QUANTS)
+
+
+# (layer overrides, platform, backend, engine name, config key and value)
+LAYERS = [
+    (("layer=qwen_moe",), "b200", "flashinfer_trtllm", "TRTLLM",
+     {"moe_config.backend": "TRTLLM"}),
+    (("layer=qwen_moe", "layer.quant=fp8_block"), "h100", "flashinfer_cutlass", "CUTLASS",
+     {"moe_config.backend": "CUTLASS"}),
+    (("layer=qwen_moe", "layer.quant=fp8_block"), "b200", "flashinfer_trtllm", "TRTLLM",
+     {"moe_config.backend": "TRTLLM"}),
+    (("layer=gpt_oss_moe", "layer.quant=mxfp4"), "b200", "flashinfer_trtllm", "TRTLLM",
+     {"moe_config.backend": "TRTLLM"}),
+    (("layer=gpt_oss_moe", "layer.quant=mxfp4"), "h100", "triton_kernels", "TRITON",
+     {"moe_config.backend": "TRITON"}),
+    (("layer=dense_linear",), "b200", "flashinfer_cutlass", "cutlass",
+     {"nvfp4_gemm_config.allowed_backends": ["cutlass"]}),
+    (("layer=dense_linear", "layer.quant=fp8_block"), "b200", "deep_gemm", "deep_gemm", {}),
+]
+
+
+@pytest.mark.parametrize("over,platform,backend,name,config", LAYERS)
+def test_nvfp4_fp8_mxfp4_layers_answer_with_trtllm_names_and_keys(over, platform, backend, name,
+                                                                  config):
+    d = load(*TRT, f"platform={platform}", *CUDA, *over).default()
+    assert d.selected == backend, d.summary()
+    assert d.engine["backend"] == name and d.engine["config"] == config
+    assert d.engine["flags"] == []  # a config-file engine takes no flag
+
+
+def test_a_backend_trtllm_does_not_name_is_not_applicable_once():
+    d = load(*TRT, "platform=rtx_pro_6000", *CUDA, "layer=qwen_moe").default()
+    marlin = d.candidate("marlin")
+    assert marlin.status == "not_applicable"
+    assert "names no marlin backend" in str(marlin.reasons[0].message)
+
+
+def test_explain_model_prints_the_yaml_and_trtllm_serve():
+    model = CORPUS / "qwen3-30b-a3b-fp4"
+    rc, out, err = run_main(["explain", "--model", str(model), *TRT, "platform=b200", *CUDA,
+                             "parallel.tp=4", "parallel.ep=2"])
+    assert rc in (0, 1) and "Traceback" not in err, err
+    assert "extra_llm_api_options.yaml (the config file the command reads):" in out
+    assert "  moe_config:\n    backend: TRTLLM" in out
+    assert (f"command: trtllm-serve {model} --backend pytorch --tp_size 4 --ep_size 2 "
+            "--extra_llm_api_options extra_llm_api_options.yaml") in out
+    assert "moe_config.backend AUTO would resolve to CUTLASS" in out  # NVFP4 on SM 100
+    assert "sglang" not in out.lower() and "vllm serve" not in out
+    rc, out, _ = run_main(["explain", "--model", str(model), *TRT, "platform=b200", *CUDA,
+                           "--format", "json"])
+    launch = json.loads(out)["launch"]
+    text = launch["files"]["extra_llm_api_options.yaml"]
+    assert yaml.safe_load(text)["moe_config"] == {"backend": "TRTLLM"}
+    assert launch["config"]["moe_config.backend"] == "TRTLLM"
+    assert launch["command"].startswith("trtllm-serve ")
+
+
+def test_gpt_oss_under_trtllm_on_hopper_and_blackwell():
+    model = str(CORPUS / "gpt-oss-120b-mxfp4")
+    for platform, want in (("h100", "TRITON"), ("b200", "TRTLLM")):
+        lp = load(*TRT, f"platform={platform}", *CUDA).launch_plan(model)
+        assert dict(lp.config) == {"moe_config.backend": want}, lp
+        assert f"AUTO would resolve to {want}" in " ".join(lp.notes)
+
+
+def test_trtllm_has_no_data_parallel_size():
+    refused(["explain", "--model", str(CORPUS / "qwen3-30b-a3b-fp4"), *TRT, "platform=b200",
+             "parallel.dp=2"], "parallel.dp", "TensorRT-LLM")
+
+
+def test_fp8_block_linear_on_hopper_is_trtllm_own_kernel_outside_the_catalogue():
+    """TensorRT-LLM runs block-FP8 linear layers on SM 90 with its own fp8_block_scaling_gemm
+    (_torch/modules/linear.py), which the catalogue lacks: no backend, said, not borrowed."""
+    d = load(*TRT, "platform=h100", *CUDA, "layer=dense_linear", "layer.quant=fp8_block").default()
+    assert d.selected is None
+    conf = yaml.safe_load(Path(REPO / "conf" / "engine" / "trtllm.yaml").read_text())
+    assert "fp8_block_scaling_gemm" in conf["outside"]
