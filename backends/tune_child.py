@@ -176,7 +176,8 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, 
     device, device_text = _device()
     _check_fits(op, layer, device, int(spec.get("memory_bytes") or 0))
     cls = cls or load_entry_point(spec["entry_point"])
-    kwargs: Dict[str, Any] = {"quant": layer["quant"], "decision": _decision(spec, op, layer)}
+    kwargs: Dict[str, Any] = {"quant": layer["quant"], "decision": _decision(
+        spec, op, {k: v for k, v in layer.items() if k != "op"})}
     if op == "moe":
         kwargs.update(activation=layer["activation"], act_and_mul=layer["act_and_mul"])
         if layer.get("swiglu_limit") is not None:
