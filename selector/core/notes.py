@@ -158,8 +158,8 @@ def _profile_unmeasured(n: Note) -> str:
 
 
 def _profile_ignored(n: Note) -> str:
-    return (f"profile {n.data['profile']} ignored: measured on another machine or stack ("
-            + "; ".join(n.data["differences"][:4]) + "); no decision uses it")
+    return (f"profile {n.data['profile']} ignored: " + "; ".join(n.data["differences"][:4])
+            + "; no decision uses it")
 
 
 #: kind -> (severity, renderer, what it says): the documented vocabulary of notes
@@ -195,8 +195,8 @@ NOTE_KINDS: Dict[str, Tuple[str, Callable[[Note], str], str]] = {
                  "medians (`profile`, `tokens`, `times`, `unmeasured`)"),
     "profile_unmeasured": ("info", _profile_unmeasured, "the profile has no time for this "
                            "layer's cell (`profile`, `bucket`, `why`): the static order decided"),
-    "profile_ignored": ("warning", _profile_ignored, "the profile was measured on another "
-                        "machine or stack (`profile`, `differences`) and changes no decision"),
+    "profile_ignored": ("warning", _profile_ignored, "the profile is missing or was measured on "
+                        "another machine or stack (`profile`, `differences`): no decision uses it"),
     "agreement": ("info", lambda n: str(n.data["text"]), "a note of a decision agreed across "
                   "ranks (selector.distributed), in words (`text`)"),
 }

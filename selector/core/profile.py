@@ -364,7 +364,7 @@ class Measured:
                 "profile_unmeasured", None, profile=self.path, tokens=layer.num_tokens,
                 bucket=None if k is None else k[1],
                 why="the layer gives no layer.num_tokens" if k is None else
-                "no cell for this layer shape and token bucket" if cell is None else
+                f"no cell for this layer shape at the {k[1]}-token bucket" if cell is None else
                 "none of the usable backends was timed there",
                 skipped=dict(cell.skipped) if cell is not None else {})
         fast = sorted(times, key=lambda n: (times[n].median_ms, names.index(n)))
