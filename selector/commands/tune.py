@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from selector.core import profile as prof
 from selector.core.errors import SelectorError, bad_input

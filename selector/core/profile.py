@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from selector.core.errors import SelectorError, show
 from selector.core.layer import LAYER_KEYS, make_layer
 from selector.core.notes import Note, note
-from selector.core.schema import OPS, Layer
+from selector.core.schema import Layer
 
 SCHEMA = "selector-profile"
 VERSION = 1

@@ -216,7 +216,7 @@ class Resolver:
         # one lookup and the Decision object.
         self._projections = {op: tuple(self._plans[op, b.name].project for b in bs)
                              for op, bs in run.catalogue.backends.items()}
-        self._decisions: Dict[Tuple[str, str, Tuple[Any, ...]], Tuple[Any, ...]] = {}
+        self._decisions: Dict[Tuple[Any, ...], Tuple[Any, ...]] = {}
 
     def platform_reasons(self, op: str, name: str
                          ) -> Tuple[Tuple[Reason, ...], Tuple[Reason, ...], Tuple[Reason, ...]]:

@@ -50,11 +50,17 @@ def key_digest(key: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def default_path(key: Mapping[str, Any]) -> Optional[Path]:
-    """This machine's profile in the cache directory (None when caching is off)."""
+def default_dir() -> Optional[Path]:
+    """Where profiles live in the cache directory (None when caching is off)."""
     from selector.config.cache import directory
     base = directory()
-    return None if base is None else base / "profiles" / f"{key_digest(key)}.json"
+    return None if base is None else base / "profiles"
+
+
+def default_path(key: Mapping[str, Any]) -> Optional[Path]:
+    """This machine's profile in the cache directory (None when caching is off)."""
+    base = default_dir()
+    return None if base is None else base / f"{key_digest(key)}.json"
 
 
 def active_profile(run: RunConfig) -> Optional[prof.Measured]:
@@ -87,15 +93,19 @@ def active_profile(run: RunConfig) -> Optional[prof.Measured]:
 
 
 def write_profile(profile: prof.Profile, path: Union[str, Path]) -> str:
-    """Write atomically (a temporary file renamed over it); the path. OSError: the caller's."""
+    """Write atomically; the path. OSError: the caller's."""
+    return write_bytes(profile.dumps().encode(), path)
+
+
+def write_bytes(data: bytes, path: Union[str, Path]) -> str:
+    """Write atomically (a private temporary file renamed over `path`); the path."""
     path = Path(path).expanduser()
-    if path.parent != Path(""):
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(profile.dumps())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
