@@ -138,7 +138,7 @@ def read_bytes(path: str, *, private: bool = False) -> bytes:
         if private and hasattr(os, "getuid") and st.st_uid != os.getuid():
             raise _error(path, "file", "belongs to another user")
         if st.st_size > MAX_BYTES:
-            raise _error(path, "file", f"is {st.st_size} bytes, over the {MAX_BYTES} a profile "
+            raise _error(path, "file", f"is {st.st_size} bytes, over the {MAX_BYTES} bytes a profile "
                          "may have")
         chunks, got = [], 0
         while got <= MAX_BYTES:
