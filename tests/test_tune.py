@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -465,3 +466,62 @@ def test_a_corrupt_profile_on_rank_0_is_the_same_error_on_every_rank(tmp_path, t
     errors = [o.get("error") for o in outs]
     assert errors[0] == errors[1] and errors[0] is not None, logs
     assert f"rank 0: policy.profile: {f}: file: is not JSON" in errors[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Containment: a hang, an exception, the memory bound
+
+WRONG = Path(__file__).resolve().parent / "wrong_backends"
+
+
+def test_a_hang_and_an_exception_are_a_cells_reason_not_a_crash(tmp_path):
+    """time_backend on wrongkernels' HangLinear (killed at the time limit, with the helper it
+    started) and DeviceAssertLinear (IndexError on the CPU)."""
+    pytest.importorskip("torch")
+    for name, entry in (("hang", "wrongkernels:HangLinear"),
+                        ("device_assert", "wrongkernels:DeviceAssertLinear")):
+        (tmp_path / "backend" / "linear").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "backend" / "linear" / f"{name}.yaml").write_text(
+            f"rank: 1\nentry_point: {entry}\nimplements: [nvfp4]\nrules: []\n")
+    pid_file = tmp_path / "helper.pid"
+    code = f"""
+import json, time
+import selector
+from selector.inspect import tuning
+sel = selector.load({SHAPE!r}, config_dirs=[{str(tmp_path)!r}])
+layer = sel.layer(num_tokens=4).to_dict()
+out = {{}}
+for name in ("hang", "device_assert"):
+    t = time.perf_counter()
+    r, r2 = tuning.time_backend(sel.catalogue.get("linear", name), [("c0", layer), ("c1", layer)],
+                                {SHAPE!r}, [{str(tmp_path)!r}], warmup=1, repeats=3, budget_s=5,
+                                memory_bytes=1 << 30, timeout=20)
+    out[name] = [r.timing is None, r.why, r2.timing is None, r2.why, time.perf_counter() - t]
+print(json.dumps(out))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400,
+                       env=cli_env(WRONG / "site", WRONG_HELPER_PID=str(pid_file)))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    none, why, none2, why2, took = out["hang"]
+    assert none and "timed out after 20 s (the tune process was killed) while timing c0" in why
+    assert none2 and why2.startswith("not timed: the tune process timed out") and took < 120
+    helper = int(pid_file.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{helper}").exists() or \
+                Path(f"/proc/{helper}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the hung backend's helper {helper} is still running")
+    none, why, none2, why2, _ = out["device_assert"]
+    assert none and why.startswith("raised: IndexError"), why
+    assert none2 and why2.startswith("raised: IndexError"), why2  # a fresh child ran c1
+
+
+def test_a_cell_over_the_memory_bound_is_not_timed(tuned, tmp_path):
+    _, _, env = tuned
+    r = run_cli("tune", "--config-dir", str(CONF), *SHAPE, "--tokens", "4", "--max-memory",
+                "0.000001", "--out", str(tmp_path / "p.json"), env=env, timeout=600)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "not timed: too large here: needs about" in r.stdout and "--max-memory" in r.stdout
