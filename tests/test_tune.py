@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, assert_clean_error, child_env, cli_env, run_cli, run_cli_many
-from hypothesis import given
+from helpers import load as cached_load
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import selector
@@ -83,6 +84,33 @@ def test_the_order_puts_the_measured_usable_backends_first_fastest_first():
     ignored = prof.Measured("P", m.profile, ("measured on another machine",))
     assert ignored.order(layer, ["a", "b"], ["a", "b"]) is None
     assert [x.kind for x in ignored.notes()] == ["profile_ignored"]
+
+
+NAMES = ("a", "b", "c", "d", "e")
+
+
+@settings(deadline=None)
+@given(st.permutations(NAMES), st.sets(st.sampled_from(NAMES)),
+       st.dictionaries(st.sampled_from(NAMES), st.floats(0.001, 1000.0)))
+def test_the_measured_order_is_a_permutation_led_by_the_fastest_usable(names, usable, times):
+    names, usable = list(names), [n for n in names if n in usable]
+    m = prof.Measured("P", _profile(KEY, [(128, {n: _timing(t) for n, t in times.items()})]))
+    layer = cached_load(*SHAPE, "layer.num_tokens=128").run_config.layer
+    got = m.order(layer, names, usable)
+    if not usable:
+        assert got is None
+        return
+    order, n = got
+    assert sorted(order) == sorted(names)
+    timed = [u for u in usable if u in times]
+    if not timed:
+        assert order == names and n.kind == "profile_unmeasured"
+        return
+    assert n.kind == "measured" and n.backend == order[0]
+    assert times[order[0]] == min(times[u] for u in timed)
+    assert order[:len(timed)] == sorted(timed, key=lambda u: (times[u], names.index(u)))
+    rest = order[len(timed):]
+    assert rest == [x for x in names if x not in timed]  # the static order, unchanged
 
 
 def test_statistics_are_the_median_and_the_10th_and_90th_percentiles():
