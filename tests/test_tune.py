@@ -261,6 +261,8 @@ def test_the_measured_fastest_wins_and_the_static_order_decides_elsewhere(tmp_pa
     d = sel.select(num_tokens=3000)  # not measured: the static order
     assert d.selected == "emulation_twin" and d.notes_of("profile_unmeasured")
     assert "4096-token bucket" in str(d.notes_of("profile_unmeasured")[0])
+    d = sel.select(num_tokens=5)  # another unmeasured bucket: its own note, not the memo's
+    assert "8-token bucket" in str(d.notes_of("profile_unmeasured")[0])
     # another shape: not measured either
     assert sel.select(num_tokens=128, hidden_size=512).selected == "emulation_twin"
     # a backend excluded by policy is not picked however fast it measured

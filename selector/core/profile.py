@@ -344,9 +344,9 @@ class Measured:
         return (note("profile_ignored", None, profile=self.path, differences=self.ignored),)
 
     def memo_key(self, layer: Layer) -> Optional[CellKey]:
-        """What a decision depends on besides the rules: the layer's cell, when measured."""
-        k = cell_key(layer)
-        return k if k is not None and k in self._cells else None
+        """What a decision depends on besides the rules: the layer's cell (its order, or the
+        note saying which bucket was not measured)."""
+        return cell_key(layer)
 
     def order(self, layer: Layer, names: Sequence[str], usable: Sequence[str]
               ) -> Optional[Tuple[List[str], Note]]:
