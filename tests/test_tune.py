@@ -555,3 +555,34 @@ def test_a_cell_over_the_memory_bound_is_not_timed(tuned, tmp_path):
                 "0.000001", "--out", str(tmp_path / "p.json"), env=env, timeout=600)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "not timed: too large here: needs about" in r.stdout and "--max-memory" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# tools/tune_check.py: a profile's picks against a second measurement
+
+def test_tune_check_scores_the_picks_against_another_run(tmp_path):
+    a = _write(tmp_path, KEY, [(128, {"x": _timing(1.0), "y": _timing(1.2)}),
+                               (1024, {"x": _timing(2.0), "y": _timing(2.1)}),
+                               (4, {"x": _timing(1.0), "y": _timing(1.01)})], "a.json")
+    # the second run: at 1024 tokens y is 10% faster (a miss); at 4 tokens within the spread
+    b = _write(tmp_path, KEY, [(128, {"x": _timing(1.01), "y": _timing(1.2)}),
+                               (1024, {"x": _timing(2.2), "y": _timing(2.0)}),
+                               (4, {"x": _timing(1.02, 0.9, 1.1), "y": _timing(1.0, 0.95, 1.05)})],
+               "b.json")
+    tool = [sys.executable, str(REPO / "tools" / "tune_check.py")]
+    p = subprocess.run(tool + [str(a), str(b), "--format", "json"], capture_output=True,
+                       text=True, env=child_env(), timeout=120)
+    assert p.returncode == 1, p.stderr  # 1 of 2 large cells within 5%: under 95%
+    doc = json.loads(p.stdout)
+    assert doc["share_large_ok"] == 0.5 and doc["worst"]["tokens"] == 1024
+    assert doc["worst"]["pick"] == "x" and doc["worst"]["cost"] == 1.1
+    small = [c for c in doc["cells"] if c["tokens"] == 4][0]
+    assert small["ok"] and small["pick"] == "x" and small["fastest"] == "y"
+    p = subprocess.run(tool + [str(a), str(a)], capture_output=True, text=True, env=child_env(),
+                       timeout=120)
+    assert p.returncode == 0 and "3/3" not in p.stdout and "2/2 (100.0%)" in p.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    p = subprocess.run(tool + [str(a), str(bad)], capture_output=True, text=True,
+                       env=child_env(), timeout=120)
+    assert p.returncode == 2 and f"{bad}: (top level)" in p.stderr
