@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from selector.checkpoint.launch import LaunchPlan
     from selector.checkpoint.plan import Plan
     from selector.core.model import Catalogue, Detect, Platform
+    from selector.core.profile import Measured
     from selector.core.rules import VerifyFailure, VerifyVerdict
 
 log = logging.getLogger("selector")
@@ -40,12 +41,14 @@ class Selector:
     def __init__(self, run_config: RunConfig, tree: Optional[ConfigTree] = None,
                  probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
                  verify: Optional[Mapping[Tuple[str, str],
-                                         Union[Tuple[VerifyFailure, ...], VerifyVerdict]]] = None):
+                                         Union[Tuple[VerifyFailure, ...], VerifyVerdict]]] = None,
+                 profile: Optional[Measured] = None):
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
         self.resolver = Resolver(run_config, self.probes, verify,
-                                 (lambda: stack_presets(tree)) if tree is not None else ())
+                                 (lambda: stack_presets(tree)) if tree is not None else (),
+                                 profile)
         self._by_kwargs: Dict[Tuple[Any, ...], Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match
@@ -139,4 +142,8 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike[str
     if run.probe == "verify":  # each usable backend run once per machine: selector.inspect.verify
         from selector.inspect.verify import verify_once
         verify = verify_once(Selector(run, tree), overrides, config_dirs).rejections()
-    return Selector(run, tree, probes, verify)
+    measured = None
+    if run.policy.preference == "measured":  # a `selector tune` profile: docs/tuning.md
+        from selector.inspect.tuning import active_profile
+        measured = active_profile(run)
+    return Selector(run, tree, probes, verify, measured)

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="verify only this op (repeatable; implies --verify)")
             s.add_argument("--no-cache", dest="verify_cache", action="store_false",
                            help="verify again instead of reusing this machine's cached results")
+    from selector.commands.tune import add_arguments as tune_arguments  # docs/tuning.md
+    tune_arguments(sub.add_parser("tune", help="time each verified backend here; write a profile",
+                                  description="time each verified backend here; write a profile"))
     m = sub.add_parser("matrix", help="every backend on every platform preset, as a grid",
                        description="every backend on every platform preset, as a grid")
     m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
@@ -154,6 +157,9 @@ def _run(args: argparse.Namespace) -> int:
         from selector.commands.matrix import run_matrix
         return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format,
                           args.quant)
+    if args.command == "tune":
+        from selector.commands.tune import run_tune
+        return run_tune(args)
     if args.command == "check":
         from selector.commands.check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)

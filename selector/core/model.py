@@ -72,6 +72,8 @@ class Policy:
     strict: bool
     allow_opt_in: Tuple[str, ...] = ()  # opt-in backends automatic selection may choose
     exclude: Tuple[str, ...] = ()  # backends never chosen (policy.exclude)
+    preference: str = "static"  # "measured": rank usable backends by a profile (core/profile.py)
+    profile: Optional[str] = None  # the profile file; None: this machine's default one
 
     def __post_init__(self) -> None:
         """One backend name given as a string is a request of one."""
@@ -295,7 +297,8 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
             raise bad_value("policy.exclude", n, every, what="backend")
     return Policy(normalize_backends("moe", conf.get("moe_backend", "auto"), catalogue),
                   normalize_backends("linear", conf.get("linear_backend", "auto"), catalogue),
-                  strict, tuple(sorted(names)), tuple(sorted(excluded)))
+                  strict, tuple(sorted(names)), tuple(sorted(excluded)),
+                  "measured" if v.get("profile") else v["preference"], v.get("profile") or None)
 
 
 def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[Detect] = None,

@@ -146,6 +146,22 @@ def _no_packages(n: Note) -> str:
             + ", ".join(n.data["add"]) + " or platform.packages.<dist>=VERSION")
 
 
+def _measured(n: Note) -> str:  # selector.core.profile (policy.preference=measured)
+    d = n.data
+    t = " vs ".join(f"{x['backend']} {x['median_ms']:.3g} ms" for x in d["times"])
+    rest = f"; not measured: {', '.join(d['unmeasured'])} (static order)" if d["unmeasured"] else ""
+    return f"measured: {t} at {d['tokens']} tokens, profile {d['profile']}{rest}"
+
+
+def _profile_unmeasured(n: Note) -> str:
+    return f"profile {n.data['profile']}: {n.data['why']}; the static order decided"
+
+
+def _profile_ignored(n: Note) -> str:
+    return (f"profile {n.data['profile']} ignored: " + "; ".join(n.data["differences"][:4])
+            + "; no decision uses it")
+
+
 #: kind -> (severity, renderer, what it says): the documented vocabulary of notes
 NOTE_KINDS: Dict[str, Tuple[str, Callable[[Note], str], str]] = {
     "no_packages": ("warning", _no_packages, "a hardware preset without software: which "
@@ -175,6 +191,12 @@ NOTE_KINDS: Dict[str, Tuple[str, Callable[[Note], str], str]] = {
     "reference": ("warning", _reference, "the selected backend is the reference "
                   "implementation (correct, slow)"),
     "platform": ("info", _platform, "how the platform was detected (`detail`)"),
+    "measured": ("info", _measured, "the profile ranked the usable backends by their measured "
+                 "medians (`profile`, `tokens`, `times`, `unmeasured`)"),
+    "profile_unmeasured": ("info", _profile_unmeasured, "the profile has no time for this "
+                           "layer's cell (`profile`, `bucket`, `why`): the static order decided"),
+    "profile_ignored": ("warning", _profile_ignored, "the profile is missing or was measured on "
+                        "another machine or stack (`profile`, `differences`): no decision uses it"),
     "agreement": ("info", lambda n: str(n.data["text"]), "a note of a decision agreed across "
                   "ranks (selector.distributed), in words (`text`)"),
 }

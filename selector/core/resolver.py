@@ -25,6 +25,7 @@ from selector.core.decision import Candidate, Decision
 from selector.core.layer import LAYER_KEYS
 from selector.core.model import BackendSpec, Preference, RunConfig
 from selector.core.notes import Note, note
+from selector.core.profile import Measured
 from selector.core.rules import (
     Condition,
     EngineRule,
@@ -165,8 +166,9 @@ class Resolver:
     def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
                  verify: Optional[Mapping[Tuple[str, str],
                                           Union[Tuple[VerifyFailure, ...], VerifyVerdict]]] = None,
-                 stacks: Any = ()):
+                 stacks: Any = (), profile: Optional[Measured] = None):
         self.run = run
+        self._measured = profile if profile is not None and profile.active else None
         self._hint = no_packages_hint(run.platform, stacks)
         facts = run.platform.facts
         self._facts = facts
@@ -174,7 +176,8 @@ class Resolver:
         p = run.platform
         self._label = p.preset if p.source != "detected" else \
             f"detected {p.gpu_name}" if p.gpu_name else "detected"
-        self._platform_notes = tuple(note("platform", detail=n) for n in p.detection)
+        self._platform_notes = tuple(note("platform", detail=n) for n in p.detection) + (
+            profile.notes() if profile is not None else ())
         self._plans: Dict[Tuple[str, str], _Plan] = {}
         self._specs = {(b.op, b.name): b for bs in run.catalogue.backends.values() for b in bs}
         for op, backends in run.catalogue.backends.items():
@@ -213,7 +216,7 @@ class Resolver:
         # one lookup and the Decision object.
         self._projections = {op: tuple(self._plans[op, b.name].project for b in bs)
                              for op, bs in run.catalogue.backends.items()}
-        self._decisions: Dict[Tuple[str, str, Tuple[Any, ...]], Tuple[Any, ...]] = {}
+        self._decisions: Dict[Tuple[Any, ...], Tuple[Any, ...]] = {}
 
     def platform_reasons(self, op: str, name: str
                          ) -> Tuple[Tuple[Reason, ...], Tuple[Reason, ...], Tuple[Reason, ...]]:
@@ -281,7 +284,8 @@ class Resolver:
     def decide(self, layer: Layer) -> Decision:
         """The decision for `layer`: filter, order, pick, and the notes that say why."""
         projected = tuple([project(layer) for project in self._projections[layer.op]])
-        key = (layer.op, layer.quant, projected)
+        key = (layer.op, layer.quant, projected,
+               self._measured.memo_key(layer) if self._measured else None)
         rest = self._decisions.get(key)
         if rest is None:
             if len(self._decisions) >= MEMO_SIZE:
@@ -298,6 +302,10 @@ class Resolver:
         ranked = sorted([(j[1][0], b.name, j, b) for b, p in
                          zip(run.catalogue.backends[layer.op], projected)
                          for j in (judge(b, layer, p),)])
+        measured = self._measured.order(layer, [t[1] for t in ranked], [
+            t[1] for t in ranked if t[2][0].status is _ELIGIBLE]) if self._measured else None
+        if measured is not None:  # policy.preference=measured: the profile's order first
+            ranked.sort(key=lambda t: measured[0].index(t[1]))
         prefs = {name: j[1] for _, name, j, _ in ranked}
         evaluated = {name: j[0] for _, name, j, _ in ranked}
         auto = next((name for _, name, j, _ in ranked if j[0].status is _ELIGIBLE), None)
@@ -311,7 +319,10 @@ class Resolver:
             candidates.append(Candidate(name, _SELECTED if name == selected else status,
                                         reasons, b.entry_point))
         if selected is not None and selected == auto:
-            notes.extend(self._preference_notes(layer, selected, candidates, prefs))
+            notes.extend(n for n in self._preference_notes(layer, selected, candidates, prefs)
+                         if measured is None or measured[1].kind != "measured"
+                         or n.kind != "preference")
+            notes.extend([measured[1]] if measured is not None else [])
         notes.extend(self._closing_notes(layer, requested, selected, candidates))
         notes.extend(self._platform_notes)
         if self._hint is not None:

@@ -192,6 +192,9 @@ class PolicyConf:
         "problem": "is not a boolean; accepted: true, false"})
     allow_opt_in: List[str] = field(default_factory=list, metadata=_NAMES)  # auto may choose
     exclude: List[str] = field(default_factory=list, metadata=_NAMES)  # never chosen
+    # usable backends ranked by a `selector tune` profile (selector.core.profile)
+    preference: str = field(default="static", metadata={"choices": ("static", "measured")})
+    profile: Optional[str] = None  # the profile file (implies preference=measured)
 
 
 def _required(problem: str = "is required") -> Any:

@@ -1,0 +1,267 @@
+"""`python -m selector tune`: time every usable, verified backend of a layer on this machine, and
+write the profile that `policy.preference=measured` ranks by (docs/tuning.md).
+
+For the configured layer (`layer=`, `layer.*` overrides), each `--layer k=v,...` variant of it,
+or every quantized layer kind of `--model DIR`, at each `--tokens` count: the backends that
+pass their rules here are verified first (`selector doctor --verify`'s machinery, cached per
+machine), and each that passes is timed in a child process (selector.backends.tune_child) with
+warm-up, CUDA events on CUDA and perf_counter on the CPU; the profile keeps the median and the
+p10-p90 spread per backend and cell, keyed by this machine (GPU, driver, CUDA, package
+versions). Exit status: 0 when at least one backend was timed, 1 when none could be, 2 on bad
+input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any, Dict, List, Sequence, Tuple
+
+from selector.core import profile as prof
+from selector.core.errors import SelectorError, bad_input
+
+DEFAULT_TOKENS = (1, 16, 128, 1024, 4096)
+DEFAULT_MAX_MEMORY_GIB = 16.0
+USABLE = ("selected", "eligible", "opt_in")
+
+
+def add_arguments(s: argparse.ArgumentParser) -> None:
+    """The `tune` subcommand's options (selector.commands.cli registers it)."""
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
+    s.add_argument("--layer", action="append", default=[], metavar="K=V,...",
+                   help="also this variant of the configured layer (layer keys, comma-"
+                   "separated: hidden_size=7168,intermediate_size=4096); repeatable")
+    s.add_argument("--model", metavar="DIR", help="every quantized layer kind of this "
+                   "checkpoint directory")
+    s.add_argument("--tokens", metavar="N,N,...", help="token counts to time (default: the "
+                   f"layer's num_tokens, else {','.join(map(str, DEFAULT_TOKENS))})")
+    s.add_argument("--out", metavar="PATH", help="the profile file (default: this machine's "
+                   "profile in the cache directory, which policy.preference=measured reads)")
+    s.add_argument("--warmup", default="5", metavar="N", help="untimed calls first (default 5)")
+    s.add_argument("--repeats", default="24", metavar="N", help="timed calls (default 24)")
+    s.add_argument("--timeout", default=None, metavar="SECONDS", help="seconds each timing "
+                   "process may take (default: SELECTOR_TUNE_TIMEOUT, else 300)")
+    s.add_argument("--budget", default="10", metavar="SECONDS", help="seconds of timed calls "
+                   "per cell at most (fewer repeats, at least 3, for a slow one; default 10)")
+    s.add_argument("--max-memory", default=str(DEFAULT_MAX_MEMORY_GIB), metavar="GIB",
+                   help="a cell whose tensors need more is not timed; on the CPU the timing "
+                   f"process's memory is bounded by it (default {DEFAULT_MAX_MEMORY_GIB:g})")
+    s.add_argument("--no-cache", dest="verify_cache", action="store_false",
+                   help="verify again instead of reusing this machine's cached results")
+    s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="Hydra overrides: layer=..., layer.hidden_size=..., platform=auto")
+
+
+def _value(text: str) -> Any:
+    """A --layer value: JSON (numbers, true, false, null), else the string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_layer_spec(spec: str) -> Dict[str, Any]:
+    """`hidden_size=7168,intermediate_size=4096` (the `layer.` prefix optional)."""
+    out: Dict[str, Any] = {}
+    for part in (p.strip() for p in spec.replace(" ", ",").split(",")):
+        if not part:
+            continue
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip():
+            raise bad_input("--layer", spec, "must be layer keys and values: "
+                            "hidden_size=7168,intermediate_size=4096")
+        out[k.strip().removeprefix("layer.")] = _value(v.strip())
+    if not out:
+        raise bad_input("--layer", spec, "names no layer key")
+    return out
+
+
+def parse_tokens(text: str) -> Tuple[int, ...]:
+    vals: List[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= prof.MAX_TOKENS:
+            raise bad_input("--tokens", text, f"must be token counts from 1 to "
+                            f"{prof.MAX_TOKENS}, comma-separated (1,16,128)")
+        vals.append(int(part))
+    return tuple(dict.fromkeys(vals))
+
+
+def _clean(overrides: Sequence[str]) -> List[str]:
+    """Tune verifies itself and measures the static order: no probe=, no profile."""
+    from selector.inspect.tuning import child_overrides
+    return child_overrides(overrides)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from selector.api import Selector, load
+    from selector.inspect import tuning
+    from selector.inspect.verify import verify_once
+    warmup = tuning.check_positive("--warmup", args.warmup)
+    repeats = tuning.check_positive("--repeats", args.repeats)
+    budget = tuning.check_positive("--budget", args.budget, float)
+    max_gib = tuning.check_positive("--max-memory", args.max_memory, float)
+    timeout = (tuning.DEFAULT_TIMEOUT_S if args.timeout is None else
+               tuning.check_positive("--timeout", args.timeout, float))
+    if repeats > 10000 or warmup > 10000:
+        raise SelectorError("--repeats, --warmup: at most 10000 calls each", key="--repeats")
+    specs = [parse_layer_spec(s) for s in args.layer]
+    if args.model is not None and specs:
+        raise SelectorError("--layer cannot be combined with --model (the checkpoint gives the "
+                            "layers)", key="--layer")
+    overrides = _clean(args.overrides)
+    base = load(overrides, config_dirs=args.config_dir)
+    run = base.run_config
+    if run.platform.source != "detected":
+        raise SelectorError(f"platform={run.platform.preset}: tune times kernels on this machine; "
+                            "use platform=auto (the default)", key="platform",
+                            value=run.platform.preset)
+    if args.model is not None:
+        plan = base.plan(args.model)
+        layers = list({json.dumps(d.layer, sort_keys=True): dict(d.layer)
+                       for d in plan.decisions() if d.layer.get("quant")}.values())
+        if not layers:
+            raise SelectorError(f"--model {args.model}: no quantized layer kind to tune",
+                                key="--model", value=args.model)
+    else:
+        default = run.layer.to_dict()
+        layers = [dict(default, **s) for s in specs] if specs else [default]
+    tokens = parse_tokens(args.tokens) if args.tokens else None
+    t0 = time.perf_counter()
+    grid: List[Tuple[Dict[str, Any], int]] = []
+    for layer in layers:
+        ts = tokens or ((layer["num_tokens"],) if layer.get("num_tokens") and args.model is None
+                        else DEFAULT_TOKENS)
+        for t in ts:
+            made = base.layer(**dict(layer, num_tokens=t))  # validated: bad keys exit 2
+            missing = tuning.missing_sizes(made.to_dict())
+            if missing:
+                raise SelectorError(f"layer.{missing[0]}: tune needs the layer's sizes to time it "
+                                    f"(missing: {', '.join('layer.' + m for m in missing)})",
+                                    key=f"layer.{missing[0]}")
+            grid.append((made.to_dict(), t))
+    ops = sorted({layer["op"] for layer, _ in grid})
+    rep = verify_once(base, overrides, args.config_dir, ops=ops, use_cache=args.verify_cache)
+    sel = Selector(run, base.tree, base.probes, rep.rejections())
+    cells: List[Dict[str, Any]] = []
+    todo: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
+    memory = int(max_gib * 2 ** 30)
+    for i, (layer, t) in enumerate(grid):
+        static = base.decide(base.layer(**layer))
+        verified = sel.decide(sel.layer(**layer))
+        usable = [c.backend for c in verified.candidates if str(c.status) in USABLE]
+        skipped = {c.backend: "; ".join(f"[{r.rule}] {r.message}" for r in c.reasons)[:500]
+                   for c in verified.candidates if str(c.status) not in USABLE
+                   and str(static.candidate(c.backend).status) in USABLE}
+        cells.append({"layer": layer, "tokens": t, "static": static.selected, "times": {},
+                      "skipped": skipped, "id": f"cell{i}"})
+        need = tuning.estimate_bytes(layer["op"], layer)
+        for b in usable:
+            if need > memory:
+                skipped[b] = (f"too large here: needs about {need / 2**30:.1f} GiB, over "
+                              f"--max-memory {max_gib:g}")
+                continue
+            todo.setdefault(f"{layer['op']}/{b}", []).append((f"cell{i}", layer))
+    devices = set()
+    by_id = {c["id"]: c for c in cells}
+    specs_by = {(b.op, b.name): b for bs in run.catalogue.backends.values() for b in bs}
+    for opb, cases in todo.items():
+        op, _, name = opb.partition("/")
+        for r in tuning.time_backend(specs_by[op, name], cases, overrides, args.config_dir,
+                                     warmup=warmup, repeats=repeats, budget_s=budget,
+                                     memory_bytes=memory, timeout=timeout):
+            cell = by_id[r.case]
+            if r.timing is not None:
+                cell["times"][name] = r.timing
+                devices.add((r.device, r.timer))
+            else:
+                cell["skipped"][name] = r.why
+    key = tuning.machine_key(run)
+    new = prof.Profile(key, tuple(prof.Cell(c["layer"], c["tokens"], c["times"], c["skipped"])
+                                  for c in cells),
+                       {"warmup": warmup, "repeats": repeats, "budget_s": budget,
+                        "devices": sorted(f"{d} ({t})" for d, t in devices)},
+                       time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    out = args.out or tuning.default_path(key)
+    if out is None:
+        raise SelectorError("--out: the cache directory is off (SELECTOR_CACHE_DIR): name the "
+                            "profile file with --out PATH", key="--out")
+    merged, kept = _merge(new, str(out))
+    try:
+        path = tuning.write_profile(merged, out)
+    except OSError as e:
+        raise SelectorError(f"--out: cannot write {out}: {e.strerror or e}", key="--out",
+                            value=str(out)) from None
+    timed = sum(len(c["times"]) for c in cells)
+    summary = {"profile": path, "key": key, "seconds": round(time.perf_counter() - t0, 2),
+               "kept_cells": kept, "verify_cache": rep.cache_path,
+               "cells": [_cell_dict(c) for c in cells]}
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print("\n".join(render_text(summary)))
+    return 0 if timed else 1
+
+
+def _merge(new: prof.Profile, path: str) -> Tuple[prof.Profile, int]:
+    """`new` plus the cells of the profile already at `path` when it is one of this machine
+    (the same key) that `new` does not measure again; (profile, cells kept)."""
+    import os
+    if not os.path.lexists(path):
+        return new, 0
+    try:
+        old = prof.load(path)
+    except SelectorError:
+        return new, 0
+    if old.key != new.key:
+        return new, 0
+    mine = {c.key for c in new.cells}
+    kept = tuple(c for c in old.cells if c.key not in mine)
+    return prof.Profile(new.key, kept + new.cells, new.settings, new.created), len(kept)
+
+
+def _cell_dict(c: Dict[str, Any]) -> Dict[str, Any]:
+    times = sorted(c["times"].items(), key=lambda kv: kv[1].median_ms)
+    fastest = times[0][0] if times else None
+    ratio = None
+    if fastest and c["static"] in c["times"]:
+        ratio = round(c["times"][c["static"]].median_ms / times[0][1].median_ms, 3)
+    return {"layer": c["layer"], "tokens": c["tokens"], "bucket": prof.bucket(c["tokens"]),
+            "times": {b: t.to_dict() for b, t in times}, "skipped": c["skipped"],
+            "fastest": fastest, "static": c["static"], "static_over_fastest": ratio}
+
+
+def _shape_text(layer: Dict[str, Any]) -> str:
+    if layer["op"] == "linear":
+        return f"linear {layer['quant']} K={layer['hidden_size']} N={layer['intermediate_size']}"
+    return (f"moe {layer['quant']} H={layer['hidden_size']} I={layer['intermediate_size']} "
+            f"E={layer['num_experts']} top_k={layer['top_k']}"
+            + (f" ep={layer['ep_size']}" if layer.get("ep_size", 1) > 1 else "")
+            + (f" tp={layer['tp_size']}" if layer.get("tp_size", 1) > 1 else ""))
+
+
+def render_text(s: Dict[str, Any]) -> List[str]:
+    lines = [f"tune: {len(s['cells'])} cell(s) in {s['seconds']:.1f} s; profile {s['profile']}"
+             + (f" (kept {s['kept_cells']} cell(s) of the file measured before)"
+                if s["kept_cells"] else "")]
+    for c in s["cells"]:
+        lines.append(f"  {_shape_text(c['layer'])} at {c['tokens']} tokens")
+        for b, t in c["times"].items():
+            mark = " <- fastest" if b == c["fastest"] else ""
+            lines.append(f"    {b:<22} {t['median_ms']:.4g} ms  (p10-p90 {t['p10_ms']:.4g}-"
+                         f"{t['p90_ms']:.4g}, {t['n']} calls){mark}")
+        for b, why in c["skipped"].items():
+            lines.append(f"    {b:<22} not timed: {why}")
+        if c["static"] and c["static_over_fastest"] is not None:
+            lines.append(f"    static pick {c['static']}: {c['static_over_fastest']:.3g}x the "
+                         "fastest")
+        elif c["static"]:
+            lines.append(f"    static pick {c['static']}: not timed")
+    lines.append("  use it: python -m selector explain policy.preference=measured"
+                 + (f" policy.profile={s['profile']}" if s["profile"] else ""))
+    return lines
+
+
+__all__ = ["add_arguments", "run_tune", "parse_layer_spec", "parse_tokens", "DEFAULT_TOKENS"]
