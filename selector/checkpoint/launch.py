@@ -25,7 +25,7 @@ from selector.core.parallel import Parallel, make_parallel
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from selector.api import Selector
+    from selector.core.protocols import SelectorLike as Selector
     from selector.checkpoint.plan import Kind, Plan
     from selector.core.decision import Decision
 

@@ -28,7 +28,7 @@ from selector.core.text import join_lines
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from selector.api import Selector
+    from selector.core.protocols import SelectorLike
     from selector.core.decision import Candidate, Decision
 
 
@@ -212,7 +212,7 @@ def checkpoint_root(model_dir: Any) -> Path:
     return root
 
 
-def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
+def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
     """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
 
     Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
@@ -275,7 +275,7 @@ def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
     return Plan(str(root), arch, quant, tuple(kinds), requested)
 
 
-def _select(selector: Selector, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
+def _select(selector: SelectorLike, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
     try:
         return selector.select(quant=scheme, **f)
     except SelectorError as exc:
