@@ -144,10 +144,10 @@ def test_no_import_cycle() -> None:
 def test_an_upward_import_is_found(tmp_path: Path, source: str, expect: str,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The check sees module-level and function-level imports alike."""
-    path = ROOT / "core" / "rules.py"
-    fake = tmp_path / "rules.py"
+    path = ROOT / "core" / "rules" / "base.py"
+    fake = tmp_path / "base.py"
     fake.write_text(path.read_text() + "\n" + source)
-    monkeypatch.setitem(MODULES, "selector.core.rules", fake)
+    monkeypatch.setitem(MODULES, "selector.core.rules.base", fake)
     with pytest.raises(AssertionError, match=expect):
         test_imports_only_go_down()
 
