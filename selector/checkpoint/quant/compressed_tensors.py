@@ -110,6 +110,22 @@ def _ct_args(args: Any, key: str, where: str) -> CtArgs:
     strategy, gs = args.get("strategy"), args.get("group_size")
     if gs is not None and (isinstance(gs, bool) or not isinstance(gs, int)):
         raise bad_input(f"{key}.group_size", gs, "must be an integer", where=where)
+    strategy = _ct_strategy(strategy, gs, key, where)
+    dynamic = _ct_dynamic(args.get("dynamic", False), key, where)
+    block = _ct_block(args.get("block_structure"), key, where)
+    problem = _ct_problem(strategy, gs, block, dynamic)
+    if problem is not None:
+        raise bad_input(key, args, f"is malformed: {problem}; vLLM 0.32.0 refuses the "
+                        "checkpoint (compressed_tensors 0.17.0 QuantizationArgs validation)",
+                        where=where)
+    sd = args.get("scale_dtype")
+    return CtArgs(args.get("num_bits"), args.get("type"), strategy, gs, block, dynamic,
+                  args.get("symmetric", True) is True,
+                  sd.removeprefix("torch.") if isinstance(sd, str) else None)
+
+
+def _ct_strategy(strategy: Any, gs: Optional[int], key: str, where: str) -> str:
+    """QuantizationArgs' strategy, lower case; without one, what the group size implies."""
     if strategy is None:
         if gs is None:
             strategy = "tensor"
@@ -125,8 +141,11 @@ def _ct_args(args: Any, key: str, where: str) -> CtArgs:
         raise bad_value(f"{key}.strategy", strategy, _CT_STRATEGIES, where=where,
                         hint="compressed_tensors' QuantizationStrategy refuses it, and vLLM "
                         "with it")
-    strategy = strategy.lower()
-    dynamic = args.get("dynamic", False)
+    return str(strategy).lower()
+
+
+def _ct_dynamic(dynamic: Any, key: str, where: str) -> Any:
+    """False, True or "local"."""
     if isinstance(dynamic, str):
         if dynamic.lower() != "local":
             raise bad_value(f"{key}.dynamic", dynamic, ("true", "false", "local"), where=where)
@@ -134,7 +153,11 @@ def _ct_args(args: Any, key: str, where: str) -> CtArgs:
     elif not isinstance(dynamic, bool):
         raise bad_input(f"{key}.dynamic", dynamic, "must be true, false or \"local\"",
                         where=where)
-    raw_block = args.get("block_structure")
+    return dynamic
+
+
+def _ct_block(raw_block: Any, key: str, where: str) -> Optional[Tuple[int, int]]:
+    """A `block_structure` ([rows, cols] or "RxC") as two positive integers, or None."""
     block: Optional[Tuple[int, int]] = None
     if raw_block is not None:
         parts: Any = raw_block.split("x") if isinstance(raw_block, str) else raw_block
@@ -149,6 +172,12 @@ def _ct_args(args: Any, key: str, where: str) -> CtArgs:
                             "positive integers [rows, cols] (or \"RxC\")", where=where,
                             accepted=("[128, 128]",))
         block = (int(parts[0]), int(parts[1]))
+    return block
+
+
+def _ct_problem(strategy: str, gs: Optional[int], block: Optional[Tuple[int, int]],
+                dynamic: Any) -> Optional[str]:
+    """What QuantizationArgs.validate_model_after refuses in these arguments, or None."""
     problem = None
     if strategy == "token" and not dynamic:
         problem = "strategy token needs dynamic: true (static token quantization does not exist)"
@@ -165,14 +194,7 @@ def _ct_args(args: Any, key: str, where: str) -> CtArgs:
                    f"not {strategy}")
     elif dynamic == "local" and strategy != "tensor_group":
         problem = "dynamic \"local\" is only for strategy tensor_group"
-    if problem is not None:
-        raise bad_input(key, args, f"is malformed: {problem}; vLLM 0.32.0 refuses the "
-                        "checkpoint (compressed_tensors 0.17.0 QuantizationArgs validation)",
-                        where=where)
-    sd = args.get("scale_dtype")
-    return CtArgs(args.get("num_bits"), args.get("type"), strategy, gs, block, dynamic,
-                  args.get("symmetric", True) is True,
-                  sd.removeprefix("torch.") if isinstance(sd, str) else None)
+    return problem
 
 
 def _ct_scheme(w_raw: Any, a_raw: Any, fmt: Optional[str], key: str, where: str) -> CtScheme:
@@ -222,6 +244,12 @@ def _ct_scheme(w_raw: Any, a_raw: Any, fmt: Optional[str], key: str, where: str)
                "is_activation_quantization_format)")
         return CtScheme(why, why)
     assert a is not None
+    return _ct_fp8_w8a8(w, a)
+
+
+def _ct_fp8_w8a8(w: CtArgs, a: CtArgs) -> CtScheme:
+    """The FP8 W8A8 schemes (CompressedTensorsW8A8Fp8, CompressedTensorsW8A8Fp8MoEMethod) by
+    the weights' strategy."""
     if w.strategy == "block":
         assert w.block is not None
         scheme, other = _block_scheme(w.block)
@@ -242,22 +270,11 @@ def _ct_scheme(w_raw: Any, a_raw: Any, fmt: Optional[str], key: str, where: str)
     return CtScheme(linear, moe)
 
 
-def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, where: str
-                        ) -> Quantization:
-    groups = q.get("config_groups")
-    if not isinstance(groups, dict) or not groups:
-        raise bad_input("quantization_config.config_groups", groups, "must map group names to "
-                        "{targets, weights, input_activations}", where=where)
-    if len(groups) > MAX_PATTERNS:
-        raise bad_input("quantization_config.config_groups", f"{len(groups)} groups",
-                        f"has more than {MAX_PATTERNS} groups", where=where)
-    ignore = _patterns(q.get("ignore"), "quantization_config.ignore", where,
-                       "module names or 're:' patterns")
-    fmt = q.get("format")
-    if fmt is not None and not isinstance(fmt, str):
-        raise bad_input("quantization_config.format", fmt, "must be a string", where=where)
-    # target -> (group, scheme); a later group's target replaces an earlier one's in place
-    # (vLLM _quantization_scheme_map_from_config builds a dict by target)
+def _ct_targets(groups: Mapping[str, Any], fmt: Optional[str], where: str
+                ) -> Dict[str, Tuple[str, CtScheme, str]]:
+    """target -> (group, scheme, the scheme's arguments as vLLM compares them); a later group's
+    target replaces an earlier one's in place (vLLM _quantization_scheme_map_from_config builds
+    a dict by target)."""
     targets: Dict[str, Tuple[str, CtScheme, str]] = {}
     for gname, g in groups.items():
         key = f"quantization_config.config_groups.{gname}"
@@ -278,36 +295,48 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
         same = json.dumps([w, a or None, g.get("format") or fmt], sort_keys=True, default=str)
         for t in tl:
             targets[t] = (gname, scheme, same)
+    return targets
 
-    def layer_path(t: str) -> bool:
-        return "." in t and not t.startswith("re:")
-    if arch.maps_names:
-        targets = {(map_name(arch, t) if layer_path(t) else t): v for t, v in targets.items()}
-        ignore_m = [map_name(arch, t) if layer_path(t) else t for t in ignore]
-    else:
-        ignore_m = list(ignore)
-    packed = arch.packed
-    names = list(targets)
-    moe_names = names + (["RoutedExperts"] if "Linear" in targets and
-                         "RoutedExperts" not in targets else [])
-    moe_targets = dict(targets)
-    if "Linear" in targets and "RoutedExperts" not in targets:
-        moe_targets["RoutedExperts"] = targets["Linear"]
 
-    def one(name: str, cls: str, tnames: Sequence[str],
-            tmap: Mapping[str, Tuple[str, CtScheme, str]]
-            ) -> Tuple[Optional[Tuple[str, CtScheme, str]], str]:
-        hit = _ct_ignored(name, ignore_m, packed, where)
+_Target = Tuple[str, CtScheme, str]  # (group, scheme, the scheme's arguments as compared)
+
+
+@dataclass(frozen=True)
+class _CtMatcher:
+    """Which config group a module falls in, in vLLM's names (ignore first, then targets)."""
+    targets: Mapping[str, _Target]
+    moe_targets: Mapping[str, _Target]  # a `Linear` target covers routed experts too
+    ignore: Sequence[str]
+    packed: Mapping[str, Sequence[str]]
+    where: str
+
+    @classmethod
+    def build(cls, targets: Dict[str, _Target], ignore: Sequence[str], arch: Architecture,
+              where: str) -> _CtMatcher:
+        def layer_path(t: str) -> bool:
+            return "." in t and not t.startswith("re:")
+        if arch.maps_names:
+            targets = {(map_name(arch, t) if layer_path(t) else t): v for t, v in targets.items()}
+            ignore = [map_name(arch, t) if layer_path(t) else t for t in ignore]
+        moe_targets = dict(targets)
+        if "Linear" in targets and "RoutedExperts" not in targets:
+            moe_targets["RoutedExperts"] = targets["Linear"]
+        return cls(targets, moe_targets, list(ignore), arch.packed, where)
+
+    def one(self, name: str, cls: str, tmap: Mapping[str, _Target]
+            ) -> Tuple[Optional[_Target], str]:
+        hit = _ct_ignored(name, self.ignore, self.packed, self.where)
         if hit is not None:
             return None, f"ignored by {hit!r}"
-        t = _ct_target(name, cls, tnames, packed)
+        t = _ct_target(name, cls, list(tmap), self.packed)
         if t is None:
             return None, "matched by no config group (left unquantized)"
         return tmap[t], f"config group {tmap[t][0]} (target {t!r})"
 
-    def verdict(m: Module) -> Verdict:
+    def verdict(self, m: Module) -> Verdict:
+        where = self.where
         if m.cls == "RoutedExperts":
-            answers = [one(f"{m.name}.0.{p}", m.cls, moe_names, moe_targets)
+            answers = [self.one(f"{m.name}.0.{p}", m.cls, self.moe_targets)
                        for p in m.expert_projs]
             got = answers[-1][0]
             if any((a[0] and a[0][2]) != (got and got[2]) for a in answers):
@@ -319,7 +348,7 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
                                     where=where)
             why = answers[-1][1]
         else:
-            got, why = one(m.name, m.cls, names, targets)
+            got, why = self.one(m.name, m.cls, self.targets)
         if got is None:
             return Verdict(None, why)
         scheme = got[1].moe if m.cls == "RoutedExperts" else got[1].linear
@@ -328,5 +357,22 @@ def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, w
         if scheme in QUANT_SCHEMES:
             return Verdict(scheme, why)
         return Verdict(None, why, scheme)
-    return Quantization("compressed-tensors", source, str(fmt or "compressed-tensors"), verdict,
-                        tuple(ignore), where=where)
+
+
+def _compressed_tensors(q: Mapping[str, Any], arch: Architecture, source: str, where: str
+                        ) -> Quantization:
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise bad_input("quantization_config.config_groups", groups, "must map group names to "
+                        "{targets, weights, input_activations}", where=where)
+    if len(groups) > MAX_PATTERNS:
+        raise bad_input("quantization_config.config_groups", f"{len(groups)} groups",
+                        f"has more than {MAX_PATTERNS} groups", where=where)
+    ignore = _patterns(q.get("ignore"), "quantization_config.ignore", where,
+                       "module names or 're:' patterns")
+    fmt = q.get("format")
+    if fmt is not None and not isinstance(fmt, str):
+        raise bad_input("quantization_config.format", fmt, "must be a string", where=where)
+    matcher = _CtMatcher.build(_ct_targets(groups, fmt, where), ignore, arch, where)
+    return Quantization("compressed-tensors", source, str(fmt or "compressed-tensors"),
+                        matcher.verdict, tuple(ignore), where=where)

@@ -48,13 +48,8 @@ def _block_scheme(block: Tuple[int, int]) -> Tuple[Optional[str], Optional[str]]
                   "fp8.py Fp8LinearMethod.__init__)")
 
 
-def _fp8(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Quantization:
-    """vLLM Fp8Config: every LinearBase and every RoutedExperts is FP8 unless `ignored_layers`
-    (or, when that is empty, `modules_to_not_convert`) skips it, exact names with fused shards
-    (quant_utils.is_layer_skipped, match mode "exact"); the LM head (not a LinearBase) stays
-    unquantized. With `weight_block_size` the layers are block-FP8 (dynamic activations only),
-    without it per-tensor with static or dynamic activations. `store_dtype: mxfp4` makes the
-    experts MXFP4 (Mxfp4MoEMethod)."""
+def _fp8_activations(q: Mapping[str, Any], where: str) -> Tuple[str, Optional[Tuple[int, int]]]:
+    """(activation_scheme, weight_block_size) as vLLM's Fp8Config takes them."""
     if "activation_scheme" not in q:
         raise bad_input("quantization_config.activation_scheme", None, "is missing (accepted: "
                         "dynamic, static): vLLM 0.32.0 refuses an FP8 config without it (fp8.py "
@@ -71,6 +66,17 @@ def _fp8(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Q
                         "weight_block_size: vLLM 0.32.0's block-wise FP8 takes dynamic "
                         "activations only (fp8.py Fp8Config.__init__)", where=where,
                         accepted=("dynamic",))
+    return str(act), block
+
+
+def _fp8(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Quantization:
+    """vLLM Fp8Config: every LinearBase and every RoutedExperts is FP8 unless `ignored_layers`
+    (or, when that is empty, `modules_to_not_convert`) skips it, exact names with fused shards
+    (quant_utils.is_layer_skipped, match mode "exact"); the LM head (not a LinearBase) stays
+    unquantized. With `weight_block_size` the layers are block-FP8 (dynamic activations only),
+    without it per-tensor with static or dynamic activations. `store_dtype: mxfp4` makes the
+    experts MXFP4 (Mxfp4MoEMethod)."""
+    act, block = _fp8_activations(q, where)
     key = "quantization_config.ignored_layers"
     ignored = _patterns(q.get("ignored_layers"), key, where, "module names")
     if not ignored:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.checkpoint.arch import Architecture, Module
@@ -89,84 +90,122 @@ def _algo(value: Any) -> str:
     return str(value).upper() if value is not None else ""
 
 
-def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Quantization:
+@dataclass(frozen=True)
+class _Exclusions:
+    """A ModelOpt config's exclusion patterns in vLLM's form, and how to name a hit."""
+    patterns: Tuple[str, ...]
+    shown_as: Mapping[str, str]  # vLLM's form of a pattern -> the checkpoint's
+    short_key: str
+    packed: Mapping[str, Sequence[str]]
+    where: str
+
+    def verdict(self, m: Module) -> Optional[Verdict]:
+        """The verdict of an excluded module, or None."""
+        hit = _modelopt_excluded(m.name, self.patterns, self.packed, self.where)
+        if hit is None:
+            return None
+        return Verdict(None, f"excluded by {self.short_key} {self.shown_as.get(hit, hit)!r}")
+
+
+def _modelopt_fields(q: Mapping[str, Any], where: str) -> Tuple[str, Any, Any, Any]:
+    """(exclusion key, quant_algo, exclusions, quantized_layers) of the legacy
+    hf_quant_config.json form (`quantization: {...}`) or the config.json one."""
     if "quantization" in q:
         inner = q["quantization"]
         if not isinstance(inner, dict):
             raise bad_input("quantization", inner, "must be a mapping {\"quant_algo\": ...}",
                             where=where)
-        exclude_key = "quantization.exclude_modules"
-        algo_raw, excluded_raw = inner.get("quant_algo"), inner.get("exclude_modules")
-        layers_raw = inner.get("quantized_layers")
-    else:
-        exclude_key = "quantization_config.ignore"
-        algo_raw, excluded_raw = q.get("quant_algo"), q.get("ignore")
-        layers_raw = q.get("quantized_layers")
+        return ("quantization.exclude_modules", inner.get("quant_algo"),
+                inner.get("exclude_modules"), inner.get("quantized_layers"))
+    return "quantization_config.ignore", q.get("quant_algo"), q.get("ignore"), \
+        q.get("quantized_layers")
+
+
+def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Quantization:
+    exclude_key, algo_raw, excluded_raw, layers_raw = _modelopt_fields(q, where)
     algo = _algo(algo_raw)
-    short_key = exclude_key.rsplit(".", 1)[1]
     excluded = _patterns(excluded_raw, exclude_key, where, "module name patterns")
     shown_as: Dict[str, str] = {}  # vLLM's form of a pattern -> the checkpoint's
     for p in excluded:
         for x in (_star_split([p]) if arch.maps_names else [p]):
             shown_as.setdefault(map_name(arch, x) if arch.maps_names else x, p)
-    patterns = list(shown_as)
-    packed = arch.packed
-    accepted = sorted([*_MODELOPT_SCHEMES, "MIXED_PRECISION"])  # modelopt.py QUANT_ALGOS
+    excl = _Exclusions(tuple(shown_as), shown_as, exclude_key.rsplit(".", 1)[1], arch.packed,
+                       where)
     if algo == "MIXED_PRECISION":
-        if not isinstance(layers_raw, dict) or not layers_raw:
-            raise bad_input("quantized_layers", layers_raw, "must map module names to "
-                            "{quant_algo: ...} for MIXED_PRECISION (a non-empty mapping)",
-                            where=where)
-        if len(layers_raw) > MAX_PATTERNS:
-            raise bad_input("quantized_layers", f"{len(layers_raw)} entries", "has more than "
-                            f"{MAX_PATTERNS} entries", where=where)
-        recipes: Dict[str, str] = {}
-        block_sizes: Dict[int, str] = {}
-        for prefix, recipe in layers_raw.items():
-            a = _algo(recipe.get("quant_algo")) if isinstance(recipe, dict) else ""
-            if a not in _MODELOPT_LINEAR and a not in _MODELOPT_MOE:
-                raise bad_value(f"quantized_layers.{prefix}.quant_algo", a or None,
-                                sorted(set(_MODELOPT_LINEAR + _MODELOPT_MOE)), where=where)
-            if a in _BLOCK_FP8_MOE_ALGOS:
-                assert isinstance(recipe, dict)
-                g = recipe.get("group_size", 128)
-                if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
-                    raise bad_input(f"quantized_layers.{prefix}.group_size", g, "must be a "
-                                    "positive integer (the FP8 block edge; vLLM builds "
-                                    "[group_size, group_size] blocks)", where=where)
-                block_sizes.setdefault(g, prefix)
-            recipes[map_name(arch, prefix) if arch.maps_names else prefix] = a
-        if len(block_sizes) > 1:
-            raise bad_input("quantized_layers", sorted(block_sizes), "gives the block-FP8 "
-                            "layers different group_size values; vLLM 0.32.0 refuses this "
-                            "checkpoint: \"MIXED_PRECISION currently requires all block-FP8 MoE "
-                            "layers to use one group_size\" (modelopt.py "
-                            "ModelOptMixedPrecisionConfig.__init__)", where=where)
-        moe_block = next(iter(block_sizes), 128)
-
-        def mixed(m: Module) -> Verdict:
-            hit = _modelopt_excluded(m.name, patterns, packed, where)
-            if hit is not None:
-                return Verdict(None, f"excluded by {short_key} {shown_as.get(hit, hit)!r}")
-            a, key, warning = _resolve_quant_algo(m.name, recipes, packed, where)
-            if a is None:
-                return Verdict(None, "not in quantized_layers (left unquantized)")
-            moe = m.cls == "RoutedExperts"
-            if moe and a not in _MODELOPT_MOE or not moe and a not in _MODELOPT_LINEAR:
-                return Verdict(None, f"quantized_layers: {a} (no such {m.cls} method: left "
-                               "unquantized)")
-            why = f"quantized_layers: {a}"
-            if moe and a in _BLOCK_FP8_MOE_ALGOS and moe_block != 128:
-                return Verdict(None, why, f"FP8 {moe_block}x{moe_block} blocks (group_size "
-                               f"{moe_block}: no layer.quant value; fp8_block is 128x128)",
-                               warning)
-            scheme = (_MODELOPT_MOE_SCHEME if moe else _MODELOPT_LINEAR_SCHEME)[a]
-            return Verdict(scheme, why, None, warning)
-        return Quantization("ModelOpt", source, algo, mixed, tuple(excluded), where=where)
+        return _modelopt_mixed(layers_raw, arch, excl, source, algo, tuple(excluded))
     if algo not in _MODELOPT_SCHEMES:
+        accepted = sorted([*_MODELOPT_SCHEMES, "MIXED_PRECISION"])  # modelopt.py QUANT_ALGOS
         raise bad_value("quant_algo", algo_raw, accepted, where=where,
                         hint="vLLM 0.32.0's ModelOpt configs read these (modelopt.py "
                         "QUANT_ALGOS)")
+    return _modelopt_uniform(q, algo, excl, source, tuple(excluded))
+
+
+def _mixed_recipes(layers_raw: Any, arch: Architecture, where: str) -> Tuple[Dict[str, str], int]:
+    """MIXED_PRECISION's `quantized_layers` in vLLM's names -> algo, and the block-FP8 edge."""
+    if not isinstance(layers_raw, dict) or not layers_raw:
+        raise bad_input("quantized_layers", layers_raw, "must map module names to "
+                        "{quant_algo: ...} for MIXED_PRECISION (a non-empty mapping)",
+                        where=where)
+    if len(layers_raw) > MAX_PATTERNS:
+        raise bad_input("quantized_layers", f"{len(layers_raw)} entries", "has more than "
+                        f"{MAX_PATTERNS} entries", where=where)
+    recipes: Dict[str, str] = {}
+    block_sizes: Dict[int, str] = {}
+    for prefix, recipe in layers_raw.items():
+        a = _algo(recipe.get("quant_algo")) if isinstance(recipe, dict) else ""
+        if a not in _MODELOPT_LINEAR and a not in _MODELOPT_MOE:
+            raise bad_value(f"quantized_layers.{prefix}.quant_algo", a or None,
+                            sorted(set(_MODELOPT_LINEAR + _MODELOPT_MOE)), where=where)
+        if a in _BLOCK_FP8_MOE_ALGOS:
+            assert isinstance(recipe, dict)
+            g = recipe.get("group_size", 128)
+            if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
+                raise bad_input(f"quantized_layers.{prefix}.group_size", g, "must be a "
+                                "positive integer (the FP8 block edge; vLLM builds "
+                                "[group_size, group_size] blocks)", where=where)
+            block_sizes.setdefault(g, prefix)
+        recipes[map_name(arch, prefix) if arch.maps_names else prefix] = a
+    if len(block_sizes) > 1:
+        raise bad_input("quantized_layers", sorted(block_sizes), "gives the block-FP8 "
+                        "layers different group_size values; vLLM 0.32.0 refuses this "
+                        "checkpoint: \"MIXED_PRECISION currently requires all block-FP8 MoE "
+                        "layers to use one group_size\" (modelopt.py "
+                        "ModelOptMixedPrecisionConfig.__init__)", where=where)
+    return recipes, next(iter(block_sizes), 128)
+
+
+def _modelopt_mixed(layers_raw: Any, arch: Architecture, excl: _Exclusions, source: str,
+                    algo: str, excluded: Tuple[str, ...]) -> Quantization:
+    """MIXED_PRECISION: each module's algo from `quantized_layers`
+    (ModelOptMixedPrecisionConfig.get_quant_method)."""
+    where = excl.where
+    recipes, moe_block = _mixed_recipes(layers_raw, arch, where)
+
+    def mixed(m: Module) -> Verdict:
+        hit = excl.verdict(m)
+        if hit is not None:
+            return hit
+        a, key, warning = _resolve_quant_algo(m.name, recipes, excl.packed, where)
+        if a is None:
+            return Verdict(None, "not in quantized_layers (left unquantized)")
+        moe = m.cls == "RoutedExperts"
+        if moe and a not in _MODELOPT_MOE or not moe and a not in _MODELOPT_LINEAR:
+            return Verdict(None, f"quantized_layers: {a} (no such {m.cls} method: left "
+                           "unquantized)")
+        why = f"quantized_layers: {a}"
+        if moe and a in _BLOCK_FP8_MOE_ALGOS and moe_block != 128:
+            return Verdict(None, why, f"FP8 {moe_block}x{moe_block} blocks (group_size "
+                           f"{moe_block}: no layer.quant value; fp8_block is 128x128)",
+                           warning)
+        scheme = (_MODELOPT_MOE_SCHEME if moe else _MODELOPT_LINEAR_SCHEME)[a]
+        return Verdict(scheme, why, None, warning)
+    return Quantization("ModelOpt", source, algo, mixed, excluded, where=where)
+
+
+def _modelopt_uniform(q: Mapping[str, Any], algo: str, excl: _Exclusions, source: str,
+                      excluded: Tuple[str, ...]) -> Quantization:
+    """One algo for every module (ModelOptFp8Config, ModelOptNvFp4Config, ...)."""
     scheme = _MODELOPT_SCHEMES[algo]
     groups = q.get("config_groups")  # vLLM reads them from the top level (original_config)
     shown = algo
@@ -187,15 +226,15 @@ def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str)
                        "ModelOptFp8MoEMethod.__init__)")
 
     def uniform(m: Module) -> Verdict:
-        hit = _modelopt_excluded(m.name, patterns, packed, where)
+        hit = excl.verdict(m)
         if hit is not None:
-            return Verdict(None, f"excluded by {short_key} {shown_as.get(hit, hit)!r}")
+            return hit
         if _vision(m.name):
             return Verdict(None, "a vision module (vLLM leaves them unquantized)")
         if m.cls == "RoutedExperts":
             return Verdict(moe_scheme, shown, None, moe_warning)
         return Verdict(scheme, shown)
-    return Quantization("ModelOpt", source, shown, uniform, tuple(excluded), where=where)
+    return Quantization("ModelOpt", source, shown, uniform, excluded, where=excl.where)
 
 
 def _resolve_quant_algo(prefix: str, layers: Mapping[str, str], packed: Mapping[str,

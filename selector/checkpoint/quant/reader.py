@@ -3,7 +3,7 @@ config.json's `quantization_config` first, then `hf_quant_config.json`."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 from selector.checkpoint.arch import Architecture, read_json
 from selector.checkpoint.quant.common import (
@@ -69,6 +69,18 @@ def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architec
                       ) -> Quantization:
     """config.json's quantization_config first, as vLLM reads it; hf_quant_config.json when
     config.json has none (ModelOpt 0.29 and older). Both: a warning when they contradict."""
+    q, where, source, warnings = _description(model_dir, config)
+    method = _method(q, where)
+    out = _read(method, q, arch, source, where)
+    if warnings:
+        out = Quantization(out.format, out.source, out.algo, out.verdict_of, out.excluded,
+                           tuple(warnings), out.where)
+    return out
+
+
+def _description(model_dir: Path, config: Mapping[str, Any]
+                 ) -> Tuple[Dict[str, Any], str, str, List[str]]:
+    """(the quantization description, its file, the key it came from, warnings)."""
     where = str(model_dir / "config.json")
     hf = model_dir / "hf_quant_config.json"
     q = config.get("quantization_config")
@@ -96,23 +108,14 @@ def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architec
         raise bad_input("quantization_config", None, "is missing, and there is no "
                         "hf_quant_config.json: this is not a quantized checkpoint (NVFP4 "
                         "checkpoints come from ModelOpt or compressed-tensors)", where=where)
-    q = dict(q)
-    method = _method(q, where)
+    return dict(q), where, source, warnings
+
+
+def _read(method: str, q: Dict[str, Any], arch: Architecture, source: str, where: str
+          ) -> Quantization:
+    """The description read by its format's reader (vLLM's quantization method)."""
     if method.startswith("modelopt"):
-        if method == "modelopt_mixed" and "quantized_layers" not in q and not (
-                isinstance(q.get("quantization"), dict) and "quantized_layers" in
-                q["quantization"]):
-            raise bad_input("quantized_layers", None, "is missing: vLLM reads MIXED_PRECISION's "
-                            "per-layer algorithms from quantization_config.quantized_layers "
-                            "(or a legacy hf_quant_config.json)", where=where)
-        if "quantization" in q and method == "modelopt_fp4":
-            missing = [k for k in ("group_size", "kv_cache_quant_algo", "exclude_modules")
-                       if k not in q["quantization"]]
-            if missing:
-                raise bad_input("quantization", sorted(q["quantization"]), f"lacks "
-                                f"{', '.join(missing)}: vLLM 0.32.0 refuses an NVFP4 "
-                                "hf_quant_config.json without them (modelopt.py "
-                                "ModelOptNvFp4Config._from_config)", where=where)
+        _check_modelopt(method, q, where)
         out = _modelopt(q, arch, source, where)
     elif method == "compressed-tensors":
         out = _compressed_tensors(q, arch, source, where)
@@ -140,7 +143,22 @@ def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architec
                         where=where, hint=f"vLLM reads it as {method}; selector explains "
                         "ModelOpt (FP8, NVFP4, MXFP8, MIXED_PRECISION), compressed-tensors, "
                         "FP8 and MXFP4 checkpoints")
-    if warnings:
-        out = Quantization(out.format, out.source, out.algo, out.verdict_of, out.excluded,
-                           tuple(warnings), out.where)
     return out
+
+
+def _check_modelopt(method: str, q: Mapping[str, Any], where: str) -> None:
+    """The keys vLLM needs of a ModelOpt description before it reads it."""
+    if method == "modelopt_mixed" and "quantized_layers" not in q and not (
+            isinstance(q.get("quantization"), dict) and "quantized_layers" in
+            q["quantization"]):
+        raise bad_input("quantized_layers", None, "is missing: vLLM reads MIXED_PRECISION's "
+                        "per-layer algorithms from quantization_config.quantized_layers "
+                        "(or a legacy hf_quant_config.json)", where=where)
+    if "quantization" in q and method == "modelopt_fp4":
+        missing = [k for k in ("group_size", "kv_cache_quant_algo", "exclude_modules")
+                   if k not in q["quantization"]]
+        if missing:
+            raise bad_input("quantization", sorted(q["quantization"]), f"lacks "
+                            f"{', '.join(missing)}: vLLM 0.32.0 refuses an NVFP4 "
+                            "hf_quant_config.json without them (modelopt.py "
+                            "ModelOptNvFp4Config._from_config)", where=where)
