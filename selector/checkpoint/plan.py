@@ -28,8 +28,8 @@ from selector.core.text import join_lines
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from selector.core.protocols import SelectorLike
     from selector.core.decision import Candidate, Decision
+    from selector.core.protocols import SelectorLike
 
 
 @dataclass(frozen=True)
@@ -234,24 +234,7 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
     if dtype and defaults.get("dtype") not in (dtype, "bfloat16"):
         raise bad_input("layer.dtype", defaults.get("dtype"), f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
-    # group modules by (component, scheme): layers, module counts, distinct field sets
-    groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
-    for m in arch.modules:
-        v = quant.verdict_of(m)
-        scheme = v.scheme
-        why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
-        g = groups.setdefault((m.component, scheme), {"layers": [], "modules": 0, "why": {},
-                                                      "shapes": OrderedDict(), "warnings": {}})
-        g["why"][why] = True
-        if v.warning:
-            g["warnings"][v.warning] = True
-        if m.layer is not None and m.layer not in g["layers"]:
-            g["layers"].append(m.layer)
-        g["modules"] += 1
-        shape = g["shapes"].setdefault(m.fields, {"projections": [], "modules": 0})
-        if m.projection not in shape["projections"]:
-            shape["projections"].append(m.projection)
-        shape["modules"] += 1
+    groups = _group_modules(arch, quant)
     kinds = []
     for (component, scheme), g in groups.items():
         shapes = []
@@ -273,6 +256,29 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
     for d in (s.decision for k in kinds for s in k.shapes if s.decision):
         requested[d.layer["op"]] = d.requested
     return Plan(str(root), arch, quant, tuple(kinds), requested)
+
+
+def _group_modules(arch: Architecture, quant: Quantization
+                   ) -> OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]:
+    """The modules grouped by (component, scheme): layers, module counts, distinct field sets."""
+    groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
+    for m in arch.modules:
+        v = quant.verdict_of(m)
+        scheme = v.scheme
+        why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
+        g = groups.setdefault((m.component, scheme), {"layers": [], "modules": 0, "why": {},
+                                                      "shapes": OrderedDict(), "warnings": {}})
+        g["why"][why] = True
+        if v.warning:
+            g["warnings"][v.warning] = True
+        if m.layer is not None and m.layer not in g["layers"]:
+            g["layers"].append(m.layer)
+        g["modules"] += 1
+        shape = g["shapes"].setdefault(m.fields, {"projections": [], "modules": 0})
+        if m.projection not in shape["projections"]:
+            shape["projections"].append(m.projection)
+        shape["modules"] += 1
+    return groups
 
 
 def _select(selector: SelectorLike, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
