@@ -116,7 +116,7 @@ class Plan:
         for op in ("moe", "linear"):
             opt = OrderedDict()
             for d in self.decisions():
-                if d.layer["op"] == op:
+                if d.layer.op == op:
                     for c in d.candidates:
                         if c.status == "opt_in":
                             opt[c.backend] = True
@@ -220,19 +220,19 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
     A `layer.*` key the checkpoint fixes (CHECKPOINT_KEYS) set to another value is refused.
     """
     root = checkpoint_root(model_dir)
-    defaults = selector.run_config.layer.to_dict()
+    defaults = selector.run_config.layer
     for key, unset in CHECKPOINT_KEYS.items():
-        if defaults.get(key) != unset:
-            raise bad_input(f"layer.{key}", defaults.get(key), "cannot be combined with --model: "
+        if getattr(defaults, key) != unset:
+            raise bad_input(f"layer.{key}", getattr(defaults, key), "cannot be combined with --model: "
                             "the checkpoint fixes each layer's "
                             f"{key}; drop the override (or the layer= preset that sets it)")
     config_path = root / "config.json"
     config = read_json(config_path)
-    arch = read_architecture(config, config_path, defaults["tp_size"], defaults["ep_size"])
+    arch = read_architecture(config, config_path, defaults.tp_size, defaults.ep_size)
     quant = read_quantization(root, config, arch)
     dtype = checkpoint_dtype(config, config_path)
-    if dtype and defaults.get("dtype") not in (dtype, "bfloat16"):
-        raise bad_input("layer.dtype", defaults.get("dtype"), f"contradicts the checkpoint's "
+    if dtype and defaults.dtype not in (dtype, "bfloat16"):
+        raise bad_input("layer.dtype", defaults.dtype, f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
     groups = _group_modules(arch, quant)
     kinds = []
@@ -240,7 +240,7 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
         shapes = []
         for fields, s in g["shapes"].items():
             f = dict(fields)
-            f["dtype"] = dtype or defaults.get("dtype")
+            f["dtype"] = dtype or defaults.dtype
             d = _select(selector, scheme, f, config_path) if scheme else None
             shapes.append(Shape(tuple(s["projections"]), {"quant": scheme, **f}, s["modules"],
                                 d))
@@ -254,7 +254,7 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
                             f"{whys}", where=str(root))
     requested = {}
     for d in (s.decision for k in kinds for s in k.shapes if s.decision):
-        requested[d.layer["op"]] = d.requested
+        requested[d.layer.op] = d.requested
     return Plan(str(root), arch, quant, tuple(kinds), requested)
 
 
@@ -330,8 +330,8 @@ def _needs(c: Candidate) -> List[str]:
 def _verdict(d: Decision) -> List[str]:
     """A decision in three short lines: selected, what else could run, what could not and why."""
     if not planned(d):
-        return [f"selected: none: no backend of the catalogue implements {d.layer['quant']} "
-                f"{d.layer['op']} layers; the engine's own oracle decides"]
+        return [f"selected: none: no backend of the catalogue implements {d.layer.quant} "
+                f"{d.layer.op} layers; the engine's own oracle decides"]
     usable = [c.backend for c in d.candidates if c.status == "eligible"]
     opt = [c.backend for c in d.candidates if c.status == "opt_in"]
     rejected = [f"{c.backend} ({'; '.join(_needs(c))})" for c in d.candidates
