@@ -2,8 +2,8 @@
 weights), derive every distinct quantized layer kind (NVFP4, FP8, MXFP8, MXFP4: any
 `layer.quant` value), and decide each one.
 
-Users think in checkpoints, not in `layer.*` keys. checkpoint_arch.py turns config.json into
-projections with their layer fields, checkpoint_quant.py gives each one's scheme; here modules
+Users think in checkpoints, not in `layer.*` keys. checkpoint/arch.py turns config.json into
+projections with their layer fields, checkpoint/quant/ gives each one's scheme; here modules
 are grouped into kinds (routed experts, shared experts, dense MLP, attention, Mamba, LM head),
 each distinct set of fields is decided once, and the plan renders as text and JSON.
 """

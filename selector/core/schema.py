@@ -290,7 +290,7 @@ class DeclarationsConf:
 class BackendConf:
     """One backend of one op: one YAML file under conf/backend/<op>/<name>.yaml.
 
-    Validated field by field in model.py/rules.py against these dataclasses (merging a list
+    Validated field by field in model.py/rules/ against these dataclasses (merging a list
     of structured rules through OmegaConf costs about 70 ms a file).
     """
     description: str = ""
@@ -372,7 +372,7 @@ class SelectorConf:
 # `validate`, with one error shape (key, value, accepted values, file). Field metadata adds
 # what a type cannot say: `required` (the message for a missing value), `choices` (accepted
 # values; of each item for a list) and its `hint`, `problem` (the message for a mistyped
-# value), `parsed` (checked by its own parser). Rules' typed Params (rules.py) are checked the same way.
+# value), `parsed` (checked by its own parser). Rules' typed Params (rules/base.py) are checked the same way.
 
 def _unwrap(tp: Any) -> Tuple[Any, bool]:
     """(the type without None, whether None is accepted)."""

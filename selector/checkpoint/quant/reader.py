@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Tuple
 
-from selector.checkpoint.arch import Architecture, read_json
+from selector.checkpoint.arch import Architecture
+from selector.checkpoint.files import read_json
 from selector.checkpoint.quant.common import (
     Quantization,
 )
