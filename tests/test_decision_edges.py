@@ -518,3 +518,29 @@ def test_show_bounds_a_value_at_its_limit():
     assert show("a" * 199) == repr("a" * 199)[:197] + "..."
     assert len(show("a" * 199)) == 200
     assert show(12, limit=2) == "12"
+
+
+def test_a_decision_holds_the_typed_layer_and_its_json_object_is_unchanged():
+    """Decision.layer is the schema.Layer that was decided (read by attribute); the JSON's
+    `layer` is its to_dict(), every key in Layer's field order; the read-only mapping view
+    answers as the JSON object does; a mapping handed to Decision is validated into a Layer."""
+    from selector.core.decision import Decision
+    from selector.core.layer import LAYER_KEYS
+    from selector.core.schema import Layer
+    sel = selector.load(SPARK)
+    layer = sel.layer(op="moe", activation="relu2", act_and_mul=False, num_experts=128)
+    d = sel.decide(layer)
+    assert d.layer is layer and isinstance(d.layer, Layer)
+    assert d.layer.activation == "relu2" and d.layer.num_experts == 128
+    js = d.to_dict()["layer"]
+    assert list(js) == list(LAYER_KEYS) and js == dataclasses.asdict(layer)
+    assert d.layer["op"] == "moe" and d.layer.get("nope", 3) == 3 and "top_k" in d.layer
+    assert dict(d.layer) == js and d.layer == js and list(d.layer.items()) == list(js.items())
+    with pytest.raises(KeyError):
+        d.layer["nope"]
+    again = Decision(dict(js), d.platform, d.requested, d.selected, d.candidates, d.note_data)
+    assert isinstance(again.layer, Layer) and again.layer == layer
+    assert again.to_dict()["layer"] == js and str(again).splitlines()[0] == str(d).splitlines()[0]
+    with pytest.raises(SelectorError, match="layer.activation"):
+        Decision(dict(js, activation="swish"), d.platform, d.requested, d.selected,
+                 d.candidates, d.note_data)

@@ -1,4 +1,4 @@
-"""Unit tests of the 13 rule kinds (selector/core/rules.py): each passes and fails where it should,
+"""Unit tests of the 13 rule kinds (selector/core/rules/): each passes and fails where it should,
 `when` conditions gate it, versions compare the PEP 440 way, and a malformed rule is a
 SelectorError that names the rule's key and file."""
 from __future__ import annotations

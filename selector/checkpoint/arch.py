@@ -12,14 +12,16 @@ parallel layers do (column-parallel N / tp, row-parallel K / tp, experts / ep).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from selector.core.errors import SelectorError, bad_input, bad_value
+from selector.checkpoint.files import MAX_JSON_BYTES as MAX_JSON_BYTES
+from selector.checkpoint.files import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from selector.checkpoint.files import _depth as _depth
+from selector.checkpoint.files import read_json as read_json
+from selector.core.errors import bad_input, bad_value
 
-MAX_JSON_BYTES = 4 * 1024 * 1024  # config.json files are a few KB; weights are never read
 # Plausible sizes: the largest public configs are far below these (DeepSeek-V3: 61 layers,
 # hidden 7168, 256 experts, vocab 129280); beyond them a config is refused before any work.
 LIMITS = {"layers": 2048, "size": 1 << 20, "experts": 1 << 16, "vocab": 1 << 24,
@@ -466,62 +468,6 @@ ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
 }
 _BY_MODEL_TYPE = {mt: arch for arch, (mt, _) in ARCHITECTURES.items()}
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
-
-
-MAX_JSON_DEPTH = 64
-
-
-def _depth(data: Any) -> int:
-    deepest, stack = 0, [(data, 1)]
-    while stack:
-        v, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > MAX_JSON_DEPTH:
-            break
-        if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
-    return deepest
-
-
-def read_json(path: Path) -> Dict[str, Any]:
-    """A config file: a regular file of at most MAX_JSON_BYTES holding a JSON object nested at
-    most MAX_JSON_DEPTH deep (a FIFO, a device or a huge file is refused before reading)."""
-    import os
-    import stat
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise SelectorError(f"{path}: not a regular file", where=str(path))
-            if st.st_size > MAX_JSON_BYTES:
-                raise SelectorError(f"{path}: too large for a config file ({st.st_size} "
-                                    f"bytes; at most {MAX_JSON_BYTES})", where=str(path))
-            raw = os.read(fd, MAX_JSON_BYTES + 1)
-        finally:
-            os.close(fd)
-        if len(raw) > MAX_JSON_BYTES:
-            raise SelectorError(f"{path}: too large for a config file (at most "
-                                f"{MAX_JSON_BYTES} bytes)", where=str(path))
-        data = json.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise SelectorError(f"{path}: no such file", where=str(path)) from None
-    except RecursionError:
-        raise SelectorError(f"{path}: nested too deeply (at most {MAX_JSON_DEPTH} levels)",
-                            where=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SelectorError(f"{path}: cannot read: {exc}", where=str(path)) from None
-    except ValueError as exc:
-        raise SelectorError(f"{path}: malformed JSON: {exc}", where=str(path)) from None
-    if not isinstance(data, dict):
-        raise SelectorError(f"{path}: must hold a JSON object, not {type(data).__name__}",
-                            where=str(path))
-    if _depth(data) > MAX_JSON_DEPTH:
-        raise SelectorError(f"{path}: nested too deeply (at most {MAX_JSON_DEPTH} levels)",
-                            where=str(path))
-    return data
 
 
 _GPT_OSS_SUFFIX = tuple((f".{a}", f".{b}") for a, b in (

@@ -25,10 +25,10 @@ from selector.core.parallel import Parallel, make_parallel
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from selector.api import Selector
     from selector.checkpoint.plan import Kind, Plan
     from selector.core.decision import Decision
     from selector.core.engines import Choice
+    from selector.core.protocols import SelectorLike as Selector
 
 WRAP = 100
 # Projections whose input features are split by tensor parallelism (row-parallel in vLLM,

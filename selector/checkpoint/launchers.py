@@ -30,7 +30,7 @@ from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.parallel import Parallel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.api import Selector
+    from selector.core.protocols import SelectorLike as Selector
     from selector.core.engines import Engine
 
 LAUNCH_KEYS = ("command", "parallel", "config_file", "hooks")

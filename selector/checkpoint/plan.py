@@ -2,8 +2,8 @@
 weights), derive every distinct quantized layer kind (NVFP4, FP8, MXFP8, MXFP4: any
 `layer.quant` value), and decide each one.
 
-Users think in checkpoints, not in `layer.*` keys. checkpoint_arch.py turns config.json into
-projections with their layer fields, checkpoint_quant.py gives each one's scheme; here modules
+Users think in checkpoints, not in `layer.*` keys. checkpoint/arch.py turns config.json into
+projections with their layer fields, checkpoint/quant/ gives each one's scheme; here modules
 are grouped into kinds (routed experts, shared experts, dense MLP, attention, Mamba, LM head),
 each distinct set of fields is decided once, and the plan renders as text and JSON.
 """
@@ -28,8 +28,8 @@ from selector.core.text import join_lines
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from selector.api import Selector
     from selector.core.decision import Candidate, Decision
+    from selector.core.protocols import SelectorLike
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Plan:
         for op in ("moe", "linear"):
             opt = OrderedDict()
             for d in self.decisions():
-                if d.layer["op"] == op:
+                if d.layer.op == op:
                     for c in d.candidates:
                         if c.status == "opt_in":
                             opt[c.backend] = True
@@ -212,7 +212,7 @@ def checkpoint_root(model_dir: Any) -> Path:
     return root
 
 
-def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
+def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
     """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
 
     Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
@@ -220,21 +220,47 @@ def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
     A `layer.*` key the checkpoint fixes (CHECKPOINT_KEYS) set to another value is refused.
     """
     root = checkpoint_root(model_dir)
-    defaults = selector.run_config.layer.to_dict()
+    defaults = selector.run_config.layer
     for key, unset in CHECKPOINT_KEYS.items():
-        if defaults.get(key) != unset:
-            raise bad_input(f"layer.{key}", defaults.get(key), "cannot be combined with --model: "
+        if getattr(defaults, key) != unset:
+            raise bad_input(f"layer.{key}", getattr(defaults, key), "cannot be combined with --model: "
                             "the checkpoint fixes each layer's "
                             f"{key}; drop the override (or the layer= preset that sets it)")
     config_path = root / "config.json"
     config = read_json(config_path)
-    arch = read_architecture(config, config_path, defaults["tp_size"], defaults["ep_size"])
+    arch = read_architecture(config, config_path, defaults.tp_size, defaults.ep_size)
     quant = read_quantization(root, config, arch)
     dtype = checkpoint_dtype(config, config_path)
-    if dtype and defaults.get("dtype") not in (dtype, "bfloat16"):
-        raise bad_input("layer.dtype", defaults.get("dtype"), f"contradicts the checkpoint's "
+    if dtype and defaults.dtype not in (dtype, "bfloat16"):
+        raise bad_input("layer.dtype", defaults.dtype, f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
-    # group modules by (component, scheme): layers, module counts, distinct field sets
+    groups = _group_modules(arch, quant)
+    kinds = []
+    for (component, scheme), g in groups.items():
+        shapes = []
+        for fields, s in g["shapes"].items():
+            f = dict(fields)
+            f["dtype"] = dtype or defaults.dtype
+            d = _select(selector, scheme, f, config_path) if scheme else None
+            shapes.append(Shape(tuple(s["projections"]), {"quant": scheme, **f}, s["modules"],
+                                d))
+        why = _join_whys(list(g["why"]))
+        kinds.append(Kind(component, scheme, why, tuple(g["layers"]), g["modules"],
+                          tuple(shapes), tuple(g["warnings"])))
+    if not any(k.quant for k in kinds):
+        whys = "; ".join(f"{k.component}: {k.why}" for k in kinds)
+        raise SelectorError(f"{root}: no module of this {arch.name} checkpoint has a scheme "
+                            f"selector plans (a layer.quant value) under {quant.describe()}: "
+                            f"{whys}", where=str(root))
+    requested = {}
+    for d in (s.decision for k in kinds for s in k.shapes if s.decision):
+        requested[d.layer.op] = d.requested
+    return Plan(str(root), arch, quant, tuple(kinds), requested)
+
+
+def _group_modules(arch: Architecture, quant: Quantization
+                   ) -> OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]:
+    """The modules grouped by (component, scheme): layers, module counts, distinct field sets."""
     groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
     for m in arch.modules:
         v = quant.verdict_of(m)
@@ -252,30 +278,10 @@ def plan(selector: Selector, model_dir: os.PathLike[str] | str) -> Plan:
         if m.projection not in shape["projections"]:
             shape["projections"].append(m.projection)
         shape["modules"] += 1
-    kinds = []
-    for (component, scheme), g in groups.items():
-        shapes = []
-        for fields, s in g["shapes"].items():
-            f = dict(fields)
-            f["dtype"] = dtype or defaults.get("dtype")
-            d = _select(selector, scheme, f, config_path) if scheme else None
-            shapes.append(Shape(tuple(s["projections"]), {"quant": scheme, **f}, s["modules"],
-                                d))
-        why = _join_whys(list(g["why"]))
-        kinds.append(Kind(component, scheme, why, tuple(g["layers"]), g["modules"],
-                          tuple(shapes), tuple(g["warnings"])))
-    if not any(k.quant for k in kinds):
-        whys = "; ".join(f"{k.component}: {k.why}" for k in kinds)
-        raise SelectorError(f"{root}: no module of this {arch.name} checkpoint has a scheme "
-                            f"selector plans (a layer.quant value) under {quant.describe()}: "
-                            f"{whys}", where=str(root))
-    requested = {}
-    for d in (s.decision for k in kinds for s in k.shapes if s.decision):
-        requested[d.layer["op"]] = d.requested
-    return Plan(str(root), arch, quant, tuple(kinds), requested)
+    return groups
 
 
-def _select(selector: Selector, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
+def _select(selector: SelectorLike, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
     try:
         return selector.select(quant=scheme, **f)
     except SelectorError as exc:
@@ -324,8 +330,8 @@ def _needs(c: Candidate) -> List[str]:
 def _verdict(d: Decision) -> List[str]:
     """A decision in three short lines: selected, what else could run, what could not and why."""
     if not planned(d):
-        return [f"selected: none: no backend of the catalogue implements {d.layer['quant']} "
-                f"{d.layer['op']} layers; the engine's own oracle decides"]
+        return [f"selected: none: no backend of the catalogue implements {d.layer.quant} "
+                f"{d.layer.op} layers; the engine's own oracle decides"]
     usable = [c.backend for c in d.candidates if c.status == "eligible"]
     opt = [c.backend for c in d.candidates if c.status == "opt_in"]
     rejected = [f"{c.backend} ({'; '.join(_needs(c))})" for c in d.candidates

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, TypeVar
 
+from selector.core.layer import make_layer
 from selector.core.notes import Note, text
 from selector.core.rules import Reason
-from selector.core.schema import USABLE, Status
+from selector.core.schema import USABLE, Layer, Status
 from selector.core.text import join_lines
 
 WRAP = 100  # text width of the rendered explanation
@@ -41,20 +42,23 @@ class _Named(Protocol):
 NamedT = TypeVar("NamedT", bound=_Named)
 
 
-def find_candidate(candidates: Iterable[NamedT], backend: str, layer: Mapping[str, Any]) -> NamedT:
+def find_candidate(candidates: Iterable[NamedT], backend: str,
+                   layer: Layer | Mapping[str, Any]) -> NamedT:
     """The candidate named `backend` (of a Decision or an AgreedDecision); KeyError naming the
     layer's op when the op has no such backend."""
     for c in candidates:
         if c.backend == backend:
             return c
-    raise KeyError(f"no backend {backend!r} for op {layer.get('op')!r}")
+    op = layer.op if isinstance(layer, Layer) else layer.get("op")
+    raise KeyError(f"no backend {backend!r} for op {op!r}")
 
 
 @dataclass(frozen=True)
 class Decision:
     """The decision for one layer.
 
-    layer, platform: what was decided for (the JSON objects). requested: the policy's request
+    layer: what was decided for (a schema.Layer; given as a mapping, it is validated into one);
+    platform: what it was decided on (the JSON object). requested: the policy's request
     for this op: "auto", a backend name, or an ordered list joined by ",". selected: the chosen
     backend, or None; `outcome` says why None. candidates: every backend of the op with status
     and every failed rule, in preference order; `candidate(name)` finds one (KeyError if the op
@@ -62,7 +66,7 @@ class Decision:
     (selector.core.notes: kind, severity, backend, data); `notes` is their text, `hint` the text of
     a `no_packages` note (a platform that describes no software).
     """
-    layer: Dict[str, Any]
+    layer: Layer
     platform: Dict[str, Any]
     requested: str
     selected: Optional[str]
@@ -71,6 +75,10 @@ class Decision:
     platform_label: str = ""
     warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason) of warning-level rules
     engine: Optional[Dict[str, Any]] = None  # engine=vllm|sglang: its name and flags
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.layer, Layer):  # a mapping (a test's, a JSON object's)
+            object.__setattr__(self, "layer", make_layer(self.layer))
 
     # -- notes -------------------------------------------------------------------------------
     @cached_property
@@ -144,14 +152,15 @@ class Decision:
         if not ep:
             raise SelectorError(f"backend {self.selected} declares no entry_point")
         from selector.core.entry_points import load_entry_point  # only modules selector allows
-        cls = load_entry_point(ep, f"catalogue.{self.layer['op']}.{self.selected}.entry_point")
-        layer = {**self.layer, **{k: v for k, v in options.items() if k in self.layer}}
-        rest = {k: v for k, v in options.items() if k not in self.layer}
+        cls = load_entry_point(ep, f"catalogue.{self.layer.op}.{self.selected}.entry_point")
+        given = self.layer.to_dict()  # the backends take the layer as its JSON object
+        layer = {**given, **{k: v for k, v in options.items() if k in given}}
+        rest = {k: v for k, v in options.items() if k not in given}
         return cls(decision=self, layer=layer, **rest)
 
     # -- JSON ------------------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
-        out = {"layer": dict(self.layer), "platform": json.loads(json.dumps(self.platform)),
+        out = {"layer": self.layer.to_dict(), "platform": json.loads(json.dumps(self.platform)),
                "requested": self.requested, "selected": self.selected,
                "candidates": [c.to_dict() for c in self.candidates],
                "notes": [text(n) for n in self.note_data],
@@ -191,12 +200,11 @@ class Decision:
         Decision.marks), and for a refusal or a fallback what was requested and its first
         failing rule, for a warning the first warning about the selected backend."""
         lay = self.layer
-        keys = _LOG_KEYS[lay["op"]]
-        fields = " ".join(f"{k}={lay[k]}" for k in keys
-                          if lay.get(k) is not None and not (k in _LOG_DEFAULTS
-                                                             and lay[k] == _LOG_DEFAULTS[k]))
+        shown = [(k, getattr(lay, k)) for k in _LOG_KEYS[lay.op]]
+        fields = " ".join(f"{k}={v}" for k, v in shown
+                          if v is not None and not (k in _LOG_DEFAULTS and v == _LOG_DEFAULTS[k]))
         marks = self.marks
-        head = (f"selector: {lay['op']} {fields} -> {self.selected or 'none'} "
+        head = (f"selector: {lay.op} {fields} -> {self.selected or 'none'} "
                 f"[{', '.join((self.outcome,) + marks)}]")
         refused = self.notes_of("request_refused") or self.notes_of("fallback")
         if refused:
@@ -228,16 +236,16 @@ def render_line(d: Decision) -> str:
 
 def render_text(d: Decision) -> str:
     lay, plat = d.layer, d.platform
-    gating = "" if lay["op"] == "linear" else (", gated" if lay["act_and_mul"] else ", non-gated")
-    shape = ", ".join(f"{k} {lay[k]}" for k in ("hidden_size", "intermediate_size", "num_experts",
-                                                  "top_k", "num_tokens") if lay.get(k))
+    gating = "" if lay.op == "linear" else (", gated" if lay.act_and_mul else ", non-gated")
+    shape = ", ".join(f"{k} {v}" for k in ("hidden_size", "intermediate_size", "num_experts",
+                                           "top_k", "num_tokens") if (v := getattr(lay, k)))
     extra = []
-    if lay["ep_size"] > 1 or lay["tp_size"] > 1:
-        extra.append(f"ep {lay['ep_size']}, tp {lay['tp_size']}")
-    if lay.get("swiglu_limit") is not None:
-        extra.append(f"swiglu_limit {lay['swiglu_limit']}")
-    act = "" if lay["op"] == "linear" else f", {lay['activation']}"
-    desc = f"{lay['op']} layer: {lay['quant']}{act}{gating}, {lay['dtype']}"
+    if lay.ep_size > 1 or lay.tp_size > 1:
+        extra.append(f"ep {lay.ep_size}, tp {lay.tp_size}")
+    if lay.swiglu_limit is not None:
+        extra.append(f"swiglu_limit {lay.swiglu_limit}")
+    act = "" if lay.op == "linear" else f", {lay.activation}"
+    desc = f"{lay.op} layer: {lay.quant}{act}{gating}, {lay.dtype}"
     desc += "".join(f", {e}" for e in extra) + (f" ({shape})" if shape else "")
     cap = f"SM {plat['capability']}" if plat["capability"] else "no GPU"
     cuda = f"CUDA {plat['cuda']}" if plat["cuda"] else "no CUDA"

@@ -56,7 +56,9 @@ def _finite(v: Any) -> bool:
 
 
 def make_layer(values: Mapping[str, Any], where: Optional[str] = None) -> Layer:
-    """A validated Layer; `values` may hold any subset of the layer keys."""
+    """A validated Layer; `values` may hold any subset of the layer keys (a Layer is one)."""
+    if isinstance(values, Layer):
+        return values
     for k in values:
         if k not in _FIELDS:
             raise bad_value("layer", k, LAYER_KEYS, what="key", where=where)

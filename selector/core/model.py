@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeGuard
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeGuard
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -22,11 +22,25 @@ from selector.core.rules import Condition, Facts, Reason, Rule, compile_rule
 from selector.core.schema import Layer
 from selector.core.versions import format_capability, parse_capability, parse_version
 
-if TYPE_CHECKING:  # pragma: no cover
-    from selector.inspect.environment import Environment
+
+class DetectedEnvironment(Protocol):
+    """The machine as `platform=auto` sees it (inspect/environment.Environment is one): GPU, CUDA
+    runtime, installed distributions."""
+
+    @property
+    def capability(self) -> Optional[Tuple[int, int]]: ...
+    @property
+    def gpu_name(self) -> Optional[str]: ...
+    @property
+    def cuda(self) -> Optional[Version]: ...
+    @property
+    def packages(self) -> Dict[str, Optional[Version]]: ...
+    @property
+    def notes(self) -> Tuple[str, ...]: ...
+
 
 # What `platform=auto` calls to look at the machine: environment.detect, or a test's stand-in.
-Detect = Callable[[List[str]], "Environment"]
+Detect = Callable[[List[str]], DetectedEnvironment]
 
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 

@@ -22,7 +22,6 @@ from packaging.version import InvalidVersion, Version
 
 from selector.core import engines
 from selector.core.decision import Candidate, Decision
-from selector.core.layer import LAYER_KEYS
 from selector.core.model import BackendSpec, Preference, RunConfig
 from selector.core.notes import Note, note
 from selector.core.profile import Measured
@@ -291,8 +290,7 @@ class Resolver:
             if len(self._decisions) >= MEMO_SIZE:
                 self._decisions.clear()
             rest = self._decisions.setdefault(key, self._decide(layer, projected))
-        values = layer.__dict__
-        return Decision({k: values[k] for k in LAYER_KEYS}, *rest)
+        return Decision(layer, *rest)
 
     def _decide(self, layer: Layer, projected: Tuple[Any, ...]) -> Tuple[Any, ...]:
         """Every field of the decision but the layer (Decision's order)."""

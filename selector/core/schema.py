@@ -11,7 +11,7 @@ import functools
 import typing
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from selector.core.errors import bad_input, bad_value
 
@@ -140,7 +140,12 @@ def _int(default: Optional[int], minimum: int = 1) -> Any:
 class Layer:
     """One layer to decide for: the `layer.*` keys. Frozen, so it keys the decision cache.
 
-    Validation (layer.make_layer) is driven by these field types and their `choices`.
+    Validation (layer.make_layer) is driven by these field types and their `choices`. The one
+    layer type from `make_layer` down to rules, the resolver, decisions and plans: they read its
+    attributes. `to_dict()` is its JSON object (the `layer` of a decision's JSON, keys in field
+    order). A read-only mapping view (`layer["op"]`, `get`, `keys`, `items`, iteration over the
+    keys, `dict(layer)`, and equality with a mapping of the same keys and values) keeps code that
+    indexes a decision's layer as its JSON object working.
     """
     op: str = _choice("moe", OPS)
     quant: str = _choice("nvfp4", QUANTS)
@@ -168,11 +173,41 @@ class Layer:
         if self is other:
             return True
         if other.__class__ is not self.__class__:
+            if isinstance(other, Mapping):  # the mapping view: equal to its JSON object
+                return self.to_dict() == dict(other)
             return NotImplemented
         return self._hash == other._hash and self.__dict__ == other.__dict__  # type: ignore
 
     def to_dict(self) -> Dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: getattr(self, k) for k in _LAYER_KEYS}
+
+    # -- the read-only mapping view (the JSON object's keys) -----------------------------------
+    def keys(self) -> Tuple[str, ...]:
+        return _LAYER_KEYS
+
+    def items(self) -> Tuple[Tuple[str, Any], ...]:
+        return tuple((k, getattr(self, k)) for k in _LAYER_KEYS)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _LAYER_SET:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in _LAYER_SET else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in _LAYER_SET
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_LAYER_KEYS)
+
+    def __len__(self) -> int:
+        return len(_LAYER_KEYS)
+
+
+_LAYER_KEYS = tuple(f.name for f in fields(Layer))
+_LAYER_SET = frozenset(_LAYER_KEYS)
 
 
 # The Hydra node of `layer:`: Layer's fields, mutable (Hydra applies overrides to it).
@@ -258,7 +293,7 @@ class DeclarationsConf:
 class BackendConf:
     """One backend of one op: one YAML file under conf/backend/<op>/<name>.yaml.
 
-    Validated field by field in model.py/rules.py against these dataclasses (merging a list
+    Validated field by field in model.py/rules/ against these dataclasses (merging a list
     of structured rules through OmegaConf costs about 70 ms a file).
     """
     description: str = ""
@@ -351,7 +386,7 @@ class SelectorConf:
 # `validate`, with one error shape (key, value, accepted values, file). Field metadata adds
 # what a type cannot say: `required` (the message for a missing value), `choices` (accepted
 # values; of each item for a list) and its `hint`, `problem` (the message for a mistyped
-# value), `parsed` (checked by its own parser). Rules' typed Params (rules.py) are checked the same way.
+# value), `parsed` (checked by its own parser). Rules' typed Params (rules/base.py) are checked the same way.
 
 def _unwrap(tp: Any) -> Tuple[Any, bool]:
     """(the type without None, whether None is accepted)."""

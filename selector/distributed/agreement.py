@@ -17,6 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from selector.core.decision import candidate_table, find_candidate
 from selector.core.errors import SelectorError
+from selector.core.layer import make_layer
 
 VERSION = 1
 USABLE = ("eligible", "opt_in")
@@ -199,7 +200,7 @@ class AgreedDecision:
         if self.local is not None and getattr(self.local, "engine", None) is not None and \
                 self.local.selected == self.selected:
             engine = self.local.engine
-        return Decision(dict(self.layer), self.platform, self.requested, self.selected,
+        return Decision(make_layer(self.layer), self.platform, self.requested, self.selected,
                         tuple(OwnCandidate(c.backend, Status(c.status),
                                            tuple(own(r) for r in c.reasons),
                                            entry_point(c.backend))

@@ -31,8 +31,8 @@ from selector.inspect.child_runner import ChildOutcome
 from selector.inspect.probe_child import VERIFY_MARK as MARK
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.api import Selector
     from selector.core.model import BackendSpec, RunConfig
+    from selector.core.protocols import SelectorLike as Selector
     from selector.core.rules import VerifyVerdict
 
 ConfigDirs = Sequence[Union[str, "os.PathLike[str]"]]

@@ -1,69 +1,20 @@
-"""NVFP4 reference quantization and the scale-factor layouts kernels use (pure torch, CPU or CUDA).
-
-Format (NVIDIA NVFP4, as ModelOpt checkpoints and FlashInfer store it):
-
-- values: FP4 E2M1 {0, 0.5, 1, 1.5, 2, 3, 4, 6} with a sign bit; code = sign << 3 | magnitude index.
-  Two codes per byte along the last (K) dimension, element ``2i`` in the low nibble and ``2i + 1``
-  in the high nibble (FlashInfer ``quantization/fp4_quantization.py``,
-  ``_e2m1_and_ufp8sf_scale_to_float_cpu``: "low nibble = even indices, high nibble = odd").
-- block scales: one FP8 E4M3 (``torch.float8_e4m3fn``, max 448) per 16 consecutive elements of K.
-- global scale: one float32 per tensor (per expert for MoE weights).
-
-Scale convention used throughout ``backends``: ``scale_2`` is the *dequantization* multiplier, as
-ModelOpt stores it (``weight_scale_2`` and ``input_scale`` = amax / (6 * 448)), so that::
-
-    value = e2m1(code) * float(block_scale) * scale_2
-
-FlashInfer's ``fp4_quantize(x, global_scale)`` takes the reciprocal, ``global_scale = 1 / scale_2``
-(= 448 * 6 / amax); vLLM calls ``1 / input_scale`` ``a1_gscale`` and ``input_scale * weight_scale_2``
-``g1_alphas``.
-
-Rounding, as FlashInfer's CUDA quantizer does it (``cvt_warp_fp16_to_fp4``): the block scale is
-``amax_block / (6 * scale_2)`` rounded to E4M3 (round-to-nearest-even, saturated at 448), and each
-element is ``x / (block_scale * scale_2)`` rounded to E2M1 (round-to-nearest-even, saturated at 6).
-
-Scale layouts:
-
-- linear: ``[..., rows, K // 16]``, what checkpoints store.
-- 128x4 swizzled: rows padded to 128 and scale columns to 4, tile ``(r // 128, c // 4)`` holds
-  byte ``(r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4`` and tiles are row-block major
-  (FlashInfer ``quantization_cute_dsl_utils.compute_sf_index_swizzled_128x4_gpu``;
-  ``block_scale_interleave``; vLLM ``nvfp4_utils.swizzle_blockscale``). Returned with the padded
-  2-D (or 3-D for experts) shape ``[..., rows_pad, cols_pad]`` as vLLM does.
-- MMA (CuTe-DSL): the 6-D strided view ``(32, 4, m_tiles, 4, k_tiles, num_groups)`` of the swizzled
-  bytes (FlashInfer ``cute_dsl/utils.py convert_sf_to_mma_layout``, present since v0.6.4, #2398).
-
-torch is imported inside the functions (``import backends.nvfp4`` stays cheap).
-"""
+"""NVFP4 quantization and dequantization as FlashInfer's CUDA quantizer rounds (NVFP4Tensor,
+`quantize`, `dequantize`), with the checks of their inputs."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Any, Tuple
 
-BLOCK_SIZE = 16
-E2M1_MAX = 6.0
-E4M3_MAX = 448.0
-E4M3_MIN_NORMAL = 2.0 ** -6
-E4M3_MIN_SUBNORMAL = 2.0 ** -9
-E4M3_REL_HALF_ULP = 2.0 ** -4   # largest relative round-to-nearest error of an E4M3 normal number
-E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-SF_TILE_ROWS = 128
-SF_TILE_COLS = 4
+from .formats import (
+    BLOCK_SIZE,
+    E2M1_MAX,
+    E4M3_MAX,
+    _torch,
+    e2m1_values,
+    to_e4m3,
+)
 
-
-def _torch():
-    """torch, imported on first use (the one helper ``backends`` uses for that)."""
-    import torch
-    return torch
-
-
-def ceil_to(n: int, m: int) -> int:
-    """``n`` rounded up to a multiple of ``m``."""
-    return (n + m - 1) // m * m
-
-
-#: elements processed per step by quantize / dequantize: bounds their temporaries (a few bytes per
 #: element) to a few tens of MiB whatever the tensor size; large enough that a loaded machine pays
 #: few thread-pool synchronisations (a few per chunk and operation).
 CHUNK_ELEMENTS = 1 << 22
@@ -92,63 +43,6 @@ class NVFP4Tensor:
 
     def to(self, device) -> NVFP4Tensor:
         return NVFP4Tensor(self.packed.to(device), self.block_scale.to(device), self.scale_2.to(device))
-
-
-# ----------------------------------------------------------------------------------------------
-# element formats
-# ----------------------------------------------------------------------------------------------
-
-def e2m1_values(device=None, dtype=None):
-    """The 16 E2M1 code values (index = 4-bit code)."""
-    torch = _torch()
-    pos = list(E2M1_GRID)
-    return torch.tensor(pos + [-v for v in pos], dtype=dtype or torch.float32, device=device)
-
-
-def encode_e2m1(v):
-    """float tensor -> uint8 E2M1 codes, round-to-nearest-even, saturating at +-6 (NaN -> 0)."""
-    torch = _torch()
-    a = v.abs()
-    # Midpoints between neighbours; a tie goes to the even code (0, 1.0, 2.0, 4.0).
-    mag = ((a > 0.25).to(torch.uint8) + (a >= 0.75).to(torch.uint8) + (a > 1.25).to(torch.uint8)
-           + (a >= 1.75).to(torch.uint8) + (a > 2.5).to(torch.uint8) + (a >= 3.5).to(torch.uint8)
-           + (a > 5.0).to(torch.uint8))
-    sign = (v < 0).to(torch.uint8) << 3
-    return mag | sign
-
-
-def decode_e2m1(codes, dtype=None):
-    """uint8 E2M1 codes -> float values."""
-    torch = _torch()
-    return e2m1_values(codes.device, dtype or torch.float32)[codes.long()]
-
-
-def pack_e2m1(codes):
-    """``[..., K]`` codes -> ``[..., K // 2]`` bytes, element 2i in the low nibble."""
-    if codes.shape[-1] % 2:
-        raise ValueError(f"K must be even to pack FP4, got {codes.shape[-1]}")
-    return (codes[..., 0::2] & 0x0F) | ((codes[..., 1::2] & 0x0F) << 4)
-
-
-def unpack_e2m1(packed):
-    """``[..., K // 2]`` bytes -> ``[..., K]`` codes."""
-    torch = _torch()
-    out = torch.empty(packed.shape[:-1] + (packed.shape[-1] * 2,), dtype=torch.uint8,
-                      device=packed.device)
-    out[..., 0::2] = packed & 0x0F
-    out[..., 1::2] = (packed >> 4) & 0x0F
-    return out
-
-
-def to_e4m3(x):
-    """float tensor -> float8_e4m3fn, round-to-nearest-even, saturating at +-448 (satfinite)."""
-    torch = _torch()
-    return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-
-
-def e4m3_round(x):
-    """``x`` rounded to the nearest E4M3 value, returned in x's dtype (for error analysis)."""
-    return to_e4m3(x).to(x.dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -443,173 +337,3 @@ def roundtrip_error_bound(x, q: NVFP4Tensor):
     v = ax / torch.where(s > 0, s, torch.ones_like(s))
     half = torch.where(v <= 2, 0.25, torch.where(v <= 4, 0.5, torch.clamp(v - 6, min=1.0)))
     return torch.where(s > 0, half * s, ax)
-
-
-# ----------------------------------------------------------------------------------------------
-# scale layouts
-# ----------------------------------------------------------------------------------------------
-
-def swizzle_128x4(sf):
-    """Linear scales ``[rows, cols]`` or ``[E, rows, cols]`` -> the 128x4 swizzled layout.
-
-    Rows are padded to a multiple of 128 and columns to a multiple of 4 with zeros; the result has
-    the padded shape ``[(E,) rows_pad, cols_pad]`` and holds the swizzled byte order (the layout
-    of ``fp4_quantize(..., is_sf_swizzled_layout=True)`` and vLLM's ``swizzle_blockscale``).
-    A new tensor; the input is not modified.
-    """
-    torch = _torch()
-    squeeze = sf.dim() == 2
-    s = sf.unsqueeze(0) if squeeze else sf
-    if s.dim() != 3:
-        raise ValueError(f"expected a 2-D or 3-D scale tensor, got shape {tuple(sf.shape)}")
-    E, rows, cols = s.shape
-    rp, cp = ceil_to(rows, SF_TILE_ROWS), ceil_to(cols, SF_TILE_COLS)
-    raw = s.view(torch.uint8) if s.element_size() == 1 else s
-    padded = torch.zeros((E, rp, cp), dtype=raw.dtype, device=s.device)
-    padded[:, :rows, :cols] = raw
-    out = (padded.reshape(E, rp // 128, 4, 32, cp // 4, 4)
-           .permute(0, 1, 4, 3, 2, 5).contiguous().reshape(E, rp, cp))
-    if s.element_size() == 1:
-        out = out.view(s.dtype)
-    return out[0] if squeeze else out
-
-
-def unswizzle_128x4(sf_swizzled, rows: int, cols: int):
-    """Inverse of :func:`swizzle_128x4`: ``[(E,) rows_pad, cols_pad]`` (or flat) -> ``[(E,) rows, cols]``."""
-    torch = _torch()
-    rp, cp = ceil_to(rows, SF_TILE_ROWS), ceil_to(cols, SF_TILE_COLS)
-    n = sf_swizzled.numel()
-    if n % (rp * cp):
-        raise ValueError(f"{n} scale bytes do not hold a whole number of {rp}x{cp} padded matrices")
-    E = n // (rp * cp)
-    raw = sf_swizzled.view(torch.uint8) if sf_swizzled.element_size() == 1 else sf_swizzled
-    out = (raw.reshape(E, rp // 128, cp // 4, 32, 4, 4).permute(0, 1, 4, 3, 2, 5)
-           .reshape(E, rp, cp)[:, :rows, :cols].contiguous())
-    if sf_swizzled.element_size() == 1:
-        out = out.view(sf_swizzled.dtype)
-    return out[0] if sf_swizzled.dim() <= 2 and E == 1 else out
-
-
-def to_mma_layout(sf_swizzled, m: int, k: int, num_groups: int = 1, sf_vec_size: int = BLOCK_SIZE):
-    """Swizzled scales -> the 6-D MMA view ``(32, 4, m_tiles, 4, k_tiles, num_groups)``.
-
-    Same arithmetic as FlashInfer's ``flashinfer.cute_dsl.convert_sf_to_mma_layout`` (a strided
-    view of the swizzled bytes, physical order ``(groups, m_tiles, k_tiles, 32, 4, 4)``); used
-    where FlashInfer is not importable. ``m`` and ``k`` are the matrix rows and the unpacked K.
-    """
-    sf_k = -(-k // sf_vec_size)
-    m_tiles, k_tiles = -(-m // SF_TILE_ROWS), -(-sf_k // SF_TILE_COLS)
-    expected = num_groups * m_tiles * k_tiles * 32 * 4 * 4
-    if sf_swizzled.numel() != expected:
-        raise ValueError(f"scale tensor has {sf_swizzled.numel()} elements, expected {expected} "
-                         f"for m={m}, k={k}, num_groups={num_groups}")
-    return sf_swizzled.view(num_groups, m_tiles, k_tiles, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
-
-
-def from_mma_layout(sf_mma):
-    """Inverse of :func:`to_mma_layout`: 6-D MMA view -> ``[num_groups, m_pad, cols_pad]`` swizzled."""
-    g = sf_mma.permute(5, 2, 4, 0, 1, 3).contiguous()  # (groups, m_tiles, k_tiles, 32, 4, 4)
-    G, mt, kt = g.shape[:3]
-    return g.reshape(G, mt * 128, kt * 4)
-
-
-def flashinfer_mma_layout(sf_swizzled, m: int, k: int, num_groups: int = 1):
-    """``(view, source)``: FlashInfer's ``convert_sf_to_mma_layout`` when importable, else ours."""
-    try:
-        from flashinfer.cute_dsl import convert_sf_to_mma_layout  # type: ignore
-    except Exception:  # flashinfer or cutlass-dsl absent, or broken
-        return to_mma_layout(sf_swizzled, m, k, num_groups), "backends.nvfp4.to_mma_layout"
-    return (convert_sf_to_mma_layout(sf_swizzled, m=m, k=k, num_groups=num_groups),
-            "flashinfer.cute_dsl.convert_sf_to_mma_layout")
-
-
-def swizzled_index_128x4(row: int, col: int, padded_cols: int) -> int:
-    """Flat byte offset of scale ``(row, col)`` in the 128x4 layout (FlashInfer's formula)."""
-    return ((col % 4) + (col // 4) * 512 + (row % 32) * 16 + ((row % 128) // 32) * 4
-            + (row // 128) * 128 * padded_cols)
-
-
-# ----------------------------------------------------------------------------------------------
-# checkpoint containers
-# ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LinearWeights:
-    """An NVFP4 linear layer as a ModelOpt checkpoint stores it.
-
-    weight: ``[N, K]`` NVFP4; input_scale: float32 0-d, the calibrated activation scale (ModelOpt
-    ``input_scale``, dequantization convention) or None (W4A16 checkpoints have none); bias: ``[N]``
-    or None.
-    """
-
-    weight: NVFP4Tensor
-    input_scale: Any = None
-    bias: Any = None
-
-    @property
-    def out_features(self) -> int:
-        return int(self.weight.packed.shape[-2])
-
-    @property
-    def in_features(self) -> int:
-        return int(self.weight.packed.shape[-1] * 2)
-
-
-@dataclass(frozen=True)
-class MoEWeights:
-    """NVFP4 fused-MoE expert weights in checkpoint (vLLM ``w13``/``w2``) form.
-
-    w13: ``[E, 2I, H]`` for gated activations, rows ``[w1 (gate); w3 (up)]`` as vLLM concatenates
-    them (``act(x @ w1.T) * (x @ w3.T)``), or ``[E, I, H]`` non-gated; per-expert ``scale_2`` ``[E]``.
-    w2: ``[E, H, I]``. a13_scale / a2_scale: ModelOpt ``input_scale`` of FC1 / FC2, 0-d or ``[E]``,
-    or None (W4A16 checkpoints, e.g. ModelOpt ``W4A16_NVFP4``, have no activation scales).
-    """
-
-    w13: NVFP4Tensor
-    w2: NVFP4Tensor
-    a13_scale: Any = None
-    a2_scale: Any = None
-
-    @property
-    def num_experts(self) -> int:
-        return int(self.w13.packed.shape[0])
-
-    @property
-    def hidden_size(self) -> int:
-        return int(self.w2.packed.shape[1])
-
-    @property
-    def intermediate_size(self) -> int:
-        return int(self.w2.packed.shape[2] * 2)
-
-    @property
-    def act_and_mul(self) -> bool:
-        rows = int(self.w13.packed.shape[1])
-        if rows == 2 * self.intermediate_size:
-            return True
-        if rows == self.intermediate_size:
-            return False
-        raise ValueError(f"w13 has {rows} rows; expected I={self.intermediate_size} or 2I")
-
-
-def quantize_linear(w, input_scale=None, bias=None) -> LinearWeights:
-    """Quantize a float ``[N, K]`` weight as ModelOpt does (per-tensor scale_2 from amax)."""
-    torch = _torch()
-    s = None if input_scale is None else torch.as_tensor(input_scale, dtype=torch.float32)
-    return LinearWeights(quantize(w), s, bias)
-
-
-def quantize_moe(w13, w2, a13_scale=None, a2_scale=None) -> MoEWeights:
-    """Quantize float expert weights (``[E, 2I|I, H]`` and ``[E, H, I]``), one scale_2 per expert."""
-    torch = _torch()
-
-    def f(s):
-        return None if s is None else torch.as_tensor(s, dtype=torch.float32, device=w13.device)
-
-    return MoEWeights(quantize(w13, global_dims=1), quantize(w2, global_dims=1), f(a13_scale),
-                      f(a2_scale))
-
-
-def activation_scale_from_amax(x):
-    """A calibrated ModelOpt ``input_scale`` for activation ``x``: amax / (6 * 448)."""
-    return scale_2_from_amax(amax_checked(x))

@@ -1,0 +1,47 @@
+"""What rules evaluate against and what a failure says: Facts (what a platform offers) and
+Reason (a failed rule, with the outcome its kind gives)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Tuple
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from selector.core.schema import Status
+
+#: the `rule` of the reason an opt-in backend gives (opt-in is a backend field, not a kind)
+OPT_IN = "opt_in"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A failed rule: what it says, and the outcome its kind gives (Rule.status, Rule.final).
+
+    status: the candidate status this failure gives its backend (REJECTED, NOT_APPLICABLE,
+    OPT_IN), declared by the rule kind; the resolver never reads it from `rule`'s name.
+    final: the failure ends the evaluation of the backend and is its only reason (the backend
+    does not serve the layer at all: the engine lacks it, or it does not implement the layer).
+    """
+    rule: str
+    message: str
+    source: str
+    need: str  # short phrase for the one-line summary ("need SM 10.x")
+    severity: str = "error"
+    key: str = ""  # the rule that produced it, e.g. catalogue.moe.marlin.rules[1]
+    status: Status = Status.REJECTED
+    final: bool = False
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"rule": self.rule, "message": self.message, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a platform offers: compute capability, CUDA runtime, installed distributions."""
+    capability: Optional[Tuple[int, int]]
+    cuda: Optional[Version]
+    packages: Mapping[str, Optional[Version]]  # canonical name -> version, None = absent
+
+    def version(self, package: str) -> Optional[Version]:
+        return self.packages.get(canonicalize_name(package))

@@ -1,0 +1,153 @@
+"""Rule kinds about the machine: the GPU (device), the CUDA runtime (cuda), installed
+distributions (package, known_issue)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from selector.core.errors import bad_input
+from selector.core.rules.base import Rule, register
+from selector.core.rules.facts import Facts, Reason
+from selector.core.rules.when import PackageSpec, _devices, _installed, describe_devices
+from selector.core.schema import Layer
+from selector.core.versions import contains, format_capability, parse_specifier
+
+
+@register
+class DeviceRule(Rule):
+    """The GPU's compute capability must match one of `devices`."""
+    kind = "device"
+
+    @dataclass(frozen=True)
+    class Params:
+        devices: Tuple[str, ...]
+
+    def setup(self, p: Params) -> None:
+        if not p.devices:
+            raise bad_input(f"{self.key}.devices", list(p.devices), "must list at least one "
+                            "device spec such as '12.x'", where=self.where)
+        self.devices = _devices(p.devices, f"{self.key}.devices", self.where)
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        want = describe_devices(self.devices)
+        if facts.capability is None:
+            return self.reason(f"needs a GPU of {want}; this platform has no GPU", f"need {want}")
+        if any(d.matches(facts.capability) for d in self.devices):
+            return None
+        return self.reason(f"needs {want}; this GPU is SM {format_capability(facts.capability)}",
+                           f"need {want}")
+
+    def describe(self) -> str:
+        return f"device {describe_devices(self.devices)}"
+
+
+@register
+class CudaRule(Rule):
+    """The CUDA runtime version must satisfy `specifier`."""
+    kind = "cuda"
+
+    @dataclass(frozen=True)
+    class Params:
+        specifier: str
+
+    def setup(self, p: Params) -> None:
+        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        if facts.cuda is None:
+            return self.reason(f"needs CUDA {self.spec}; this platform has no CUDA runtime",
+                               f"need CUDA {self.spec}")
+        if contains(self.spec, facts.cuda):
+            return None
+        return self.reason(f"needs CUDA {self.spec}; this platform has CUDA {facts.cuda}",
+                           f"need CUDA {self.spec}")
+
+    def describe(self) -> str:
+        return f"cuda {self.spec}"
+
+
+@register
+class PackageRule(Rule):
+    """A distribution must be installed in a version range; `any_of` accepts any of several,
+    each a name or a requirement with its own range ("sgl-kernel<=0.3.21")."""
+    kind = "package"
+
+    @dataclass(frozen=True)
+    class Params:
+        package: Optional[str] = None
+        any_of: Tuple[str, ...] = ()
+        specifier: str = ""
+
+    def setup(self, p: Params) -> None:
+        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+        reqs = [_requirement(f"{self.key}.any_of", e, self.spec, self.where) for e in p.any_of]
+        if p.package:
+            reqs.append(PackageSpec(canonicalize_name(p.package), self.spec))
+        if not reqs:
+            raise bad_input(f"{self.key}.package", None, "is required (or any_of: [...])",
+                            where=self.where)
+        self.reqs = tuple(reqs)
+        self.names = tuple(r.name for r in reqs)
+
+    @property
+    def packages(self) -> Tuple[str, ...]:
+        return self.names
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        if any(r.holds(facts) for r in self.reqs):
+            return None
+        if len(self.reqs) == 1:
+            r = self.reqs[0]
+            spec = f" {r.spec}" if str(r.spec) else ""
+            hint = f"pip install '{r.name}{r.spec}'" if str(r.spec) else f"pip install {r.name}"
+            return self.reason(f"needs {r.name}{spec} ({_installed(facts, r.name)}; {hint})",
+                               f"need {r.name}{spec}")
+        want = " or ".join(r.describe() for r in self.reqs)
+        found = ", ".join(f"{r.name} {_installed(facts, r.name)}" for r in self.reqs)
+        return self.reason(f"needs one of {want} ({found})", f"need {want}")
+
+    def describe(self) -> str:
+        return f"package {' | '.join(r.describe() for r in self.reqs)}"
+
+
+def _requirement(key: str, text: str, spec: SpecifierSet, where: str) -> PackageSpec:
+    """'name' or 'name<spec>' (PEP 508 without extras or markers), and the rule's own range."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        req = None
+    if req is None or req.extras or req.marker or req.url:
+        raise bad_input(key, text, "is not a distribution name with an optional version range "
+                        "such as 'sgl-kernel<=0.3.21'", where=where)
+    return PackageSpec(canonicalize_name(req.name), req.specifier & spec)
+
+
+@register
+class KnownIssueRule(Rule):
+    """A combination known to break: fails whenever its `when` holds (`message` required)."""
+    kind = "known_issue"
+    appends_message = False  # the message is the whole reason
+
+    def setup(self, p: Any) -> None:
+        if not self.message:
+            raise bad_input(f"{self.key}.message", None, "is required for a known_issue rule: "
+                            "say what breaks and how to avoid it", where=self.where)
+        if self.when.get("packages") is None and self.when.get("devices") is None:
+            raise bad_input(f"{self.key}.when", {}, "must name packages or devices for a "
+                            "known_issue rule", where=self.where)
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        seen = self.when.describe_platform(facts)
+        assert self.message is not None
+        return self.reason(f"{self.message} (this platform: {seen})" if seen else self.message,
+                           "hit a known issue")
+
+    def describe(self) -> str:
+        parts = [p.describe() for p in self.when.get("packages") or ()]
+        if self.when.get("devices") is not None:
+            parts.append(describe_devices(self.when.get("devices")))
+        return f"known_issue when {', '.join(parts)}"
