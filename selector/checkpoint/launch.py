@@ -14,27 +14,25 @@ branches on an engine's name.
 from __future__ import annotations
 
 import dataclasses
-import re
+import shlex
+import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.checkpoint.launchers import Launcher, Topology, launcher
+from selector.checkpoint.ranks import other_scheme, per_rank_fields
 from selector.core.errors import bad_input
 from selector.core.parallel import Parallel, make_parallel
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from selector.checkpoint.plan import Kind, Plan
+    from selector.checkpoint.plan import Plan
     from selector.core.decision import Decision
     from selector.core.engines import Choice
     from selector.core.protocols import SelectorLike as Selector
 
 WRAP = 100
-# Projections whose input features are split by tensor parallelism (row-parallel in vLLM,
-# SGLang and TensorRT-LLM: the second GEMM of an MLP, the attention output); every other one
-# splits its output.
-ROW_PARALLEL = ("down_proj", "o_proj", "out_proj", "dense_4h_to_h", "fc2", "w2", "wo")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,62 +92,6 @@ class Group:
                 "outcome": d.outcome if d is not None else None,
                 "summary": d.summary() if d is not None else None,
                 "problems": list(self.problems), "why": self.why}
-
-
-def other_scheme(k: Kind) -> str:
-    """The scheme of a group selector does not plan (no layer.quant value: unquantized, or a
-    scheme the vocabulary lacks), from the rule of the quantization config that decided it
-    (checkpoint/quant.py's words)."""
-    why = k.why
-    if re.search(r"excluded|ignored|skipped|unquantized|not in quantized_layers|LM head", why):
-        return "unquantized"
-    if re.search(r"\bint\d", why):
-        return "int"
-    return "unknown"
-
-
-def _row_parallel(projection: str) -> bool:
-    return projection.rsplit(".", 1)[-1] in ROW_PARALLEL
-
-
-def _split(fields: Dict[str, Any], key: str, by: int, what: str, problems: List[str]) -> None:
-    v = fields.get(key)
-    if by == 1 or v is None:
-        return
-    if v % by:
-        problems.append(f"{what} {v} is not divisible by {by}: the engine cannot split it")
-        return
-    fields[key] = v // by
-
-
-def per_rank_fields(fields: Mapping[str, Any], projections: Sequence[str], topo: Topology
-                    ) -> List[Tuple[Tuple[str, ...], Dict[str, Any], Tuple[str, ...]]]:
-    """[(projections, per-rank fields, problems)]: MoE experts split by EP (count) and MoE TP
-    (intermediate size); a linear projection splits its output (column-parallel) or its input
-    (row-parallel) by TP."""
-    base = {k: v for k, v in fields.items() if k != "quant"}
-    if fields["op"] == "moe":
-        f = dict(base)
-        problems: List[str] = []
-        _split(f, "intermediate_size", topo.moe_tp, "intermediate_size", problems)
-        if topo.ep > 1 and f.get("num_experts") is not None and f["num_experts"] % topo.ep:
-            problems.append(f"num_experts {f['num_experts']} is not divisible by the "
-                            f"expert-parallel size {topo.ep}")
-        f["ep_size"], f["tp_size"] = topo.ep, topo.moe_tp
-        return [(tuple(projections), f, tuple(problems))]
-    out = []
-    for row in (False, True):
-        projs = tuple(p for p in projections if _row_parallel(p) == row)
-        if not projs:
-            continue
-        f = dict(base)
-        problems = []
-        _split(f, "hidden_size" if row else "intermediate_size", topo.linear_tp,
-               "K" if row else "N", problems)
-        f["tp_size"] = topo.linear_tp
-        f.pop("ep_size", None)
-        out.append((projs, f, tuple(problems)))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +205,6 @@ class LaunchPlan:
                 "notes": list(self.notes), "ok": self.ok}
 
     def __str__(self) -> str:
-        from selector.checkpoint.launch_text import render
         return render(self)
 
 
@@ -511,3 +452,99 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
 
 __all__ = ["Parallel", "make_parallel", "Topology", "Group", "LaunchPlan",
            "launch_plan", "per_rank_fields", "other_scheme"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan as text
+
+def _sizes(g: Group, topo: Topology) -> str:
+    f = g.per_rank
+    if not f:
+        return "-"
+    if g.op == "moe":
+        e = f.get("num_experts")
+        local = f"{e // topo.ep} of {e} experts" if e and topo.ep > 1 and not e % topo.ep \
+            else f"{e} experts"
+        return f"{local}, H {f.get('hidden_size')}, I {f.get('intermediate_size')}"
+    return f"K {f.get('hidden_size')}, N {f.get('intermediate_size')}"
+
+
+def _projections_text(projections: Sequence[str]) -> str:
+    names = [p.rsplit(".", 1)[-1] for p in projections]
+    return "/".join(names) if len(names) <= 2 else f"{'/'.join(names[:2])}/+{len(names) - 2}"
+
+
+def _table(lp: LaunchPlan) -> List[str]:
+    """One row per layer group: its layers, scheme, per-rank sizes, backend and kernel."""
+    from selector.checkpoint.plan import _layers_text
+    rows = [("group", "layers", "scheme", "per rank", "backend", "kernel")]
+    for g in lp.groups:
+        what = g.kind if g.op == "moe" or not g.projections else \
+            f"{g.kind} {_projections_text(g.projections)}"
+        if g.decision is None:
+            backend = "(not planned: the engine decides)"
+        elif not g.planned:
+            backend = f"(no backend implements {g.scheme}: the engine decides)"
+        elif g.backend:
+            backend = g.backend if g.engine_backend in (None, g.backend) else \
+                f"{g.backend} ({lp.engine}: {g.engine_backend})"
+        else:
+            backend = f"none: {g.decision.outcome}"
+        rows.append((what, _layers_text(g.layers) or "-", g.scheme, _sizes(g, lp.topology),
+                     backend, ", else ".join(g.kernels(lp.launch)) or "-"))
+    width = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  " + "  ".join(c.ljust(width[i]) for i, c in enumerate(r[:5])) + f"  {r[5]}"
+             for r in rows]
+    for g in lp.groups:
+        lines.extend(f"  !! {g.kind}: {p}" for p in g.problems)
+        if g.planned and g.decision is not None and not g.decision.selected:
+            lines.extend(textwrap.wrap(f"!! {g.kind}: {g.decision.summary()}", width=WRAP,
+                                       initial_indent="  ", subsequent_indent="     "))
+    return lines
+
+
+def _conflicts(lp: LaunchPlan) -> List[str]:
+    """Each conflict: the layers it breaks and what to pass instead."""
+    from selector.checkpoint.plan import _layers_text
+    lines: List[str] = []
+    for c in lp.conflicts:
+        lines.extend(textwrap.wrap(f"!! {c.problem}", width=WRAP, subsequent_indent="   "))
+        for b in c.breaks:
+            lines.extend(textwrap.wrap(
+                f"breaks {b.group.kind} ({b.group.scheme}, layers "
+                f"{_layers_text(b.group.layers) or '-'}): {b.message} ({b.source})",
+                width=WRAP, initial_indent="   - ", subsequent_indent="     "))
+        for i, o in enumerate(c.instead):
+            what = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in o.env),
+                             *(shlex.quote(f) for f in o.flags),
+                             *(f"{k}={v}" for k, v in o.config)])
+            lines.extend(textwrap.wrap(f"{'instead (in the flags above)' if i == 0 else 'or'}: "
+                                       f"{what or '(no flag)'}: {o.why}",
+                                       width=WRAP, initial_indent="   ",
+                                       subsequent_indent="     "))
+        if not c.instead:
+            lines.append(f"   no single value serves every layer: {lp.launch.no_answer()}")
+    return lines
+
+
+def render(lp: LaunchPlan) -> str:
+    topo, par = lp.topology, lp.parallel
+    lines = [f"launch plan for {lp.label}: tp {par.tp}, dp {par.dp}, ep {par.ep} "
+             f"(MoE layers: TP {topo.moe_tp}, EP {topo.ep}; dense layers: TP {topo.linear_tp})"]
+    lines += _table(lp)
+    lines.append("")
+    lines.append(f"flags: {' '.join(shlex.quote(f) for f in lp.flags) or '(none)'}")
+    if lp.config:
+        lines.append("config: " + " ".join(f"{k}={v}" for k, v in lp.config))
+    lines.append("env: " + (" ".join(f"{k}={shlex.quote(v)}" for k, v in lp.env) or "(none)"))
+    lines += _conflicts(lp)
+    for n in lp.notes:
+        lines.extend(textwrap.wrap(f"note: {n}", width=WRAP, subsequent_indent="  "))
+    for name, text in lp.files().items():
+        lines.append(f"{name} (the config file the command reads):")
+        lines.extend(f"  {line}" for line in text.splitlines())
+    lines.append(f"command: {lp.command()}")
+    return "\n".join(lines)
+
+
+__all__ = ["render"]

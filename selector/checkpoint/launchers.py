@@ -30,8 +30,8 @@ from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.parallel import Parallel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.core.protocols import SelectorLike as Selector
     from selector.core.engines import Engine
+    from selector.core.protocols import SelectorLike as Selector
 
 LAUNCH_KEYS = ("command", "parallel", "config_file", "hooks")
 PARALLEL_KEYS = ("rule", "tp", "dp", "ep", "source")
