@@ -162,13 +162,15 @@ def quantize_activation(x, quant: str, input_scale=None):
         if n:
             per_tensor[grid](x, q, s, s, n, DYNAMIC=False, BLOCK_N=block_n, num_warps=4)
         return q, s
-    buf = torch.zeros(2, dtype=torch.float32, device=dev)  # amax, then the scale
+    amax = torch.zeros((), dtype=torch.float32, device=dev)
+    # a tensor of its own (cuBLASLt refuses a scale pointer into another allocation's middle)
+    s = torch.empty((), dtype=torch.float32, device=dev)
     if n:
-        tensor_amax[grid](x, buf, n, BLOCK_N=block_n, num_warps=4)
-        per_tensor[grid](x, q, buf, buf[1:], n, DYNAMIC=True, BLOCK_N=block_n, num_warps=4)
+        tensor_amax[grid](x, amax, n, BLOCK_N=block_n, num_warps=4)
+        per_tensor[grid](x, q, amax, s, n, DYNAMIC=True, BLOCK_N=block_n, num_warps=4)
     else:
-        buf[1] = MIN_AMAX / FP8_MAX
-    return q, buf[1].reshape(())
+        s.fill_(MIN_AMAX * (1.0 / FP8_MAX))
+    return q, s
 
 
 __all__ = ["quantize_activation"]

@@ -8,7 +8,7 @@
 set -u
 OUT=${OUT:-/tmp/h200_kernels}
 PY=${PYTHON:-python3}
-PARTS=${PARTS:-"tests zoo verify linear moe emulation"}
+PARTS=${PARTS:-"tests zoo bounds verify linear moe emulation"}
 SITE=/tmp/site
 mkdir -p "$OUT" "$SITE"
 if [ -n "${WHEELS:-}" ]; then
@@ -17,29 +17,40 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 "$PY" -m pip install -q --no-deps --no-index --no-build-isolation --target "$SITE" . \
   >>"$OUT/pip.log" 2>&1 || { echo "project install failed"; tail "$OUT/pip.log"; exit 3; }
-export PYTHONPATH="$SITE:$PWD" SELECTOR_CACHE_DIR="$OUT/cache" PYTHONUNBUFFERED=1
+export PYTHONPATH="$SITE" PYTHONSAFEPATH=1 SELECTOR_CACHE_DIR="$OUT/cache" PYTHONUNBUFFERED=1
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
 if has tests; then
   echo "=== pytest tests/test_fp8_act_quant.py tests/test_fp8_backends.py tests/test_layers.py"
-  timeout 240 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_fp8_act_quant.py \
+  timeout "${TESTS_TIMEOUT:-120}" "$PY" -P -m pytest -q -x -p no:cacheprovider tests/test_fp8_act_quant.py \
     tests/test_fp8_backends.py tests/test_layers.py ${PYTEST_EXTRA:-} >"$OUT/pytest.txt" 2>&1
   echo "rc $?"; tail -5 "$OUT/pytest.txt"
 fi
 if has zoo; then
-  echo "=== python tests/verify_zoo.py --ops moe_fp8 --seeds ${ZOO_SEEDS:-6} --mutant-seeds 3 --jobs 14"
+  echo "=== python tests/verify_zoo.py --ops moe_fp8 --seeds ${ZOO_SEEDS:-6} --mutant-seeds 3 --jobs 15"
   timeout "${ZOO_TIMEOUT:-240}" "$PY" tests/verify_zoo.py --ops moe_fp8 --seeds "${ZOO_SEEDS:-6}" \
-    --mutant-seeds 3 --jobs 14 --json "$OUT/zoo_fp8.json" >"$OUT/zoo.txt" 2>&1
+    --mutant-seeds "${ZOO_MUTANT_SEEDS:-3}" --jobs 15 --json "$OUT/zoo_fp8.json" >"$OUT/zoo.txt" 2>&1
   echo "rc $?"; grep -v "^MISSED" "$OUT/zoo.txt" | tail -30
 fi
+if has bounds && [ -f "$OUT/zoo_fp8.json" ]; then
+  echo "=== python tools/fp8_moe_bounds.py zoo_fp8.json --write (then judged with them)"
+  "$PY" -P tools/fp8_moe_bounds.py "$OUT/zoo_fp8.json" --write
+  grep -A5 "^FP8_MOE_MEASURED" selector/inspect/verify_cases.py
+  "$PY" -m pip install -q --no-deps --no-index --no-build-isolation --upgrade --target "$SITE" . \
+    >>"$OUT/pip.log" 2>&1
+  "$PY" -P tools/fp8_moe_bounds.py "$OUT/zoo_fp8.json" >"$OUT/zoo_judged.txt" 2>&1
+  grep -v "^MISSED" "$OUT/zoo_judged.txt" | tail -14; grep -c "^MISSED" "$OUT/zoo_judged.txt"
+fi
 if has verify; then
+  for op in moe linear; do  # the two ops at once (one child process each)
+    timeout "${VERIFY_TIMEOUT:-240}" "$PY" -P -m selector doctor --verify --op $op --timeout 300 \
+      --format json >"$OUT/verify_$op.json" 2>"$OUT/verify_$op.err" &
+  done
+  wait
   for op in moe linear; do
     echo "=== python -m selector doctor --verify --op $op"
-    timeout 200 "$PY" -m selector doctor --verify --op $op --timeout 300 --format json \
-      >"$OUT/verify_$op.json" 2>"$OUT/verify_$op.err"
-    echo "rc $?"
     "$PY" - "$OUT/verify_$op.json" <<'PY'
 import json, sys, collections
 try:
