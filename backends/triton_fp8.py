@@ -78,10 +78,11 @@ def tile_config(m: int) -> dict:
 MAX_IMPRECISE = None
 
 
-def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise="default"):
+def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise="default",
+                     cfg=None):
     """``[M, K']`` FP8 codes (K' >= K: the first K columns are read) with ``[M, ceil(K/128)]``
     scales times ``[N, K]`` FP8 weights with ``[ceil(N/128), ceil(K/128)]`` scales: ``[M, N]`` in
-    ``out_dtype`` (CUDA tensors)."""
+    ``out_dtype`` (CUDA tensors). ``cfg``: tile sizes instead of ``tile_config(M)`` (sweeps)."""
     import torch
     import triton
     M = a.shape[0]
@@ -94,7 +95,7 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
     w = w.contiguous()
     a_scale, w_scale = a_scale.contiguous().float(), w_scale.contiguous().float()
     c = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    cfg = tile_config(M)
+    cfg = tile_config(M) if cfg is None else cfg
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
     _kernel()[grid](a, w, c, a_scale, w_scale, bias if bias is not None else c,
                     M, N, K, KB,

@@ -8,14 +8,16 @@
 set -u
 OUT=${OUT:-/tmp/h200_kernels}
 PY=${PYTHON:-python3}
-PARTS=${PARTS:-"tests zoo bounds verify linear moe emulation"}
+PARTS=${PARTS:-"tests zoo bounds verify linear moe tiles emulation"}
 SITE=/tmp/site
 mkdir -p "$OUT" "$SITE"
 if [ -n "${WHEELS:-}" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl \
     >"$OUT/pip.log" 2>&1 || { echo "wheel install failed"; cat "$OUT/pip.log"; exit 3; }
 fi
-"$PY" -m pip install -q --no-deps --no-index --no-build-isolation --target "$SITE" . \
+# the project editable into the machine's python (tests/conftest.py puts the checkout first on
+# sys.path: only the editable finder maps selector.backends onto backends/ then)
+"$PY" -m pip install -q --no-deps --no-index --no-build-isolation -e . \
   >>"$OUT/pip.log" 2>&1 || { echo "project install failed"; tail "$OUT/pip.log"; exit 3; }
 export PYTHONPATH="$SITE" PYTHONSAFEPATH=1 SELECTOR_CACHE_DIR="$OUT/cache" PYTHONUNBUFFERED=1
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
@@ -38,8 +40,6 @@ if has bounds && [ -f "$OUT/zoo_fp8.json" ]; then
   echo "=== python tools/fp8_moe_bounds.py zoo_fp8.json --write (then judged with them)"
   "$PY" -P tools/fp8_moe_bounds.py "$OUT/zoo_fp8.json" --write
   grep -A5 "^FP8_MOE_MEASURED" selector/inspect/verify_cases.py
-  "$PY" -m pip install -q --no-deps --no-index --no-build-isolation --upgrade --target "$SITE" . \
-    >>"$OUT/pip.log" 2>&1
   "$PY" -P tools/fp8_moe_bounds.py "$OUT/zoo_fp8.json" >"$OUT/zoo_judged.txt" 2>&1
   grep -v "^MISSED" "$OUT/zoo_judged.txt" | tail -14; grep -c "^MISSED" "$OUT/zoo_judged.txt"
 fi
@@ -77,6 +77,11 @@ if has linear || has moe; then
     --json "$OUT/fp8_h200.json" >"$OUT/fp8_h200.txt" 2>&1
   echo "rc $?"; grep -E "^ceilings|grouped bf16|^  T=" "$OUT/fp8_h200.txt" | grep -v "TFLOP/s)" | tail -20
   sed -n '/^FP8 linear: the selected/,$p' "$OUT/fp8_h200.txt"
+fi
+if has tiles; then
+  echo "=== python benchmarks/fp8_tiles.py"
+  timeout "${TILES_TIMEOUT:-120}" "$PY" -P benchmarks/fp8_tiles.py >"$OUT/fp8_tiles.txt" 2>&1
+  echo "rc $?"; cat "$OUT/fp8_tiles.txt"
 fi
 if has emulation; then
   echo "=== python benchmarks/emulation_bench.py --skip-quantize --tokens 1,8,64,256"
