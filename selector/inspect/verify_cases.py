@@ -107,7 +107,8 @@ def nice_bound(v: float) -> float:
 
 
 FP8_MOE_BOUNDS: Mapping[str, Bound] = {
-    q: Bound(*(nice_bound(v) for v in m[:4]), math.inf, nice_bound(m[4]))
+    q: Bound(nice_bound(m[0]), nice_bound(m[1]), nice_bound(m[2]), nice_bound(m[3]), math.inf,
+             nice_bound(m[4]))
     for q, m in FP8_MOE_MEASURED.items()}
 BOUNDS = {**BOUNDS, **{("moe", q): b for q, b in FP8_MOE_BOUNDS.items()}}
 QUANTS = ("nvfp4", "nvfp4_w4a16", "fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
