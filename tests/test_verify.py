@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from selector.core.errors import SelectorError
 from selector.core.rules import VerifyFailure, VerifyRule, compile_rule
-from selector.inspect import verify
+from selector.inspect import verify, verify_cache
 
 WRONG = Path(__file__).resolve().parent / "wrong_backends"  # site/ (the plugin) and conf/
 
@@ -363,8 +363,8 @@ def test_cache_reruns_a_timeout_given_more_time(tmp_path):
 
 
 def test_cache_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(verify, "MAX_ENTRIES", 3)
-    monkeypatch.setattr(verify, "MAX_FILES", 2)
+    monkeypatch.setattr(verify_cache, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(verify_cache, "MAX_FILES", 2)
     c = verify.VerifyCache("b" * 24, {}, tmp_path)
     for i in range(5):
         c.put(f"k{i}", _result())

@@ -1,5 +1,5 @@
-"""Verify's problems and cases: the sizes, the error bounds (measured), and which cases each
-backend gets (``cases_for``). ``selector.inspect.verify`` runs them (docs/verify.md).
+"""Verify's problems and cases: the sizes, the error bounds (measured), which cases each
+backend gets (``cases_for``), and a case's ``Result``. ``selector.inspect.verify`` runs them (docs/verify.md).
 
 Imports no torch: the problems themselves are built in the child (selector.backends.verify_problems).
 """
@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 if TYPE_CHECKING:  # pragma: no cover
     from selector.api import Selector
     from selector.core.model import BackendSpec
+
+CHILD = "selector.backends.verify_child:main"
+VERSION = 4  # of the problems, bounds and cache format: a change invalidates cached results
+STATUSES = ("OK", "FAIL", "SKIPPED")
 
 # The problems (backends/verify_child.py builds them; docs/verify.md "Problems"): "aligned" sizes
 # every kernel of the catalogue accepts (multiples of 256) and "odd" ones (multiples of 16 only),
@@ -234,3 +238,72 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
             (f": {why}" if why else "")
     return out, ""
 
+
+@dataclass(frozen=True)
+class Result:
+    """One line of the `verify` list (CONTRACT.md)."""
+    backend: str
+    op: str
+    scheme: Optional[str]  # the layer's quant; None when the whole backend was skipped
+    status: str  # OK | FAIL | SKIPPED
+    detail: str
+    max_rel_err: Optional[float] = None
+    rms_rel_err: Optional[float] = None
+    seconds: Optional[float] = None
+    activation: Optional[str] = None
+    act_and_mul: Optional[bool] = None
+    bound: Optional[Bound] = None
+    device: Optional[str] = None
+    worst: Optional[Dict[str, Any]] = None
+    timeout_s: Optional[float] = None  # set when the process ran out of time
+    cached: bool = False
+    gain_err: Optional[float] = None
+    case: str = ""  # the case's id (Case.id); "" for a whole skipped backend
+    key: Optional[Tuple[Any, ...]] = None  # Case.key
+    unverified: bool = False  # SKIPPED for a reason probe=verify does not accept as verified
+    scale_err: Optional[float] = None
+    tile_err: Optional[float] = None
+    act_err: Optional[float] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        def num(v: Optional[float]) -> Optional[float]:
+            return None if v is None else float(f"{v:.4g}")
+        return {"backend": self.backend, "op": self.op, "scheme": self.scheme,
+                "status": self.status, "max_rel_err": num(self.max_rel_err),
+                "rms_rel_err": num(self.rms_rel_err),
+                "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "detail": self.detail, "activation": self.activation,
+                "act_and_mul": self.act_and_mul,
+                "bound": None if self.bound is None else self.bound.to_dict(),
+                "device": self.device, "worst": self.worst, "cached": self.cached,
+                "gain_err": num(self.gain_err), "scale_err": num(self.scale_err),
+                "tile_err": num(self.tile_err), "act_err": num(self.act_err),
+                "case": self.case or None,
+                "key": None if self.key is None else list(self.key),
+                "unverified": self.unverified}
+
+    @property
+    def case_text(self) -> str:
+        if self.scheme is None:
+            return "-"
+        if self.case:
+            return self.case
+        if self.op == "linear":
+            return self.scheme
+        return f"{self.scheme} {'gated' if self.act_and_mul else 'non-gated'} {self.activation}"
+
+
+def _finite(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _worst(w: Any) -> Optional[Dict[str, Any]]:
+    """The worst element as the child (or a cache file) gave it, kept only if well-formed."""
+    if not isinstance(w, dict) or not isinstance(w.get("index"), list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in w["index"][:8]):
+        return None
+    got = w.get("got")
+    got = got[:40] if isinstance(got, str) else _finite(got)
+    return {"index": w["index"][:8], "got": got, "expected": _finite(w.get("expected"))}
