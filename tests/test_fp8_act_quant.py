@@ -53,3 +53,32 @@ def test_fused_equals_the_torch_form(monkeypatch, quant, shape, dtype):
     monkeypatch.delenv("SELECTOR_FP8_ACT_QUANT")
     q2, s2 = fp8.quantize_activation(x, quant, scale)  # the dispatch takes the fused form
     assert torch.equal(q2.view(torch.uint8), q0.view(torch.uint8)) and torch.equal(s2, s0)
+
+
+@pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU of SM >= 8.9 and triton")
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_split_k_decode_gemm_matches_the_reference(m):
+    """triton_block_fp8 at decode splits K (backends/triton_fp8.py split_k): the same result as
+    one split up to float32 summation order, and within verify's FP8 linear bound of the
+    float64 reference, with and without a bias."""
+    from selector.backends.reference import reference_fp8_linear
+    from selector.backends.triton_fp8 import _sm_count, block_fp8_matmul, split_k
+    from selector.inspect.verify import BOUNDS
+    g = torch.Generator(device="cuda").manual_seed(m)
+    n, k = 320, 2176  # 5 tiles of 64 columns, 17 K blocks: two splits, a partial last block
+    assert split_k(m, n, -(-k // 128), 64, _sm_count(torch.device("cuda"))) > 1
+    w = fp8.make_linear_weights(torch.randn(n, k, generator=g, device="cuda") / k ** 0.5,
+                                "fp8_block", bias=torch.randn(n, generator=g, device="cuda"))
+    x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+    a, sa = fp8.quantize_activation(x, "fp8_block")
+    for bias in (None, w.bias.float()):
+        y = block_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16, bias)
+        one = block_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16, bias,
+                               cfg=dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4,
+                                        SPLIT_K=1))
+        ww = w if bias is not None else fp8.Fp8LinearWeights(w.weight, w.weight_scale,
+                                                             "fp8_block")
+        ref = reference_fp8_linear(x.double(), ww, compute_dtype=torch.float64).double()
+        err = float((y.double() - ref).abs().max() / ref.abs().max())
+        assert err <= BOUNDS["linear", "fp8_block"].max_rel_err, err
+        assert float((y.float() - one.float()).abs().max()) <= 2 ** -7 * float(one.abs().max())
