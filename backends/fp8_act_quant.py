@@ -154,20 +154,20 @@ def quantize_activation(x, quant: str, input_scale=None):
     n = x.numel()
     q = torch.empty((M, K), dtype=torch.float8_e4m3fn, device=dev)
     block_n = 2048
-    grid = (max(1, -(-n // block_n)),)
+    tgrid = (max(1, -(-n // block_n)),)
     if quant == "fp8_tensor":
         if input_scale is None:
             raise ValueError("fp8_tensor needs its static input_scale")
         s = torch.as_tensor(input_scale, dtype=torch.float32, device=dev).reshape(())
         if n:
-            per_tensor[grid](x, q, s, s, n, DYNAMIC=False, BLOCK_N=block_n, num_warps=4)
+            per_tensor[tgrid](x, q, s, s, n, DYNAMIC=False, BLOCK_N=block_n, num_warps=4)
         return q, s
     amax = torch.zeros((), dtype=torch.float32, device=dev)
     # a tensor of its own (cuBLASLt refuses a scale pointer into another allocation's middle)
     s = torch.empty((), dtype=torch.float32, device=dev)
     if n:
-        tensor_amax[grid](x, amax, n, BLOCK_N=block_n, num_warps=4)
-        per_tensor[grid](x, q, amax, s, n, DYNAMIC=True, BLOCK_N=block_n, num_warps=4)
+        tensor_amax[tgrid](x, amax, n, BLOCK_N=block_n, num_warps=4)
+        per_tensor[tgrid](x, q, amax, s, n, DYNAMIC=True, BLOCK_N=block_n, num_warps=4)
     else:
         s.fill_(MIN_AMAX * (1.0 / FP8_MAX))
     return q, s
