@@ -87,7 +87,8 @@ def test_backends_that_cannot_run_here_are_skipped_with_why(doctor_wrong):
     for v in _rows(doc, "flashinfer_cutlass"):
         assert v["status"] == "SKIPPED" and v["scheme"] is None
         # no GPU here; on a GPU without FP4 tensor cores (SM 9.0) the device rule names it
-        assert "[device]" in v["detail"]
+        # (on the H200, SM 9.0, its package rule fails first: flashinfer is not installed there)
+        assert "[device]" in v["detail"] or "[package]" in v["detail"]
         assert "no GPU" in v["detail"] or "this GPU is SM" in v["detail"], v["detail"]
 
 
