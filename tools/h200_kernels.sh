@@ -27,7 +27,8 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem --fo
 if has tests; then
   echo "=== pytest tests/test_fp8_act_quant.py tests/test_fp8_backends.py tests/test_layers.py"
   timeout "${TESTS_TIMEOUT:-120}" "$PY" -P -m pytest -q -x -p no:cacheprovider tests/test_fp8_act_quant.py \
-    tests/test_fp8_backends.py tests/test_layers.py ${PYTEST_EXTRA:-} >"$OUT/pytest.txt" 2>&1
+    tests/test_fp8_backends.py tests/test_layers.py ${PYTEST_EXTRA:-} ${PYTEST_MARK:+-m "$PYTEST_MARK"} \
+    >"$OUT/pytest.txt" 2>&1
   echo "rc $?"; tail -5 "$OUT/pytest.txt"
 fi
 if has zoo; then
