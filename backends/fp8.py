@@ -23,6 +23,7 @@ Imports torch only inside functions.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Tuple
 
@@ -298,6 +299,26 @@ def linear_input(x, in_features: int):
     return tuple(x.shape[:-1]), x.reshape(-1, in_features)
 
 
+def fused_act_quant(x) -> bool:
+    """Whether ``quantize_activation`` runs ``backends.fp8_act_quant`` (Triton, one launch) for
+    this CUDA tensor: triton imports, the GPU converts to E4M3 (SM >= 8.9), and
+    ``SELECTOR_FP8_ACT_QUANT`` is not ``torch`` (the torch form, for comparisons)."""
+    import os
+    if os.environ.get("SELECTOR_FP8_ACT_QUANT", "") == "torch":
+        return False
+    return _fused_device_ok(x.device.index if x.device.index is not None else
+                            _torch().cuda.current_device())
+
+
+@functools.cache
+def _fused_device_ok(index: int) -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return tuple(_torch().cuda.get_device_capability(index)) >= (8, 9)
+
+
 def quantize_activation(x, quant: str, input_scale=None):
     """``(codes float8_e4m3fn [M, K'], scale float32)`` of a 2-D activation ``[M, K]``.
 
@@ -310,6 +331,9 @@ def quantize_activation(x, quant: str, input_scale=None):
     check_quant(quant)
     if x.dim() != 2:
         raise ValueError(f"x has shape {list(x.shape)}; expected [M, K]")
+    if x.is_cuda and fused_act_quant(x):  # one Triton launch, the same codes and scales
+        from .fp8_act_quant import quantize_activation as fused
+        return fused(x, quant, input_scale)
     xf = x.to(torch.float32)
     if quant == "fp8_tensor":
         if input_scale is None:

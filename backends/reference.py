@@ -231,7 +231,7 @@ def reference_fp8_linear(x, weights, *, quant: Optional[str] = None, out=None,
 
 def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "silu",
                       swiglu_limit: Optional[float] = None, out=None, compute_dtype=None,
-                      fc1_output_dtype=None):
+                      fc1_output_dtype=None, parts=None):
     """FP8 fused MoE (``backends.fp8.Fp8MoEWeights``): ``out[t] = sum_k w_tk * W2_e @
     q2(act(W13_e @ q1(x_t)))`` with both GEMM inputs quantized to FP8 as the grouped kernel
     quantizes them (``backends.fp8.quantize_activation``, float32 arithmetic):
@@ -245,7 +245,8 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
     ``fc1_output_dtype`` (e.g. torch.bfloat16): FC1's output rounded to it before the activation,
     as a kernel whose FC1 GEMM writes that dtype (the grouped GEMM writes bf16): FC2's input
     codes then match the kernel's, where an exact FC1 output can round to the neighbouring E4M3
-    code (one step, 2^-3 relative).
+    code (one step, 2^-3 relative). fp8_block: both inputs per 1x128 group, the weights'
+    128x128 block scales. ``parts``: a dict that receives each expert's ``(tokens, output)``.
     """
     torch = _torch()
     from .fp8 import (
@@ -256,8 +257,9 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
         quantize_activation,
     )
     quant = weights.quant
-    if quant not in MOE_QUANTS:
-        raise ValueError(f"the FP8 MoE reference runs {', '.join(MOE_QUANTS)}, not {quant!r}")
+    if quant not in MOE_QUANTS + ("fp8_block",):
+        raise ValueError(f"the FP8 MoE reference runs {', '.join(MOE_QUANTS)}, fp8_block, not "
+                         f"{quant!r}")
     check_float_tensor(x)
     H = weights.hidden_size
     act_and_mul = weights.act_and_mul
@@ -266,7 +268,7 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
         raise ValueError(f"x has shape {list(x.shape)}; expected [num_tokens, {H}]")
     cd = compute_dtype or torch.float32
     xq, xs = quantize_activation(x.to(torch.float32), quant, weights.a13_scale)
-    xd = dequantize_activation(xq, xs, quant, cd)
+    xd = dequantize_activation(xq, xs, quant, cd)[:, :H]
     ids = topk_ids.long()
     acts = {}
     for e in torch.unique(ids[ids >= 0]).tolist():
@@ -281,7 +283,7 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
     y = torch.zeros((x.shape[0], H), dtype=cd, device=x.device)
     for e, (tok, slot, a) in acts.items():
         af = a.to(torch.float32)
-        if quant == "fp8_channel":
+        if quant in ("fp8_channel", "fp8_block"):
             aq, sa = quantize_activation(af, quant)
         else:
             if quant == "fp8_tensor":
@@ -290,8 +292,10 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
             else:
                 sa = s2
             aq = _to_fp8(af, sa.to(af.device))
-        ad = dequantize_activation(aq, sa.to(af.device), quant, cd)
+        ad = dequantize_activation(aq, sa.to(af.device), quant, cd)[:, :af.shape[1]]
         ye = (ad @ weights.expert("w2", e, cd).T) * topk_weights[tok, slot].to(cd).unsqueeze(-1)
+        if parts is not None:
+            parts[e] = (tok, ye)
         y.index_add_(0, tok, ye)
     return _write_out(y, out, x)
 

@@ -29,8 +29,9 @@ def _kernel() -> Any:
                        stride_am, stride_bn, stride_cm, stride_asm, stride_bsn,
                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       MAX_IMPRECISE: tl.constexpr):
+                       MAX_IMPRECISE: tl.constexpr, SPLIT_K: tl.constexpr, stride_cs):
         pid = tl.program_id(0)
+        pid_k = tl.program_id(1)  # split-K: this program's share of the K blocks
         num_m = tl.cdiv(M, BLOCK_M)
         num_n = tl.cdiv(N, BLOCK_N)
         group = GROUP_M * num_n
@@ -48,7 +49,11 @@ def _kernel() -> Any:
         as_ptrs = as_ptr + rm * stride_asm
         bs_ptrs = bs_ptr + (rn // 128) * stride_bsn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kb in range(0, KB):
+        per = tl.cdiv(KB, SPLIT_K)
+        kb0 = pid_k * per
+        a_ptrs += kb0 * BLOCK_K
+        b_ptrs += kb0 * BLOCK_K
+        for kb in range(kb0, tl.minimum(kb0 + per, KB)):
             k_left = K - kb * BLOCK_K
             a = tl.load(a_ptrs, mask=mask_m[:, None] & (rk[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=mask_n[None, :] & (rk[:, None] < k_left), other=0.0)
@@ -58,11 +63,25 @@ def _kernel() -> Any:
             a_ptrs += BLOCK_K
             b_ptrs += BLOCK_K
         if HAS_BIAS:
-            acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-        c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :]
+            if pid_k == 0:
+                acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        # split-K: each split writes its float32 partial sums to its own slice (summed after)
+        c_ptrs = c_ptr + pid_k * stride_cs + rm[:, None] * stride_cm + rn[None, :]
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
     return block_fp8_gemm
+
+
+def split_k(m: int, n: int, kb: int, block_n: int, sms: int) -> int:
+    """How many splits of K at decode: enough programs for two waves over the SMs when the
+    output's tiles alone are fewer (DeepSeek-V3's down_proj: 112 tiles of 64 columns on 132
+    SMs; docs/h200.md for the measurement), each split at least 8 K blocks."""
+    if m > 16:
+        return 1
+    tiles = -(-n // block_n)
+    if tiles >= 2 * sms:
+        return 1
+    return max(1, min(-(-2 * sms // tiles), kb // 8))
 
 
 def tile_config(m: int) -> dict:
@@ -78,10 +97,11 @@ def tile_config(m: int) -> dict:
 MAX_IMPRECISE = None
 
 
-def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise="default"):
+def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise="default",
+                     cfg=None):
     """``[M, K']`` FP8 codes (K' >= K: the first K columns are read) with ``[M, ceil(K/128)]``
     scales times ``[N, K]`` FP8 weights with ``[ceil(N/128), ceil(K/128)]`` scales: ``[M, N]`` in
-    ``out_dtype`` (CUDA tensors)."""
+    ``out_dtype`` (CUDA tensors). ``cfg``: tile sizes instead of ``tile_config(M)`` (sweeps)."""
     import torch
     import triton
     M = a.shape[0]
@@ -93,16 +113,28 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
                          f"w {list(w.shape)}, w_scale {list(w_scale.shape)} do not fit")
     w = w.contiguous()
     a_scale, w_scale = a_scale.contiguous().float(), w_scale.contiguous().float()
-    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    cfg = tile_config(M)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    cfg = dict(tile_config(M) if cfg is None else cfg)
+    splits = cfg.pop("SPLIT_K", None)
+    if splits is None:
+        splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device))
+    if splits > 1:  # float32 partials [splits, M, N], summed in a fixed order (deterministic)
+        c = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
+    else:
+        c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), splits)
     _kernel()[grid](a, w, c, a_scale, w_scale, bias if bias is not None else c,
                     M, N, K, KB,
-                    a.stride(0), w.stride(0), c.stride(0), a_scale.stride(0), w_scale.stride(0),
+                    a.stride(0), w.stride(0), c.stride(-2), a_scale.stride(0), w_scale.stride(0),
                     HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
                     MAX_IMPRECISE=MAX_IMPRECISE if max_imprecise == "default" else max_imprecise,
-                    **cfg)
-    return c
+                    SPLIT_K=splits, stride_cs=c.stride(0) if splits > 1 else 0, **cfg)
+    return c if splits == 1 else c.sum(0).to(out_dtype)
+
+
+@functools.cache
+def _sm_count(device) -> int:
+    import torch
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 class TritonBlockFp8Linear(LinearBackend):

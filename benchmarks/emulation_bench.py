@@ -11,7 +11,11 @@ Prints, on CUDA when a GPU is visible (else the CPU, with a smaller shape unless
    the DeepSeek-V3 expert shape (H 7168, I 2048, 256 experts, top-8; random NVFP4 checkpoint), W4A16
    and W4A4, for each token count, against a dequantize-once bf16 baseline: the same expert loop
    (tokens grouped by expert once, per routed expert two bf16 GEMMs and the activation) on bf16
-   weights dequantized ahead of time (3.6x the checkpoint). Median times in ms and their ratio.
+   weights dequantized ahead of time (3.6x the checkpoint), and (CUDA) the fair baseline: a
+   grouped bf16 MoE, one ``torch._grouped_mm`` for FC1 and one for FC2 over the same weights and
+   routing (``benchmarks/baselines.py``; its output checked against the loop's). Median times in
+   ms (CUDA events), the ratio to the grouped baseline, and the memory-bound limit (the routed
+   experts' NVFP4 bytes over the measured copy bandwidth) and compute-bound one (bf16 rate).
    On CUDA the emulation runs grouped (batched GEMMs over groups of routed experts, the default
    there); "loop ms" is the per-expert loop it replaced (``grouped=False``), same results.
 3. Its memory: the checkpoint's bytes, and the peak allocated during a call beyond the checkpoint
@@ -29,13 +33,24 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after an installed selector
 
 import torch  # noqa: E402
 
 from backends import nvfp4 as nv  # noqa: E402
 from backends import reference as R  # noqa: E402
 from backends.reference import activation_fn, emulate_moe  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baselines import (  # noqa: E402
+    ceilings,
+    check_grouped,
+    cuda_time,
+    grouped_bf16_moe,
+    limits,
+    moe_bytes_flops,
+    print_ceilings,
+)
 
 DSV3 = dict(num_experts=256, top_k=8, hidden=7168, inter=2048)
 CPU_SHAPE = dict(num_experts=32, top_k=8, hidden=1024, inter=512)
@@ -166,7 +181,17 @@ def moe_figures(cfg, tokens, device, iters):
                                     torch.bfloat16) for e in range(E)])
     print(f"expert groups: at most {R.EXPERT_GROUP_BYTES / 2 ** 20:.0f} MiB of expanded FC1 "
           f"weights each")
-    print(f"{'T':>5} {'quant':12} {'emulation ms':>13} {'loop ms':>8} {'bf16 ms':>9} {'ratio':>6} "
+    cuda = device.type == "cuda"
+    if cuda:
+        c = ceilings()
+        print_ceilings(c)
+        xg = torch.randn(64, H, generator=gen).bfloat16().to(device)
+        lg = torch.randn(64, E, generator=gen)
+        twg, tig = torch.topk(torch.softmax(lg, -1), k)
+        print(check_grouped(xg, b13, b2, (twg / twg.sum(-1, keepdim=True)).to(device),
+                            tig.int().to(device)))
+    print(f"{'T':>5} {'quant':12} {'emulation ms':>13} {'loop ms':>8} {'bf16 loop':>9} "
+          f"{'grouped bf16':>12} {'x grouped':>9} {'mem lim':>8} {'cmp lim':>8} "
           f"{'peak extra / ckpt':>18} {'total / ckpt':>13}")
     for T in tokens:
         x = torch.randn(T, H, generator=gen).bfloat16().to(device)
@@ -174,6 +199,12 @@ def moe_figures(cfg, tokens, device, iters):
         tw, ti = torch.topk(torch.softmax(logits, -1), k)
         tw, ti = (tw / tw.sum(-1, keepdim=True)).to(device), ti.int().to(device)
         t_bf = timeit(lambda: bf16_baseline(x, b13, b2, tw, ti, I), device, iters(T))
+        t_gr, mem, comp = float("nan"), float("nan"), float("nan")
+        if cuda:
+            t_gr = cuda_time(lambda: grouped_bf16_moe(x, b13, b2, tw, ti))
+            per_expert = 3 * I * H // 2 + 3 * I * H // 16  # FP4 codes and E4M3 block scales
+            nbytes, flops, _ = moe_bytes_flops(T, k, E, H, I, ti, per_expert)
+            mem, comp = limits(nbytes, flops, c, fp8=False)
         for quant in ("nvfp4_w4a16", "nvfp4"):
             a = (torch.tensor(1 / 448, device=device), torch.full((E,), 1 / 448, device=device)) \
                 if quant == "nvfp4" else (None, None)
@@ -181,7 +212,7 @@ def moe_figures(cfg, tokens, device, iters):
 
             def run():
                 return emulate_moe(x, W, tw, ti, activation="silu", quant=quant)
-            t_em = timeit(run, device, iters(T))
+            t_em = cuda_time(run) if cuda else timeit(run, device, iters(T))
             t_loop = float("nan")
             if device.type == "cuda":
                 t_loop = timeit(lambda: emulate_moe(x, W, tw, ti, activation="silu", quant=quant,
@@ -205,8 +236,9 @@ def moe_figures(cfg, tokens, device, iters):
                 torch.cuda.synchronize()
                 peak = torch.cuda.max_memory_allocated() - base
                 del y
-            print(f"{T:5d} {quant:12} {t_em:13.3f} {t_loop:8.3f} {t_bf:9.3f} {t_em / t_bf:6.2f} "
-                  f"{peak / ckpt:18.3f} {1 + peak / ckpt:13.3f}")
+            print(f"{T:5d} {quant:12} {t_em:13.3f} {t_loop:8.3f} {t_bf:9.3f} {t_gr:12.3f} "
+                  f"{t_em / t_gr:9.2f} {mem:8.3f} {comp:8.3f} "
+                  f"{peak / ckpt:18.3f} {1 + peak / ckpt:13.3f}", flush=True)
 
 
 def main():
@@ -214,6 +246,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a small MoE shape, no quantize figure")
     ap.add_argument("--full", action="store_true", help="the DeepSeek-V3 shape on the CPU too")
     ap.add_argument("--tokens", default="1,8,64,256")
+    ap.add_argument("--skip-quantize", action="store_true", help="no CPU quantize figure")
     args = ap.parse_args()
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536" and not torch.cuda.is_available():
         os.execve(sys.executable, [sys.executable, *sys.argv],
@@ -223,7 +256,7 @@ def main():
     print(f"torch {torch.__version__}; device {dev}"
           + (f" = {torch.cuda.get_device_name()}" if dev.type == "cuda" else
              f" ({torch.get_num_threads()} threads)"))
-    if not args.quick:
+    if not args.quick and not args.skip_quantize:
         quantize_figures()
     cfg = DSV3 if (dev.type == "cuda" or args.full) and not args.quick else CPU_SHAPE
     if args.quick:

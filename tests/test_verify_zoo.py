@@ -254,3 +254,38 @@ def test_flashinfer_shared_fc2_scale_is_the_reference_for_its_backends():
         assert r.status == status, (backend, r.detail)
     assert torch.is_tensor(vc.problem({"op": "moe", "backend": "flashinfer_trtllm"},
                                       case.spec(0))[4]["refs"][0])
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 MoE (issue 35)
+
+def test_fp8_moe_bounds_are_margin_times_the_recorded_measurement():
+    """The FP8 MoE bounds are MARGIN x the worst measured on the H200 (tools/fp8_moe_bounds.py
+    wrote them), rounded up: a bound edited without a measurement fails here."""
+    from selector.inspect import verify_cases as vcs
+    measured = {"fp8_tensor": (0.0753, 0.0336, 0.0319, 0.00179, 0.152),
+                "fp8_tensor_dynamic": (0.0787, 0.0409, 0.0431, 0.00237, 0.0773),
+                "fp8_channel": (0.0741, 0.0259, 0.0236, 0.00155, 0.105),
+                "fp8_block": (0.0593, 0.0195, 0.0231, 0.000181, 0.00488)}
+    assert dict(vcs.FP8_MOE_MEASURED) == measured
+    for q, m in measured.items():
+        b = verify.BOUNDS["moe", q]
+        got = (b.max_rel_err, b.rms_rel_err, b.gain_err, b.scale_err, b.act_err)
+        assert got == tuple(vcs.nice_bound(v) for v in m) and b.tile_err == math.inf, q
+        assert all(verify.MARGIN * v <= g <= 2 * verify.MARGIN * v for v, g in zip(m, got)), q
+
+
+def test_fp8_moe_problem_parts_sum_to_the_reference_and_expert0_is_small():
+    """The FP8 MoE problem: the per-expert parts add up to the reference; expert 0's FC2
+    activations are far smaller than the others' (so reusing its static scale saturates them);
+    fp8_tensor's a2 differ per expert."""
+    import torch
+
+    from selector.backends import verify_child as vc
+    case = verify.Case("moe", "fp8_tensor", "silu", True, "fp8_tensor")
+    spec = {"op": "moe", "backend": "torch_grouped_fp8", "overrides": [], "config_dirs": []}
+    (x, w, tw, ti), ref, parts, _, extras = vc.problem(spec, case.spec(0))
+    assert torch.allclose(sum(parts), ref, rtol=0, atol=1e-12 * float(ref.abs().max()))
+    assert w.a2_scale.shape == (16,) and float(w.a2_scale[0]) * 2 < float(w.a2_scale[1:].median())
+    assert set(extras["alternatives"]) == {"gelu", "gelu_tanh", "swigluoai",
+                                           "swigluoai_uninterleave", "swiglustep"}

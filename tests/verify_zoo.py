@@ -4,6 +4,7 @@ registered under `selector.backends`) run on `doctor --verify`'s problems, measu
 by `selector.inspect.verify` exactly as the verify child does it (in this process, many at a time).
 
     python tests/verify_zoo.py [--seeds 30] [--mutant-seeds 3] [--jobs N] [--json OUT]
+                               [--ops moe,linear,moe_fp8]
 
 prints the measured errors of the correct kernels (the basis of `selector.inspect.verify.BOUNDS`) and the
 detection table (markdown).
@@ -30,9 +31,41 @@ def _zoo():
 _CASES: Dict[str, list] = {}
 
 
+#: the FP8 MoE schemes the zoo runs (verify's FP8 MoE problems: backends/verify_problems.py)
+FP8_MOE_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+
+
+def fp8_cases() -> list:
+    """The FP8 MoE cases verify gives a backend that accepts every activation the reference
+    implements (selector.inspect.verify_cases.cases_for's order), for each FP8 scheme."""
+    from dataclasses import replace
+
+    from selector.inspect import verify_cases as vcs
+    out = []
+    for q in FP8_MOE_QUANTS:
+        for gated in (True, False):
+            first = True
+            for act in vcs.ACTIVATIONS[gated]:
+                if act not in vcs._reference_activations(gated):
+                    continue
+                c = vcs.Case("moe", q, act, gated, q)
+                out.append(c)
+                if gated and act in vcs.LIMITED_ACTIVATIONS:
+                    out.append(replace(c, swiglu_limit=vcs.LIMIT))
+                if first:
+                    out.append(replace(c, size="odd"))
+                    first = False
+    return out
+
+
 def cases(op: str) -> list:
     """Every verify case the emulation backend gets on this machine's default catalogue (the
-    simulated kernels accept what emulation accepts), unverified ones left out."""
+    simulated kernels accept what emulation accepts), unverified ones left out; "moe_fp8": the
+    FP8 MoE cases (``fp8_cases``)."""
+    if op == "moe_fp8":
+        if op not in _CASES:
+            _CASES[op] = fp8_cases()
+        return _CASES[op]
     if op not in _CASES:
         import selector
         from selector.inspect import verify
@@ -45,8 +78,10 @@ def cases(op: str) -> list:
 def run(op: str, cls, case, seed: int) -> Dict[str, Any]:
     """The verify child's measurement of one kernel class on one case and seed."""
     from selector.backends import verify_child as vc
-    spec = {"op": op, "backend": "emulation", "entry_point": f"mutantkernels:{cls.__name__}",
-            "overrides": [], "config_dirs": []}
+    real = cls.__module__.startswith("selector.")  # a real kernel (torch_grouped_fp8), not a sim
+    spec = {"op": case.op, "backend": "torch_grouped_fp8" if real else "emulation",
+            "entry_point": f"{cls.__module__}:{cls.__name__}", "overrides": [],
+            "config_dirs": []}
     try:
         return dict(vc.run_case(spec, case.spec(seed), cls=cls), outcome="measured")
     except Exception as exc:  # noqa: BLE001 - a mutant may raise: that is a FAIL too
@@ -88,9 +123,14 @@ def _task(args: Tuple[str, str, str, int, int]) -> Tuple[str, str, str, int, int
 def tasks(seeds: int, mutant_seeds: int, mutants=None, case_filter=None) -> List[tuple]:
     zoo = _zoo()
     out = []
-    for op in ("moe", "linear"):
-        for name in zoo.CORRECT[op]:
+    for op in ("moe", "linear", "moe_fp8"):
+        for name, cls in zoo.CORRECT[op].items():
+            computes = getattr(cls, "computes", None) or ()
             for ci, c in enumerate(cases(op)):
+                if op == "moe_fp8" and c.quant not in computes:
+                    continue
+                if op == "moe_fp8" and name == "torch_grouped_fp8" and c.quant == "fp8_block":
+                    continue  # its file does not implement it
                 if case_filter is None or case_filter(c):
                     out += [("correct", name, op, ci, s) for s in range(seeds)]
     for name, (op, _, pred, _) in zoo.MUTANTS.items():
@@ -122,7 +162,7 @@ def summarize(results: List[tuple]) -> Dict[str, Any]:
         case = cases(op)[ci]
         r = verify.judge(name, case, ev)
         if kind == "correct":
-            key = f"{op} {case.quant}"
+            key = f"{case.op} {case.quant}"
             c = correct.setdefault(key, dict.fromkeys(MEASURES, 0.0) | {"runs": 0})
             for m in MEASURES:
                 c[m] = max(c[m], float(ev.get(m) or 0.0))
@@ -141,9 +181,9 @@ def summarize(results: List[tuple]) -> Dict[str, Any]:
                 m["caught"] += 1
                 q["caught"] += 1
                 q["seeds"][str(seed)] = True
-                ratio = _ratio(r, verify.BOUNDS[op, case.quant])
+                ratio = _ratio(r, verify.BOUNDS[case.op, case.quant])
                 q["min_ratio"] = ratio if q["min_ratio"] is None else min(q["min_ratio"], ratio)
-                w = _why(r, verify.BOUNDS[op, case.quant])
+                w = _why(r, verify.BOUNDS[case.op, case.quant])
                 q["why"][w] = q["why"].get(w, 0) + 1
             else:
                 m["missed"].append(f"{case.id} seed {seed}: {r.detail}")
@@ -179,11 +219,24 @@ def verdicts(summary: Dict[str, Any]) -> Dict[Tuple[str, str], Tuple[int, int]]:
 def table(summary: Dict[str, Any]) -> str:
     """docs/verify.md's detection table: per scheme, the seeds on which the backend FAILs (any
     case), then the cases that FAIL, with which measure and how far past the bound."""
-    rows = ["| mutant | kind | W4A16 | W4A4 |", "|---|---|---|---|"]
     v = verdicts(summary)
-    for name, m in summary["mutants"].items():
+    fp8 = [n for n, m in summary["mutants"].items() if m["op"] == "moe_fp8"]
+    rows = []
+    for names, quants in (([n for n in summary["mutants"] if n not in fp8],
+                           ("nvfp4_w4a16", "nvfp4")), (fp8, FP8_MOE_QUANTS)):
+        if names:
+            rows += (["", "| mutant | kind | " + " | ".join(quants) + " |",
+                      "|---|---|" + "---|" * len(quants)])
+        rows += _rows(summary, v, names, quants)
+    return "\n".join(rows).strip("\n")
+
+
+def _rows(summary: Dict[str, Any], v, names, quants) -> List[str]:
+    rows = []
+    for name in names:
+        m = summary["mutants"][name]
         cells = []
-        for q in ("nvfp4_w4a16", "nvfp4"):
+        for q in quants:
             s = m["quants"].get(q)
             if not s:
                 cells.append("-")
@@ -195,8 +248,8 @@ def table(summary: Dict[str, Any]) -> str:
             if s["caught"]:
                 tail += f" ({', '.join(sorted(s['why']))}; >= {s['min_ratio']:.3g}x bound)"
             cells.append(head + tail)
-        rows.append(f"| {name} | {m['kind']} | {cells[0]} | {cells[1]} |")
-    return "\n".join(rows)
+        rows.append(f"| {name} | {m['kind']} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def main() -> None:
@@ -205,8 +258,11 @@ def main() -> None:
     ap.add_argument("--mutant-seeds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json")
+    ap.add_argument("--ops", default="moe,linear,moe_fp8",
+                    help="comma list of moe, linear, moe_fp8 (the FP8 MoE cases)")
     args = ap.parse_args()
-    todo = tasks(args.seeds, args.mutant_seeds)
+    ops = set(args.ops.split(","))
+    todo = [t for t in tasks(args.seeds, args.mutant_seeds) if t[2] in ops]
     print(f"{len(todo)} runs on {args.jobs} processes", flush=True)
     results = measure(todo, args.jobs)
     s = summarize(results)
@@ -220,5 +276,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # after an installed selector
     main()

@@ -12,9 +12,16 @@ by reciprocals (`cvt_warp_fp16_to_fp4`: SF = e4m3(global * amax / 6), element * 
 import torch
 
 from selector.backends import nvfp4 as nv
+from selector.backends._base import MoEBackend
 from selector.backends.emulation import EmulationLinear, EmulationMoE
+from selector.backends.fp8 import Fp8MoEWeights, make_moe_weights
 from selector.backends.nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor
-from selector.backends.reference import emulate_linear, emulate_moe, exact_quantizer
+from selector.backends.reference import (
+    emulate_linear,
+    emulate_moe,
+    exact_quantizer,
+    reference_fp8_moe,
+)
 
 
 def reciprocal_quantizer(x, scale):
@@ -296,8 +303,88 @@ class LinearNibbleSwap(SimLinear):
         return LinearWeights(_t(w.weight, (p >> 4) | (p << 4)), w.input_scale, w.bias)
 
 
+# ---------------------------------------------------------------------------------------------
+# FP8 MoE (issue 35): a simulated correct kernel and its mutants
+
+class SimFp8MoE(MoEBackend):
+    """A correct FP8 MoE kernel: both GEMM inputs quantized with the reference's quantizer,
+    float32 accumulation, FC1's output rounded to bf16 (as the grouped GEMM writes it), bf16
+    output (``backends.reference.reference_fp8_moe`` in float32)."""
+    computes = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+    backend = "sim_fp8"  # its file: conf/backend/moe/sim_fp8.yaml (the zoo runs it without one)
+
+    def gate(self, geometry=None, *, layer=None):
+        """No gate: a simulated kernel computes every FP8 MoE layer the reference does."""
+        return None
+
+    def mutate(self, w):
+        return w
+
+    def prepare(self, weights):
+        return self.mutate(weights)
+
+    def run(self, x, w, tw, ti, **kw):
+        args = dict(activation=self.activation, swiglu_limit=self.swiglu_limit,
+                    compute_dtype=torch.float32, fc1_output_dtype=torch.bfloat16)
+        args.update(kw)
+        return reference_fp8_moe(x, w, tw, ti, **args)
+
+    def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
+        y = self.run(x, prepared, topk_weights, topk_ids)
+        return y if out is None else out.copy_(y)
+
+
+def _fp8(w, **kw):
+    d = dict(w13=w.w13, w13_scale=w.w13_scale, w2=w.w2, w2_scale=w.w2_scale, quant=w.quant,
+             a13_scale=w.a13_scale, a2_scale=w.a2_scale)
+    d.update(kw)
+    return Fp8MoEWeights(**d)
+
+
+class Fp8ScaleTransposed(SimFp8MoE):
+    """w13's [rows/128, K/128] block scales stored K-major read as N-major (each expert's scale
+    matrix transposed, then read in the original shape)."""
+    def mutate(self, w):
+        s = w.w13_scale
+        t = s.transpose(-1, -2).contiguous().reshape(s.shape)
+        return _fp8(w, w13_scale=t)
+
+
+class Fp8BlockScaleWrongBlock(SimFp8MoE):
+    """Each w13 block's scale read from the next block along K (an off-by-one block index)."""
+    def mutate(self, w):
+        return _fp8(w, w13_scale=torch.roll(w.w13_scale, -1, dims=-1).contiguous())
+
+
+class Fp8A2ReusedAcrossExperts(SimFp8MoE):
+    """FC2's static activation scale of expert 0 used for every expert (fp8_tensor)."""
+    def mutate(self, w):
+        a2 = w.a2_scale
+        if a2 is None or a2.dim() == 0:
+            return w
+        return _fp8(w, a2_scale=a2[0].expand(a2.shape[0]).clone())
+
+
+class Fp8GateUpSwapped(SimFp8MoE):
+    """w13's [gate; up] halves read the wrong way round (requantized: the halves need not
+    align with 128-row scale blocks)."""
+    def mutate(self, w):
+        if not w.act_and_mul:
+            return w
+        deq = torch.stack([w.expert("w13", e) for e in range(w.num_experts)])
+        half = deq.shape[1] // 2
+        deq = torch.cat([deq[:, half:], deq[:, :half]], dim=1)
+        w2 = torch.stack([w.expert("w2", e) for e in range(w.num_experts)])
+        return make_moe_weights(deq, w2, w.quant, a13_scale=w.a13_scale, a2_scale=w.a2_scale)
+
+
 CORRECT = {"moe": {"sim_exact": SimMoE, "sim_reciprocal": SimReciprocalMoE},
-           "linear": {"sim_exact": SimLinear, "sim_reciprocal": SimReciprocalLinear}}
+           "linear": {"sim_exact": SimLinear, "sim_reciprocal": SimReciprocalLinear},
+           "moe_fp8": {"sim_fp8": SimFp8MoE}}
+if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
+    # the real kernel beside the simulated one (on the CPU torch has no _scaled_grouped_mm)
+    from selector.backends.torch_grouped_fp8 import TorchGroupedFp8MoE
+    CORRECT["moe_fp8"]["torch_grouped_fp8"] = TorchGroupedFp8MoE
 
 #: name -> (op, class, which cases it changes: a predicate on verify.Case, "gross" or "subtle")
 MUTANTS = {
@@ -324,4 +411,12 @@ MUTANTS = {
     "linear_global_scale_x1.05": ("linear", LinearScaleX105, lambda c: True, "subtle"),
     "linear_one_tile_transposed": ("linear", LinearOneTileTransposed, lambda c: True, "subtle"),
     "linear_nibble_swap": ("linear", LinearNibbleSwap, lambda c: True, "gross"),
+    # FP8 MoE: the zoo's "moe_fp8" cases (tests/verify_zoo.py fp8_cases)
+    "fp8_scale_transposed": ("moe_fp8", Fp8ScaleTransposed,
+                             lambda c: c.quant == "fp8_block", "gross"),
+    "fp8_block_scale_wrong_block": ("moe_fp8", Fp8BlockScaleWrongBlock,
+                                    lambda c: c.quant == "fp8_block", "subtle"),
+    "fp8_a2_reused_across_experts": ("moe_fp8", Fp8A2ReusedAcrossExperts,
+                                     lambda c: c.quant == "fp8_tensor", "subtle"),
+    "fp8_gate_up_swapped": ("moe_fp8", Fp8GateUpSwapped, lambda c: c.act_and_mul, "gross"),
 }

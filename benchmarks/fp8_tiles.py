@@ -1,0 +1,79 @@
+"""The Triton block-FP8 GEMM's tile sizes at decode, against the bf16 matmul and the limits.
+
+    python benchmarks/fp8_tiles.py
+
+For DeepSeek-V3's dense gate_up (N 36864, K 7168) and down (7168 x 18432) and Qwen3-8B's
+gate_up (24576 x 4096) at T = 1 and 16: ``backends.triton_fp8.block_fp8_matmul`` (the GEMM alone,
+its activation already quantized) for each tile configuration, its quantizer
+(``backends.fp8_act_quant``) alone, and a bf16 ``torch.matmul`` of the same shape, each replayed
+from a CUDA graph (the GPU's time; medians of CUDA events); the memory-bound limit (FP8 weight
+over the measured copy bandwidth). The shipped choice is ``triton_fp8.tile_config``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from baselines import ceilings, cuda_time, print_ceilings  # noqa: E402
+
+SHAPES = [("DeepSeek-V3 gate_up", 36864, 7168), ("DeepSeek-V3 down", 7168, 18432),
+          ("Qwen3-8B gate_up", 24576, 4096)]
+CONFIGS = [dict(BLOCK_M=16, BLOCK_N=n, num_warps=w, num_stages=s)
+           for n in (32, 64, 128) for w in (4,) for s in (3, 4, 6)] + [
+    dict(BLOCK_M=16, BLOCK_N=128, num_warps=8, num_stages=4)] + [
+    dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4, SPLIT_K=k) for k in (1, 2, 3, 4, 6)]
+
+
+def graph_ms(fn) -> float:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return cuda_time(g.replay, budget_s=0.1)
+
+
+def main() -> None:
+    from selector.backends.fp8 import make_linear_weights
+    from selector.backends.fp8_act_quant import quantize_activation
+    from selector.backends.triton_fp8 import _sm_count, block_fp8_matmul, split_k, tile_config
+    c = ceilings()
+    print_ceilings(c)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for name, n, k in SHAPES:
+        w = make_linear_weights(torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5,
+                                "fp8_block")
+        wbf = w.dequantize(torch.float32).bfloat16()
+        for t in (1, 16):
+            x = torch.randn(t, k, generator=gen, device="cuda").bfloat16()
+            a, sa = quantize_activation(x, "fp8_block")
+            ref = block_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16)
+            bf = graph_ms(lambda: torch.matmul(x, wbf.t()))
+            q = graph_ms(lambda: quantize_activation(x, "fp8_block"))
+            mem = (n * k + 2 * t * (n + k)) / c["bandwidth_GBps"] / 1e6
+            print(f"\n{name} [{n}, {k}] T={t}: bf16 graph {bf:.4f} ms, quantize {q:.4f} ms, "
+                  f"memory limit {mem:.4f} ms; shipped {tile_config(t)}, split-K "
+                  f"{split_k(t, n, -(-k // 128), tile_config(t)['BLOCK_N'], _sm_count(x.device))}")
+            for cfg in CONFIGS:
+                try:
+                    y = block_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16, cfg=cfg)
+                    same = float((y.float() - ref.float()).abs().max() / ref.float().abs().max())
+                    ms = graph_ms(lambda cfg=cfg: block_fp8_matmul(
+                        a, sa, w.weight, w.weight_scale, torch.bfloat16, cfg=cfg))
+                    print(f"  {cfg}: {ms:.4f} ms, +quantize {ms + q:.4f} = "
+                          f"{(ms + q) / bf:.2f}x bf16, {mem / ms:.0%} of the memory limit"
+                          f"; max |diff| to the shipped tiles {same:.2g} of max |y|",
+                          flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"  {cfg}: {type(exc).__name__}: {str(exc)[:100]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""backends/fp8_act_quant.py: the one-launch Triton activation quantizer gives the torch form's
+codes and scales bit for bit (``backends.fp8.quantize_activation`` with
+``SELECTOR_FP8_ACT_QUANT=torch``), on every scheme, odd sizes, rows of zeros and saturating
+inputs. CUDA (SM >= 8.9) with triton only; on the CPU the dispatch stays on the torch form."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from selector.backends import fp8  # noqa: E402
+
+QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+
+
+def test_cpu_tensors_keep_the_torch_form():
+    x = torch.randn(3, 200).bfloat16()
+    q, s = fp8.quantize_activation(x, "fp8_block")
+    assert q.shape == (3, 256) and s.shape == (3, 2)
+
+
+def _cuda_fp8() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.get_device_capability() >= (8, 9)
+
+
+@pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU of SM >= 8.9 and triton")
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("shape", [(1, 7168), (3, 200), (16, 4096), (67, 18432), (257, 272),
+                                   (1024, 1000)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_fused_equals_the_torch_form(monkeypatch, quant, shape, dtype):
+    from selector.backends import fp8_act_quant
+    g = torch.Generator(device="cuda").manual_seed(hash((quant, shape, dtype)) % 2 ** 31)
+    x = (torch.randn(shape, generator=g, device="cuda") * 3).to(getattr(torch, dtype))
+    x[0, : min(5, shape[1])] = 0
+    if shape[0] > 1:
+        x[1] = 0  # a row of zeros: the MIN_AMAX scale
+    x[-1, -1] = 1e4  # an outlier
+    scale = torch.tensor(2.0 ** -5, device="cuda")  # static: saturates the outliers
+    q1, s1 = fp8_act_quant.quantize_activation(x, quant, scale)
+    monkeypatch.setenv("SELECTOR_FP8_ACT_QUANT", "torch")
+    q0, s0 = fp8.quantize_activation(x, quant, scale)
+    assert q1.shape == q0.shape and s1.shape == s0.shape, (q1.shape, q0.shape, s1.shape, s0.shape)
+    assert torch.equal(s1, s0)
+    assert torch.equal(q1.view(torch.uint8), q0.view(torch.uint8)), int(
+        (q1.view(torch.uint8) != q0.view(torch.uint8)).sum())
+    monkeypatch.delenv("SELECTOR_FP8_ACT_QUANT")
+    q2, s2 = fp8.quantize_activation(x, quant, scale)  # the dispatch takes the fused form
+    assert torch.equal(q2.view(torch.uint8), q0.view(torch.uint8)) and torch.equal(s2, s0)
+
+
+@pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU of SM >= 8.9 and triton")
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_split_k_decode_gemm_matches_the_reference(m):
+    """triton_block_fp8 at decode splits K (backends/triton_fp8.py split_k): the same result as
+    one split up to float32 summation order, and within verify's FP8 linear bound of the
+    float64 reference, with and without a bias."""
+    from selector.backends.reference import reference_fp8_linear
+    from selector.backends.triton_fp8 import _sm_count, block_fp8_matmul, split_k
+    from selector.inspect.verify import BOUNDS
+    g = torch.Generator(device="cuda").manual_seed(m)
+    n, k = 320, 2176  # 5 tiles of 64 columns, 17 K blocks: two splits, a partial last block
+    assert split_k(m, n, -(-k // 128), 64, _sm_count(torch.device("cuda"))) > 1
+    w = fp8.make_linear_weights(torch.randn(n, k, generator=g, device="cuda") / k ** 0.5,
+                                "fp8_block", bias=torch.randn(n, generator=g, device="cuda"))
+    x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+    a, sa = fp8.quantize_activation(x, "fp8_block")
+    for bias in (None, w.bias.float()):
+        y = block_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16, bias)
+        one = block_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16, bias,
+                               cfg=dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4,
+                                        SPLIT_K=1))
+        ww = w if bias is not None else fp8.Fp8LinearWeights(w.weight, w.weight_scale,
+                                                             "fp8_block")
+        ref = reference_fp8_linear(x.double(), ww, compute_dtype=torch.float64).double()
+        err = float((y.double() - ref).abs().max() / ref.abs().max())
+        assert err <= BOUNDS["linear", "fp8_block"].max_rel_err, err
+        assert float((y.float() - one.float()).abs().max()) <= 2 ** -7 * float(one.abs().max())
