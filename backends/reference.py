@@ -214,10 +214,12 @@ def reference_fp8_linear(x, weights, *, quant: Optional[str] = None, out=None,
     q = weights.quant if quant is None else quant
     if q != weights.quant:
         raise ValueError(f"quant {q!r} does not match the weights' scheme {weights.quant!r}")
-    check_float_tensor(x)
+    from . import validate
     K, N = weights.in_features, weights.out_features
-    if x.dim() == 0 or x.shape[-1] != K:
-        raise ValueError(f"x has shape {list(x.shape)}; expected [..., {K}] (the layer's in_features)")
+    validate.float_input("x", x, last=K, device=weights.weight.device,
+                         allowed=validate.FLOAT_INPUTS + ("float64",))
+    if not x.numel():  # zero tokens: an empty output
+        return validate.empty_output(tuple(x.shape[:-1]) + (N,), x, out)
     cd = compute_dtype or torch.float32
     x2 = x.reshape(-1, K)
     # the codes come from float32 arithmetic whatever compute_dtype is: the kernels' quantizer
@@ -258,12 +260,13 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
     quant = weights.quant
     if quant not in MOE_QUANTS:
         raise ValueError(f"the FP8 MoE reference runs {', '.join(MOE_QUANTS)}, not {quant!r}")
-    check_float_tensor(x)
+    from . import validate
     H = weights.hidden_size
     act_and_mul = weights.act_and_mul
     check_activation(activation, act_and_mul)
-    if x.dim() != 2 or x.shape[1] != H:
-        raise ValueError(f"x has shape {list(x.shape)}; expected [num_tokens, {H}]")
+    validate.float_input("x", x, last=H, dim=2, device=weights.w13.device,
+                         allowed=validate.FLOAT_INPUTS + ("float64",))
+    validate.routing(topk_weights, topk_ids, x.shape[0], weights.num_experts, weights.w13.device)
     cd = compute_dtype or torch.float32
     xq, xs = quantize_activation(x.to(torch.float32), quant, weights.a13_scale)
     xd = dequantize_activation(xq, xs, quant, cd)
@@ -322,7 +325,6 @@ def _expert_scale(scale, e: int):
 def _moe_inputs(x, weights: MoEWeights, topk_weights, topk_ids, activation: str, quant: str,
                 w13_order: str) -> Tuple[int, int, int, bool]:
     """Validate a fused-MoE call; ``(E, H, T, act_and_mul)``."""
-    torch = _torch()
     _check_quant(quant)
     act_and_mul = weights.act_and_mul
     check_activation(activation, act_and_mul)
@@ -336,15 +338,8 @@ def _moe_inputs(x, weights: MoEWeights, topk_weights, topk_ids, activation: str,
     if x.dim() != 2 or x.shape[1] != H:
         raise ValueError(f"x has shape {list(x.shape)}; expected [num_tokens, {H}] (2-D, hidden size {H})")
     T = x.shape[0]
-    if (tuple(topk_ids.shape) != tuple(topk_weights.shape) or topk_ids.dim() != 2
-            or topk_ids.shape[0] != T):
-        raise ValueError(f"topk_ids {list(topk_ids.shape)} and topk_weights "
-                         f"{list(topk_weights.shape)} must both be [T={T}, top_k]")
-    if topk_ids.dtype.is_floating_point or topk_ids.dtype == torch.bool:
-        raise ValueError(f"topk_ids must be an integer tensor, got {topk_ids.dtype}")
-    if topk_ids.numel() and int(topk_ids.max()) >= E:
-        raise ValueError(f"topk_ids holds expert {int(topk_ids.max())}; this layer has {E} experts "
-                         f"(0..{E - 1}, negative = unrouted)")
+    from . import validate
+    validate.routing(topk_weights, topk_ids, T, E, x.device)
     return E, H, T, act_and_mul
 
 

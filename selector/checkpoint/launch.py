@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 from selector.core.errors import bad_input
 from selector.core.parallel import Parallel, make_parallel
+from selector.core.text import join_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
@@ -629,7 +630,7 @@ def render(lp: LaunchPlan) -> str:
     for n in lp.notes:
         lines.extend(textwrap.wrap(f"note: {n}", width=WRAP, subsequent_indent="  "))
     lines.append(f"command: {lp.command()}")
-    return "\n".join(lines)
+    return join_lines(lines)  # the engine label and file-given names: escaped
 
 
 __all__ = ["Parallel", "make_parallel", "Topology", "topology", "Group", "LaunchPlan",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from packaging.version import Version
 
 from selector.core.errors import SelectorError, bad_value
+from selector.core.text import join_lines, printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.decision import Candidate
@@ -35,7 +36,8 @@ class Cell:
     def tooltip(self) -> str:
         if not self.reasons:
             return "passes every rule" if self.status in ("selected", "eligible") else self.short
-        return "\n".join(f"[{r['rule']}] {r['message']} ({r['source']})" for r in self.reasons)
+        return "\n".join(printable(f"[{r['rule']}] {r['message']} ({r['source']})")
+                         for r in self.reasons)  # one line per reason, each escaped
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def _cell(c: Candidate) -> Cell:
         short = needs[0].replace(" or SM ", "/") if needs else "rejected"  # SM 10.0/10.3
         if len(needs) > 1:
             short += f" (+{len(needs) - 1})"
-        return Cell(c.status, short, reasons)
+        return Cell(c.status, printable(short), reasons)
     return Cell(c.status, _LABEL[c.status], reasons)
 
 
@@ -168,7 +170,7 @@ def to_text(grids: Sequence[Grid]) -> str:
     out.append("selected: chosen automatically; usable: passes every rule; opt-in: passes "
                "every rule, chosen only when requested; n/a: does not implement the layer; "
                "otherwise what is missing (+N more)")
-    return "\n".join(out)
+    return join_lines(out)  # preset, stack and backend names come from files: escaped
 
 
 def _md(text: str) -> str:

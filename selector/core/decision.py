@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pro
 from selector.core.notes import Note, text
 from selector.core.rules import Reason
 from selector.core.schema import USABLE, Status
-from selector.core.text import join_lines
+from selector.core.text import join_lines, printable
 
 WRAP = 100  # text width of the rendered explanation
 # The text table reads at a glance: the selected backend first, then what else could run, then
@@ -202,12 +202,13 @@ class Decision:
         if refused:
             first = self.candidate(str(refused[0].backend))
             r = first.reasons[0]
-            return f"{head} requested {self.requested}: {first.backend} [{r.rule}] {r.message}"
+            return printable(f"{head} requested {self.requested}: {first.backend} [{r.rule}] "
+                             f"{r.message}")  # file- and plugin-given text: one line stays one
         if "warning" in marks:
             w = next(n for n in self.note_data
                      if n.severity == "warning" and n.backend == self.selected)
-            return f"{head} {text(w)}"
-        return f"{head} ({self.summary()})"
+            return printable(f"{head} {text(w)}")
+        return printable(f"{head} ({self.summary()})")
 
     def __str__(self) -> str:
         return render_text(self)
