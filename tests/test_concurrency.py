@@ -8,7 +8,6 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List
@@ -86,12 +85,10 @@ def test_many_threads_one_selector(platform):
     errors: List[BaseException] = []
     threads = [threading.Thread(target=_worker, args=(shared, layers, barrier, seed, seen,
                                                       errors)) for seed in range(THREADS)]
-    t = time.perf_counter()
     for th in threads:
         th.start()
     for th in threads:
         th.join(120)
-    elapsed = time.perf_counter() - t
     assert not any(th.is_alive() for th in threads), "a thread hung"
     assert not errors, errors[:3]
     for i, kw in enumerate(layers):
@@ -101,7 +98,6 @@ def test_many_threads_one_selector(platform):
     # Two spellings of one layer: one decision object.
     assert shared.select(**layers[-2]) is shared.select(**{k: layers[-2][k] for k in
                                                           sorted(layers[-2])})
-    assert elapsed < 60, elapsed
 
 
 def test_cached_answers_do_not_depend_on_what_was_asked_before():

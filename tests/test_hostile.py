@@ -44,7 +44,7 @@ def user_dir(root: Path, files: Dict[str, str]) -> Path:
     return d
 
 
-def subprocess_cli(args: Sequence[str], timeout: float = 60, **env: str):
+def subprocess_cli(args: Sequence[str], timeout: float = 300, **env: str):
     return subprocess.run([sys.executable, "-m", "selector", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=str(REPO), env=child_env(**env))
 
@@ -63,7 +63,7 @@ def test_1_fifo_is_refused_not_read(tmp_path, command):
     d = user_dir(tmp_path, {})
     (d / "platform").mkdir()
     os.mkfifo(d / "platform" / "pipe.yaml")
-    p = subprocess_cli([command, "--config-dir", str(d), "platform=cpu"], timeout=60,
+    p = subprocess_cli([command, "--config-dir", str(d), "platform=cpu"], timeout=300,
                        SELECTOR_CACHE_DIR=str(tmp_path / "c"))
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "pipe.yaml" in p.stderr and "not a regular file" in p.stderr
@@ -330,7 +330,7 @@ def test_15_full_disk_and_closed_stdout():
     for redirect in ("> /dev/full", ">&-"):
         p = subprocess.run(f"{sys.executable} -m selector explain platform=b200 {redirect}",
                            shell=True, capture_output=False, stderr=subprocess.PIPE, text=True,
-                           cwd=str(REPO), env=child_env(), timeout=60)
+                           cwd=str(REPO), env=child_env(), timeout=300)
         assert p.returncode == 2, (redirect, p.stderr)
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "cannot write the output" in lines[0], p.stderr
