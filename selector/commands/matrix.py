@@ -247,10 +247,22 @@ def render(grids: Sequence[Grid], fmt: str, command: str) -> str:
 
 
 def default_stack(config_dirs: Sequence[str] = ()) -> str:
-    """The matrix's default stack: the preset its file marks `stack: {default: true}`."""
+    """The matrix's default stack: the packaged preset its file marks `stack: {default: true}`.
+
+    The default is the project's reference (docs/matrix.md is generated with it), so only the
+    packaged tree's mark counts: a plugin's or a config dir's `default: true` is ignored here
+    (a plugin cannot know what other plugins mark, and one that marked it made `matrix` exit 2
+    for every user who installed it). Their stacks stay reachable with --stack."""
     from selector.config.catalogues import discover as discover_tree
     from selector.config.presets import default_stack as marked
-    return marked(discover_tree([Path(d) for d in config_dirs]))
+    from selector.config.presets import stack_presets
+    from selector.core.packaged import packaged_conf_dir
+    tree = discover_tree([Path(d) for d in config_dirs])
+    home = Path(packaged_conf_dir()).resolve()
+    paths = tree.presets.get("stack", {})
+    own = [n for n, meta in stack_presets(tree) if meta["default"] and
+           Path(paths[n]).resolve().is_relative_to(home)]
+    return own[0] if len(own) == 1 else marked(tree)
 
 
 def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: str,
