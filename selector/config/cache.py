@@ -120,10 +120,21 @@ def read_json(path: Path, max_bytes: int, what: str = "cache entry") -> Optional
 
 
 def bad_entry(path: Path, why: str, what: str = "cache entry") -> None:
-    """The note for a cache file ignored (once per process and file): recomputed, rewritten."""
-    from selector.config.catalogues import _warn
-    _warn([f"{what} {path} {why}: ignored (recomputed, and rewritten where the cache is "
-           "writable)"])
+    """The note for a cache file ignored (once per process and file): recomputed, rewritten.
+    Through the warning channel of catalogues.py when it is loaded (the CLI prints it to
+    stderr), else the `selector` logger (catalogues.py imports the composer, which imports
+    this module: looked up, not imported)."""
+    import sys
+    note = (f"{what} {path} {why}: ignored (recomputed, and rewritten where the cache is "
+            "writable)")
+    cat = sys.modules.get("selector.config.catalogues")
+    if cat is not None:
+        cat._warn([note])
+        return
+    import logging
+
+    from selector.core.text import printable
+    logging.getLogger("selector").warning("selector: warning: %s", printable(note))
 
 
 def get(d: Path, key: str) -> Optional[Dict[str, Any]]:
