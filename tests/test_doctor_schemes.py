@@ -21,7 +21,7 @@ def test_no_gpu_no_flashinfer_backend_could_run(platform, monkeypatch, tmp_path)
     sel = selector.load([platform, "stack=flashinfer_0_7_4"])
     if sel.default().platform["capability"] is not None:
         pytest.skip("this machine has a GPU")
-    for (op, name), v in verdicts.items():
+    for (_op, name), v in verdicts.items():
         if name.startswith("flashinfer_"):
             assert v["verdict"] == "cannot run", v
             assert any(r["rule"] in ("device", "cuda", "quant") for r in v["reasons"]), v
