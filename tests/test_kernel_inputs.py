@@ -263,7 +263,7 @@ def _bad_routing(tw, ti, how, E):
     return {"short": lambda: (tw[:-1], ti[:-1]), "long": lambda: (torch.cat([tw, tw]),
                                                                     torch.cat([ti, ti])),
             "float": lambda: (tw, ti.float()), "bool": lambda: (tw, ti > 0),
-            "too_big": lambda: (tw, ti + E), "weights_shape": lambda: (tw[:, :1], ti),
+            "too_big": lambda: (tw, ti + E), "weights_shape": lambda: (torch.cat([tw, tw], 1), ti),
             "weights_int": lambda: (ti, ti), "one_d": lambda: (tw[:, 0], ti[:, 0])}[how]()
 
 
