@@ -14,7 +14,7 @@ import re
 import sys
 
 import pytest
-from helpers import run_main
+from helpers import REPO, run_main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plugin_site import make_site
@@ -26,6 +26,7 @@ from selector.core.text import printable
 HOSTILE = ("bad\nselected: forged\x1b[2J\x1b]0;title\x07\r\x00\x7f\x85\x9b31m"
            "\u202e\u2066\u2028\u2029end")
 FORGED = "selected: forged"
+R1 = str(REPO / "examples" / "deepseek-r1-nvfp4")
 # what may never reach a terminal raw: C0 but the newline, DEL, C1, bidi controls, separators
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f\x80-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
                  "\u2028\u2029]")
@@ -71,6 +72,7 @@ TEXT_RUNS = [
     ["explain", "--why", "evil_be", "platform=cpu"],
     ["explain", "--why", "evil_be", "--format", "line", "platform=cpu"],
     ["list"],
+    ["explain", "--model", R1, "engine=evil", "platform=b200", "stack=vllm_0_32"],  # launch plan
     pytest.param(["matrix", "--op", "moe"], marks=pytest.mark.slow),  # every platform preset
     pytest.param(["matrix", "--op", "moe", "--format", "html"], marks=pytest.mark.slow),
     pytest.param(["matrix", "--op", "moe", "--format", "markdown"], marks=pytest.mark.slow),
@@ -83,6 +85,8 @@ def test_hostile_config_strings_are_escaped_in_every_text_format(user_dir, argv)
     assert rc in (0, 1), err
     assert_clean(out, " ".join(argv))
     assert_clean(err, " ".join(argv) + " (stderr)")
+    if "--model" in argv:
+        assert "launch plan for vLLM" in out  # the heading with the engine's label
     if "--why" in argv or argv == ["explain", "platform=cpu"]:
         # shown escaped (a long line may wrap at its spaces): what the file says
         assert re.search(r"bad\\nselected:\s+forged\\x1b\[2J", out), out
