@@ -72,7 +72,7 @@ TEXT_RUNS = [
     ["explain", "--why", "evil_be", "platform=cpu"],
     ["explain", "--why", "evil_be", "--format", "line", "platform=cpu"],
     ["list"],
-    ["explain", "--model", R1, "engine=evil", "platform=b200", "stack=vllm_0_32"],  # launch plan
+    ["explain", "--model", R1, "engine=evil", "platform=b200"],  # the launch plan's heading
     pytest.param(["matrix", "--op", "moe"], marks=pytest.mark.slow),  # every platform preset
     pytest.param(["matrix", "--op", "moe", "--format", "html"], marks=pytest.mark.slow),
     pytest.param(["matrix", "--op", "moe", "--format", "markdown"], marks=pytest.mark.slow),
@@ -86,7 +86,7 @@ def test_hostile_config_strings_are_escaped_in_every_text_format(user_dir, argv)
     assert_clean(out, " ".join(argv))
     assert_clean(err, " ".join(argv) + " (stderr)")
     if "--model" in argv:
-        assert "launch plan for vLLM" in out  # the heading with the engine's label
+        assert "launch plan for vLLM bad\\nselected: forged\\x1b[2J" in out  # the label, escaped
     if "--why" in argv or argv == ["explain", "platform=cpu"]:
         # shown escaped (a long line may wrap at its spaces): what the file says
         assert re.search(r"bad\\nselected:\s+forged\\x1b\[2J", out), out
