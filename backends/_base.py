@@ -191,6 +191,14 @@ class KernelBackend:
     #: the kernel (its `engines.<engine>.kernels`), as vLLM's FP8 and MX linear kernels.
     computes: Optional[Tuple[str, ...]] = None
 
+    def __new__(cls, *args: Any, **kwargs: Any):
+        """Refuse an option the class does not take (``Decision.instantiate(compute_dtype=...)``
+        on a backend without one) with a ValueError naming it and the accepted options, not
+        the constructor's TypeError."""
+        from .validate import options
+        options(cls, kwargs)
+        return super().__new__(cls)
+
     def __init__(self, *, quant: str = "nvfp4", activation: str = "silu",
                  act_and_mul: Optional[bool] = None, ep_size: int = 1,
                  swiglu_limit: Optional[float] = None, dtype: str = "bfloat16",

@@ -27,6 +27,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Tuple
 
+from . import validate
+
 FP8_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 FP8_MAX = 448.0  # largest finite E4M3 (float8_e4m3fn)
 BLOCK = 128  # DeepSeek-style block: 128x128 weights, 1x128 activations
@@ -140,24 +142,17 @@ class Fp8LinearWeights:
                              f"{getattr(w, 'dtype', type(w).__name__)} "
                              f"{list(getattr(w, 'shape', []))}")
         n, k = w.shape
-        s = self.weight_scale
-        want = weight_scale_shape(self.quant, n, k)
-        if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or tuple(s.shape) != want:
-            raise ValueError(f"weight_scale: expected float32 {list(want)} for {self.quant} "
-                             f"[{n}, {k}], got {getattr(s, 'dtype', type(s).__name__)} "
-                             f"{list(getattr(s, 'shape', []))}")
-        if not bool(torch.isfinite(s).all()) or bool((s <= 0).any()):
-            raise ValueError("weight_scale: every scale must be finite and > 0")
+        validate.scale("weight_scale", self.weight_scale, [weight_scale_shape(self.quant, n, k)],
+                       context=f"for {self.quant} [{n}, {k}]")
+        same_device = validate.same_device
+        same_device("weight_scale", self.weight_scale, w.device)
         if self.quant == "fp8_tensor":
-            i = self.input_scale
-            if i is None:
+            if self.input_scale is None:
                 raise ValueError("input_scale: fp8_tensor has a static activation scale; got "
                                  "None (a checkpoint without one is fp8_tensor_dynamic)")
-            if not isinstance(i, torch.Tensor) or i.numel() != 1 or not bool(
-                    torch.isfinite(i).all()) or float(i.reshape(())) <= 0:
-                raise ValueError("input_scale: expected one finite fp32 scale > 0")
-        if self.bias is not None and tuple(self.bias.shape) != (n,):
-            raise ValueError(f"bias has shape {list(self.bias.shape)}; expected [{n}]")
+            validate.scale("input_scale", self.input_scale, [(), (1,)])
+            same_device("input_scale", self.input_scale, w.device)
+        validate.bias(self.bias, n, w.device)
 
     @property
     def out_features(self) -> int:
@@ -190,11 +185,17 @@ def is_fp8_linear_weights(w) -> bool:
 def make_linear_weights(w, quant: str, *, input_scale=None, bias=None) -> Fp8LinearWeights:
     """Quantize a float ``[N, K]`` weight to ``quant`` (a checkpoint as an FP8 quantizer writes it)."""
     torch = _torch()
+    validate.tensor("w", w)
     q, s = quantize_weight(w, quant)
     if input_scale is not None:
-        input_scale = torch.as_tensor(input_scale, dtype=torch.float32, device=q.device).reshape(())
+        input_scale = validate.to_scale("input_scale", input_scale, q.device)
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        try:
+            bias = torch.as_tensor(bias, dtype=torch.float32, device=q.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"bias: expected a float tensor [{q.shape[0]}] (or a list of "
+                             f"{q.shape[0]} numbers), got {type(bias).__name__}") from None
     return Fp8LinearWeights(q, s, quant, input_scale if quant == "fp8_tensor" else None, bias)
-
 
 #: the schemes the grouped MoE path runs (row-wise scales: per-tensor ones broadcast per row)
 MOE_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel")
@@ -233,14 +234,15 @@ class Fp8MoEWeights:
             raise ValueError(f"w13 {list(self.w13.shape)} and w2 {list(self.w2.shape)} do not make "
                              "one MoE layer ([E, 2I or I, H] and [E, H, I])")
         for name, t in (("w13_scale", self.w13), ("w2_scale", self.w2)):
-            s = getattr(self, name)
-            want = moe_weight_scale_shape(self.quant, *t.shape)
-            if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or tuple(s.shape) != want:
-                raise ValueError(f"{name}: expected float32 {list(want)} for {self.quant}, got "
-                                 f"{getattr(s, 'dtype', type(s).__name__)} "
-                                 f"{list(getattr(s, 'shape', []))}")
+            validate.scale(name, getattr(self, name), [moe_weight_scale_shape(self.quant, *t.shape)],
+                           context=f"for {self.quant}")
+            validate.same_device(name, getattr(self, name), self.w13.device)
         if self.quant == "fp8_tensor" and (self.a13_scale is None or self.a2_scale is None):
             raise ValueError("fp8_tensor MoE needs its static a13_scale and a2_scale")
+        for name, shapes in (("a13_scale", [(), (1,)]), ("a2_scale", [(), (1,), (e,)])):
+            if getattr(self, name) is not None:
+                validate.scale(name, getattr(self, name), shapes)
+                validate.same_device(name, getattr(self, name), self.w13.device)
 
     @property
     def num_experts(self) -> int:
@@ -281,22 +283,24 @@ def make_moe_weights(w13, w2, quant: str, *, a13_scale=None, a2_scale=None) -> F
         qs = [quantize_weight(w[e], quant) for e in range(w.shape[0])]
         out.append((torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])))
 
-    def f32(v):
-        return None if v is None else torch.as_tensor(v, dtype=torch.float32, device=w13.device)
+    e = int(w13.shape[0])
+
+    def f32(name, v, shapes):
+        return None if v is None else validate.to_scale(name, v, w13.device, shapes)
     static = quant == "fp8_tensor"
     return Fp8MoEWeights(out[0][0], out[0][1], out[1][0], out[1][1], quant,
-                         f32(a13_scale) if static else None, f32(a2_scale) if static else None)
+                         f32("a13_scale", a13_scale, [()]) if static else None,
+                         f32("a2_scale", a2_scale, [(), (e,)]) if static else None)
 
 
-def linear_input(x, in_features: int):
-    """``(leading shape, x as [M, in_features])`` of a linear layer's input ``[..., K]`` in
-    bfloat16, float16 or float32; anything else is a ValueError naming what was expected."""
-    torch = _torch()
-    if x.dim() == 0 or x.shape[-1] != in_features:
-        raise ValueError(f"x has shape {list(x.shape)}; expected [..., {in_features}]")
-    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"x is {x.dtype}; expected bfloat16, float16 or float32")
-    return tuple(x.shape[:-1]), x.reshape(-1, in_features)
+def linear_input(x, in_features: int, device: Any = None):
+    """``(leading shape, x as a contiguous [M, in_features])`` of a linear layer's input
+    ``[..., K]`` in bfloat16, float16 or float32 (on ``device``, the weights'); anything else is
+    a ValueError naming what was expected (backends.validate). Any strides are accepted: a
+    non-contiguous x (a column-major view) is copied once, as the kernels need unit stride."""
+    validate.float_input("x", x, last=in_features, device=device)
+    x2 = x.reshape(-1, in_features)
+    return tuple(x.shape[:-1]), x2 if x2.is_contiguous() else x2.contiguous()
 
 
 def fused_act_quant(x) -> bool:
@@ -340,8 +344,9 @@ def quantize_activation(x, quant: str, input_scale=None):
             raise ValueError("fp8_tensor needs its static input_scale")
         s = torch.as_tensor(input_scale, dtype=torch.float32, device=x.device).reshape(())
         return _to_fp8(xf, s), s
-    if quant == "fp8_tensor_dynamic":
-        s = _scale_from_amax(xf.abs().amax())
+    if quant == "fp8_tensor_dynamic":  # no rows (zero tokens): the smallest scale, no codes
+        amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
+        s = _scale_from_amax(amax)
         return _to_fp8(xf, s), s
     if quant == "fp8_channel":
         s = _scale_from_amax(xf.abs().amax(dim=1, keepdim=True))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
+from . import validate
 from ._base import MoEBackend
 from .fp8 import MOE_QUANTS
 
@@ -91,12 +92,15 @@ class TorchGroupedFp8MoE(MoEBackend):
         from .reference import activation_fn
         p = prepared
         E, H = p.w13.shape[0], p.w13.shape[2]
-        if x.dim() != 2 or x.shape[1] != H:
-            raise ValueError(f"x has shape {list(x.shape)}; expected [num_tokens, {H}]")
+        validate.float_input("x", x, last=H, dim=2, device=p.w13.device)
+        validate.routing(topk_weights, topk_ids, x.shape[0], E, p.w13.device)
         T, K = topk_ids.shape
         dev = x.device
         ids = topk_ids.reshape(-1).long()
         valid = ids >= 0
+        if not bool(valid.any()):  # zero tokens, or every slot unrouted: nothing to compute
+            res = torch.zeros((T, H), dtype=x.dtype, device=dev)
+            return res if out is None else validate.empty_output((T, H), x, out).zero_()
         tok = torch.arange(T, device=dev).repeat_interleave(K)[valid]
         wts = topk_weights.reshape(-1)[valid].float()
         ids = ids[valid]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
+from . import validate
 from ._base import LinearBackend
 from .fp8 import BLOCK, cdiv, is_fp8_linear_weights, linear_input, quantize_activation
 
@@ -108,7 +109,9 @@ class _TorchScaledMM(LinearBackend):
         from ._base import output_buffer
         torch = _torch()
         p = prepared
-        lead, x2 = linear_input(x, p.in_features)
+        lead, x2 = linear_input(x, p.in_features, p.weight.device)
+        if not x2.shape[0]:  # zero tokens: an empty output (the GEMMs refuse M = 0)
+            return validate.empty_output(lead + (p.out_features,), x, out)
         a, a_scale = quantize_activation(x2, p.quant, p.input_scale)
         if a.shape[1] != p.padded_k:
             a = torch.nn.functional.pad(a.view(torch.uint8), (0, p.padded_k - a.shape[1])).view(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from . import validate
 from ._base import LinearBackend
 from .fp8 import BLOCK, is_fp8_linear_weights, linear_input, quantize_activation
 
@@ -151,6 +152,7 @@ class TritonBlockFp8Linear(LinearBackend):
                              f"{weights.quant}, the layer {self.quant}")
         from .torch_scaled_mm import TorchFp8Prepared
         n, k = weights.out_features, weights.in_features
+        validate.int32_indexing("triton_block_fp8", **{"the weight [N, K]": n * k})
         prepared = TorchFp8Prepared(
             quant="fp8_block", weight=weights.weight.contiguous(),
             weight_scale=weights.weight_scale.float().contiguous(), input_scale=None,
@@ -163,7 +165,14 @@ class TritonBlockFp8Linear(LinearBackend):
 
         from ._base import output_buffer
         p = prepared
-        lead, x2 = linear_input(x, p.in_features)
+        validate.float_input("x", x, last=p.in_features, device=p.weight.device)
+        m = x.numel() // p.in_features
+        validate.int32_indexing("triton_block_fp8", **{  # the kernel's offsets are int32
+            "x [M, K]": m * (p.in_features + (-p.in_features) % BLOCK),
+            "the output [M, N]": m * p.out_features})
+        lead, x2 = linear_input(x, p.in_features, p.weight.device)
+        if not x2.shape[0]:
+            return validate.empty_output(lead + (p.out_features,), x, out)
         a, sa = quantize_activation(x2, "fp8_block")
         bias = None if p.bias is None else p.bias.to(torch.float32).contiguous()
         y = block_fp8_matmul(a, sa, p.weight, p.weight_scale, x.dtype, bias)

@@ -8,7 +8,6 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List
@@ -86,12 +85,10 @@ def test_many_threads_one_selector(platform):
     errors: List[BaseException] = []
     threads = [threading.Thread(target=_worker, args=(shared, layers, barrier, seed, seen,
                                                       errors)) for seed in range(THREADS)]
-    t = time.perf_counter()
     for th in threads:
         th.start()
     for th in threads:
         th.join(120)
-    elapsed = time.perf_counter() - t
     assert not any(th.is_alive() for th in threads), "a thread hung"
     assert not errors, errors[:3]
     for i, kw in enumerate(layers):
@@ -101,7 +98,6 @@ def test_many_threads_one_selector(platform):
     # Two spellings of one layer: one decision object.
     assert shared.select(**layers[-2]) is shared.select(**{k: layers[-2][k] for k in
                                                           sorted(layers[-2])})
-    assert elapsed < 60, elapsed
 
 
 def test_cached_answers_do_not_depend_on_what_was_asked_before():
@@ -165,7 +161,7 @@ def test_concurrent_processes_share_a_cold_cache(tmp_path):
 # -- fork during a cold first load (issue 25, defect 8) --------------------------------------------
 
 FORK_TRIAL = r"""
-import os, random, signal, sys, threading, time
+import faulthandler, os, random, signal, sys, threading, time
 import selector
 load = selector.load  # the main thread imports the API, as an engine does before its threads
 random.seed(int(sys.argv[1]))
@@ -173,17 +169,49 @@ t = threading.Thread(target=load, args=(["platform=cpu", "layer.ep_size=3"],), d
 t.start()
 time.sleep(random.uniform(0.0, float(sys.argv[2])))
 pid = os.fork()
+forked = time.monotonic()
 if pid == 0:  # the child: a cold load of its own must finish
-    signal.alarm(60)
+    faulthandler.enable(all_threads=True)  # SIGABRT from the watcher: every stack on stderr
     try:
         selector.load(["platform=b200", "stack=flashinfer_0_7_4"]).default()
         os._exit(0)
     except BaseException as exc:
+        import traceback
+        traceback.print_exc()
         print(f"child: {type(exc).__name__}: {exc}", file=sys.stderr)
         os._exit(3)
-_, status = os.waitpid(pid, 0)
-code = os.waitstatus_to_exitcode(status)
-print("hang" if code == -signal.SIGALRM else f"exit {code}")
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+# A stuck child waits on a lock and uses no CPU; a slow one (every core busy) still makes
+# progress. So the verdict is by CPU progress, never by wall time: "hang" only when the child
+# has used no CPU at all for STALL_S seconds of waiting.
+STALL_S = float(sys.argv[3])
+last, still = -1, 0.0
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        code = os.waitstatus_to_exitcode(status)
+        print(f"exit {code}")
+        print(f"child ended {time.monotonic() - forked:.1f} s after the fork", file=sys.stderr)
+        break
+    try:
+        ticks = cpu_ticks(pid)
+    except OSError:
+        ticks = last
+    still = still + 0.25 if ticks == last else 0.0
+    last = ticks
+    if still >= STALL_S:
+        os.kill(pid, signal.SIGABRT)  # faulthandler prints where it is stuck
+        os.waitpid(pid, 0)
+        print(f"hang (no CPU used for {STALL_S:.0f} s)")
+        break
+    time.sleep(0.25)
 t.join()
 """
 
@@ -199,14 +227,17 @@ def test_fork_during_a_cold_first_load_under_cpu_load(tmp_path):
     try:
         env = child_env(SELECTOR_NO_CACHE="1")
         outcomes = []
-        trials = [subprocess.Popen([sys.executable, "-c", FORK_TRIAL, str(seed), "1.2"],
+        trials = [subprocess.Popen([sys.executable, "-c", FORK_TRIAL, str(seed), "1.2", "30"],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True) for seed in range(12)]
-        for p in trials:
-            out, err = p.communicate(timeout=300)
-            outcomes.append((out.strip(), err[-500:]))
+        for seed, p in enumerate(trials):
+            out, err = p.communicate()  # each trial ends by itself: see FORK_TRIAL's watcher
+            outcomes.append((seed, p.returncode, out.strip(), err))
     finally:
         for b in burners:
             b.kill()
             b.wait()
-    assert all(o == "exit 0" for o, _ in outcomes), outcomes
+    failed = [o for o in outcomes if o[1:3] != (0, "exit 0")]
+    # the whole failing outcome: seed, exit status, verdict, the child's full stderr (stacks)
+    assert not failed, "\n\n".join(f"seed {seed}: trial rc {rc}, {verdict!r}\n{err}"
+                                     for seed, rc, verdict, err in failed)

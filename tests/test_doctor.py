@@ -107,7 +107,7 @@ def test_real_deep_report_versions_and_entry_points(real):
 
 @needs_flashinfer
 def test_real_deep_report_times_each_import(real):
-    report, took = real
+    report, _ = real
     d = report.to_dict()
     imports = {(i["group"], i["library"]): i for i in d["probes"]["imports"]}
     for key in (("torch", "torch"), ("torch", "flashinfer"), ("triton", "triton")):
@@ -117,7 +117,6 @@ def test_real_deep_report_times_each_import(real):
     assert "deep probes (" in text and "import torch " in text and " flashinfer " in text
     assert "OK       flashinfer.b12x_moe" in text
     assert "exit status 0: nothing wrong found" in text
-    assert took < 120
 
 
 @needs_flashinfer

@@ -31,7 +31,7 @@ def on_path(monkeypatch):
         del sys.modules[name]
 
 
-def bounded(argv, seconds=60):
+def bounded(argv, seconds=600):  # a hang guard, never a speed limit
     def hang(signum, frame):
         raise TimeoutError(f"selector {argv} hung")
     old = signal.signal(signal.SIGALRM, hang)
@@ -131,7 +131,7 @@ def test_hostile_entry_points_txt_is_skipped_with_a_warning(tmp_path, on_path, k
     else:
         ep.mkdir()
     on_path(site)
-    rc, out, err = bounded(["explain", "platform=b200", "stack=flashinfer_0_7_4"], 30)
+    rc, out, err = bounded(["explain", "platform=b200", "stack=flashinfer_0_7_4"])
     assert rc == 0 and "selected: flashinfer_" in out, err
     assert "Traceback" not in err
     assert f"selector: warning: {ep}" in err and "skipped" in err

@@ -212,7 +212,6 @@ def test_runner_findings_for_broken_packages(fakes):
     timing = {i.library: i for i in rep.imports}
     assert timing["fakeok"].ok and timing["fakeok"].seconds is not None
     assert not timing["fakehang"].ok and timing["fakehang"].seconds is None
-    assert rep.seconds < 30
 
 
 def test_a_probe_that_kills_its_process_does_not_take_the_others_with_it(fakes):

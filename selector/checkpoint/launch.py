@@ -23,6 +23,7 @@ from selector.checkpoint.launchers import Launcher, Topology, launcher
 from selector.checkpoint.ranks import other_scheme, per_rank_fields
 from selector.core.errors import bad_input
 from selector.core.parallel import Parallel, make_parallel
+from selector.core.text import join_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
@@ -544,7 +545,7 @@ def render(lp: LaunchPlan) -> str:
         lines.append(f"{name} (the config file the command reads):")
         lines.extend(f"  {line}" for line in text.splitlines())
     lines.append(f"command: {lp.command()}")
-    return "\n".join(lines)
+    return join_lines(lines)  # the engine label and file-given names: escaped
 
 
 __all__ = ["render"]

@@ -167,6 +167,8 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     for op, backends in catalogue.backends.items():
         for b in backends:
             failures, opt_in, warnings = resolver.platform_reasons(op, b.name)
+            if not failures:
+                failures = _every_scheme_fails(resolver, op, b)
             status = "rejected" if failures else "opt_in" if opt_in else "eligible"
             plist = [(n, findings[n].status, findings[n].message) if n in findings else
                      (n, "not run", "") for n in b.probes]
@@ -200,6 +202,32 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
         f"platform={p.preset} from the overrides (hardware preset), not this machine")
     return Report(deep, platform, packages, verdicts_for, verdicts, rep, declared, problems,
                   time.perf_counter() - t0, drift, vrep)
+
+
+def _every_scheme_fails(resolver: Any, op: str, b: Any) -> Tuple[Any, ...]:
+    """The rules that read nothing of the layer but its scheme (``when: {quant: [...]}``: a
+    device, CUDA or package rule per scheme, as flashinfer_trtllm's per-scheme SM lists, or a
+    `quant` rule refusing a scheme): when they fail for every scheme the backend implements,
+    no layer can run it here, which is what `explain` says for each layer; their failures,
+    else () (some scheme passes them all: the backend could run)."""
+    from types import SimpleNamespace
+    steps = resolver._plans[op, b.name].steps
+    facts = resolver._facts
+    scoped = [r for r in steps if hasattr(r, "when") and r.all_layer_fields and
+              set(r.all_layer_fields) <= {"quant"} and r.severity != "warning" and
+              r.when.platform_holds(facts)]
+    if not scoped or not b.implements:
+        return ()
+    found: List[Any] = []
+    for q in b.implements:
+        stub = SimpleNamespace(quant=q)
+        fails = [got for r in scoped if r.when.layer_holds(stub)
+                 for got in [r.evaluate(stub if r.layer_fields else None, facts)]
+                 if got is not None]
+        if not fails:
+            return ()  # this scheme passes every platform rule: the backend could run
+        found += [f for f in fails if f not in found]
+    return tuple(found)
 
 
 def _platform_dict(env: Any, rep: Any) -> Dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from packaging.version import Version
 
 from selector.core.errors import SelectorError, bad_value
+from selector.core.text import join_lines, printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.decision import Candidate
@@ -35,7 +36,8 @@ class Cell:
     def tooltip(self) -> str:
         if not self.reasons:
             return "passes every rule" if self.status in ("selected", "eligible") else self.short
-        return "\n".join(f"[{r['rule']}] {r['message']} ({r['source']})" for r in self.reasons)
+        return "\n".join(printable(f"[{r['rule']}] {r['message']} ({r['source']})")
+                         for r in self.reasons)  # one line per reason, each escaped
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def _cell(c: Candidate) -> Cell:
         short = needs[0].replace(" or SM ", "/") if needs else "rejected"  # SM 10.0/10.3
         if len(needs) > 1:
             short += f" (+{len(needs) - 1})"
-        return Cell(c.status, short, reasons)
+        return Cell(c.status, printable(short), reasons)
     return Cell(c.status, _LABEL[c.status], reasons)
 
 
@@ -168,7 +170,7 @@ def to_text(grids: Sequence[Grid]) -> str:
     out.append("selected: chosen automatically; usable: passes every rule; opt-in: passes "
                "every rule, chosen only when requested; n/a: does not implement the layer; "
                "otherwise what is missing (+N more)")
-    return "\n".join(out)
+    return join_lines(out)  # preset, stack and backend names come from files: escaped
 
 
 def _md(text: str) -> str:
@@ -245,10 +247,22 @@ def render(grids: Sequence[Grid], fmt: str, command: str) -> str:
 
 
 def default_stack(config_dirs: Sequence[str] = ()) -> str:
-    """The matrix's default stack: the preset its file marks `stack: {default: true}`."""
+    """The matrix's default stack: the packaged preset its file marks `stack: {default: true}`.
+
+    The default is the project's reference (docs/matrix.md is generated with it), so only the
+    packaged tree's mark counts: a plugin's or a config dir's `default: true` is ignored here
+    (a plugin cannot know what other plugins mark, and one that marked it made `matrix` exit 2
+    for every user who installed it). Their stacks stay reachable with --stack."""
     from selector.config.catalogues import discover as discover_tree
     from selector.config.presets import default_stack as marked
-    return marked(discover_tree([Path(d) for d in config_dirs]))
+    from selector.config.presets import stack_presets
+    from selector.core.packaged import packaged_conf_dir
+    tree = discover_tree([Path(d) for d in config_dirs])
+    home = Path(packaged_conf_dir()).resolve()
+    paths = tree.presets.get("stack", {})
+    own = [n for n, meta in stack_presets(tree) if meta["default"] and
+           Path(paths[n]).resolve().is_relative_to(home)]
+    return own[0] if len(own) == 1 else marked(tree)
 
 
 def command_line(ops: Sequence[str], stack: str, overrides: Sequence[str], fmt: str,

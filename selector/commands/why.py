@@ -7,6 +7,7 @@ from typing import Tuple
 from selector.core.decision import Decision
 from selector.core.errors import bad_value
 from selector.core.schema import USABLE
+from selector.core.text import join_lines, printable
 
 
 def why(d: Decision, backend: str, fmt: str) -> Tuple[str, bool]:
@@ -23,8 +24,8 @@ def why(d: Decision, backend: str, fmt: str) -> Tuple[str, bool]:
                           indent=2), usable
     if fmt == "line":
         first = f" [{c.reasons[0].rule}] {c.reasons[0].message}" if c.reasons else ""
-        return f"{c.backend}: {c.status}{first}", usable
+        return printable(f"{c.backend}: {c.status}{first}"), usable
     lines = [f"{c.backend}: {c.status}" + ("" if c.reasons else " (passes every rule)")]
     lines += [f"  [{r.rule}] {r.message} ({r.source})" for r in c.reasons]
     lines.append(f"selected for this layer: {d.selected or 'none'} ({d.outcome})")
-    return "\n".join(lines), usable
+    return join_lines(lines), usable  # messages and sources come from files: escaped

@@ -69,23 +69,89 @@ def directory() -> Optional[Path]:
     return d
 
 
+def read_json(path: Path, max_bytes: int, what: str = "cache entry") -> Optional[Any]:
+    """The one read of every cache file (the composed configs here, verify's results): the
+    parsed JSON of ``path``, or None. Only a regular file owned by this user, at most
+    ``max_bytes``, is read: the file is opened without following a symlink and without
+    blocking (a FIFO or a device there is refused by ``fstat`` before any read, never waited
+    on), then parsed. A missing file is None silently; anything else that is not a readable
+    JSON file is None with a note (the caller recomputes and rewrites the entry). The caller
+    checks the document's schema and calls :func:`bad_entry` when it does not fit."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | \
+        getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        bad_entry(path, f"cannot be opened ({exc.strerror or exc})", what)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            bad_entry(path, "is not a regular file", what)
+            return None
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            bad_entry(path, f"belongs to uid {st.st_uid}, not this user", what)
+            return None
+        if st.st_size > max_bytes:
+            bad_entry(path, f"has {st.st_size} bytes (at most {max_bytes})", what)
+            return None
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            try:
+                b = os.read(fd, min(left, 1 << 20))
+            except BlockingIOError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        text = b"".join(chunks)
+        if len(text) > max_bytes:
+            bad_entry(path, f"grew past {max_bytes} bytes while read", what)
+            return None
+        return json.loads(text)
+    except (OSError, ValueError, RecursionError) as exc:
+        bad_entry(path, f"is not JSON ({type(exc).__name__})", what)
+        return None
+    finally:
+        os.close(fd)
+
+
+def bad_entry(path: Path, why: str, what: str = "cache entry") -> None:
+    """The note for a cache file ignored (once per process and file): recomputed, rewritten.
+    Through the warning channel of catalogues.py when it is loaded (the CLI prints it to
+    stderr), else the `selector` logger (catalogues.py imports the composer, which imports
+    this module: looked up, not imported)."""
+    import sys
+    note = (f"{what} {path} {why}: ignored (recomputed, and rewritten where the cache is "
+            "writable)")
+    cat = sys.modules.get("selector.config.catalogues")
+    if cat is not None:
+        cat._warn([note])
+        return
+    import logging
+
+    from selector.core.text import printable
+    logging.getLogger("selector").warning("selector: warning: %s", printable(note))
+
+
 def get(d: Path, key: str) -> Optional[Dict[str, Any]]:
     """The cached data for key, if it is there and has the shape of composed data."""
-    try:
-        with open(d / f"{key}.json", "rb") as fh:
-            text = fh.read(MAX_ENTRY_BYTES + 1)
-        if len(text) > MAX_ENTRY_BYTES:
-            return None
-        entry = json.loads(text)
-    except (OSError, ValueError, RecursionError):
+    path = d / f"{key}.json"
+    entry = read_json(path, MAX_ENTRY_BYTES, "composed-config cache entry")
+    if entry is None:
         return None
     if not (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and
             entry.get("key") == key and isinstance(entry.get("data"), dict)):
+        bad_entry(path, "has not the envelope this version writes", "composed-config cache entry")
         return None
     data: Dict[str, Any] = entry["data"]
     try:
         check_shape(data)
-    except SelectorError:
+    except SelectorError as exc:
+        bad_entry(path, f"does not fit the schema ({exc})", "composed-config cache entry")
         return None
     return data
 

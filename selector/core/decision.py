@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
@@ -12,7 +11,7 @@ from selector.core.layer import make_layer
 from selector.core.notes import Note, text
 from selector.core.rules import Reason
 from selector.core.schema import USABLE, Layer, Status
-from selector.core.text import join_lines
+from selector.core.text import join_lines, printable, wrap
 
 WRAP = 100  # text width of the rendered explanation
 # The text table reads at a glance: the selected backend first, then what else could run, then
@@ -210,12 +209,13 @@ class Decision:
         if refused:
             first = self.candidate(str(refused[0].backend))
             r = first.reasons[0]
-            return f"{head} requested {self.requested}: {first.backend} [{r.rule}] {r.message}"
+            return printable(f"{head} requested {self.requested}: {first.backend} [{r.rule}] "
+                             f"{r.message}")  # file- and plugin-given text: one line stays one
         if "warning" in marks:
             w = next(n for n in self.note_data
                      if n.severity == "warning" and n.backend == self.selected)
-            return f"{head} {text(w)}"
-        return f"{head} ({self.summary()})"
+            return printable(f"{head} {text(w)}")
+        return printable(f"{head} ({self.summary()})")
 
     def __str__(self) -> str:
         return render_text(self)
@@ -254,7 +254,7 @@ def render_text(d: Decision) -> str:
     lines = [desc,
              f"platform: {d.platform_label or plat['source']} ({cap}, {cuda}); {shown}"]
     if d.hint:
-        lines.extend(textwrap.wrap(f"!! {d.hint}", width=WRAP, subsequent_indent="   "))
+        lines.extend(wrap(f"!! {d.hint}", width=WRAP, subsequent_indent="   "))
     lines.append(f"requested: {d.requested}")
     if d.selected:
         ep = d.entry_point
@@ -269,11 +269,11 @@ def render_text(d: Decision) -> str:
     lines.append("")
     lines += candidate_table(d.candidates, "passes every rule")
     lines.append("")
-    lines.extend(textwrap.wrap(f"summary: {d.summary()}", width=WRAP, subsequent_indent="  "))
+    lines.extend(wrap(f"summary: {d.summary()}", width=WRAP, subsequent_indent="  "))
     if d.notes:
         lines.append("notes:")
         for n in d.notes:
-            lines.extend(textwrap.wrap(n, width=WRAP, initial_indent="  - ",
+            lines.extend(wrap(n, width=WRAP, initial_indent="  - ",
                                        subsequent_indent="    ", break_on_hyphens=False))
     return join_lines(lines)
 
@@ -300,7 +300,7 @@ def candidate_table(candidates: Sequence[Any], empty: str) -> List[str]:
                 src = f" ({first.source})" if len(sources) == 1 else ""
                 head = (f"  {f'({len(other)} others)'.ljust(width)}  "
                         f"{str(Status.NOT_APPLICABLE.value).ljust(14)}  ")
-                lines.extend(textwrap.wrap(
+                lines.extend(wrap(
                     f"[{first.rule}] {first.need}: {', '.join(o.backend for o in other)}{src}; "
                     "--why NAME shows one", width=max(WRAP, len(pad) + 60), initial_indent=head,
                     subsequent_indent=pad + "  ", break_on_hyphens=False, break_long_words=False))
@@ -310,7 +310,7 @@ def candidate_table(candidates: Sequence[Any], empty: str) -> List[str]:
             lines.append(head + (empty if c.status in (Status.SELECTED, Status.ELIGIBLE) else ""))
             continue
         for r in c.reasons:
-            lines.extend(textwrap.wrap(f"[{r.rule}] {r.message} ({r.source})",
+            lines.extend(wrap(f"[{r.rule}] {r.message} ({r.source})",
                                        width=max(WRAP, len(pad) + 60), initial_indent=head,
                                        subsequent_indent=pad + "  ", break_on_hyphens=False,
                                        break_long_words=False))

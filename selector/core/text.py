@@ -6,7 +6,7 @@ the screen, so every character that is not printable is shown as its escape.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, List
 
 
 def printable(line: str) -> str:
@@ -20,3 +20,10 @@ def printable(line: str) -> str:
 def join_lines(lines: Iterable[str]) -> str:
     """Lines joined by newlines, each made printable first (so each stays one line)."""
     return "\n".join(printable(line) for line in lines)
+
+
+def wrap(text: str, width: int = 70, **kw: Any) -> List[str]:
+    """``textwrap.wrap`` of ``text`` made printable first: a newline or a tab in a message is
+    shown as its escape, not turned into a space that the wrap may break a line at."""
+    import textwrap
+    return textwrap.wrap(printable(text), width=width, **kw)

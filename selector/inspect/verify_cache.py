@@ -177,27 +177,18 @@ class VerifyCache:
     def _read(self) -> Dict[str, Dict[str, Any]]:
         if self.path is None:
             return {}
-        try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
+        from selector.config.cache import bad_entry, read_json  # the one cache read
+        doc = read_json(self.path, MAX_BYTES, "verify cache file")
+        if doc is None:
             return {}
-        try:
-            st = os.fstat(fd)
-            import stat
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES or (
-                    hasattr(os, "getuid") and st.st_uid != os.getuid()):
-                return {}
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                doc = json.loads(fh.read(MAX_BYTES + 1))
-        except (OSError, ValueError, RecursionError):
-            return {}
-        finally:
-            os.close(fd)
         if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(
                 doc.get("entries"), dict):
             return {}
-        return {k: v for k, v in doc["entries"].items()
-                if isinstance(k, str) and isinstance(v, dict) and _result_from(v.get("result"))}
+        good = {k: v for k, v in doc["entries"].items() if isinstance(k, str) and isinstance(
+            v, dict) and _finite(v.get("stored")) is not None and _result_from(v.get("result"))}
+        if len(good) < len(doc["entries"]):
+            bad_entry(self.path, f"has {len(doc['entries']) - len(good)} malformed entries")
+        return good
 
     def get(self, key: str, timeout: float) -> Optional[Result]:
         e = self.entries.get(key)
