@@ -1,7 +1,8 @@
 """The README's (and docs/examples.md's) console examples: run each `$ python -m selector ...`
 block and compare.
 
-    python tests/readme_examples.py --write   # refresh the shown outputs after a change
+    python tools/regen.py    # refreshes these outputs with every other generated file
+    python tests/readme_examples.py --write   # these pages only
 
 tests/test_readme.py fails when a page shows output that the code no longer prints.
 """
@@ -36,12 +37,15 @@ def run(command: str) -> str:
     return r.stdout
 
 
+def render(text: str) -> str:
+    """`text` with each console block's output replaced by what its command prints now."""
+    return BLOCK.sub(lambda m: f"```console\n$ {m.group(1)}\n{run(m.group(1))}```", text)
+
+
 def write() -> None:
     for page in PAGES:
         if page.is_file():
-            text = BLOCK.sub(lambda m: f"```console\n$ {m.group(1)}\n{run(m.group(1))}```",
-                             page.read_text())
-            page.write_text(text)
+            page.write_text(render(page.read_text()))
 
 
 if __name__ == "__main__":

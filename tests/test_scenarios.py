@@ -1,5 +1,5 @@
 """Resolver scenarios: platform preset x packages x layer x policy -> the selected backend and why
-not the others (FACTS.md row by row), plus the coverage test that every catalogue rule fires in
+not the others (the catalogue's sources row by row), plus the coverage test that every catalogue rule fires in
 at least one scenario.
 
 Each scenario is composed in-process through `selector.load(overrides)` (presets never detect)
@@ -755,7 +755,7 @@ def test_rejected_lists_every_failed_rule_not_the_first():
 
 
 def test_explicit_nvfp4_only_backend_on_w4a16_layer_is_not_applicable():
-    """CONTRACT.md: an explicit backend applies only to layers it implements (op and quant
+    """docs/keys.md: an explicit backend applies only to layers it implements (op and quant
     scheme); a backend that serves nvfp4 only does not implement a W4A16 layer, so a global
     flag falls back to automatic selection there instead of refusing it (vLLM #49076), even
     under policy.strict=true."""

@@ -166,7 +166,7 @@ class Case:
 
 @dataclass(frozen=True)
 class Result:
-    """One line of the `verify` list (CONTRACT.md)."""
+    """One line of the `verify` list (docs/verify.md)."""
     backend: str
     op: str
     scheme: Optional[str]  # the layer's quant; None when the whole backend was skipped
