@@ -8,8 +8,9 @@ The generated files:
 - docs/rules.md: every backend's rules with sources (`selector.commands.listing`);
 - docs/matrix.md: `python -m selector matrix --format markdown`;
 - docs/interface.md, its "Backend names" block: the catalogue's backends in preference order;
-- README.md and docs/examples.md, each ```console block: the output of its `$ python -m
-  selector ...` command (tests/readme_examples.py).
+- docs/keys.md, its "Values of this tree" block: the presets of conf/ and the layer vocabularies;
+- README.md, docs/examples.md and docs/integration.md, each ```console block: the output of
+  its `$ python -m selector ...` command (tests/readme_examples.py).
 docs/matrix.png (a headless-Chromium screenshot of `matrix --format html`) is written with
 --png only: a screenshot is not byte-reproducible, so --check does not compare it.
 docs/vllm-parity.md is not written here: every section of it is vLLM's own choice beside
@@ -71,6 +72,21 @@ def backend_names() -> str:
     return "\n".join(lines) + "\n"
 
 
+def key_values() -> str:
+    """docs/keys.md's values: each preset group's options (conf/), the layer vocabularies."""
+    from selector.core import schema
+    from selector.core.packaged import packaged_conf_dir
+    conf = packaged_conf_dir()
+    lines = []
+    for group in ("platform", "stack", "engine", "layer", "policy"):
+        names = sorted(p.stem for p in (conf / group).glob("*.yaml"))
+        lines.append(f"- `{group}`: {', '.join(f'`{n}`' for n in names)}")
+    for key, values in (("layer.quant", schema.QUANTS), ("layer.activation", schema.ACTIVATIONS),
+                        ("layer.dtype", schema.DTYPES), ("layer.all2all", schema.ALL2ALL)):
+        lines.append(f"- `{key}`: {', '.join(f'`{v}`' for v in values)}")
+    return "\n".join(lines) + "\n"
+
+
 def fill_blocks(text: str, blocks: Dict[str, Callable[[], str]]) -> str:
     def sub(m: re.Match) -> str:  # type: ignore[type-arg]
         name = m.group("name")
@@ -81,9 +97,11 @@ def fill_blocks(text: str, blocks: Dict[str, Callable[[], str]]) -> str:
     return BLOCK.sub(sub, text)
 
 
-def interface_md() -> str:
-    path = ROOT / "docs" / "interface.md"
-    return fill_blocks(path.read_text(), {"backend-names": backend_names})
+def _blocks(path: Path) -> Callable[[], str]:
+    def render() -> str:
+        return fill_blocks(path.read_text(), {"backend-names": backend_names,
+                                              "key-values": key_values})
+    return render
 
 
 def _examples(path: Path) -> Callable[[], str]:
@@ -96,9 +114,11 @@ def _examples(path: Path) -> Callable[[], str]:
 GENERATED: Dict[str, Callable[[], str]] = {
     "docs/rules.md": rules_md,
     "docs/matrix.md": matrix_md,
-    "docs/interface.md": interface_md,
+    "docs/interface.md": _blocks(ROOT / "docs" / "interface.md"),
+    "docs/keys.md": _blocks(ROOT / "docs" / "keys.md"),
     "README.md": _examples(ROOT / "README.md"),
     "docs/examples.md": _examples(ROOT / "docs" / "examples.md"),
+    "docs/integration.md": _examples(ROOT / "docs" / "integration.md"),
 }
 
 
