@@ -513,8 +513,8 @@ RECIPE_EXPECTATIONS = (
 # the tests that hold facts about the catalogue (sets, orders, counts, opt-in, schemes) and
 # the generated files; every other test reads no backend list
 FACT_TESTS = ("tests/test_cli.py", "tests/test_catalogue.py", "tests/test_knowledge.py",
-              "tests/test_regen.py", "tests/test_readme.py", "tests/test_matrix.py",
-              "tests/test_recipes.py::test_recipe_backend")
+              "tests/test_scenarios.py", "tests/test_regen.py", "tests/test_readme.py",
+              "tests/test_matrix.py", "tests/test_recipes.py::test_recipe_backend")
 
 
 def _tracked_copy(dest):
