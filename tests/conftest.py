@@ -62,3 +62,4 @@ def cache_dir() -> Path:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
