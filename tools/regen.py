@@ -41,7 +41,7 @@ BLOCK = re.compile(r"(<!-- regen:(?P<name>[a-z-]+) -->\n).*?(<!-- /regen:(?P=nam
 
 def _cli(*args: str) -> str:
     r = subprocess.run([sys.executable, "-m", "selector", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300)
+                       cwd=ROOT, timeout=1800)  # a cold `matrix` composes every preset
     if r.returncode not in (0, 1):
         raise SystemExit(f"regen: `python -m selector {' '.join(args)}` exited {r.returncode}:\n"
                          f"{r.stderr}")
