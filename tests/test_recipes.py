@@ -550,6 +550,9 @@ def test_recipe_backend_breaks_no_other_test(tmp_path):
     _tracked_copy(repo)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=recipe", "-c", "user.email=recipe@example.invalid",
+                    "commit", "-q", "--no-verify", "-m", "the tree before the recipe"],
+                   cwd=repo, check=True)
     _write(repo / "conf" / "backend" / "moe" / "my_kernel.yaml", RECIPE_YAML)
     _write(repo / "backends" / "my_kernel.py", BACKEND_PY)
     kc = repo / "tests" / "knowledge_cases.py"
