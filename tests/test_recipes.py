@@ -506,10 +506,13 @@ RECIPE_YAML = """
         name: null
         source: "SGLang has no such backend (test recipe)"
     """
-# step 4: its literal expectations (devices; gated, non-gated activations)
+# step 4: its literal expectations (devices; gated, non-gated activations; vLLM has no name
+# for it, where ENGINE_NAMES would default to its own)
 RECIPE_EXPECTATIONS = (
     ("EXPECT_DEVICES = {\n", '    "moe/my_kernel": {"12.0", "12.1"},  # test recipe\n'),
     ("EXPECT_ACTIVATIONS = {\n", '    "moe/my_kernel": ({"silu"}, {"silu"}),  # test recipe\n'),
+    ("\n\ndef _engine_names() -> List[Case]:\n",
+     '\nENGINE_NAMES["vllm"]["moe/my_kernel"] = None  # test recipe: vLLM has none\n'),
 )
 # the tests that hold facts about the catalogue (sets, orders, counts, opt-in, schemes) and
 # the generated files; every other test reads no backend list
@@ -559,7 +562,7 @@ def test_recipe_backend_breaks_no_other_test(tmp_path):
     text = kc.read_text()
     for anchor, line in RECIPE_EXPECTATIONS:
         assert text.count(anchor) == 1, anchor
-        text = text.replace(anchor, anchor + line)
+        text = text.replace(anchor, line + anchor if anchor.startswith("\n") else anchor + line)
     kc.write_text(text)
     env = child_env(repo)
     env["SELECTOR_CACHE_DIR"] = str(tmp_path / "cache")  # the new catalogue composes afresh
