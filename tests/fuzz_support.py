@@ -24,11 +24,14 @@ def add_to_report(outcomes: Counter) -> None:
     path = os.environ.get("SELECTOR_FUZZ_REPORT")
     if not path:
         return
-    old = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
-    for (group, outcome), count in outcomes.items():
-        old.setdefault(group, {}).setdefault(outcome, 0)
-        old[group][outcome] += count
-    Path(path).write_text(json.dumps(old, indent=2, sort_keys=True))
+    import fcntl
+    with open(f"{path}.lock", "w") as lock:  # pytest-xdist workers add to one report
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        old = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
+        for (group, outcome), count in outcomes.items():
+            old.setdefault(group, {}).setdefault(outcome, 0)
+            old[group][outcome] += count
+        Path(path).write_text(json.dumps(old, indent=2, sort_keys=True))
 
 
 @pytest.fixture(autouse=True)

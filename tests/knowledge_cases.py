@@ -856,7 +856,10 @@ FP8_TORCH: List[Case] = [
 # expectations per backend and scheme, each from the class's _supports_* (cited per line)
 
 FP8 = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
-# The FP8 schemes each MoE backend implements (every other MoE backend: none)
+# The FP8 schemes of the MoE backends that run FP8 (literal, cited per line). Every other MoE
+# backend of the catalogue runs none: those entries are filled from conf/backend/moe/ below
+# (_no_fp8_entries), so a new NVFP4-only backend needs none here, while one that implements an
+# FP8 scheme without a literal entry fails its `-implements` cases.
 EXPECT_FP8_SCHEMES = {
     # trtllm_fp8_moe.py: Monolithic (per-tensor, block), Modular (block)
     "moe/flashinfer_trtllm": {"fp8_tensor", "fp8_block"},
@@ -870,8 +873,6 @@ EXPECT_FP8_SCHEMES = {
     "moe/triton": set(FP8),
     # marlin_moe.py MarlinExpertsBase: by weight key (block, channel, tensor)
     "moe/marlin": set(FP8),
-    "moe/flashinfer_cutedsl": set(), "moe/flashinfer_b12x": set(), "moe/b12x": set(),
-    "moe/emulation": set(), "moe/triton_kernels": set(), "moe/triton_unfused": set(),
 }
 _SM10 = {"10.0", "10.3", "10.7"}
 EXPECT_FP8_DEVICES = {
@@ -1544,6 +1545,18 @@ SGLANG_LINEAR = [
 LINEAR_SCHEME_CASES = (_scheme_cases() + SCHEME_BOUNDARIES + _vllm_scheme_kernels() +
                        SGLANG_LINEAR)
 
+def _no_fp8_entries() -> None:
+    """EXPECT_FP8_SCHEMES: the empty set for each MoE backend file of the packaged catalogue
+    without a literal entry (selector's own torch FP8 backends are pinned in FP8_TORCH)."""
+    from selector.core.packaged import packaged_conf_dir
+    torch = {c.backend for c in FP8_TORCH}
+    for path in sorted((packaged_conf_dir() / "backend" / "moe").glob("*.yaml")):
+        name = f"moe/{path.stem}"
+        if name not in torch:
+            EXPECT_FP8_SCHEMES.setdefault(name, set())
+
+
+_no_fp8_entries()
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
                      _fp8_scheme_boundaries() + FP8_TORCH + MX_CASES + LINEAR_SCHEME_CASES)

@@ -1,9 +1,11 @@
-"""The README's (and docs/examples.md's) console examples: run each `$ python -m selector ...`
-block and compare.
+"""The console examples of the README, docs/examples.md and docs/integration.md: run each
+`$ python -m selector ...` block and compare.
 
-    python tests/readme_examples.py --write   # refresh the shown outputs after a change
+    python tools/regen.py    # refreshes these outputs with every other generated file
+    python tests/readme_examples.py --write   # these pages only
 
-tests/test_readme.py fails when a page shows output that the code no longer prints.
+tests/test_readme.py fails when a page shows output that the code no longer prints. A block
+whose output ends with a line `...` shows the first lines of the output only.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import List, Tuple
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-PAGES = (README, README.parent / "docs" / "examples.md")
+PAGES = (README, README.parent / "docs" / "examples.md", README.parent / "docs" / "integration.md")
 BLOCK = re.compile(r"```console\n\$ ((?:\.venv/bin/)?python -m selector [^\n]*)\n(.*?)```", re.S)
 
 
@@ -36,12 +38,28 @@ def run(command: str) -> str:
     return r.stdout
 
 
+MORE = "...\n"  # a block whose shown output ends with this line shows the output's first lines
+
+
+def shown(output: str, block: str) -> str:
+    """What a block shows of `output`: all of it, or (a block ending in `...`) as many first
+    lines as the block shows, then `...`."""
+    if not block.endswith("\n" + MORE) and block != MORE:
+        return output
+    n = block.count("\n") - 1
+    return "".join(output.splitlines(keepends=True)[:n]) + MORE
+
+
+def render(text: str) -> str:
+    """`text` with each console block's output replaced by what its command prints now."""
+    return BLOCK.sub(lambda m: f"```console\n$ {m.group(1)}\n"
+                     f"{shown(run(m.group(1)), m.group(2))}```", text)
+
+
 def write() -> None:
     for page in PAGES:
         if page.is_file():
-            text = BLOCK.sub(lambda m: f"```console\n$ {m.group(1)}\n{run(m.group(1))}```",
-                             page.read_text())
-            page.write_text(text)
+            page.write_text(render(page.read_text()))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The embedding API (CONTRACT.md "Embedding"): load once, select per layer from a cache, the
+"""The embedding API (docs/interface.md "Python"): load once, select per layer from a cache, the
 same JSON and text as the command line, cheap import, thread safety."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input, CONTRACT.md's exit code 2: one clear message naming the key, the value and the
+"""Bad input, exit code 2 of docs/interface.md: one clear message naming the key, the value and the
 accepted values (with a "did you mean" where one is close), and no traceback -- through the
 command line (a subprocess) and through the API (selector.SelectorError, same message)."""
 from __future__ import annotations

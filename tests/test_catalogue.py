@@ -1,5 +1,5 @@
-"""The packaged catalogue (conf/backend/): the backends CONTRACT.md names, for their ops and no
-other; every rule cites a source; `check` passes on the packaged tree; docs/rules.md is
+"""The packaged catalogue (conf/backend/): the backends docs/interface.md names, for their ops
+and no other; every rule cites a source; `check` passes on the packaged tree; docs/rules.md is
 generated from it and does not drift."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from helpers import REPO, load
 from selector.core import schema
 from selector.core.rules import reason_rules
 
-# CONTRACT.md, where a checkout carries one (only files inside the repository are read)
-CONTRACT_PATHS = [REPO / "CONTRACT.md", REPO / "docs" / "CONTRACT.md"]
+# the interface contract, a file of the repository
+INTERFACE = REPO / "docs" / "interface.md"
 
 
 def _yaml_names(op):
@@ -33,18 +33,18 @@ def test_every_backend_file_is_in_the_catalogue_for_its_op_and_no_other(cat):
         assert "emulation" in cat.names(op), "the reference must back every op"
 
 
-def test_backend_names_match_the_contract_text(cat):
-    path = next((p for p in CONTRACT_PATHS if p.is_file()), None)
-    if path is None:
-        pytest.skip("this checkout carries no CONTRACT.md")
-    text = path.read_text()
-    m = re.search(r"### Backend names\n(.*?)\n\n", text, re.S)
-    assert m, "CONTRACT.md has no 'Backend names' section"
-    section = " ".join(m.group(1).split())
-    moe = re.search(r"MoE: (.*?)\. Linear:", section).group(1)
-    linear = re.search(r"Linear: (.*?)\.$", section).group(1)
-    assert sorted(re.findall(r"`([a-z0-9_]+)`", moe)) == sorted(cat.names("moe"))
-    assert sorted(re.findall(r"`([a-z0-9_]+)`", linear)) == sorted(cat.names("linear"))
+def test_backend_names_match_the_interface_text(cat):
+    """docs/interface.md's "Backend names" lists each op's backends in preference order, the
+    opt-in ones marked (tools/regen.py writes the block)."""
+    text = INTERFACE.read_text()
+    m = re.search(r"### Backend names\n.*?<!-- regen:backend-names -->\n(.*?)<!-- /regen", text, re.S)
+    assert m, "docs/interface.md has no 'Backend names' block: python tools/regen.py"
+    listed = dict(re.findall(r"^- (\w+) \(\d+\): (.*)\.$", m.group(1), re.M))
+    assert sorted(listed) == sorted(cat.backends), listed
+    for op, backends in cat.backends.items():
+        names = re.findall(r"`([a-z0-9_]+)`( \(opt-in\))?", listed[op])
+        assert [n for n, _ in names] == [b.name for b in backends], (op, "python tools/regen.py")
+        assert {n for n, o in names if o} == {b.name for b in backends if b.opt_in}, op
 
 
 def test_every_rule_cites_a_source(cat):
@@ -83,7 +83,7 @@ def test_execution_kinds_and_opt_in(cat):
     opt_in = {(op, b.name) for op, bs in cat.backends.items() for b in bs if b.opt_in}
     assert opt_in == {("moe", "flashinfer_b12x"), ("moe", "b12x"), ("linear", "b12x"),
                       ("linear", "flashinfer_trtllm"), ("moe", "triton_unfused")}
-    # vLLM's automatic order (FACTS.md: vLLM 0.32.0 fused_moe/oracle/nvfp4.py and
+    # vLLM's automatic order (vLLM 0.32.0 fused_moe/oracle/nvfp4.py and
     # kernels/linear/nvfp4): the catalogue's rank order, among the backends vLLM names, keeps
     # it. A new backend (any rank) leaves this test alone.
     def vllm_order(op):
@@ -130,7 +130,7 @@ def test_instantiate_hands_the_implementation_the_whole_layer():
 
 
 def test_swiglu_clamp_set(cat):
-    """FACTS.md: every MoE backend applies swiglu_limit except flashinfer_b12x; for FP8,
+    """Every MoE backend applies swiglu_limit except flashinfer_b12x; for FP8,
     TRT-LLM applies it to block-scaled SwiGLU layers only (vLLM trtllm_fp8_moe.py)."""
     no_clamp = {b.name for b in cat.backends["moe"] if any(
         r.kind == "clamp" and not (r.when.get("quant") and
@@ -144,7 +144,8 @@ def test_swiglu_clamp_set(cat):
 
 
 def test_no_ep_backends(cat):
-    """FACTS.md: flashinfer_b12x and b12x do not support EP; the others do."""
+    """flashinfer_b12x and b12x do not support EP; the others do (each `parallel` rule cites
+    its source)."""
     no_ep = {b.name for b in cat.backends["moe"]
              if any(r.kind == "parallel" and r.ep is False for r in b.rules)}
     assert no_ep == {"flashinfer_b12x", "b12x"}

@@ -148,7 +148,7 @@ def test_module_shadowing_on_this_install():
     r = metadata_probes.module_shadowing(None, {})
     fi, b12x = _util.dist_version("flashinfer-python"), _util.dist_version("b12x")
     if b12x is None and fi is not None and r["details"].get("owners"):
-        # flashinfer-python 0.7.4 installs a top-level b12x shim (FACTS.md)
+        # flashinfer-python 0.7.4 installs a top-level b12x shim (its wheel's b12x/__init__.py)
         assert r["status"] == "warning"
         assert r["details"]["owners"] == {"flashinfer-python": fi}
         assert f"flashinfer-python {fi} installs" in r["message"]

@@ -139,6 +139,7 @@ def test_a_rule_kind_checks_its_typed_params(tmp_path, toolkit_kind):
 # exactly the files the recipe names; then `check` and a decision. Each missing step fails with
 # a message that names it.
 
+import os  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
@@ -480,3 +481,108 @@ def test_a_backend_file_declares_its_own_probes(copy):
         "    func: selector.backends.probes.metadata_probes:module_shadowing\n", ""))
     assert "catalogue.moe.my_kernel.probes[0].func" in _problems(check_tree([], []))
     probe_specs.DECLARED.pop("my_kernel.triton", None)
+
+
+# -- the backend recipe in a copy of the whole repository: no other test breaks ---------------
+
+RECIPE_YAML = """
+    description: "my kernel: an NVFP4 MoE for SM 12.x (test recipe)"
+    rank: 95
+    execution: native
+    implements: [nvfp4]
+    entry_point: selector.backends.my_kernel:MyKernelMoE
+    rules:
+      - kind: device
+        devices: ["12.x"]
+        source: "my-kernels 1.0 release notes (test recipe)"
+      - kind: activation
+        values: [silu]
+        source: "my-kernels 1.0 release notes (test recipe)"
+    engines:
+      vllm:
+        name: null
+        source: "vLLM has no such backend (test recipe)"
+      sglang:
+        name: null
+        source: "SGLang has no such backend (test recipe)"
+    """
+# step 4: its literal expectations (devices; gated, non-gated activations; vLLM has no name
+# for it, where ENGINE_NAMES would default to its own)
+RECIPE_EXPECTATIONS = (
+    ("EXPECT_DEVICES = {\n", '    "moe/my_kernel": {"12.0", "12.1"},  # test recipe\n'),
+    ("EXPECT_ACTIVATIONS = {\n", '    "moe/my_kernel": ({"silu"}, {"silu"}),  # test recipe\n'),
+    ("\n\ndef _engine_names() -> List[Case]:\n",
+     '\nENGINE_NAMES["vllm"]["moe/my_kernel"] = None  # test recipe: vLLM has none\n'),
+)
+# the tests that hold facts about the catalogue (sets, orders, counts, opt-in, schemes) and
+# the generated files; every other test reads no backend list
+FACT_TESTS = ("tests/test_cli.py", "tests/test_catalogue.py", "tests/test_knowledge.py",
+              "tests/test_scenarios.py", "tests/test_regen.py", "tests/test_readme.py",
+              "tests/test_matrix.py", "tests/test_recipes.py::test_recipe_backend")
+
+
+def _tracked_copy(dest):
+    """The repository's tracked files (as `git ls-files` lists them, with this checkout's
+    changes), laid out as a wheel would: selector/backends and selector/conf are the top-level
+    folders, so the copy imports its own kernel modules."""
+    import subprocess
+
+    from helpers import REPO
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    for f in filter(None, (f.decode() for f in files)):
+        src = REPO / f
+        if src.is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / f)
+    (dest / "selector" / "backends").symlink_to("../backends")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SELECTOR_RECIPE_TEST"), reason=(
+    "composes the changed catalogue afresh and runs the catalogue-fact test files in a copy "
+    "(several CPU-minutes): .ci/run runs it with SELECTOR_RECIPE_TEST=1"))
+def test_recipe_backend_breaks_no_other_test(tmp_path):
+    """docs/architecture.md's backend recipe on a copy of the repository: the YAML, its class,
+    its expectations (3 files by hand), then `tools/regen.py`; every test that holds facts
+    about the catalogue still passes, and git sees only those 3 files and regenerated ones."""
+    import subprocess
+
+    from helpers import child_env
+    repo = tmp_path / "repo"
+    _tracked_copy(repo)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=recipe", "-c", "user.email=recipe@example.invalid",
+                    "commit", "-q", "--no-verify", "-m", "the tree before the recipe"],
+                   cwd=repo, check=True)
+    _write(repo / "conf" / "backend" / "moe" / "my_kernel.yaml", RECIPE_YAML)
+    _write(repo / "backends" / "my_kernel.py", BACKEND_PY)
+    kc = repo / "tests" / "knowledge_cases.py"
+    text = kc.read_text()
+    for anchor, line in RECIPE_EXPECTATIONS:
+        assert text.count(anchor) == 1, anchor
+        text = text.replace(anchor, line + anchor if anchor.startswith("\n") else anchor + line)
+    kc.write_text(text)
+    env = child_env(repo)
+    env["SELECTOR_CACHE_DIR"] = str(tmp_path / "cache")  # the new catalogue composes afresh
+    env["SELECTOR_TEST_CACHE_DIR"] = env["SELECTOR_CACHE_DIR"]  # and once for all below
+    env.pop("PYTEST_XDIST_WORKER", None)
+    py = [os.environ.get("SELECTOR_TEST_PYTHON", __import__("sys").executable)]
+    r = subprocess.run(py + ["tools/regen.py"], cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=3600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                             cwd=repo, capture_output=True, text=True, check=True).stdout
+    changed = sorted(ln[3:] for ln in changed.splitlines())
+    by_hand = ["backends/my_kernel.py", "conf/backend/moe/my_kernel.yaml", "tests/knowledge_cases.py"]
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("regen", repo / "tools" / "regen.py")
+    regen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(regen)
+    assert set(changed) - set(by_hand) <= set(regen.GENERATED), changed  # regenerated only
+    assert set(by_hand) <= set(changed)
+    r = subprocess.run(py + ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *FACT_TESTS],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    assert "passed" in r.stdout and "my_kernel" in (repo / "docs" / "rules.md").read_text()

@@ -41,7 +41,7 @@ def check(r, lay=None, f=None) -> Optional[Reason]:
 
 
 def test_the_contract_kinds_are_registered():
-    """CONTRACT.md's reason rules: the twelve registered kinds and opt_in (a backend field)."""
+    """The reason rules (docs/rules.md): the twelve registered kinds and opt_in (a backend field)."""
     contract = ("device", "cuda", "package", "known_issue", "feature", "quant", "activation",
                 "act_and_mul", "parallel", "clamp", "dtype", "shape", "opt_in")
     assert set(contract) <= set(reason_rules())

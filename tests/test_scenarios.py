@@ -1,5 +1,5 @@
 """Resolver scenarios: platform preset x packages x layer x policy -> the selected backend and why
-not the others (FACTS.md row by row), plus the coverage test that every catalogue rule fires in
+not the others (the catalogue's sources row by row), plus the coverage test that every catalogue rule fires in
 at least one scenario.
 
 Each scenario is composed in-process through `selector.load(overrides)` (presets never detect)
@@ -723,16 +723,17 @@ def test_weight_only_ranks_below_every_native_backend_for_w4a4(tmp_path):
 
 def test_linear_candidate_order():
     sel = load(DGX, FI_074, DENSE)
-    # the NVFP4 backends' order (backends of other schemes only are left out)
-    nvfp4 = {b.name for b in sel.catalogue.backends["linear"]
-             if set(b.implements) & {"nvfp4", "nvfp4_w4a16"}}
-    w4a4 = [c.backend for c in sel.default().candidates if c.backend in nvfp4]
+    # these NVFP4 backends' order (a new backend, or one of other schemes only, leaves it alone)
+    known = {"flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass", "marlin",
+             "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "emulation"}
+    w4a4 = [c.backend for c in sel.default().candidates if c.backend in known]
     assert w4a4 == ["flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass",
                     "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "marlin", "emulation"]
     w4a16 = [c.backend for c in sel.select(quant="nvfp4_w4a16").candidates
-             if c.backend in nvfp4]
+             if c.backend in known]
     assert w4a16 == ["flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_b12x", "cutlass",
                      "marlin", "flashinfer_trtllm", "flashinfer_cudnn", "b12x", "emulation"]
+    assert sorted(c.backend for c in sel.default().candidates) == sorted(sel.catalogue.names("linear"))
 
 
 def test_moe_candidate_order():
@@ -755,7 +756,7 @@ def test_rejected_lists_every_failed_rule_not_the_first():
 
 
 def test_explicit_nvfp4_only_backend_on_w4a16_layer_is_not_applicable():
-    """CONTRACT.md: an explicit backend applies only to layers it implements (op and quant
+    """docs/keys.md: an explicit backend applies only to layers it implements (op and quant
     scheme); a backend that serves nvfp4 only does not implement a W4A16 layer, so a global
     flag falls back to automatic selection there instead of refusing it (vLLM #49076), even
     under policy.strict=true."""

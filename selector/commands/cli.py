@@ -1,6 +1,6 @@
 """`python -m selector explain|list|check|doctor|matrix [--format ...] [OVERRIDE ...]`.
 
-Exit codes (CONTRACT.md): 0 a backend was selected (or the command found nothing wrong);
+Exit codes (docs/interface.md): 0 a backend was selected (or the command found nothing wrong);
 1 nothing selectable, an explicit backend refused under strict, or doctor found a problem;
 2 bad input, reported as one message without a traceback.
 """

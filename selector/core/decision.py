@@ -1,4 +1,4 @@
-"""A decision for one layer: the JSON object of CONTRACT.md and its text rendering."""
+"""A decision for one layer: the JSON object of docs/interface.md and its text rendering."""
 from __future__ import annotations
 
 import json

@@ -78,7 +78,7 @@ ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_late
 
 
 class Status(str, Enum):
-    """A candidate's status (CONTRACT.md); a str, so JSON and comparisons see the name."""
+    """A candidate's status (docs/interface.md); a str, so JSON and comparisons see the name."""
     SELECTED = "selected"
     ELIGIBLE = "eligible"  # passes every rule, lower in preference
     OPT_IN = "opt_in"  # passes every rule, never chosen automatically (backend `opt_in:`)
@@ -98,7 +98,7 @@ SEVERITIES = ("error", "warning")
 PROBE_MODES = ("none", "deep", "verify")
 EXECUTIONS = ("native", "weight_only", "reference")
 
-# Distributions every platform reports (CONTRACT.md), beside those the catalogue names.
+# Distributions every platform reports (docs/interface.md), beside those the catalogue names.
 CORE_PACKAGES = ("flashinfer-python", "flashinfer-cubin", "nvidia-cutlass-dsl", "vllm",
                  "sgl-kernel", "b12x", "torch", "triton")
 

@@ -351,7 +351,7 @@ def _count_note(count: int) -> List[str]:
     return [f"{count} GPUs; deciding for GPU 0"] if count > 1 else []
 
 
-# Distributions doctor and verify report besides those the catalogue and CONTRACT.md name, when installed.
+# Distributions doctor and verify report besides those the catalogue and schema.CORE_PACKAGES name, when installed.
 EXTRA_PACKAGES = (
     "nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu12",
     "nvidia-cutlass-dsl-libs-cu13", "flashinfer-jit-cache", "cuda-bindings", "cuda-python",

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.core.protocols import SelectorLike as Selector
     from selector.core.model import BackendSpec
+    from selector.core.protocols import SelectorLike as Selector
 
 CHILD = "selector.backends.verify_child:main"
 VERSION = 4  # of the problems, bounds and cache format: a change invalidates cached results
@@ -241,7 +241,7 @@ def cases_for(sel: Selector, op: str, b: BackendSpec) -> Tuple[List[Case], str]:
 
 @dataclass(frozen=True)
 class Result:
-    """One line of the `verify` list (CONTRACT.md)."""
+    """One line of the `verify` list (docs/verify.md)."""
     backend: str
     op: str
     scheme: Optional[str]  # the layer's quant; None when the whole backend was skipped

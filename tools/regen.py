@@ -1,0 +1,185 @@
+"""Rewrite every generated file of the repository from the catalogue and the code.
+
+    python tools/regen.py            # rewrite what is stale, print each file written
+    python tools/regen.py --check    # write nothing; exit 1 listing each stale file with a diff excerpt
+    python tools/regen.py --png      # also the screenshot docs/matrix.png (needs chromium)
+
+The generated files:
+- docs/rules.md: every backend's rules with sources (`selector.commands.listing`);
+- docs/matrix.md: `python -m selector matrix --format markdown`;
+- docs/interface.md, its "Backend names" block: the catalogue's backends in preference order;
+- docs/keys.md, its "Values of this tree" block: the presets of conf/ and the layer vocabularies;
+- README.md, docs/examples.md and docs/integration.md, each ```console block: the output of
+  its `$ python -m selector ...` command (tests/readme_examples.py).
+docs/matrix.png (a headless-Chromium screenshot of `matrix --format html`) is written with
+--png only: a screenshot is not byte-reproducible, so --check does not compare it.
+docs/vllm-parity.md is not written here: every section of it is vLLM's own choice beside
+selector's, so it needs vLLM's environment (`.venv-vllm/bin/python tools/vllm_parity.py`;
+tests/vllm/test_parity.py fails when it is stale).
+
+tests/test_regen.py fails when the tree differs from this script's output; .ci/run runs
+--check.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+BLOCK = re.compile(r"(<!-- regen:(?P<name>[a-z-]+) -->\n).*?(<!-- /regen:(?P=name) -->)", re.S)
+
+
+def _cli(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "selector", *args], capture_output=True, text=True,
+                       cwd=ROOT, timeout=1800)  # a cold `matrix` composes every preset
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"regen: `python -m selector {' '.join(args)}` exited {r.returncode}:\n"
+                         f"{r.stderr}")
+    return r.stdout
+
+
+def _catalogue():  # type: ignore[no-untyped-def]
+    from selector.api import load
+    return load(["platform=cpu"]).catalogue
+
+
+def rules_md() -> str:
+    from selector.commands.listing import catalogue_markdown
+    return catalogue_markdown(_catalogue())
+
+
+def matrix_md() -> str:
+    return _cli("matrix", "--format", "markdown")
+
+
+def backend_names() -> str:
+    """The interface's backend names: each op's backends in preference order."""
+    cat = _catalogue()
+    lines = []
+    for op, backends in cat.backends.items():
+        names = ", ".join(f"`{b.name}`" + (" (opt-in)" if b.opt_in else "") for b in backends)
+        lines.append(f"- {op} ({len(backends)}): {names}.")
+    return "\n".join(lines) + "\n"
+
+
+def key_values() -> str:
+    """docs/keys.md's values: each preset group's options (conf/), the layer vocabularies."""
+    from selector.core import schema
+    from selector.core.packaged import packaged_conf_dir
+    conf = packaged_conf_dir()
+    lines = []
+    for group in ("platform", "stack", "engine", "layer", "policy"):
+        names = sorted(p.stem for p in (conf / group).glob("*.yaml"))
+        lines.append(f"- `{group}`: {', '.join(f'`{n}`' for n in names)}")
+    for key, values in (("layer.quant", schema.QUANTS), ("layer.activation", schema.ACTIVATIONS),
+                        ("layer.dtype", schema.DTYPES), ("layer.all2all", schema.ALL2ALL)):
+        lines.append(f"- `{key}`: {', '.join(f'`{v}`' for v in values)}")
+    return "\n".join(lines) + "\n"
+
+
+def fill_blocks(text: str, blocks: Dict[str, Callable[[], str]]) -> str:
+    def sub(m: re.Match) -> str:  # type: ignore[type-arg]
+        name = m.group("name")
+        if name not in blocks:
+            raise SystemExit(f"regen: unknown generated block 'regen:{name}'; known: "
+                             f"{', '.join(sorted(blocks))}")
+        return m.group(1) + blocks[name]() + m.group(3)
+    return BLOCK.sub(sub, text)
+
+
+def _blocks(path: Path) -> Callable[[], str]:
+    def render() -> str:
+        return fill_blocks(path.read_text(), {"backend-names": backend_names,
+                                              "key-values": key_values})
+    return render
+
+
+def _examples(path: Path) -> Callable[[], str]:
+    def render() -> str:
+        import readme_examples
+        return readme_examples.render(path.read_text())
+    return render
+
+
+GENERATED: Dict[str, Callable[[], str]] = {
+    "docs/rules.md": rules_md,
+    "docs/matrix.md": matrix_md,
+    "docs/interface.md": _blocks(ROOT / "docs" / "interface.md"),
+    "docs/keys.md": _blocks(ROOT / "docs" / "keys.md"),
+    "README.md": _examples(ROOT / "README.md"),
+    "docs/examples.md": _examples(ROOT / "docs" / "examples.md"),
+    "docs/integration.md": _examples(ROOT / "docs" / "integration.md"),
+}
+
+
+def generate() -> Dict[str, str]:
+    """Every generated file's text as the code produces it now (nothing is written)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(fn) for name, fn in GENERATED.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def stale(outputs: Dict[str, str]) -> List[str]:
+    return [n for n, text in outputs.items()
+            if not (ROOT / n).is_file() or (ROOT / n).read_text() != text]
+
+
+def excerpt(name: str, new: str, lines: int = 30) -> str:
+    old = (ROOT / name).read_text() if (ROOT / name).is_file() else ""
+    diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{name} (in the tree)",
+                                     f"{name} (generated)", n=1, lineterm=""))
+    more = f"\n  ... {len(diff) - lines} more diff lines" if len(diff) > lines else ""
+    return "\n".join("  " + d for d in diff[:lines]) + more
+
+
+def matrix_png() -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("regen: --png needs chromium on PATH (apt-get install chromium)")
+    with tempfile.TemporaryDirectory() as tmp:
+        page = Path(tmp) / "matrix.html"
+        page.write_text(_cli("matrix", "--format", "html"))
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--window-size=1500,900", f"--screenshot={ROOT / 'docs' / 'matrix.png'}",
+                        page.as_uri()], check=True, capture_output=True, timeout=120)
+    print("wrote docs/matrix.png")
+
+
+def main(argv: List[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 listing every stale file with a diff excerpt")
+    ap.add_argument("--png", action="store_true", help="also write docs/matrix.png (chromium)")
+    args = ap.parse_args(argv)
+    outputs = generate()
+    todo = stale(outputs)
+    if args.check:
+        if not todo:
+            print(f"regen: {len(outputs)} generated files are current")
+            return 0
+        print(f"regen: {len(todo)} stale file(s); run `python tools/regen.py`:")
+        for name in todo:
+            print(f"- {name}\n{excerpt(name, outputs[name])}")
+        return 1
+    for name in todo:
+        (ROOT / name).write_text(outputs[name])
+        print(f"wrote {name}")
+    if args.png:
+        matrix_png()
+    if not todo:
+        print(f"regen: {len(outputs)} generated files were current")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
