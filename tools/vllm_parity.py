@@ -42,6 +42,28 @@ def _reasons(row):
     return [x for x in c.reasons if x.rule in keep]
 
 
+def _patched_lines() -> list:
+    """What the simulation replaces, read from tests/vllm/sim.py itself: the device query, the
+    CUDA build's C++ ops, and the probes of libraries vLLM's CPU build does not have."""
+    import sim
+    probe = sim.Scenario("10.0", "12.8", sim.FLASHINFER, sim.B12X, "moe", "nvfp4", "silu", True)
+    ops = ", ".join(f"`{n}`" for n in sim._cuda_ops(probe))
+    libs = ", ".join(f"`{n}`" for n in sim._probes(probe))
+    return [
+        "What the simulation patches, and nothing else (every other support function of vLLM, "
+        "its Python guards around these included, runs as shipped):",
+        "",
+        "- the device: `current_platform` is vLLM's own `Platform` class with the CUDA enum and "
+        "the scenario's capability (`get_device_capability`); its `supports_fp8` and "
+        "`support_deep_gemm` are `CudaPlatformBase`'s;",
+        f"- the CUDA build's C++ ops, which vLLM's CPU build lacks (`torch.ops._C`): {ops}, "
+        "answered as the csrc files compile them for the scenario's capability and CUDA;",
+        f"- the kernel libraries the CPU build does not ship, present or absent per scenario: "
+        f"{libs}.",
+        "",
+    ]
+
+
 def render(report, sweep_text: str) -> str:
     import vllm
 
@@ -62,6 +84,7 @@ def render(report, sweep_text: str) -> str:
         "backend and the same kernel class (the one vLLM builds; selector's `engine.kernel`), or "
         "both refuse.",
         "",
+        *_patched_lines(),
         f"Sweep: {sweep_text}",
         "",
         "| | scenarios |",
@@ -116,10 +139,12 @@ def render_fp8(report) -> str:
         "difference no catalogue rule explains. vLLM's own FP8 oracle "
         "(`fused_moe/oracle/fp8.py`: `_get_priority_backends`, the explicit `--moe-backend` "
         "path with its batched variants, `VLLM_MOE_USE_DEEP_GEMM`, `allow_vllm_cutlass`, each "
-        "experts class's `is_supported_config`) runs on the same simulated GPU as above, with "
-        "vLLM's CUTLASS grouped-GEMM check (`cutlass_group_gemm_supported`: SM 9.x with CUDA "
-        ">= 12.3, SM >= 10.0 with CUDA >= 12.8) and DeepGEMM (bundled in vLLM's wheel; "
-        "`is_deep_gemm_supported` on SM 9.0, 10.x, 12.x) answered from the scenario. selector "
+        "experts class's `is_supported_config`) runs on the same simulated GPU as above: "
+        "vLLM's Python support functions run as shipped (`_custom_ops.cutlass_group_gemm_supported` "
+        "refuses SM < 9.0 and SM >= 11.0 itself, then asks the CUDA build's op, answered as "
+        "`scaled_mm_entry.cu` compiles it: SM 9.x with CUDA >= 12.3, SM 10.x with CUDA >= 12.8; "
+        "`is_deep_gemm_supported` reads the platform's `support_deep_gemm`, `VLLM_USE_DEEP_GEMM` "
+        "and whether the DeepGEMM module is there, bundled in vLLM's CUDA wheel). selector "
         "decides through the plugin's Chooser with `engine=vllm stack=vllm_0_32` and the "
         "plugin's `fp8_moe_switches`: `allow_vllm_cutlass=False` is `policy.exclude=[cutlass]`, "
         "`VLLM_MOE_USE_DEEP_GEMM=0` is `policy.exclude=[deep_gemm]`, `=1` requests `deep_gemm`.",

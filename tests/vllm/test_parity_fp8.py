@@ -131,3 +131,36 @@ def test_an_unexplained_fp8_difference_fails():
     row = _row(_fp8("10.0", "fp8_tensor"))
     row.vllm_kernel = "TrtLlmFp8ExpertsModular"  # same backend name, another kernel
     assert not row.agrees and parity.explain(row, parity.outside()) is None
+
+
+@pytest.mark.parametrize("cap, cuda, expect", [
+    ("9.0", "12.3", True), ("9.0", "12.2", False), ("10.0", "12.8", True), ("10.0", "12.6", False),
+    ("11.0", "13.0", False), ("12.0", "13.0", False), ("12.1", "13.0", False)])
+def test_the_simulation_answers_the_cuda_build_not_vllms_guards(cap, cuda, expect):
+    """The simulation replaces the CUDA build's C++ op (`torch.ops._C`), never vLLM's Python
+    support function: `_custom_ops.cutlass_group_gemm_supported` stays vLLM's own object and its
+    guard (capability >= 110 refused before the op is asked) decides SM 11.0 and 12.x."""
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers.quantization.utils import w8a8_utils
+    shipped = (ops.cutlass_group_gemm_supported, w8a8_utils.cutlass_group_gemm_supported)
+    simulation = sim.Simulation()
+    try:
+        with simulation.scenario(_fp8(cap, "fp8_channel", cuda=cuda)):
+            assert (ops.cutlass_group_gemm_supported, w8a8_utils.cutlass_group_gemm_supported) \
+                == shipped
+            assert w8a8_utils.cutlass_group_gemm_supported() is expect
+    finally:
+        simulation.close()
+    import torch
+    assert not hasattr(torch.ops._C, "cutlass_group_gemm_supported")  # removed again
+
+
+def test_fp8_cutlass_moe_on_sm12x_is_refused_by_both():
+    """vLLM 0.32.0 _custom_ops.py cutlass_group_gemm_supported: False for capability >= 110, so
+    CutlassExpertsFp8 refuses SM 12.x; selector's device rule says the same with its source."""
+    r = _row(_fp8("12.0", "fp8_channel", requested="cutlass"))
+    assert r.agrees and r.vllm is None and r.selected is None
+    reasons = r.decision.candidate("cutlass").reasons
+    assert any(x.rule == "device" and "cutlass_group_gemm_supported" in x.source for x in reasons)
+    r = _row(_fp8("12.0", "fp8_channel"))
+    assert r.agrees and r.vllm != "cutlass"
