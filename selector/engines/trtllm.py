@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 from selector.checkpoint.launchers import Launcher
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.api import Selector
+    from selector.core.protocols import SelectorLike as Selector
 
 RESOLVE_SOURCE = "TensorRT-LLM tensorrt_llm/_torch/model_config.py (ModelConfig.resolve_moe_backend)"
 # selector's quant scheme -> TensorRT-LLM's QuantAlgo (tensorrt_llm/quantization/mode.py)

@@ -35,7 +35,7 @@ from typing import (
 from selector.checkpoint.launchers import Launcher
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.api import Selector
+    from selector.core.protocols import SelectorLike as Selector
     from selector.core.decision import Decision
     from selector.core.model import Catalogue
 
