@@ -35,9 +35,9 @@ from typing import (
 from selector.checkpoint.launchers import Launcher
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.core.protocols import SelectorLike as Selector
     from selector.core.decision import Decision
     from selector.core.model import Catalogue
+    from selector.core.protocols import SelectorLike as Selector
 
 log = logging.getLogger("vllm.selector")  # vLLM's handlers print it beside vLLM's own lines
 
