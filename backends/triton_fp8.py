@@ -117,7 +117,8 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
     cfg = dict(tile_config(M) if cfg is None else cfg)
     splits = cfg.pop("SPLIT_K", None)
     if splits is None:
-        splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device))
+        # split-K is a decode tiling for the GPU; the interpreter (CPU tensors) runs one split
+        splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device)) if a.is_cuda else 1
     if splits > 1:  # float32 partials [splits, M, N], summed in a fixed order (deterministic)
         c = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
     else:

@@ -1080,6 +1080,12 @@ FP8_BOUNDARIES = [
       pk={"deep-gemm": "1.0.0", "vllm": None}),
     C("fp8-deep-gemm-sgl-deep-gemm", "9.0", DG, layer=BLOCK,
       pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
+    # SGLang's DeepGEMM linear is its own distribution (replaces the vLLM package rule)
+    C("fp8-sglang-deep-gemm-linear-own-dist", "9.0", "linear/deep_gemm", engine="sglang",
+      layer={**DENSE, "quant": "fp8_block"}, pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
+    C("fp8-sglang-deep-gemm-linear-pypi-1.0.0", "9.0", "linear/deep_gemm", {"package"},
+      engine="sglang", layer={**DENSE, "quant": "fp8_block"},
+      pk={"deep-gemm": "1.0.0", "vllm": None}),
     C("fp8-sglang-name-triton", "9.0", TR, layer=BLOCK, engine="sglang", name="triton"),
     C("fp8-sglang-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="sglang", name="deep_gemm"),
 ]

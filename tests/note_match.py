@@ -14,6 +14,16 @@ class Sub(dict):
     """A note's mapping field that holds at least these keys and values."""
 
 
+class Includes(tuple):
+    """A note's list field that holds these items in this order, others between them allowed
+    (a backend the catalogue gains later does not break the expectation)."""
+
+
+def _subsequence(want, got) -> bool:
+    it = iter(got)
+    return all(any(g == w for g in it) for w in want)
+
+
 def _plain(v):
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
@@ -44,6 +54,9 @@ class N:
                 return False
             if isinstance(want, Has):
                 if not (isinstance(got[k], str) and want in got[k]):
+                    return False
+            elif isinstance(want, Includes):
+                if not (isinstance(got[k], list) and _subsequence(_plain(want), got[k])):
                     return False
             elif isinstance(want, Sub):
                 if not (isinstance(got[k], dict) and

@@ -158,7 +158,7 @@ def test_verify_cases_use_reference_activations():
     """``doctor --verify`` (selector/inspect/verify.py -> backends/verify_child.py) compares against the
     reference: it tries every activation the reference implements, and knows (without importing
     torch) which ones those are; any other it tries is reported unverified, never run."""
-    from selector.inspect.verify import ACTIVATIONS, _reference_activations
+    from selector.inspect.verify_cases import ACTIVATIONS, _reference_activations
     for gated, ref in ((True, GATED_ACTIVATIONS), (False, NON_GATED_ACTIVATIONS)):
         assert set(_reference_activations(gated)) == set(ref)
         assert set(ref) <= set(ACTIVATIONS[gated])

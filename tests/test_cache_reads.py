@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from selector.config import cache as cache_mod
 from selector.config import catalogues, normalize_overrides
 from selector.config.catalogues import discover as discover_tree
-from selector.inspect import verify
+from selector.inspect import verify, verify_cache
 
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 600  # a hang guard, not a speed limit: the fixed read returns at once
@@ -148,7 +148,7 @@ def test_fuzz_verify_cache_files(tmp_path, data):
         (root / "fp.json").write_text(json.dumps({"version": verify.VERSION, "entries": entries}))
     c = verify.VerifyCache("fp", {}, root)  # never raises
     for e in c.entries.values():
-        assert verify._result_from(e["result"]) is not None
+        assert verify_cache._result_from(e["result"]) is not None
     c.save()  # nor does the rewrite
     json.loads((root / "fp.json").read_text())
 

@@ -14,7 +14,7 @@ from typing import Dict, Optional, Sequence, Set, Tuple
 
 import pytest
 from helpers import load, warm
-from note_match import Has, N, Sub
+from note_match import Has, Includes, N, Sub
 
 from selector.core import schema
 from selector.core.layer import make_layer
@@ -193,16 +193,16 @@ MOE = [
       "flashinfer_b12x", layer={"num_tokens": 16},
       notes=(N("preference", "flashinfer_b12x", rank=5, reason=Has("decode-sized batch"),
                source=Has("TensorRT-LLM #13773"),
-               outranks=({"backend": "flashinfer_cutlass", "rank": 40},
-                         {"backend": "emulation", "rank": 1000})),
+               outranks=Includes(({"backend": "flashinfer_cutlass", "rank": 40},
+                                  {"backend": "emulation", "rank": 1000}))),
              N("opt_in_admitted", "flashinfer_b12x"))),
     S("moe-rtx-074-allow-b12x-prefill", [PRO, FI_074, 'platform.cuda="13.0"',
                                           "policy.allow_opt_in=[flashinfer_b12x]"],
       "flashinfer_cutlass", layer={"num_tokens": 4096},
       status={"flashinfer_b12x": "eligible"},
       notes=(N("preference", "flashinfer_cutlass", rank=40, reason=None,
-               outranks=({"backend": "flashinfer_b12x", "rank": 45},
-                         {"backend": "emulation", "rank": 1000})),)),
+               outranks=Includes(({"backend": "flashinfer_b12x", "rank": 45},
+                                  {"backend": "emulation", "rank": 1000}))),)),
     S("moe-dgx-074-prefill-no-hint", [DGX, FI_074], "flashinfer_cutlass",
       layer={"num_tokens": 8192}, no_notes=(N("opt_in_would_win"),)),
     S("moe-dgx-074-decode-hint-only-if-runnable", [DGX, FI_074], "flashinfer_cutlass",
@@ -438,8 +438,7 @@ MOE += [
       kinds={"flashinfer_trtllm": {"device"}, "flashinfer_cutlass": {"device"}},
       status={"triton": "eligible"}),
     S("fp8-rtx-pro-6000-tensor-flashinfer-cutlass", [PRO, VLLM, VLLM_ENGINE, FP8_TENSOR],
-      "flashinfer_cutlass", kinds={"flashinfer_trtllm": {"device"}},
-      status={"cutlass": "eligible"}),
+      "flashinfer_cutlass", kinds={"flashinfer_trtllm": {"device"}, "cutlass": {"device"}}),
     S("fp8-rtx-pro-6000-block-relu2-triton", [PRO, VLLM, VLLM_ENGINE, FP8_BLOCK,
                                               "layer.activation=relu2", "layer.act_and_mul=false"],
       "triton", kinds={"deep_gemm": {"activation"}}),

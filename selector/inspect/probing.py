@@ -194,7 +194,7 @@ def _skip_reason_unchecked(spec: ProbeSpec) -> Optional[str]:
 
 def _backends_root() -> str:
     """The directory that holds the `selector` package, so the child can import it."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 _BOOT = ("import sys; sys.path.insert(0, {root!r}); "

@@ -131,7 +131,7 @@ def _boot(function: str) -> str:
     """The child's `-c` program: the directory holding this `selector` package first (as
     selector.inspect.probing does), then the function."""
     module, _, fn = function.partition(":")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return f"import sys; sys.path.insert(0, {root!r}); from {module} import {fn}; {fn}()"
 
 
