@@ -30,6 +30,8 @@ from selector.core import profile as prof
 from selector.core.errors import SelectorError
 from selector.inspect import tuning
 
+pytestmark = pytest.mark.slow  # child processes run every backend: CI's `-m slow` step
+
 TUNE = Path(__file__).resolve().parent / "tune_backends"
 CONF, SITE = TUNE / "conf", TUNE / "site"
 SHAPE = ["layer=dense_linear", "layer.hidden_size=256", "layer.intermediate_size=256"]

@@ -26,6 +26,8 @@ from selector.core.errors import SelectorError
 from selector.core.rules import VerifyFailure, VerifyRule, compile_rule
 from selector.inspect import verify, verify_cache
 
+pytestmark = pytest.mark.slow  # child processes run every backend: CI's `-m slow` step
+
 WRONG = Path(__file__).resolve().parent / "wrong_backends"  # site/ (the plugin) and conf/
 
 
