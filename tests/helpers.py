@@ -187,3 +187,16 @@ def refused(argv: Sequence[str], *needles: str, never: Sequence[str] = ()) -> st
     for n in needles:
         assert n in err, (n, err)
     return err
+
+
+def cpu_row_wise_scaled_mm() -> bool:
+    """Whether torch's CPU `_scaled_mm` takes row-wise scales (torch 2.13 does; 2.11 has
+    per-tensor scales only)."""
+    import torch
+    a = torch.zeros(16, 16).to(torch.float8_e4m3fn)
+    try:
+        torch._scaled_mm(a, a.t(), scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16),
+                         out_dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
+    return True

@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import cpu_row_wise_scaled_mm
 
 torch = pytest.importorskip("torch")
 
@@ -147,19 +148,8 @@ def test_reference_is_dequantized_operands_in_float64(quant):
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 
 
-def _cpu_row_wise() -> bool:
-    """torch's CPU _scaled_mm has row-wise scales in 2.13 (not in 2.11: per-tensor only)."""
-    a = torch.zeros(16, 16).to(torch.float8_e4m3fn)
-    try:
-        torch._scaled_mm(a, a.t(), scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16),
-                         out_dtype=torch.bfloat16)
-    except RuntimeError:
-        return False
-    return True
-
-
 def _runs(cls, device) -> None:
-    if device == "cpu" and cls in (TorchRowWiseLinear,) and not _cpu_row_wise():
+    if device == "cpu" and cls in (TorchRowWiseLinear,) and not cpu_row_wise_scaled_mm():
         pytest.skip(f"torch {torch.__version__}'s CPU _scaled_mm has no row-wise scales")
 
 

@@ -11,6 +11,7 @@ properties run there too (the CUDA-only kernels included).
 from __future__ import annotations
 
 import pytest
+from helpers import cpu_row_wise_scaled_mm
 
 torch = pytest.importorskip("torch")
 
@@ -203,17 +204,6 @@ def test_validate_accepted_options_follow_kw_up_the_mro():
 
 # -- properties --------------------------------------------------------------------------------
 
-def _cpu_row_wise() -> bool:
-    """torch's CPU _scaled_mm has row-wise scales in 2.13 (not in 2.11: per-tensor only)."""
-    a = torch.zeros(16, 16).to(torch.float8_e4m3fn)
-    try:
-        torch._scaled_mm(a, a.t(), scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16),
-                         out_dtype=torch.bfloat16)
-    except RuntimeError:
-        return False
-    return True
-
-
 LINEAR = [(TorchPerTensorLinear, "fp8_tensor"), (TorchPerTensorLinear, "fp8_tensor_dynamic"),
           (TorchRowWiseLinear, "fp8_channel"), (TorchChannelWiseLinear, "fp8_channel")]
 if SM90:  # CUDA-only kernels
@@ -227,7 +217,7 @@ if SM90:  # CUDA-only kernels
 def test_valid_linear_inputs_match_the_reference(case, device, m, n, k, lead, bias, seed):
     cls, quant = case
     if device == "cpu" and (cls in (TorchBlockWiseLinear, TritonBlockFp8Linear) or (
-            cls is TorchRowWiseLinear and not _cpu_row_wise())):
+            cls is TorchRowWiseLinear and not cpu_row_wise_scaled_mm())):
         return  # CUDA-only kernels; torch 2.11's CPU _scaled_mm has per-tensor scales only
     g = torch.Generator().manual_seed(seed)
     b = torch.randn(n, generator=g).bfloat16() if bias else None
