@@ -108,14 +108,17 @@ def test_deepseek_v3_block_fp8_on_hopper_agrees():
     assert r.agrees and r.vllm_kernel == "CutlassFp8BlockScaledMMKernel"
 
 
-def test_deep_gemm_on_sm12x_is_a_difference_with_vllms_issue():
-    """vLLM 0.32.0 builds DeepGEMM on SM 12.x (support_deep_gemm admits the 120 family), which
-    faults there (vLLM #54125): selector runs CUTLASS, and the difference cites the issue."""
+def test_deep_gemm_on_sm12x_agrees_and_warns_on_sm121():
+    """vLLM 0.32.0 builds DeepGEMM on SM 12.x (support_deep_gemm admits the 120 family); so does
+    selector. On SM 12.1 (DGX Spark) it faults (vLLM #54125): selector still agrees with vLLM's
+    choice and carries a warning that cites the issue; SM 12.0 gets no such warning."""
     r = _row(S("12.0", "13.0", "fp8_block"))
-    assert (r.vllm_kernel, r.kernel) == ("DeepGemmFp8BlockScaledMMKernel",
-                                         "CutlassFp8BlockScaledMMKernel")
-    text, reasons = r.why
-    assert "deep_gemm rejected" in text and any("#54125" in src for _, src in reasons)
+    assert r.agrees and r.kernel == "DeepGemmFp8BlockScaledMMKernel", (r.vllm_kernel, r.kernel)
+    assert not any("#54125" in w.source for _, w in r.decision.warnings)
+    r = _row(S("12.1", "13.0", "fp8_block"))
+    assert r.agrees and r.kernel == "DeepGemmFp8BlockScaledMMKernel", (r.vllm_kernel, r.kernel)
+    assert any(b == "deep_gemm" and "#54125" in w.source for b, w in r.decision.warnings), \
+        r.decision.warnings
 
 
 def test_torch_names_the_kernel_of_the_layers_scheme():
