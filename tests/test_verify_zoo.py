@@ -260,13 +260,14 @@ def test_flashinfer_shared_fc2_scale_is_the_reference_for_its_backends():
 # FP8 MoE (issue 35)
 
 def test_fp8_moe_bounds_are_margin_times_the_recorded_measurement():
-    """The FP8 MoE bounds are MARGIN x the worst measured on the H200 (tools/fp8_moe_bounds.py
-    wrote them), rounded up: a bound edited without a measurement fails here."""
+    """The FP8 MoE bounds are MARGIN x the worst measured on the H200 and on the CPU
+    (tools/fp8_moe_bounds.py), rounded up: a bound edited without a measurement fails here."""
     from selector.inspect import verify_cases as vcs
     measured = {"fp8_tensor": (0.0753, 0.0336, 0.0319, 0.00179, 0.152),
                 "fp8_tensor_dynamic": (0.0787, 0.0409, 0.0431, 0.00237, 0.0773),
                 "fp8_channel": (0.0741, 0.0259, 0.0236, 0.00155, 0.105),
-                "fp8_block": (0.0593, 0.0195, 0.0231, 0.000181, 0.00488)}
+                # scale and activation fit: the CPU run's (docs/h200.md), over the H200's
+                "fp8_block": (0.0593, 0.0195, 0.0231, 0.00095, 0.0509)}
     assert dict(vcs.FP8_MOE_MEASURED) == measured
     for q, m in measured.items():
         b = verify.BOUNDS["moe", q]
