@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import os
 import stat
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
@@ -70,18 +72,53 @@ def load_yaml(path: Path, node: bool = False, key: str = "") -> Any:
     return root if node else data
 
 
+#: parsed documents by their text: a process composes many presets from the same files (a
+#: `matrix` run reads each backend file hundreds of times); only documents that passed every
+#: check are kept, at most this many (each at most MAX_CONFIG_BYTES)
+_PARSED_MAX = 1024
+_PARSED: "OrderedDict[str, Tuple[Any, Any]]" = OrderedDict()
+_PARSED_LOCK = threading.Lock()
+
+
 def load_document(path: Path, key: str = "") -> Tuple[Any, Any]:
     """A YAML file as (node tree, plain data), with errors that name the file and line.
 
     A file whose aliases expand to more than MAX_CONFIG_NODES values ("billion laughs"), one
-    with a recursive alias, a non-plain tag or a value JSON cannot hold is refused.
+    with a recursive alias, a non-plain tag or a value JSON cannot hold is refused. The file is
+    read every time; its parse is reused when the text is one already accepted (keyed by the
+    text itself, so a rewritten file is parsed afresh), and the data returned is a fresh copy
+    the caller may change (the node tree is shared: read it only).
     """
-    import yaml
     try:
         text = read_config_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SelectorError(f"{path}: cannot read config file: not UTF-8 text ({exc.reason} "
                             f"at byte {exc.start})", where=str(path)) from None
+    with _PARSED_LOCK:
+        hit = _PARSED.get(text)
+        if hit is not None:
+            _PARSED.move_to_end(text)
+    if hit is None:
+        hit = _parse(text, path, key)
+        with _PARSED_LOCK:
+            _PARSED[text] = hit
+            while len(_PARSED) > _PARSED_MAX:
+                _PARSED.popitem(last=False)
+    return hit[0], plain_copy(hit[1])
+
+
+def plain_copy(data: Any) -> Any:
+    """A copy of plain data (dicts, lists, scalars): what copy.deepcopy gives, several times
+    faster for the trees YAML builds (scalars are immutable and shared)."""
+    if isinstance(data, dict):
+        return {k: plain_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [plain_copy(v) for v in data]
+    return data
+
+
+def _parse(text: str, path: Path, key: str) -> Tuple[Any, Any]:
+    import yaml
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # libyaml: ~15x faster
         try:
