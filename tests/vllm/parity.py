@@ -83,6 +83,26 @@ class Row:
             (self.vllm_quant is None or self.vllm is None or self.vllm_quant == self.scheme)
 
 
+NOT_EXPRESSIBLE_SOURCE = ("selector engines/vllm.py (quant_scheme, moe_layer: a layer no "
+                          "selector scheme describes is NotExpressible and vLLM decides it alone)")
+
+
+class Undescribed:
+    """selector's answer for a layer its vocabulary does not describe (vLLM's QuantKeys of the
+    scenario's quant method name no scheme): none; the plugin leaves the layer to vLLM."""
+    selected = None
+    engine = None
+    candidates = ()
+    warnings = ()
+
+    def __init__(self, s: sim.Scenario, exc: Exception):
+        import methods
+        src = methods.source(s) if s.method else ""
+        self.why = (f"selector's vocabulary does not describe this layer ({exc}): the plugin "
+                    "leaves it to vLLM", tuple(("engine", x) for x in (src, NOT_EXPRESSIBLE_SOURCE)
+                                               if x))
+
+
 @dataclass
 class Report:
     rows: List[Row] = field(default_factory=list)
@@ -98,7 +118,8 @@ class Report:
     def clusters(self) -> OrderedDict[Tuple, List[Row]]:
         out: OrderedDict[Tuple, List[Row]] = OrderedDict()
         for r in self.differ:
-            key = (r.vllm or "error", r.selected or "refusal",
+            mine = "not described" if isinstance(r.decision, Undescribed) else "refusal"
+            key = (r.vllm or "error", r.selected or mine,
                    r.why if r.why is not None else ("UNEXPLAINED", ()))
             out.setdefault(key, []).append(r)
         return out
@@ -302,7 +323,11 @@ def selector_decision(s: sim.Scenario, composed: bool = False) -> Any:
     if s.op == "moe" and s.quant in FP8_SCHEMES:
         with _deep_gemm_env(s):
             requested, exclude = adapter.fp8_moe_switches(s.requested, s.allow_cutlass)
-    return chooser.decide(selector_layer(s), requested, exclude)
+    try:
+        layer = selector_layer(s)
+    except adapter.NotExpressible as exc:
+        return Undescribed(s, exc)
+    return chooser.decide(layer, requested, exclude)
 
 
 @contextlib.contextmanager
@@ -415,7 +440,9 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
                             asked(s, vq).quant != "mxfp4":  # vLLM's BF16 fallback
                         row.selector_mxfp4 = _selected(selector_decision(
                             replace(asked(s, vq), quant="mxfp4")))
-            if not row.agrees:
+            if isinstance(row.decision, Undescribed):
+                row.why = None if row.agrees else row.decision.why
+            elif not row.agrees:
                 row.why = explain_mx(row, names) if s.oracle != "nvfp4" else \
                     explain(row, names)
             report.rows.append(row)
