@@ -37,7 +37,13 @@ CAPABILITIES = (None, "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0"
 NAMES = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm",
          "flashinfer_cudnn", "flashinfer_b12x", "cutlass", "b12x", "marlin", "deep_gemm",
          "triton", "torch", "emulation")
-MODEL_TYPE = "deepseek_v3"  # the model DeepGEMM's can_implement asks about (not disabled)
+MODEL_TYPE = "deepseek_v3"
+# vLLM 0.32.0 utils/deep_gemm.py _DEEPGEMM_BLACKWELL_EXCLUDED_MODEL_TYPES
+DEEP_GEMM_EXCLUDED = ("qwen3_5_text", "qwen3_5_moe_text")
+DEEP_GEMM_MODEL_SOURCE = ("vLLM 0.32.0 utils/deep_gemm.py (should_auto_disable_deep_gemm: "
+                          "_DEEPGEMM_BLACKWELL_EXCLUDED_MODEL_TYPES on the SM 100 and 120 "
+                          "families); kernels/linear/scaled_mm/deep_gemm.py "
+                          "(DeepGemmFp8BlockScaledMMKernel.can_implement)")  # the model DeepGEMM's can_implement asks about (not disabled)
 
 
 def machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]]:
@@ -141,7 +147,9 @@ def selector_decision(s: sim.Scenario) -> Any:
 
 @dataclasses.dataclass
 class Row(parity.Row):
-    """A parity row compared by vLLM backend name: selector's choice as the engine names it."""
+    """A parity row compared by vLLM backend name: selector's choice as the engine names it;
+    `vllm_other_model`: vLLM's (backend, kernel) for the same layer of a MODEL_TYPE model."""
+    vllm_other_model: Optional[Tuple[Optional[str], Optional[str]]] = None
 
     @property
     def engine_name(self) -> Optional[str]:
@@ -168,6 +176,11 @@ def explain(r: Row, outside: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
     """parity.explain on the row with vLLM's names translated into selector's."""
     q = r.scenario.quant
     req = r.scenario.requested
+    if r.selected == "deep_gemm" and r.scenario.model_type in DEEP_GEMM_EXCLUDED and \
+            r.vllm_other_model == (r.engine_name, r.kernel):
+        return (f"vLLM never runs DeepGEMM for a {r.scenario.model_type} model on SM 10.x/12.x "
+                "(E8M0 scale accuracy); selector's layer has no model-type key yet",
+                (("engine", DEEP_GEMM_MODEL_SOURCE),))
     t = parity.Row(replace(r.scenario, requested=req if req == "auto" else
                            selector_name(req, q)),
                    selector_name(r.vllm, q), r.vllm_error, r.decision, r.vllm_kernel)
@@ -189,6 +202,9 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> parity.Report:
                 if not row.agrees and s.requested != "auto":
                     auto_v, _, auto_k = vllm_choice(replace(s, requested="auto"))
                     row.vllm_auto = (auto_v, auto_k)
+                if not row.agrees and s.model_type in DEEP_GEMM_EXCLUDED:
+                    other_v, _, other_k = vllm_choice(replace(s, model_type=None))
+                    row.vllm_other_model = (other_v, other_k)
             if not row.agrees:
                 row.why = row.decision.why if isinstance(row.decision, parity.Undescribed) \
                     else explain(row, names)

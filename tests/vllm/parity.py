@@ -381,6 +381,10 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
         src = outside_names.get(r.vllm)
         return None if src is None else \
             (f"vLLM's {r.vllm} is outside selector's catalogue", (("engine", src),))
+    if _vendored_missing(r):
+        return (f"this vLLM build lacks its vendored {_VENDORED[r.selected]}: a Python module "
+                "inside vllm, which selector's platform (installed distributions) does not see",
+                (("engine", VENDORED_SOURCE),))
     if r.vllm is not None:
         c = d.candidate(r.vllm)
         if c.status in ("rejected", "not_applicable", "opt_in"):
@@ -404,6 +408,18 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
                 "selector decides it automatically", _why(c) + (
                     ("engine", DEEP_GEMM_ENV_SOURCE), ("policy", POLICY_SOURCE)))
     return None
+
+
+_VENDORED = {"deep_gemm": "DeepGEMM", "triton_kernels": "triton_kernels",
+             "triton_unfused": "triton_kernels"}
+
+
+def _vendored_missing(r: Row) -> bool:
+    """selector picked a backend whose module this scenario's vLLM build lacks (its vendored
+    DeepGEMM or triton_kernels)."""
+    s = r.scenario
+    return (r.selected == "deep_gemm" and not s.deep_gemm) or \
+        (r.selected in ("triton_kernels", "triton_unfused") and not s.triton_kernels)
 
 
 def _why(c: Any) -> Tuple[Tuple[str, str], ...]:
@@ -477,6 +493,10 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
             return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
                     f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
                     "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),))
+        c = d.candidate(r.vllm) if r.vllm in {x.backend for x in d.candidates} else None
+        if c is not None and c.status == "rejected":  # selector's own rule rejects vLLM's pick
+            return (f"vLLM falls back to {r.vllm} with bf16 activations; selector: {r.vllm} "
+                    "rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),))
         if r.selector_mxfp4[0] in ("triton_kernels", "triton_unfused", "deep_gemm") and \
                 not (s.triton_kernels and s.deep_gemm):
             return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "

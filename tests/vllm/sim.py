@@ -111,9 +111,9 @@ class Scenario:
             ("" if self.allow_cutlass else " no-vllm-cutlass") + \
             (f" VLLM_MOE_USE_DEEP_GEMM={self.deep_gemm_env}" if self.deep_gemm_env else "")
         where = f"SM {self.capability} CUDA {self.cuda}" if self.capability else "no GPU"
+        pk += "" if self.triton_kernels else ", no triton_kernels"
+        pk += "" if self.deep_gemm else ", no DeepGEMM"
         if self.oracle != "nvfp4":
-            pk += "" if self.triton_kernels else ", no triton_kernels"
-            pk += "" if self.deep_gemm else ", no DeepGEMM"
             extra += f" [{self.oracle} oracle]" + (" FORCE_A16" if self.force_a16 else "")
         if self.shape is not None:
             extra += f" N{self.shape[0]} K{self.shape[1]} {self.dtype}"
