@@ -37,13 +37,13 @@ CAPABILITIES = (None, "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0"
 NAMES = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm",
          "flashinfer_cudnn", "flashinfer_b12x", "cutlass", "b12x", "marlin", "deep_gemm",
          "triton", "torch", "emulation")
-MODEL_TYPE = "deepseek_v3"
+MODEL_TYPE = "deepseek_v3"  # the model DeepGEMM's can_implement asks about (not disabled)
 # vLLM 0.32.0 utils/deep_gemm.py _DEEPGEMM_BLACKWELL_EXCLUDED_MODEL_TYPES
 DEEP_GEMM_EXCLUDED = ("qwen3_5_text", "qwen3_5_moe_text")
 DEEP_GEMM_MODEL_SOURCE = ("vLLM 0.32.0 utils/deep_gemm.py (should_auto_disable_deep_gemm: "
                           "_DEEPGEMM_BLACKWELL_EXCLUDED_MODEL_TYPES on the SM 100 and 120 "
                           "families); kernels/linear/scaled_mm/deep_gemm.py "
-                          "(DeepGemmFp8BlockScaledMMKernel.can_implement)")  # the model DeepGEMM's can_implement asks about (not disabled)
+                          "(DeepGemmFp8BlockScaledMMKernel.can_implement)")
 
 
 def machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]]:

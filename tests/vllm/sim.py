@@ -134,8 +134,9 @@ class Scenario:
 
 def machine_packages(s: Scenario) -> Dict[str, Optional[str]]:
     """The packages a scenario changes in `stack=vllm_0_32`: flashinfer (and the CuTe DSL it
-    brings) present or absent, native b12x, no SGLang kernels."""
-    dsl = CUTLASS_DSL if s.flashinfer else None
+    brings) present or absent, native b12x (which requires the CuTe DSL too: b12x 1.5.1's
+    Requires-Dist nvidia-cutlass-dsl==4.8.0), no SGLang kernels."""
+    dsl = CUTLASS_DSL if s.flashinfer or s.b12x else None
     return {"flashinfer-python": s.flashinfer, "nvidia-cutlass-dsl": dsl, "b12x": s.b12x,
             "sgl-kernel": None, "flashinfer-cubin": None, "sglang": None}
 
