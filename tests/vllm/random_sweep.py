@@ -118,8 +118,7 @@ def nvfp4(rng: random.Random) -> sim.Scenario:
         return sim.Scenario(op="linear", quant=quant, activation="silu", act_and_mul=True,
                             requested=rng.choice(sim.LINEAR_NAMES), **_machine(rng))
     return sim.Scenario(op="moe", quant=quant, requested=rng.choice(sim.MOE_NAMES),
-                        **_machine(rng), **_layer(rng, sim.MOE_LAYERS),
-                        **_parallel(rng, all2all=False))
+                        **_machine(rng), **_layer(rng, sim.MOE_LAYERS), **_parallel(rng))
 
 
 DRAW = {"fp8": fp8_moe, "mx": mx_moe, "linear": linear, "nvfp4": nvfp4}
