@@ -126,3 +126,18 @@ def test_mxfp4_all2all_picks_the_modular_or_batched_class():
         assert r.agrees and r.vllm_kernel == kernel, (cap, req, a2a, r.vllm_kernel, r.kernel)
     r = row("10.0", "flashinfer_trtllm", "deepep_low_latency")
     assert r.agrees and r.vllm is None and r.selected is None
+
+
+def test_the_doc_reports_a_random_run_without_unexplained_differences():
+    """docs/vllm-parity.md's random section (tools/vllm_parity.py --only random): a seed, every
+    family at its CI count, 0 unexplained."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "docs" / "vllm-parity.md").read_text()
+    assert re.search(rf"`{rs.ENV_SEED}=\d+ ", text), "no seed in the random section"
+    rows = {f: tuple(map(int, rest)) for f, *rest in re.findall(
+        r"^\| random (\w+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", text, re.M)}
+    assert set(rows) == set(rs.COUNTS), rows
+    for family, (total, agree, differ, _, unexplained) in rows.items():
+        assert total == rs.COUNTS[family] and agree + differ == total and unexplained == 0, \
+            (family, rows[family])
