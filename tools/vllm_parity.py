@@ -400,7 +400,7 @@ def render_random(report) -> str:
         "names is `not described`: the plugin leaves that layer to vLLM. CI draws a new seed "
         "each run (pytest's header names it; `SELECTOR_PARITY_SEED=<seed>` replays it). Not "
         "drawn yet: DP without EP (vLLM keeps dp_size > 1 there and its monolithic MXFP4 "
-        "experts refuse it; selector's layer has no DP key) and all2all for NVFP4 MoE.",
+        "experts refuse it; selector's layer has no DP key).",
         "",
         f"This report: `SELECTOR_PARITY_SEED={report.seed} .venv-vllm/bin/python "
         "tools/vllm_parity.py --only random`.",

@@ -59,6 +59,7 @@ class Row:
     # _BF16/_MXFP8/_MXFP4 suffix; FP8_ACT for DeepGEMM's FP8 1x128 activations); None: not compared
     vllm_quant: Optional[str] = None
     selector_mxfp4: Optional[Tuple[Optional[str], Optional[str]]] = None  # asked about mxfp4
+    mxfp4_decision: Any = None  # selector's decision asked about mxfp4
 
     @property
     def selected(self) -> Optional[str]:
@@ -454,8 +455,9 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
                     row = Row(s, v, err, selector_decision(asked(s, vq)), kern, vllm_quant=vq)
                     if not row.agrees and v is not None and vq == "mxfp4" and \
                             asked(s, vq).quant != "mxfp4":  # vLLM's BF16 fallback
-                        row.selector_mxfp4 = _selected(selector_decision(
-                            replace(asked(s, vq), quant="mxfp4")))
+                        row.mxfp4_decision = selector_decision(
+                            replace(asked(s, vq), quant="mxfp4"))
+                        row.selector_mxfp4 = _selected(row.mxfp4_decision)
             if isinstance(row.decision, Undescribed):
                 row.why = None if row.agrees else row.decision.why
             elif not row.agrees:
@@ -493,15 +495,16 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
             return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
                     f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
                     "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),))
-        c = d.candidate(r.vllm) if r.vllm in {x.backend for x in d.candidates} else None
-        if c is not None and c.status == "rejected":  # selector's own rule rejects vLLM's pick
-            return (f"vLLM falls back to {r.vllm} with bf16 activations; selector: {r.vllm} "
-                    "rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),))
         if r.selector_mxfp4[0] in ("triton_kernels", "triton_unfused", "deep_gemm") and \
                 not (s.triton_kernels and s.deep_gemm):
             return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
                     f"selector picks {r.selector_mxfp4[0]}, whose module this vLLM build lacks",
                     (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)))
+        m = r.mxfp4_decision
+        c = m.candidate(r.vllm) if r.vllm in {x.backend for x in m.candidates} else None
+        if c is not None and c.status == "rejected":  # selector's rule rejects vLLM's pick
+            return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
+                    f"selector: {r.vllm} rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),))
         return None
     if s.requested == "cutlass" and r.vllm is None and s.oracle != "mxfp8" and \
             "is not supported for MXFP4" in r.vllm_error:
