@@ -357,12 +357,80 @@ def sweep_description() -> str:
             "auto and every backend by name.")
 
 
+RANDOM_HEADING = "## Seeded random sweeps of the whole space"
+
+
+class RandomReport:
+    """The four random families of one seed (tests/vllm/random_sweep.py), as one report."""
+
+    def __init__(self) -> None:
+        import linear_parity as lp
+        import parity
+        import random_sweep as rs
+        self.seed = rs.seed()
+        self.parts = {f: (lp.run if f == "linear" else parity.run)(rs.draw(f))
+                      for f in rs.COUNTS}
+        self.rows = [r for p in self.parts.values() for r in p.rows]
+        self.differ = [r for p in self.parts.values() for r in p.differ]
+        self.unexplained = [r for p in self.parts.values() for r in p.unexplained]
+
+    def clusters(self):
+        out = {}
+        for family, rep in self.parts.items():
+            for key, members in rep.clusters().items():
+                out[(family,) + key] = members
+        return out
+
+
+def render_random(report) -> str:
+    import parity
+    import random_sweep as rs
+    lines = [
+        RANDOM_HEADING,
+        "",
+        "Beside the fixed grids above, `tests/vllm/test_parity_random.py` draws scenarios at "
+        "random from the whole cross-product (tests/vllm/random_sweep.py: device, CUDA, "
+        "FlashInfer, native b12x, vLLM's vendored triton_kernels and DeepGEMM, dtype, activation "
+        "and gating, SwiGLU clamp, EP, DP x EP with each all2all backend, requested backend, "
+        "VLLM_MOE_USE_DEEP_GEMM, VLLM_B12X_MOE_FP4_FORCE_A16, the checkpoint's quant method with "
+        "its weight and activation scheme, the model type). FP8 layers get the QuantKeys their "
+        "quant method's own code derives (tests/vllm/methods.py: compressed-tensors FP8 MoE "
+        "passes a 1x128 activation key for per-tensor dynamic activations, `fp8` linear layers "
+        "quantize dynamic activations per token where CUTLASS runs); a pair no selector scheme "
+        "names is `not described`: the plugin leaves that layer to vLLM. CI draws a new seed "
+        "each run (pytest's header names it; `SELECTOR_PARITY_SEED=<seed>` replays it). Not "
+        "drawn yet: DP without EP (vLLM keeps dp_size > 1 there and its monolithic MXFP4 "
+        "experts refuse it; selector's layer has no DP key).",
+        "",
+        f"This report: `SELECTOR_PARITY_SEED={report.seed} .venv-vllm/bin/python "
+        "tools/vllm_parity.py --only random`.",
+        "",
+        "| random family | total | agree | differ | not described | differ without an "
+        "explanation |",
+        "|---|---|---|---|---|---|",
+    ]
+    for family, rep in report.parts.items():
+        und = sum(isinstance(r.decision, parity.Undescribed) for r in rep.differ)
+        lines.append(f"| random {family} | {len(rep.rows)} | {len(rep.rows) - len(rep.differ)} "
+                     f"| {len(rep.differ)} | {und} | {len(rep.unexplained)} |")
+    lines += ["", f"Counts per CI run: {', '.join(f'{f} {n}' for f, n in rs.COUNTS.items())}.",
+              ""]
+    for i, ((family, v, s, why), members) in enumerate(report.clusters().items(), 1):
+        text = why[0] if why else "UNEXPLAINED"
+        srcs = "; ".join(dict.fromkeys(src for _, src in (why[1] if why else ())))
+        lines.append(f"- R{i} ({family}, {len(members)}): vLLM {v}; selector {s}: {text}"
+                     + (f" ({srcs[:300]})" if srcs else "") + f". Example: "
+                     f"`{members[0].scenario.label()}`")
+    return "\n".join(lines + [""])
+
+
 # The report's sections, in file order: each its sweep, its rendering and its first line
-SECTIONS = ("nvfp4", "fp8", "mx", "linear")
+SECTIONS = ("nvfp4", "fp8", "mx", "linear", "random")
 RENDER = {"nvfp4": lambda report: render(report, sweep_description()),
           "fp8": lambda report: render_fp8(report), "mx": lambda report: render_mx(report),
-          "linear": lambda report: render_linear(report)}
-HEADS = {"fp8": FP8_MARK.strip("\n"), "mx": "## MXFP4 and MXFP8 MoE", "linear": LINEAR_HEADING}
+          "linear": lambda report: render_linear(report), "random": render_random}
+HEADS = {"fp8": FP8_MARK.strip("\n"), "mx": "## MXFP4 and MXFP8 MoE", "linear": LINEAR_HEADING,
+         "random": RANDOM_HEADING}
 
 
 def run_sweep(name: str):
@@ -371,6 +439,8 @@ def run_sweep(name: str):
     if name == "linear":
         import linear_parity
         return linear_parity.run()
+    if name == "random":
+        return RandomReport()
     if name == "fp8":
         return parity.run(sim.fp8_sweep())
     if name == "mx":

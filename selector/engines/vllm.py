@@ -2,7 +2,7 @@
 
 `register()` is vLLM's general plugin (entry point group `vllm.general_plugins`, name
 `selector`). It does nothing unless the operator sets SELECTOR_VLLM=1; then every NVFP4 MoE and
-linear layer and every FP8 and MXFP8 MoE layer is decided by selector, and vLLM builds that
+linear layer and every FP8, MXFP8 and MXFP4 MoE layer is decided by selector, and vLLM builds that
 choice through its own explicit-backend path (`moe_backend=` / `--linear-backend`), so vLLM's checks still run
 on it. One log line per
 distinct layer says what selector chose and why; when selector refuses, vLLM's error carries
@@ -46,6 +46,7 @@ ENV_OVERRIDES = "SELECTOR_VLLM_OVERRIDES"
 MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
 FP8_MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.fp8"
 MXFP8_MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp8"
+MXFP4_MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
 LINEAR_KERNELS = "vllm.model_executor.kernels.linear"
 _DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float32": "float32"}
 # vLLM all2all backend -> selector's layer.all2all vocabulary
@@ -236,12 +237,14 @@ CHOOSER = Chooser()
 
 def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any], what: str,
                 call: Callable[[Callable[..., Any], Any], Any], chooser: Optional[Chooser],
-                switches: Optional[Callable[[str], Tuple[str, Tuple[str, ...]]]] = None) -> Any:
+                switches: Optional[Callable[[str], Tuple[str, Tuple[str, ...]]]] = None,
+                fallback: Optional[Tuple[Any, Any]] = None) -> Any:
     """One MoE oracle of vLLM, decided by selector and built by vLLM's explicit path: the layer
     from `config` and the (weight, activation) QuantKeys `keys`; `switches` turns vLLM's
     requested backend into (requested, excluded) where vLLM has switches of its own (FP8);
-    `call(fn, config)` calls vLLM's oracle `fn` as its caller did. A layer selector cannot
-    describe is vLLM's alone; a refusal raises vLLM's error type with the explanation."""
+    `call(fn, config)` calls vLLM's oracle `fn` as its caller did; `fallback`: the keys of the
+    layer to decide when selector refuses this one (MXFP4's BF16 fallback). A layer selector
+    cannot describe is vLLM's alone; a refusal raises vLLM's error type with the explanation."""
     chooser = chooser or CHOOSER
     requested: str = config.moe_backend
     exclude: Tuple[str, ...] = ()
@@ -250,6 +253,11 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
         if switches is not None:
             requested, exclude = switches(config.moe_backend)
         d = chooser.decide(layer, requested, exclude)
+        if d.selected is None and fallback is not None and tuple(keys) != tuple(fallback):
+            log.info("selector: no %s MoE backend runs %s here: deciding it with bf16 "
+                     "activations, as vLLM falls back (%s)", what, layer["quant"],
+                     MXFP4_FALLBACK_SOURCE)
+            d = chooser.decide(moe_layer(config, *fallback), requested, exclude)
     except NotExpressible as exc:
         log.info("selector: %s MoE layer with %s: vLLM decides alone", what, exc)
         return call(original, config)
@@ -322,6 +330,50 @@ def select_mxfp8_moe(original: Callable[..., Any], config: Any,
     from vllm.model_executor.layers.quantization.utils import quant_utils as q
     return _moe_choice(original, config, (q.kMxfp8Static, q.kMxfp8Dynamic), "MXFP8",
                        lambda fn, c: fn(c), chooser)
+
+
+MXFP4_FALLBACK_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py (_filter_by_activation: "
+                         "backends of the requested activation key first, then the BF16 "
+                         "variants as a higher-precision fallback, on the automatic and the "
+                         "explicit path)")
+
+
+MXFP4_UNNAMED_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py (map_mxfp4_backend has no "
+                        "--moe-backend value for CUTLASS_MXFP4_MXFP4)")
+
+
+def select_mxfp4_moe(original: Callable[..., Any], config: Any, activation_key: Any = None,
+                     chooser: Optional[Chooser] = None) -> Any:
+    """select_mxfp4_moe_backend (gpt-oss, compressed-tensors, Quark, INC and online MXFP4),
+    decided by selector and built by vLLM's explicit path: the activation key is the
+    checkpoint's, or `--quantization-config moe.activation`, as vLLM's _resolve_activation_key
+    combines them; where selector refuses quantized activations it decides the layer with bf16
+    activations, as vLLM falls back (MXFP4_FALLBACK_SOURCE). DeepSeek V4's MXFP4 path
+    (select_deepseek_v4_mxfp4_moe_backend), which picks the activation precision itself, stays
+    vLLM's."""
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+    key = mxfp4._resolve_activation_key(activation_key)
+
+    def call(fn: Callable[..., Any], c: Any) -> Any:
+        """vLLM's oracle on selector's choice; one vLLM has no --moe-backend value for
+        (CUTLASS) is built from vLLM's automatic list, and must be what that list picks."""
+        if c.moe_backend == "auto":
+            return fn(c, activation_key)
+        try:
+            mxfp4.map_mxfp4_backend(c.moe_backend)
+        except ValueError:  # a backend vLLM runs from its automatic list only
+            auto = copy.copy(c)
+            auto.moe_backend = "auto"
+            backend, experts = fn(auto, activation_key)
+            if not backend.value.lower().startswith(c.moe_backend):
+                raise ValueError(f"vLLM runs {c.moe_backend} for MXFP4 from its automatic list "
+                                 f"only ({MXFP4_UNNAMED_SOURCE}), and that list picks "
+                                 f"{backend.value} here") from None
+            return backend, experts
+        return fn(c, activation_key)
+    return _moe_choice(original, config, (q.kMxfp4Static, key), "MXFP4", call, chooser,
+                       fallback=(q.kMxfp4Static, None))
 
 
 _forced = threading.local()
@@ -401,7 +453,7 @@ def installed() -> bool:
 
 
 def install() -> None:
-    """Route vLLM's NVFP4 MoE and linear, FP8 MoE and MXFP8 MoE selection through selector
+    """Route vLLM's NVFP4 MoE and linear, FP8, MXFP8 and MXFP4 MoE selection through selector
     (idempotent)."""
     import importlib
     if installed():
@@ -415,6 +467,9 @@ def install() -> None:
     mx8: Any = importlib.import_module(MXFP8_MOE_ORACLE)
     _rebind(mx8.select_mxfp8_moe_backend,
             _wrap(mx8.select_mxfp8_moe_backend, select_mxfp8_moe))
+    mx4: Any = importlib.import_module(MXFP4_MOE_ORACLE)
+    _rebind(mx4.select_mxfp4_moe_backend,
+            _wrap(mx4.select_mxfp4_moe_backend, select_mxfp4_moe))
     kernels._get_linear_backend = linear_backend_hook(kernels._get_linear_backend)
     _rebind(kernels.init_nvfp4_linear_kernel,
             _wrap(kernels.init_nvfp4_linear_kernel, select_linear))
@@ -431,6 +486,8 @@ def uninstall() -> None:
     _rebind(fp8.select_fp8_moe_backend, fp8.select_fp8_moe_backend.__selector_original__)
     mx8: Any = sys.modules[MXFP8_MOE_ORACLE]
     _rebind(mx8.select_mxfp8_moe_backend, mx8.select_mxfp8_moe_backend.__selector_original__)
+    mx4: Any = sys.modules[MXFP4_MOE_ORACLE]
+    _rebind(mx4.select_mxfp4_moe_backend, mx4.select_mxfp4_moe_backend.__selector_original__)
     _rebind(kernels.init_nvfp4_linear_kernel,
             kernels.init_nvfp4_linear_kernel.__selector_original__)
     kernels._get_linear_backend = kernels._get_linear_backend.__selector_original__
@@ -445,8 +502,8 @@ def register() -> None:
         return
     words(ENV_OVERRIDES)
     install()
-    log.info("selector: deciding NVFP4 MoE and linear, FP8 MoE and MXFP8 MoE backends (%s=1)",
-             ENV_ENABLE)
+    log.info("selector: deciding NVFP4 MoE and linear, FP8, MXFP8 and MXFP4 MoE backends "
+             "(%s=1)", ENV_ENABLE)
 
 
 def iter_rebound() -> Iterator[str]:
@@ -454,7 +511,8 @@ def iter_rebound() -> Iterator[str]:
     for name, mod in list(sys.modules.items()):
         if name.startswith("vllm") and mod is not None:
             for attr in ("select_nvfp4_moe_backend", "init_nvfp4_linear_kernel",
-                         "select_fp8_moe_backend", "select_mxfp8_moe_backend"):
+                         "select_fp8_moe_backend", "select_mxfp8_moe_backend",
+                         "select_mxfp4_moe_backend"):
                 if hasattr(getattr(mod, attr, None), "__selector_original__"):
                     yield f"{name}.{attr}"
 

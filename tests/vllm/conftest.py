@@ -23,3 +23,14 @@ else:
                            "test_linear_parity.py",
                            "test_launch_flags.py",
                            "test_e2e.py", "test_checkpoint_differential.py"]
+
+
+def pytest_report_header(config):
+    """The random parity sweeps' seed (tests/vllm/random_sweep.py), chosen here once per run
+    when SELECTOR_PARITY_SEED is unset, so the header names it and a re-run can pass it."""
+    import os
+    import random
+    env = "SELECTOR_PARITY_SEED"
+    if not os.environ.get(env):
+        os.environ[env] = str(random.SystemRandom().randrange(2 ** 32))
+    return f"selector parity seed: {env}={os.environ[env]}"

@@ -20,7 +20,6 @@ import parity
 import sim
 
 from selector.core.engine_flags import VLLM_LINEAR_QUANT
-from selector.core.schema import QUANT_SCHEMES
 from selector.engines import vllm as adapter
 
 FP8 = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
@@ -39,6 +38,12 @@ NAMES = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm"
          "flashinfer_cudnn", "flashinfer_b12x", "cutlass", "b12x", "marlin", "deep_gemm",
          "triton", "torch", "emulation")
 MODEL_TYPE = "deepseek_v3"  # the model DeepGEMM's can_implement asks about (not disabled)
+# vLLM 0.32.0 utils/deep_gemm.py _DEEPGEMM_BLACKWELL_EXCLUDED_MODEL_TYPES
+DEEP_GEMM_EXCLUDED = ("qwen3_5_text", "qwen3_5_moe_text")
+DEEP_GEMM_MODEL_SOURCE = ("vLLM 0.32.0 utils/deep_gemm.py (should_auto_disable_deep_gemm: "
+                          "_DEEPGEMM_BLACKWELL_EXCLUDED_MODEL_TYPES on the SM 100 and 120 "
+                          "families); kernels/linear/scaled_mm/deep_gemm.py "
+                          "(DeepGemmFp8BlockScaledMMKernel.can_implement)")
 
 
 def machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]]:
@@ -80,11 +85,6 @@ def sweep() -> List[sim.Scenario]:
 
 
 # -- vLLM untouched --------------------------------------------------------------------------------
-def _key(name: Optional[str]) -> Any:
-    from vllm.model_executor.layers.quantization.utils import quant_utils as q
-    return None if name is None else getattr(q, name)
-
-
 _CONFIG: List[Any] = []
 
 
@@ -95,11 +95,10 @@ def vllm_config(s: sim.Scenario) -> Any:
     own _get_linear_backend reads it)."""
     if not _CONFIG:
         from vllm.config import VllmConfig
-        cfg = VllmConfig()
-        object.__setattr__(cfg, "model_config", types.SimpleNamespace(
-            hf_text_config=types.SimpleNamespace(model_type=MODEL_TYPE)))
-        _CONFIG.append(cfg)
+        _CONFIG.append(VllmConfig())
     cfg = _CONFIG[0]
+    object.__setattr__(cfg, "model_config", types.SimpleNamespace(
+        hf_text_config=types.SimpleNamespace(model_type=s.model_type or MODEL_TYPE)))
     per = None if s.requested == "auto" else {VLLM_LINEAR_QUANT[s.quant]: s.requested}
     object.__setattr__(cfg.kernel_config, "linear_backend_per_quant", per)
     return cfg
@@ -111,7 +110,7 @@ def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str]]:
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.kernels import linear
-    wkey, akey = (_key(n) for n in QUANT_SCHEMES[s.quant].vllm_keys)
+    wkey, akey = sim.quant_keys(s)  # the scheme's keys, or those of its quant method
     dtype = getattr(torch, s.dtype)
     try:
         with set_current_vllm_config(vllm_config(s)):
@@ -129,19 +128,28 @@ def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str]]:
 
 # -- selector --------------------------------------------------------------------------------------
 def selector_layer(s: sim.Scenario) -> Dict[str, Any]:
+    """The layer as selector describes it: its scheme from vLLM's keys where a quant method
+    derives them (NotExpressible when no scheme names the pair, as in the plugin)."""
     n, k = s.shape
-    return {"op": "linear", "quant": s.quant, "dtype": s.dtype, "hidden_size": k,
+    quant = s.quant if s.method is None else adapter.quant_scheme(*sim.quant_keys(s))
+    return {"op": "linear", "quant": quant, "dtype": s.dtype, "hidden_size": k,
             "intermediate_size": n}
 
 
 def selector_decision(s: sim.Scenario) -> Any:
     chooser = parity._CHOOSERS.setdefault(s.machine, parity.MachineChooser(s))
-    return chooser.decide(selector_layer(s), s.requested)
+    try:
+        layer = selector_layer(s)
+    except adapter.NotExpressible as exc:
+        return parity.Undescribed(s, exc)
+    return chooser.decide(layer, s.requested)
 
 
 @dataclasses.dataclass
 class Row(parity.Row):
-    """A parity row compared by vLLM backend name: selector's choice as the engine names it."""
+    """A parity row compared by vLLM backend name: selector's choice as the engine names it;
+    `vllm_other_model`: vLLM's (backend, kernel) for the same layer of a MODEL_TYPE model."""
+    vllm_other_model: Optional[Tuple[Optional[str], Optional[str]]] = None
 
     @property
     def engine_name(self) -> Optional[str]:
@@ -168,6 +176,11 @@ def explain(r: Row, outside: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
     """parity.explain on the row with vLLM's names translated into selector's."""
     q = r.scenario.quant
     req = r.scenario.requested
+    if r.selected == "deep_gemm" and r.scenario.model_type in DEEP_GEMM_EXCLUDED and \
+            r.vllm_other_model == (r.engine_name, r.kernel):
+        return (f"vLLM never runs DeepGEMM for a {r.scenario.model_type} model on SM 10.x/12.x "
+                "(E8M0 scale accuracy); selector's layer has no model-type key yet",
+                (("engine", DEEP_GEMM_MODEL_SOURCE),))
     t = parity.Row(replace(r.scenario, requested=req if req == "auto" else
                            selector_name(req, q)),
                    selector_name(r.vllm, q), r.vllm_error, r.decision, r.vllm_kernel)
@@ -189,8 +202,12 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> parity.Report:
                 if not row.agrees and s.requested != "auto":
                     auto_v, _, auto_k = vllm_choice(replace(s, requested="auto"))
                     row.vllm_auto = (auto_v, auto_k)
+                if not row.agrees and s.model_type in DEEP_GEMM_EXCLUDED:
+                    other_v, _, other_k = vllm_choice(replace(s, model_type=None))
+                    row.vllm_other_model = (other_v, other_k)
             if not row.agrees:
-                row.why = explain(row, names)
+                row.why = row.decision.why if isinstance(row.decision, parity.Undescribed) \
+                    else explain(row, names)
             report.rows.append(row)
     finally:
         simulation.close()

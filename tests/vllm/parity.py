@@ -59,6 +59,7 @@ class Row:
     # _BF16/_MXFP8/_MXFP4 suffix; FP8_ACT for DeepGEMM's FP8 1x128 activations); None: not compared
     vllm_quant: Optional[str] = None
     selector_mxfp4: Optional[Tuple[Optional[str], Optional[str]]] = None  # asked about mxfp4
+    mxfp4_decision: Any = None  # selector's decision asked about mxfp4
 
     @property
     def selected(self) -> Optional[str]:
@@ -83,6 +84,26 @@ class Row:
             (self.vllm_quant is None or self.vllm is None or self.vllm_quant == self.scheme)
 
 
+NOT_EXPRESSIBLE_SOURCE = ("selector engines/vllm.py (quant_scheme, moe_layer: a layer no "
+                          "selector scheme describes is NotExpressible and vLLM decides it alone)")
+
+
+class Undescribed:
+    """selector's answer for a layer its vocabulary does not describe (vLLM's QuantKeys of the
+    scenario's quant method name no scheme): none; the plugin leaves the layer to vLLM."""
+    selected = None
+    engine = None
+    candidates = ()
+    warnings = ()
+
+    def __init__(self, s: sim.Scenario, exc: Exception):
+        import methods
+        src = methods.source(s) if s.method else ""
+        self.why = (f"selector's vocabulary does not describe this layer ({exc}): the plugin "
+                    "leaves it to vLLM", tuple(("engine", x) for x in (src, NOT_EXPRESSIBLE_SOURCE)
+                                               if x))
+
+
 @dataclass
 class Report:
     rows: List[Row] = field(default_factory=list)
@@ -98,7 +119,8 @@ class Report:
     def clusters(self) -> OrderedDict[Tuple, List[Row]]:
         out: OrderedDict[Tuple, List[Row]] = OrderedDict()
         for r in self.differ:
-            key = (r.vllm or "error", r.selected or "refusal",
+            mine = "not described" if isinstance(r.decision, Undescribed) else "refusal"
+            key = (r.vllm or "error", r.selected or mine,
                    r.why if r.why is not None else ("UNEXPLAINED", ()))
             out.setdefault(key, []).append(r)
         return out
@@ -302,7 +324,11 @@ def selector_decision(s: sim.Scenario, composed: bool = False) -> Any:
     if s.op == "moe" and s.quant in FP8_SCHEMES:
         with _deep_gemm_env(s):
             requested, exclude = adapter.fp8_moe_switches(s.requested, s.allow_cutlass)
-    return chooser.decide(selector_layer(s), requested, exclude)
+    try:
+        layer = selector_layer(s)
+    except adapter.NotExpressible as exc:
+        return Undescribed(s, exc)
+    return chooser.decide(layer, requested, exclude)
 
 
 @contextlib.contextmanager
@@ -356,6 +382,10 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
         src = outside_names.get(r.vllm)
         return None if src is None else \
             (f"vLLM's {r.vllm} is outside selector's catalogue", (("engine", src),))
+    if _vendored_missing(r):
+        return (f"this vLLM build lacks its vendored {_VENDORED[r.selected]}: a Python module "
+                "inside vllm, which selector's platform (installed distributions) does not see",
+                (("engine", VENDORED_SOURCE),))
     if r.vllm is not None:
         c = d.candidate(r.vllm)
         if c.status in ("rejected", "not_applicable", "opt_in"):
@@ -379,6 +409,18 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
                 "selector decides it automatically", _why(c) + (
                     ("engine", DEEP_GEMM_ENV_SOURCE), ("policy", POLICY_SOURCE)))
     return None
+
+
+_VENDORED = {"deep_gemm": "DeepGEMM", "triton_kernels": "triton_kernels",
+             "triton_unfused": "triton_kernels"}
+
+
+def _vendored_missing(r: Row) -> bool:
+    """selector picked a backend whose module this scenario's vLLM build lacks (its vendored
+    DeepGEMM or triton_kernels)."""
+    s = r.scenario
+    return (r.selected == "deep_gemm" and not s.deep_gemm) or \
+        (r.selected in ("triton_kernels", "triton_unfused") and not s.triton_kernels)
 
 
 def _why(c: Any) -> Tuple[Tuple[str, str], ...]:
@@ -413,9 +455,12 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
                     row = Row(s, v, err, selector_decision(asked(s, vq)), kern, vllm_quant=vq)
                     if not row.agrees and v is not None and vq == "mxfp4" and \
                             asked(s, vq).quant != "mxfp4":  # vLLM's BF16 fallback
-                        row.selector_mxfp4 = _selected(selector_decision(
-                            replace(asked(s, vq), quant="mxfp4")))
-            if not row.agrees:
+                        row.mxfp4_decision = selector_decision(
+                            replace(asked(s, vq), quant="mxfp4"))
+                        row.selector_mxfp4 = _selected(row.mxfp4_decision)
+            if isinstance(row.decision, Undescribed):
+                row.why = None if row.agrees else row.decision.why
+            elif not row.agrees:
                 row.why = explain_mx(row, names) if s.oracle != "nvfp4" else \
                     explain(row, names)
             report.rows.append(row)
@@ -455,6 +500,11 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
             return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
                     f"selector picks {r.selector_mxfp4[0]}, whose module this vLLM build lacks",
                     (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)))
+        m = r.mxfp4_decision
+        c = m.candidate(r.vllm) if r.vllm in {x.backend for x in m.candidates} else None
+        if c is not None and c.status == "rejected":  # selector's rule rejects vLLM's pick
+            return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
+                    f"selector: {r.vllm} rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),))
         return None
     if s.requested == "cutlass" and r.vllm is None and s.oracle != "mxfp8" and \
             "is not supported for MXFP4" in r.vllm_error:

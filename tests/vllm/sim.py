@@ -89,6 +89,11 @@ class Scenario:
     force_a16: bool = False
     dtype: str = "bfloat16"  # a linear layer's activation and output dtype (FP8/MX sweep)
     shape: Optional[Tuple[int, int]] = None  # a linear layer's weight (N, K) (FP8/MX sweep)
+    # the checkpoint's quant method (methods.py derives vLLM's QuantKeys the way that method's
+    # code does; None: the scheme's own keys, schema.QUANT_SCHEMES) and the model type vLLM's
+    # model config names (None: the sweep's default)
+    method: Optional[str] = None
+    model_type: Optional[str] = None
 
     @property
     def machine(self) -> Tuple[Any, ...]:
@@ -106,12 +111,16 @@ class Scenario:
             ("" if self.allow_cutlass else " no-vllm-cutlass") + \
             (f" VLLM_MOE_USE_DEEP_GEMM={self.deep_gemm_env}" if self.deep_gemm_env else "")
         where = f"SM {self.capability} CUDA {self.cuda}" if self.capability else "no GPU"
+        pk += "" if self.triton_kernels else ", no triton_kernels"
+        pk += "" if self.deep_gemm else ", no DeepGEMM"
         if self.oracle != "nvfp4":
-            pk += "" if self.triton_kernels else ", no triton_kernels"
-            pk += "" if self.deep_gemm else ", no DeepGEMM"
             extra += f" [{self.oracle} oracle]" + (" FORCE_A16" if self.force_a16 else "")
         if self.shape is not None:
             extra += f" N{self.shape[0]} K{self.shape[1]} {self.dtype}"
+        elif self.dtype != "bfloat16":
+            extra += f" {self.dtype}"
+        extra += (f" method={self.method}" if self.method else "") + \
+            (f" model_type={self.model_type}" if self.model_type else "")
         return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
                 f"{self.requested}")
 
@@ -125,8 +134,9 @@ class Scenario:
 
 def machine_packages(s: Scenario) -> Dict[str, Optional[str]]:
     """The packages a scenario changes in `stack=vllm_0_32`: flashinfer (and the CuTe DSL it
-    brings) present or absent, native b12x, no SGLang kernels."""
-    dsl = CUTLASS_DSL if s.flashinfer else None
+    brings) present or absent, native b12x (which requires the CuTe DSL too: b12x 1.5.1's
+    Requires-Dist nvidia-cutlass-dsl==4.8.0), no SGLang kernels."""
+    dsl = CUTLASS_DSL if s.flashinfer or s.b12x else None
     return {"flashinfer-python": s.flashinfer, "nvidia-cutlass-dsl": dsl, "b12x": s.b12x,
             "sgl-kernel": None, "flashinfer-cubin": None, "sglang": None}
 
@@ -363,15 +373,19 @@ def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
                           intermediate_size=1024, num_local_experts=64 // s.ep_size,
                           num_logical_experts=64, activation=act, device="cuda",
                           routing_method=RoutingMethodType.Renormalize, moe_parallel_config=par,
-                          in_dtype=torch.bfloat16, moe_backend=moe_backend,
+                          in_dtype=getattr(torch, s.dtype), moe_backend=moe_backend,
                           swiglu_limit=s.swiglu_limit, **situ)
 
 
 def quant_keys(s: Scenario) -> Tuple[Any, Any]:
-    """vLLM's (weight, activation) QuantKeys for the scenario's scheme (schema.QUANT_SCHEMES)."""
+    """vLLM's (weight, activation) QuantKeys for the scenario's scheme (schema.QUANT_SCHEMES), or
+    the ones its quant method's code derives (methods.py)."""
     from vllm.model_executor.layers.quantization.utils import quant_utils as q
 
     from selector.core.schema import QUANT_SCHEMES
+    if s.method is not None:
+        import methods
+        return methods.vllm_keys(s)
     w, a = QUANT_SCHEMES[s.quant].vllm_keys
     return getattr(q, str(w)), (None if a is None else getattr(q, a))
 

@@ -130,6 +130,9 @@ WHEN: Dict[str, WhenTerm] = {
     "act_and_mul": WhenTerm(_bool, lambda v, layer, f: layer.act_and_mul == v, "act_and_mul"),
     "quant": WhenTerm(_one_of(schema.QUANTS), lambda v, layer, f: layer.quant in v, "quant",
                       lambda v: "/".join(sorted(v))),
+    # the activation dtype (vLLM's TRT-LLM FP8 monolithic experts refuse fp16 router logits)
+    "dtype": WhenTerm(_one_of(schema.DTYPES), lambda v, layer, f: layer.dtype in v, "dtype",
+                      lambda v: "/".join(sorted(v))),
     "ep": WhenTerm(_bool, lambda v, layer, f: (layer.ep_size > 1) == v, "ep_size"),
     # the all2all exchange of an EP layer (vLLM's batched experts format: deepep_low_latency)
     "all2all": WhenTerm(_one_of(schema.ALL2ALL), lambda v, layer, f: layer.all2all in v,
