@@ -189,10 +189,12 @@ def test_size_that_does_not_split_is_a_problem():
     """moe_intermediate_size 2048 over MoE TP 3: exit 1 with the reason."""
     lp = launch(*B200, "parallel.tp=3")
     experts = group(lp, "routed experts")
-    assert any("2048 is not divisible by 3" in p for p in experts.problems)
+    assert any("moe_intermediate_size 2048 is not divisible by the MoE tensor-parallel size 3"
+               in p for p in experts.problems)
     assert not lp.ok
     rc, out, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=3"])
-    assert rc == 1 and "!! routed experts: intermediate_size 2048 is not divisible by 3" in out
+    assert rc == 1 and "!! routed experts: moe_intermediate_size 2048 is not divisible" in out
+    assert "command: vllm" not in out and "command: none" in out  # nothing to copy
 
 
 def test_no_engine_no_launch_plan():

@@ -12,6 +12,7 @@ parallel layers do (column-parallel N / tp, row-parallel K / tp, experts / ep).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -35,6 +36,12 @@ _LIMIT_OF = {"num_hidden_layers": "layers", "n_routed_experts": "experts",
              "decoder_sparse_step": "layers"}
 
 
+# vLLM's even split of a parallel layer (ensure_divisibility asserts numerator % denominator)
+DIVIDE = "vLLM 0.32.0 vllm/distributed/utils.py (divide, ensure_divisibility)"
+HEADS = ("vLLM 0.32.0 vllm/config/model.py (ModelConfig.verify_with_parallel_config: total "
+         "number of attention heads must be divisible by tensor parallel size)")
+
+
 # ---------------------------------------------------------------------------------------------
 # What a checkpoint is made of
 
@@ -49,6 +56,7 @@ class Module:
     fields: Tuple[Tuple[str, Any], ...]  # layer.* keys (everything but quant)
     cls: str = "RowParallelLinear"  # vLLM's class (compressed-tensors matches class names)
     expert_projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")  # ckpt_*_proj_name
+    problems: Tuple[str, ...] = ()  # what vLLM refuses of this module's per-rank split
 
 
 @dataclass(frozen=True)
@@ -119,11 +127,20 @@ class _Config:
     takes the architecture's Hugging Face default."""
 
     def __init__(self, data: Mapping[str, Any], path: Path, arch: str, model_type: str,
-                 tp: int = 1, ep: int = 1):
+                 tp: int = 1, ep: int = 1, moe_tp: Optional[int] = None):
         self.data, self.path, self.arch = data, path, arch
         self.defaults = HF_DEFAULTS.get(model_type, {})
         self.defaulted: List[str] = []
+        # dense layers run TP `tp`; the routed experts TP `moe_tp` and EP `ep` (vLLM: with
+        # expert parallelism EP = TP x DP and MoE TP 1, without it MoE TP = TP x DP)
         self.tp, self.ep = tp, ep
+        self.moe_tp = (1 if ep > 1 else tp) if moe_tp is None else moe_tp
+        self.pending: List[str] = []  # problems of the module being built
+
+    def take(self) -> Tuple[str, ...]:
+        """The problems found since the last module was built (they are that module's)."""
+        out, self.pending = tuple(dict.fromkeys(self.pending)), []
+        return out
 
     def _get(self, key: str) -> Any:
         v = self.data.get(key)
@@ -178,11 +195,13 @@ class _Config:
         return float(v)
 
     # per-GPU sizes -------------------------------------------------------------------------
-    def split(self, total: int, by: int, key: str, what: str) -> int:
+    def split(self, total: int, by: int, key: str, what: str, source: str = DIVIDE) -> int:
+        """total / by, as vLLM's parallel layers split it; a split that does not divide is a
+        problem of the module (vLLM refuses it at start-up), and the floor is shown."""
         if total % by:
-            raise bad_input(key, total, f"is not divisible by {what} {by}: vLLM shards it "
-                            "evenly across the GPUs", where=str(self.path))
-        return total // by
+            self.pending.append(f"{key} {total} is not divisible by {what} {by}: vLLM refuses "
+                                f"to start ({source})")
+        return max(1, total // by)
 
 
 # Hugging Face `hidden_act` names -> the activation vocabulary (schema.ACTIVATIONS)
@@ -205,24 +224,23 @@ def _fields(**kw: Any) -> Tuple[Tuple[str, Any], ...]:
 
 def _moe(cfg: _Config, name: str, layer: int, hidden: int, inter: int, experts: int, top_k: int,
          act: str, gated: bool, limit: Optional[float] = None,
-         projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")) -> Module:
+         projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj"),
+         key: str = "moe_intermediate_size") -> Module:
     if top_k > experts:
         raise bad_input("num_experts_per_tok", top_k, f"is larger than the number of experts "
                         f"({experts})", where=str(cfg.path))
-    # vLLM FusedMoEParallelConfig: with expert parallelism the experts are split over the
-    # GPUs and each keeps whole experts; without it every expert is split by TP
-    if cfg.ep > 1:
-        if cfg.ep > experts:
-            raise bad_input("layer.ep_size", cfg.ep, f"is larger than the number of experts "
-                            f"({experts})", where=str(cfg.path))
-        local, inter_rank = -(-experts // cfg.ep), inter
-    else:
-        local, inter_rank = experts, cfg.split(inter, cfg.tp, "moe_intermediate_size",
-                                               "layer.tp_size")
+    # vLLM FusedMoEParallelConfig.make: with expert parallelism each rank keeps whole experts
+    # (experts / EP of them) and the MoE TP is 1; without it every expert is split by TP.
+    # num_experts stays the global count (vLLM's FusedMoEConfig.num_experts).
+    if cfg.ep > experts:
+        cfg.pending.append(f"the expert-parallel size {cfg.ep} is larger than the number of "
+                           f"experts ({experts}): a rank would hold no expert")
+    inter_rank = cfg.split(inter, cfg.moe_tp, key, "the MoE tensor-parallel size")
     return Module(name, "routed experts", "experts", layer,
                   _fields(op="moe", activation=act, act_and_mul=gated, hidden_size=hidden,
-                          intermediate_size=inter_rank, num_experts=local, top_k=top_k,
-                          swiglu_limit=limit), "RoutedExperts", projs)
+                          intermediate_size=inter_rank, num_experts=experts, top_k=top_k,
+                          swiglu_limit=limit, tp_size=cfg.moe_tp, ep_size=cfg.ep),
+                  "RoutedExperts", projs, cfg.take())
 
 
 _CLASSES = {"column": "ColumnParallelLinear", "merged": "MergedColumnParallelLinear",
@@ -233,17 +251,19 @@ _CLASSES = {"column": "ColumnParallelLinear", "merged": "MergedColumnParallelLin
 
 def _linear(cfg: _Config, prefix: str, component: str, layer: Optional[int], proj: str, k: int,
             n: int, kind: str, key: str = "intermediate_size") -> Module:
-    """One linear layer: K inputs, N outputs (whole-model), split per GPU as vLLM splits it."""
+    """One linear layer: K inputs, N outputs (whole-model), split per GPU as vLLM splits it
+    (a replicated one, ReplicatedLinear or disable_tp, keeps both on every GPU: TP 1)."""
     if kind in ("column", "merged"):
-        n = cfg.split(n, cfg.tp, key, "layer.tp_size")
+        n = cfg.split(n, cfg.tp, key, "the tensor-parallel size")
     elif kind == "row":
-        k = cfg.split(k, cfg.tp, key, "layer.tp_size")
+        k = cfg.split(k, cfg.tp, key, "the tensor-parallel size")
     elif kind == "lm_head":  # VocabParallelEmbedding pads the vocabulary to 64, then splits
         n = -(-n // 64) * 64 // cfg.tp if cfg.tp > 1 else n
     return Module(f"{prefix}.{proj}" if prefix else proj, component, proj, layer,
                   _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=k,
-                          intermediate_size=n, num_experts=None, top_k=None, swiglu_limit=None),
-                  _CLASSES[kind])
+                          intermediate_size=n, num_experts=None, top_k=None, swiglu_limit=None,
+                          tp_size=1 if "replicated" in kind else cfg.tp),
+                  _CLASSES[kind], problems=cfg.take())
 
 
 def _mlp(cfg: _Config, prefix: str, component: str, layer: int, hidden: int, inter: int,
@@ -260,13 +280,20 @@ def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int) -> List[Module]:
     heads = cfg.integer("num_attention_heads")
     kv = cfg.integer("num_key_value_heads", heads)
     hd = cfg.integer("head_dim", hidden // heads or 1)
-    q_rank = cfg.split(heads, cfg.tp, "num_attention_heads", "layer.tp_size")
-    kv_rank = cfg.split(kv, cfg.tp, "num_key_value_heads", "layer.tp_size") if kv >= cfg.tp \
-        else 1
+    q_rank = cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
+    # vLLM linear.py QKVParallelLinear.__init__: with at least as many GPUs as KV heads each
+    # GPU holds one KV head, replicated tp / kv times (divide(tp_size, total_num_kv_heads))
+    kv_rank = cfg.split(kv, cfg.tp, "num_key_value_heads", "the tensor-parallel size") \
+        if kv >= cfg.tp else 1
+    if kv < cfg.tp:
+        cfg.split(cfg.tp, kv, "the tensor-parallel size", "num_key_value_heads",
+                  "vLLM 0.32.0 vllm/model_executor/layers/linear.py (QKVParallelLinear: "
+                  "num_kv_head_replicas = divide(tp_size, total_num_kv_heads))")
     qkv = Module(f"{prefix}.qkv_proj", "attention", "qkv_proj", layer,
                  _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=hidden,
                          intermediate_size=(q_rank + 2 * kv_rank) * hd, num_experts=None,
-                         top_k=None, swiglu_limit=None), "QKVParallelLinear")
+                         top_k=None, swiglu_limit=None, tp_size=cfg.tp), "QKVParallelLinear",
+                 problems=cfg.take())
     return [qkv, _linear(cfg, prefix, "attention", layer, "o_proj", heads * hd, hidden, "row",
                          "num_attention_heads")]
 
@@ -322,18 +349,22 @@ def _deepseek(cfg: _Config) -> Read:
     q_lora = cfg.integer("q_lora_rank", None)
     kv_lora, rope = cfg.integer("kv_lora_rank"), cfg.integer("qk_rope_head_dim")
     nope, v = cfg.integer("qk_nope_head_dim"), cfg.integer("v_head_dim")
-    cfg.split(heads, cfg.tp, "num_attention_heads", "layer.tp_size")
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"
         a = f"{p}.self_attn"
+        # vLLM deepseek_v2.py DeepseekV2MLAAttention: fused_qkv_a_proj (q_lora_rank) and
+        # kv_a_proj_with_mqa are built with disable_tp=True / ReplicatedLinear: whole on
+        # every GPU
         if q_lora:
-            mods += [Module(f"{a}.fused_qkv_a_proj", "attention", "fused_qkv_a_proj", i,
-                            _linear(cfg, a, "attention", i, "x", h, q_lora + kv_lora + rope,
-                                    "replicated").fields, "DeepSeekV2FusedQkvAProjLinear"),
-                     _linear(cfg, a, "attention", i, "q_b_proj", q_lora, heads * (nope + rope),
-                             "column", "num_attention_heads")]
+            mods.append(dataclasses.replace(
+                _linear(cfg, a, "attention", i, "fused_qkv_a_proj", h, q_lora + kv_lora + rope,
+                        "merged_replicated"), cls="DeepSeekV2FusedQkvAProjLinear"))
+            cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
+            mods.append(_linear(cfg, a, "attention", i, "q_b_proj", q_lora,
+                                heads * (nope + rope), "column", "num_attention_heads"))
         else:
+            cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
             mods += [_linear(cfg, a, "attention", i, "q_proj", h, heads * (nope + rope),
                              "column", "num_attention_heads"),
                      _linear(cfg, a, "attention", i, "kv_a_proj_with_mqa", h, kv_lora + rope,
@@ -446,7 +477,7 @@ def _gpt_oss(cfg: _Config) -> Read:
         p = f"model.layers.{i}"
         mods += _qkv(cfg, f"{p}.attn", i, h)
         mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, inter, experts, top_k, "swigluoai",
-                         True))
+                         True, key="intermediate_size"))
     notes = [(f"swiglu_limit {limit:g} is the clamp inside swigluoai (vLLM gpt_oss.py passes "
               "activation='swigluoai' and no separate swiglu_limit)")] if limit else []
     return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], notes, dict(_QKV))
@@ -490,7 +521,9 @@ RENAMES: Dict[str, Optional[Tuple[Tuple[Tuple[str, str], ...], ...]]] = {
 
 
 def read_architecture(config: Mapping[str, Any], path: Path, tp_size: int = 1,
-                      ep_size: int = 1) -> Architecture:
+                      ep_size: int = 1, moe_tp: Optional[int] = None) -> Architecture:
+    """The architecture as vLLM builds it on one GPU: dense layers split by `tp_size`, routed
+    experts by `moe_tp` (default: 1 with expert parallelism, else `tp_size`) and `ep_size`."""
     archs = config.get("architectures")
     name = None
     if isinstance(archs, list):
@@ -510,7 +543,7 @@ def read_architecture(config: Mapping[str, Any], path: Path, tp_size: int = 1,
     for key, v in (("layer.tp_size", tp_size), ("layer.ep_size", ep_size)):
         if v > LIMITS["parallel"]:
             raise bad_input(key, v, f"is implausibly large (at most {LIMITS['parallel']})")
-    cfg = _Config(config, path, name, model_type, tp_size, ep_size)
+    cfg = _Config(config, path, name, model_type, tp_size, ep_size, moe_tp)
     r = reader(cfg)
     renames = RENAMES.get(model_type, ((), (), ()))
     notes = list(r.notes)
