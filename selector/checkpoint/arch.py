@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.checkpoint.files import MAX_JSON_BYTES as MAX_JSON_BYTES
 from selector.checkpoint.files import MAX_JSON_DEPTH as MAX_JSON_DEPTH
@@ -57,6 +57,8 @@ class Module:
     cls: str = "RowParallelLinear"  # vLLM's class (compressed-tensors matches class names)
     expert_projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")  # ckpt_*_proj_name
     problems: Tuple[str, ...] = ()  # what vLLM refuses of this module's per-rank split
+    whole: Tuple[int, int] = (0, 0)  # a linear layer's whole-model (K, N)
+    parts: Tuple[int, ...] = ()  # its output partitions on one GPU (vLLM output_partition_sizes)
 
 
 @dataclass(frozen=True)
@@ -75,49 +77,8 @@ class Architecture:
     defaulted: Tuple[str, ...] = ()  # keys config.json left out, filled from HF_DEFAULTS
 
 
-# Hugging Face config-class defaults of the keys read here (transformers 5.19.0, the version
-# vLLM 0.32.0's environment installs: DeepseekV3Config, DeepseekV2Config, Qwen3MoeConfig,
-# NemotronHConfig, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config).
-# tests/vllm/test_checkpoint_differential.py compares every entry with the installed classes.
-HF_DEFAULTS: Dict[str, Dict[str, Any]] = {
-    "deepseek_v3": {"num_hidden_layers": 61, "hidden_size": 7168, "intermediate_size": 18432,
-                    "moe_intermediate_size": 2048, "n_routed_experts": 256,
-                    "num_experts_per_tok": 8, "first_k_dense_replace": 3,
-                    "n_shared_experts": 1, "hidden_act": "silu", "num_attention_heads": 128,
-                    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-                    "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280},
-    "deepseek_v2": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
-                    "moe_intermediate_size": 1407, "n_routed_experts": 64,
-                    "first_k_dense_replace": 0, "n_shared_experts": 2, "hidden_act": "silu",
-                    "num_attention_heads": 32, "q_lora_rank": 1536, "kv_lora_rank": 512,
-                    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-                    "vocab_size": 102400},
-    "qwen3_moe": {"num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size": 6144,
-                  "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
-                  "hidden_act": "silu", "num_attention_heads": 32, "num_key_value_heads": 4,
-                  "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": []},
-    "nemotron_h": {"hidden_size": 4096, "intermediate_size": 21504,
-                   "moe_intermediate_size": 7688, "n_routed_experts": 8,
-                   "num_experts_per_tok": 2, "n_shared_experts": 1, "mlp_hidden_act": "relu2",
-                   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-                   "vocab_size": 131072, "mamba_num_heads": 128, "mamba_head_dim": 64,
-                   "n_groups": 8, "ssm_state_size": 128,
-                   "moe_shared_expert_intermediate_size": 7688},
-    "gpt_oss": {"num_hidden_layers": 36, "hidden_size": 2880, "intermediate_size": 2880,
-                "num_local_experts": 128, "num_experts_per_tok": 4, "hidden_act": "silu",
-                "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-                "vocab_size": 201088, "swiglu_limit": 7.0},
-    "llama": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
-              "hidden_act": "silu", "num_attention_heads": 32, "vocab_size": 32000},
-    "mistral": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
-                "hidden_act": "silu", "num_attention_heads": 32, "num_key_value_heads": 8,
-                "head_dim": 128, "vocab_size": 32000},
-    "qwen2": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 22016,
-              "hidden_act": "silu", "num_attention_heads": 32, "vocab_size": 151936},
-    "qwen3": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 22016,
-              "hidden_act": "silu", "num_attention_heads": 32, "head_dim": 128,
-              "vocab_size": 151936},
-}
+from selector.checkpoint.hf_defaults import HF_DEFAULTS as HF_DEFAULTS  # noqa: E402
+
 # keys a config class derives when absent: num_key_value_heads = num_attention_heads (Llama,
 # Qwen2/3, DeepSeek), head_dim = hidden_size // num_attention_heads (Llama, Qwen2, gpt-oss)
 
@@ -135,6 +96,11 @@ class _Config:
         # expert parallelism EP = TP x DP and MoE TP 1, without it MoE TP = TP x DP)
         self.tp, self.ep = tp, ep
         self.moe_tp = (1 if ep > 1 else tp) if moe_tp is None else moe_tp
+        # vLLM config/parallel.py ParallelConfig.use_sequence_parallel_moe: expert parallelism
+        # with TP > 1 and DP > 1 (EP = TP x DP > TP; the default all2all backend,
+        # allgather_reducescatter, is one that takes it): the MoE blocks' shared experts are
+        # built with disable_tp (deepseek_v2.py DeepseekV2MoE, nemotron_h.py NemotronHMoE)
+        self.seq_moe = ep > 1 and tp > 1 and ep > tp
         self.pending: List[str] = []  # problems of the module being built
 
     def take(self) -> Tuple[str, ...]:
@@ -250,28 +216,42 @@ _CLASSES = {"column": "ColumnParallelLinear", "merged": "MergedColumnParallelLin
 
 
 def _linear(cfg: _Config, prefix: str, component: str, layer: Optional[int], proj: str, k: int,
-            n: int, kind: str, key: str = "intermediate_size") -> Module:
+            n: int, kind: str, key: str = "intermediate_size",
+            split: Sequence[int] = ()) -> Module:
     """One linear layer: K inputs, N outputs (whole-model), split per GPU as vLLM splits it
     (a replicated one, ReplicatedLinear or disable_tp, keeps both on every GPU: TP 1)."""
+    whole = (k, n)
     if kind in ("column", "merged"):
         n = cfg.split(n, cfg.tp, key, "the tensor-parallel size")
     elif kind == "row":
         k = cfg.split(k, cfg.tp, key, "the tensor-parallel size")
     elif kind == "lm_head":  # VocabParallelEmbedding pads the vocabulary to 64, then splits
-        n = -(-n // 64) * 64 // cfg.tp if cfg.tp > 1 else n
+        n = cfg.split(-(-n // 64) * 64, cfg.tp, "vocab_size (padded to 64)",
+                      "the tensor-parallel size") if cfg.tp > 1 else n
     return Module(f"{prefix}.{proj}" if prefix else proj, component, proj, layer,
                   _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=k,
                           intermediate_size=n, num_experts=None, top_k=None, swiglu_limit=None,
                           tp_size=1 if "replicated" in kind else cfg.tp),
-                  _CLASSES[kind], problems=cfg.take())
+                  _CLASSES[kind], problems=cfg.take(), whole=whole,
+                  parts=tuple(split) if split else ((n // 2, n // 2) if kind == "merged"
+                                                    else (n,)))
 
 
 def _mlp(cfg: _Config, prefix: str, component: str, layer: int, hidden: int, inter: int,
-         gated: bool = True, key: str = "intermediate_size") -> List[Module]:
-    up = _linear(cfg, prefix, component, layer, "gate_up_proj", hidden, 2 * inter, "merged",
-                 key) if gated else _linear(cfg, prefix, component, layer, "up_proj", hidden,
-                                            inter, "column", key)
-    return [up, _linear(cfg, prefix, component, layer, "down_proj", inter, hidden, "row", key)]
+         gated: bool = True, key: str = "intermediate_size",
+         replicated: bool = False) -> List[Module]:
+    r = "_replicated" if replicated else ""
+    up = _linear(cfg, prefix, component, layer, "gate_up_proj", hidden, 2 * inter,
+                 f"merged{r}", key) if gated else \
+        _linear(cfg, prefix, component, layer, "up_proj", hidden, inter,
+                "replicated" if replicated else "column", key)
+    down = _linear(cfg, prefix, component, layer, "down_proj", inter, hidden,
+                   "replicated" if replicated else "row", key)
+    if replicated:  # vLLM's classes with disable_tp
+        up = dataclasses.replace(up, cls="MergedColumnParallelLinear" if gated else
+                                 "ColumnParallelLinear")
+        down = dataclasses.replace(down, cls="RowParallelLinear")
+    return [up, down]
 
 
 def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int) -> List[Module]:
@@ -293,7 +273,8 @@ def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int) -> List[Module]:
                  _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=hidden,
                          intermediate_size=(q_rank + 2 * kv_rank) * hd, num_experts=None,
                          top_k=None, swiglu_limit=None, tp_size=cfg.tp), "QKVParallelLinear",
-                 problems=cfg.take())
+                 problems=cfg.take(), whole=(hidden, (heads + 2 * kv) * hd),
+                 parts=(q_rank * hd, kv_rank * hd, kv_rank * hd))
     return [qkv, _linear(cfg, prefix, "attention", layer, "o_proj", heads * hd, hidden, "row",
                          "num_attention_heads")]
 
@@ -359,7 +340,8 @@ def _deepseek(cfg: _Config) -> Read:
         if q_lora:
             mods.append(dataclasses.replace(
                 _linear(cfg, a, "attention", i, "fused_qkv_a_proj", h, q_lora + kv_lora + rope,
-                        "merged_replicated"), cls="DeepSeekV2FusedQkvAProjLinear"))
+                        "merged_replicated", split=(q_lora, kv_lora + rope)),
+                cls="DeepSeekV2FusedQkvAProjLinear"))
             cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
             mods.append(_linear(cfg, a, "attention", i, "q_b_proj", q_lora,
                                 heads * (nope + rope), "column", "num_attention_heads"))
@@ -375,11 +357,20 @@ def _deepseek(cfg: _Config) -> Read:
                          "num_attention_heads")]
         if i >= first_dense and i % freq == 0:
             types.append("MoE")
+            if cfg._get("n_group") is None or cfg._get("topk_group") is None:
+                # vLLM deepseek_v2.py DeepseekV2MoE builds its experts with
+                # use_grouped_topk=True and num_expert_group=config.n_group
+                cfg.pending.append(
+                    "n_group and topk_group are missing (the config class leaves them None): "
+                    "vLLM refuses to start (vLLM 0.32.0 vllm/model_executor/layers/fused_moe/"
+                    "router/router_factory.py (create_fused_moe_router): num_expert_group and "
+                    "topk_group must be provided when use_grouped_topk is True)")
             mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
                              limit))
             if shared:
                 mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
-                             moe_i * shared, key="moe_intermediate_size")
+                             moe_i * shared, key="moe_intermediate_size",
+                             replicated=cfg.seq_moe)
         else:
             types.append("dense")
             mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i)
@@ -445,7 +436,8 @@ def _nemotron_h(cfg: _Config) -> Read:
             if cfg.integer("n_shared_experts", 1, minimum=0):
                 mods += _mlp(cfg, f"{p}.shared_experts", "shared experts", i, h,
                              cfg.integer("moe_shared_expert_intermediate_size"), gated=False,
-                             key="moe_shared_expert_intermediate_size")
+                             key="moe_shared_expert_intermediate_size",
+                             replicated=cfg.seq_moe)
         elif block == "-":
             mods += _mlp(cfg, p, "dense MLP", i, h, cfg.integer("intermediate_size"),
                          gated=False)
@@ -455,11 +447,23 @@ def _nemotron_h(cfg: _Config) -> Read:
             heads, hd = cfg.integer("mamba_num_heads"), cfg.integer("mamba_head_dim")
             groups, state = cfg.integer("n_groups"), cfg.integer("ssm_state_size")
             inner = heads * hd
-            # vLLM mamba_mixer2.py: in_proj outputs [z, x, B, C, dt]
-            # = 2 * inner + 2 * n_groups * ssm_state_size + heads, split by TP
-            mods += [_linear(cfg, p, "Mamba", i, "in_proj", h,
-                             2 * inner + 2 * groups * state + heads, "merged",
-                             "mamba_num_heads"),
+            # vLLM mamba_mixer2.py MambaMixer2.__init__: in_proj outputs [z, x, B, C, dt]
+            # = 2 * inner + 2 * n_groups * ssm_state_size + heads, split by TP; n_groups
+            # divisible by TP, or 1 and then replicated on every GPU
+            src = ("vLLM 0.32.0 vllm/model_executor/layers/mamba/mamba_mixer2.py "
+                   "(MambaMixer2.__init__)")
+            cfg.split(heads, cfg.tp, "mamba_num_heads", "the tensor-parallel size", src)
+            g_rank = groups if groups % cfg.tp and groups == 1 else \
+                cfg.split(groups, cfg.tp, "n_groups", "the tensor-parallel size (or be 1)",
+                          src)
+            in_n = (2 * inner + heads) // cfg.tp + 2 * g_rank * state
+            mods += [dataclasses.replace(
+                _linear(cfg, p, "Mamba", i, "in_proj", h, 2 * inner + 2 * groups * state + heads,
+                        "replicated", "mamba_num_heads"),
+                fields=_fields(op="linear", activation="silu", act_and_mul=False, hidden_size=h,
+                               intermediate_size=in_n, num_experts=None, top_k=None,
+                               swiglu_limit=None, tp_size=cfg.tp),
+                cls="MergedColumnParallelLinear"),
                      _linear(cfg, p, "Mamba", i, "out_proj", inner, h, "row", "mamba_num_heads")]
     return Read(n, types, mods + [_lm_head(cfg, h)], [], dict(_QKV))
 
@@ -473,8 +477,15 @@ def _gpt_oss(cfg: _Config) -> Read:
     inter = cfg.integer("intermediate_size")
     limit = cfg.number("swiglu_limit")
     mods: List[Module] = []
+    kv = cfg.integer("num_key_value_heads", cfg.integer("num_attention_heads"))
     for i in range(n):
         p = f"model.layers.{i}"
+        if kv < cfg.tp:  # no KV-head replication in gpt-oss's attention
+            cfg.pending.append(
+                f"num_key_value_heads {kv} is less than the tensor-parallel size {cfg.tp}: vLLM "
+                "refuses to start (vLLM 0.32.0 vllm/model_executor/models/gpt_oss.py "
+                "(OAIAttention: num_local_key_value_heads = num_key_value_heads // tp_size, 0; "
+                "attention.py Attention.__init__: num_heads % num_kv_heads))")
         mods += _qkv(cfg, f"{p}.attn", i, h)
         mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, inter, experts, top_k, "swigluoai",
                          True, key="intermediate_size"))

@@ -247,7 +247,8 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
     if dtype and defaults.dtype not in (dtype, "bfloat16"):
         raise bad_input("layer.dtype", defaults.dtype, f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
-    groups = _group_modules(arch, quant)
+    groups = _group_modules(arch, quant, topology.linear_tp if topology is not None
+                            else defaults.tp_size)
     kinds = []
     for (component, scheme), g in groups.items():
         shapes = []
@@ -271,14 +272,20 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
     return Plan(str(root), arch, quant, tuple(kinds), requested)
 
 
-def _group_modules(arch: Architecture, quant: Quantization
+def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1
                    ) -> OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]:
-    """The modules grouped by (component, scheme): layers, module counts, distinct field sets."""
+    """The modules grouped by (component, scheme): layers, module counts, distinct field sets,
+    and what vLLM refuses of them (`tp`: the engine's tensor-parallel size)."""
+    from selector.checkpoint.splits import REFINED, refined_block, scheme_problems
     groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
+    refines = quant.format != "compressed-tensors"
     for m in arch.modules:
         v = quant.verdict_of(m)
         scheme = v.scheme
         why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
+        r = refined_block(m, scheme, refines)
+        if r:
+            scheme, why = None, REFINED.format(r=r, i=dict(m.fields)["intermediate_size"])
         g = groups.setdefault((m.component, scheme), {"layers": [], "modules": 0, "why": {},
                                                       "shapes": OrderedDict(), "warnings": {}})
         g["why"][why] = True
@@ -292,7 +299,8 @@ def _group_modules(arch: Architecture, quant: Quantization
         if m.projection not in shape["projections"]:
             shape["projections"].append(m.projection)
         shape["modules"] += 1
-        shape["problems"].update(dict.fromkeys(m.problems))
+        shape["problems"].update(dict.fromkeys(m.problems + scheme_problems(
+            m, v.scheme, tp, r, quant.format)))
     return groups
 
 

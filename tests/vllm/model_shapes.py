@@ -38,6 +38,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import ckpt_diff  # noqa: E402
 import sim  # noqa: E402
 
+UNQUANTIZED = ckpt_diff.UNQUANTIZED
 NO_GPU = sim.Scenario(None, None, None, None, "moe", "nvfp4", "silu", True)
 GROUPS = ("_TP", "_DP", "_EP", "_PP", "_PCP", "_DCP")
 
@@ -99,6 +100,44 @@ def _groups(tp: int, dp: int, ep: bool) -> Iterator[None]:
             setattr(ps, g, v)
 
 
+@contextlib.contextmanager
+def _expert_maps_on_cpu() -> Iterator[None]:
+    """vLLM's ExpertMapManager (fused_moe/expert_map_manager.py) builds the small integer map of
+    which experts a rank holds and reads it back (.item()): built on the CPU, as on a GPU it is
+    a real tensor, while the weights stay on the meta device."""
+    import torch
+    from vllm.model_executor.layers.fused_moe import expert_map_manager as emm
+    real = emm.ExpertMapManager.__init__
+
+    def on_cpu(self: Any, *a: Any, **k: Any) -> None:
+        with torch.device("cpu"):
+            real(self, *a, **k)
+    emm.ExpertMapManager.__init__ = on_cpu  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        emm.ExpertMapManager.__init__ = real  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _cuda_activations() -> Iterator[None]:
+    """The CUDA activation kernels vLLM's activation layers take a handle of when built on a CUDA
+    platform (activation.py ReLUSquaredActivation: torch.ops._C.relu_squared): the CPU build
+    lacks them; a stand-in that is never run (the model is only built)."""
+    import torch
+
+    def never(*a: Any, **k: Any) -> None:
+        raise RuntimeError("a CUDA kernel stand-in: the model is built, never run")
+    added = [n for n in ("relu_squared",) if not hasattr(torch.ops._C, n)]
+    for n in added:
+        setattr(torch.ops._C, n, never)
+    try:
+        yield
+    finally:
+        for n in added:
+            delattr(torch.ops._C, n)
+
+
 class Builder:
     """Builds models under one simulated GPU; close() restores vLLM."""
 
@@ -140,7 +179,7 @@ class Builder:
                     configs.append(refusal(exc))
         out = []
         with self.simulation.scenario(ckpt_diff.SCENARIO), ckpt_diff._record_fp8_moe_keys():
-            for (d, tp, dp, ep), vc in zip(cases, configs):
+            for (_d, tp, dp, ep), vc in zip(cases, configs):
                 out.append(Model(refused=vc) if isinstance(vc, str) else
                            self._model(vc, tp, dp, ep))
         return out
@@ -162,8 +201,13 @@ class Builder:
                 seen[id(layer)] = (prefix, keys)
                 return method
             qc.get_quant_method = spy
+        # the expert map's log string calls torch.nonzero, which a meta tensor answers only
+        # with this flag (a harness artifact: the map is real, its log text is not read)
+        import torch.fx.experimental._config as fx_config
         try:
-            with _groups(tp, dp, ep), torch.device("meta"), \
+            with _groups(tp, dp, ep), _cuda_activations(), _expert_maps_on_cpu(), \
+                    torch.device("meta"), \
+                    fx_config.patch(meta_nonzero_assume_all_nonzero=True), \
                     contextlib.redirect_stdout(io.StringIO()):
                 model = initialize_model(vllm_config=vc)
         except Exception as exc:  # noqa: BLE001
