@@ -107,6 +107,56 @@ def padded(b: model_shapes.Built, mine: Tuple[Any, ...]) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# Architectures beyond the corpus: config.json keys of the public checkpoints (Hugging Face
+# model cards), block-FP8 as their FP8 exports write it
+
+FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+             "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}
+MORE: Dict[str, Dict[str, Any]] = {
+    # mistralai/Mixtral-8x7B-Instruct-v0.1
+    "mixtral-8x7b-fp8": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                         "hidden_size": 4096, "intermediate_size": 14336,
+                         "num_hidden_layers": 32, "num_attention_heads": 32,
+                         "num_key_value_heads": 8, "num_local_experts": 8,
+                         "num_experts_per_tok": 2, "vocab_size": 32000, "hidden_act": "silu",
+                         "torch_dtype": "bfloat16"},
+    # zai-org/GLM-4.5-Air-FP8
+    "glm-4.5-air-fp8": {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+                        "hidden_size": 4096, "intermediate_size": 10944,
+                        "moe_intermediate_size": 1408, "num_hidden_layers": 46,
+                        "first_k_dense_replace": 1, "num_attention_heads": 96,
+                        "num_key_value_heads": 8, "head_dim": 128, "n_routed_experts": 128,
+                        "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 1,
+                        "topk_group": 1, "vocab_size": 151552, "partial_rotary_factor": 0.5,
+                        "attention_bias": True, "hidden_act": "silu", "norm_topk_prob": True,
+                        "torch_dtype": "bfloat16"},
+    # MiniMaxAI/MiniMax-M2
+    "minimax-m2-fp8": {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2",
+                       "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 62,
+                       "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+                       "num_local_experts": 256, "num_experts_per_tok": 8,
+                       "vocab_size": 200064, "hidden_act": "silu", "rotary_dim": 64,
+                       "use_qk_norm": True, "qk_norm_type": "per_layer",
+                       "scoring_func": "sigmoid", "use_routing_bias": True,
+                       "torch_dtype": "bfloat16"},
+    # Qwen/Qwen3-235B-A22B-FP8: the routers (mlp.gate) are FP8 too
+    "qwen3-235b-a22b-fp8": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                            "hidden_size": 4096, "intermediate_size": 12288,
+                            "moe_intermediate_size": 1536, "num_hidden_layers": 94,
+                            "num_attention_heads": 64, "num_key_value_heads": 4,
+                            "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                            "vocab_size": 151936, "hidden_act": "silu",
+                            "decoder_sparse_step": 1, "mlp_only_layers": [],
+                            "torch_dtype": "bfloat16"},
+}
+
+
+def more_entries() -> Dict[str, Any]:
+    """name -> (config.json with its block-FP8 quantization_config, None)."""
+    return {n: ({**c, "quantization_config": dict(FP8_BLOCK)}, None) for n, c in MORE.items()}
+
+
+# ---------------------------------------------------------------------------------------------
 # Random cases: a corpus checkpoint cut to a few layers, sizes changed, parallel sizes drawn
 
 TPS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
@@ -144,10 +194,11 @@ def random_cases(rng: random.Random, names: List[str], n: int
                  ) -> List[Tuple[str, Any, int, int, bool]]:
     """(corpus name, (changed config.json, hf_quant_config.json), tp, dp, ep) x n."""
     import checkpoint_corpus as corpus
+    more = more_entries()
     out = []
     for _ in range(n):
-        name = rng.choice(names)
-        config, hf = corpus.read(corpus.HERE / name)
+        name = rng.choice(names + sorted(more))
+        config, hf = more[name] if name in more else corpus.read(corpus.HERE / name)
         tp = rng.choice(TPS)
         dp = rng.choice((1, 1, 2, 3, 4))
         ep = rng.random() < 0.5 and tp * dp > 1

@@ -222,7 +222,7 @@ class Builder:
 
 def _read(model: Any, seen: Dict[int, Tuple[str, Any]]) -> Dict[str, Built]:
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
-    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.linear import LinearBase, ReplicatedLinear
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
     out: Dict[str, Built] = {}
     for name, mod in model.named_modules():
@@ -245,5 +245,8 @@ def _read(model: Any, seen: Dict[int, Tuple[str, Any]]) -> Dict[str, Built]:
         else:
             k = getattr(mod, "input_size_per_partition", mod.input_size)
             n = getattr(mod, "output_size_per_partition", mod.output_size)
-            out[prefix] = Built(cls, k, n, mod.tp_size, scheme)
+            # a ReplicatedLinear (GateLinear too) holds the whole weight on every GPU; its
+            # tp_size attribute is the group's size, not a split
+            tp = 1 if isinstance(mod, ReplicatedLinear) else mod.tp_size
+            out[prefix] = Built(cls, k, n, tp, scheme)
     return out

@@ -30,6 +30,10 @@ EXPLAINED = [
      "experts); vLLM 0.32.0 config/model.py (ModelConfig._verify_with_expert_parallelism) "
      "counts the experts of the config class, and NemotronHConfig defaults n_routed_experts "
      "to 8 for Nemotron-H-8B, which has none"),
+    ("is larger than the number of experts",
+     "selector refuses an expert-parallel size larger than the expert count (ranks holding no "
+     "expert); vLLM 0.32.0 starts it: fused_moe/expert_map_manager.py determine_expert_map "
+     "gives those ranks 0 local experts (global // ep_size, plus one below the remainder)"),
 ]
 
 
@@ -76,6 +80,7 @@ def _report(diffs):
 @pytest.mark.parametrize("tp,ep", [(1, False), (8, True)])
 def test_corpus_modules_as_vllm_builds_them(builder, tp, ep):
     cases = [(f"{n} tp{tp}{' ep' if ep else ''}", corpus.HERE / n, tp, 1, ep) for n in NAMES]
+    cases += _more(tp, ep)
     diffs, built = _compare(builder, cases)
     refused = sum(bool(b.refused) for b in built)
     print(f"corpus at tp {tp}{' ep' if ep else ''}: vLLM refuses {refused} of {len(built)}")
@@ -95,6 +100,33 @@ def test_random_cases_as_vllm_builds_them(builder, tmp_path):
     print(f"architectures: {dict(archs)}; vLLM refuses {sum(bool(b.refused) for b in built)}")
     left, _ = _report(diffs)
     assert not left, f"{len(left)} unexplained differences:\n" + "\n".join(left[:40])
+
+
+_MORE_ROOT: list = []
+
+
+def _more(tp, ep):
+    """ls.MORE (Mixtral, GLM-4.5-Air, MiniMax-M2, Qwen3-235B-A22B FP8 with its routers) as
+    checkpoint directories, in full."""
+    import tempfile
+    if not _MORE_ROOT:
+        _MORE_ROOT.append(Path(tempfile.mkdtemp(prefix="more-")))
+    return [(f"{n} tp{tp}{' ep' if ep else ''}", corpus.write(_MORE_ROOT[0], n, e), tp, 1, ep)
+            for n, e in ls.more_entries().items()]
+
+
+def test_more_architectures_and_the_qwen3_routers_are_planned(builder):
+    """Issue 32: the architectures `explain --model` refused are read as vLLM builds them, and
+    Qwen3-MoE's routers are FP8 block modules of the plan (vLLM quantizes them)."""
+    cases = _more(1, False)
+    built = builder.build_many([(d, tp, dp, ep) for _, d, tp, dp, ep in cases])
+    for (label, d, tp, dp, ep), v in zip(cases, built):
+        s = ls.selector_view(d, tp, dp, ep)
+        assert not v.refused and not s.refused and s.modules, label
+        assert not ls.differences(v, s), (label, ls.differences(v, s)[:3])
+    qwen = ls.selector_view(cases[-1][1], 1, 1, False)
+    gates = {k: v for k, v in qwen.modules.items() if k.endswith("mlp.gate")}
+    assert len(gates) == 94 and {v[3] for v in gates.values()} == {"fp8_block"}
 
 
 def read_arch(d: Path) -> str:
