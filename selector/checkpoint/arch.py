@@ -21,29 +21,27 @@ from selector.checkpoint.files import MAX_JSON_BYTES as MAX_JSON_BYTES
 from selector.checkpoint.files import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from selector.checkpoint.files import _depth as _depth
 from selector.checkpoint.files import read_json as read_json
-from selector.checkpoint.modules import (  # noqa: F401  (re-exported: arch is the API)
-    _CLASSES,
-    _GATE_UP,
-    _GATED_ACTS,
-    _LIMIT_OF,
-    _NON_GATED_ACTS,
-    _QKV,
-    DIVIDE,
-    HEADS,
-    HF_DEFAULTS,
-    LIMITS,
-    Architecture,
-    Module,
-    Read,
-    _activation,
-    _Config,
-    _fields,
-    _linear,
-    _lm_head,
-    _mlp,
-    _moe,
-    _qkv,
-)
+from selector.checkpoint.modules import _CLASSES as _CLASSES
+from selector.checkpoint.modules import _GATE_UP as _GATE_UP
+from selector.checkpoint.modules import _GATED_ACTS as _GATED_ACTS
+from selector.checkpoint.modules import _LIMIT_OF as _LIMIT_OF
+from selector.checkpoint.modules import _NON_GATED_ACTS as _NON_GATED_ACTS
+from selector.checkpoint.modules import _QKV as _QKV
+from selector.checkpoint.modules import DIVIDE as DIVIDE
+from selector.checkpoint.modules import HEADS as HEADS
+from selector.checkpoint.modules import HF_DEFAULTS as HF_DEFAULTS
+from selector.checkpoint.modules import LIMITS as LIMITS
+from selector.checkpoint.modules import Architecture as Architecture
+from selector.checkpoint.modules import Module as Module
+from selector.checkpoint.modules import Read as Read
+from selector.checkpoint.modules import _activation as _activation
+from selector.checkpoint.modules import _Config as _Config
+from selector.checkpoint.modules import _fields as _fields
+from selector.checkpoint.modules import _linear as _linear
+from selector.checkpoint.modules import _lm_head as _lm_head
+from selector.checkpoint.modules import _mlp as _mlp
+from selector.checkpoint.modules import _moe as _moe
+from selector.checkpoint.modules import _qkv as _qkv
 from selector.core.errors import bad_input, bad_value
 
 

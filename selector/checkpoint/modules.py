@@ -65,7 +65,7 @@ class Architecture:
     defaulted: Tuple[str, ...] = ()  # keys config.json left out, filled from HF_DEFAULTS
 
 
-from selector.checkpoint.hf_defaults import HF_DEFAULTS  # noqa: E402
+from selector.checkpoint.hf_defaults import HF_DEFAULTS as HF_DEFAULTS  # noqa: E402
 
 # keys a config class derives when absent: num_key_value_heads = num_attention_heads (Llama,
 # Qwen2/3, DeepSeek), head_dim = hidden_size // num_attention_heads (Llama, Qwen2, gpt-oss)
