@@ -274,3 +274,21 @@ def test_num_experts_is_the_global_count_under_ep():
     p = load(*B200, "layer.tp_size=8", "layer.ep_size=8").plan(R1)
     (k,) = [k for k in p.kinds if k.component == "routed experts"]
     assert k.shapes[0].fields["num_experts"] == 256 and k.shapes[0].fields["ep_size"] == 8
+
+
+def test_warnings_line_sizes_and_why_in_every_format():
+    """Issue 32 item 4: the DGX Spark warning is in the text plan and the JSON groups (it was
+    only in --format line); --format line under parallel.tp gives per-GPU sizes; --why works
+    with --model and engine= (it was ignored)."""
+    rc, out, _ = run_main(["explain", "--model", R1, *SPARK])
+    assert "routed experts: warning: flashinfer_cutlass: users report garbage output" in \
+        " ".join(out.split())
+    rc, js, _ = run_main(["explain", "--model", R1, *SPARK, "--format", "json"])
+    groups = json.loads(js)["launch"]["groups"]
+    assert any("garbage output" in w for g in groups for w in g["warnings"])
+    rc, line, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=8", "--format",
+                            "line"])
+    assert rc == 0 and "intermediate_size=256 num_experts=256 top_k=8 tp_size=8" in line
+    rc, why, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=8", "--why",
+                           "flashinfer_b12x"])
+    assert "routed experts experts: flashinfer_b12x: rejected [device]" in why

@@ -84,6 +84,7 @@ class Group:
         return launch.kernels(self.op, self.scheme, self.engine_backend)
 
     def to_dict(self, launch: Launcher) -> Dict[str, Any]:
+        from selector.checkpoint.plan import selected_warnings
         d = self.decision
         return {"kind": self.kind, "op": self.op, "scheme": self.scheme,
                 "layers": list(self.layers), "modules": self.modules,
@@ -92,7 +93,9 @@ class Group:
                 "kernel": list(self.kernels(launch)),
                 "outcome": d.outcome if d is not None else None,
                 "summary": d.summary() if d is not None else None,
-                "problems": list(self.problems), "why": self.why}
+                "problems": list(self.problems), "why": self.why,
+                "warnings": [w.removeprefix("warning: ") for w in selected_warnings(d)]
+                if d is not None else []}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,8 +497,12 @@ def _table(lp: LaunchPlan) -> List[str]:
     width = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  " + "  ".join(c.ljust(width[i]) for i, c in enumerate(r[:5])) + f"  {r[5]}"
              for r in rows]
+    from selector.checkpoint.plan import selected_warnings
     for g in lp.groups:
         lines.extend(f"  !! {g.kind}: {p}" for p in g.problems)
+        for w in selected_warnings(g.decision) if g.decision is not None else ():
+            lines.extend(textwrap.wrap(f"{g.kind}: {w}", width=WRAP, initial_indent="  ",
+                                       subsequent_indent="     "))
         if g.planned and g.decision is not None and not g.decision.selected:
             lines.extend(textwrap.wrap(f"!! {g.kind}: {g.decision.summary()}", width=WRAP,
                                        initial_indent="  ", subsequent_indent="     "))

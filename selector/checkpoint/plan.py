@@ -370,7 +370,16 @@ def _verdict(d: Decision) -> List[str]:
         lines.append("rejected: " + ", ".join(rejected))
     if na:
         lines.append("does not implement this scheme: " + ", ".join(na))
-    return lines
+    return lines + selected_warnings(d)
+
+
+def selected_warnings(d: Decision) -> List[str]:
+    """'warning: ...' for each warning-severity note about the selected backend (the same
+    notes `--format line` marks), so that every format of the plan carries them."""
+    from selector.core.notes import text
+    return list(dict.fromkeys(f"warning: {text(n)}" for n in d.note_data
+                              if n.severity == "warning" and n.backend == d.selected
+                              and d.selected is not None))
 
 
 def render_plan(p: Plan) -> str:
