@@ -32,7 +32,7 @@ SUMMARIES = {
                    "available with policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl "
                    "available with policy.linear_backend=flashinfer_cutedsl",
     "qwen3_moe": "48 layers: 48 MoE -> flashinfer_cutlass; 96 linear -> flashinfer_cutlass; "
-                 "not planned: 1 LM head; flashinfer_b12x available with "
+                 "not planned: 48 router, 1 LM head; flashinfer_b12x available with "
                  "policy.moe_backend=flashinfer_b12x; flashinfer_cutedsl available with "
                  "policy.linear_backend=flashinfer_cutedsl",
     "nemotron_h": "52 layers: 23 MoE -> flashinfer_cutlass, 23 Mamba, 6 attention; 58 linear "
@@ -76,7 +76,7 @@ def test_deepseek_kinds(ckpts):
     assert s.fields == {"quant": "nvfp4", "op": "moe", "activation": "silu",
                         "act_and_mul": True, "hidden_size": 7168, "intermediate_size": 2048,
                         "num_experts": 256, "top_k": 8, "swiglu_limit": None,
-                        "dtype": "bfloat16"}
+                        "tp_size": 1, "ep_size": 1, "dtype": "bfloat16"}
     # the same decision as the hand-written DeepSeek layer preset
     preset = load(*SPARK, "layer=deepseek_moe").default()
     assert s.decision.to_dict()["candidates"] == preset.to_dict()["candidates"]
@@ -96,7 +96,9 @@ def test_qwen3_compressed_tensors_w4a4_and_w4a16(ckpts):
     p = _plan(ckpts, "qwen3_moe")
     assert _kind(p, "attention").quant == "nvfp4"
     assert _kind(p, "LM head").why == "ignored by 'lm_head'"
-    assert {k.component for k in p.kinds} == {"attention", "routed experts", "LM head"}
+    assert {k.component for k in p.kinds} == {"attention", "routed experts", "router",
+                                              "LM head"}
+    assert _kind(p, "router").quant is None  # the fixture's ignore names mlp.gate
     w = load("platform=h100", "stack=vllm_0_32").plan(ckpts["qwen3_moe_w4a16"])
     assert {k.quant for k in w.kinds} == {"nvfp4_w4a16", None}
     for d in w.decisions():
@@ -173,9 +175,11 @@ def bad(tmp_path_factory):
         "missing-dir": (str(root / "nope"), ("--model", "is not a directory")),
         "no-config": (str(no_config), ("--model", "has no config.json")),
         "malformed": (str(malformed), ("malformed JSON",)),
-        "unknown-arch": (write_checkpoint(root, "mixtral", {**LLAMA, "architectures": [
-            "MixtralForCausalLM"]}, LLAMA_QUANT), ("architectures", "MixtralForCausalLM",
-                                                   "DeepseekV3ForCausalLM")),
+        # an unknown architecture is read from the standard keys (issue 32); without them
+        # there is nothing to read
+        "unknown-arch": (write_checkpoint(root, "foo", {"architectures": ["FooForCausalLM"],
+                                                        "model_type": "foo"}, LLAMA_QUANT),
+                         ("architectures", "FooForCausalLM", "DeepseekV3ForCausalLM")),
         "missing-key": (write_checkpoint(root, "nemotron_h", drop),
                         ("hybrid_override_pattern", "is missing", "NemotronHForCausalLM")),
         "unknown-act": (write_checkpoint(root, "tanh", {**QWEN3_MOE, "hidden_act": "tanh",

@@ -189,10 +189,12 @@ def test_size_that_does_not_split_is_a_problem():
     """moe_intermediate_size 2048 over MoE TP 3: exit 1 with the reason."""
     lp = launch(*B200, "parallel.tp=3")
     experts = group(lp, "routed experts")
-    assert any("2048 is not divisible by 3" in p for p in experts.problems)
+    assert any("moe_intermediate_size 2048 is not divisible by the MoE tensor-parallel size 3"
+               in p for p in experts.problems)
     assert not lp.ok
     rc, out, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=3"])
-    assert rc == 1 and "!! routed experts: intermediate_size 2048 is not divisible by 3" in out
+    assert rc == 1 and "!! routed experts: moe_intermediate_size 2048 is not divisible" in out
+    assert "command: vllm" not in out and "command: none" in out  # nothing to copy
 
 
 def test_no_engine_no_launch_plan():
@@ -208,3 +210,85 @@ def test_nothing_fits_is_exit_1():
     lp = launch("engine=vllm", "platform=cpu", "stack=vllm_0_32", "policy.exclude=[emulation]")
     assert all(g.backend is None for g in lp.groups if g.decision is not None)
     assert not lp.ok and "--moe-backend" not in lp.flags
+
+
+# -- issue 32: per-GPU sizes as vLLM's model classes build them ------------------------------
+# (tests/vllm/test_launch_shapes.py compares every module with vLLM's own classes)
+
+CORPUS = REPO / "tests" / "checkpoint_corpus"
+H200 = ("engine=vllm", "platform=h200", "stack=vllm_0_32")
+
+
+def test_deepseek_fused_qkv_a_proj_is_replicated_under_tp():
+    """vLLM deepseek_v2.py builds fused_qkv_a_proj with disable_tp: N 2112 on every GPU (the
+    plan split it to 264 before)."""
+    lp = launch(*H200, "parallel.tp=8", model=CORPUS / "deepseek-v3-fp8")
+    g = group(lp, "attention", projection="fused_qkv_a_proj")
+    assert (g.per_rank["hidden_size"], g.per_rank["intermediate_size"]) == (7168, 2112)
+    assert g.per_rank["tp_size"] == 1 and g.projections == ("fused_qkv_a_proj",)
+    lite = launch(*B200, "parallel.tp=16", model=CORPUS / "deepseek-v2-lite-ct-w4a4")
+    kv_a = group(lite, "attention", projection="kv_a_proj_with_mqa")
+    assert kv_a.per_rank["intermediate_size"] == 576 and kv_a.per_rank["tp_size"] == 1
+
+
+def test_llama_kv_heads_are_replicated_when_tp_exceeds_them():
+    """8 KV heads over 16 GPUs: each holds one (QKVParallelLinear num_kv_head_replicas 2):
+    qkv_proj N (32 / 16 + 2 x 1) x 128 = 512 (the plan said 384 before)."""
+    lp = launch(*H200, "parallel.tp=16", model=CORPUS / "llama-3.1-8b-modelopt-fp8")
+    assert group(lp, "attention", projection="qkv_proj").per_rank["intermediate_size"] == 512
+
+
+def test_per_gpu_fp8_block_size_vllm_refuses_is_exit_1_without_a_command():
+    """Qwen3-30B-A3B compressed-tensors FP8 block at tp 8: intermediate 768 / 8 = 96, not a
+    multiple of the 128 block: vLLM's validate_fp8_block_shape_moe refuses it."""
+    d = CORPUS / "qwen3-30b-a3b-ct-fp8-block"
+    lp = launch(*H200, "parallel.tp=8", model=d)
+    assert not lp.ok or not lp.plan.ok
+    assert any("validate_fp8_block_shape_moe" in p for p in lp.plan.problems())
+    rc, out, _ = run_main(["explain", "--model", str(d), *H200, "parallel.tp=8"])
+    assert rc == 1 and "command: vllm" not in out and "validate_fp8_block_shape_moe" in out
+    # quant_method fp8 (Fp8MoEMethod) refines the block to 32x32 instead: not refused, and
+    # not fp8_block (no layer.quant value)
+    fp8 = launch(*H200, "parallel.tp=8", model=CORPUS / "qwen3-30b-a3b-fp8")
+    experts = [g for g in fp8.groups if g.kind == "routed experts"]
+    assert experts and all(g.scheme != "fp8_block" for g in experts)
+    assert "refine_fp8_moe_block_shape" in experts[0].why
+
+
+def test_tp_larger_than_the_heads_is_refused_per_layer():
+    rc, out, _ = run_main(["explain", "--model", str(CORPUS / "llama-3.1-8b-modelopt-fp8"),
+                           *H200, "parallel.tp=128"])
+    assert rc == 1 and "num_attention_heads 32 is not divisible" in out
+    assert "verify_with_parallel_config" in out and "command: vllm" not in out
+
+
+def test_num_experts_is_the_global_count_under_ep():
+    """layer.num_experts is the global count in the launch plan as in explain: 256 experts,
+    ep_size 8 (32 on each GPU)."""
+    lp = launch(*B200, "parallel.tp=8", "parallel.ep=8")
+    e = group(lp, "routed experts")
+    assert (e.per_rank["num_experts"], e.per_rank["ep_size"]) == (256, 8)
+    d = load(*B200, "layer=deepseek_moe", "layer.ep_size=8").default()
+    assert e.decision.selected == d.selected
+    # explain --model with layer.ep_size: the same meaning (it said 32 before)
+    p = load(*B200, "layer.tp_size=8", "layer.ep_size=8").plan(R1)
+    (k,) = [k for k in p.kinds if k.component == "routed experts"]
+    assert k.shapes[0].fields["num_experts"] == 256 and k.shapes[0].fields["ep_size"] == 8
+
+
+def test_warnings_line_sizes_and_why_in_every_format():
+    """Issue 32 item 4: the DGX Spark warning is in the text plan and the JSON groups (it was
+    only in --format line); --format line under parallel.tp gives per-GPU sizes; --why works
+    with --model and engine= (it was ignored)."""
+    rc, out, _ = run_main(["explain", "--model", R1, *SPARK])
+    assert "routed experts: warning: flashinfer_cutlass: users report garbage output" in \
+        " ".join(out.split())
+    rc, js, _ = run_main(["explain", "--model", R1, *SPARK, "--format", "json"])
+    groups = json.loads(js)["launch"]["groups"]
+    assert any("garbage output" in w for g in groups for w in g["warnings"])
+    rc, line, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=8", "--format",
+                            "line"])
+    assert rc == 0 and "intermediate_size=256 num_experts=256 top_k=8 tp_size=8" in line
+    rc, why, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=8", "--why",
+                           "flashinfer_b12x"])
+    assert "routed experts experts: flashinfer_b12x: rejected [device]" in why

@@ -12,281 +12,37 @@ parallel layers do (column-parallel N / tp, row-parallel K / tp, experts / ep).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from selector.checkpoint import arch_moe
 from selector.checkpoint.files import MAX_JSON_BYTES as MAX_JSON_BYTES
 from selector.checkpoint.files import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from selector.checkpoint.files import _depth as _depth
 from selector.checkpoint.files import read_json as read_json
+from selector.checkpoint.modules import _CLASSES as _CLASSES
+from selector.checkpoint.modules import _GATE_UP as _GATE_UP
+from selector.checkpoint.modules import _GATED_ACTS as _GATED_ACTS
+from selector.checkpoint.modules import _LIMIT_OF as _LIMIT_OF
+from selector.checkpoint.modules import _NON_GATED_ACTS as _NON_GATED_ACTS
+from selector.checkpoint.modules import _QKV as _QKV
+from selector.checkpoint.modules import DIVIDE as DIVIDE
+from selector.checkpoint.modules import HEADS as HEADS
+from selector.checkpoint.modules import HF_DEFAULTS as HF_DEFAULTS
+from selector.checkpoint.modules import LIMITS as LIMITS
+from selector.checkpoint.modules import Architecture as Architecture
+from selector.checkpoint.modules import Module as Module
+from selector.checkpoint.modules import Read as Read
+from selector.checkpoint.modules import _activation as _activation
+from selector.checkpoint.modules import _Config as _Config
+from selector.checkpoint.modules import _fields as _fields
+from selector.checkpoint.modules import _linear as _linear
+from selector.checkpoint.modules import _lm_head as _lm_head
+from selector.checkpoint.modules import _mlp as _mlp
+from selector.checkpoint.modules import _moe as _moe
+from selector.checkpoint.modules import _qkv as _qkv
 from selector.core.errors import bad_input, bad_value
-
-# Plausible sizes: the largest public configs are far below these (DeepSeek-V3: 61 layers,
-# hidden 7168, 256 experts, vocab 129280); beyond them a config is refused before any work.
-LIMITS = {"layers": 2048, "size": 1 << 20, "experts": 1 << 16, "vocab": 1 << 24,
-          "heads": 1 << 14, "parallel": 1 << 16}
-_LIMIT_OF = {"num_hidden_layers": "layers", "n_routed_experts": "experts",
-             "num_experts": "experts", "num_local_experts": "experts", "vocab_size": "vocab",
-             "num_attention_heads": "heads", "num_key_value_heads": "heads",
-             "mamba_num_heads": "heads", "n_groups": "heads", "n_shared_experts": "experts",
-             "num_experts_per_tok": "experts", "experts_per_token": "experts",
-             "first_k_dense_replace": "layers", "moe_layer_freq": "layers",
-             "decoder_sparse_step": "layers"}
-
-
-# ---------------------------------------------------------------------------------------------
-# What a checkpoint is made of
-
-@dataclass(frozen=True)
-class Module:
-    """One module vLLM builds (a linear layer, or one layer's routed experts), with the layer
-    fields one GPU runs."""
-    name: str  # vLLM's prefix, e.g. model.layers.3.mlp.experts, model.layers.0.self_attn.qkv_proj
-    component: str  # routed experts | shared experts | dense MLP | attention | Mamba | LM head
-    projection: str  # experts | qkv_proj | gate_up_proj | ...
-    layer: Optional[int]
-    fields: Tuple[Tuple[str, Any], ...]  # layer.* keys (everything but quant)
-    cls: str = "RowParallelLinear"  # vLLM's class (compressed-tensors matches class names)
-    expert_projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")  # ckpt_*_proj_name
-
-
-@dataclass(frozen=True)
-class Architecture:
-    name: str  # the `architectures` entry, e.g. DeepseekV3ForCausalLM
-    model_type: str
-    num_layers: int
-    layer_types: Tuple[str, ...]  # per decoder layer: MoE | dense | Mamba | attention
-    modules: Tuple[Module, ...]
-    notes: Tuple[str, ...] = ()
-    packed: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
-    maps_names: bool = True  # vLLM applies the model's hf_to_vllm_mapper to the quant config
-    rename_substr: Tuple[Tuple[str, str], ...] = ()
-    rename_prefix: Tuple[Tuple[str, str], ...] = ()
-    rename_suffix: Tuple[Tuple[str, str], ...] = ()
-    defaulted: Tuple[str, ...] = ()  # keys config.json left out, filled from HF_DEFAULTS
-
-
-# Hugging Face config-class defaults of the keys read here (transformers 5.19.0, the version
-# vLLM 0.32.0's environment installs: DeepseekV3Config, DeepseekV2Config, Qwen3MoeConfig,
-# NemotronHConfig, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config).
-# tests/vllm/test_checkpoint_differential.py compares every entry with the installed classes.
-HF_DEFAULTS: Dict[str, Dict[str, Any]] = {
-    "deepseek_v3": {"num_hidden_layers": 61, "hidden_size": 7168, "intermediate_size": 18432,
-                    "moe_intermediate_size": 2048, "n_routed_experts": 256,
-                    "num_experts_per_tok": 8, "first_k_dense_replace": 3,
-                    "n_shared_experts": 1, "hidden_act": "silu", "num_attention_heads": 128,
-                    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-                    "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280},
-    "deepseek_v2": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
-                    "moe_intermediate_size": 1407, "n_routed_experts": 64,
-                    "first_k_dense_replace": 0, "n_shared_experts": 2, "hidden_act": "silu",
-                    "num_attention_heads": 32, "q_lora_rank": 1536, "kv_lora_rank": 512,
-                    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-                    "vocab_size": 102400},
-    "qwen3_moe": {"num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size": 6144,
-                  "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
-                  "hidden_act": "silu", "num_attention_heads": 32, "num_key_value_heads": 4,
-                  "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": []},
-    "nemotron_h": {"hidden_size": 4096, "intermediate_size": 21504,
-                   "moe_intermediate_size": 7688, "n_routed_experts": 8,
-                   "num_experts_per_tok": 2, "n_shared_experts": 1, "mlp_hidden_act": "relu2",
-                   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-                   "vocab_size": 131072, "mamba_num_heads": 128, "mamba_head_dim": 64,
-                   "n_groups": 8, "ssm_state_size": 128,
-                   "moe_shared_expert_intermediate_size": 7688},
-    "gpt_oss": {"num_hidden_layers": 36, "hidden_size": 2880, "intermediate_size": 2880,
-                "num_local_experts": 128, "num_experts_per_tok": 4, "hidden_act": "silu",
-                "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-                "vocab_size": 201088, "swiglu_limit": 7.0},
-    "llama": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
-              "hidden_act": "silu", "num_attention_heads": 32, "vocab_size": 32000},
-    "mistral": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
-                "hidden_act": "silu", "num_attention_heads": 32, "num_key_value_heads": 8,
-                "head_dim": 128, "vocab_size": 32000},
-    "qwen2": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 22016,
-              "hidden_act": "silu", "num_attention_heads": 32, "vocab_size": 151936},
-    "qwen3": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 22016,
-              "hidden_act": "silu", "num_attention_heads": 32, "head_dim": 128,
-              "vocab_size": 151936},
-}
-# keys a config class derives when absent: num_key_value_heads = num_attention_heads (Llama,
-# Qwen2/3, DeepSeek), head_dim = hidden_size // num_attention_heads (Llama, Qwen2, gpt-oss)
-
-
-class _Config:
-    """config.json with typed look-ups whose errors name the key and the file; a missing key
-    takes the architecture's Hugging Face default."""
-
-    def __init__(self, data: Mapping[str, Any], path: Path, arch: str, model_type: str,
-                 tp: int = 1, ep: int = 1):
-        self.data, self.path, self.arch = data, path, arch
-        self.defaults = HF_DEFAULTS.get(model_type, {})
-        self.defaulted: List[str] = []
-        self.tp, self.ep = tp, ep
-
-    def _get(self, key: str) -> Any:
-        v = self.data.get(key)
-        if key not in self.data and key in self.defaults:  # an explicit null stays None
-            if key not in self.defaulted:
-                self.defaulted.append(key)
-            return self.defaults[key]
-        return v
-
-    def integer(self, key: str, default: Any = ..., minimum: int = 1) -> Any:
-        v = self._get(key)
-        if v is None:
-            if default is ...:
-                raise bad_input(key, None, f"is missing; {self.arch} needs it (its Hugging Face "
-                                "config class has no default for it)", where=str(self.path))
-            return default
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise bad_input(key, v, f"must be an integer >= {minimum}", where=str(self.path))
-        cap = LIMITS[_LIMIT_OF.get(key, "size")]
-        if v > cap:
-            raise bad_input(key, v, f"is implausibly large (at most {cap}); refused before "
-                            "building the plan", where=str(self.path))
-        return v
-
-    def integers(self, key: str) -> Tuple[int, ...]:
-        v = self._get(key) or []
-        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
-                                               for x in v):
-            raise bad_input(key, v, "must be a list of layer indices", where=str(self.path))
-        if len(v) > LIMITS["layers"]:
-            raise bad_input(key, f"{len(v)} entries", "has more entries than layers",
-                            where=str(self.path))
-        return tuple(v)
-
-    def text(self, key: str, default: Any = ...) -> Any:
-        v = self._get(key)
-        if v is None:
-            if default is ...:
-                raise bad_input(key, None, f"is missing; {self.arch} needs it",
-                                where=str(self.path))
-            return default
-        if not isinstance(v, str):
-            raise bad_input(key, v, "must be a string", where=str(self.path))
-        return v
-
-    def number(self, key: str) -> Optional[float]:
-        v = self._get(key)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e30:
-            raise bad_input(key, v, "must be a positive number", where=str(self.path))
-        return float(v)
-
-    # per-GPU sizes -------------------------------------------------------------------------
-    def split(self, total: int, by: int, key: str, what: str) -> int:
-        if total % by:
-            raise bad_input(key, total, f"is not divisible by {what} {by}: vLLM shards it "
-                            "evenly across the GPUs", where=str(self.path))
-        return total // by
-
-
-# Hugging Face `hidden_act` names -> the activation vocabulary (schema.ACTIVATIONS)
-_GATED_ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-               "gelu_new": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
-_NON_GATED_ACTS = {"relu2": "relu2", **_GATED_ACTS}
-
-
-def _activation(cfg: _Config, key: str, table: Mapping[str, str], default: Optional[str]) -> str:
-    act = cfg.text(key, default)
-    if act not in table:
-        raise bad_value(key, act, table, where=str(cfg.path),
-                        hint=f"{cfg.arch} layers with this activation are not understood")
-    return table[act]
-
-
-def _fields(**kw: Any) -> Tuple[Tuple[str, Any], ...]:
-    return tuple(kw.items())
-
-
-def _moe(cfg: _Config, name: str, layer: int, hidden: int, inter: int, experts: int, top_k: int,
-         act: str, gated: bool, limit: Optional[float] = None,
-         projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")) -> Module:
-    if top_k > experts:
-        raise bad_input("num_experts_per_tok", top_k, f"is larger than the number of experts "
-                        f"({experts})", where=str(cfg.path))
-    # vLLM FusedMoEParallelConfig: with expert parallelism the experts are split over the
-    # GPUs and each keeps whole experts; without it every expert is split by TP
-    if cfg.ep > 1:
-        if cfg.ep > experts:
-            raise bad_input("layer.ep_size", cfg.ep, f"is larger than the number of experts "
-                            f"({experts})", where=str(cfg.path))
-        local, inter_rank = -(-experts // cfg.ep), inter
-    else:
-        local, inter_rank = experts, cfg.split(inter, cfg.tp, "moe_intermediate_size",
-                                               "layer.tp_size")
-    return Module(name, "routed experts", "experts", layer,
-                  _fields(op="moe", activation=act, act_and_mul=gated, hidden_size=hidden,
-                          intermediate_size=inter_rank, num_experts=local, top_k=top_k,
-                          swiglu_limit=limit), "RoutedExperts", projs)
-
-
-_CLASSES = {"column": "ColumnParallelLinear", "merged": "MergedColumnParallelLinear",
-            "qkv": "QKVParallelLinear", "row": "RowParallelLinear",
-            "replicated": "ReplicatedLinear", "merged_replicated": "MergedColumnParallelLinear",
-            "lm_head": "ParallelLMHead"}
-
-
-def _linear(cfg: _Config, prefix: str, component: str, layer: Optional[int], proj: str, k: int,
-            n: int, kind: str, key: str = "intermediate_size") -> Module:
-    """One linear layer: K inputs, N outputs (whole-model), split per GPU as vLLM splits it."""
-    if kind in ("column", "merged"):
-        n = cfg.split(n, cfg.tp, key, "layer.tp_size")
-    elif kind == "row":
-        k = cfg.split(k, cfg.tp, key, "layer.tp_size")
-    elif kind == "lm_head":  # VocabParallelEmbedding pads the vocabulary to 64, then splits
-        n = -(-n // 64) * 64 // cfg.tp if cfg.tp > 1 else n
-    return Module(f"{prefix}.{proj}" if prefix else proj, component, proj, layer,
-                  _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=k,
-                          intermediate_size=n, num_experts=None, top_k=None, swiglu_limit=None),
-                  _CLASSES[kind])
-
-
-def _mlp(cfg: _Config, prefix: str, component: str, layer: int, hidden: int, inter: int,
-         gated: bool = True, key: str = "intermediate_size") -> List[Module]:
-    up = _linear(cfg, prefix, component, layer, "gate_up_proj", hidden, 2 * inter, "merged",
-                 key) if gated else _linear(cfg, prefix, component, layer, "up_proj", hidden,
-                                            inter, "column", key)
-    return [up, _linear(cfg, prefix, component, layer, "down_proj", inter, hidden, "row", key)]
-
-
-def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int) -> List[Module]:
-    """QKVParallelLinear + o_proj: query heads split by TP, KV heads too (replicated when
-    there are fewer than GPUs)."""
-    heads = cfg.integer("num_attention_heads")
-    kv = cfg.integer("num_key_value_heads", heads)
-    hd = cfg.integer("head_dim", hidden // heads or 1)
-    q_rank = cfg.split(heads, cfg.tp, "num_attention_heads", "layer.tp_size")
-    kv_rank = cfg.split(kv, cfg.tp, "num_key_value_heads", "layer.tp_size") if kv >= cfg.tp \
-        else 1
-    qkv = Module(f"{prefix}.qkv_proj", "attention", "qkv_proj", layer,
-                 _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=hidden,
-                         intermediate_size=(q_rank + 2 * kv_rank) * hd, num_experts=None,
-                         top_k=None, swiglu_limit=None), "QKVParallelLinear")
-    return [qkv, _linear(cfg, prefix, "attention", layer, "o_proj", heads * hd, hidden, "row",
-                         "num_attention_heads")]
-
-
-def _lm_head(cfg: _Config, hidden: int) -> Module:
-    return _linear(cfg, "", "LM head", None, "lm_head", hidden, cfg.integer("vocab_size"),
-                   "lm_head")
-
-
-@dataclass
-class Read:
-    layers: int
-    types: List[str]
-    modules: List[Module]
-    notes: List[str] = field(default_factory=list)
-    packed: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
-
-
-_QKV: Dict[str, Tuple[str, ...]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
-_GATE_UP: Dict[str, Tuple[str, ...]] = {"gate_up_proj": ("gate_proj", "up_proj")}
 
 
 def _layers(cfg: _Config) -> int:
@@ -322,18 +78,23 @@ def _deepseek(cfg: _Config) -> Read:
     q_lora = cfg.integer("q_lora_rank", None)
     kv_lora, rope = cfg.integer("kv_lora_rank"), cfg.integer("qk_rope_head_dim")
     nope, v = cfg.integer("qk_nope_head_dim"), cfg.integer("v_head_dim")
-    cfg.split(heads, cfg.tp, "num_attention_heads", "layer.tp_size")
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"
         a = f"{p}.self_attn"
+        # vLLM deepseek_v2.py DeepseekV2MLAAttention: fused_qkv_a_proj (q_lora_rank) and
+        # kv_a_proj_with_mqa are built with disable_tp=True / ReplicatedLinear: whole on
+        # every GPU
         if q_lora:
-            mods += [Module(f"{a}.fused_qkv_a_proj", "attention", "fused_qkv_a_proj", i,
-                            _linear(cfg, a, "attention", i, "x", h, q_lora + kv_lora + rope,
-                                    "replicated").fields, "DeepSeekV2FusedQkvAProjLinear"),
-                     _linear(cfg, a, "attention", i, "q_b_proj", q_lora, heads * (nope + rope),
-                             "column", "num_attention_heads")]
+            mods.append(dataclasses.replace(
+                _linear(cfg, a, "attention", i, "fused_qkv_a_proj", h, q_lora + kv_lora + rope,
+                        "merged_replicated", split=(q_lora, kv_lora + rope)),
+                cls="DeepSeekV2FusedQkvAProjLinear"))
+            cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
+            mods.append(_linear(cfg, a, "attention", i, "q_b_proj", q_lora,
+                                heads * (nope + rope), "column", "num_attention_heads"))
         else:
+            cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
             mods += [_linear(cfg, a, "attention", i, "q_proj", h, heads * (nope + rope),
                              "column", "num_attention_heads"),
                      _linear(cfg, a, "attention", i, "kv_a_proj_with_mqa", h, kv_lora + rope,
@@ -344,11 +105,20 @@ def _deepseek(cfg: _Config) -> Read:
                          "num_attention_heads")]
         if i >= first_dense and i % freq == 0:
             types.append("MoE")
+            if cfg._get("n_group") is None or cfg._get("topk_group") is None:
+                # vLLM deepseek_v2.py DeepseekV2MoE builds its experts with
+                # use_grouped_topk=True and num_expert_group=config.n_group
+                cfg.pending.append(
+                    "n_group and topk_group are missing (the config class leaves them None): "
+                    "vLLM refuses to start (vLLM 0.32.0 vllm/model_executor/layers/fused_moe/"
+                    "router/router_factory.py (create_fused_moe_router): num_expert_group and "
+                    "topk_group must be provided when use_grouped_topk is True)")
             mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
                              limit))
             if shared:
                 mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
-                             moe_i * shared, key="moe_intermediate_size")
+                             moe_i * shared, key="moe_intermediate_size",
+                             replicated=cfg.seq_moe)
         else:
             types.append("dense")
             mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i)
@@ -379,6 +149,9 @@ def _qwen3_moe(cfg: _Config) -> Read:
         if i not in only_mlp and (i + 1) % step == 0:
             types.append("MoE")
             mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True))
+            # the router: qwen3_moe.py Qwen3MoeSparseMoeBlock builds GateLinear (a
+            # ReplicatedLinear) with the quant config: vLLM quantizes it unless excluded
+            mods.append(_linear(cfg, f"{p}.mlp", "router", i, "gate", h, experts, "replicated"))
         else:
             types.append("dense")
             mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i)
@@ -414,7 +187,8 @@ def _nemotron_h(cfg: _Config) -> Read:
             if cfg.integer("n_shared_experts", 1, minimum=0):
                 mods += _mlp(cfg, f"{p}.shared_experts", "shared experts", i, h,
                              cfg.integer("moe_shared_expert_intermediate_size"), gated=False,
-                             key="moe_shared_expert_intermediate_size")
+                             key="moe_shared_expert_intermediate_size",
+                             replicated=cfg.seq_moe)
         elif block == "-":
             mods += _mlp(cfg, p, "dense MLP", i, h, cfg.integer("intermediate_size"),
                          gated=False)
@@ -424,11 +198,23 @@ def _nemotron_h(cfg: _Config) -> Read:
             heads, hd = cfg.integer("mamba_num_heads"), cfg.integer("mamba_head_dim")
             groups, state = cfg.integer("n_groups"), cfg.integer("ssm_state_size")
             inner = heads * hd
-            # vLLM mamba_mixer2.py: in_proj outputs [z, x, B, C, dt]
-            # = 2 * inner + 2 * n_groups * ssm_state_size + heads, split by TP
-            mods += [_linear(cfg, p, "Mamba", i, "in_proj", h,
-                             2 * inner + 2 * groups * state + heads, "merged",
-                             "mamba_num_heads"),
+            # vLLM mamba_mixer2.py MambaMixer2.__init__: in_proj outputs [z, x, B, C, dt]
+            # = 2 * inner + 2 * n_groups * ssm_state_size + heads, split by TP; n_groups
+            # divisible by TP, or 1 and then replicated on every GPU
+            src = ("vLLM 0.32.0 vllm/model_executor/layers/mamba/mamba_mixer2.py "
+                   "(MambaMixer2.__init__)")
+            cfg.split(heads, cfg.tp, "mamba_num_heads", "the tensor-parallel size", src)
+            g_rank = groups if groups % cfg.tp and groups == 1 else \
+                cfg.split(groups, cfg.tp, "n_groups", "the tensor-parallel size (or be 1)",
+                          src)
+            in_n = (2 * inner + heads) // cfg.tp + 2 * g_rank * state
+            mods += [dataclasses.replace(
+                _linear(cfg, p, "Mamba", i, "in_proj", h, 2 * inner + 2 * groups * state + heads,
+                        "replicated", "mamba_num_heads"),
+                fields=_fields(op="linear", activation="silu", act_and_mul=False, hidden_size=h,
+                               intermediate_size=in_n, num_experts=None, top_k=None,
+                               swiglu_limit=None, tp_size=cfg.tp),
+                cls="MergedColumnParallelLinear"),
                      _linear(cfg, p, "Mamba", i, "out_proj", inner, h, "row", "mamba_num_heads")]
     return Read(n, types, mods + [_lm_head(cfg, h)], [], dict(_QKV))
 
@@ -442,11 +228,18 @@ def _gpt_oss(cfg: _Config) -> Read:
     inter = cfg.integer("intermediate_size")
     limit = cfg.number("swiglu_limit")
     mods: List[Module] = []
+    kv = cfg.integer("num_key_value_heads", cfg.integer("num_attention_heads"))
     for i in range(n):
         p = f"model.layers.{i}"
+        if kv < cfg.tp:  # no KV-head replication in gpt-oss's attention
+            cfg.pending.append(
+                f"num_key_value_heads {kv} is less than the tensor-parallel size {cfg.tp}: vLLM "
+                "refuses to start (vLLM 0.32.0 vllm/model_executor/models/gpt_oss.py "
+                "(OAIAttention: num_local_key_value_heads = num_key_value_heads // tp_size, 0; "
+                "attention.py Attention.__init__: num_heads % num_kv_heads))")
         mods += _qkv(cfg, f"{p}.attn", i, h)
         mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, inter, experts, top_k, "swigluoai",
-                         True))
+                         True, key="intermediate_size"))
     notes = [(f"swiglu_limit {limit:g} is the clamp inside swigluoai (vLLM gpt_oss.py passes "
               "activation='swigluoai' and no separate swiglu_limit)")] if limit else []
     return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], notes, dict(_QKV))
@@ -465,6 +258,9 @@ ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
     "MistralForCausalLM": ("mistral", _llama),
     "Qwen2ForCausalLM": ("qwen2", _llama),
     "Qwen3ForCausalLM": ("qwen3", _llama),
+    "MixtralForCausalLM": ("mixtral", arch_moe.mixtral),
+    "Glm4MoeForCausalLM": ("glm4_moe", arch_moe.glm4_moe),
+    "MiniMaxM2ForCausalLM": ("minimax_m2", arch_moe.minimax_m2),
 }
 _BY_MODEL_TYPE = {mt: arch for arch, (mt, _) in ARCHITECTURES.items()}
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
@@ -486,11 +282,16 @@ RENAMES: Dict[str, Optional[Tuple[Tuple[Tuple[str, str], ...], ...]]] = {
     "nemotron_h": ((("A_log", "A"), ("embeddings", "embed_tokens")), (("backbone", "model"),),
                    ()),
     "gpt_oss": (((".self_attn.", ".attn."),), (), _GPT_OSS_SUFFIX),
+    "mixtral": (((".gate_proj.", ".w1."), (".up_proj.", ".w3."), (".down_proj.", ".w2.")), (),
+                ()),
+    "glm4_moe": None,
 }
 
 
 def read_architecture(config: Mapping[str, Any], path: Path, tp_size: int = 1,
-                      ep_size: int = 1) -> Architecture:
+                      ep_size: int = 1, moe_tp: Optional[int] = None) -> Architecture:
+    """The architecture as vLLM builds it on one GPU: dense layers split by `tp_size`, routed
+    experts by `moe_tp` (default: 1 with expert parallelism, else `tp_size`) and `ep_size`."""
     archs = config.get("architectures")
     name = None
     if isinstance(archs, list):
@@ -498,7 +299,11 @@ def read_architecture(config: Mapping[str, Any], path: Path, tp_size: int = 1,
     model_type = config.get("model_type")
     if archs is None and isinstance(model_type, str) and model_type in _BY_MODEL_TYPE:
         name = _BY_MODEL_TYPE[model_type]
-    if name is None:
+    unknown = next((a for a in archs if isinstance(a, str) and a), None) \
+        if isinstance(archs, list) and name is None else None
+    if unknown is not None and "num_hidden_layers" in config and "hidden_size" in config:
+        name = unknown  # read from the standard keys, with a note (arch_moe.standard)
+    elif name is None:
         given = archs if archs is not None else config.get("model_type")
         key = "architectures" if archs is not None else "model_type"
         if given is None:
@@ -506,11 +311,11 @@ def read_architecture(config: Mapping[str, Any], path: Path, tp_size: int = 1,
                             "config.json must name the model's architecture", where=str(path))
         accepted = ARCHITECTURES if key == "architectures" else _BY_MODEL_TYPE
         raise bad_value(key, given, accepted, what="architecture", where=str(path))
-    model_type, reader = ARCHITECTURES[name]
+    model_type, reader = ARCHITECTURES.get(name) or (str(model_type or ""), arch_moe.standard)
     for key, v in (("layer.tp_size", tp_size), ("layer.ep_size", ep_size)):
         if v > LIMITS["parallel"]:
             raise bad_input(key, v, f"is implausibly large (at most {LIMITS['parallel']})")
-    cfg = _Config(config, path, name, model_type, tp_size, ep_size)
+    cfg = _Config(config, path, name, model_type, tp_size, ep_size, moe_tp)
     r = reader(cfg)
     renames = RENAMES.get(model_type, ((), (), ()))
     notes = list(r.notes)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.checkpoint.launchers import Launcher, Topology, launcher
-from selector.checkpoint.ranks import other_scheme, per_rank_fields
+from selector.checkpoint.ranks import other_scheme
 from selector.core.errors import bad_input
 from selector.core.parallel import Parallel, make_parallel
 from selector.core.text import join_lines
@@ -84,6 +84,7 @@ class Group:
         return launch.kernels(self.op, self.scheme, self.engine_backend)
 
     def to_dict(self, launch: Launcher) -> Dict[str, Any]:
+        from selector.checkpoint.plan import selected_warnings
         d = self.decision
         return {"kind": self.kind, "op": self.op, "scheme": self.scheme,
                 "layers": list(self.layers), "modules": self.modules,
@@ -92,7 +93,9 @@ class Group:
                 "kernel": list(self.kernels(launch)),
                 "outcome": d.outcome if d is not None else None,
                 "summary": d.summary() if d is not None else None,
-                "problems": list(self.problems), "why": self.why}
+                "problems": list(self.problems), "why": self.why,
+                "warnings": [w.removeprefix("warning: ") for w in selected_warnings(d)]
+                if d is not None else []}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,7 +204,8 @@ class LaunchPlan:
                 "parallel": self.parallel.to_dict(), "topology": self.topology.to_dict(),
                 "groups": [g.to_dict(self.launch) for g in self.groups],
                 "flags": list(self.flags), "env": dict(self.env), "config": dict(self.config),
-                "files": self.files(), "command": self.command(),
+                "files": self.files(),
+                "command": self.command() if self.ok and self.plan.ok else None,
                 "conflicts": [c.to_dict() for c in self.conflicts],
                 "notes": list(self.notes), "ok": self.ok}
 
@@ -378,8 +382,9 @@ def _linear_flags(sel: Selector, launch: Launcher, groups: Sequence[Group], note
     return out, None
 
 
-def _groups(sel: Selector, plan: Plan, topo: Topology) -> List[Group]:
-    """Every layer group of the checkpoint, decided with its per-rank sizes."""
+def _groups(plan: Plan) -> List[Group]:
+    """Every layer group of the checkpoint: the plan's kinds and shapes, read and decided with
+    one GPU's sizes (checkpoint/arch.py splits each module as vLLM builds it)."""
     groups: List[Group] = []
     for k in plan.kinds:
         if not k.quant:
@@ -388,12 +393,8 @@ def _groups(sel: Selector, plan: Plan, topo: Topology) -> List[Group]:
                                 why=k.why))
             continue
         for s in k.shapes:
-            for projs, fields, problems in per_rank_fields(s.fields, s.projections, topo):
-                d = sel.select(quant=k.quant, **fields)
-                groups.append(Group(k.component, k.op, k.quant, k.layers,
-                                    s.modules if k.op == "moe" else
-                                    s.modules * len(projs) // max(1, len(s.projections)),
-                                    projs, {"quant": k.quant, **fields}, d, problems))
+            groups.append(Group(k.component, k.op, k.quant, k.layers, s.modules,
+                                s.projections, dict(s.fields), s.decision, s.problems))
     return groups
 
 
@@ -418,12 +419,13 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
     engine = run.engine
     launch = launcher(sel, engine)
     topo = launch.topology(run.parallel)
-    plan = sel.plan(model_dir)
+    from selector.checkpoint.plan import plan as read_plan
+    plan = read_plan(sel, model_dir, topo)
     if run.parallel.ep > 1 and not any(k.op == "moe" for k in plan.kinds):
         raise bad_input("parallel.ep", run.parallel.ep, "is not accepted: this checkpoint has "
                         "no MoE layer to split by experts" + launch.no_experts(),
                         where=plan.model_dir)
-    groups = _groups(sel, plan, topo)
+    groups = _groups(plan)
     out = Asked(flags=list(topo.flags))
     conflicts: List[Conflict] = []
     notes: List[str] = []
@@ -452,7 +454,7 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
 
 
 __all__ = ["Parallel", "make_parallel", "Topology", "Group", "LaunchPlan",
-           "launch_plan", "per_rank_fields", "other_scheme"]
+           "launch_plan", "other_scheme"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,9 +465,8 @@ def _sizes(g: Group, topo: Topology) -> str:
     if not f:
         return "-"
     if g.op == "moe":
-        e = f.get("num_experts")
-        local = f"{e // topo.ep} of {e} experts" if e and topo.ep > 1 and not e % topo.ep \
-            else f"{e} experts"
+        e = f.get("num_experts")  # the global count: each rank holds e / EP of them
+        local = f"{-(-e // topo.ep)} of {e} experts" if e and topo.ep > 1 else f"{e} experts"
         return f"{local}, H {f.get('hidden_size')}, I {f.get('intermediate_size')}"
     return f"K {f.get('hidden_size')}, N {f.get('intermediate_size')}"
 
@@ -496,8 +497,12 @@ def _table(lp: LaunchPlan) -> List[str]:
     width = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  " + "  ".join(c.ljust(width[i]) for i, c in enumerate(r[:5])) + f"  {r[5]}"
              for r in rows]
+    from selector.checkpoint.plan import selected_warnings
     for g in lp.groups:
         lines.extend(f"  !! {g.kind}: {p}" for p in g.problems)
+        for w in selected_warnings(g.decision) if g.decision is not None else ():
+            lines.extend(textwrap.wrap(f"{g.kind}: {w}", width=WRAP, initial_indent="  ",
+                                       subsequent_indent="     "))
         if g.planned and g.decision is not None and not g.decision.selected:
             lines.extend(textwrap.wrap(f"!! {g.kind}: {g.decision.summary()}", width=WRAP,
                                        initial_indent="  ", subsequent_indent="     "))
@@ -544,7 +549,10 @@ def render(lp: LaunchPlan) -> str:
     for name, text in lp.files().items():
         lines.append(f"{name} (the config file the command reads):")
         lines.extend(f"  {line}" for line in text.splitlines())
-    lines.append(f"command: {lp.command()}")
+    if lp.ok and lp.plan.ok:
+        lines.append(f"command: {lp.command()}")
+    else:  # an impossible plan gives no command to copy
+        lines.append("command: none: the plan has refused or unserved layers (marked !! above)")
     return join_lines(lines)  # the engine label and file-given names: escaped
 
 

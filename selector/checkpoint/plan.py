@@ -39,6 +39,7 @@ class Shape:
     fields: Dict[str, Any]
     modules: int
     decision: Any  # selector.Decision
+    problems: Tuple[str, ...] = ()  # what vLLM refuses of these modules' per-GPU split
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Kind:
                 "layers": list(self.layers), "modules": self.modules,
                 "warnings": list(self.warnings),
                 "shapes": [{"projections": list(s.projections), "modules": s.modules,
-                            "fields": dict(s.fields),
+                            "fields": dict(s.fields), "problems": list(s.problems),
                             "decision": s.decision.to_dict() if s.decision else None}
                            for s in self.shapes]}
 
@@ -78,7 +79,12 @@ class Plan:
         """Every layer a backend of the catalogue implements has a backend (a scheme no backend
         implements is left to the engine, as an unquantized layer is)."""
         return all(s.decision.selected or not planned(s.decision)
-                   for k in self.kinds if k.quant for s in k.shapes)
+                   for k in self.kinds if k.quant for s in k.shapes) and not self.problems()
+
+    def problems(self) -> List[str]:
+        """'kind projections: problem' for every module split vLLM refuses."""
+        return list(dict.fromkeys(f"{k.component} {'/'.join(s.projections)}: {p}"
+                                  for k in self.kinds for s in k.shapes for p in s.problems))
 
     def decisions(self) -> List[Any]:
         return [s.decision for k in self.kinds if k.quant for s in k.shapes]
@@ -136,7 +142,7 @@ class Plan:
                                "notes": list(arch.notes)},
                 "platform": ds[0].to_dict()["platform"] if ds else None,
                 "kinds": [k.to_dict() for k in self.kinds],
-                "ok": self.ok, "summary": self.summary()}
+                "problems": self.problems(), "ok": self.ok, "summary": self.summary()}
 
     def __str__(self) -> str:
         return render_plan(self)
@@ -212,12 +218,15 @@ def checkpoint_root(model_dir: Any) -> Path:
     return root
 
 
-def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
+def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
+         topology: Optional[Any] = None) -> Plan:
     """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
 
     Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
     the selector's config and overrides; the sizes are per GPU under its tp_size and ep_size.
     A `layer.*` key the checkpoint fixes (CHECKPOINT_KEYS) set to another value is refused.
+    With `topology` (the launch plan's Topology) the sizes are those of one GPU under it: the
+    dense layers' TP, the MoE layers' TP and EP.
     """
     root = checkpoint_root(model_dir)
     defaults = selector.run_config.layer
@@ -228,13 +237,18 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
                             f"{key}; drop the override (or the layer= preset that sets it)")
     config_path = root / "config.json"
     config = read_json(config_path)
-    arch = read_architecture(config, config_path, defaults.tp_size, defaults.ep_size)
+    if topology is not None:
+        arch = read_architecture(config, config_path, topology.linear_tp, topology.ep,
+                                 topology.moe_tp)
+    else:
+        arch = read_architecture(config, config_path, defaults.tp_size, defaults.ep_size)
     quant = read_quantization(root, config, arch)
     dtype = checkpoint_dtype(config, config_path)
     if dtype and defaults.dtype not in (dtype, "bfloat16"):
         raise bad_input("layer.dtype", defaults.dtype, f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
-    groups = _group_modules(arch, quant)
+    groups = _group_modules(arch, quant, topology.linear_tp if topology is not None
+                            else defaults.tp_size)
     kinds = []
     for (component, scheme), g in groups.items():
         shapes = []
@@ -243,7 +257,7 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
             f["dtype"] = dtype or defaults.dtype
             d = _select(selector, scheme, f, config_path) if scheme else None
             shapes.append(Shape(tuple(s["projections"]), {"quant": scheme, **f}, s["modules"],
-                                d))
+                                d, tuple(s["problems"])))
         why = _join_whys(list(g["why"]))
         kinds.append(Kind(component, scheme, why, tuple(g["layers"]), g["modules"],
                           tuple(shapes), tuple(g["warnings"])))
@@ -258,14 +272,20 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str) -> Plan:
     return Plan(str(root), arch, quant, tuple(kinds), requested)
 
 
-def _group_modules(arch: Architecture, quant: Quantization
+def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1
                    ) -> OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]:
-    """The modules grouped by (component, scheme): layers, module counts, distinct field sets."""
+    """The modules grouped by (component, scheme): layers, module counts, distinct field sets,
+    and what vLLM refuses of them (`tp`: the engine's tensor-parallel size)."""
+    from selector.checkpoint.splits import REFINED, refined_block, scheme_problems
     groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
+    refines = quant.format != "compressed-tensors"
     for m in arch.modules:
         v = quant.verdict_of(m)
         scheme = v.scheme
         why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
+        r = refined_block(m, scheme, refines)
+        if r:
+            scheme, why = None, REFINED.format(r=r, i=dict(m.fields)["intermediate_size"])
         g = groups.setdefault((m.component, scheme), {"layers": [], "modules": 0, "why": {},
                                                       "shapes": OrderedDict(), "warnings": {}})
         g["why"][why] = True
@@ -274,10 +294,13 @@ def _group_modules(arch: Architecture, quant: Quantization
         if m.layer is not None and m.layer not in g["layers"]:
             g["layers"].append(m.layer)
         g["modules"] += 1
-        shape = g["shapes"].setdefault(m.fields, {"projections": [], "modules": 0})
+        shape = g["shapes"].setdefault(m.fields, {"projections": [], "modules": 0,
+                                                  "problems": {}})
         if m.projection not in shape["projections"]:
             shape["projections"].append(m.projection)
         shape["modules"] += 1
+        shape["problems"].update(dict.fromkeys(m.problems + scheme_problems(
+            m, v.scheme, tp, r, quant.format)))
     return groups
 
 
@@ -347,7 +370,16 @@ def _verdict(d: Decision) -> List[str]:
         lines.append("rejected: " + ", ".join(rejected))
     if na:
         lines.append("does not implement this scheme: " + ", ".join(na))
-    return lines
+    return lines + selected_warnings(d)
+
+
+def selected_warnings(d: Decision) -> List[str]:
+    """'warning: ...' for each warning-severity note about the selected backend (the same
+    notes `--format line` marks), so that every format of the plan carries them."""
+    from selector.core.notes import text
+    return list(dict.fromkeys(f"warning: {text(n)}" for n in d.note_data
+                              if n.severity == "warning" and n.backend == d.selected
+                              and d.selected is not None))
 
 
 def render_plan(p: Plan) -> str:
@@ -396,7 +428,10 @@ def render_plan(p: Plan) -> str:
     lines.append("")
     lines.extend(textwrap.wrap(f"summary: {p.summary()}", width=100, subsequent_indent="  ",
                                break_on_hyphens=False))
-    if not p.ok:
+    for problem in p.problems():
+        lines.extend(textwrap.wrap(f"!! {problem}", width=100, subsequent_indent="   ",
+                                   break_on_hyphens=False))
+    if not p.ok and not p.problems():
         lines.append("some quantized layers have no usable backend: --format json lists every "
                      "reason")
     return join_lines(lines)  # every checkpoint-derived string escaped: one line stays one line

@@ -175,8 +175,15 @@ def _run(args: argparse.Namespace) -> int:
         _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
               catalogue_text(sel.catalogue), args.format)
         return 0
-    if args.model is not None and sel.run_config.engine.name != "none" and args.format != "line":
+    if args.model is not None and sel.run_config.engine.name != "none":
         lp = sel.launch_plan(args.model)
+        if args.why is not None:  # the verdicts of the per-GPU layers the launch plan decided
+            return _plan_why(lp.plan, args.why, args.format)
+        if args.format == "line":  # one line per per-GPU layer group
+            from selector.config.catalogues import marked_line
+            _emit("\n".join(marked_line(sel.catalogue, d, d.log_line())
+                            for d in lp.plan.decisions()), "line")
+            return 0 if lp.plan.ok and lp.ok else 1
         if args.format == "json":
             _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
         else:

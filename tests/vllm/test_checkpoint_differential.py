@@ -92,7 +92,8 @@ def test_hf_defaults_are_the_config_classes_defaults():
     classes = {"deepseek_v3": "DeepseekV3Config", "deepseek_v2": "DeepseekV2Config",
                "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig",
                "gpt_oss": "GptOssConfig", "llama": "LlamaConfig", "mistral": "MistralConfig",
-               "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
+               "qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "mixtral": "MixtralConfig",
+               "glm4_moe": "Glm4MoeConfig", "minimax_m2": "MiniMaxM2Config"}
     assert transformers.__version__ == "5.19.0"
     for model_type, table in HF_DEFAULTS.items():
         made = getattr(transformers, classes[model_type])()
@@ -102,14 +103,26 @@ def test_hf_defaults_are_the_config_classes_defaults():
 
 def test_name_mappings_are_the_model_classes():
     """selector's packed mappings and renames against the vLLM model classes' own."""
-    from vllm.model_executor.models import deepseek_v2, gpt_oss, llama, nemotron_h, qwen2, qwen3, qwen3_moe
+    from vllm.model_executor.models import (
+        deepseek_v2,
+        glm4_moe,
+        gpt_oss,
+        llama,
+        minimax_m2,
+        mixtral,
+        nemotron_h,
+        qwen2,
+        qwen3,
+        qwen3_moe,
+    )
 
     from selector.checkpoint.arch import ARCHITECTURES, RENAMES
     classes = {"DeepseekV3ForCausalLM": deepseek_v2, "DeepseekV2ForCausalLM": deepseek_v2,
                "Qwen3MoeForCausalLM": qwen3_moe, "NemotronHForCausalLM": nemotron_h,
                "GptOssForCausalLM": gpt_oss, "LlamaForCausalLM": llama,
                "MistralForCausalLM": llama, "Qwen2ForCausalLM": qwen2,
-               "Qwen3ForCausalLM": qwen3}
+               "Qwen3ForCausalLM": qwen3, "MixtralForCausalLM": mixtral,
+               "Glm4MoeForCausalLM": glm4_moe, "MiniMaxM2ForCausalLM": minimax_m2}
     for arch, (model_type, _) in ARCHITECTURES.items():
         cls = getattr(classes[arch], arch if arch != "MistralForCausalLM" else
                       "LlamaForCausalLM")

@@ -1,0 +1,88 @@
+"""What vLLM refuses (or changes) of a module's per-GPU sizes under its quant scheme: the
+block-FP8, MXFP8 and NVFP4 weight checks of vLLM's quant methods' create_weights, and the FP8
+MoE block refinement."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from selector.checkpoint.arch import Module
+
+
+FP8_BLOCK_SOURCE = ("vLLM 0.32.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py "
+                    "(validate_fp8_block_shape{})")
+
+
+def refined_block(m: Module, scheme: Optional[str], refines: bool) -> int:
+    """The finer FP8 block vLLM's Fp8MoEMethod (quant_method fp8, ModelOpt FP8_PB_WO; not
+    compressed-tensors, `refines` False) gives 128x128 block experts whose per-GPU
+    intermediate size the block does not divide: gcd(128, intermediate, hidden) when >= 32
+    (vLLM 0.32.0 fused_moe/oracle/fp8.py refine_fp8_moe_block_shape); 0: none."""
+    import math
+    f = dict(m.fields)
+    if scheme != "fp8_block" or f["op"] != "moe" or not refines:
+        return 0
+    inter = f["intermediate_size"]
+    if inter % 128 == 0:
+        return 0
+    r = math.gcd(128, inter, f["hidden_size"])
+    return r if r >= 32 else 0
+
+
+REFINED = ("vLLM refines the 128x128 FP8 blocks of these experts to {r}x{r} for the per-GPU "
+           "intermediate size {i} (vLLM 0.32.0 fused_moe/oracle/fp8.py "
+           "refine_fp8_moe_block_shape): a block shape without a layer.quant value; only "
+           "Triton-based kernels take it")
+
+
+def scheme_problems(m: Module, scheme: Optional[str], tp: int,
+                    refined: int = 0, fmt: str = "") -> Tuple[str, ...]:
+    """What vLLM refuses of a module's per-GPU sizes under its quant scheme: a 128x128
+    block-FP8 layer whose split is not a multiple of the block (vLLM's FP8 linear and MoE
+    methods call validate_fp8_block_shape / validate_fp8_block_shape_moe in create_weights).
+    `tp` is the tensor-parallel size of the engine (the MoE check reads it)."""
+    if scheme == "mxfp8" and fmt == "ModelOpt" and dict(m.fields)["op"] == "moe" and \
+            dict(m.fields)["intermediate_size"] % 32:
+        return (f"intermediate_size {dict(m.fields)['intermediate_size']} on one GPU is not "
+                "a multiple of the MXFP8 block 32: vLLM refuses to load it (vLLM 0.32.0 "
+                "vllm/model_executor/layers/quantization/modelopt.py "
+                "(ModelOptMxFp8FusedMoE.create_weights))",)
+    if scheme in ("nvfp4", "nvfp4_w4a16") and fmt == "ModelOpt" and \
+            dict(m.fields)["op"] == "linear" and dict(m.fields)["hidden_size"] % 16:
+        return (f"K {dict(m.fields)['hidden_size']} on one GPU is not a multiple of 16: vLLM "
+                "refuses to load the NVFP4 weights (vLLM 0.32.0 vllm/model_executor/layers/"
+                "quantization/modelopt.py (KNvfp4Static.create_weights: in features size is "
+                "not multiple of 16))",)
+    if scheme != "fp8_block":
+        return ()
+    block_n, block_k = 128, 128
+    f = dict(m.fields)
+    if f["op"] == "moe":
+        inter = f["intermediate_size"]
+        if (inter % block_n or (tp > 1 and inter % block_k)) and not refined:
+            return (f"intermediate_size {inter} on one GPU is not a multiple of the FP8 block "
+                    f"{block_n}: vLLM refuses to load it "
+                    f"({FP8_BLOCK_SOURCE.format('_moe')})",)
+        return ()
+    k_rank, layer_tp = f["hidden_size"], f.get("tp_size", 1)
+    k, n = m.whole
+    out = []
+    if layer_tp > 1 and k // k_rank == layer_tp and k_rank % block_k:
+        out.append(f"K {k_rank} on one GPU is not a multiple of the FP8 block {block_k}: vLLM "
+                   f"refuses to load it ({FP8_BLOCK_SOURCE.format('')})")
+    parts = m.parts or (f["intermediate_size"],)
+    if fmt == "FP8" and len(parts) > 1 and any(p % block_n for p in parts) and \
+            m.cls != "ReplicatedLinear":
+        # vLLM 0.32.0 linear.py ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch: a
+        # fused layer of Fp8Config (it has weight_block_size) with a partition off the block
+        # skips validate_fp8_block_shape altogether
+        return ()
+    tp_split = layer_tp > 1 and n // max(1, sum(parts)) == layer_tp
+    if tp_split or len(parts) > 1:
+        checked = parts if tp_split else parts[:-1]
+        bad = [p for p in checked if p % block_n]
+        if bad:
+            out.append(f"output partition {bad[0]} on one GPU is not a multiple of the FP8 "
+                       f"block {block_n}: vLLM refuses to load it "
+                       f"({FP8_BLOCK_SOURCE.format('')})")
+    return tuple(out)
