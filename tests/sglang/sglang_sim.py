@@ -177,7 +177,6 @@ def _moe_method(s: Dict[str, Any]) -> Any:
 def moe_runner(s: Dict[str, Any]) -> Dict[str, Any]:
     """The runner SGLang builds for the layer (`create_moe_runner`), or its error."""
     import torch
-
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
     argv = ["--model-path", "dummy", "--moe-runner-backend", s["requested"],
             "--tp-size", str(s["ep_size"]), "--ep-size", str(s["ep_size"])]
