@@ -130,22 +130,24 @@ _LAST: Dict[str, Any] = {}
 def _publish(argv: List[str], quant: Optional[str]) -> Any:
     """SGLang's server args from `argv`, its quantization override of the MoE runner, then
     published (its resolution pipeline for a dummy model) and its MoE/FP8 flags initialised.
-    The same argv and quantization as the previous call: the published state stands."""
-    key = (tuple(argv), quant)
-    if _LAST.get("key") == key:
-        return _LAST["args"]
+    The same argv and overrides as the previous call: the published state stands."""
     from sglang.srt.arg_groups.overrides import _moe_runner_backend_quant_constraints
     from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.layers.quantization import fp8_utils
     from sglang.srt.runtime_context import publish
 
-    args = server_args(argv)
+    overrides: Dict[str, Any] = {}
     if quant is not None:
+        args = server_args(argv)
         args.quantization = quant
-        for k, v in _moe_runner_backend_quant_constraints(args).items():
-            setattr(args, k, v)
-        args.quantization = None  # the dummy model has no checkpoint to check it against
-    publish(args, role="test")
+        overrides = _moe_runner_backend_quant_constraints(args)
+    key = (tuple(argv), tuple(sorted(overrides.items())))
+    if _LAST.get("key") == key:
+        return _LAST["args"]
+    args = server_args(argv)
+    for k, v in overrides.items():
+        setattr(args, k, v)
+    publish(args, role="test")  # quantization unset: the dummy model has no checkpoint
     initialize_moe_config()
     fp8_utils.initialize_fp8_gemm_config()
     _LAST.update(key=key, args=args)
@@ -179,7 +181,7 @@ def moe_runner(s: Dict[str, Any]) -> Dict[str, Any]:
     import torch
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
     argv = ["--model-path", "dummy", "--moe-runner-backend", s["requested"],
-            "--tp-size", str(s["ep_size"]), "--ep-size", str(s["ep_size"])]
+            "--tp-size", str(s.get("ep_size", 1)), "--ep-size", str(s.get("ep_size", 1))]
     try:
         args = _publish(argv, QUANTIZATION[s["quant"]])
     except (ValueError, AssertionError, RuntimeError, NotImplementedError) as e:
@@ -224,7 +226,12 @@ def fp8_linear(s: Dict[str, Any]) -> Dict[str, Any]:
     except (ValueError, AssertionError, RuntimeError) as e:
         return {"runner": None, "error": f"{type(e).__name__}: {e}"[:300]}
     fn = getattr(fn, "func", fn)
-    return {"runner": FP8_LINEAR.get(fn.__name__, fn.__name__), "error": "",
+    name = FP8_LINEAR.get(fn.__name__, fn.__name__)
+    if name == "flashinfer":  # one wrapper, FlashInfer's TRT-LLM or CUTLASS groupwise GEMM
+        pick = fp8_utils._get_flashinfer_groupwise_backend
+        pick.cache_clear()  # lru_cache: one server asks once, this process asks per scenario
+        name += "_" + pick()
+    return {"runner": name, "error": "",
             "resolved": fp8_utils.get_fp8_gemm_runner_backend().value}
 
 
@@ -236,7 +243,7 @@ def main() -> None:
     logging.disable(logging.WARNING)
     # questions with the same server arguments one after another: each publish once
     todo = sorted(range(len(job["scenarios"])), key=lambda i: json.dumps(
-        [job["scenarios"][i][k] for k in ("op", "quant", "requested", "ep_size")]))
+        [job["scenarios"][i].get(k) for k in ("op", "quant", "requested", "ep_size")]))
     out: List[Any] = [None] * len(todo)
     for i in todo:
         s = job["scenarios"][i]

@@ -183,12 +183,18 @@ def selector_name(d: Any) -> Optional[str]:
 
 
 # -- the comparison --------------------------------------------------------------------------------
+def _runner(answer: Dict[str, Any]) -> Optional[str]:
+    return answer.get("runner")
+
+
 @dataclass
 class Row:
     scenario: Scenario
     sglang: Dict[str, Any]
     decision: Any
     requested_backends: Tuple[str, ...] = ()  # the catalogue's backends of the requested name
+    # SGLang's answer when started with the flag selector prints (None: selector refuses)
+    follow: Optional[Dict[str, Any]] = None
     why: Optional[str] = None  # the EXPLAINED key
 
     @property
@@ -197,16 +203,17 @@ class Row:
 
     @property
     def runner(self) -> Optional[str]:
-        r = self.sglang.get("runner")
-        if self.scenario.op == "linear" and r == "flashinfer":
-            # one wrapper runs FlashInfer's TRT-LLM or CUTLASS FP8 GEMM (fp8_utils.py)
-            return "flashinfer_trtllm" if self.scenario.requested != "flashinfer_cutlass" \
-                else "flashinfer_cutlass"
-        return r
+        return _runner(self.sglang)
+
+    @property
+    def honored(self) -> bool:
+        """SGLang, started with selector's printed flag, runs selector's backend."""
+        return self.selector is None or (self.follow is not None
+                                         and _runner(self.follow) == self.selector)
 
     @property
     def agrees(self) -> bool:
-        return self.runner == self.selector
+        return self.runner == self.selector and self.honored
 
     def cluster(self) -> Tuple:
         s = self.scenario
@@ -241,10 +248,14 @@ def run(n: Optional[int] = None, the_seed: Optional[int] = None, python: str = s
     n = n or int(os.environ.get(COUNT_VAR, "5000"))
     sels = Selectors()
     rows = scenarios(n, random.Random(the_seed), sels.expressible)
-    answers = sglang_answers(rows, python)
+    decisions = {s: sels.decide(s) for s in rows}
+    follow = {s: dataclasses.replace(s, requested=name) for s in rows
+              if (name := selector_name(decisions[s])) is not None}
+    answers = sglang_answers(list(OrderedDict.fromkeys([*rows, *follow.values()])), python)
     out = []
     for s in rows:
-        r = Row(s, answers[s], sels.decide(s), sels.names(s.op, s.quant, s.requested))
+        r = Row(s, answers[s], decisions[s], sels.names(s.op, s.quant, s.requested),
+                answers[follow[s]] if s in follow else None)
         if not r.agrees:
             r.why = explain(r)
         out.append(r)
