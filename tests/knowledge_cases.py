@@ -1080,12 +1080,24 @@ FP8_BOUNDARIES = [
       pk={"deep-gemm": "1.0.0", "vllm": None}),
     C("fp8-deep-gemm-sgl-deep-gemm", "9.0", DG, layer=BLOCK,
       pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
-    # SGLang's CUTLASS block-FP8 GEMM is sgl-kernel's (sglang-kernel), not vLLM's
-    C("fp8-sglang-cutlass-linear-sglang-kernel", "9.0", "linear/cutlass", engine="sglang",
+    # SGLang's CUTLASS block-FP8 GEMM is sgl-kernel's (sglang-kernel), not vLLM's, and runs on
+    # SM 12.x only (fp8_utils.py _dispatch_explicit_backend raises elsewhere; tests/sglang)
+    C("fp8-sglang-cutlass-linear-sglang-kernel", "12.0", "linear/cutlass", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"sglang-kernel": "0.4.10", "vllm": None}),
-    C("fp8-sglang-cutlass-linear-no-sglang-kernel", "9.0", "linear/cutlass", {"package"},
+    C("fp8-sglang-cutlass-linear-sm90", "9.0", "linear/cutlass", {"device"}, engine="sglang",
+      layer={**DENSE, "quant": "fp8_block"}, pk={"sglang-kernel": "0.4.10", "vllm": None}),
+    C("fp8-sglang-cutlass-linear-no-sglang-kernel", "12.0", "linear/cutlass", {"package"},
       engine="sglang", layer={**DENSE, "quant": "fp8_block"},
       pk={"sglang-kernel": None, "vllm": "0.32.0"}),
+    # SGLang's FlashInfer CUTLASS block-FP8 GEMM: Blackwell and FlashInfer, no vLLM
+    # (fp8_utils.py _dispatch_explicit_backend, _get_flashinfer_groupwise_backend; tests/sglang)
+    C("fp8-sglang-fi-cutlass-linear-sm100", "10.0", "linear/flashinfer_cutlass", engine="sglang",
+      layer={**DENSE, "quant": "fp8_block"}, pk={"vllm": None}),
+    C("fp8-sglang-fi-cutlass-linear-sm90", "9.0", "linear/flashinfer_cutlass", {"device"},
+      engine="sglang", layer={**DENSE, "quant": "fp8_block"}, pk={"vllm": None}),
+    C("fp8-sglang-fi-cutlass-linear-no-flashinfer", "12.0", "linear/flashinfer_cutlass",
+      {"package"}, engine="sglang", layer={**DENSE, "quant": "fp8_block"},
+      pk={"flashinfer-python": None, "vllm": None}),
     # SGLang's DeepGEMM linear is its own distribution (replaces the vLLM package rule)
     C("fp8-sglang-deep-gemm-linear-own-dist", "9.0", "linear/deep_gemm", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),

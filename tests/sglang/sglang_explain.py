@@ -1,0 +1,104 @@
+"""Why a scenario differs: SGLang 0.5.23's source line for each class of difference.
+
+`explain(row)` names the EXPLAINED entry that accounts for a difference, or None (unexplained).
+Each entry says where SGLang's code makes the difference; a class that is selector's error is
+fixed in the catalogue instead (conf/backend/*/NAME.yaml `engines: sglang:` rules) and has no
+entry here.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+FP8 = ("fp8_block", "fp8_tensor")
+S = "SGLang 0.5.23 python/sglang/srt/"
+
+
+def _requested_status(row: Any) -> Optional[str]:
+    """selector's verdict on the backend SGLang was asked for (None: not a candidate)."""
+    for name in row.requested_backends:
+        c = next((c for c in row.decision.candidates if c.backend == name), None)
+        if c is not None:
+            return c.status
+    return None
+
+
+def _auto(quant: str) -> Callable[[Any], bool]:
+    def match(r: Any) -> bool:
+        return r.scenario.requested == "auto" and r.scenario.quant == quant \
+            and r.runner is not None and r.selector is not None
+    return match
+
+
+EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
+    "fp8-substitutes-triton": (
+        S + "layers/quantization/fp8.py (Fp8MoEMethod.create_moe_runner: flashinfer_cutlass and "
+        "flashinfer_cutedsl have no FP8 MoE path and are replaced by triton, logged at info)",
+        "SGLang runs Triton for an FP8 MoE layer asked for flashinfer_cutlass or "
+        "flashinfer_cutedsl; selector refuses or picks by its own rules",
+        lambda r: r.scenario.quant in FP8 and r.scenario.op == "moe"
+        and r.scenario.requested in ("flashinfer_cutlass", "flashinfer_cutedsl")
+        and r.runner == "triton"),
+    "mxfp8-forced-trtllm": (
+        S + "arg_groups/overrides.py (_moe_runner_backend_quant_constraints: --quantization mxfp8 "
+        "takes only MXFP8_MOE_RUNNER_BACKEND_CHOICES; auto and any other value become "
+        "flashinfer_trtllm, whatever the device)",
+        "SGLang forces flashinfer_trtllm for MXFP8 MoE on every device; selector checks the "
+        "device and FlashInfer",
+        lambda r: r.scenario.quant == "mxfp8" and r.runner == "flashinfer_trtllm"),
+    "built-unchecked": (
+        S + "layers/moe/moe_runner/runner.py (MoeRunner.__init__ builds the runner core "
+        "named, with no device, activation or library check) and the quant methods' "
+        "create_moe_runner; fp8_utils.py (_dispatch_explicit_backend: deep_gemm checks only "
+        "ENABLE_JIT_DEEPGEMM, which holds from SM 9.0 on)",
+        "SGLang accepts the requested runner at start-up and fails later (weight processing or "
+        "the first forward); selector refuses it with the failed rule",
+        lambda r: r.scenario.requested != "auto" and r.runner == r.scenario.requested
+        and _requested_status(r) in ("rejected", "not_applicable", None)),
+    "sglang-raises-selector-falls-back": (
+        S + "layers/quantization/mxfp4.py, modelopt_quant.py, fp8.py (create_moe_runner raises "
+        "NotImplementedError / AssertionError for a runner the method has no path for); "
+        "fp8_utils.py (_dispatch_explicit_backend raises RuntimeError off its devices); "
+        "selector hands a requested backend that does not fit the layer to automatic "
+        "selection (vLLM #49076, #56832: a global backend flag must not crash other layers)",
+        "SGLang refuses to start with this flag for this layer; selector refuses the requested "
+        "backend (the failed rule) and names the backend that does fit",
+        lambda r: r.runner is None and r.selector is not None
+        and r.selector != r.scenario.requested),
+    "auto-fp8": (
+        S + "layers/quantization/fp8.py (Fp8MoEMethod.create_moe_runner: auto is deep_gemm only "
+        "with a DeepEP/Mooncake/NIXL exchange, else triton)",
+        "SGLang's automatic FP8 MoE runner is Triton; selector ranks by measured/preferred "
+        "order and prints its choice as an explicit --moe-runner-backend",
+        lambda r: r.scenario.requested == "auto" and r.scenario.quant in FP8
+        and r.runner == "triton" and r.selector is not None),
+    "auto-mxfp4": (
+        S + "layers/quantization/mxfp4.py (Mxfp4MoEMethod.create_moe_runner: auto is triton "
+        "without --moe-runner-backend triton_kernel; model_overrides/gpt_oss.py picks "
+        "flashinfer_mxfp4 for gpt-oss only)",
+        "SGLang's automatic MXFP4 MoE runner (no model override) is Triton; selector prints its "
+        "choice as an explicit --moe-runner-backend",
+        _auto("mxfp4")),
+    "auto-nvfp4": (
+        S + "layers/quantization/modelopt_quant.py (ModelOptNvFp4FusedMoEMethod."
+        "create_moe_runner: auto is marlin on 8.0 <= cc < 10.0, else flashinfer_trtllm); "
+        "arg_groups/overrides.py (_moe_runner_backend_quant_constraints: flashinfer_cutlass on "
+        "SM 11.x and 12.x), neither checking that FlashInfer is installed",
+        "SGLang's automatic NVFP4 MoE runner is chosen from the SM alone; selector prints its "
+        "choice as an explicit --moe-runner-backend",
+        _auto("nvfp4")),
+    "auto-fp8-linear": (
+        S + "layers/quantization/fp8_utils.py (initialize_fp8_gemm_config: auto is cutlass on "
+        "SM 12.x, triton on SM 11.x; _dispatch_auto_backend: DeepGEMM, then FlashInfer on "
+        "Blackwell, then CUTLASS on SM 12.x, then Triton)",
+        "SGLang's automatic block-FP8 GEMM differs from selector's ranked choice, which selector "
+        "prints as an explicit --fp8-gemm-backend",
+        lambda r: r.scenario.op == "linear" and r.scenario.requested == "auto"
+        and r.runner is not None and r.selector is not None),
+}
+
+
+def explain(row: Any) -> Optional[str]:
+    for key, (_src, _why, match) in EXPLAINED.items():
+        if match(row):
+            return key
+    return None

@@ -1,0 +1,255 @@
+"""SGLang 0.5.23's own MoE-runner and FP8-GEMM choice on one simulated machine.
+
+Run as a child process (one per machine: SGLang evaluates its platform probes at import time):
+    python tests/sglang/sglang_sim.py < machine-and-scenarios.json > answers.json
+
+What is simulated, and nothing else:
+- the device query: `torch.cuda.is_available`, `get_device_capability`, `device_count`,
+  `get_device_name`, `is_initialized`, `current_device` and `torch.version.cuda` (a CPU torch
+  has no GPU); SGLang's own probes (`is_sm100_supported`, `get_platform()`, ...) run on them;
+- absent libraries: `flashinfer` and `deep_gemm` (sgl-deep-gemm, a CUDA build that cannot load
+  here) are hidden from imports and `importlib.util.find_spec` when the machine lacks them; a
+  machine that has deep_gemm gets a stand-in package in which every module and name exists and
+  every call raises (SGLang's configurer, `layers/deep_gemm_wrapper/configurer.py`, probes
+  names only); flashinfer-python 0.7.2 (SGLang's pin) is
+  installed and imported as it is;
+- the CUDA build's C++ ops: sglang-kernel 0.4.10's Python package is imported as installed, its
+  `_load_architecture_specific_ops` and `_preload_cuda_library` (which load the CUDA .so files)
+  do nothing.
+
+SGLang's own code then answers: `ServerArgs` built by its own parser from the argv,
+`_moe_runner_backend_quant_constraints` (srt/arg_groups/overrides.py) over it, `publish` (its
+resolution pipeline, dummy model), `initialize_moe_config`, `initialize_fp8_gemm_config`, the
+quant method's `create_moe_runner` (Fp8MoEMethod, Mxfp4MoEMethod, ModelOptNvFp4FusedMoEMethod,
+compressed-tensors W8A8-FP8 MoE), `dispatch_w8a8_block_fp8_linear`.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import types
+from typing import Any, Dict, List, Optional
+
+
+def simulate(capability: str, cuda: str, libs: List[str]) -> None:
+    import torch
+
+    cap = tuple(int(x) for x in capability.split("."))
+    torch.cuda.is_available = lambda: True
+    torch.cuda.get_device_capability = lambda device=None: cap
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.get_device_name = lambda device=None: f"simulated SM {capability}"
+    torch.cuda.is_initialized = lambda: True  # SGLang then skips its NVML query
+    torch.cuda.current_device = lambda: 0
+    torch.version.cuda = cuda
+    hidden = {"flashinfer", "deep_gemm"} - set(libs)
+    present = {"flashinfer", "deep_gemm"} & set(libs)
+    real_find_spec = importlib.util.find_spec
+
+    class Libraries(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+            if name.split(".")[0] in hidden:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    def find_spec(name: str, package: Optional[str] = None) -> Any:
+        top = name.split(".")[0]
+        if top in hidden:
+            return None
+        return real_find_spec(name, package)
+
+    sys.meta_path.insert(0, Libraries())
+    importlib.util.find_spec = find_spec
+    if "deep_gemm" in present:
+        sys.meta_path.insert(0, _DeepGemmStandIn())
+    _sgl_kernel_without_ops(real_find_spec)
+
+
+class _DeepGemmStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """sgl-deep-gemm (module `deep_gemm`, SM90/SM100/SM120 kernels) as present: every module
+    under `deep_gemm` and every name in it exists; calling one raises (no GPU)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.split(".")[0] != "deep_gemm":
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=True)
+
+    def create_module(self, spec: Any) -> Any:
+        mod = types.ModuleType(spec.name)
+        mod.__path__ = []
+
+        def __getattr__(attr: str) -> Any:
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return _absent_kernel(f"{spec.name}.{attr}")
+        mod.__getattr__ = __getattr__  # type: ignore[method-assign]
+        return mod
+
+    def exec_module(self, module: Any) -> None:
+        return None
+
+
+def _absent_kernel(name: str) -> Any:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{name}: a CUDA kernel (simulated machine)")
+    kernel.__name__ = name.rsplit(".", 1)[-1]
+    return kernel
+
+
+def _sgl_kernel_without_ops(real_find_spec: Any) -> None:
+    spec = real_find_spec("sgl_kernel")
+    path = os.path.join(os.path.dirname(spec.origin), "load_utils.py")
+    lspec = importlib.util.spec_from_file_location("sgl_kernel.load_utils", path)
+    mod = importlib.util.module_from_spec(lspec)
+    sys.modules["sgl_kernel.load_utils"] = mod
+    lspec.loader.exec_module(mod)
+    mod._load_architecture_specific_ops = lambda: None
+    mod._preload_cuda_library = lambda: None
+
+
+# the quantization SGLang is started with, per selector scheme (--quantization)
+QUANTIZATION = {"fp8_block": "fp8", "fp8_tensor": "fp8", "mxfp8": "mxfp8", "mxfp4": "mxfp4",
+                "nvfp4": "modelopt_fp4", "fp8_channel": "compressed-tensors"}
+
+
+def server_args(argv: List[str]) -> Any:
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return ServerArgs.from_cli_args(parser.parse_args(argv))
+
+
+_LAST: Dict[str, Any] = {}
+
+
+def _publish(argv: List[str], quant: Optional[str]) -> Any:
+    """SGLang's server args from `argv`, its quantization override of the MoE runner, then
+    published (its resolution pipeline for a dummy model) and its MoE/FP8 flags initialised.
+    The same argv and overrides as the previous call: the published state stands."""
+    from sglang.srt.arg_groups.overrides import _moe_runner_backend_quant_constraints
+    from sglang.srt.layers.moe.utils import initialize_moe_config
+    from sglang.srt.layers.quantization import fp8_utils
+    from sglang.srt.runtime_context import publish
+
+    overrides: Dict[str, Any] = {}
+    if quant is not None:
+        args = server_args(argv)
+        args.quantization = quant
+        overrides = _moe_runner_backend_quant_constraints(args)
+    key = (tuple(argv), tuple(sorted(overrides.items())))
+    if _LAST.get("key") == key:
+        return _LAST["args"]
+    args = server_args(argv)
+    for k, v in overrides.items():
+        setattr(args, k, v)
+    publish(args, role="test")  # quantization unset: the dummy model has no checkpoint
+    initialize_moe_config()
+    fp8_utils.initialize_fp8_gemm_config()
+    _LAST.update(key=key, args=args)
+    return args
+
+
+def _moe_method(s: Dict[str, Any]) -> Any:
+    q = s["quant"]
+    if q in ("fp8_block", "fp8_tensor", "mxfp8"):
+        from sglang.srt.layers.quantization.fp8 import Fp8Config, Fp8MoEMethod
+        cfg = Fp8Config(is_checkpoint_fp8_serialized=True, use_mxfp8=q == "mxfp8",
+                        weight_block_size=[128, 128] if q == "fp8_block" else
+                        ([1, 32] if q == "mxfp8" else None))
+        return Fp8MoEMethod(cfg)
+    if q == "mxfp4":
+        from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
+        return Mxfp4MoEMethod(prefix="model.layers.0.mlp.experts")
+    if q == "nvfp4":
+        from sglang.srt.layers.quantization.modelopt_quant import (
+            ModelOptFp4Config,
+            ModelOptNvFp4FusedMoEMethod,
+        )
+        cfg = ModelOptFp4Config(is_checkpoint_nvfp4_serialized=True, group_size=16,
+                                exclude_modules=[])
+        return ModelOptNvFp4FusedMoEMethod(cfg)
+    raise ValueError(q)
+
+
+def moe_runner(s: Dict[str, Any]) -> Dict[str, Any]:
+    """The runner SGLang builds for the layer (`create_moe_runner`), or its error."""
+    import torch
+    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    argv = ["--model-path", "dummy", "--moe-runner-backend", s["requested"],
+            "--tp-size", str(s.get("ep_size", 1)), "--ep-size", str(s.get("ep_size", 1))]
+    try:
+        args = _publish(argv, QUANTIZATION[s["quant"]])
+    except (ValueError, AssertionError, RuntimeError, NotImplementedError) as e:
+        _LAST.clear()
+        return {"runner": None, "error": f"server args: {type(e).__name__}: {e}"[:300]}
+    resolved = args.moe_runner_backend
+    try:
+        method = _moe_method(s)
+        layer = torch.nn.Module()
+        cfg = MoeRunnerConfig(num_experts=8, num_local_experts=8 // s["ep_size"] or 1,
+                              hidden_size=1024, intermediate_size_per_partition=512, top_k=2,
+                              params_dtype=torch.bfloat16, activation=s["activation"],
+                              is_gated=s["act_and_mul"])
+        method.create_moe_runner(layer, cfg)
+    except (ValueError, AssertionError, RuntimeError, NotImplementedError, ImportError) as e:
+        return {"runner": None, "resolved": resolved,
+                "error": f"create_moe_runner: {type(e).__name__}: {e}"[:300]}
+    runner = getattr(method, "runner", None)
+    owned = getattr(method, "_owns_moe_runner", True)
+    if runner is not None and owned:
+        name = runner.runner_backend.value
+    else:
+        name = method._moe_runner_backend.value
+    return {"runner": name, "resolved": resolved, "error": ""}
+
+
+FP8_LINEAR = {"deepgemm_w8a8_block_fp8_linear_with_fallback": "deep_gemm",
+              "flashinfer_gemm_w8a8_block_fp8_linear_with_fallback": "flashinfer",
+              "flashinfer_deepgemm_w8a8_block_fp8_linear_with_fallback": "flashinfer_deepgemm",
+              "cutlass_w8a8_block_fp8_linear_with_fallback": "cutlass",
+              "triton_w8a8_block_fp8_linear": "triton",
+              "aiter_w8a8_block_fp8_linear": "aiter"}
+
+
+def fp8_linear(s: Dict[str, Any]) -> Dict[str, Any]:
+    """The block-FP8 GEMM SGLang dispatches (`dispatch_w8a8_block_fp8_linear`), or its error."""
+    from sglang.srt.layers.quantization import fp8_utils
+    argv = ["--model-path", "dummy", "--fp8-gemm-backend", s["requested"]]
+    try:
+        _publish(argv, None)
+        fn = fp8_utils.dispatch_w8a8_block_fp8_linear([128, 128])
+    except (ValueError, AssertionError, RuntimeError) as e:
+        return {"runner": None, "error": f"{type(e).__name__}: {e}"[:300]}
+    fn = getattr(fn, "func", fn)
+    name = FP8_LINEAR.get(fn.__name__, fn.__name__)
+    if name == "flashinfer":  # one wrapper, FlashInfer's TRT-LLM or CUTLASS groupwise GEMM
+        pick = fp8_utils._get_flashinfer_groupwise_backend
+        pick.cache_clear()  # lru_cache: one server asks once, this process asks per scenario
+        name += "_" + pick()
+    return {"runner": name, "error": "",
+            "resolved": fp8_utils.get_fp8_gemm_runner_backend().value}
+
+
+def main() -> None:
+    job = json.load(sys.stdin)
+    m = job["machine"]
+    simulate(m["capability"], m["cuda"], m["libs"])
+    import logging
+    logging.disable(logging.WARNING)
+    # questions with the same server arguments one after another: each publish once
+    todo = sorted(range(len(job["scenarios"])), key=lambda i: json.dumps(
+        [job["scenarios"][i].get(k) for k in ("op", "quant", "requested", "ep_size")]))
+    out: List[Any] = [None] * len(todo)
+    for i in todo:
+        s = job["scenarios"][i]
+        out[i] = moe_runner(s) if s["op"] == "moe" else fp8_linear(s)
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
