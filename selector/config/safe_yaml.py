@@ -76,7 +76,7 @@ def load_yaml(path: Path, node: bool = False, key: str = "") -> Any:
 #: `matrix` run reads each backend file hundreds of times); only documents that passed every
 #: check are kept, at most this many (each at most MAX_CONFIG_BYTES)
 _PARSED_MAX = 1024
-_PARSED: "OrderedDict[str, Tuple[Any, Any]]" = OrderedDict()
+_PARSED: OrderedDict[str, Tuple[Any, Any]] = OrderedDict()
 _PARSED_LOCK = threading.Lock()
 
 
