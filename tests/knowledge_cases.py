@@ -1159,6 +1159,8 @@ TRT, FIC, B12, CUT, MAR = ("moe/flashinfer_trtllm", "moe/flashinfer_cutlass", "m
 TRI, TRU, DG = "moe/triton_kernels", "moe/triton_unfused", "moe/deep_gemm"
 SWO = {"activation": "swigluoai"}
 MX_CASES = [
+    # SGLang replaces marlin by flashinfer_trtllm for MXFP8 MoE (overrides.py; tests/sglang)
+    C("mx-sglang-marlin-mxfp8", "12.0", MAR, {"quant"}, engine="sglang", layer=MX8),
     # TRT-LLM MXFP4 (bf16 or MXFP8 activations): SM 10.x, swigluoai/silu/situ, gated only
     C("mx-trtllm-mxfp4-swigluoai-sm100", "10.0", TRT, pk=OLD_FI, layer={**MX4, **SWO},
       status="selected"),
