@@ -446,7 +446,9 @@ BOUNDARIES = [
       layer={"ep_size": 2, "all2all": "deepep_high_throughput"}),
     C("vllm-cutlass-ep-fi-nvlink", "10.0", "moe/cutlass", {"parallel"},
       layer={"ep_size": 2, "all2all": "flashinfer_nvlink"}),
-    C("vllm-cutlass-ep-deepep-ll", "10.0", "moe/cutlass",
+    # NVFP4 under DeepEP low-latency: vLLM's NVFP4 oracle has no batched CUTLASS
+    # (backend_to_kernel_cls: VLLM_CUTLASS -> [CutlassExpertsFp4], the standard format)
+    C("vllm-cutlass-ep-deepep-ll", "10.0", "moe/cutlass", {"parallel"},
       layer={"ep_size": 2, "all2all": "deepep_low_latency"}),
     C("vllm-cutlass-lin-no-vllm", "10.0", "linear/cutlass", {"package"}, pk={"vllm": None},
       layer=DENSE),
@@ -1159,6 +1161,8 @@ TRT, FIC, B12, CUT, MAR = ("moe/flashinfer_trtllm", "moe/flashinfer_cutlass", "m
 TRI, TRU, DG = "moe/triton_kernels", "moe/triton_unfused", "moe/deep_gemm"
 SWO = {"activation": "swigluoai"}
 MX_CASES = [
+    # SGLang replaces marlin by flashinfer_trtllm for MXFP8 MoE (overrides.py; tests/sglang)
+    C("mx-sglang-marlin-mxfp8", "12.0", MAR, {"quant"}, engine="sglang", layer=MX8),
     # TRT-LLM MXFP4 (bf16 or MXFP8 activations): SM 10.x, swigluoai/silu/situ, gated only
     C("mx-trtllm-mxfp4-swigluoai-sm100", "10.0", TRT, pk=OLD_FI, layer={**MX4, **SWO},
       status="selected"),
@@ -1581,9 +1585,101 @@ def _no_fp8_entries() -> None:
 
 
 _no_fp8_entries()
+# ---------------------------------------------------------------------------------------------
+# vLLM's experts class per parallel configuration and dtype (found by the random parity sweeps,
+# tests/vllm/test_parity_random.py): the monolithic TRT-LLM classes refuse fp16 router logits
+# and all2all kernels, DeepEP low-latency's batched format is refused by the standard-format
+# classes, and Batched Marlin / batched CuTe-DSL run it
+
+def _a2a(x: str) -> dict:
+    return {"ep_size": 2, "all2all": x}
+
+
+MX4S, NV4, FP16 = {"quant": "mxfp4", **SWO}, {"quant": "nvfp4"}, {"dtype": "float16"}
+EXCHANGES = ("allgather_reducescatter", "deepep_high_throughput", "flashinfer_nvlink", "naive")
+
+
+def _vk(id: str, device: str, backend: str, layer: dict, kernel: str, scheme: str, **kw) -> Case:
+    """Under engine=vllm the backend is chosen and vLLM runs `kernel` for `scheme`."""
+    return C(id, device, backend, layer=layer, engine=V, kernel=kernel, scheme=scheme,
+             status="selected", only="parallel", **kw)
+
+
+PARALLEL_CASES = [
+    _vk("vllm-trtllm-block-fp16", "10.0", TRT, {**BLOCK, **FP16}, "TrtLlmFp8ExpertsModular",
+        "fp8_block", pk=T613),
+    _vk("vllm-trtllm-mxfp8-fp16", "10.0", TRT, {"quant": "mxfp8", **FP16},
+        "TrtLlmFp8ExpertsModular", "mxfp8", pk=T613),
+    _vk("vllm-trtllm-mxfp8-bf16", "10.0", TRT, {"quant": "mxfp8"}, "TrtLlmFp8ExpertsMonolithic",
+        "mxfp8", pk=T613),
+    _vk("vllm-trtllm-mxfp8-nvlink", "10.0", TRT, {"quant": "mxfp8", **NVL},
+        "TrtLlmFp8ExpertsModular", "mxfp8", pk=T613),
+    _vk("vllm-trtllm-tensor-bf16", "10.0", TRT, TENSOR, "TrtLlmFp8ExpertsMonolithic",
+        "fp8_tensor", pk=T613),
+    CT("vllm-trtllm-tensor-fp16", "10.0", TRT, {"dtype"}, layer={**TENSOR, **FP16}, engine=V,
+       only="dtype"),
+    CT("vllm-trtllm-tensor-f32", "10.0", TRT, layer={**TENSOR, "dtype": "float32"}, engine=V,
+       only="dtype"),
+    CT("vllm-trtllm-block-fp16-dtype", "10.0", TRT, layer={**BLOCK, **FP16}, engine=V,
+       only="dtype"),
+    CT("vllm-trtllm-mxfp8-relu2-clamp", "10.0", TRT, {"clamp"}, engine=V, only="clamp",
+       layer={"quant": "mxfp8", "activation": "relu2", "act_and_mul": False,
+              "swiglu_limit": 7.0}),
+    *[CT(f"vllm-trtllm-mxfp8-{x}", "10.0", TRT, {"parallel"}, engine=V, only="parallel",
+         layer={"quant": "mxfp8", **_a2a(x)})
+      for x in ("deepep_high_throughput", "deepep_low_latency", "naive")],
+    *[_vk(f"vllm-trtllm-{q}-{x}", "10.0", TRT, {**MX4S, "quant": q, **_a2a(x)},
+          "TrtLlmMxfp4ExpertsModular", q, pk=T613)
+      for q in ("mxfp4", "mxfp4_w4a8") for x in EXCHANGES],
+    *[CT(f"vllm-trtllm-{q}-ll", "10.0", TRT, {"parallel"}, engine=V, only="parallel",
+         layer={**MX4S, "quant": q, **LL}) for q in ("mxfp4", "mxfp4_w4a8")],
+    *[_vk(f"vllm-trtllm-nvfp4-{x}", "10.0", TRT, {**NV4, **_a2a(x)},
+          "TrtLlmNvFp4ExpertsModular", "nvfp4", pk=T613) for x in EXCHANGES],
+    _vk("vllm-trtllm-nvfp4-fp16", "10.0", TRT, {**NV4, **FP16}, "TrtLlmNvFp4ExpertsModular",
+        "nvfp4", pk=T613),
+    CT("vllm-trtllm-nvfp4-ll", "10.0", TRT, {"parallel"}, layer={**NV4, **LL}, engine=V,
+       only="parallel"),
+    # Marlin: MarlinExperts refuses FlashInfer's two-sided NVLink and (but for MXFP4, whose
+    # oracle turns MARLIN into BATCHED_MARLIN) DeepEP low-latency
+    *[C(f"vllm-marlin-{q}-ll", "9.0", MA, {"parallel"}, layer={"quant": q, **LL},
+        only="parallel") for q in ("nvfp4", "nvfp4_w4a16", "mxfp8")],
+    *[C(f"vllm-marlin-{q}-nvlink", "9.0", MA, {"parallel"}, layer={"quant": q, **NVL},
+        only="parallel") for q in ("mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")],
+    _vk("vllm-marlin-mxfp4-ll", "9.0", MA, {**MX4S, **LL}, "BatchedMarlinExperts", "mxfp4"),
+    *[_vk(f"vllm-marlin-{q}-ll", "9.0", MA, {**MX4S, "quant": q, **LL},
+          "BatchedMarlinExperts", "mxfp4") for q in ("mxfp4_w4a8", "mxfp4_w4a4")],
+    _vk("vllm-marlin-w4a8-agrs", "9.0", MA, {**MX4S, "quant": "mxfp4_w4a8",
+                                              **_a2a("allgather_reducescatter")},
+        "MarlinExperts", "mxfp4"),
+    # the standard-format classes under DeepEP low-latency
+    *[C(f"vllm-fi-cutlass-{q}-ll", "10.0", FIC, {"parallel"}, layer={**MX4S, "quant": q, **LL},
+        only="parallel") for q in ("mxfp4", "mxfp4_w4a8", "nvfp4", "nvfp4_w4a16")],
+    C("vllm-triton-unfused-ll", "9.0", "moe/triton_unfused", {"parallel"},
+      layer={**MX4S, **LL}, only="parallel"),
+    C("vllm-triton-kernels-ll", "9.0", "moe/triton_kernels", {"parallel"},
+      layer={**MX4S, **LL}, only="parallel"),
+    *[_vk(f"vllm-triton-kernels-{x}", "9.0", "moe/triton_kernels", {**MX4S, **_a2a(x)},
+          "OAITritonExperts", "mxfp4") for x in EXCHANGES],
+    *[C(f"vllm-deep-gemm-mxfp8-{n}", "10.0", "moe/deep_gemm", {"parallel"}, only="parallel",
+        layer={"quant": "mxfp8", **a}) for n, a in (("ll", LL), ("nvlink", NVL))],
+    C("vllm-cutlass-nvfp4-ll", "10.0", VC, {"parallel"}, layer={**NV4, **LL}, only="parallel"),
+    *[C(f"vllm-emulation-nvfp4-{n}", "10.0", "moe/emulation", {"parallel"}, engine=V,
+        only="parallel", layer={**NV4, **a}) for n, a in (("ll", LL), ("nvlink", NVL))],
+    C("vllm-cutedsl-ll-swigluoai", "10.0", "moe/flashinfer_cutedsl", {"activation"}, engine=V,
+      only="activation", layer={**NV4, **SWO, **LL}),
+    C("vllm-cutedsl-ll-clamp", "10.0", "moe/flashinfer_cutedsl", {"clamp"}, engine=V,
+      only="clamp", layer={**NV4, **LL, "swiglu_limit": 7.0}),
+    C("vllm-cutedsl-clamp", "10.0", "moe/flashinfer_cutedsl", engine=V, only="clamp",
+      layer={**NV4, "swiglu_limit": 7.0}),
+    _vk("vllm-cutedsl-ll", "10.0", "moe/flashinfer_cutedsl", {**NV4, **LL},
+        "FlashInferCuteDSLBatchedExperts", "nvfp4"),
+]
+
+
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
-                     _fp8_scheme_boundaries() + FP8_TORCH + MX_CASES + LINEAR_SCHEME_CASES)
+                     _fp8_scheme_boundaries() + FP8_TORCH + MX_CASES + LINEAR_SCHEME_CASES +
+                     PARALLEL_CASES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -130,15 +130,15 @@ def test_instantiate_hands_the_implementation_the_whole_layer():
 
 
 def test_swiglu_clamp_set(cat):
-    """Every MoE backend applies swiglu_limit except flashinfer_b12x; for FP8,
+    """Every MoE backend applies swiglu_limit except flashinfer_b12x; for FP8 and MXFP8,
     TRT-LLM applies it to block-scaled SwiGLU layers only (vLLM trtllm_fp8_moe.py)."""
+    fp8_family = set(schema.FP8_QUANTS) | {"mxfp8"}
     no_clamp = {b.name for b in cat.backends["moe"] if any(
-        r.kind == "clamp" and not (r.when.get("quant") and
-                                   r.when.get("quant") <= set(schema.FP8_QUANTS))
+        r.kind == "clamp" and not (r.when.get("quant") and r.when.get("quant") <= fp8_family)
         for r in b.rules)}
     assert no_clamp == {"flashinfer_b12x"}
     fp8 = {b.name for b in cat.backends["moe"] if any(
-        r.kind == "clamp" and r.when.get("quant") and r.when.get("quant") <= set(schema.FP8_QUANTS)
+        r.kind == "clamp" and r.when.get("quant") and r.when.get("quant") <= fp8_family
         for r in b.rules)}
     assert fp8 == {"flashinfer_trtllm"}
 

@@ -77,7 +77,7 @@ STACKS = {
                   "nvidia-cutlass-dsl": "4.8.0", "torch": "2.14.0", "triton": "3.8.0",
                   "nvidia-cudnn-cu13": "9.24.0.43"},
     "sglang_0_5_23": {"sglang": "0.5.23", "sglang-kernel": "0.4.10",
-                      "flashinfer-python": "0.7.2", "nvidia-cutlass-dsl": "4.8.0",
+                      "sgl-deep-gemm": "0.2.3.post2", "flashinfer-python": "0.7.2", "nvidia-cutlass-dsl": "4.8.0",
                       "torch": "2.14.1", "triton": "3.8.0", "nvidia-cudnn-cu13": "9.24.0.43"},
 }
 

@@ -25,7 +25,7 @@ def _requested_status(row: Any) -> Optional[str]:
 def _auto(quant: str) -> Callable[[Any], bool]:
     def match(r: Any) -> bool:
         return r.scenario.requested == "auto" and r.scenario.quant == quant \
-            and r.runner is not None and r.selector is not None
+            and r.scenario.op == "moe" and r.runner is not None and r.honored
     return match
 
 
@@ -45,6 +45,15 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         "SGLang forces flashinfer_trtllm for MXFP8 MoE on every device; selector checks the "
         "device and FlashInfer",
         lambda r: r.scenario.quant == "mxfp8" and r.runner == "flashinfer_trtllm"),
+    "fp8-linear-trtllm-gap": (
+        S + "layers/quantization/fp8_utils.py (_dispatch_explicit_backend: --fp8-gemm-backend "
+        "flashinfer_trtllm runs flashinfer_gemm_w8a8_block_fp8_linear_with_fallback, FlashInfer's "
+        "TRT-LLM groupwise FP8 GEMM, on SM 10.x with FlashInfer)",
+        "a gap of the catalogue: its linear flashinfer_trtllm implements mxfp8 and nvfp4, not "
+        "fp8_block, so selector names another block-FP8 GEMM, which SGLang runs when given its "
+        "flag (checked: honored)",
+        lambda r: r.scenario.op == "linear" and r.scenario.requested == "flashinfer_trtllm"
+        and r.runner == "flashinfer_trtllm" and r.honored),
     "built-unchecked": (
         S + "layers/moe/moe_runner/runner.py (MoeRunner.__init__ builds the runner core "
         "named, with no device, activation or library check) and the quant methods' "
@@ -53,7 +62,16 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         "SGLang accepts the requested runner at start-up and fails later (weight processing or "
         "the first forward); selector refuses it with the failed rule",
         lambda r: r.scenario.requested != "auto" and r.runner == r.scenario.requested
-        and _requested_status(r) in ("rejected", "not_applicable", None)),
+        and _requested_status(r) == "rejected"),
+    "built-not-implemented": (
+        S + "layers/quantization/modelopt_quant.py, mxfp4.py, fp8.py (create_moe_runner builds "
+        "MoeRunner(requested) for triton, marlin, deep_gemm, triton_kernel and the FlashInfer "
+        "runners without asking whether the runner has a path for the method's scheme)",
+        "SGLang builds the requested runner for a scheme the catalogue's backend of that name does "
+        "not implement (a gap of the catalogue or a start-up SGLang does not refuse); selector "
+        "hands the layer to automatic selection and prints that backend's flag",
+        lambda r: r.scenario.requested != "auto" and r.runner == r.scenario.requested
+        and _requested_status(r) in ("not_applicable", None)),
     "sglang-raises-selector-falls-back": (
         S + "layers/quantization/mxfp4.py, modelopt_quant.py, fp8.py (create_moe_runner raises "
         "NotImplementedError / AssertionError for a runner the method has no path for); "
@@ -63,14 +81,14 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         "SGLang refuses to start with this flag for this layer; selector refuses the requested "
         "backend (the failed rule) and names the backend that does fit",
         lambda r: r.runner is None and r.selector is not None
-        and r.selector != r.scenario.requested),
+        and r.selector != r.scenario.requested and r.honored),
     "auto-fp8": (
         S + "layers/quantization/fp8.py (Fp8MoEMethod.create_moe_runner: auto is deep_gemm only "
         "with a DeepEP/Mooncake/NIXL exchange, else triton)",
         "SGLang's automatic FP8 MoE runner is Triton; selector ranks by measured/preferred "
         "order and prints its choice as an explicit --moe-runner-backend",
         lambda r: r.scenario.requested == "auto" and r.scenario.quant in FP8
-        and r.runner == "triton" and r.selector is not None),
+        and r.scenario.op == "moe" and r.runner == "triton" and r.honored),
     "auto-mxfp4": (
         S + "layers/quantization/mxfp4.py (Mxfp4MoEMethod.create_moe_runner: auto is triton "
         "without --moe-runner-backend triton_kernel; model_overrides/gpt_oss.py picks "
@@ -93,7 +111,7 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         "SGLang's automatic block-FP8 GEMM differs from selector's ranked choice, which selector "
         "prints as an explicit --fp8-gemm-backend",
         lambda r: r.scenario.op == "linear" and r.scenario.requested == "auto"
-        and r.runner is not None and r.selector is not None),
+        and r.runner is not None and r.honored),
 }
 
 

@@ -31,8 +31,8 @@ def _space():
     parity question, tests/vllm/test_parity_mx.py), named by selector's vocabulary (an `_afp8`
     alias is vLLM's alone: engines/vllm.py requested_names) and without
     VLLM_B12X_MOE_FP4_FORCE_A16 (the plugin does not read it)."""
-    grid = sorted(sim.sweep_mx(), key=lambda s: str(s.machine))[::7]
-    drawn = rs.draw("mx", n=1500)
+    grid = sorted(sim.sweep_mx(), key=lambda s: str(s.machine))[::14]
+    drawn = rs.draw("mx", n=800)
     return [s for s in grid + drawn if s.oracle == "mxfp4" and s.triton_kernels and
             s.deep_gemm and s.requested not in parity.AFP8 and not s.force_a16]
 
