@@ -19,11 +19,10 @@ if vllm_installed():
     sys.path.insert(0, str(Path(__file__).parent))  # sim.py, parity.py
     collect_ignore_glob: list = []
 else:
-    collect_ignore_glob = ["test_plugin.py", "test_parity.py", "test_parity_fp8.py", "test_parity_mx.py",
-                           "test_linear_parity.py",
-                           "test_launch_flags.py",
-                           "test_e2e.py", "test_checkpoint_differential.py",
-                           "test_launch_shapes.py"]
+    # every vLLM test file but the one that says why they do not run (a list of names drifted:
+    # a new file that imports vLLM broke collection outside the vLLM environment)
+    collect_ignore_glob = [p.name for p in Path(__file__).parent.glob("test_*.py")
+                           if p.name != "test_vllm_present.py"]
 
 
 def pytest_report_header(config):
