@@ -17,10 +17,11 @@ def vllm_installed() -> bool:
 
 if vllm_installed():
     sys.path.insert(0, str(Path(__file__).parent))  # sim.py, parity.py
+    sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))  # tiny_vllm.py
     collect_ignore_glob: list = []
 else:
     collect_ignore_glob = ["test_plugin.py", "test_parity.py", "test_parity_fp8.py", "test_parity_mx.py",
                            "test_linear_parity.py",
                            "test_launch_flags.py",
                            "test_e2e.py", "test_checkpoint_differential.py",
-                           "test_launch_shapes.py"]
+                           "test_launch_shapes.py", "test_tiny_recipe.py"]
