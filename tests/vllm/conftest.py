@@ -17,6 +17,7 @@ def vllm_installed() -> bool:
 
 if vllm_installed():
     sys.path.insert(0, str(Path(__file__).parent))  # sim.py, parity.py
+    sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))  # tiny_vllm.py
     collect_ignore_glob: list = []
 else:
     # every vLLM test file but the one that says why they do not run (a list of names drifted:

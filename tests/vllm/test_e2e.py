@@ -21,20 +21,20 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-import tiny_checkpoints
+import tiny_vllm
 
 import selector
 from selector.engines import vllm as adapter
 
 HERE = Path(__file__).resolve().parent
-NAMES = [f.__name__ for f in tiny_checkpoints.ALL]
+NAMES = [f.__name__ for f in tiny_vllm.ALL]
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> Dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny")
-    return {f.__name__: f(root) for f in tiny_checkpoints.ALL}
+    return {f.__name__: f(root) for f in tiny_vllm.ALL}
 
 
 def _run(models: List[Path], plugin: bool) -> Dict[str, Dict[str, Any]]:

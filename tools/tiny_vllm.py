@@ -1,26 +1,47 @@
-"""Tiny random checkpoints with real NVFP4 tensors, as ModelOpt and compressed-tensors export them.
+"""Try selector's vLLM plugin on CPU: tiny random NVFP4 and FP8 checkpoints, started in vLLM.
 
-The parameter names and shapes are those of the published Hugging Face checkpoints of each
-architecture (`parameters`); every linear weight the quantization config quantizes is written
-in its NVFP4 layout (packed E2M1 pairs, FP8-E4M3 block scales of 16, FP32 global scales), every
-other one in bfloat16:
+    .venv-vllm/bin/python tools/tiny_vllm.py /tmp/tiny            # writes both, starts vLLM
+    .venv-vllm/bin/python tools/tiny_vllm.py /tmp/tiny --plugin off
 
-- ModelOpt (`hf_quant_config.json`, or config.json `quantization_config` with quant_method
+writes a tiny Qwen3-MoE NVFP4 checkpoint (ModelOpt) and a tiny Qwen3-MoE FP8 block checkpoint
+(vLLM's `fp8` format, 128x128 blocks: the only FP8 MoE layout vLLM's CPU experts take) under
+DIR, starts vLLM (`vllm.LLM`, its CPU build from tools/vllm_env.sh) on each in a process of its
+own with SELECTOR_VLLM=1, generates 4 tokens from a model that loads, and prints selector's
+lines from vLLM's log and one `tiny:` summary line per checkpoint. It exits 1 when a checkpoint
+has no selector decision line in vLLM's log (the plugin did not act), or when vLLM fails for a
+reason that is not selector's refusal; 0 otherwise. vLLM's CPU build has no NVFP4 kernel:
+there the NVFP4 checkpoint is refused, with selector's explanation as vLLM's error.
+
+The checkpoints (tests/vllm/test_e2e.py writes them all): the parameter names and shapes are
+those of the published Hugging Face checkpoints of each architecture (`parameters`); every
+linear weight the quantization config quantizes is written in its layout, every other one in
+bfloat16:
+
+- ModelOpt NVFP4 (`hf_quant_config.json`, or config.json `quantization_config` with quant_method
   modelopt for MIXED_PRECISION): `weight` uint8 [N, K/2], `weight_scale` float8_e4m3fn
   [N, K/16], `weight_scale_2` and (W4A4) `input_scale` float32 scalars.
-- compressed-tensors (`quantization_config`, format nvfp4-pack-quantized): `weight_packed`,
-  `weight_scale`, `weight_global_scale` [1] and (W4A4) `input_global_scale` [1].
+- compressed-tensors NVFP4 (`quantization_config`, format nvfp4-pack-quantized):
+  `weight_packed`, `weight_scale`, `weight_global_scale` [1] and (W4A4) `input_global_scale` [1].
+- FP8 block (`quantization_config` quant_method fp8, weight_block_size [128, 128], dynamic
+  activations, as Qwen3-30B-A3B-FP8): `weight` float8_e4m3fn [N, K], `weight_scale_inv`
+  float32 [N/128, K/128].
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 NVFP4_ARGS = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
               "symmetric": True, "dynamic": False, "observer": "minmax"}
 
-QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+QWEN3_MOE: Dict[str, Any] = {
+             "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
              "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
              "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2,
              "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
@@ -28,13 +49,20 @@ QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe"
              "head_dim": 64, "vocab_size": 256, "max_position_embeddings": 256,
              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
              "torch_dtype": "bfloat16"}
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+LLAMA: Dict[str, Any] = {
+         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
          "num_key_value_heads": 1, "head_dim": 64, "hidden_act": "silu", "vocab_size": 256,
          "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
          "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
 
-# Which modules a checkpoint quantizes: (HF module name) -> "nvfp4" | "nvfp4_w4a16" | None
+# FP8 block: every quantized N and K a multiple of the 128 block (vLLM's validate_fp8_block_shape)
+QWEN3_MOE_FP8: Dict[str, Any] = {**QWEN3_MOE, "hidden_size": 128, "moe_intermediate_size": 128,
+                                 "intermediate_size": 256, "num_key_value_heads": 2}
+FP8_BLOCK = 128
+
+# Which modules a checkpoint quantizes: (HF module name) -> "nvfp4" | "nvfp4_w4a16" |
+# "fp8_block" | None
 Scheme = Callable[[str], Optional[str]]
 
 
@@ -91,6 +119,22 @@ def _nvfp4(shape: Tuple[int, ...], fmt: str, w4a16: bool) -> Dict[str, Any]:
     return out
 
 
+def _fp8_block(shape: Tuple[int, ...]) -> Dict[str, Any]:
+    """Random FP8-E4M3 weight [N, K] with one float32 scale per 128x128 block."""
+    import torch
+    n, k = shape
+    g = torch.Generator().manual_seed(n * 137 + k)
+    w = (torch.randn(n, k, generator=g) * 0.5).to(torch.float8_e4m3fn)
+    scale = torch.rand(-(-n // FP8_BLOCK), -(-k // FP8_BLOCK), generator=g) * 0.01 + 0.005
+    return {"weight": w, "weight_scale_inv": scale}
+
+
+def _quantized(shape: Tuple[int, ...], fmt: str, scheme: str) -> Dict[str, Any]:
+    if scheme == "fp8_block":
+        return _fp8_block(shape)
+    return _nvfp4(shape, fmt, scheme == "nvfp4_w4a16")
+
+
 def write(root: Path, name: str, config: Dict[str, Any], fmt: str, scheme: Scheme,
           quant: Dict[str, Any], hf_quant_file: bool = False) -> Path:
     """Write config.json (with `quant` as quantization_config unless `hf_quant_file`), the
@@ -116,7 +160,7 @@ def write(root: Path, name: str, config: Dict[str, Any], fmt: str, scheme: Schem
                 torch.randn(shape, generator=g) * 0.02
             tensors[pname] = t.to(torch.bfloat16)
             continue
-        for leaf_name, t in _nvfp4(shape, fmt, s == "nvfp4_w4a16").items():
+        for leaf_name, t in _quantized(shape, fmt, s).items():
             tensors[f"{module}.{leaf_name}"] = t
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(d / "model.safetensors"))
     return d
@@ -199,4 +243,126 @@ def excluded(root: Path) -> Path:
                  hf_quant_file=True)
 
 
-ALL = (modelopt_moe, ct_moe, modelopt_linear, ct_linear_w4a16, mixed, excluded)
+def fp8_moe(root: Path) -> Path:
+    """Qwen3-MoE, FP8 128x128 block experts (vLLM's fp8 format, as Qwen3-30B-A3B-FP8 stores
+    them); attention and routers in bfloat16, listed in `ignored_layers` (every FP8 linear
+    kernel of vLLM's CPU build needs AMX: `start` says so)."""
+    n = QWEN3_MOE_FP8["num_hidden_layers"]
+    ignored = [f"model.layers.{i}.{m}" for i in range(n)
+               for m in ("mlp.gate", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                         "self_attn.o_proj")]
+    q = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+         "weight_block_size": [FP8_BLOCK, FP8_BLOCK], "ignored_layers": ignored}
+    return write(root, "fp8_moe", QWEN3_MOE_FP8, "fp8",
+                 lambda m: None if _attn(m) else "fp8_block", q)
+
+
+ALL = (modelopt_moe, ct_moe, modelopt_linear, ct_linear_w4a16, mixed, excluded)  # NVFP4
+# What the command line writes and starts: NVFP4, FP8 and a control (NVFP4 declared, every
+# module excluded: selector is never asked, vLLM must generate with the plugin on)
+RECIPE = (modelopt_moe, fp8_moe, excluded)
+
+
+# -- the recipe: start vLLM on each checkpoint ---------------------------------------------------
+DECISION = "] selector: "  # vLLM's log prefix ends with "]"; the plugin's lines start "selector: "
+PROMPT = [1, 2, 3, 4]     # token ids: the tiny checkpoints have no tokenizer
+TOKENS = 4
+
+
+def child(model: str) -> None:
+    """In a fresh process: start vLLM on `model`, generate TOKENS tokens, print `RESULT {json}`
+    (loaded, generated token ids, or the exception vLLM raised)."""
+    from vllm import LLM, SamplingParams
+    t = time.time()
+    res: Dict[str, Any] = {"model": model}
+    try:
+        llm = LLM(model=model, skip_tokenizer_init=True, enforce_eager=True, max_model_len=64,
+                  max_num_seqs=1, max_num_batched_tokens=64, dtype="bfloat16")
+        res["loaded"] = True
+        out = llm.generate([{"prompt_token_ids": PROMPT}],
+                           SamplingParams(max_tokens=TOKENS, temperature=0.0,
+                                          detokenize=False), use_tqdm=False)
+        res["tokens"] = list(out[0].outputs[0].token_ids)
+    except Exception as exc:  # noqa: BLE001  the outcome is what the recipe reports
+        res.update(loaded=res.get("loaded", False), error=type(exc).__name__,
+                   message=str(exc))
+    res["seconds"] = round(time.time() - t, 1)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def vllm_env(plugin: bool) -> Dict[str, str]:
+    """The environment for vLLM: the plugin on (SELECTOR_VLLM=1) or off, one process (no
+    engine-core subprocess), 1 GiB of KV cache."""
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    env.pop("VLLM_PLUGINS", None)
+    if plugin:
+        env["SELECTOR_VLLM"] = "1"
+    else:
+        env.pop("SELECTOR_VLLM", None)
+    return env
+
+
+def start(model: Path, plugin: bool, timeout: float = 600) -> Dict[str, Any]:
+    """Start vLLM on `model` in a process of its own; the RESULT, with `log` (what vLLM
+    printed, also written to <model>.log) and `selector_log` (selector's lines in it)."""
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(model)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=vllm_env(plugin), timeout=timeout)
+    Path(f"{model}.log").write_text(p.stdout)
+    lines = p.stdout.splitlines()
+    found = [ln for ln in lines if ln.startswith("RESULT ")]
+    res: Dict[str, Any] = json.loads(found[-1][7:]) if found else {
+        "model": str(model), "loaded": False, "error": f"exit {p.returncode}",
+        "message": "\n".join(lines[-20:])}
+    res["log"] = [ln for ln in lines if not ln.startswith("RESULT ")]
+    res["selector_log"] = [ln for ln in res["log"] if DECISION in ln]
+    return res
+
+
+def decided(res: Dict[str, Any]) -> List[str]:
+    """selector's decision lines (one per distinct layer) in vLLM's log."""
+    return [ln for ln in res["selector_log"] if " -> " in ln]
+
+
+def verdict(res: Dict[str, Any], plugin: bool) -> Tuple[Optional[str], str]:
+    """(what is wrong or None, the outcome in one line). With the plugin on, a checkpoint with a
+    layer selector decides has selector's decision line in vLLM's log and either generates or
+    is refused with selector's explanation; one without such a layer generates. With the
+    plugin off selector logs nothing."""
+    msg = res.get("message", "")
+    outcome = (f"generated {res['tokens']}" if res.get("tokens") else
+               f"{res.get('error')}: {msg.splitlines()[0] if msg else ''}")
+    if not plugin:
+        return ("selector logged with the plugin off" if res["selector_log"] else None), outcome
+    if msg.startswith("selector refuses "):
+        return (None if decided(res) else "no selector decision line in vLLM's log"), outcome
+    if not res.get("tokens"):
+        return "vLLM failed, and not with selector's refusal", outcome
+    return None, outcome
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", type=Path, help="where the checkpoints (and vLLM's logs) go")
+    ap.add_argument("--plugin", choices=("on", "off"), default="on")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(str(args.dir))
+        return 0
+    plugin, failed = args.plugin == "on", 0
+    for make in RECIPE:
+        model = make(args.dir)
+        res = start(model, plugin)
+        wrong, outcome = verdict(res, plugin)
+        for ln in res["selector_log"]:
+            print(ln)
+        print(f"tiny: {model.name}: plugin {args.plugin}: {outcome} ({res.get('seconds')} s)")
+        if wrong:
+            failed += 1
+            print(f"tiny: {model.name}: FAILED: {wrong} (vLLM's log: {model}.log)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
