@@ -356,8 +356,7 @@ def select_mxfp4_moe(original: Callable[..., Any], config: Any, activation_key: 
     key = mxfp4._resolve_activation_key(activation_key)
 
     def call(fn: Callable[..., Any], c: Any) -> Any:
-        """vLLM's oracle on selector's choice; one vLLM has no --moe-backend value for
-        (CUTLASS) is built from vLLM's automatic list, and must be what that list picks."""
+        """vLLM's oracle on selector's choice (CUTLASS, unnamed: from vLLM's automatic list)."""
         if c.moe_backend == "auto":
             return fn(c, activation_key)
         try:
