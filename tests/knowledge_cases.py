@@ -1091,6 +1091,11 @@ FP8_BOUNDARIES = [
     C("fp8-sglang-cutlass-linear-no-sglang-kernel", "12.0", "linear/cutlass", {"package"},
       engine="sglang", layer={**DENSE, "quant": "fp8_block"},
       pk={"sglang-kernel": None, "vllm": "0.32.0"}),
+    # SGLang's FP8 MoE method runs triton when asked for flashinfer_cutlass (fp8.py; tests/sglang)
+    C("fp8-sglang-fi-cutlass-moe-tensor", "12.0", "moe/flashinfer_cutlass", {"quant"},
+      engine="sglang", layer={"quant": "fp8_tensor"}),
+    C("fp8-sglang-fi-cutlass-moe-block", "9.0", "moe/flashinfer_cutlass", {"quant"},
+      engine="sglang", layer={"quant": "fp8_block"}),
     # SGLang's FlashInfer CUTLASS block-FP8 GEMM: Blackwell and FlashInfer, no vLLM
     # (fp8_utils.py _dispatch_explicit_backend, _get_flashinfer_groupwise_backend; tests/sglang)
     C("fp8-sglang-fi-cutlass-linear-sm100", "10.0", "linear/flashinfer_cutlass", engine="sglang",

@@ -21,8 +21,9 @@
 #   Python code registers fake kernels for (nms, qnms), the first time torchvision is imported,
 #   so its real Python code imports (SGLang needs it: srt/multimodal/internvl_utils.py, reached
 #   from srt/configs); no torchvision C++ op has a kernel.
-# Run time, measured on the 2-core CI machine kind with the registries' caches cold: see
-# docs/sglang-parity.md (about 6 minutes).  Usage: tools/sglang_env.sh [VENV_DIR]
+# Run time: 986 s measured on the 2-core machine kind, shared with other jobs, pip's cache cold
+# (sglang-kernel's wheel is 373 MB; flashinfer-python and the CuTe DSL come with it); less with
+# a warm cache.  Usage: tools/sglang_env.sh [VENV_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv-sglang}"

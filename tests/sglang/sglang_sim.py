@@ -20,8 +20,8 @@ What is simulated, and nothing else:
 SGLang's own code then answers: `ServerArgs` built by its own parser from the argv,
 `_moe_runner_backend_quant_constraints` (srt/arg_groups/overrides.py) over it, `publish` (its
 resolution pipeline, dummy model), `initialize_moe_config`, `initialize_fp8_gemm_config`, the
-quant method's `create_moe_runner` (Fp8MoEMethod, Mxfp4MoEMethod, ModelOptNvFp4FusedMoEMethod,
-compressed-tensors W8A8-FP8 MoE), `dispatch_w8a8_block_fp8_linear`.
+quant method's `create_moe_runner` (Fp8MoEMethod, Mxfp4MoEMethod, ModelOptNvFp4FusedMoEMethod),
+`dispatch_w8a8_block_fp8_linear` (compressed-tensors MoE methods: not yet).
 """
 from __future__ import annotations
 
