@@ -7,7 +7,7 @@ test_launch_shapes.py builds the same configs with vLLM's classes and compares t
 module."""
 from __future__ import annotations
 
-from typing import List
+from typing import Callable, List, Optional
 
 from selector.checkpoint.modules import (
     _GATE_UP,
@@ -36,23 +36,29 @@ def _experts_key(cfg: _Config) -> str:
 def mixtral(cfg: _Config) -> Read:
     """Mixtral (mixtral.py MixtralDecoderLayer): attention + `block_sparse_moe` experts in every
     layer (w1/w3/w2 expert weights); the router (GateLinear) is not quantized."""
-    n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
-    experts, top_k = cfg.integer("num_local_experts"), cfg.integer("num_experts_per_tok")
-    inter = cfg.integer("intermediate_size")
-    act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
-    mods: List[Module] = []
-    for i in range(n):
-        p = f"model.layers.{i}"
-        mods += _qkv(cfg, f"{p}.self_attn", i, h)
-        mods.append(_moe(cfg, f"{p}.block_sparse_moe.experts", i, h, inter, experts, top_k, act,
-                         True, projs=W_PROJS, key="intermediate_size"))
-    return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], [], dict(_QKV))
+    return _moe_every_layer(cfg, "block_sparse_moe.experts")
 
 
 def minimax_m2(cfg: _Config) -> Read:
     """MiniMax-M2 (minimax_m2.py): attention + MoE in every layer, the experts under
     `mlp.experts` (w1/w3/w2), no shared experts; TP larger than the experts is refused
     (MiniMaxM2MoE.__init__)."""
+    return _moe_every_layer(cfg, "mlp.experts", _tp_over_experts)
+
+
+def _tp_over_experts(cfg: _Config, experts: int) -> None:
+    """MiniMax-M2's refusal, a problem of each layer's MoE module."""
+    if cfg.tp > experts:
+        cfg.pending.append(f"the tensor-parallel size {cfg.tp} is larger than the number of "
+                           f"experts {experts}: vLLM refuses to start (vLLM 0.32.0 "
+                           "vllm/model_executor/models/minimax_m2.py MiniMaxM2MoE.__init__)")
+
+
+def _moe_every_layer(cfg: _Config, experts_path: str,
+                     check: Optional[Callable[[_Config, int], None]] = None) -> Read:
+    """Attention + one MoE block (w1/w3/w2 experts at `experts_path`, no shared experts) in every
+    layer: Mixtral's and MiniMax-M2's shape; `check(cfg, experts)` adds the MoE module's
+    problems."""
     n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
     experts, top_k = cfg.integer("num_local_experts"), cfg.integer("num_experts_per_tok")
     inter = cfg.integer("intermediate_size")
@@ -61,11 +67,9 @@ def minimax_m2(cfg: _Config) -> Read:
     for i in range(n):
         p = f"model.layers.{i}"
         mods += _qkv(cfg, f"{p}.self_attn", i, h)
-        if cfg.tp > experts:
-            cfg.pending.append(f"the tensor-parallel size {cfg.tp} is larger than the number "
-                               f"of experts {experts}: vLLM refuses to start (vLLM 0.32.0 "
-                               "vllm/model_executor/models/minimax_m2.py MiniMaxM2MoE.__init__)")
-        mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, inter, experts, top_k, act, True,
+        if check is not None:
+            check(cfg, experts)
+        mods.append(_moe(cfg, f"{p}.{experts_path}", i, h, inter, experts, top_k, act, True,
                          projs=W_PROJS, key="intermediate_size"))
     return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], [], dict(_QKV))
 
