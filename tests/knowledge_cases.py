@@ -136,7 +136,11 @@ SCHEME_OF = {"linear/torch_per_tensor": "fp8_tensor", "linear/torch_channel_wise
              "linear/torch_row_wise": "fp8_channel", "linear/torch_block_wise": "fp8_block",
              "linear/triton_block_fp8": "fp8_block", "moe/torch_grouped_fp8": "fp8_channel",
              # DeepGEMM linear (linear): block FP8 only
-             "linear/deep_gemm": "fp8_block"}
+             "linear/deep_gemm": "fp8_block",
+             # FlashInfer's FP8 GEMMs called directly (backends/flashinfer_fp8.py)
+             "linear/flashinfer_blockscale_sm90": "fp8_block",
+             "linear/flashinfer_bmm_fp8": "fp8_tensor", "linear/flashinfer_bmm_fp8_cudnn": "fp8_tensor",
+             "moe/flashinfer_cutlass_fp8_sm90": "fp8_block"}
 EXPECT_DEVICES.update({
     # vLLM 0.32.0 scaled_mm/pytorch.py _supports_torch_fp8_scaled_mm; platforms/cuda.py
     # supports_fp8 (cc >= 8.9)
@@ -150,10 +154,19 @@ EXPECT_DEVICES.update({
     "linear/triton_block_fp8": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
     # pytorch #148531 (H100 only)
     "moe/torch_grouped_fp8": {"9.0"},
+    # flashinfer 0.7.4 gemm_base.py: fp8_blockscale_gemm_sm90 _match_sm_version(['90', '90a']);
+    # bmm_fp8 _cublas_bmm_fp8_requirement / _cudnn_bmm_fp8_requirement [89 .. 121]
+    "linear/flashinfer_blockscale_sm90": {"9.0"}, "moe/flashinfer_cutlass_fp8_sm90": {"9.0"},
+    "linear/flashinfer_bmm_fp8": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "linear/flashinfer_bmm_fp8_cudnn": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0",
+                                        "12.1"},
 })
 # selector's reference activation_fn runs between the grouped GEMMs
 EXPECT_ACTIVATIONS["moe/torch_grouped_fp8"] = (_APPLY - {"situ"},
                                                {"silu", "gelu", "gelu_tanh", "relu2"})
+# vLLM 0.32.0 FlashInferExperts._supports_activation, less the interleaved swigluoai
+EXPECT_ACTIVATIONS["moe/flashinfer_cutlass_fp8_sm90"] = (
+    {"silu", "gelu_tanh", "swigluoai_uninterleave"}, {"relu2"})
 
 
 def _scheme(backend: str) -> dict:
@@ -572,7 +585,9 @@ ENGINE_NAMES = {
 ENGINE_NAMES["vllm"].update({
     "linear/torch_per_tensor": "torch", "linear/torch_channel_wise": "torch",
     "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
-    "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None})
+    "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None,
+    "linear/flashinfer_blockscale_sm90": None, "linear/flashinfer_bmm_fp8": None,
+    "linear/flashinfer_bmm_fp8_cudnn": None, "moe/flashinfer_cutlass_fp8_sm90": None})
 ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
 # SGLang 0.5.23 fp8_utils.py Fp8GemmRunnerBackend (--fp8-gemm-backend): its block-FP8 GEMMs
 ENGINE_NAMES["sglang"].update({"linear/triton_block_fp8": "triton",
@@ -747,6 +762,76 @@ def _fl(quant: str, **kw) -> dict:
 
 
 # FP8 torch / Triton backends (h200): each rule on both sides of its boundary
+_FI_MOE = {"quant": "fp8_block", "hidden_size": 2048, "intermediate_size": 768}
+CUDNN_FE = "nvidia-cudnn-frontend"
+# selector's direct FlashInfer FP8 backends (backends/flashinfer_fp8.py): each rule both sides
+# (pinned here case by case, as FP8_TORCH: no engine builds them)
+FI_DIRECT: List[Case] = [
+    C("fi-block-sm90", "9.0", "linear/flashinfer_blockscale_sm90", layer=_fl("fp8_block")),
+    C("fi-block-no-fi", "9.0", "linear/flashinfer_blockscale_sm90", {"package"}, pk={FI: None},
+      layer=_fl("fp8_block")),
+    C("fi-block-cuda-12.7", "9.0", "linear/flashinfer_blockscale_sm90", {"cuda"}, cuda="12.7",
+      layer=_fl("fp8_block")),
+    C("fi-block-cuda-12.8", "9.0", "linear/flashinfer_blockscale_sm90", cuda="12.8",
+      layer=_fl("fp8_block")),
+    C("fi-block-fp16", "9.0", "linear/flashinfer_blockscale_sm90", {"dtype"},
+      layer=_fl("fp8_block", dtype="float16")),
+    C("fi-block-k4160", "9.0", "linear/flashinfer_blockscale_sm90", {"shape"},
+      layer=_fl("fp8_block", hidden_size=4160)),
+    C("fi-block-n4128", "9.0", "linear/flashinfer_blockscale_sm90", {"shape"},
+      layer=_fl("fp8_block", intermediate_size=4128)),
+    C("fi-block-n4160", "9.0", "linear/flashinfer_blockscale_sm90",
+      layer=_fl("fp8_block", intermediate_size=4160)),
+    C("fi-block-not-tensor", "9.0", "linear/flashinfer_blockscale_sm90", {"quant"},
+      layer=_fl("fp8_tensor")),
+    C("fi-block-vllm", "9.0", "linear/flashinfer_blockscale_sm90", {"engine"},
+      layer=_fl("fp8_block"), engine="vllm", name=None),
+    C("fi-bmm-no-fi", "9.0", "linear/flashinfer_bmm_fp8", {"package"}, pk={FI: None},
+      layer=_fl("fp8_tensor")),
+    C("fi-bmm-fp32", "9.0", "linear/flashinfer_bmm_fp8", {"dtype"},
+      layer=_fl("fp8_tensor", dtype="float32")),
+    C("fi-bmm-fp16", "9.0", "linear/flashinfer_bmm_fp8", layer=_fl("fp8_tensor", dtype="float16")),
+    C("fi-bmm-dynamic", "9.0", "linear/flashinfer_bmm_fp8", layer=_fl("fp8_tensor_dynamic")),
+    C("fi-bmm-not-block", "9.0", "linear/flashinfer_bmm_fp8", {"quant"}, layer=_fl("fp8_block")),
+    C("fi-cudnn-no-fe", "9.0", "linear/flashinfer_bmm_fp8_cudnn", {"package"}, pk={CUDNN_FE: None},
+      layer=_fl("fp8_tensor")),
+    C("fi-cudnn-fe-1.31", "9.0", "linear/flashinfer_bmm_fp8_cudnn", {"package"},
+      pk={CUDNN_FE: "1.31.0"}, layer=_fl("fp8_tensor")),
+    C("fi-cudnn-fe-1.32", "9.0", "linear/flashinfer_bmm_fp8_cudnn", pk={CUDNN_FE: "1.32.0"},
+      layer=_fl("fp8_tensor")),
+    C("fi-cudnn-no-fi", "9.0", "linear/flashinfer_bmm_fp8_cudnn", {"package"},
+      pk={FI: None, CUDNN_FE: "1.32.0"}, layer=_fl("fp8_tensor")),
+    C("fi-cudnn-fp32", "9.0", "linear/flashinfer_bmm_fp8_cudnn", {"dtype"},
+      pk={CUDNN_FE: "1.32.0"}, layer=_fl("fp8_tensor", dtype="float32")),
+    C("fi-moe-block", "9.0", "moe/flashinfer_cutlass_fp8_sm90", layer=_FI_MOE),
+    C("fi-moe-tensor", "9.0", "moe/flashinfer_cutlass_fp8_sm90",
+      layer={**_FI_MOE, "quant": "fp8_tensor"}),
+    C("fi-moe-no-fi", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"package"}, pk={FI: None},
+      layer=_FI_MOE),
+    C("fi-moe-cuda-12.7", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"cuda"}, cuda="12.7",
+      layer=_FI_MOE),
+    C("fi-moe-cuda-12.8", "9.0", "moe/flashinfer_cutlass_fp8_sm90", cuda="12.8", layer=_FI_MOE),
+    C("fi-moe-fp16", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"dtype"},
+      layer={**_FI_MOE, "dtype": "float16"}),
+    C("fi-moe-hidden-2112", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"shape"},
+      layer={**_FI_MOE, "hidden_size": 2112}),
+    C("fi-moe-intermediate-832", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"shape"},
+      layer={**_FI_MOE, "intermediate_size": 832}),
+    C("fi-moe-intermediate-896", "9.0", "moe/flashinfer_cutlass_fp8_sm90",
+      layer={**_FI_MOE, "intermediate_size": 896}),
+    C("fi-moe-not-dynamic", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"quant"},
+      layer={**_FI_MOE, "quant": "fp8_tensor_dynamic"}),
+]
+# the engine's FlashInferExperts entry needs vLLM for its FP8 layers; NVFP4 does not
+FIC_VLLM: List[Case] = [
+    C("fic-fp8-block-no-vllm", "9.0", "moe/flashinfer_cutlass", {"package"}, pk={"vllm": None},
+      layer=_FI_MOE),
+    C("fic-fp8-tensor-no-vllm", "9.0", "moe/flashinfer_cutlass", {"package"}, pk={"vllm": None},
+      layer={**_FI_MOE, "quant": "fp8_tensor"}),
+    C("fic-nvfp4-no-vllm", "10.0", "moe/flashinfer_cutlass", pk={"vllm": None}),
+]
+
+
 FP8_TORCH: List[Case] = [
     # torch >= 2.5: _scaled_mm's required scales and single output (vLLM 0.32.0
     # scaled_mm/pytorch.py apply_scaled_mm; pytorch #130059)
@@ -1582,7 +1667,7 @@ def _no_fp8_entries() -> None:
     """EXPECT_FP8_SCHEMES: the empty set for each MoE backend file of the packaged catalogue
     without a literal entry (selector's own torch FP8 backends are pinned in FP8_TORCH)."""
     from selector.core.packaged import packaged_conf_dir
-    torch = {c.backend for c in FP8_TORCH}
+    torch = {c.backend for c in FP8_TORCH + FI_DIRECT}
     for path in sorted((packaged_conf_dir() / "backend" / "moe").glob("*.yaml")):
         name = f"moe/{path.stem}"
         if name not in torch:
@@ -1683,8 +1768,8 @@ PARALLEL_CASES = [
 
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
-                     _fp8_scheme_boundaries() + FP8_TORCH + MX_CASES + LINEAR_SCHEME_CASES +
-                     PARALLEL_CASES)
+                     _fp8_scheme_boundaries() + FP8_TORCH + FI_DIRECT + FIC_VLLM + MX_CASES +
+                     LINEAR_SCHEME_CASES + PARALLEL_CASES)
 
 
 # ---------------------------------------------------------------------------------------------

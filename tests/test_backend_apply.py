@@ -38,8 +38,11 @@ def resolve(entry_point):
 
 ENTRY_POINTS = _catalogue_entry_points()
 MOE_ENTRY_POINTS, LINEAR_ENTRY_POINTS = ENTRY_POINTS["moe"], ENTRY_POINTS["linear"]
-FLASHINFER_MOE = [b for b, ep in MOE_ENTRY_POINTS.items() if ".flashinfer_" in ep]
-FLASHINFER_LINEAR = [b for b, ep in LINEAR_ENTRY_POINTS.items() if ".flashinfer_" in ep]
+# the NVFP4 FlashInfer wrappers (the FP8 ones, backends/flashinfer_fp8.py: tests/test_flashinfer_fp8.py)
+FLASHINFER_MOE = [b for b, ep in MOE_ENTRY_POINTS.items()
+                  if ".flashinfer_" in ep and ".flashinfer_fp8:" not in ep]
+FLASHINFER_LINEAR = [b for b, ep in LINEAR_ENTRY_POINTS.items()
+                     if ".flashinfer_" in ep and ".flashinfer_fp8:" not in ep]
 EXTERNAL = [(op, b) for op, eps in ENTRY_POINTS.items() for b, ep in eps.items()
             if issubclass(resolve(ep), ExternalKernelMixin)]
 

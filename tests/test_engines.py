@@ -95,6 +95,10 @@ def _engine_files():
             if p.stem != "none"}
 
 
+SELECTOR_ONLY = {"torch_row_wise", "torch_grouped_fp8", "flashinfer_blockscale_sm90",
+                 "flashinfer_bmm_fp8", "flashinfer_bmm_fp8_cudnn", "flashinfer_cutlass_fp8_sm90"}
+
+
 def test_every_backend_is_named_once_by_every_engine():
     """Each engine names each backend in one place: the backend's `engines.<engine>` entry, or
     the engine file's own `backends:` map (a new engine edits no backend file)."""
@@ -110,14 +114,10 @@ def test_every_backend_is_named_once_by_every_engine():
             assert by_file <= set(entries), (b.file, by_file - set(entries))
             assert all(e.source for e in entries.values())
             # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
-            # _scaled_mm (vLLM's RowWise kernel is ROCm-only) and the grouped FP8 MoE
-            assert (entries["vllm"].name is None) == (b.name in {"torch_row_wise",
-                                                                 "torch_grouped_fp8"}), b.name
+            # _scaled_mm (vLLM's RowWise kernel is ROCm-only), the grouped FP8 MoE and the direct
+            # calls of FlashInfer's SM90 FP8 kernels (backends/flashinfer_fp8.py)
+            assert (entries["vllm"].name is None) == (b.name in SELECTOR_ONLY), b.name
             assert all(e.source for e in entries.values())
-            # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
-            # _scaled_mm (vLLM's RowWise kernel is ROCm-only) and the grouped FP8 MoE
-            assert (entries["vllm"].name is None) == (b.name in {"torch_row_wise",
-                                                                 "torch_grouped_fp8"}), b.name
 
 
 def test_sglang_server_args():

@@ -372,7 +372,7 @@ def test_every_extra_package_keys_the_verify_cache(monkeypatch):
     seen = {base}
     listed = dict(run.platform.packages)  # the platform's own packages keep their values
     tested = [e for e in environment.EXTRA_PACKAGES if e not in listed]
-    assert len(tested) >= 10
+    assert len(tested) >= 9  # nvidia-cudnn-frontend is a catalogue package (flashinfer_bmm_fp8_cudnn)
     for extra in tested:
         monkeypatch.setattr(environment, "installed_versions", with_version(extra))
         digest, data = verify.fingerprint(run)

@@ -10,6 +10,8 @@ properties run there too (the CUDA-only kernels included).
 """
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from helpers import cpu_row_wise_scaled_mm
 
@@ -230,6 +232,44 @@ def test_valid_linear_inputs_match_the_reference(case, device, m, n, k, lead, bi
     if ref.numel() and float(ref.abs().max()) > 0:
         err = float((y.double().cpu() - ref).abs().max() / ref.abs().max())
         assert err <= BOUNDS["linear", quant].max_rel_err, (cls.__name__, err)
+
+
+FLASHINFER = SM90 and importlib.util.find_spec("flashinfer") is not None
+
+
+def _fi_linear_cases():
+    from selector.backends.flashinfer_fp8 import BlockScaleSm90Linear, BmmFp8CudnnLinear, BmmFp8Linear
+    cases = [(BlockScaleSm90Linear, "fp8_block"), (BmmFp8Linear, "fp8_tensor"),
+             (BmmFp8Linear, "fp8_tensor_dynamic")]
+    if importlib.util.find_spec("cudnn") is not None:
+        cases += [(BmmFp8CudnnLinear, "fp8_tensor"), (BmmFp8CudnnLinear, "fp8_tensor_dynamic")]
+    return cases
+
+
+@pytest.mark.skipif(not FLASHINFER, reason="FlashInfer's SM90 FP8 GEMMs need an SM 9.0 GPU and "
+                    "flashinfer-python (docs/h200.md, 'FlashInfer on the H200')")
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), m=st.integers(0, 40), lead=st.sampled_from([(), (2,)]),
+       bias=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_flashinfer_linear_inputs_match_the_reference(data, m, lead, bias, seed):
+    """selector's direct FlashInfer backends (backends/flashinfer_fp8.py) on the GPU: random valid
+    inputs against the reference (block: K a multiple of 128 and N of 64, the kernel's sizes)."""
+    cls, quant = data.draw(st.sampled_from(_fi_linear_cases()))
+    if quant == "fp8_block":
+        n, k = 64 * data.draw(st.integers(1, 4)), 128 * data.draw(st.integers(1, 3))
+    else:
+        n, k = data.draw(st.integers(1, 160)), data.draw(st.integers(1, 300))
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randn(n, generator=g).bfloat16() if bias else None
+    w = _linear(quant, n, k, bias=b, seed=seed)
+    x = torch.randn(lead + (m, k), generator=g).bfloat16()
+    impl = cls(quant=quant, selector_overrides=["platform=auto"])
+    y = impl.apply(x.cuda(), impl.prepare(w.to("cuda")))
+    assert tuple(y.shape) == lead + (m, n) and y.dtype == x.dtype
+    ref = reference_fp8_linear(x.double(), w, compute_dtype=torch.float64)
+    if ref.numel() and float(ref.abs().max()) > 0:
+        err = float((y.double().cpu() - ref).abs().max() / ref.abs().max())
+        assert err <= BOUNDS["linear", quant].max_rel_err, (cls.__name__, n, k, err)
 
 
 def _mutations():

@@ -44,7 +44,7 @@ def test_every_backend_has_device_activation_and_quant_expectations():
     # devices per scheme, its activations and the kernel vLLM builds
     # selector's own torch/Triton FP8 backends (run on the H200) are pinned case by case in
     # FP8_TORCH, every rule on both sides of its boundary
-    torch = {c.backend for c in kc.FP8_TORCH}
+    torch = {c.backend for c in kc.FP8_TORCH + kc.FI_DIRECT}
     moe = {n for n in names if n.startswith("moe/")} - torch
     assert moe == set(kc.EXPECT_FP8_SCHEMES), sorted(moe ^ set(kc.EXPECT_FP8_SCHEMES))
     fp8 = {(b, q) for b, qs in kc.EXPECT_FP8_SCHEMES.items() for q in qs}

@@ -283,3 +283,17 @@ def test_b12x_gemm_source_check_finds_calls_to_removed_dsl_apis(tmp_path, monkey
         assert f"nvidia-cutlass-dsl {dsl} has no cute.make_fragment" in found[0]
         assert "FlashInfer #3922" in found[0]
     assert flashinfer_probes._removed_api_calls(new) == []
+
+
+def test_a_missing_kernel_module_names_the_distribution_to_install():
+    """`No module named 'cutlass'` says `pip install nvidia-cutlass-dsl` (issue #34: doctor --deep
+    printed `pip install cutlass`, another PyPI project), and so for each import name whose
+    distribution is named otherwise; an unknown module keeps its own name."""
+    from selector.inspect.probe_child import INSTALL_NAMES, missing_module_hint
+    for module, dist in INSTALL_NAMES.items():
+        hint = missing_module_hint(ModuleNotFoundError(f"No module named {module!r}", name=module))
+        if "is installed" not in hint:  # where the distribution is present here, it says so
+            assert hint.endswith(f"pip install {dist}"), (module, hint)
+    assert missing_module_hint(ModuleNotFoundError("x", name="zz_no_such_mod.sub")).endswith(
+        "pip install zz_no_such_mod")
+    assert INSTALL_NAMES["cutlass"] == "nvidia-cutlass-dsl"

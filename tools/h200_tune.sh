@@ -6,6 +6,9 @@
 # the worst cell reported; at fewer tokens within the measured spread). Run from the repository
 # root of a copy shipped to the device:
 #   WHEELS=../.whl OUT=/tmp/out bash tools/h200_tune.sh
+# QUANTS (default "fp8_block fp8_channel fp8_tensor") and RUNS (default "a b") split the work
+# over several calls of a machine with a per-call time limit (each call keeps $OUT's profiles);
+# NSHAPES=N times the first N shapes only, REPEATS the timed calls per cell (default 24).
 # Writes $OUT/tune_a.json, $OUT/tune_b.json (the profiles), $OUT/tune_a.txt, $OUT/tune_b.txt
 # (what tune printed) and $OUT/tune_check.txt.
 set -u
@@ -27,13 +30,15 @@ SHAPES=(
   hidden_size=7168,intermediate_size=36864 hidden_size=18432,intermediate_size=7168
   hidden_size=7168,intermediate_size=4096 hidden_size=2048,intermediate_size=7168
 )
-for q in fp8_block fp8_channel; do
+[ -n "${NSHAPES:-}" ] && SHAPES=("${SHAPES[@]:0:$NSHAPES}")
+for q in ${QUANTS:-fp8_block fp8_channel fp8_tensor}; do
   LAYERS=()
   for s in "${SHAPES[@]}"; do LAYERS+=(--layer "$s"); done
-  for run in a b; do
+  for run in ${RUNS:-a b}; do
     echo "=== python -m selector tune layer=dense_linear layer.quant=$q --tokens $TOKENS (run $run)"
     "$PY" -m selector tune layer=dense_linear layer.quant=$q "${LAYERS[@]}" --tokens "$TOKENS" \
-      --max-memory 60 --out "$OUT/tune_$run.json" 2>&1 | tee -a "$OUT/tune_$run.txt" | tail -5
+      --max-memory 60 --repeats "${REPEATS:-24}" --out "$OUT/tune_$run.json" 2>&1 | tee -a "$OUT/tune_$run.txt" | tail -5
   done
 done
-"$PY" tools/tune_check.py "$OUT/tune_a.json" "$OUT/tune_b.json" 2>&1 | tee "$OUT/tune_check.txt"
+[ -f "$OUT/tune_a.json" ] && [ -f "$OUT/tune_b.json" ] && \
+  "$PY" tools/tune_check.py "$OUT/tune_a.json" "$OUT/tune_b.json" 2>&1 | tee "$OUT/tune_check.txt"

@@ -303,7 +303,7 @@ def dequantize_unit(packed, block_scale, dtype=None):
     torch = _torch()
     dtype = dtype or torch.bfloat16
     if packed.is_cuda:
-        from . import nvfp4_triton
+        from .. import nvfp4_triton
         if nvfp4_triton.available():
             return nvfp4_triton.dequantize_unit_triton(packed, block_scale, dtype)
     lead, K = tuple(packed.shape[:-1]), packed.shape[-1] * 2

@@ -67,6 +67,15 @@ def raised_at(exc: BaseException, prefer: Optional[str] = None) -> Optional[str]
     return f"{_short(f.filename)}:{f.lineno}"
 
 
+#: import names whose distribution is named otherwise (what `pip install` needs): the kernel
+#: libraries' own imports (PyPI metadata: nvidia-cutlass-dsl's top-level `cutlass`, the cuDNN
+#: frontend's `cudnn`, apache-tvm-ffi's `tvm_ffi`, cuda-tile's `cuda.tile`, sgl-kernel's `sgl_kernel`)
+INSTALL_NAMES = {"cutlass": "nvidia-cutlass-dsl", "cudnn": "nvidia-cudnn-frontend",
+                 "tvm_ffi": "apache-tvm-ffi", "flashinfer": "flashinfer-python",
+                 "sgl_kernel": "sgl-kernel", "pynvml": "nvidia-ml-py",
+                 "yaml": "PyYAML", "cuda": "cuda-python"}
+
+
 def missing_module_hint(exc: BaseException) -> str:
     """For `No module named 'x'`: whether a distribution providing x is installed."""
     name = getattr(exc, "name", None)
@@ -83,7 +92,7 @@ def missing_module_hint(exc: BaseException) -> str:
     if dists:
         found = ", ".join(f"{d} {dist_version(d)}" for d in dists)
         return f"{found} is installed but `import {top}` fails"
-    return f"no installed distribution provides `{top}`: pip install {top}"
+    return f"no installed distribution provides `{top}`: pip install {INSTALL_NAMES.get(top, top)}"
 
 
 def describe_exc(exc: BaseException, prefer: Optional[str] = None, hint: bool = True) -> str:

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# FlashInfer on a GPU machine that cannot reach a package index and takes at most ~60 MB per
+# transfer (the lent H200: docs/h200.md "FlashInfer on the H200"). flashinfer-python 0.7.4 is a
+# 101 MB wheel, so it travels in two parts, in two runs of one warm machine; then it is joined,
+# checked against the wheel's sha256, installed with pip --target beside the machine's torch, and
+# selector's doctor looks at it.
+#
+#   here:   tools/h200_flashinfer.sh split WHEELS_DIR CARRY_DIR
+#           WHEELS_DIR holds flashinfer_python-*.whl and any other wheels to carry (its pure-Python
+#           dependencies the machine lacks: apache-tvm-ffi, cuda-tile, nvidia-cudnn-frontend;
+#           hydra-core, omegaconf, antlr4-python3-runtime for selector). Writes CARRY_DIR/p1 (the
+#           wheel's first part, the other wheels, MANIFEST) and CARRY_DIR/p2 (the rest), each
+#           under about PART_MB (default 58; the device takes 64 MiB a run, the checkout included).
+#   run 1:  tools/h200_flashinfer.sh stash CARRY_DIR/p1       keeps part 1 in $STASH (/tmp/fi-stash)
+#   run 2:  tools/h200_flashinfer.sh install CARRY_DIR/p2     joins, checks, installs into $SITE
+#           (/tmp/site), installs this checkout (pip -e, no deps), and prints
+#           `doctor --deep` with the times of each step. Then: export PYTHONPATH=$SITE.
+#   then:   tools/h200_flashinfer.sh warm       builds (and times) the JIT modules the direct
+#           FlashInfer backends call (tools/fi_warm.py); FlashInfer's CUTLASS MoE module (the
+#           largest build) in the background, in a session of its own, logging to $STASH/moe_jit.log
+#           (it goes on between runs while the machine stays warm)
+#           tools/h200_flashinfer.sh verify     `doctor --verify` of the linear backends, and of
+#           the MoE backends once that build is done
+# Exit status: 0 done; 3 a part is missing or the sha256 differs (say which); 4 pip failed.
+set -uo pipefail
+PY=${PYTHON:-python3}
+STASH=${STASH:-/tmp/fi-stash}
+SITE=${SITE:-/tmp/site}
+PART_MB=${PART_MB:-58}
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f s", b-a}'; }
+
+case "${1:-}" in
+split)
+  src=${2:?WHEELS_DIR}; dst=${3:?CARRY_DIR}
+  whl=$(ls "$src"/flashinfer_python-*.whl 2>/dev/null | head -1)
+  [ -n "$whl" ] || { echo "split: no flashinfer_python-*.whl in $src" >&2; exit 3; }
+  rm -rf "$dst/p1" "$dst/p2"; mkdir -p "$dst/p1" "$dst/p2"
+  name=$(basename "$whl")
+  size=$(stat -c %s "$whl")
+  # part 1 carries the other wheels too: its share of the wheel is what is left under PART_MB
+  others=0
+  for f in "$src"/*.whl; do [ "$f" = "$whl" ] || { cp "$f" "$dst/p1/"; others=$((others + $(stat -c %s "$f"))); }; done
+  first=$((PART_MB * 1000000 - others))
+  [ "$first" -gt 0 ] || { echo "split: the other wheels alone exceed PART_MB=$PART_MB" >&2; exit 3; }
+  [ $((size - first)) -le $((PART_MB * 1000000 + 8000000)) ] || {
+    echo "split: $name ($size bytes) does not fit in two parts of ~$PART_MB MB" >&2; exit 3; }
+  head -c "$first" "$whl" >"$dst/p1/$name.part1"
+  tail -c +"$((first + 1))" "$whl" >"$dst/p2/$name.part2"
+  sum=$(sha256sum "$whl" | cut -d' ' -f1)
+  for p in p1 p2; do printf '%s %s %s\n' "$name" "$size" "$sum" >"$dst/$p/MANIFEST"; done
+  du -sb "$dst/p1" "$dst/p2"
+  ;;
+stash)
+  part=${2:?PART_DIR}
+  [ -f "$part/MANIFEST" ] || { echo "stash: no MANIFEST in $part" >&2; exit 3; }
+  mkdir -p "$STASH"
+  cp "$part"/* "$STASH/"
+  echo "stashed in $STASH:"; ls -la "$STASH"
+  ;;
+install)
+  part=${2:?PART_DIR}
+  t0=$(now)
+  [ -f "$STASH/MANIFEST" ] || { echo "install: part 1 is not in $STASH (run 'stash' first, on this same warm machine)" >&2; exit 3; }
+  read -r name size sum <"$part/MANIFEST"
+  read -r name1 _ sum1 <"$STASH/MANIFEST"
+  [ "$name $sum" = "$name1 $sum1" ] || { echo "install: part 1 is of $name1, part 2 of $name" >&2; exit 3; }
+  cat "$STASH/$name.part1" "$part/$name.part2" >"$STASH/$name"
+  got=$(sha256sum "$STASH/$name" | cut -d' ' -f1)
+  [ "$got" = "$sum" ] || { echo "install: $name sha256 $got, expected $sum" >&2; exit 3; }
+  echo "joined $name ($size bytes, sha256 ok) in $(since "$t0")"
+  t1=$(now)
+  mkdir -p "$SITE"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$STASH"/*.whl || exit 4
+  echo "pip install --target $SITE: $(ls "$STASH"/*.whl | xargs -n1 basename | tr '\n' ' ')in $(since "$t1")"
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  "$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 4
+  t2=$(now)
+  "$PY" -c "import flashinfer; print('import flashinfer', flashinfer.__version__)" || exit 4
+  echo "import flashinfer: $(since "$t2")"
+  "$PY" -m selector doctor --deep
+  echo "doctor --deep exit $?"
+  ;;
+warm)
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  if [ "${MOE:-1}" = 1 ]; then
+    setsid nohup nice -n 10 env MAX_JOBS="${MOE_JOBS:-8}" "$PY" tools/fi_warm.py moe \
+      >"$STASH/moe_jit.log" 2>&1 </dev/null &
+    echo "FlashInfer CUTLASS MoE module: building in the background ($STASH/moe_jit.log)"
+  fi
+  "$PY" tools/fi_warm.py bmm_fp8 bmm_fp8_cudnn blockscale
+  ;;
+verify)
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  ops="--op linear"
+  if grep -q "^moe: built" "$STASH/moe_jit.log" 2>/dev/null; then ops="$ops --op moe"
+  else echo "MoE module: $(tail -c 300 "$STASH/moe_jit.log" 2>/dev/null || echo 'not built')"; fi
+  "$PY" -m selector doctor --verify $ops --timeout "${TIMEOUT:-300}"
+  echo "doctor --verify $ops exit $?"
+  ;;
+*)
+  sed -n '2,27p' "$0"; exit 2 ;;
+esac
