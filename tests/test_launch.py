@@ -292,3 +292,25 @@ def test_warnings_line_sizes_and_why_in_every_format():
     rc, why, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=8", "--why",
                            "flashinfer_b12x"])
     assert "routed experts experts: flashinfer_b12x: rejected [device]" in why
+
+
+def test_modelopt_fp8_pb_wo_input_features_off_the_block_are_refused(tmp_path):
+    """ModelOpt FP8_PB_WO linear layers need K % 128 on every GPU, replicated ones too (vLLM
+    0.32.0 modelopt.py:2232 KFp8Block128.create_weights): DeepSeek-V3 with an expert
+    intermediate of 1344 at tp 2, dp 2, ep 4 keeps the shared experts' down_proj whole (K 1344;
+    vLLM refuses "FP8_PB_WO requires in divisible by 128, got 1344"; selector planned it before:
+    SELECTOR_SHAPES_SEED=5 of tests/vllm/test_launch_shapes.py)."""
+    import checkpoint_corpus as corpus
+    config, hf = corpus.read(CORPUS / "deepseek-v3-modelopt-fp8-pb-wo")
+    d = corpus.write(tmp_path, "ds", ({**config, "moe_intermediate_size": 1344}, hf))
+    args = (*H200, "parallel.tp=2", "parallel.dp=2", "parallel.ep=4")
+    lp = launch(*args, model=d)
+    down = group(lp, "shared experts", projection="down_proj")
+    assert (down.per_rank["hidden_size"], down.per_rank["tp_size"]) == (1344, 1)
+    assert any("modelopt.py:2232" in p for p in down.problems)
+    assert not lp.ok
+    rc, out, _ = run_main(["explain", "--model", str(d), *args])
+    assert rc == 1 and "command: vllm" not in out and "modelopt.py:2232" in out
+    # the same checkpoint with 2048 (16 blocks) is planned
+    d2 = corpus.write(tmp_path, "ok", ({**config, "moe_intermediate_size": 2048}, hf))
+    assert launch(*args, model=d2).ok
