@@ -292,3 +292,108 @@ def test_warnings_line_sizes_and_why_in_every_format():
     rc, why, _ = run_main(["explain", "--model", R1, *B200, "parallel.tp=8", "--why",
                            "flashinfer_b12x"])
     assert "routed experts experts: flashinfer_b12x: rejected [device]" in why
+
+
+def test_modelopt_fp8_pb_wo_input_features_off_the_block_are_refused(tmp_path):
+    """ModelOpt FP8_PB_WO linear layers need K % 128 on every GPU, replicated ones too (vLLM
+    0.32.0 modelopt.py:2232 KFp8Block128.create_weights): DeepSeek-V3 with an expert
+    intermediate of 1344 at tp 2, dp 2, ep 4 keeps the shared experts' down_proj whole (K 1344;
+    vLLM refuses "FP8_PB_WO requires in divisible by 128, got 1344"; selector planned it before:
+    SELECTOR_SHAPES_SEED=5 of tests/vllm/test_launch_shapes.py)."""
+    import checkpoint_corpus as corpus
+    config, hf = corpus.read(CORPUS / "deepseek-v3-modelopt-fp8-pb-wo")
+    d = corpus.write(tmp_path, "ds", ({**config, "moe_intermediate_size": 1344}, hf))
+    args = (*H200, "parallel.tp=2", "parallel.dp=2", "parallel.ep=4")
+    lp = launch(*args, model=d)
+    down = group(lp, "shared experts", projection="down_proj")
+    assert (down.per_rank["hidden_size"], down.per_rank["tp_size"]) == (1344, 1)
+    assert any("modelopt.py:2232" in p for p in down.problems)
+    assert not lp.ok
+    rc, out, _ = run_main(["explain", "--model", str(d), *args])
+    assert rc == 1 and "command: vllm" not in out and "modelopt.py:2232" in out
+    # the same checkpoint with 2048 (16 blocks) is planned
+    d2 = corpus.write(tmp_path, "ok", ({**config, "moe_intermediate_size": 2048}, hf))
+    assert launch(*args, model=d2).ok
+
+
+# -- issue 32: why the winner beat the next usable backend, in every format ------------------
+
+def _beat(lp, kind, projection=None):
+    return group(lp, kind, projection=projection).to_dict(lp.launch)["beat"]
+
+
+def test_the_plan_says_why_the_winner_beat_the_next_backend_in_every_format():
+    """The catalogue's order: flashinfer_trtllm (rank 10) over flashinfer_cutedsl (rank 20) for
+    the R1 experts on a B200; text (a `why` line per group, equal reasons joined), JSON (each
+    group's `beat`) and `--format line` (` | why: ` after each decision's line)."""
+    args = (*B200, "parallel.tp=4", "parallel.dp=2", "parallel.ep=8")
+    lp = launch(*args)
+    b = _beat(lp, "routed experts")
+    assert (b["winner"], b["next"], b["next_status"], b["by"]) == \
+        ("flashinfer_trtllm", "flashinfer_cutedsl", "eligible", "rank")
+    assert "rank 10 < 20" in b["text"] and "rank:" in b["source"]
+    assert _beat(lp, "dense MLP", "down_proj")["next"] == "flashinfer_cutlass"
+    assert all(g.to_dict(lp.launch)["beat"] is None for g in lp.groups if not g.planned)
+    text = str(lp)
+    assert "why routed experts: flashinfer_trtllm outranks flashinfer_cutedsl (rank 10 < 20)" \
+        in " ".join(text.split())
+    assert sum(line.startswith("  why ") for line in text.splitlines()) == 2  # linear ones joined
+    rc, out, _ = run_main(["explain", "--model", R1, *args, "--format", "json"])
+    groups = json.loads(out)["launch"]["groups"]
+    assert rc == 0 and [g["beat"]["next"] for g in groups if g["kind"] == "routed experts"] == \
+        ["flashinfer_cutedsl"]
+    rc, out, _ = run_main(["explain", "--model", R1, *args, "--format", "line"])
+    lines = out.splitlines()
+    assert rc == 0 and lines and all(" | why: " in line for line in lines)
+    assert any("-> flashinfer_trtllm" in line and "outranks flashinfer_cutedsl" in line
+               for line in lines)
+
+
+def test_beat_names_the_preference_entry_the_request_and_the_opt_in():
+    # a preference entry of the winner's file: FI CUTLASS first for block FP8 + EP on Hopper
+    d = CORPUS / "deepseek-v3-fp8"
+    lp = launch(*H200, "parallel.tp=8", "parallel.ep=8", model=d)
+    b = _beat(lp, "routed experts")
+    assert (b["winner"], b["by"]) == ("flashinfer_cutlass", "preference")
+    assert "oracle/fp8.py" in b["source"] and "rank 5 <" in b["text"]
+    # an ordered request: the first usable entry wins, the next one is behind by the request
+    lp = launch(*H200, "parallel.tp=8", "parallel.ep=8",
+                "policy.moe_backend=[triton,flashinfer_cutlass]", model=d)
+    b = _beat(lp, "routed experts")
+    assert (b["winner"], b["next"], b["by"]) == ("triton", "flashinfer_cutlass", "request")
+    assert "lists triton before flashinfer_cutlass" in b["text"]
+    # an opt-in backend that ranks first: CuTe-DSL FP4 GEMM on SM 12.x is explicit-only
+    lp = launch(*PRO)
+    b = _beat(lp, "dense MLP", "down_proj")
+    assert (b["next"], b["next_status"], b["by"]) == ("flashinfer_cutedsl", "opt_in", "opt_in")
+    assert "policy.allow_opt_in=[flashinfer_cutedsl]" in b["text"] and b["source"]
+    # a fallback says so before its rule
+    lp = launch("engine=vllm", "platform=h200", "stack=vllm_0_32",
+                "policy.moe_backend=flashinfer_trtllm", "policy.strict=false")
+    b = _beat(lp, "routed experts")
+    assert b["fallback"] and b["text"].startswith("policy.strict=false fell back")
+
+
+def test_beat_of_the_only_usable_backend_and_of_a_measured_order():
+    import dataclasses
+
+    from selector.checkpoint.beat import beat
+    from selector.core.notes import Note
+    d = load("platform=cpu").default()
+    b = beat(d)
+    assert (b.winner, b.next, b.by) == ("emulation", None, "only")
+    lp = launch(*B200)
+    e = group(lp, "routed experts").decision
+    times = ({"backend": "flashinfer_cutlass", "median_ms": 0.5},
+             {"backend": "flashinfer_trtllm", "median_ms": 0.7})
+    m = Note("measured", "info", "flashinfer_cutlass",
+             {"times": times, "tokens": 16, "profile": "p.json", "unmeasured": ()})
+    cands = tuple(c._replace(status="selected" if c.backend == "flashinfer_cutlass" else
+                             "eligible" if str(c.status) == "selected" else c.status)
+                  for c in e.candidates)
+    cands = tuple(sorted(cands, key=lambda c: c.backend != "flashinfer_cutlass"))
+    measured = dataclasses.replace(e, selected="flashinfer_cutlass", candidates=cands,
+                                   note_data=(m,))
+    b = beat(measured)
+    assert (b.next, b.by) == ("flashinfer_trtllm", "measured") and "0.5 ms vs" in b.text
+    assert beat(dataclasses.replace(e, selected=None)) is None

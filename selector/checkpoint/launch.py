@@ -19,6 +19,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from selector.checkpoint.beat import beat, beat_text
 from selector.checkpoint.launchers import Launcher, Topology, launcher
 from selector.checkpoint.ranks import other_scheme
 from selector.core.errors import bad_input
@@ -95,7 +96,8 @@ class Group:
                 "summary": d.summary() if d is not None else None,
                 "problems": list(self.problems), "why": self.why,
                 "warnings": [w.removeprefix("warning: ") for w in selected_warnings(d)]
-                if d is not None else []}
+                if d is not None else [],
+                "beat": b.to_dict() if (b := beat(d)) is not None else None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,6 +500,13 @@ def _table(lp: LaunchPlan) -> List[str]:
     lines = ["  " + "  ".join(c.ljust(width[i]) for i, c in enumerate(r[:5])) + f"  {r[5]}"
              for r in rows]
     from selector.checkpoint.plan import selected_warnings
+    whys: Dict[str, List[str]] = {}  # why the winner beat the next usable backend
+    for g, r in zip(lp.groups, rows[1:]):
+        if g.planned and g.backend:
+            whys.setdefault(beat_text(g.decision), []).append(r[0])
+    for reason, labels in whys.items():
+        lines.extend(textwrap.wrap(f"why {', '.join(labels)}: {reason}", width=WRAP,
+                                   initial_indent="  ", subsequent_indent="     "))
     for g in lp.groups:
         lines.extend(f"  !! {g.kind}: {p}" for p in g.problems)
         for w in selected_warnings(g.decision) if g.decision is not None else ():

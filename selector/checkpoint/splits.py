@@ -29,6 +29,9 @@ def refined_block(m: Module, scheme: Optional[str], refines: bool) -> int:
     return r if r >= 32 else 0
 
 
+MODELOPT_PB_WO_SOURCE = ("vLLM 0.32.0 vllm/model_executor/layers/quantization/modelopt.py:2232 "
+                         "(KFp8Block128.create_weights: FP8_PB_WO requires in divisible by 128)")
+
 REFINED = ("vLLM refines the 128x128 FP8 blocks of these experts to {r}x{r} for the per-GPU "
            "intermediate size {i} (vLLM 0.32.0 fused_moe/oracle/fp8.py "
            "refine_fp8_moe_block_shape): a block shape without a layer.quant value; only "
@@ -67,6 +70,15 @@ def scheme_problems(m: Module, scheme: Optional[str], tp: int,
     k_rank, layer_tp = f["hidden_size"], f.get("tp_size", 1)
     k, n = m.whole
     out = []
+    if fmt == "ModelOpt":
+        # ModelOpt FP8_PB_WO linear layers (ModelOptLinearMethod with KFp8Block128) check the
+        # input features each GPU holds, split or replicated (a replicated shared-expert
+        # down_proj of 1344 too), and pad a partial last output block (_Fp8PbWoPartialBlock):
+        # validate_fp8_block_shape is not called
+        if k_rank % block_k:
+            out.append(f"K {k_rank} on one GPU is not a multiple of the FP8 block {block_k}: "
+                       f"vLLM refuses to load it ({MODELOPT_PB_WO_SOURCE})")
+        return tuple(out)
     if layer_tp > 1 and k // k_rank == layer_tp and k_rank % block_k:
         out.append(f"K {k_rank} on one GPU is not a multiple of the FP8 block {block_k}: vLLM "
                    f"refuses to load it ({FP8_BLOCK_SOURCE.format('')})")

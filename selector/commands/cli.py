@@ -179,9 +179,11 @@ def _run(args: argparse.Namespace) -> int:
         lp = sel.launch_plan(args.model)
         if args.why is not None:  # the verdicts of the per-GPU layers the launch plan decided
             return _plan_why(lp.plan, args.why, args.format)
-        if args.format == "line":  # one line per per-GPU layer group
+        if args.format == "line":  # one line per per-GPU layer group, and why it won
+            from selector.checkpoint.beat import beat_text
             from selector.config.catalogues import marked_line
-            _emit("\n".join(marked_line(sel.catalogue, d, d.log_line())
+            _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) +
+                            (f" | why: {printable(w)}" if (w := beat_text(d)) else "")
                             for d in lp.plan.decisions()), "line")
             return 0 if lp.plan.ok and lp.ok else 1
         if args.format == "json":

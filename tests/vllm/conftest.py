@@ -27,11 +27,15 @@ else:
 
 
 def pytest_report_header(config):
-    """The random parity sweeps' seed (tests/vllm/random_sweep.py), chosen here once per run
-    when SELECTOR_PARITY_SEED is unset, so the header names it and a re-run can pass it."""
+    """The seeds of the random sweeps: the parity sweeps' (tests/vllm/random_sweep.py) and the
+    launch plan's per-rank shapes (test_launch_shapes.py), each chosen here once per run when
+    unset, so the header names it and a re-run can pass it."""
     import os
     import random
-    env = "SELECTOR_PARITY_SEED"
-    if not os.environ.get(env):
-        os.environ[env] = str(random.SystemRandom().randrange(2 ** 32))
-    return f"selector parity seed: {env}={os.environ[env]}"
+    lines = []
+    for what, env in (("parity", "SELECTOR_PARITY_SEED"),
+                      ("launch shapes", "SELECTOR_SHAPES_SEED")):
+        if not os.environ.get(env):
+            os.environ[env] = str(random.SystemRandom().randrange(2 ** 32))
+        lines.append(f"selector {what} seed: {env}={os.environ[env]}")
+    return lines

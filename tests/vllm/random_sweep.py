@@ -41,13 +41,13 @@ MX_QUESTIONS = (  # (oracle, scheme, quant methods whose checkpoints ask it)
 )
 
 
-def seed() -> int:
-    """The run's seed: SELECTOR_PARITY_SEED, or a fresh one (kept in the environment so every
-    sweep of the run, and a re-run with it, draws the same scenarios)."""
-    value = os.environ.get(ENV_SEED)
+def seed(env: str = ENV_SEED) -> int:
+    """The run's seed: SELECTOR_PARITY_SEED (or `env`), or a fresh one (kept in the environment
+    so every sweep of the run, and a re-run with it, draws the same scenarios)."""
+    value = os.environ.get(env)
     if not value:
         value = str(random.SystemRandom().randrange(2 ** 32))
-        os.environ[ENV_SEED] = value
+        os.environ[env] = value
     return int(value)
 
 

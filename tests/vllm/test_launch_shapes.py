@@ -1,8 +1,12 @@
 """Issue 32: the launch plan's per-GPU modules equal those vLLM's own model classes build, module
 by module (launch_shapes.py, model_shapes.py): every checkpoint of tests/checkpoint_corpus at
 TP 1 and at TP 8 with expert parallelism, and seeded random (architecture, TP, DP, EP) cases
-(SELECTOR_SHAPES_SEED picks the seed, SELECTOR_SHAPES_CASES the count; both printed). Each
-difference is fixed, or listed in EXPLAINED with the vLLM source behind it."""
+(SELECTOR_SHAPES_SEED picks the seed, SELECTOR_SHAPES_CASES the count, 300; unset, conftest.py
+draws a fresh seed per run (random_sweep.seed) and pytest's header prints it; the test prints both). Each
+difference is fixed, or listed in EXPLAINED with the vLLM source behind it. Seeds 1-7, 101, 202,
+303, 404, 505, 606, 707, 808 and 909 (300 cases each) had no unexplained difference on
+2026-12-03; seed 5's one (ModelOpt FP8_PB_WO K 1344) is fixed by splits.py, its regression test
+tests/test_launch.py test_modelopt_fp8_pb_wo_input_features_off_the_block_are_refused."""
 from __future__ import annotations
 
 import os
@@ -15,13 +19,13 @@ from pathlib import Path
 import launch_shapes as ls
 import model_shapes
 import pytest
+import random_sweep
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 import checkpoint_corpus as corpus  # noqa: E402
 
 NAMES = sorted(corpus.CORPUS)
-SEED = int(os.environ.get("SELECTOR_SHAPES_SEED", "32"))
 COUNT = int(os.environ.get("SELECTOR_SHAPES_CASES", "300"))
 # (substring of a difference, why: the vLLM source that explains it)
 EXPLAINED = [
@@ -89,8 +93,9 @@ def test_corpus_modules_as_vllm_builds_them(builder, tp, ep):
 
 
 def test_random_cases_as_vllm_builds_them(builder, tmp_path):
-    print(f"SELECTOR_SHAPES_SEED={SEED} SELECTOR_SHAPES_CASES={COUNT}")
-    rng = random.Random(SEED)
+    seed = random_sweep.seed("SELECTOR_SHAPES_SEED")  # the header's, or a fresh one
+    print(f"SELECTOR_SHAPES_SEED={seed} SELECTOR_SHAPES_CASES={COUNT}")
+    rng = random.Random(seed)
     cases = []
     for i, (name, entry, tp, dp, ep) in enumerate(ls.random_cases(rng, NAMES, COUNT)):
         d = corpus.write(tmp_path, f"c{i}", entry)
@@ -99,7 +104,8 @@ def test_random_cases_as_vllm_builds_them(builder, tmp_path):
     archs = Counter(read_arch(c[1]) for c in cases)
     print(f"architectures: {dict(archs)}; vLLM refuses {sum(bool(b.refused) for b in built)}")
     left, _ = _report(diffs)
-    assert not left, f"{len(left)} unexplained differences:\n" + "\n".join(left[:40])
+    assert not left, (f"SELECTOR_SHAPES_SEED={seed}: {len(left)} unexplained differences:\n"
+                      + "\n".join(left[:40]))
 
 
 _MORE_ROOT: list = []
