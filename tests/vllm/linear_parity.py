@@ -191,8 +191,7 @@ def runs_deep_gemm(kernel: Optional[str]) -> bool:
     if kernel is None:
         return False
     from vllm.model_executor.kernels import linear
-    from vllm.model_executor.kernels.linear.scaled_mm.deep_gemm import (
-        DeepGemmFp8BlockScaledMMKernel)
+    from vllm.model_executor.kernels.linear.scaled_mm.deep_gemm import DeepGemmFp8BlockScaledMMKernel
     cls = getattr(linear, kernel, None)
     if not isinstance(cls, type):
         return False

@@ -126,7 +126,7 @@ class Scenario:
                 f"{self.requested}")
 
     @classmethod
-    def parse(cls, label: str) -> "Scenario":
+    def parse(cls, label: str) -> Scenario:
         """The scenario whose label() is `label` (docs/vllm-parity.md's examples, replayed by
         tests/vllm/test_parity_doc.py)."""
         where, rest = label.split(" (", 1)

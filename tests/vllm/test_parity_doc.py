@@ -18,9 +18,9 @@ import sim
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "vllm-parity.md"
 HEADING = re.compile(r"^(?:### (?P<grid>\d+|FP8-\d+|MX-\d+)|#### (?P<lin>L\d+))\. vLLM: (?P<v>\S+); "
-                     r"selector: (?P<s>\S+) \((?P<n>\d+) scenarios\)$")
+                     r"selector: (?P<s>not described|\S+) \((?P<n>\d+) scenarios\)$")
 RANDOM = re.compile(r"^- (?P<id>R\d+) \((?P<family>\w+), (?P<n>\d+)\): vLLM (?P<v>\S+); "
-                    r"selector (?P<s>\S+): (?P<rest>.*)\. Example: `(?P<label>[^`]+)`$")
+                    r"selector (?P<s>not described|\S+): (?P<rest>.*)\. Example: `(?P<label>[^`]+)`$")
 
 
 class Cluster(NamedTuple):
@@ -83,6 +83,9 @@ def replayed():
 def test_the_doc_lists_every_section_s_clusters():
     found = clusters()
     ids = [c.id for c in found]
+    text = DOC.read_text()
+    listed = len(re.findall(r"^(?:### (?:\d+|FP8-\d+|MX-\d+)|#### L\d+)\. |^- R\d+ ", text, re.M))
+    assert len(found) == listed, (len(found), listed)  # every cluster of the file is replayed
     assert any(i.isdigit() for i in ids) and any(i.startswith("FP8-") for i in ids)
     assert any(i.startswith("MX-") for i in ids) and any(i.startswith("L") for i in ids)
     assert {c.id.split("(")[1][:-1] for c in found if c.id.startswith("R")} == set(rs.COUNTS)
