@@ -400,7 +400,16 @@ def render_random(report) -> str:
         "names is `not described`: the plugin leaves that layer to vLLM. CI draws a new seed "
         "each run (pytest's header names it; `SELECTOR_PARITY_SEED=<seed>` replays it). Not "
         "drawn yet: DP without EP (vLLM keeps dp_size > 1 there and its monolithic MXFP4 "
-        "experts refuse it; selector's layer has no DP key).",
+        "experts refuse it; selector's layer has no DP key)."
+        " A class that only some seeds draw is explained in tests/vllm/linear_parity.py"
+        " and pinned by a test of its own: block-FP8 linear on a vLLM build without its"
+        " vendored DeepGEMM (seed 4242: SM 9.0 with FlashInfer, N 64 K 4096), where vLLM"
+        " builds CutlassFp8BlockScaledMMKernel because"
+        " FlashInferFp8DeepGEMMDynamicBlockScaledKernel needs its DeepGEMM fallback"
+        " supported too (vLLM 0.32.0"
+        " kernels/linear/scaled_mm/BlockScaledMMLinearKernel.py:172-190,"
+        " scaled_mm/flashinfer.py:165-170, scaled_mm/deep_gemm.py:47-52) and with DeepGEMM"
+        " builds the dynamic kernel selector names.",
         "",
         f"This report: `SELECTOR_PARITY_SEED={report.seed} .venv-vllm/bin/python "
         "tools/vllm_parity.py --only random`.",

@@ -44,6 +44,16 @@ DEEP_GEMM_MODEL_SOURCE = ("vLLM 0.32.0 utils/deep_gemm.py (should_auto_disable_d
                           "_DEEPGEMM_BLACKWELL_EXCLUDED_MODEL_TYPES on the SM 100 and 120 "
                           "families); kernels/linear/scaled_mm/deep_gemm.py "
                           "(DeepGemmFp8BlockScaledMMKernel.can_implement)")
+# the kernels that run vLLM's vendored DeepGEMM: its own, and the dynamic FlashInfer/DeepGEMM one
+# (M < 32 FlashInfer, else DeepGEMM), which vLLM refuses when either half is unsupported
+DEEP_GEMM_KERNEL_SOURCE = (
+    "vLLM 0.32.0 kernels/linear/scaled_mm/flashinfer.py:165-170 "
+    "(FlashInferFp8DeepGEMMDynamicBlockScaledKernel: base_type FlashInferFp8BlockScaledMMKernel, "
+    "fallback_type DeepGemmFp8BlockScaledMMKernel); scaled_mm/BlockScaledMMLinearKernel.py:172-190 "
+    "(Fp8BlockScaledDynamicMMLinearKernel.is_supported: base and fallback both supported); "
+    "scaled_mm/deep_gemm.py:47-52 (DeepGemmFp8BlockScaledMMKernel.is_supported: "
+    "is_deep_gemm_supported); utils/import_utils.py:512-519 (has_deep_gemm: deep_gemm or the "
+    "vendored vllm.third_party.deep_gemm)")
 
 
 def machines() -> List[Tuple[Optional[str], Optional[str], Optional[str], Optional[str]]]:
@@ -150,6 +160,8 @@ class Row(parity.Row):
     """A parity row compared by vLLM backend name: selector's choice as the engine names it;
     `vllm_other_model`: vLLM's (backend, kernel) for the same layer of a MODEL_TYPE model."""
     vllm_other_model: Optional[Tuple[Optional[str], Optional[str]]] = None
+    # vLLM's (backend, kernel) on the same machine with its vendored DeepGEMM (a build without it)
+    vllm_with_deep_gemm: Optional[Tuple[Optional[str], Optional[str]]] = None
 
     @property
     def engine_name(self) -> Optional[str]:
@@ -172,6 +184,21 @@ def selector_name(vllm_name: Optional[str], quant: str) -> Optional[str]:
         return vllm_name
 
 
+def runs_deep_gemm(kernel: Optional[str]) -> bool:
+    """Whether vLLM's linear kernel class `kernel` runs DeepGEMM: DeepGemmFp8BlockScaledMMKernel
+    or a dynamic kernel (Fp8BlockScaledDynamicMMLinearKernel) with it as base or fallback, read
+    from vLLM's own classes."""
+    if kernel is None:
+        return False
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.kernels.linear.scaled_mm.deep_gemm import DeepGemmFp8BlockScaledMMKernel
+    cls = getattr(linear, kernel, None)
+    if not isinstance(cls, type):
+        return False
+    parts = [cls] + [getattr(cls, a) for a in ("base_type", "fallback_type") if hasattr(cls, a)]
+    return any(issubclass(c, DeepGemmFp8BlockScaledMMKernel) for c in parts)
+
+
 def explain(r: Row, outside: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
     """parity.explain on the row with vLLM's names translated into selector's."""
     q = r.scenario.quant
@@ -186,7 +213,14 @@ def explain(r: Row, outside: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
                    selector_name(r.vllm, q), r.vllm_error, r.decision, r.vllm_kernel)
     if r.vllm_auto is not None:
         t.vllm_auto = (selector_name(r.vllm_auto[0], q), r.vllm_auto[1])
-    return parity.explain(t, outside)
+    why = parity.explain(t, outside)
+    if why is None and not r.scenario.deep_gemm and runs_deep_gemm(r.kernel) and \
+            r.vllm_with_deep_gemm == (r.engine_name, r.kernel):
+        return (f"this vLLM build lacks its vendored DeepGEMM, which {r.kernel} runs: a Python "
+                "module inside vllm, which selector's platform (installed distributions) does not "
+                "see; with it vLLM builds the same kernel",
+                (("engine", DEEP_GEMM_KERNEL_SOURCE), ("engine", parity.VENDORED_SOURCE)))
+    return why
 
 
 def run(scenarios: Optional[List[sim.Scenario]] = None) -> parity.Report:
@@ -205,6 +239,11 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> parity.Report:
                 if not row.agrees and s.model_type in DEEP_GEMM_EXCLUDED:
                     other_v, _, other_k = vllm_choice(replace(s, model_type=None))
                     row.vllm_other_model = (other_v, other_k)
+            if not row.agrees and not s.deep_gemm and runs_deep_gemm(row.kernel):
+                with_dg = replace(s, deep_gemm=True)
+                with simulation.scenario(with_dg):
+                    dg_v, _, dg_k = vllm_choice(with_dg)
+                row.vllm_with_deep_gemm = (dg_v, dg_k)
             if not row.agrees:
                 row.why = row.decision.why if isinstance(row.decision, parity.Undescribed) \
                     else explain(row, names)

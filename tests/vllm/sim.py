@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import itertools
+import re
 import sys
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -123,6 +124,66 @@ class Scenario:
             (f" model_type={self.model_type}" if self.model_type else "")
         return (f"{where} ({pk}); {self.op} {self.quant}{act}{extra}; requested "
                 f"{self.requested}")
+
+    @classmethod
+    def parse(cls, label: str) -> Scenario:
+        """The scenario whose label() is `label` (docs/vllm-parity.md's examples, replayed by
+        tests/vllm/test_parity_doc.py)."""
+        where, rest = label.split(" (", 1)
+        pk, rest = rest.split("); ", 1)
+        body, requested = rest.rsplit("; requested ", 1)
+        kw: Dict[str, Any] = {"requested": requested}
+        if where == "no GPU":
+            cap = cuda = None
+        else:
+            _, cap, _, cuda = where.split(" ")
+        fi = b12x = None
+        for part in pk.split(", "):
+            if part.startswith("flashinfer "):
+                fi = part.split(" ", 1)[1]
+            elif part.startswith("b12x "):
+                b12x = part.split(" ", 1)[1]
+            elif part == "no triton_kernels":
+                kw["triton_kernels"] = False
+            elif part == "no DeepGEMM":
+                kw["deep_gemm"] = False
+            elif part != "no flashinfer":
+                raise ValueError(f"unknown package part {part!r} in {label!r}")
+        tokens = body.split(" ")
+        op, quant, tokens = tokens[0], tokens[1], tokens[2:]
+        act, gated = "silu", True
+        if op == "moe":
+            act, tokens = tokens[0], tokens[1:]
+            if tokens[:1] == ["non-gated"]:
+                gated, tokens = False, tokens[1:]
+        i = 0
+        while i < len(tokens):
+            tok = tokens[i]
+            if re.fullmatch(r"ep\d+", tok):
+                kw["ep_size"] = int(tok[2:])
+            elif tok.startswith("clamp"):
+                kw["swiglu_limit"] = float(tok[5:])
+            elif tok == "no-vllm-cutlass":
+                kw["allow_cutlass"] = False
+            elif tok.startswith("VLLM_MOE_USE_DEEP_GEMM="):
+                kw["deep_gemm_env"] = tok.split("=", 1)[1]
+            elif tok.startswith("[") and tokens[i + 1] == "oracle]":
+                kw["oracle"], i = tok[1:], i + 1
+            elif tok == "FORCE_A16":
+                kw["force_a16"] = True
+            elif re.fullmatch(r"N\d+", tok) and re.fullmatch(r"K\d+", tokens[i + 1]):
+                kw["shape"] = (int(tok[1:]), int(tokens[i + 1][1:]))
+                kw["dtype"], i = tokens[i + 2], i + 2
+            elif tok in ("bfloat16", "float16"):
+                kw["dtype"] = tok
+            elif tok.startswith("method="):
+                kw["method"] = tok.split("=", 1)[1]
+            elif tok.startswith("model_type="):
+                kw["model_type"] = tok.split("=", 1)[1]
+            else:
+                kw["all2all"] = tok
+            i += 1
+        return cls(cap, cuda, fi, b12x, op, quant, act, gated, **kw)
 
     def selector_overrides(self) -> List[str]:
         """The machine as selector's overrides over `stack=vllm_0_32` (the capability comes

@@ -156,3 +156,28 @@ def test_vllms_per_quant_key_is_the_one_selector_names(monkeypatch):
     monkeypatch.setitem(lp.VLLM_LINEAR_QUANT, "fp8_block", "fp8_w8a8")
     row = _row(s)
     assert row.vllm_kernel == "FlashInferFp8DeepGEMMDynamicBlockScaledKernel" and not row.agrees
+
+
+def test_block_fp8_flashinfer_without_vendored_deep_gemm_is_cutlass_in_vllm():
+    """Seed 4242's case: block-FP8 on SM 9.0 with FlashInfer, a vLLM build without its vendored
+    DeepGEMM, N 64 K 4096, flashinfer_b12x requested (vLLM has no block-FP8 kernel under that
+    name and selects automatically). vLLM's FlashInferFp8DeepGEMMDynamicBlockScaledKernel needs
+    both halves supported (Fp8BlockScaledDynamicMMLinearKernel.is_supported), so vLLM builds
+    CUTLASS's; with DeepGEMM it builds the dynamic kernel selector names."""
+    s = sim.Scenario("9.0", "12.9", FI, None, "linear", "fp8_block", "silu", True,
+                     requested="flashinfer_b12x", shape=(64, 4096), deep_gemm=False)
+    assert lp.runs_deep_gemm("FlashInferFp8DeepGEMMDynamicBlockScaledKernel")
+    assert lp.runs_deep_gemm("DeepGemmFp8BlockScaledMMKernel")
+    assert not lp.runs_deep_gemm("CutlassFp8BlockScaledMMKernel")
+    for requested in ("flashinfer_b12x", "auto", "flashinfer_cutlass"):
+        r = _row(sim.Scenario(**{**s.__dict__, "requested": requested}))
+        assert r.vllm == ("cutlass" if requested != "flashinfer_cutlass" else None), r.vllm
+        assert r.vllm_kernel in ("CutlassFp8BlockScaledMMKernel", None)
+        assert (r.selected, r.kernel) == ("flashinfer_cutlass",
+                                          "FlashInferFp8DeepGEMMDynamicBlockScaledKernel")
+        assert r.vllm_with_deep_gemm == ("flashinfer_cutlass",
+                                         "FlashInferFp8DeepGEMMDynamicBlockScaledKernel")
+        assert r.why is not None and "vendored DeepGEMM" in r.why[0], r.why
+        assert any("BlockScaledMMLinearKernel.py:172-190" in src for _, src in r.why[1])
+    r = _row(sim.Scenario(**{**s.__dict__, "deep_gemm": True}))
+    assert r.agrees and r.kernel == "FlashInferFp8DeepGEMMDynamicBlockScaledKernel"
