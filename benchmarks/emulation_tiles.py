@@ -44,11 +44,10 @@ def main():
                                act_and_mul=True, config=cfg)
         ms = cuda_time(lambda: run(None))
         print(f"T={T}: default {ms:.3f} ms (BLOCK_M {F.block_m(T * k, E)})", flush=True)
-        for bm, bn1, bn2, bk, nw, ns in itertools.product((16, 32, 64), (32, 64, 128), (32, 64, 128),
-                                                         (64, 128, 256), (4, 8), (3, 4)):
-            if bm > max(16, 4 * F.block_m(T * k, E)) or (bn1, bn2) not in (
-                    (32, 32), (32, 64), (64, 64), (64, 128), (128, 128)):
-                continue
+        b0 = F.block_m(T * k, E)
+        for bm, (bn1, bn2), bk, nw, ns in itertools.product(
+                sorted({16, b0, min(64, 2 * b0)}), ((32, 64), (64, 64), (64, 128), (128, 128)),
+                (128, 256), (4, 8), (3,)):
             cfg = dict(BLOCK_M=bm, BLOCK_N1=bn1, BLOCK_N2=bn2, BLOCK_K=bk, num_warps=nw,
                        num_stages=ns)
             try:
