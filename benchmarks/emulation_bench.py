@@ -197,12 +197,14 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
         twg, tig = torch.topk(torch.softmax(lg, -1), k)
         print(check_grouped(xg, b13, b2, (twg / twg.sum(-1, keepdim=True)).to(device),
                             tig.int().to(device)))
-    print("columns: fused = the emulation now (fused Triton kernels on CUDA), grouped emu = the "
-          "emulation before (batched GEMMs over expanded weights), loop = its per-expert loop "
-          "(--loop), bf16 loop / grouped bf16 = the baselines on bf16 weights, x grp = ms / grouped "
-          "bf16, mem / cmp lim = memory- and compute-bound limits, ckpt x = peak memory during a "
-          "call (checkpoint + extra) / checkpoint, check = fused vs grouped emu outputs")
-    print(f"{'T':>5} {'quant':12} {'fused ms':>9} {'grouped emu':>11} {'loop ms':>8} "
+    print("columns: fused = the emulation now (fused Triton kernels on CUDA); graph = the fused "
+          "kernels alone (nvfp4_moe_triton.fused_moe, no argument checks) replayed from a CUDA "
+          "graph; grouped emu = the emulation before (batched GEMMs over expanded weights); loop = "
+          "its per-expert loop (--loop); bf16 loop / grouped bf16 = the baselines on bf16 "
+          "weights; fused/emu x grp = ms over grouped bf16; mem / cmp lim = memory- and "
+          "compute-bound limits; ckpt x = peak memory during a call (checkpoint + extra) over the "
+          "checkpoint; check = fused vs grouped emu outputs")
+    print(f"{'T':>5} {'quant':12} {'fused ms':>9} {'graph ms':>9} {'grouped emu':>11} {'loop ms':>8} "
           f"{'bf16 loop':>9} {'grouped bf16':>12} {'fused x grp':>9} {'emu x grp':>9} "
           f"{'mem lim':>8} {'cmp lim':>8} {'fused ckpt x':>11} {'emu ckpt x':>11}  check")
     for T in tokens:
@@ -225,13 +227,14 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
             def run(fused=None, grouped=None):
                 return emulate_moe(x, W, tw, ti, activation="silu", quant=quant, fused=fused,
                                    grouped=grouped)
-            t_em, t_gem, t_loop, check, peak = (float("nan"),) * 4 + (float("nan"),)
+            t_em, t_gem, t_loop, t_graph, peak = (float("nan"),) * 5
             check = "-"
             if cuda:
                 try:  # the fused Triton path (the default on CUDA)
                     t_em = cuda_time(lambda: run(fused=True))
                     check = compare_text(run(fused=True), run(fused=False))
                     peak = cuda_peak(lambda: run(fused=True))
+                    t_graph = graph_time(x, W, tw, ti, quant)
                 except Exception as exc:  # noqa: BLE001 - a benchmark prints, never stops
                     print(f"  fused Triton path FAILED at T={T} {quant}: {type(exc).__name__}: "
                           f"{str(exc)[:2000]}", flush=True)
@@ -243,9 +246,36 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
             else:
                 t_em = timeit(run, device, iters(T))
                 peak = peak_g = cpu_peak(run)
-            print(f"{T:5d} {quant:12} {t_em:9.3f} {t_gem:11.3f} {t_loop:8.3f} {t_bf:9.3f} "
+            print(f"{T:5d} {quant:12} {t_em:9.3f} {t_graph:9.3f} {t_gem:11.3f} {t_loop:8.3f} {t_bf:9.3f} "
                   f"{t_gr:12.3f} {t_em / t_gr:9.2f} {t_gem / t_gr:9.2f} {mem:8.3f} {comp:8.3f} "
                   f"{1 + peak / ckpt:11.3f} {1 + peak_g / ckpt:11.3f}  {check}", flush=True)
+
+
+def graph_time(x, W, tw, ti, quant):
+    """Median ms of the fused kernels (``fused_moe``: the sort, both GEMMs, the W4A4 quantizers)
+    captured once in a CUDA graph and replayed: no launch overhead, no host sync (NaN, with the
+    error printed, if the capture fails)."""
+    from backends.nvfp4_moe_triton import fused_moe
+    s1 = W.a13_scale if quant == "nvfp4" else None
+    s2 = W.a2_scale if quant == "nvfp4" else None
+
+    def fn():
+        return fused_moe(x, W, tw, ti, activation="silu", quant=quant, act_and_mul=True, s1=s1,
+                         s2=s2)
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return cuda_time(graph.replay)
+    except Exception as exc:  # noqa: BLE001 - a benchmark prints
+        print(f"  CUDA graph capture of fused_moe failed: {type(exc).__name__}: {str(exc)[:500]}")
+        return float("nan")
 
 
 def cuda_peak(fn):
