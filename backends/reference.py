@@ -389,28 +389,40 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     CPU gives the same bits, tests/test_emulation_grouped.py); memory: the checkpoint plus one
     group's weights in x's dtype.
 
-    fused (default: on CUDA with Triton, bf16 x, the default quantizer): the two fused Triton
+    fused (default: on CUDA SM 8.0+ with Triton, bf16 x, the default quantizer): the two fused Triton
     kernels of ``backends.nvfp4_moe_triton`` instead, which read the routed experts' packed codes
     and block scales and expand them in registers (no weight is expanded in memory); the grouped
     path's values up to float32 accumulation order. ``fused=True`` runs them on any device Triton
-    runs on (the CPU under ``TRITON_INTERPRET=1``: the tests).
+    runs on (the CPU under ``TRITON_INTERPRET=1``: the tests) and raises if they fail; by default
+    a failure warns once (RuntimeWarning) and the device stays on the grouped path.
     """
     torch = _torch()
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
                                        w13_order)
     cd = _gemm_dtype(x, dtype)
     s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
-    if fused is None:
-        fused = (x.is_cuda and x.dtype == torch.bfloat16 and cd == torch.bfloat16
-                 and quantizer is exact_quantizer and _fused_available())
+    auto = fused is None
+    if auto:
+        fused = _fused_default(x, cd, quantizer)
     if fused:
         from .nvfp4_moe_triton import fused_moe
         if quantizer is not exact_quantizer or cd != torch.bfloat16 or x.dtype != torch.bfloat16:
             raise ValueError("fused=True: the fused kernels take bf16 x and the default quantizer")
-        y = fused_moe(x, weights, topk_weights, topk_ids, activation=activation, quant=quant,
-                      act_and_mul=act_and_mul, s1=s1, s2=s2, swiglu_limit=swiglu_limit,
-                      swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta, w13_order=w13_order)
-        return _write_out(y, out, x)
+        try:
+            y = fused_moe(x, weights, topk_weights, topk_ids, activation=activation, quant=quant,
+                          act_and_mul=act_and_mul, s1=s1, s2=s2, swiglu_limit=swiglu_limit,
+                          swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta,
+                          w13_order=w13_order)
+            return _write_out(y, out, x)
+        except Exception as exc:  # noqa: BLE001 - the last resort must run: the grouped path
+            if not auto:
+                raise
+            _FUSED_FAILED[str(x.device)] = f"{type(exc).__name__}: {exc}"
+            import warnings
+            warnings.warn(f"emulation: the fused Triton MoE failed on {x.device} "
+                          f"({type(exc).__name__}: {str(exc)[:300]}); using the grouped path "
+                          "from now on (emulate_moe(..., fused=True) raises instead)",
+                          RuntimeWarning, stacklevel=2)
     if grouped if grouped is not None else x.is_cuda:
         return _emulate_moe_grouped(x, weights, topk_weights, topk_ids, E, act_and_mul, cd, s1,
                                     s2, activation=activation, quant=quant,
@@ -452,9 +464,24 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     return _write_out(y, out, x)
 
 
-def _fused_available() -> bool:
+#: devices on which the fused kernels failed once (the default path then stays grouped there)
+_FUSED_FAILED: dict = {}
+
+
+def _fused_default(x, cd, quantizer) -> bool:
+    """Whether ``emulate_moe`` takes the fused kernels by default for this call."""
+    torch = _torch()
+    return bool(x.is_cuda and x.dtype == torch.bfloat16 and cd == torch.bfloat16
+                and quantizer is exact_quantizer and _fused_available(x.device))
+
+
+def _fused_available(device) -> bool:
+    """The fused kernels by default: Triton imports, the GPU has bf16 tensor cores (SM 8.0 or
+    later: Triton's bf16 ``tl.dot``) and they have not failed on this device before."""
     from . import nvfp4_moe_triton
-    return nvfp4_moe_triton.available()
+    if str(device) in _FUSED_FAILED or not nvfp4_moe_triton.available():
+        return False
+    return tuple(_torch().cuda.get_device_capability(device)) >= (8, 0)
 
 
 #: the expanded (codes times block scales, x's dtype) FC1 weights of one group of experts in

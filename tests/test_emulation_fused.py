@@ -131,3 +131,27 @@ def test_cpu_default_is_unchanged():
             R.emulate_moe(x.float(), w, tw, ti, quant="nvfp4_w4a16", fused=True)
     finally:
         F.fused_moe = orig
+
+
+def test_a_failing_default_fused_path_falls_back_to_grouped(monkeypatch):
+    """By default a failure of the fused kernels warns and the call (and the device's later
+    calls) run the grouped path; fused=True raises."""
+    import selector.backends.nvfp4_moe_triton as F
+
+    def boom(*a, **k):
+        raise RuntimeError("no kernel here")
+    monkeypatch.setattr(F, "fused_moe", boom)
+    monkeypatch.setattr(R, "_FUSED_FAILED", {})
+    monkeypatch.setattr(R, "_fused_default", lambda x, cd, q: str(x.device) not in R._FUSED_FAILED)
+    g = torch.Generator().manual_seed(0)
+    w = nv.MoEWeights(nv.quantize(torch.randn(2, 32, 32, generator=g), global_dims=1),
+                      nv.quantize(torch.randn(2, 32, 16, generator=g), global_dims=1))
+    x = torch.randn(3, 32, generator=g).bfloat16()
+    tw, ti = torch.ones(3, 1), torch.zeros(3, 1, dtype=torch.int32)
+    ref = R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16", fused=False)
+    with pytest.warns(RuntimeWarning, match="no kernel here"):
+        y = R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16")
+    assert torch.equal(y, ref) and "cpu" in R._FUSED_FAILED
+    assert torch.equal(R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16"), ref)  # no second try
+    with pytest.raises(RuntimeError, match="no kernel here"):
+        R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16", fused=True)
