@@ -257,7 +257,7 @@ def route_blocks(topk_ids, num_experts: int, bm: int):
     ids = topk_ids.reshape(-1).long()
     ids = torch.where(ids >= 0, ids, E)
     n = ids.numel()
-    order = torch.argsort(ids, stable=True)
+    row_e, order = torch.sort(ids, stable=True)
     counts = torch.zeros(E + 1, dtype=torch.long, device=ids.device)
     counts.scatter_add_(0, ids, torch.ones_like(ids))
     starts = torch.cumsum(counts, 0) - counts
@@ -270,7 +270,7 @@ def route_blocks(topk_ids, num_experts: int, bm: int):
     bec = be.clamp(max=E - 1)
     first = (b - (cum - nblk)[bec]) * bm + starts[bec]
     end = starts[bec] + counts[bec]
-    return (order, torch.where(valid, bec, -1).int(), first.int(), end.int(), ids[order])
+    return (order, torch.where(valid, bec, -1).int(), first.int(), end.int(), row_e)
 
 
 def _per_expert(s, E: int, device):
