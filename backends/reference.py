@@ -371,7 +371,7 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
                 fc2_input_scale=_FROM_WEIGHTS, swiglu_limit: Optional[float] = None,
                 swiglu_alpha: Optional[float] = None, swiglu_beta: Optional[float] = None,
                 out=None, dtype=None, w13_order: str = "gate_up", quantizer=exact_quantizer,
-                grouped: Optional[bool] = None):
+                grouped: Optional[bool] = None, fused: Optional[bool] = None):
     """The fused MoE as a kernel computes it, for the ``emulation`` backend (same semantics and
     arguments as :func:`reference_moe`).
 
@@ -388,12 +388,41 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     group instead of per expert. The same values as the per-expert loop (same rounding steps; the
     CPU gives the same bits, tests/test_emulation_grouped.py); memory: the checkpoint plus one
     group's weights in x's dtype.
+
+    fused (default: on CUDA SM 8.0+ with Triton, bf16 x, the default quantizer): the two fused Triton
+    kernels of ``backends.nvfp4_moe_triton`` instead, which read the routed experts' packed codes
+    and block scales and expand them in registers (no weight is expanded in memory); the grouped
+    path's values up to float32 accumulation order. ``fused=True`` runs them on any device Triton
+    runs on (the CPU under ``TRITON_INTERPRET=1``: the tests) and raises if they fail; by default
+    a failure warns once (RuntimeWarning) and the device stays on the grouped path.
     """
     torch = _torch()
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
                                        w13_order)
     cd = _gemm_dtype(x, dtype)
     s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
+    auto = fused is None
+    if auto:
+        fused = _fused_default(x, cd, quantizer)
+    if fused:
+        from .nvfp4_moe_triton import fused_moe
+        if quantizer is not exact_quantizer or cd != torch.bfloat16 or x.dtype != torch.bfloat16:
+            raise ValueError("fused=True: the fused kernels take bf16 x and the default quantizer")
+        try:
+            y = fused_moe(x, weights, topk_weights, topk_ids, activation=activation, quant=quant,
+                          act_and_mul=act_and_mul, s1=s1, s2=s2, swiglu_limit=swiglu_limit,
+                          swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta,
+                          w13_order=w13_order)
+            return _write_out(y, out, x)
+        except Exception as exc:  # noqa: BLE001 - the last resort must run: the grouped path
+            if not auto:
+                raise
+            _FUSED_FAILED[str(x.device)] = f"{type(exc).__name__}: {exc}"
+            import warnings
+            warnings.warn(f"emulation: the fused Triton MoE failed on {x.device} "
+                          f"({type(exc).__name__}: {str(exc)[:300]}); using the grouped path "
+                          "from now on (emulate_moe(..., fused=True) raises instead)",
+                          RuntimeWarning, stacklevel=2)
     if grouped if grouped is not None else x.is_cuda:
         return _emulate_moe_grouped(x, weights, topk_weights, topk_ids, E, act_and_mul, cd, s1,
                                     s2, activation=activation, quant=quant,
@@ -433,6 +462,26 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
                      _expert_scale(w2.scale_2, e), as_)
         y.index_add_(0, tok, ye * topk_weights[tok, slot].float().unsqueeze(-1))
     return _write_out(y, out, x)
+
+
+#: devices on which the fused kernels failed once (the default path then stays grouped there)
+_FUSED_FAILED: dict = {}
+
+
+def _fused_default(x, cd, quantizer) -> bool:
+    """Whether ``emulate_moe`` takes the fused kernels by default for this call."""
+    torch = _torch()
+    return bool(x.is_cuda and x.dtype == torch.bfloat16 and cd == torch.bfloat16
+                and quantizer is exact_quantizer and _fused_available(x.device))
+
+
+def _fused_available(device) -> bool:
+    """The fused kernels by default: Triton imports, the GPU has bf16 tensor cores (SM 8.0 or
+    later: Triton's bf16 ``tl.dot``) and they have not failed on this device before."""
+    from . import nvfp4_moe_triton
+    if str(device) in _FUSED_FAILED or not nvfp4_moe_triton.available():
+        return False
+    return tuple(_torch().cuda.get_device_capability(device)) >= (8, 0)
 
 
 #: the expanded (codes times block scales, x's dtype) FC1 weights of one group of experts in

@@ -31,11 +31,18 @@ import os
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after an installed selector
 
 import torch  # noqa: E402
+
+try:  # baselines.py imports selector.backends: the installed package, or this checkout's
+    import selector.backends  # noqa: F401, E402
+except ImportError:
+    import backends as _backends  # noqa: E402
+    sys.modules["selector.backends"] = _backends
 
 from backends import nvfp4 as nv  # noqa: E402
 from backends import reference as R  # noqa: E402
@@ -165,7 +172,7 @@ def cpu_peak(fn):
     return peak
 
 
-def moe_figures(cfg, tokens, device, iters):
+def moe_figures(cfg, tokens, device, iters, loop=False):
     E, k, H, I = cfg["num_experts"], cfg["top_k"], cfg["hidden"], cfg["inter"]
     wgen = torch.Generator(device=device).manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -190,9 +197,16 @@ def moe_figures(cfg, tokens, device, iters):
         twg, tig = torch.topk(torch.softmax(lg, -1), k)
         print(check_grouped(xg, b13, b2, (twg / twg.sum(-1, keepdim=True)).to(device),
                             tig.int().to(device)))
-    print(f"{'T':>5} {'quant':12} {'emulation ms':>13} {'loop ms':>8} {'bf16 loop':>9} "
-          f"{'grouped bf16':>12} {'x grouped':>9} {'mem lim':>8} {'cmp lim':>8} "
-          f"{'peak extra / ckpt':>18} {'total / ckpt':>13}")
+    print("columns: fused = the emulation now (fused Triton kernels on CUDA); graph = the fused "
+          "kernels alone (nvfp4_moe_triton.fused_moe, no argument checks) replayed from a CUDA "
+          "graph; grouped emu = the emulation before (batched GEMMs over expanded weights); loop = "
+          "its per-expert loop (--loop); bf16 loop / grouped bf16 = the baselines on bf16 "
+          "weights; fused/emu x grp = ms over grouped bf16; mem / cmp lim = memory- and "
+          "compute-bound limits; ckpt x = peak memory during a call (checkpoint + extra) over the "
+          "checkpoint; check = fused vs grouped emu outputs")
+    print(f"{'T':>5} {'quant':12} {'fused ms':>9} {'graph ms':>9} {'grouped emu':>11} {'loop ms':>8} "
+          f"{'bf16 loop':>9} {'grouped bf16':>12} {'fused x grp':>9} {'emu x grp':>9} "
+          f"{'mem lim':>8} {'cmp lim':>8} {'fused ckpt x':>11} {'emu ckpt x':>11}  check")
     for T in tokens:
         x = torch.randn(T, H, generator=gen).bfloat16().to(device)
         logits = torch.randn(T, E, generator=gen)
@@ -210,35 +224,125 @@ def moe_figures(cfg, tokens, device, iters):
                 if quant == "nvfp4" else (None, None)
             W = nv.MoEWeights(w13, w2, *a)
 
-            def run():
-                return emulate_moe(x, W, tw, ti, activation="silu", quant=quant)
-            t_em = cuda_time(run) if cuda else timeit(run, device, iters(T))
-            t_loop = float("nan")
-            if device.type == "cuda":
-                t_loop = timeit(lambda: emulate_moe(x, W, tw, ti, activation="silu", quant=quant,
-                                                    grouped=False), device, iters(T))
-                same = torch.equal(run(), emulate_moe(x, W, tw, ti, activation="silu",
-                                                      quant=quant, grouped=False))
-                if not same:
-                    a, b = run().float(), emulate_moe(x, W, tw, ti, activation="silu",
-                                                      quant=quant, grouped=False).float()
-                    d = (a - b).abs()
-                    print(f"  (grouped vs loop on {device}: {int((d > 0).sum())} of {d.numel()} "
-                          f"outputs differ, max |diff| / max |y| = "
-                          f"{float(d.max() / b.abs().max()):.3g}, rms {float(d.norm() / b.norm()):.3g})")
-            if device.type == "cpu":
-                peak = cpu_peak(run)
+            def run(fused=None, grouped=None):
+                return emulate_moe(x, W, tw, ti, activation="silu", quant=quant, fused=fused,
+                                   grouped=grouped)
+            t_em, t_gem, t_loop, t_graph, peak = (float("nan"),) * 5
+            check = "-"
+            if cuda:
+                try:  # the fused Triton path (the default on CUDA)
+                    t_em = cuda_time(lambda: run(fused=True))
+                    check = compare_text(run(fused=True), run(fused=False))
+                    peak = cuda_peak(lambda: run(fused=True))
+                    t_graph = graph_time(x, W, tw, ti, quant)
+                except Exception as exc:  # noqa: BLE001 - a benchmark prints, never stops
+                    print(f"  fused Triton path FAILED at T={T} {quant}: {type(exc).__name__}: "
+                          f"{str(exc)[:2000]}", flush=True)
+                    traceback.print_exc()
+                t_gem = cuda_time(lambda: run(fused=False))
+                peak_g = cuda_peak(lambda: run(fused=False))
+                if loop:
+                    t_loop = timeit(lambda: run(fused=False, grouped=False), device, iters(T))
             else:
-                torch.cuda.synchronize()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-                y = run()
-                torch.cuda.synchronize()
-                peak = torch.cuda.max_memory_allocated() - base
-                del y
-            print(f"{T:5d} {quant:12} {t_em:13.3f} {t_loop:8.3f} {t_bf:9.3f} {t_gr:12.3f} "
-                  f"{t_em / t_gr:9.2f} {mem:8.3f} {comp:8.3f} "
-                  f"{peak / ckpt:18.3f} {1 + peak / ckpt:13.3f}", flush=True)
+                t_em = timeit(run, device, iters(T))
+                peak = peak_g = cpu_peak(run)
+            print(f"{T:5d} {quant:12} {t_em:9.3f} {t_graph:9.3f} {t_gem:11.3f} {t_loop:8.3f} {t_bf:9.3f} "
+                  f"{t_gr:12.3f} {t_em / t_gr:9.2f} {t_gem / t_gr:9.2f} {mem:8.3f} {comp:8.3f} "
+                  f"{1 + peak / ckpt:11.3f} {1 + peak_g / ckpt:11.3f}  {check}", flush=True)
+
+
+def graph_time(x, W, tw, ti, quant):
+    """Median ms of the fused kernels (``fused_moe``: the sort, both GEMMs, the W4A4 quantizers)
+    captured once in a CUDA graph and replayed: no launch overhead, no host sync (NaN, with the
+    error printed, if the capture fails)."""
+    from backends.nvfp4_moe_triton import fused_moe
+    s1 = W.a13_scale if quant == "nvfp4" else None
+    s2 = W.a2_scale if quant == "nvfp4" else None
+
+    def fn():
+        return fused_moe(x, W, tw, ti, activation="silu", quant=quant, act_and_mul=True, s1=s1,
+                         s2=s2)
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return cuda_time(graph.replay)
+    except Exception as exc:  # noqa: BLE001 - a benchmark prints
+        print(f"  CUDA graph capture of fused_moe failed: {type(exc).__name__}: {str(exc)[:500]}")
+        return float("nan")
+
+
+def cuda_peak(fn):
+    """Peak bytes allocated during ``fn()`` beyond what was allocated before it."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del y
+    return peak
+
+
+def compare_text(y, ref):
+    """``fused vs grouped``: how many outputs differ, max |diff| / max |ref| and the RMS ratio."""
+    a, b = y.float(), ref.float()
+    d = (a - b).abs()
+    return (f"{int((d > 0).sum())}/{d.numel()} differ, max {float(d.max() / b.abs().max()):.2e}, "
+            f"rms {float(d.norm() / b.norm()):.2e}")
+
+
+def check_cases(device):
+    """The fused path against the grouped emulation on small odd shapes (H 272, I 144, 8 experts,
+    top-2, 37 tokens: the masked tile edges), every activation the emulation implements, W4A16
+    and W4A4 with a scalar, per-expert and dynamic activation scale, both w13 orders."""
+    from backends.reference import GATED_ACTIVATIONS, NON_GATED_ACTIVATIONS
+    E, k, H, I, T = 8, 2, 272, 144, 37
+    g = torch.Generator().manual_seed(1)
+    print(f"\ncorrectness: fused vs grouped emulation, E={E} top-{k} H={H} I={I} T={T} "
+          f"(seed 1; one slot unrouted)")
+    x = torch.randn(T, H, generator=g).bfloat16().to(device)
+    tw, ti = torch.topk(torch.softmax(torch.randn(T, E, generator=g), -1), k)
+    ti = ti.int()
+    ti[0, 1] = -1
+    tw, ti = tw.to(device), ti.to(device)
+    worst = 0.0
+    for gated in (True, False):
+        w13 = nv.quantize(torch.randn(E, (2 if gated else 1) * I, H, generator=g), global_dims=1)
+        w2 = nv.quantize(torch.randn(E, H, I, generator=g), global_dims=1)
+        w13, w2 = w13.to(device), w2.to(device)
+        for act in (GATED_ACTIVATIONS if gated else NON_GATED_ACTIVATIONS):
+            for quant, scales in (("nvfp4_w4a16", (None, None)),
+                                  ("nvfp4", (torch.tensor(0.004), torch.full((E,), 0.002))),
+                                  ("nvfp4", (torch.rand(E) * 0.01 + 1e-3, torch.tensor(0.002))),
+                                  ("nvfp4", (None, None))):
+                orders = ("gate_up", "up_gate") if gated and act != "swigluoai" else ("gate_up",)
+                for order in orders:
+                    W = nv.MoEWeights(w13, w2, *[None if s is None else s.to(device)
+                                                 for s in scales])
+                    kw = dict(activation=act, quant=quant, w13_order=order,
+                              swiglu_limit=5.0 if act == "silu" and gated else None)
+                    label = (f"{'gated' if gated else 'plain'} {act:22} {quant:12} {order:8} "
+                             f"scales {'dynamic' if scales[0] is None else tuple(s.dim() for s in scales)}")
+                    if quant != "nvfp4":
+                        label = label.rsplit(" scales", 1)[0]
+                    try:
+                        ref = emulate_moe(x, W, tw, ti, fused=False, **kw)
+                        y = emulate_moe(x, W, tw, ti, fused=True, **kw)
+                        d = (y.float() - ref.float()).abs()
+                        rel = float(d.max() / ref.float().abs().max())
+                        worst = max(worst, rel)
+                        print(f"  {label}: {compare_text(y, ref)}", flush=True)
+                    except Exception as exc:  # noqa: BLE001
+                        print(f"  {label}: FAILED {type(exc).__name__}: {str(exc)[:500]}",
+                              flush=True)
+    print(f"  worst max |diff| / max |y|: {worst:.2e}")
 
 
 def main():
@@ -247,6 +351,8 @@ def main():
     ap.add_argument("--full", action="store_true", help="the DeepSeek-V3 shape on the CPU too")
     ap.add_argument("--tokens", default="1,8,64,256")
     ap.add_argument("--skip-quantize", action="store_true", help="no CPU quantize figure")
+    ap.add_argument("--loop", action="store_true", help="also time the per-expert loop (slow)")
+    ap.add_argument("--no-check", action="store_true", help="no fused-vs-grouped check cases")
     args = ap.parse_args()
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536" and not torch.cuda.is_available():
         os.execve(sys.executable, [sys.executable, *sys.argv],
@@ -262,7 +368,9 @@ def main():
     if args.quick:
         cfg = dict(num_experts=16, top_k=4, hidden=256, inter=128)
     iters = (lambda t: 10 if t <= 64 else 5) if dev.type == "cuda" else (lambda t: 3)
-    moe_figures(cfg, tokens, dev, iters)
+    if dev.type == "cuda" and not args.no_check:
+        check_cases(dev)
+    moe_figures(cfg, tokens, dev, iters, loop=args.loop)
     if dev.type == "cpu":
         print("\n(CPU memory: peak resident set added during one call)")
 

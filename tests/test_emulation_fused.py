@@ -1,0 +1,157 @@
+"""The emulation's fused Triton MoE (``backends/nvfp4_moe_triton.py``) against the grouped emulation.
+
+The kernels run in Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, a child process, as
+tests/test_emulation_grouped.py runs the quantizer): they give the grouped emulation's bits (the
+same rounding steps; the interpreter's float32 accumulation is sequential like the CPU's). The
+block table (``route_blocks``) is pure torch and checked here directly. Skipped without Triton.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from selector.backends import nvfp4 as nv  # noqa: E402
+from selector.backends import reference as R  # noqa: E402
+
+_CHILD = """
+import sys, torch
+from selector.backends import nvfp4 as nv
+from selector.backends.reference import emulate_moe
+E, k, H, I, T = {shape}
+seed = {seed}
+print("seed", seed)
+g = torch.Generator().manual_seed(seed)
+x = torch.randn(T, H, generator=g).bfloat16()
+tw, ti = torch.topk(torch.softmax(torch.randn(T, E, generator=g), -1), k)
+ti = ti.int()
+ti[0, k - 1] = -1  # an unrouted slot
+bad = []
+for gated, act, quant, scales, order, limit in {cases}:
+    w13 = nv.quantize(torch.randn(E, (2 if gated else 1) * I, H, generator=g), global_dims=1)
+    w2 = nv.quantize(torch.randn(E, H, I, generator=g), global_dims=1)
+    sc = {{"none": (None, None), "scalar": (torch.tensor(0.004), torch.full((E,), 0.002)),
+          "expert": (torch.rand(E, generator=g) * 0.01 + 1e-3, torch.tensor(0.002))}}[scales]
+    W = nv.MoEWeights(w13, w2, *sc)
+    kw = dict(activation=act, quant=quant, w13_order=order, swiglu_limit=limit)
+    ref = emulate_moe(x, W, tw, ti, grouped=True, fused=False, **kw)
+    y = emulate_moe(x, W, tw, ti, fused=True, **kw)
+    if not torch.equal(y, ref):
+        d = (y.float() - ref.float()).abs()
+        bad.append((gated, act, quant, scales, order, limit, float(d.max())))
+print("bad", bad)
+print("done")
+"""
+
+
+def _run_child(shape, cases, seed=0):
+    code = _CHILD.format(shape=shape, cases=cases, seed=seed)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1200,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout[-2000:] + p.stderr[-3000:]
+    assert "bad []" in p.stdout, p.stdout[-3000:]
+
+
+def test_fused_matches_grouped_emulation_in_the_interpreter():
+    """Tiny odd shape (H 48 and I 32: partial K and N tiles), W4A16 silu and W4A4 dynamic."""
+    pytest.importorskip("triton")
+    _run_child((4, 2, 48, 32, 3), [(True, "silu", "nvfp4_w4a16", "none", "gate_up", None),
+                                   (True, "silu", "nvfp4", "none", "gate_up", None)])
+
+
+@pytest.mark.slow
+def test_fused_matches_grouped_emulation_every_activation_in_the_interpreter():
+    """Every activation the emulation implements, W4A16 and W4A4 with dynamic, scalar and
+    per-expert activation scales, both w13 orders, the swiglu_limit clamp; 8 experts, top-2,
+    H 272 and I 144 (verify's odd sizes), 5 tokens (more than one row in some experts)."""
+    pytest.importorskip("triton")
+    cases = []
+    for act in R.GATED_ACTIVATIONS:
+        cases.append((True, act, "nvfp4_w4a16", "none", "gate_up", None))
+    for act in R.NON_GATED_ACTIVATIONS:
+        cases.append((False, act, "nvfp4_w4a16", "none", "gate_up", None))
+    cases += [(True, "silu", "nvfp4_w4a16", "none", "up_gate", None),
+              (True, "silu", "nvfp4_w4a16", "none", "gate_up", 5.0),
+              (True, "swiglustep", "nvfp4", "scalar", "up_gate", 3.0),
+              (True, "swigluoai", "nvfp4", "expert", "gate_up", None),
+              (True, "silu", "nvfp4", "scalar", "gate_up", None),
+              (True, "gelu_tanh", "nvfp4", "none", "gate_up", None),
+              (False, "relu2", "nvfp4", "expert", "gate_up", None)]
+    _run_child((8, 2, 272, 144, 5), cases, seed=3)
+
+
+def test_route_blocks_cover_every_routed_row_once():
+    """The block table: every routed (token, slot) row in exactly one block of its expert, blocks
+    at most BLOCK_M rows, the surplus blocks marked -1, unrouted rows in none (seeded sweep)."""
+    from selector.backends.nvfp4_moe_triton import route_blocks
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        E = int(torch.randint(1, 40, (1,), generator=g))
+        T = int(torch.randint(1, 70, (1,), generator=g))
+        k = int(torch.randint(1, min(E, 8) + 1, (1,), generator=g))
+        bm = (16, 32, 64)[seed % 3]
+        ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).int()
+        ids[torch.rand(T, k, generator=g) < 0.1] = -1
+        order, be, bs, bend, row_e = route_blocks(ids, E, bm)
+        flat = ids.reshape(-1).long()
+        seen = torch.zeros(T * k, dtype=torch.long)
+        for b in range(be.numel()):
+            e = int(be[b])
+            if e < 0:
+                continue
+            r0, r1 = int(bs[b]), min(int(bs[b]) + bm, int(bend[b]))
+            assert r1 > r0, f"seed {seed}: empty block {b}"
+            rows = order[r0:r1]
+            assert bool((flat[rows] == e).all()), f"seed {seed}: block {b} mixes experts"
+            seen[rows] += 1
+        assert torch.equal(seen, (flat >= 0).long()), f"seed {seed}"
+        assert torch.equal(row_e, torch.where(flat >= 0, flat, E)[order]), f"seed {seed}"
+
+
+def test_cpu_default_is_unchanged():
+    """On the CPU the emulation never takes the fused path unless asked (fused=True)."""
+    import selector.backends.nvfp4_moe_triton as F
+    calls = []
+    orig = F.fused_moe
+    F.fused_moe = lambda *a, **k: calls.append(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        w = nv.MoEWeights(nv.quantize(torch.randn(2, 32, 32, generator=g), global_dims=1),
+                          nv.quantize(torch.randn(2, 32, 16, generator=g), global_dims=1))
+        x = torch.randn(3, 32, generator=g).bfloat16()
+        tw, ti = torch.ones(3, 1), torch.zeros(3, 1, dtype=torch.int32)
+        R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16")
+        R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16", grouped=True)
+        assert calls == []
+        with pytest.raises(ValueError, match="bf16"):
+            R.emulate_moe(x.float(), w, tw, ti, quant="nvfp4_w4a16", fused=True)
+    finally:
+        F.fused_moe = orig
+
+
+def test_a_failing_default_fused_path_falls_back_to_grouped(monkeypatch):
+    """By default a failure of the fused kernels warns and the call (and the device's later
+    calls) run the grouped path; fused=True raises."""
+    import selector.backends.nvfp4_moe_triton as F
+
+    def boom(*a, **k):
+        raise RuntimeError("no kernel here")
+    monkeypatch.setattr(F, "fused_moe", boom)
+    monkeypatch.setattr(R, "_FUSED_FAILED", {})
+    monkeypatch.setattr(R, "_fused_default", lambda x, cd, q: str(x.device) not in R._FUSED_FAILED)
+    g = torch.Generator().manual_seed(0)
+    w = nv.MoEWeights(nv.quantize(torch.randn(2, 32, 32, generator=g), global_dims=1),
+                      nv.quantize(torch.randn(2, 32, 16, generator=g), global_dims=1))
+    x = torch.randn(3, 32, generator=g).bfloat16()
+    tw, ti = torch.ones(3, 1), torch.zeros(3, 1, dtype=torch.int32)
+    ref = R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16", fused=False)
+    with pytest.warns(RuntimeWarning, match="no kernel here"):
+        y = R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16")
+    assert torch.equal(y, ref) and "cpu" in R._FUSED_FAILED
+    assert torch.equal(R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16"), ref)  # no second try
+    with pytest.raises(RuntimeError, match="no kernel here"):
+        R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16", fused=True)
