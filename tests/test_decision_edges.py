@@ -544,3 +544,16 @@ def test_a_decision_holds_the_typed_layer_and_its_json_object_is_unchanged():
     with pytest.raises(SelectorError, match="layer.activation"):
         Decision(dict(js, activation="swish"), d.platform, d.requested, d.selected,
                  d.candidates, d.note_data)
+
+
+def test_parallel_sizes_default_to_one_and_are_bounded():
+    from selector.core.parallel import MAX_PARALLEL, Parallel, make_parallel
+    assert Parallel().to_dict() == {"tp": 1, "dp": 1, "ep": 1} == make_parallel({}).to_dict()
+    assert make_parallel({"tp": 2, "dp": 3, "ep": 4}) == Parallel(tp=2, dp=3, ep=4)
+    assert MAX_PARALLEL == 65536
+    assert make_parallel({k: 65536 for k in ("tp", "dp", "ep")}).to_dict() == {
+        "tp": 65536, "dp": 65536, "ep": 65536}
+    for key in ("tp", "dp", "ep"):
+        for bad in (0, 65537, True, 2.0, "2"):
+            with pytest.raises(SelectorError, match=rf"parallel\.{key}.*from 1 to 65536"):
+                make_parallel({key: bad})

@@ -175,3 +175,26 @@ def test_no_reference_to_files_outside_the_repository():
     bad = [str(f.relative_to(REPO)) for f in files if f.is_file()
            and any(n in f.read_text(errors="replace") for n in outside)]
     assert not bad, bad
+
+
+def test_list_presets_describes_each_group_in_order(tmp_path):
+    from selector.commands.preset_list import presets_dict, presets_text
+    from selector.config.dirs import ConfigTree
+    from selector.core.packaged import packaged_conf_dir
+    (tmp_path / "layer").mkdir()
+    (tmp_path / "layer" / "mine.yaml").write_text(
+        "defaults:\n  - default\nop: moe\nquant: nvfp4\ntop_k: 2\ndtype: bfloat16\n")
+    tree = ConfigTree.from_dirs([packaged_conf_dir(), tmp_path])
+    got = presets_dict(tree)
+    assert list(got) == ["platform", "stack", "layer", "policy"]
+    assert got["layer"]["deepseek_moe"]["describes"] == (
+        "op moe, quant nvfp4, activation silu, act_and_mul True, hidden_size 7168, "
+        "intermediate_size 2048, num_experts 256, top_k 8")
+    assert got["layer"]["mine"] == {"describes": "op moe, quant nvfp4, top_k 2",
+                                    "values": {"op": "moe", "quant": "nvfp4", "top_k": 2,
+                                               "dtype": "bfloat16"}}
+    assert got["platform"]["auto"]["describes"].startswith("detect this machine")
+    assert got["platform"]["b200"]["describes"] == "NVIDIA B200 (SM 10.0)"
+    assert got["platform"]["cpu"]["describes"] == "no GPU"
+    text = presets_text(tree).splitlines()
+    assert text[0] == "platform= (use platform=NAME)" and "layer= (use layer=NAME)" in text

@@ -5,7 +5,7 @@
     python tools/mutate.py --all --per-module 12 --json mutation.json   # every module, sampled
     python tools/mutate.py --group rules --per-module 10 --seed 36 --record docs/mutation.json
 
---group NAME runs one shard (GROUPS below: nine cover every module with a mutation site):
+--group NAME runs one shard (GROUPS below: together they cover every module with a mutation site):
 its modules against its test files. One traced run of those files records, per line of each
 module, the tests that execute it; each mutant then runs only those tests (a module-level
 line, or one that runs only in a subprocess: every test that runs any line of the module);
@@ -115,19 +115,27 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
 # Shards: each a few modules and the test files that exercise them (one traced baseline run
 # of those files, then each mutant runs only the tests that covered its line). Each finishes
 # in under 15 minutes with --per-module 10 on the shared 2-core machine.
+_CHECKPOINT_TESTS = ("test_checkpoint_units", "test_checkpoint_schemes", "test_checkpoint",
+                     "test_checkpoint_engine", "test_checkpoint_mutants", "test_launch")
 GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "environment": (("inspect/environment.py", "core/env_vars.py", "inspect/nvml_query.py",
                      "inspect/child_runner.py"),
                     ("test_environment", "test_nvml_query", "test_child_runner", "test_cli_env")),
-    "checkpoint": (("checkpoint/",),
-                   ("test_checkpoint_units", "test_checkpoint_schemes", "test_checkpoint",
-                    "test_checkpoint_engine", "test_checkpoint_mutants", "test_launch")),
-    "rules": (("core/rules/", "core/resolver.py", "core/versions.py", "core/layer.py",
-               "core/notes.py", "core/decision.py", "core/errors.py", "core/parallel.py"),
-              ("test_rules", "test_decision_edges", "test_outcomes", "test_layers")),
-    "config": (("config/", "core/locks.py", "core/entry_points.py", "api.py", "__init__.py"),
-               ("test_hostile", "test_cache_reads", "test_catalogues", "test_plugins",
-                "test_untrusted", "test_api", "test_recipes")),
+    "checkpoint": (("checkpoint/arch.py", "checkpoint/arch_moe.py", "checkpoint/hf_defaults.py",
+                    "checkpoint/files.py", "checkpoint/modules.py"), _CHECKPOINT_TESTS),
+    "launch": (("checkpoint/plan.py", "checkpoint/launch.py", "checkpoint/launchers.py",
+                "checkpoint/splits.py"), _CHECKPOINT_TESTS),
+    "quant": (("checkpoint/quant/",), _CHECKPOINT_TESTS),
+    "rules": (("core/rules/",), ("test_rules", "test_decision_edges", "test_outcomes",
+                                 "test_layers")),
+    "core": (("core/resolver.py", "core/versions.py", "core/layer.py", "core/notes.py",
+              "core/decision.py", "core/errors.py", "core/parallel.py"),
+             ("test_rules", "test_decision_edges", "test_outcomes", "test_layers",
+              "test_recipes")),
+    "config": (("config/",), ("test_hostile", "test_cache_reads", "test_catalogues",
+                              "test_plugins", "test_untrusted", "test_recipes")),
+    "api": (("core/locks.py", "core/entry_points.py", "api.py", "__init__.py"),
+            ("test_api", "test_plugins", "test_concurrency", "test_catalogues")),
     "schema": (("core/schema.py", "core/model.py", "core/probe_specs.py", "core/text.py"),
                ("test_schema", "test_properties", "test_catalogue", "test_probes")),
     "engines": (("core/engines.py", "core/engine_flags.py", "engines/"),
@@ -135,10 +143,10 @@ GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "commands": (("commands/", "core/packaged.py"),
                  ("test_catalogue", "test_matrix", "test_doctor", "test_outcomes", "test_tune",
                   "test_schema", "test_ux")),
-    "inspect": (("inspect/verify", "inspect/drift.py", "inspect/probing.py",
-                 "inspect/probe_child.py", "inspect/tuning.py", "core/profile.py"),
-                ("test_verify", "test_verify_inputs", "test_cache_reads", "test_knowledge",
-                 "test_probes", "test_doctor", "test_tune")),
+    "inspect": (("inspect/verify", "inspect/drift.py"),
+                ("test_verify", "test_verify_inputs", "test_cache_reads", "test_knowledge")),
+    "probes": (("inspect/probing.py", "inspect/probe_child.py", "inspect/tuning.py",
+                "core/profile.py"), ("test_probes", "test_doctor", "test_tune")),
     "distributed": (("distributed/",), ("test_agreement", "test_distributed",
                                         "test_agreed_interface")),
 }
