@@ -194,20 +194,24 @@ class _Plugin:
     """In the child: keep only `select` (test ids), record the first failing test id, and
     (with a tracer) which test is running."""
 
-    def __init__(self, select: Optional[set], tracer: Optional[_Tracer]) -> None:
+    def __init__(self, select: Optional[dict], tracer: Optional[_Tracer]) -> None:
         self.select, self.tracer, self.failed = select, tracer, ""
+        self.seconds: dict[str, float] = {}
 
     def pytest_collection_modifyitems(self, items: list, config: object) -> None:
-        if self.select is not None:
-            items[:] = [i for i in items if i.nodeid in self.select]
+        if self.select is not None:  # the quickest first: a mutant is killed sooner
+            keep = [i for i in items if i.nodeid in self.select]
+            items[:] = sorted(keep, key=lambda i: self.select[i.nodeid])  # type: ignore[index]
 
     def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
         if self.tracer:
             self.tracer.current = nodeid
 
     def pytest_runtest_logreport(self, report: object) -> None:
+        node = str(getattr(report, "nodeid", "?"))
+        self.seconds[node] = self.seconds.get(node, 0.0) + float(getattr(report, "duration", 0))
         if getattr(report, "failed", False) and not self.failed:
-            self.failed = str(getattr(report, "nodeid", "?"))
+            self.failed = node
 
 
 class _Tracer:
@@ -250,7 +254,7 @@ class _Tracer:
 
 
 def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
-              select: Optional[set] = None, trace: Optional[List[str]] = None,
+              select: Optional[dict] = None, trace: Optional[List[str]] = None,
               cache: Optional[str] = None) -> Tuple[int, str, dict]:
     """(pytest's exit code, the first failing test id, the coverage) from a forked child with
     fresh `selector` imports: 0 when the tests pass (the mutant survives), NO_TESTS when `marks`
@@ -281,7 +285,8 @@ def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
                                   *(["-m", marks] if marks else []), *tests], plugins=[plugin]))
             sys.settrace(None)
             Path(out).write_text(json.dumps({"failed": plugin.failed,
-                                             "lines": tracer.dump() if tracer else {}}))
+                                             "lines": tracer.dump() if tracer else {},
+                                             "seconds": plugin.seconds}))
             if rc == NO_TESTS and select is not None:
                 rc = EMPTY_SELECTION
             os._exit(rc if rc in (0, NO_TESTS, EMPTY_SELECTION) else 1)
@@ -304,6 +309,8 @@ def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
     except ValueError:
         got = {}
     os.unlink(out)
+    if trace:
+        got.setdefault("lines", {})["<seconds>"] = got.get("seconds", {})
     return rc, got.get("failed", "timeout" if rc == 1 and not got else ""), got.get("lines", {})
 
 
@@ -331,6 +338,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "and test_faults.py: the only tests of commands/cli.py and the child runners)")
     ap.add_argument("--record", help="merge the per-module rows into this results file "
                     "(docs/mutation.json: docs/guarantees.md renders it)")
+    ap.add_argument("--test-seconds", type=float, default=20.0,
+                    help="per mutant, run the quickest covering tests that fit in this many "
+                    "seconds of their baseline time (0: every covering test)")
+    ap.add_argument("--trace-file", help="keep the traced baseline here, and reuse it if present")
     ap.add_argument("--no-targeted", dest="targeted", action="store_false",
                     help="run each mutant against its module's whole test set, not just the "
                     "tests whose run covered the mutated line")
@@ -386,9 +397,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     sets = sorted({tuple(t) for t in tests_of.values()})
     if args.targeted:  # one traced run of every file: a module's tests may live anywhere
         sets = [tuple(dict.fromkeys(f for t in sets for f in t))]
+    seconds: dict[str, float] = {}
     for tests in sets:
-        rc, _, lines = run_tests(list(tests), args.timeout * 4, marks, trace=files)
+        saved = Path(args.trace_file) if args.trace_file else None
+        if saved and saved.is_file():  # a traced baseline kept from an earlier run
+            import json
+            rc, lines = 0, json.loads(saved.read_text())
+        else:
+            rc, _, lines = run_tests(list(tests), args.timeout * 4, marks, trace=files)
+            if saved and rc == 0:
+                import json
+                saved.write_text(json.dumps(lines))
         baseline[tests] = rc
+        seconds.update(lines.pop("<seconds>", {}))
         for mod, hits in lines.items():
             for line, ids in hits.items():
                 coverage.setdefault(mod, {}).setdefault(int(line), set()).update(ids)
@@ -425,6 +446,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 continue  # not a valid program: not a mutant
             select = _covering(coverage.get(mod, {}), trees[mod], index, headers[mod]) \
                 if args.targeted else None
+            if select:
+                select = _quickest(select, seconds, args.test_seconds)
             Path(mod).write_text(code)
             ran += 1
             row = per[mod]
@@ -443,7 +466,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     users = set().union(*coverage.get(mod, {}).values()) - {IMPORT}
                     files = [f for f in tests_of[mod] if any(i.startswith(f + "::") for i in users)]
                     rc, failed, _ = run_tests(files or tests_of[mod], args.timeout, marks,
-                                              select=users or None, cache=cache)
+                                              select=_quickest(users, seconds, args.test_seconds)
+                                              if users else None, cache=cache)
             if rc == 0:
                 survivors.append(f"{mod}:{line}: {desc}")
                 row["survivors"].append(f"{line}: {desc}")  # type: ignore[attr-defined]
@@ -479,7 +503,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _statement_lines(tree: ast.AST) -> dict[int, Tuple[int, int]]:
     """id(node) -> the line range of the innermost statement holding it (a compound
-    statement's header only: `if x:`, not its body)."""
+    statement's header only: `if x:`, not its body), for nodes inside a function body; a
+    node outside every function body (module and class level, defaults, decorators) runs at
+    import, whichever test imported the module first, so it is left out."""
+    inside: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside.update(id(n) for stmt in fn.body for n in ast.walk(stmt))
+        elif isinstance(fn, ast.Lambda):
+            inside.update(id(n) for n in ast.walk(fn.body))
     out: dict[int, Tuple[int, int]] = {}
     for stmt in ast.walk(tree):
         if isinstance(stmt, ast.stmt):
@@ -487,7 +519,8 @@ def _statement_lines(tree: ast.AST) -> dict[int, Tuple[int, int]]:
             end = (body[0].lineno - 1 if body and isinstance(body, list) else stmt.end_lineno) \
                 or stmt.lineno
             for sub in ast.walk(stmt):
-                out[id(sub)] = (stmt.lineno, max(stmt.lineno, end))
+                if id(sub) in inside:
+                    out[id(sub)] = (stmt.lineno, max(stmt.lineno, end))
     return out
 
 
@@ -497,10 +530,11 @@ def _covering(cov: dict[int, set], tree: ast.AST, index: int,
     they also ran at import time (module-level code: every test may read it) or never ran in
     the test process (a subprocess, or no test): then the module's whole test set runs."""
     node = list(ast.walk(tree))[index]
+    if id(node) not in headers:  # import-time code
+        return None
     lo = getattr(node, "lineno", None)
     ranges = [(lo, getattr(node, "end_lineno", lo) or lo)] if lo else []
-    if id(node) in headers:
-        ranges.append(headers[id(node)])
+    ranges.append(headers[id(node)])
     for a, b in ranges:
         ids = set().union(*(cov.get(n, set()) for n in range(a, b + 1)))
         if IMPORT in ids:
@@ -508,6 +542,20 @@ def _covering(cov: dict[int, set], tree: ast.AST, index: int,
         if ids:
             return ids
     return None
+
+
+def _quickest(ids: set, seconds: dict[str, float], budget: float) -> dict[str, float]:
+    """The covering tests, quickest first, as many as fit in `budget` seconds of their
+    baseline time (at least one): {test id: its rank}. A survivor is then a mutant that none
+    of those tests notices (a slower test might)."""
+    out: dict[str, float] = {}
+    spent = 0.0 if budget > 0 else -float("inf")
+    for i in sorted(ids, key=lambda i: (seconds.get(i, 0.0), i)):
+        t = seconds.get(i, 0.0)
+        if out and spent + t > budget:
+            break
+        out[i], spent = len(out), spent + t
+    return out
 
 
 def record(path: Path, per: dict, args: argparse.Namespace) -> None:
