@@ -245,3 +245,24 @@ def test_probes_run_only_when_asked():
     """probe=deep imports kernel libraries in children: never on a plain load."""
     sel = selector.load(["platform=b200"])
     assert sel.probes == {} and sel.run_config.probe != "deep"
+
+
+def test_a_fork_inside_an_import_keeps_the_module_being_imported(tmp_path, monkeypatch):
+    """The at-fork repair (core/locks.py) drops only import locks that another thread held:
+    a module this thread is importing when it forks stays in the child's sys.modules."""
+    import sys
+
+    import selector.core.locks  # noqa: F401 - registers the repair
+    (tmp_path / "forks_on_import.py").write_text(
+        "import os, sys\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if sys.modules.get(__name__) is not None else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "CHILD = os.waitstatus_to_exitcode(status)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import forks_on_import
+        assert forks_on_import.CHILD == 0
+    finally:
+        sys.modules.pop("forks_on_import", None)
