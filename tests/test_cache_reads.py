@@ -165,3 +165,14 @@ def test_read_json_refuses_what_is_not_a_small_regular_file(tmp_path, notes):
     assert cache_mod.read_json(tmp_path / "fifo.json", 10 ** 6) is None
     assert cache_mod.read_json(big, 10 ** 6) == [0] * 101
     assert len(notes) == 3, notes  # too big, a link, a FIFO; a missing file is no news
+
+
+@pytest.mark.parametrize("key", ["platform", "layer", "policy", "engine"])
+def test_a_cached_entry_whose_section_is_not_a_mapping_is_refused(key):
+    from selector.core import schema
+    from selector.core.errors import SelectorError
+    data = {k: {} for k in cache_mod._TOP_KEYS}
+    data["catalogue"] = {op: {} for op in schema.OPS}
+    data[key] = []
+    with pytest.raises(SelectorError, match=f"composed config: {key} is not a mapping"):
+        cache_mod.check_shape(data)
