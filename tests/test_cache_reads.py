@@ -176,3 +176,15 @@ def test_a_cached_entry_whose_section_is_not_a_mapping_is_refused(key):
     data[key] = []
     with pytest.raises(SelectorError, match=f"composed config: {key} is not a mapping"):
         cache_mod.check_shape(data)
+
+
+def test_a_stored_entry_is_read_back_under_its_own_key_only(tmp_path):
+    import selector
+    selector.load(["platform=cpu"])  # composes (or finds) an entry in the session's cache
+    entry = next(p for p in sorted(Path(os.environ["SELECTOR_CACHE_DIR"]).glob("*.json"))
+                 if cache_mod.get(p.parent, p.stem) is not None)
+    data = json.loads(entry.read_text())["data"]
+    cache_mod.put(tmp_path, "k1", data)
+    assert cache_mod.get(tmp_path, "k1") == data
+    (tmp_path / "k2.json").write_bytes((tmp_path / "k1.json").read_bytes())  # another key's
+    assert cache_mod.get(tmp_path, "k2") is None

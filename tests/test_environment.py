@@ -394,6 +394,7 @@ def test_a_timeout_outside_one_millisecond_to_one_day_is_refused(value):
 
 def test_a_child_python_gets_this_import_path_after_pythonpath(tmp_path, monkeypatch):
     import sys
+
     from selector.core import env_vars
     first, extra = tmp_path / "first", tmp_path / "extra"
     first.mkdir()
