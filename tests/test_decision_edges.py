@@ -557,3 +557,10 @@ def test_parallel_sizes_default_to_one_and_are_bounded():
         for bad in (0, 65537, True, 2.0, "2"):
             with pytest.raises(SelectorError, match=rf"parallel\.{key}.*from 1 to 65536"):
                 make_parallel({key: bad})
+
+
+def test_bad_input_exits_2_naming_the_key(capsys):
+    from selector.commands.cli import main
+    assert main(["explain", "platform=cpu", "layer.top_kk=8"]) == 2
+    err = capsys.readouterr().err
+    assert "top_kk" in err and "did you mean 'top_k'" in err and "Traceback" not in err
