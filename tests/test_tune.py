@@ -589,19 +589,3 @@ def test_tune_check_scores_the_picks_against_another_run(tmp_path):
                        env=child_env(), timeout=120)
     assert p.returncode == 2 and f"{bad}: (top level)" in p.stderr
 
-
-def test_merging_keeps_only_the_old_cells_of_this_machine_not_measured_again(tmp_path):
-    from selector.commands.tune import _merge
-    new = _profile(KEY, [(128, {"emulation": _timing(1.0)})])
-    f = tmp_path / "p.json"
-    assert _merge(new, str(f)) == (new, 0)  # no file yet
-    f.write_text("not json")
-    assert _merge(new, str(f)) == (new, 0)  # not a profile
-    f.write_text(_profile(dict(KEY, machine="aarch64"), [(64, {"emulation": _timing(2.0)})])
-                 .dumps())
-    assert _merge(new, str(f)) == (new, 0)  # another machine's
-    old = _profile(KEY, [(64, {"emulation": _timing(2.0)}), (128, {"emulation": _timing(3.0)})])
-    f.write_text(old.dumps())
-    merged, kept = _merge(new, str(f))
-    assert kept == 1 and [c.tokens for c in merged.cells] == [64, 128]
-    assert merged.cells[1] == new.cells[0] and merged.key == new.key

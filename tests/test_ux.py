@@ -198,3 +198,34 @@ def test_list_presets_describes_each_group_in_order(tmp_path):
     assert got["platform"]["cpu"]["describes"] == "no GPU"
     text = presets_text(tree).splitlines()
     assert text[0] == "platform= (use platform=NAME)" and "layer= (use layer=NAME)" in text
+
+
+def test_merging_keeps_only_the_old_cells_of_this_machine_not_measured_again(tmp_path):
+    """`tune` merges into an existing profile (in the fast suite: test_tune.py is slow-marked)."""
+    from selector.commands.tune import _merge
+    from selector.core import profile as prof
+    layer = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=False, ep_size=1,
+                 tp_size=1, dtype="bfloat16", hidden_size=256, intermediate_size=256,
+                 swiglu_limit=None, num_experts=None, top_k=None, all2all=None)
+    key = {"gpu": None, "capability": None, "driver": None, "cuda": None,
+           "packages": {"torch": "2.13.0"}, "selector": "0.1.0", "machine": "x86_64"}
+
+    def _timing(med):
+        return prof.Timing(med, med * 0.9, med * 1.1, 8)
+
+    def _profile(key, cells):
+        return prof.Profile(key, tuple(prof.Cell(dict(layer, num_tokens=t), t, times, {})
+                                       for t, times in cells), {"warmup": 1}, "now")
+    new = _profile(key, [(128, {"emulation": _timing(1.0)})])
+    f = tmp_path / "p.json"
+    assert _merge(new, str(f)) == (new, 0)  # no file yet
+    f.write_text("not json")
+    assert _merge(new, str(f)) == (new, 0)  # not a profile
+    f.write_text(_profile(dict(key, machine="aarch64"), [(64, {"emulation": _timing(2.0)})])
+                 .dumps())
+    assert _merge(new, str(f)) == (new, 0)  # another machine's
+    old = _profile(key, [(64, {"emulation": _timing(2.0)}), (128, {"emulation": _timing(3.0)})])
+    f.write_text(old.dumps())
+    merged, kept = _merge(new, str(f))
+    assert kept == 1 and [c.tokens for c in merged.cells] == [64, 128]
+    assert merged.cells[1] == new.cells[0] and merged.key == new.key
