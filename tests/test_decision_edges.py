@@ -564,3 +564,14 @@ def test_bad_input_exits_2_naming_the_key(capsys):
     assert main(["explain", "platform=cpu", "layer.top_kk=8"]) == 2
     err = capsys.readouterr().err
     assert "top_kk" in err and "did you mean 'top_k'" in err and "Traceback" not in err
+
+
+def test_the_fp8_hint_is_for_layer_quant_fp8_only():
+    sel = selector.load(["platform=cpu"])
+    hint = "`fp8` names four schemes"
+    with pytest.raises(SelectorError, match=hint):
+        sel.select(op="moe", quant="fp8")
+    for bad in (dict(quant="fp9"), dict(activation="fp8")):
+        with pytest.raises(SelectorError) as exc:
+            sel.select(op="moe", **bad)
+        assert hint not in str(exc.value)
