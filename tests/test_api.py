@@ -245,3 +245,73 @@ def test_probes_run_only_when_asked():
     """probe=deep imports kernel libraries in children: never on a plain load."""
     sel = selector.load(["platform=b200"])
     assert sel.probes == {} and sel.run_config.probe != "deep"
+
+
+def test_a_fork_inside_an_import_keeps_the_module_being_imported(tmp_path, monkeypatch):
+    """The at-fork repair (core/locks.py) drops only import locks that another thread held:
+    a module this thread is importing when it forks stays in the child's sys.modules."""
+    import sys
+
+    import selector.core.locks  # noqa: F401 - registers the repair
+    (tmp_path / "forks_on_import.py").write_text(
+        "import os, sys\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if sys.modules.get(__name__) is not None else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "CHILD = os.waitstatus_to_exitcode(status)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import forks_on_import
+        assert forks_on_import.CHILD == 0
+    finally:
+        sys.modules.pop("forks_on_import", None)
+
+
+def test_a_fork_while_another_thread_imports_leaves_the_child_able_to_import(tmp_path,
+                                                                             monkeypatch):
+    """The lock of a module another thread was importing at the fork is dropped in the child,
+    and so is the half-made module: the child imports it afresh instead of waiting forever on
+    a lock whose owner does not exist there."""
+    import builtins
+    import os
+    import sys
+    import threading
+    import time
+
+    import selector.core.locks  # noqa: F401 - registers the repair
+    gate = threading.Event()
+    monkeypatch.setattr(builtins, "_selector_test_gate", gate, raising=False)
+    (tmp_path / "slow_to_import.py").write_text(
+        "import builtins\nbuiltins._selector_test_gate.wait(60)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = threading.Thread(target=__import__, args=("slow_to_import",))
+    t.start()
+    try:
+        for _ in range(600):  # until the thread is inside the module's body
+            mod = sys.modules.get("slow_to_import")
+            if getattr(getattr(mod, "__spec__", None), "_initializing", False):
+                break
+            time.sleep(0.01)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                gate.set()
+                import slow_to_import
+                os._exit(0 if slow_to_import.DONE else 3)
+            finally:
+                os._exit(4)
+        for _ in range(3000):  # a child stuck on the dead thread's lock never exits
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the child hung on the import lock of a thread it does not have")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        gate.set()
+        t.join()
+        sys.modules.pop("slow_to_import", None)

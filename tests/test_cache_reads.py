@@ -165,3 +165,26 @@ def test_read_json_refuses_what_is_not_a_small_regular_file(tmp_path, notes):
     assert cache_mod.read_json(tmp_path / "fifo.json", 10 ** 6) is None
     assert cache_mod.read_json(big, 10 ** 6) == [0] * 101
     assert len(notes) == 3, notes  # too big, a link, a FIFO; a missing file is no news
+
+
+@pytest.mark.parametrize("key", ["platform", "layer", "policy", "engine"])
+def test_a_cached_entry_whose_section_is_not_a_mapping_is_refused(key):
+    from selector.core import schema
+    from selector.core.errors import SelectorError
+    data = {k: {} for k in cache_mod._TOP_KEYS}
+    data["catalogue"] = {op: {} for op in schema.OPS}
+    data[key] = []
+    with pytest.raises(SelectorError, match=f"composed config: {key} is not a mapping"):
+        cache_mod.check_shape(data)
+
+
+def test_a_stored_entry_is_read_back_under_its_own_key_only(tmp_path):
+    import selector
+    selector.load(["platform=cpu"])  # composes (or finds) an entry in the session's cache
+    entry = next(p for p in sorted(Path(os.environ["SELECTOR_CACHE_DIR"]).glob("*.json"))
+                 if cache_mod.get(p.parent, p.stem) is not None)
+    data = json.loads(entry.read_text())["data"]
+    cache_mod.put(tmp_path, "k1", data)
+    assert cache_mod.get(tmp_path, "k1") == data
+    (tmp_path / "k2.json").write_bytes((tmp_path / "k1.json").read_bytes())  # another key's
+    assert cache_mod.get(tmp_path, "k2") is None

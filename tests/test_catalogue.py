@@ -199,3 +199,12 @@ def test_docs_rules_md_is_generated_from_the_catalogue(cat):
             assert f"### `{b.name}`" in want
             for r in b.rules:
                 assert r.source in want
+
+
+def test_importing_the_listing_module_prints_nothing(capsys):
+    """Only `python -m selector.commands.listing` prints the catalogue, not an import."""
+    import runpy
+
+    from selector.commands import listing
+    names = runpy.run_path(listing.__file__, run_name="selector.commands.listing_imported")
+    assert "catalogue_markdown" in names and capsys.readouterr().out == ""

@@ -161,3 +161,29 @@ def test_no_contribution_leaves_output_unchanged(good):
     """Without contributed backends explain prints no origins line and no `origins` key."""
     r = run_cli_many([("explain", "--format", "json", *SPARK)])[0]
     assert "origins" not in json.loads(r.stdout)
+
+
+def test_contributable_files_are_the_yaml_and_yml_files_of_each_group(tmp_path):
+    from selector.config.catalogues import _files
+    (tmp_path / "backend" / "moe").mkdir(parents=True)
+    (tmp_path / "layer").mkdir()
+    for name in ("backend/moe/a.yaml", "backend/moe/b.yml", "backend/moe/c.txt", "layer/l.yaml"):
+        (tmp_path / name).write_text("x: 1\n")
+    (tmp_path / "backend" / "moe" / "d.yaml").mkdir()  # a directory is not a file
+    assert _files(tmp_path) == {"backend/moe/a": tmp_path / "backend/moe/a.yaml",
+                                "backend/moe/b": tmp_path / "backend/moe/b.yml",
+                                "layer/l": tmp_path / "layer/l.yaml"}
+
+
+def test_linting_only_a_directory_reads_the_files_under_it(tmp_path):
+    from selector.config.dirs import ConfigTree
+    from selector.config.presets import lint_tree
+    from selector.core.errors import SelectorError
+    from selector.core.packaged import packaged_conf_dir
+    (tmp_path / "stack").mkdir()
+    (tmp_path / "stack" / "mine.yaml").write_text("packages:\n  torch: 2.10\n")
+    tree = ConfigTree.from_dirs([packaged_conf_dir(), tmp_path])
+    lint_tree(tree, only=packaged_conf_dir())  # the packaged files are fine
+    with pytest.raises(SelectorError, match=r"mine\.yaml line 2: packages\.torch: '2\.10' is an "
+                                            "unquoted number"):
+        lint_tree(tree, only=tmp_path)

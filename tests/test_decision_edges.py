@@ -544,3 +544,34 @@ def test_a_decision_holds_the_typed_layer_and_its_json_object_is_unchanged():
     with pytest.raises(SelectorError, match="layer.activation"):
         Decision(dict(js, activation="swish"), d.platform, d.requested, d.selected,
                  d.candidates, d.note_data)
+
+
+def test_parallel_sizes_default_to_one_and_are_bounded():
+    from selector.core.parallel import MAX_PARALLEL, Parallel, make_parallel
+    assert Parallel().to_dict() == {"tp": 1, "dp": 1, "ep": 1} == make_parallel({}).to_dict()
+    assert make_parallel({"tp": 2, "dp": 3, "ep": 4}) == Parallel(tp=2, dp=3, ep=4)
+    assert MAX_PARALLEL == 65536
+    assert make_parallel({k: 65536 for k in ("tp", "dp", "ep")}).to_dict() == {
+        "tp": 65536, "dp": 65536, "ep": 65536}
+    for key in ("tp", "dp", "ep"):
+        for bad in (0, 65537, True, 2.0, "2"):
+            with pytest.raises(SelectorError, match=rf"parallel\.{key}.*from 1 to 65536"):
+                make_parallel({key: bad})
+
+
+def test_bad_input_exits_2_naming_the_key(capsys):
+    from selector.commands.cli import main
+    assert main(["explain", "platform=cpu", "layer.top_kk=8"]) == 2
+    err = capsys.readouterr().err
+    assert "top_kk" in err and "did you mean 'top_k'" in err and "Traceback" not in err
+
+
+def test_the_fp8_hint_is_for_layer_quant_fp8_only():
+    sel = selector.load(["platform=cpu"])
+    hint = "`fp8` names four schemes"
+    with pytest.raises(SelectorError, match=hint):
+        sel.select(op="moe", quant="fp8")
+    for bad in (dict(quant="fp9"), dict(activation="fp8")):
+        with pytest.raises(SelectorError) as exc:
+            sel.select(op="moe", **bad)
+        assert hint not in str(exc.value)

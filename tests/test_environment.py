@@ -321,11 +321,11 @@ def test_half_installed_reads_top_level_packages_from_record(tmp_path, monkeypat
                                  + "gone/sub/__init__.py,,\n")
     assert environment.half_installed("pkg") is None  # a nested package is not top-level
     (info / "RECORD").write_text("a/__init__.py,,\nb/__init__.py,,\nc/__init__.py,,\n"
-                                 "pkg/__init__.py,,\nmissing/__init__.py,,\n")
+                                 "missing/__init__.py,,\npkg/__init__.py,,\n")
     for d in "abc":
         (tmp_path / d).mkdir()
         (tmp_path / d / "__init__.py").write_text("")
-    assert environment.half_installed("pkg") is None  # three top-level packages are looked at
+    assert environment.half_installed("pkg") is None  # only the first three are looked at
     os.remove(tmp_path / "b" / "__init__.py")
     assert environment.half_installed("pkg") == "b/__init__.py"
 
@@ -379,3 +379,27 @@ def test_every_extra_package_keys_the_verify_cache(monkeypatch):
         assert data["packages"][extra] == "99.0" and digest not in seen, extra
         seen.add(digest)
     assert len(environment.EXTRA_PACKAGES) == len(set(environment.EXTRA_PACKAGES)) >= 14
+
+
+@pytest.mark.parametrize("value", ["0", "0.0009", "86400.5", "3e6", "-1", "nan", "inf", "abc",
+                                   True, None])
+def test_a_timeout_outside_one_millisecond_to_one_day_is_refused(value):
+    from selector.core import env_vars
+    from selector.core.errors import SelectorError
+    with pytest.raises(SelectorError, match="SELECTOR_X.*from 0.001 to 86400"):
+        env_vars.parse_timeout("SELECTOR_X", value)
+    assert env_vars.parse_timeout("SELECTOR_X", "0.001") == 0.001  # both ends are accepted
+    assert env_vars.parse_timeout("SELECTOR_X", 86_400) == 86_400.0
+
+
+def test_a_child_python_gets_this_import_path_after_pythonpath(tmp_path, monkeypatch):
+    import sys
+
+    from selector.core import env_vars
+    first, extra = tmp_path / "first", tmp_path / "extra"
+    first.mkdir()
+    extra.mkdir()
+    monkeypatch.setenv("PYTHONPATH", f"{first}{os.pathsep}{os.pathsep}{first}")
+    monkeypatch.setattr(sys, "path", [str(extra), "", str(tmp_path / "missing"), str(first)])
+    assert env_vars.child_env()["PYTHONPATH"].split(os.pathsep) == [str(first), str(first),
+                                                                   str(extra)]

@@ -477,3 +477,13 @@ def test_errors_come_from_attributes_not_message_text():
     exc.full_key, exc.value = "layer.ep_size", "abc"
     msg = str(translate_omegaconf(exc))
     assert msg.startswith("layer.ep_size: 'abc'") and "integer" in msg, msg
+
+
+def test_version_keys_and_package_versions_stay_strings():
+    """`platform.cuda=13.0` would otherwise reach the config as the float 13.0."""
+    from selector.config.composer import normalize_overrides
+    assert normalize_overrides(["platform.cuda=13.0", "platform.capability=9.0",
+                                "platform.packages.torch=2.11", 'platform.cuda="13.0"',
+                                "platform.cuda=null", "layer.top_k=8"]) == [
+        "platform.cuda='13.0'", "platform.capability='9.0'", "++platform.packages.torch='2.11'",
+        'platform.cuda="13.0"', "platform.cuda=null", "layer.top_k=8"]

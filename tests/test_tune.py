@@ -588,3 +588,4 @@ def test_tune_check_scores_the_picks_against_another_run(tmp_path):
     p = subprocess.run(tool + [str(a), str(bad)], capture_output=True, text=True,
                        env=child_env(), timeout=120)
     assert p.returncode == 2 and f"{bad}: (top level)" in p.stderr
+

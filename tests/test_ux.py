@@ -175,3 +175,57 @@ def test_no_reference_to_files_outside_the_repository():
     bad = [str(f.relative_to(REPO)) for f in files if f.is_file()
            and any(n in f.read_text(errors="replace") for n in outside)]
     assert not bad, bad
+
+
+def test_list_presets_describes_each_group_in_order(tmp_path):
+    from selector.commands.preset_list import presets_dict, presets_text
+    from selector.config.dirs import ConfigTree
+    from selector.core.packaged import packaged_conf_dir
+    (tmp_path / "layer").mkdir()
+    (tmp_path / "layer" / "mine.yaml").write_text(
+        "defaults:\n  - default\nop: moe\nquant: nvfp4\ntop_k: 2\ndtype: bfloat16\n")
+    tree = ConfigTree.from_dirs([packaged_conf_dir(), tmp_path])
+    got = presets_dict(tree)
+    assert list(got) == ["platform", "stack", "layer", "policy"]
+    assert got["layer"]["deepseek_moe"]["describes"] == (
+        "op moe, quant nvfp4, activation silu, act_and_mul True, hidden_size 7168, "
+        "intermediate_size 2048, num_experts 256, top_k 8")
+    assert got["layer"]["mine"] == {"describes": "op moe, quant nvfp4, top_k 2",
+                                    "values": {"op": "moe", "quant": "nvfp4", "top_k": 2,
+                                               "dtype": "bfloat16"}}
+    assert got["platform"]["auto"]["describes"].startswith("detect this machine")
+    assert got["platform"]["b200"]["describes"] == "NVIDIA B200 (SM 10.0)"
+    assert got["platform"]["cpu"]["describes"] == "no GPU"
+    text = presets_text(tree).splitlines()
+    assert text[0] == "platform= (use platform=NAME)" and "layer= (use layer=NAME)" in text
+
+
+def test_merging_keeps_only_the_old_cells_of_this_machine_not_measured_again(tmp_path):
+    """`tune` merges into an existing profile (in the fast suite: test_tune.py is slow-marked)."""
+    from selector.commands.tune import _merge
+    from selector.core import profile as prof
+    layer = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=False, ep_size=1,
+                 tp_size=1, dtype="bfloat16", hidden_size=256, intermediate_size=256,
+                 swiglu_limit=None, num_experts=None, top_k=None, all2all=None)
+    key = {"gpu": None, "capability": None, "driver": None, "cuda": None,
+           "packages": {"torch": "2.13.0"}, "selector": "0.1.0", "machine": "x86_64"}
+
+    def _timing(med):
+        return prof.Timing(med, med * 0.9, med * 1.1, 8)
+
+    def _profile(key, cells):
+        return prof.Profile(key, tuple(prof.Cell(dict(layer, num_tokens=t), t, times, {})
+                                       for t, times in cells), {"warmup": 1}, "now")
+    new = _profile(key, [(128, {"emulation": _timing(1.0)})])
+    f = tmp_path / "p.json"
+    assert _merge(new, str(f)) == (new, 0)  # no file yet
+    f.write_text("not json")
+    assert _merge(new, str(f)) == (new, 0)  # not a profile
+    f.write_text(_profile(dict(key, machine="aarch64"), [(64, {"emulation": _timing(2.0)})])
+                 .dumps())
+    assert _merge(new, str(f)) == (new, 0)  # another machine's
+    old = _profile(key, [(64, {"emulation": _timing(2.0)}), (128, {"emulation": _timing(3.0)})])
+    f.write_text(old.dumps())
+    merged, kept = _merge(new, str(f))
+    assert kept == 1 and [c.tokens for c in merged.cells] == [64, 128]
+    assert merged.cells[1] == new.cells[0] and merged.key == new.key

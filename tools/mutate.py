@@ -3,6 +3,16 @@
     python tools/mutate.py selector/core/rules.py selector/core/resolver.py selector/core/versions.py \
         --tests tests/test_rules.py tests/test_decision_edges.py --budget 900
     python tools/mutate.py --all --per-module 12 --json mutation.json   # every module, sampled
+    python tools/mutate.py --group rules --per-module 10 --seed 36 --record docs/mutation.json
+
+--group NAME runs one shard (GROUPS below: together they cover every module with a mutation site):
+its modules against its test files. One traced run of those files records, per line of each
+module, the tests that execute it; each mutant then runs only those tests (a module-level
+line, or one that runs only in a subprocess: every test that runs any line of the module);
+--no-targeted runs the whole set each time. Each mutant gets a fresh copy of the composed-
+config cache. --record merges the per-module rows into docs/mutation.json, which
+docs/guarantees.md renders (tools/regen.py); `--only survivors.txt --record ...` reruns
+survivors after new tests and moves those now killed.
 
 Without --tests, each module is run against the test files that name it (its dotted name, or
 `from <package> import <module>`), falling back to the decision and API suites; --all takes
@@ -26,7 +36,9 @@ import ast
 import copy
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
@@ -100,6 +112,56 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
                         return
 
 
+# Shards: each a few modules and the test files that exercise them (one traced baseline run
+# of those files, then each mutant runs only the tests that covered its line). Each finishes
+# in under 15 minutes with --per-module 10 on the shared 2-core machine.
+_CHECKPOINT_TESTS = ("test_checkpoint_units", "test_checkpoint_schemes", "test_checkpoint",
+                     "test_checkpoint_engine", "test_checkpoint_mutants", "test_launch")
+GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
+    "environment": (("inspect/environment.py", "core/env_vars.py", "inspect/nvml_query.py",
+                     "inspect/child_runner.py"),
+                    ("test_environment", "test_nvml_query", "test_child_runner", "test_cli_env")),
+    "checkpoint": (("checkpoint/arch.py", "checkpoint/arch_moe.py", "checkpoint/hf_defaults.py",
+                    "checkpoint/files.py", "checkpoint/modules.py"), _CHECKPOINT_TESTS),
+    "launch": (("checkpoint/plan.py", "checkpoint/launch.py", "checkpoint/launchers.py",
+                "checkpoint/splits.py"), _CHECKPOINT_TESTS),
+    "quant": (("checkpoint/quant/",), _CHECKPOINT_TESTS),
+    "rules": (("core/rules/",), ("test_rules", "test_decision_edges", "test_outcomes",
+                                 "test_layers")),
+    "core": (("core/resolver.py", "core/versions.py", "core/layer.py", "core/notes.py",
+              "core/decision.py", "core/errors.py", "core/parallel.py"),
+             ("test_rules", "test_decision_edges", "test_outcomes", "test_layers",
+              "test_recipes")),
+    "config": (("config/",), ("test_hostile", "test_cache_reads", "test_catalogues",
+                              "test_plugins", "test_untrusted", "test_recipes")),
+    "api": (("core/locks.py", "core/entry_points.py", "api.py", "__init__.py"),
+            ("test_api", "test_plugins", "test_concurrency", "test_catalogues")),
+    "schema": (("core/schema.py", "core/model.py", "core/probe_specs.py", "core/text.py"),
+               ("test_schema", "test_properties", "test_catalogue", "test_probes")),
+    "engines": (("core/engines.py", "core/engine_flags.py", "engines/"),
+                ("test_engines", "test_engine_recipe", "test_trtllm", "test_cli_env")),
+    "commands": (("commands/", "core/packaged.py"),
+                 ("test_catalogue", "test_matrix", "test_doctor", "test_outcomes", "test_tune",
+                  "test_schema", "test_ux")),
+    "inspect": (("inspect/verify", "inspect/drift.py"),
+                ("test_verify", "test_verify_inputs", "test_cache_reads", "test_knowledge")),
+    "probes": (("inspect/probing.py", "inspect/probe_child.py", "inspect/tuning.py",
+                "core/profile.py"), ("test_probes", "test_doctor", "test_tune")),
+    "distributed": (("distributed/",), ("test_agreement", "test_distributed",
+                                        "test_agreed_interface")),
+}
+
+
+def group_modules(name: str) -> Tuple[List[str], List[str]]:
+    """The modules (with a mutation site) and the test files of shard `name`."""
+    prefixes, tests = GROUPS[name]
+    mods = [m for m in all_modules() if any(
+        m == "selector/" + p if p.endswith(".py") else m.startswith("selector/" + p)
+        for p in prefixes)]
+    return ([m for m in mods if any(True for _ in sites(ast.parse(Path(ROOT / m).read_text())))],
+            [f"tests/{t}.py" for t in tests])
+
+
 FALLBACK_TESTS = ("tests/test_decision_edges.py", "tests/test_api.py", "tests/test_cli.py")
 
 
@@ -124,15 +186,90 @@ def tests_for(module: str) -> List[str]:
 
 
 NO_TESTS = 5  # pytest's exit code when the selection collects nothing
+EMPTY_SELECTION = 6  # the chosen test ids collected nothing (the caller falls back)
+IMPORT = "<import>"  # the coverage context of lines run while collecting (module level)
 
 
-def run_tests(tests: List[str], timeout: float, marks: str = "not slow") -> int:
-    """pytest's exit code in a forked child with fresh `selector` imports: 0 when the tests
-    pass (the mutant survives), NO_TESTS when `marks` selects none of them, 1 otherwise (a
-    failure, an error or a hang past `timeout`)."""
+class _Plugin:
+    """In the child: keep only `select` (test ids), record the first failing test id, and
+    (with a tracer) which test is running."""
+
+    def __init__(self, select: Optional[dict], tracer: Optional[_Tracer]) -> None:
+        self.select, self.tracer, self.failed = select, tracer, ""
+        self.seconds: dict[str, float] = {}
+
+    def pytest_collection_modifyitems(self, items: list, config: object) -> None:
+        if self.select is not None:  # the quickest first: a mutant is killed sooner
+            keep = [i for i in items if i.nodeid in self.select]
+            items[:] = sorted(keep, key=lambda i: self.select[i.nodeid])  # type: ignore[index]
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        if self.tracer:
+            self.tracer.current = nodeid
+
+    def pytest_runtest_logreport(self, report: object) -> None:
+        node = str(getattr(report, "nodeid", "?"))
+        self.seconds[node] = self.seconds.get(node, 0.0) + float(getattr(report, "duration", 0))
+        if getattr(report, "failed", False) and not self.failed:
+            self.failed = node
+
+
+class _Tracer:
+    """Line coverage of a few files, per test (sys.settrace; frames of other files cost one
+    call event each)."""
+
+    def __init__(self, files: List[str]) -> None:
+        self.targets = {os.path.realpath(f) for f in files}
+        self.memo: dict[str, bool] = {}
+        self.current = IMPORT
+        self.hits: dict[tuple, set] = {}
+
+    def _local(self, frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "line":
+            key = (frame.f_code.co_filename, frame.f_lineno)
+            got = self.hits.get(key)
+            if got is None:
+                got = self.hits[key] = set()
+            got.add(self.current)
+        return self._local
+
+    def _global(self, frame, event, arg):  # type: ignore[no-untyped-def]
+        name = frame.f_code.co_filename
+        mine = self.memo.get(name)
+        if mine is None:
+            mine = self.memo[name] = os.path.realpath(name) in self.targets
+        return self._local if mine else None
+
+    def start(self) -> None:
+        import threading
+        sys.settrace(self._global)
+        threading.settrace(self._global)
+
+    def dump(self) -> dict:
+        out: dict[str, dict[str, list]] = {}
+        for (name, line), ctx in self.hits.items():
+            rel = os.path.relpath(os.path.realpath(name), ROOT)
+            out.setdefault(rel, {}).setdefault(str(line), []).extend(sorted(ctx))
+        return out
+
+
+def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
+              select: Optional[dict] = None, trace: Optional[List[str]] = None,
+              cache: Optional[str] = None) -> Tuple[int, str, dict]:
+    """(pytest's exit code, the first failing test id, the coverage) from a forked child with
+    fresh `selector` imports: 0 when the tests pass (the mutant survives), NO_TESTS when `marks`
+    selects none of them, EMPTY_SELECTION when `select` (test ids) matches none, 1 otherwise (a
+    failure, an error or a hang past `timeout`). With `trace` (module paths), the coverage is
+    {module: {line: [test ids]}}; `cache` is the composed-config cache directory to use."""
+    import json
+    import tempfile
+    fd, out = tempfile.mkstemp(prefix="mutate-", suffix=".json")
+    os.close(fd)
     pid = os.fork()
     if pid == 0:  # child
         try:
+            if cache:
+                os.environ["SELECTOR_TEST_CACHE_DIR"] = cache
             for name in [m for m in sys.modules if m == "selector" or m.startswith("selector.")]:
                 del sys.modules[name]
             sys.dont_write_bytecode = True
@@ -140,21 +277,41 @@ def run_tests(tests: List[str], timeout: float, marks: str = "not slow") -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
-            rc = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                              *(["-m", marks] if marks else []), *tests])
-            os._exit(int(rc) if int(rc) in (0, NO_TESTS) else 1)
+            tracer = _Tracer(trace) if trace else None
+            plugin = _Plugin(select, tracer)
+            if tracer:
+                tracer.start()
+            rc = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                  *(["-m", marks] if marks else []), *tests], plugins=[plugin]))
+            sys.settrace(None)
+            Path(out).write_text(json.dumps({"failed": plugin.failed,
+                                             "lines": tracer.dump() if tracer else {},
+                                             "seconds": plugin.seconds}))
+            if rc == NO_TESTS and select is not None:
+                rc = EMPTY_SELECTION
+            os._exit(rc if rc in (0, NO_TESTS, EMPTY_SELECTION) else 1)
         except BaseException:  # noqa: B036 - any failure of the child is a killed mutant
             os._exit(1)
     deadline = time.monotonic() + timeout
-    while True:
+    rc = None
+    while rc is None:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
-        if time.monotonic() > deadline:
+            rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+        elif time.monotonic() > deadline:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            return 1  # a hang is noticed too
-        time.sleep(0.05)
+            rc = 1  # a hang is noticed too
+        else:
+            time.sleep(0.05)
+    try:
+        got = json.loads(Path(out).read_text() or "{}")
+    except ValueError:
+        got = {}
+    os.unlink(out)
+    if trace:
+        got.setdefault("lines", {})["<seconds>"] = got.get("seconds", {})
+    return rc, got.get("failed", "timeout" if rc == 1 and not got else ""), got.get("lines", {})
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -179,7 +336,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--slow", action="store_true",
                     help="run the slow-marked tests too (subprocess suites such as test_cli.py "
                     "and test_faults.py: the only tests of commands/cli.py and the child runners)")
+    ap.add_argument("--record", help="merge the per-module rows into this results file "
+                    "(docs/mutation.json: docs/guarantees.md renders it)")
+    ap.add_argument("--test-seconds", type=float, default=20.0,
+                    help="per mutant, run the quickest covering tests that fit in this many "
+                    "seconds of their baseline time (0: every covering test)")
+    ap.add_argument("--trace-file", help="keep the traced baseline here, and reuse it if present")
+    ap.add_argument("--no-targeted", dest="targeted", action="store_false",
+                    help="run each mutant against its module's whole test set, not just the "
+                    "tests whose run covered the mutated line")
+    ap.add_argument("--group", choices=sorted(GROUPS),
+                    help="one shard: its modules against its test files (see GROUPS)")
     args = ap.parse_args(argv)
+    if args.group:
+        args.modules, args.tests = group_modules(args.group)
     if args.all:
         args.modules = all_modules()
         if args.shard:
@@ -221,8 +391,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         mutants = random.Random(args.seed).sample(mutants, args.sample)  # random order too
     mutants = mutants[args.start:]
     marks = "" if args.slow else "not slow"
-    baseline = {tests: run_tests(list(tests), args.timeout, marks)
-                for tests in sorted({tuple(t) for t in tests_of.values()})}
+    baseline: dict[tuple, int] = {}
+    coverage: dict[str, dict[int, set]] = {m: {} for m in args.modules}
+    files = [str(ROOT / m) for m in args.modules] if args.targeted else None
+    sets = sorted({tuple(t) for t in tests_of.values()})
+    if args.targeted:  # one traced run of every file: a module's tests may live anywhere
+        sets = [tuple(dict.fromkeys(f for t in sets for f in t))]
+    seconds: dict[str, float] = {}
+    for tests in sets:
+        saved = Path(args.trace_file) if args.trace_file else None
+        if saved and saved.is_file():  # a traced baseline kept from an earlier run
+            import json
+            rc, lines = 0, json.loads(saved.read_text())
+        else:
+            rc, _, lines = run_tests(list(tests), args.timeout * 4, marks, trace=files)
+            if saved and rc == 0:
+                import json
+                saved.write_text(json.dumps(lines))
+        baseline[tests] = rc
+        seconds.update(lines.pop("<seconds>", {}))
+        for mod, hits in lines.items():
+            for line, ids in hits.items():
+                coverage.setdefault(mod, {}).setdefault(int(line), set()).update(ids)
+    if args.targeted:
+        baseline = {tuple(t): baseline[sets[0]] for t in tests_of.values()}
     broken = [tests for tests, rc in baseline.items() if rc != 0]
     for tests in broken:
         why = ("select no test without --slow (every one is slow-marked)"
@@ -235,37 +427,63 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("left out (their tests fail here): " + ", ".join(left), file=sys.stderr)
         mutants = [m for m in mutants if m[0] not in left]
         args.modules = [m for m in args.modules if m not in left]
-    start, killed, survivors, ran = time.monotonic(), 0, [], 0
+    snapshot = os.environ["SELECTOR_TEST_CACHE_DIR"]
+    start, killed, survivors, ran, targeted = time.monotonic(), 0, [], 0, 0
     per: dict[str, dict[str, object]] = {m: {"killed": 0, "ran": 0, "total": total[m], "survivors": []}
                                          for m in args.modules}
     originals = {m: Path(m).read_text() for m in args.modules}
     trees = {m: ast.parse(s) for m, s in originals.items()}
+    headers = {m: _statement_lines(t) for m, t in trees.items()}
     try:
         for mod, line, desc, index, spec in mutants:
             if time.monotonic() - start > args.budget:
                 break
             try:
-                code = ast.unparse(mutate(trees[mod], index, spec))
+                mutated = mutate(trees[mod], index, spec)
+                code = ast.unparse(mutated)
                 compile(code, mod, "exec")
             except (SyntaxError, ValueError, TypeError):
                 continue  # not a valid program: not a mutant
+            select = _covering(coverage.get(mod, {}), trees[mod], index, headers[mod]) \
+                if args.targeted else None
+            if select:
+                select = _quickest(select, seconds, args.test_seconds)
             Path(mod).write_text(code)
             ran += 1
             row = per[mod]
             row["ran"] = int(str(row["ran"])) + 1
-            if run_tests(tests_of[mod], args.timeout, marks) == 0:
+            with tempfile.TemporaryDirectory(prefix="mutate-cache-") as tmp:
+                cache = str(Path(tmp) / "c")
+                shutil.copytree(snapshot, cache, symlinks=True) if Path(snapshot).is_dir() else None
+                rc = EMPTY_SELECTION
+                if select:
+                    order = list(dict.fromkeys([*tests_of[mod], *sorted(i.split("::")[0] for i in select)]))
+                    picked = [f for f in order if any(i.startswith(f + "::") for i in select)]
+                    rc, failed, _ = run_tests(picked, args.timeout, marks, select=select, cache=cache)
+                    targeted += rc != EMPTY_SELECTION
+                if rc == EMPTY_SELECTION:  # module-level code, or not run in this process:
+                    # the tests that run any of the module's lines, else the whole set
+                    users = set().union(*coverage.get(mod, {}).values()) - {IMPORT}
+                    files = [f for f in tests_of[mod] if any(i.startswith(f + "::") for i in users)]
+                    rc, failed, _ = run_tests(files or tests_of[mod], args.timeout, marks,
+                                              select=_quickest(users, seconds, args.test_seconds)
+                                              if users else None, cache=cache)
+            if rc == 0:
                 survivors.append(f"{mod}:{line}: {desc}")
                 row["survivors"].append(f"{line}: {desc}")  # type: ignore[attr-defined]
                 print(f"survived {mod}:{line}: {desc}", flush=True)
             else:
                 killed += 1
                 row["killed"] = int(str(row["killed"])) + 1
+                row.setdefault("killed_now", []).append(f"{line}: {desc}")  # type: ignore[union-attr]
+                print(f"killed {mod}:{line}: {desc} by {failed}", flush=True)
             Path(mod).write_text(originals[mod])
     finally:
         for m, s in originals.items():
             Path(m).write_text(s)
     print(f"\nkilled {killed}/{ran} ({100.0 * killed / max(ran, 1):.1f}%) of {len(mutants)} "
-          f"mutants in {time.monotonic() - start:.0f} s"
+          f"mutants in {time.monotonic() - start:.0f} s ({targeted} ran only the tests that "
+          "cover the mutated line)"
           + (" (budget reached)" if ran < len(mutants) else ""))
     for s in survivors:
         print("  survivor:", s)
@@ -278,7 +496,120 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.json:
         import json
         Path(args.json).write_text(json.dumps(per, indent=1, sort_keys=True) + "\n")
+    if args.record:
+        record(Path(args.record), per, args)
     return 0
+
+
+def _statement_lines(tree: ast.AST) -> dict[int, Tuple[int, int]]:
+    """id(node) -> the line range of the innermost statement holding it (a compound
+    statement's header only: `if x:`, not its body), for nodes inside a function body; a
+    node outside every function body (module and class level, defaults, decorators) runs at
+    import, whichever test imported the module first, so it is left out."""
+    inside: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside.update(id(n) for stmt in fn.body for n in ast.walk(stmt))
+        elif isinstance(fn, ast.Lambda):
+            inside.update(id(n) for n in ast.walk(fn.body))
+    out: dict[int, Tuple[int, int]] = {}
+    for stmt in ast.walk(tree):
+        if isinstance(stmt, ast.stmt):
+            body = getattr(stmt, "body", None)
+            end = (body[0].lineno - 1 if body and isinstance(body, list) else stmt.end_lineno) \
+                or stmt.lineno
+            for sub in ast.walk(stmt):
+                if id(sub) in inside:
+                    out[id(sub)] = (stmt.lineno, max(stmt.lineno, end))
+    return out
+
+
+def _covering(cov: dict[int, set], tree: ast.AST, index: int,
+              headers: dict[int, Tuple[int, int]]) -> Optional[set]:
+    """The test ids that ran the mutated node's lines (else its statement's), or None when
+    they also ran at import time (module-level code: every test may read it) or never ran in
+    the test process (a subprocess, or no test): then the module's whole test set runs."""
+    node = list(ast.walk(tree))[index]
+    if id(node) not in headers:  # import-time code
+        return None
+    lo = getattr(node, "lineno", None)
+    ranges = [(lo, getattr(node, "end_lineno", lo) or lo)] if lo else []
+    ranges.append(headers[id(node)])
+    for a, b in ranges:
+        ids = set().union(*(cov.get(n, set()) for n in range(a, b + 1)))
+        if IMPORT in ids:
+            return None
+        if ids:
+            return ids
+    return None
+
+
+def _quickest(ids: set, seconds: dict[str, float], budget: float) -> dict[str, float]:
+    """The covering tests, quickest first, as many as fit in `budget` seconds of their
+    baseline time (at least one): {test id: its rank}. A survivor is then a mutant that none
+    of those tests notices (a slower test might)."""
+    out: dict[str, float] = {}
+    spent = 0.0 if budget > 0 else -float("inf")
+    for i in sorted(ids, key=lambda i: (seconds.get(i, 0.0), i)):
+        t = seconds.get(i, 0.0)
+        if out and spent + t > budget:
+            break
+        out[i], spent = len(out), spent + t
+    return out
+
+
+def record(path: Path, per: dict, args: argparse.Namespace) -> None:
+    """Merge this run's rows into the results file: a module's row is replaced as a whole,
+    except after `--only` (a rerun of earlier survivors), which moves the ones now killed
+    from its survivors to its killed count."""
+    import json
+    import subprocess
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()
+    rows = data.setdefault("modules", {})
+    for mod, row in per.items():
+        now = row.pop("killed_now", [])
+        if not int(str(row["ran"])):
+            continue
+        old = rows.get(mod)
+        if args.only and old:
+            gone = [s for s in old["survivors"] if s in now]
+            old["survivors"] = [s for s in old["survivors"] if s not in now]
+            old["killed"] += len(gone)
+            old["rerun"] = f"{len(gone)} survivors killed by new tests ({commit})"
+        else:
+            rows[mod] = {**row, "commit": commit, "seed": args.seed,
+                         "per_module": args.per_module, "date": time.strftime("%Y-%m-%d")}
+    data.setdefault("equivalent", {})
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def render(path: Path) -> str:
+    """docs/guarantees.md's table of the recorded scores (tools/regen.py writes it)."""
+    import json
+    data = json.loads(path.read_text()) if path.is_file() else {"modules": {}, "equivalent": {}}
+    rows, equivalent = data["modules"], data["equivalent"]
+    lines = ["| module | killed / run | non-equivalent killed | sites | survivors: why each is "
+             "equivalent or acceptable |", "|---|---|---|---|---|"]
+    k = r = e = 0
+    for mod in all_modules():
+        n = sum(1 for _ in sites(ast.parse((ROOT / mod).read_text())))
+        if not n:
+            continue
+        row = rows.get(mod)
+        if not row:
+            lines.append(f"| `{mod[9:]}` | not run yet | | {n} | |")
+            continue
+        why = [(s, equivalent.get(f"{mod}:{s}")) for s in row["survivors"]]
+        eq = sum(1 for _, w in why if w)
+        k, r, e = k + row["killed"], r + row["ran"], e + eq
+        rate = f"{100.0 * row['killed'] / max(row['ran'] - eq, 1):.0f}%"
+        text = "; ".join(f"{s}: {w or 'not explained yet'}" for s, w in why) or "-"
+        lines.append(f"| `{mod[9:]}` | {row['killed']} / {row['ran']} | {rate} | {n} | {text} |")
+    head = (f"Recorded: **{k} of {r} killed; {k} of {r - e} non-equivalent "
+            f"({100.0 * k / max(r - e, 1):.1f}%)** ({e} equivalent).\n\n")
+    return head + "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

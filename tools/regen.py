@@ -9,6 +9,7 @@ The generated files:
 - docs/matrix.md: `python -m selector matrix --format markdown`;
 - docs/interface.md, its "Backend names" block: the catalogue's backends in preference order;
 - docs/keys.md, its "Values of this tree" block: the presets of conf/ and the layer vocabularies;
+- docs/guarantees.md, its mutation-scores block: docs/mutation.json (`tools/mutate.py --record`);
 - README.md, docs/examples.md and docs/integration.md, each ```console block: the output of
   its `$ python -m selector ...` command (tests/readme_examples.py).
 docs/matrix.png (a headless-Chromium screenshot of `matrix --format html`) is written with
@@ -97,10 +98,18 @@ def fill_blocks(text: str, blocks: Dict[str, Callable[[], str]]) -> str:
     return BLOCK.sub(sub, text)
 
 
+def mutation_scores() -> str:
+    """docs/guarantees.md's per-module mutation scores, from docs/mutation.json."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import mutate
+    return mutate.render(ROOT / "docs" / "mutation.json")
+
+
 def _blocks(path: Path) -> Callable[[], str]:
     def render() -> str:
         return fill_blocks(path.read_text(), {"backend-names": backend_names,
-                                              "key-values": key_values})
+                                              "key-values": key_values,
+                                              "mutation-scores": mutation_scores})
     return render
 
 
@@ -116,6 +125,7 @@ GENERATED: Dict[str, Callable[[], str]] = {
     "docs/matrix.md": matrix_md,
     "docs/interface.md": _blocks(ROOT / "docs" / "interface.md"),
     "docs/keys.md": _blocks(ROOT / "docs" / "keys.md"),
+    "docs/guarantees.md": _blocks(ROOT / "docs" / "guarantees.md"),
     "README.md": _examples(ROOT / "README.md"),
     "docs/examples.md": _examples(ROOT / "docs" / "examples.md"),
     "docs/integration.md": _examples(ROOT / "docs" / "integration.md"),
