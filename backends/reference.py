@@ -469,8 +469,13 @@ _FUSED_FAILED: dict = {}
 
 
 def _fused_default(x, cd, quantizer) -> bool:
-    """Whether ``emulate_moe`` takes the fused kernels by default for this call."""
+    """Whether ``emulate_moe`` takes the fused kernels by default for this call: only with
+    ``SELECTOR_EMULATION_FUSED=1`` until they have run on a GPU (they are bit-identical to the
+    grouped path in Triton's CPU interpreter; no GPU run of them exists yet: docs/h200.md)."""
+    import os
     torch = _torch()
+    if os.environ.get("SELECTOR_EMULATION_FUSED", "") != "1":
+        return False
     return bool(x.is_cuda and x.dtype == torch.bfloat16 and cd == torch.bfloat16
                 and quantizer is exact_quantizer and _fused_available(x.device))
 
