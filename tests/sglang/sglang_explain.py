@@ -82,7 +82,8 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         "a compressed-tensors per-tensor FP8 linear layer runs torch._scaled_mm on every SM; "
         "selector names CUTLASS, which SGLang runs for an Fp8Config per-tensor checkpoint off "
         "SM 12.x (fp8.py:1200, its scales turned channelwise); neither takes a flag",
-        lambda r: _ct("fp8_tensor")(r) and r.scenario.op == "linear" and r.runner == "torch"
+        lambda r: _ct("fp8_tensor")(r) and r.scenario.op == "linear"
+        and r.runner == "torch_scaled_mm"
         and r.selector == "cutlass"),
     # -- a model's own override
     "gpt-oss-override": (

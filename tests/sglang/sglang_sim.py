@@ -21,7 +21,8 @@ SGLang's own code then answers: `ServerArgs` built by its own parser from the ar
 `_moe_runner_backend_quant_constraints` (srt/arg_groups/overrides.py) over it, `publish` (its
 resolution pipeline, dummy model), `initialize_moe_config`, `initialize_fp8_gemm_config`, the
 quant method's `create_moe_runner` (Fp8MoEMethod, Mxfp4MoEMethod, ModelOptNvFp4FusedMoEMethod),
-`dispatch_w8a8_block_fp8_linear` (compressed-tensors MoE methods: not yet).
+`dispatch_w8a8_block_fp8_linear`; the compressed-tensors MoE schemes (`get_moe_scheme`), gpt-oss's model
+override, and `apply_fp8_linear` for per-tensor / per-channel FP8 linear layers (`fp8_scaled_linear`).
 """
 from __future__ import annotations
 
@@ -382,7 +383,7 @@ def fp8_scaled_linear(s: Dict[str, Any]) -> Dict[str, Any]:
     patches = [(fp8_utils, name, ran(label)) for name, label in FP8_SCALED_GEMMS.items()]
     patches += [(mod, name, fn) for name, fn in _fp8_quant_stand_ins().items()
                 for mod in (fp8_utils, quant_utils) if hasattr(mod, name)]
-    patches.append((torch, "_scaled_mm", ran("torch")))
+    patches.append((torch, "_scaled_mm", ran("torch_scaled_mm")))  # the catalogue name
     saved = [(mod, name, getattr(mod, name, None)) for mod, name, _ in patches]
     stage = "server args"
     try:
