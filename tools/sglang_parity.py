@@ -33,8 +33,12 @@ def render(report, seconds: float, n: int) -> str:
         "libraries): its parser builds `ServerArgs` from `--moe-runner-backend` /",
         "`--fp8-gemm-backend`, `_moe_runner_backend_quant_constraints` (arg_groups/overrides.py)",
         "resolves them for the quantization, `publish` runs its resolution pipeline, then the quant",
-        "method's `create_moe_runner` (Fp8MoEMethod, Mxfp4MoEMethod, ModelOptNvFp4FusedMoEMethod)",
-        "or `dispatch_w8a8_block_fp8_linear` names the runner it builds, or raises.",
+        "method's `create_moe_runner` (Fp8MoEMethod, Mxfp4MoEMethod, ModelOptNvFp4FusedMoEMethod,",
+        "and the compressed-tensors schemes `get_moe_scheme` picks: W8A8 FP8, W4A4 NVFP4, NVFP4A16)",
+        "or `dispatch_w8a8_block_fp8_linear` names the runner it builds, or raises; gpt-oss's model",
+        "override (`collect_model_override_declarations`) runs for its scenarios; a per-tensor or",
+        "per-channel FP8 linear layer's quant method (Fp8LinearMethod, CompressedTensorsW8A8Fp8)",
+        "processes its weights and runs `apply_fp8_linear` on a CPU tensor up to the GEMM it calls.",
         "",
         f"Command: `.venv-sglang/bin/python tools/sglang_parity.py --scenarios {n} "
         f"--seed {report.seed}` ({SEED_VAR} / {COUNT_VAR} set the test's), {seconds:.0f} s.",
@@ -66,7 +70,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--scenarios", type=int, default=5000)
-    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=None)  # unset: a fresh one, printed
     a = ap.parse_args()
     t = time.time()
     report = sweep.run(a.scenarios, a.seed)

@@ -21,3 +21,14 @@ if sglang_installed():
     collect_ignore_glob: list = []
 else:
     collect_ignore_glob = ["test_sglang_flags.py", "test_sglang_parity.py"]
+
+
+def pytest_report_header(config):
+    """The SGLang sweep's seed (sglang_sweep.py), chosen here once per run when
+    SELECTOR_SGLANG_SEED is unset, so the header names it and a re-run can pass it."""
+    import os
+    import random
+    env = "SELECTOR_SGLANG_SEED"
+    if not os.environ.get(env):
+        os.environ[env] = str(random.SystemRandom().randrange(2 ** 32))
+    return f"SGLang sweep seed: {env}={os.environ[env]}"

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple
 
-FP8 = ("fp8_block", "fp8_tensor")
+FP8 = ("fp8_block", "fp8_tensor", "fp8_channel")
 S = "SGLang 0.5.23 python/sglang/srt/"
+CT = "compressed-tensors"
+CTQ = S + "layers/quantization/compressed_tensors/"
+
+
+def _ct(*quants: str) -> Callable[[Any], bool]:
+    return lambda r: r.scenario.format == CT and r.scenario.quant in quants
 
 
 def _requested_status(row: Any) -> Optional[str]:
@@ -30,6 +36,66 @@ def _auto(quant: str) -> Callable[[Any], bool]:
 
 
 EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
+    # -- the checkpoint format: selector's layer names the scheme, not the quant method that
+    # SGLang reads it with (compressed-tensors against Fp8Config / ModelOptFp4Config)
+    "ct-fp8-moe-no-runner": (
+        CTQ + "schemes/compressed_tensors_w8a8_fp8_moe.py:356-365 (CompressedTensorsW8A8Fp8MoE."
+        "create_moe_runner builds a MoeRunner for aiter, triton, flashinfer_trtllm and "
+        "flashinfer_trtllm_routed only; any other --moe-runner-backend leaves self.runner unset "
+        "and apply_weights fails at the first forward)",
+        "a compressed-tensors FP8 MoE layer runs Triton or FlashInfer TRT-LLM only: the runner "
+        "selector names for the scheme (Fp8MoEMethod's, e.g. deep_gemm or marlin) is not built",
+        lambda r: _ct(*FP8)(r) and (r.runner is None or not r.honored)
+        and "builds no MoeRunner" in ((r.follow or {}).get("error") or r.sglang.get("error")
+                                      or "")),
+    "ct-fp8-moe-auto": (
+        CTQ + "schemes/compressed_tensors_w8a8_fp8_moe.py:346-354 (create_moe_runner: auto is "
+        "triton, aiter on ROCm)",
+        "SGLang's automatic compressed-tensors FP8 MoE runner is Triton; selector prints its "
+        "choice as an explicit --moe-runner-backend",
+        lambda r: _ct(*FP8)(r) and r.scenario.requested == "auto" and r.runner == "triton"
+        and r.honored),
+    "ct-nvfp4-moe-cutlass": (
+        CTQ + "schemes/compressed_tensors_w4a4_nvfp4_moe.py:46 and 294-310 (CompressedTensorsW4A4"
+        "Nvfp4MoE: flashinfer_trtllm when --moe-runner-backend is flashinfer_trtllm, else "
+        "flashinfer_cutlass, whatever was asked); arg_groups/overrides.py:1513-1518 (the SM "
+        "11.x/12.x flashinfer_cutlass override is modelopt_fp4's only)",
+        "SGLang runs FlashInfer's CUTLASS MoE for a compressed-tensors NVFP4 layer unless asked "
+        "for flashinfer_trtllm; selector names its ranked NVFP4 backend (ModelOpt's runners)",
+        lambda r: _ct("nvfp4")(r) and float(r.scenario.capability) >= 10
+        and (r.runner == "flashinfer_cutlass" or (r.follow or {}).get("runner")
+             == "flashinfer_cutlass")),
+    "ct-nvfp4-moe-marlin": (
+        CTQ + "compressed_tensors.py:959-975 (get_moe_scheme: NVFP4A16, and W4A4 NVFP4 below SM "
+        "10.0, become CompressedTensorsW4A16Nvfp4MoE); schemes/compressed_tensors_w4a16_nvfp4_moe"
+        ".py:159-163 (create_moe_runner: MoeRunner(MARLIN) whatever was asked)",
+        "SGLang serves a compressed-tensors weight-only NVFP4 MoE layer (and a W4A4 one below SM "
+        "10.0) with FP4 Marlin, whatever --moe-runner-backend says; selector ranks the NVFP4 "
+        "backends for the scheme",
+        lambda r: (_ct("nvfp4_w4a16")(r) or (_ct("nvfp4")(r) and float(r.scenario.capability) < 10))
+        and (r.runner == "marlin" or (r.follow or {}).get("runner") == "marlin")),
+    "ct-fp8-tensor-linear-torch": (
+        CTQ + "schemes/compressed_tensors_w8a8_fp8.py:148-163 (process_weights_after_loading: a "
+        "TENSOR-strategy layer is requantized to one max scale) and layers/quantization/"
+        "fp8_utils.py:2754 (apply_fp8_linear: per-tensor weight and activation scales run "
+        "torch._scaled_mm)",
+        "a compressed-tensors per-tensor FP8 linear layer runs torch._scaled_mm on every SM; "
+        "selector names CUTLASS, which SGLang runs for an Fp8Config per-tensor checkpoint off "
+        "SM 12.x (fp8.py:1200, its scales turned channelwise); neither takes a flag",
+        lambda r: _ct("fp8_tensor")(r) and r.scenario.op == "linear"
+        and r.runner == "torch_scaled_mm"
+        and r.selector == "cutlass"),
+    # -- a model's own override
+    "gpt-oss-override": (
+        S + "arg_groups/model_overrides/gpt_oss.py:64-73 (GptOssForCausalLM with an MXFP4 "
+        "checkpoint and --moe-runner-backend auto: flashinfer_mxfp4 on SM100 and SM120) and "
+        ":106-121 (else, EP 1 and triton_kernels importable: triton_kernel, read on the pristine "
+        "server args, before the checkpoint's quantization is filled in)",
+        "SGLang's gpt-oss override picks the MoE runner by SM for an MXFP4 gpt-oss checkpoint; "
+        "selector, which decides the layer (MXFP4, swigluoai) and not the model, prints its own "
+        "choice as an explicit --moe-runner-backend, which SGLang honors",
+        lambda r: r.scenario.model == "gpt_oss" and r.scenario.requested == "auto"
+        and r.runner in ("flashinfer_mxfp4", "triton_kernel") and r.honored),
     "fp8-substitutes-triton": (
         S + "layers/quantization/fp8.py (Fp8MoEMethod.create_moe_runner: flashinfer_cutlass and "
         "flashinfer_cutedsl have no FP8 MoE path and are replaced by triton, logged at info)",

@@ -28,7 +28,16 @@ FLASHINFER = "0.7.2"  # what sglang 0.5.23 pins (flashinfer_python[cu13]==0.7.2)
 CUTLASS_DSL = "4.8.0"
 SGL_DEEP_GEMM = "0.2.3.post2"
 CAPABILITIES = ("8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
-MOE_QUANTS = ("fp8_block", "fp8_tensor", "mxfp8", "mxfp4", "nvfp4")
+MOE_QUANTS = ("fp8_block", "fp8_tensor", "fp8_channel", "mxfp8", "mxfp4", "nvfp4", "nvfp4_w4a16")
+LINEAR_QUANTS = ("fp8_block", "fp8_tensor", "fp8_channel")
+CT = "compressed-tensors"
+# the checkpoint formats SGLang reads each scheme from (None: its own quant method: Fp8Config,
+# Mxfp4Config, ModelOptFp4Config), and the models whose override of the MoE runner is swept
+FORMATS = {("moe", "fp8_block"): (None, CT), ("moe", "fp8_tensor"): (None, CT),
+           ("moe", "fp8_channel"): (CT,), ("moe", "nvfp4"): (None, CT),
+           ("moe", "nvfp4_w4a16"): (CT,), ("linear", "fp8_tensor"): (None, CT),
+           ("linear", "fp8_channel"): (CT,)}
+MODELS = {"mxfp4": (None, "gpt_oss")}
 ACTIVATIONS = (("silu", True), ("swigluoai", True), ("gelu", True), ("relu2", False))
 EP = (1, 2, 8)
 # SGLang's names (srt/layers/moe/utils.py MoeRunnerBackend; arg_groups/choices.py FP8 GEMM)
@@ -49,6 +58,8 @@ class Scenario:
     act_and_mul: bool
     ep_size: int
     requested: str
+    format: Optional[str] = None  # compressed-tensors, or None: SGLang's own quant method
+    model: Optional[str] = None  # gpt_oss: its SGLang model override runs
 
     @property
     def machine(self) -> Tuple[str, bool, bool]:
@@ -59,18 +70,27 @@ class Scenario:
                                          ("deep_gemm", self.deep_gemm)) if on) or "neither"
         act = "" if self.op == "linear" else \
             f" {self.activation}{'' if self.act_and_mul else ' non-gated'} ep{self.ep_size}"
-        return (f"SM {self.capability} ({libs}); {self.op} {self.quant}{act}; requested "
+        how = "".join(f" ({x})" for x in (self.format, self.model) if x)
+        return (f"SM {self.capability} ({libs}); {self.op} {self.quant}{how}{act}; requested "
                 f"{self.requested}")
 
     def sglang_key(self) -> Dict[str, Any]:
-        return {"op": self.op, "quant": self.quant, "activation": self.activation,
-                "act_and_mul": self.act_and_mul, "ep_size": self.ep_size,
-                "requested": self.requested}
+        key = {"op": self.op, "quant": self.quant, "activation": self.activation,
+               "act_and_mul": self.act_and_mul, "ep_size": self.ep_size,
+               "requested": self.requested}
+        key.update({k: v for k, v in (("format", self.format), ("model", self.model)) if v})
+        return key
 
 
 def seed() -> int:
+    """The run's seed: SELECTOR_SGLANG_SEED, or a fresh one (kept in the environment so every
+    sweep of the run, and a re-run with it, draws the same scenarios; conftest.py prints it in
+    pytest's header)."""
     raw = os.environ.get(SEED_VAR)
-    return int(raw) if raw else 20261203
+    if not raw:
+        raw = str(random.SystemRandom().randrange(2 ** 32))
+        os.environ[SEED_VAR] = raw
+    return int(raw)
 
 
 def scenarios(n: int, rng: random.Random, expressible: Callable[[Scenario], bool]
@@ -79,11 +99,16 @@ def scenarios(n: int, rng: random.Random, expressible: Callable[[Scenario], bool
     while len(out) < n:
         op = "linear" if rng.random() < 0.2 else "moe"
         act, gated = rng.choice(ACTIVATIONS)
+        quant = rng.choice(LINEAR_QUANTS if op == "linear" else MOE_QUANTS)
+        # a per-tensor or per-channel FP8 linear layer has no GEMM flag: SGLang chooses at run
+        # time (fp8_utils.py apply_fp8_linear)
+        request = "auto" if op == "linear" and quant != "fp8_block" else \
+            rng.choice(LINEAR_REQUESTS if op == "linear" else MOE_REQUESTS)
         s = Scenario(rng.choice(CAPABILITIES), rng.random() < 0.7, rng.random() < 0.5, op,
-                     "fp8_block" if op == "linear" else rng.choice(MOE_QUANTS),
-                     "silu" if op == "linear" else act, True if op == "linear" else gated,
-                     1 if op == "linear" else rng.choice(EP),
-                     rng.choice(LINEAR_REQUESTS if op == "linear" else MOE_REQUESTS))
+                     quant, "silu" if op == "linear" else act,
+                     True if op == "linear" else gated, 1 if op == "linear" else rng.choice(EP),
+                     request, rng.choice(FORMATS.get((op, quant), (None,))),
+                     rng.choice(MODELS.get(quant, (None,))) if op == "moe" else None)
         if expressible(s):
             out.append(s)
     return out
@@ -249,8 +274,10 @@ def run(n: Optional[int] = None, the_seed: Optional[int] = None, python: str = s
     sels = Selectors()
     rows = scenarios(n, random.Random(the_seed), sels.expressible)
     decisions = {s: sels.decide(s) for s in rows}
-    follow = {s: dataclasses.replace(s, requested=name) for s in rows
-              if (name := selector_name(decisions[s])) is not None}
+    # SGLang started with the flag selector prints (no flag: automatic selection)
+    follow = {s: dataclasses.replace(s, requested=name if decisions[s].engine["flags"]
+                                     else "auto")
+              for s in rows if (name := selector_name(decisions[s])) is not None}
     answers = sglang_answers(list(OrderedDict.fromkeys([*rows, *follow.values()])), python)
     out = []
     for s in rows:
