@@ -7,9 +7,13 @@ Started by ``selector.inspect.tuning`` (``selector tune``) with a JSON spec on s
 token count to run). For each case it builds random weights of the layer's sizes (quantized to
 the layer's scheme as a checkpoint holds them) and an activation, on the device (CUDA when torch
 sees one), prepares them with the backend's own ``prepare``, runs ``apply`` ``warmup`` times, then
-``repeats`` times, each call timed alone: CUDA events on CUDA (recorded around the call on the
-current stream, read after one synchronisation), ``time.perf_counter`` on the CPU. It reports the
-samples (milliseconds); the parent computes the median and the spread. Correctness is not judged
+``repeats`` times. On CUDA (``"timer": "graph"``, the default) the call is captured into a CUDA
+graph, several times over when it is short, and each replay is timed between two CUDA events: the
+GPU's time without Python's and the launches' (eager calls below ~1,024 tokens measure the host,
+which differs up to 1.9x between two processes: docs/h200.md); a call that cannot be captured is
+timed eagerly, and the timer's name says why. ``"timer": "events"`` times each eager call between
+two CUDA events; on the CPU ``time.perf_counter`` times each call. It reports the samples
+(milliseconds per call); the parent computes the median and the spread. Correctness is not judged
 here: only backends that passed ``selector doctor --verify`` are timed.
 
 The protocol is verify's (``selector.backends.verify_child``): one JSON line per event on a
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from selector.inspect.probe_child import close_channel, emit, open_channel
 from selector.inspect.tuning import TUNE_MARK as MARK
@@ -135,30 +139,99 @@ def build_moe(layer: Dict[str, Any], device, seed: int = 0):
     return x, quantize_moe(w13, w2, a13, a2), tw, ti
 
 
-def time_calls(fn, device, warmup: int, repeats: int, budget_s: float) -> List[float]:
-    """Milliseconds of each of `repeats` calls after `warmup` untimed ones; fewer (at least 3)
-    when the warm-up shows that `repeats` would not fit in `budget_s`."""
-    import torch
-    cuda = device.type == "cuda"
+#: GPU time one timed graph replay should span at least (ms): short calls are captured several
+#: times into one graph so that the two events' resolution (~0.5 us) and the replay's own launch
+#: are small beside it
+GRAPH_TARGET_MS = 1.0
+#: calls captured into one graph at most
+GRAPH_MAX_CALLS = 64
 
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
+
+def _sync(device) -> None:
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _warm(fn, device, warmup: int) -> float:
+    """Seconds per eager call over `warmup` untimed calls (host time: the budget's estimate)."""
     t0 = time.perf_counter()
     for _ in range(max(1, warmup)):
         fn()
-    sync()
-    per_call = (time.perf_counter() - t0) / max(1, warmup)
-    n = repeats if per_call * repeats <= budget_s else max(3, int(budget_s / max(per_call, 1e-9)))
-    n = min(n, repeats)
-    if cuda:
+    _sync(device)
+    return (time.perf_counter() - t0) / max(1, warmup)
+
+
+def _count(per_call_s: float, repeats: int, budget_s: float) -> int:
+    """`repeats`, or fewer (at least 3) when that many calls of `per_call_s` exceed the budget."""
+    n = repeats if per_call_s * repeats <= budget_s else max(3, int(budget_s / max(per_call_s,
+                                                                                     1e-9)))
+    return min(n, repeats)
+
+
+def _capture(fn, calls: int):
+    """A CUDA graph of `calls` back-to-back calls of `fn` (torch's recipe: a side stream warmed
+    first, then the capture on it)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
+def _replays(graph, n: int) -> List[float]:
+    """Milliseconds of each of `n` replays of `graph`, each between two CUDA events."""
+    import torch
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(n)]
+    for start, end in pairs:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    return [float(start.elapsed_time(end)) for start, end in pairs]
+
+
+def time_graph(fn, device, warmup: int, repeats: int, budget_s: float) -> List[float]:
+    """Milliseconds per call from CUDA-graph replays: the GPU's time without the host's (as an
+    engine runs decode). One call is captured and replayed to measure it; then as many calls as
+    make a replay span GRAPH_TARGET_MS (at most GRAPH_MAX_CALLS) are captured into one graph, and
+    each of the `repeats` replays, timed between two events, gives one sample (its time over the
+    calls it holds). Raises when `fn` cannot be captured (a host synchronisation, an allocation
+    the capture refuses): the caller falls back to eager events."""
+    _warm(fn, device, warmup)
+    one = _capture(fn, 1)
+    probe = _replays(one, 3)
+    per_call_ms = max(min(probe), 1e-4)
+    calls = max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_TARGET_MS / per_call_ms)))
+    graph = one if calls == 1 else _capture(fn, calls)
+    if graph is not one:
+        del one
+    n = _count(per_call_ms * calls / 1e3, repeats, budget_s)
+    _replays(graph, 2)  # the first replays upload the graph
+    return [t / calls for t in _replays(graph, n)]
+
+
+def time_calls(fn, device, warmup: int, repeats: int, budget_s: float) -> List[float]:
+    """Milliseconds of each of `repeats` eager calls after `warmup` untimed ones, each alone
+    between two CUDA events (on CUDA) or `time.perf_counter` (on the CPU); fewer (at least 3)
+    when the warm-up shows that `repeats` would not fit in `budget_s`."""
+    import torch
+    n = _count(_warm(fn, device, warmup), repeats, budget_s)
+    if device.type == "cuda":
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                  for _ in range(n)]
         for start, end in pairs:
             start.record()
             fn()
             end.record()
-        sync()
+        _sync(device)
         return [float(start.elapsed_time(end)) for start, end in pairs]
     out = []
     for _ in range(n):
@@ -166,6 +239,26 @@ def time_calls(fn, device, warmup: int, repeats: int, budget_s: float) -> List[f
         fn()
         out.append((time.perf_counter() - t) * 1e3)
     return out
+
+
+def timed(fn, device, spec: Dict[str, Any]) -> Tuple[List[float], str]:
+    """(samples in ms, the timer's name) as `spec["timer"]` asks: "graph" (the default) times
+    CUDA-graph replays on CUDA and falls back to eager CUDA events, naming why, when the call
+    cannot be captured; "events" times each eager call between CUDA events. On the CPU both are
+    `time.perf_counter` around each call."""
+    args = (int(spec.get("warmup", 5)), int(spec.get("repeats", 24)),
+            float(spec.get("budget_s", 10.0)))
+    if device.type != "cuda":
+        return time_calls(fn, device, *args), "perf_counter"
+    if str(spec.get("timer") or "graph") == "graph":
+        try:
+            return time_graph(fn, device, *args), "cuda_graph"
+        except Exception as exc:  # noqa: BLE001 - not capturable: eager events say so
+            import torch
+            torch.cuda.synchronize(device)  # a device error (not a capture refusal) raises here
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:120]
+            return time_calls(fn, device, *args), f"cuda_events (graph capture failed: {why})"
+    return time_calls(fn, device, *args), "cuda_events"
 
 
 def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, Any]:
@@ -197,10 +290,8 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, 
             return impl.apply(x, prepared)
     if call() is None:
         raise TypeError(f"{spec['entry_point']}.apply returned None, not a tensor")
-    samples = time_calls(call, device, int(spec.get("warmup", 5)), int(spec.get("repeats", 24)),
-                         float(spec.get("budget_s", 10.0)))
-    return {"samples_ms": samples, "device": device_text,
-            "timer": "cuda_events" if device.type == "cuda" else "perf_counter"}
+    samples, timer = timed(call, device, spec)
+    return {"samples_ms": samples, "device": device_text, "timer": timer}
 
 
 def main() -> None:

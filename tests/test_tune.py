@@ -357,6 +357,7 @@ def test_tune_times_each_verified_backend_and_writes_a_profile(tuned):
         assert c["static_over_fastest"] > 1
     p = prof.load(str(out))
     assert p.settings["warmup"] == 1 and p.settings["repeats"] == 5
+    assert p.settings["timer"] == "graph"  # the default; the CPU times with perf_counter
     assert any("perf_counter" in d for d in p.settings["devices"])
     assert set(p.key) == set(prof.KEY_FIELDS)
 
@@ -421,9 +422,11 @@ def test_tune_refuses_bad_input_before_timing_anything():
         ["tune", *SHAPE, "--layer", "no_such_key=3"],
         ["tune", "platform=b200", "stack=flashinfer_0_7_4", *SHAPE],
         ["tune", "layer=default"],  # an MoE layer without sizes
-        ["tune", *SHAPE, "--model", "/nonexistent", "--layer", "hidden_size=512"]])
+        ["tune", *SHAPE, "--model", "/nonexistent", "--layer", "hidden_size=512"],
+        ["tune", *SHAPE, "--timer", "wallclock"]])
     needles = ["--tokens", "--tokens", "--repeats", "--budget", "--layer", "layer",
-               "platform=b200", "layer.hidden_size", "--layer cannot be combined"]
+               "platform=b200", "layer.hidden_size", "--layer cannot be combined",
+               "--timer: 'wallclock' is not one of graph, events"]
     for r, needle in zip(runs, needles):
         assert_clean_error(r, needle)
 
@@ -589,3 +592,44 @@ def test_tune_check_scores_the_picks_against_another_run(tmp_path):
                        env=child_env(), timeout=120)
     assert p.returncode == 2 and f"{bad}: (top level)" in p.stderr
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA timers (run on a GPU: tools/h200_tune.sh's machine; skipped on the CPU)
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the graph timer runs on a GPU only")
+    return torch
+
+
+def test_graph_replays_time_the_gpu_not_the_host():
+    """A tiny matmul: eager events measure the launch (several us); graph replays of many calls
+    give the GPU's per-call time, smaller, and the timer says which ran."""
+    torch = _cuda()
+    from selector.backends import tune_child
+    dev = torch.device("cuda")
+    a = torch.randn(16, 256, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
+
+    def fn():
+        return a @ b
+    graph, name = tune_child.timed(fn, dev, {"warmup": 3, "repeats": 12, "budget_s": 5})
+    eager, ename = tune_child.timed(fn, dev, {"warmup": 3, "repeats": 12, "budget_s": 5,
+                                              "timer": "events"})
+    assert (name, ename) == ("cuda_graph", "cuda_events")
+    assert len(graph) == 12 and len(eager) == 12
+    assert sorted(graph)[6] < sorted(eager)[6], (graph, eager)
+
+
+def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_says_why():
+    torch = _cuda()
+    from selector.backends import tune_child
+    dev = torch.device("cuda")
+    x = torch.randn(64, device=dev)
+
+    def fn():
+        return x[x > 0].sum().item()  # a host synchronisation: capture refuses it
+    samples, name = tune_child.timed(fn, dev, {"warmup": 1, "repeats": 4, "budget_s": 5})
+    assert name.startswith("cuda_events (graph capture failed: ") and len(samples) == 4

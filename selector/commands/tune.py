@@ -41,6 +41,10 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
                    "profile in the cache directory, which policy.preference=measured reads)")
     s.add_argument("--warmup", default="5", metavar="N", help="untimed calls first (default 5)")
     s.add_argument("--repeats", default="24", metavar="N", help="timed calls (default 24)")
+    s.add_argument("--timer", default="graph", metavar="graph|events",
+                   help="on CUDA: graph (default) times CUDA-graph replays of the call, the "
+                   "GPU's time without the host's; events times each eager call between two "
+                   "CUDA events (the CPU always times with perf_counter)")
     s.add_argument("--timeout", default=None, metavar="SECONDS", help="seconds each timing "
                    "process may take (default: SELECTOR_TUNE_TIMEOUT, else 300)")
     s.add_argument("--budget", default="10", metavar="SECONDS", help="seconds of timed calls "
@@ -102,6 +106,9 @@ def run_tune(args: argparse.Namespace) -> int:
     warmup = tuning.check_positive("--warmup", args.warmup)
     repeats = tuning.check_positive("--repeats", args.repeats)
     budget = tuning.check_positive("--budget", args.budget, float)
+    if args.timer not in tuning.TIMERS:
+        raise SelectorError(f"--timer: {args.timer!r} is not one of "
+                            f"{', '.join(tuning.TIMERS)}", key="--timer", value=args.timer)
     max_gib = tuning.check_positive("--max-memory", args.max_memory, float)
     timeout = (tuning.DEFAULT_TIMEOUT_S if args.timeout is None else
                tuning.check_positive("--timeout", args.timeout, float))
@@ -171,7 +178,8 @@ def run_tune(args: argparse.Namespace) -> int:
         op, _, name = opb.partition("/")
         for r in tuning.time_backend(specs_by[op, name], cases, overrides, args.config_dir,
                                      warmup=warmup, repeats=repeats, budget_s=budget,
-                                     memory_bytes=memory, timeout=timeout):
+                                     memory_bytes=memory, timeout=timeout,
+                                     timer=args.timer):
             cell = by_id[r.case]
             if r.timing is not None:
                 cell["times"][name] = r.timing
@@ -182,7 +190,7 @@ def run_tune(args: argparse.Namespace) -> int:
     new = prof.Profile(key, tuple(prof.Cell(c["layer"], c["tokens"], c["times"], c["skipped"])
                                   for c in cells),
                        {"warmup": warmup, "repeats": repeats, "budget_s": budget,
-                        "devices": sorted(f"{d} ({t})" for d, t in devices)},
+                        "timer": args.timer, "devices": sorted(f"{d} ({t})" for d, t in devices)},
                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     out = args.out or tuning.default_path(key)
     if out is None:

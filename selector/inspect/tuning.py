@@ -31,6 +31,8 @@ CHILD = "selector.backends.tune_child:main"
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_TUNE_TIMEOUT", "300"))
 CASES_PER_CHILD = 16
 MAX_SAMPLES = 10000
+#: `selector tune --timer`: CUDA-graph replays (the default) or each eager call between events
+TIMERS = ("graph", "events")
 ConfigDirs = Sequence[Union[str, "os.PathLike[str]"]]
 
 
@@ -200,7 +202,7 @@ def child_overrides(overrides: Sequence[str]) -> List[str]:
 def time_backend(b: BackendSpec, cases: Sequence[Tuple[str, Dict[str, Any]]],
                  overrides: Sequence[str], config_dirs: ConfigDirs, *, warmup: int,
                  repeats: int, budget_s: float, memory_bytes: int, timeout: float,
-                 function: str = CHILD) -> List[CaseResult]:
+                 function: str = CHILD, timer: str = "graph") -> List[CaseResult]:
     """Every case (id, layer dict with num_tokens) of one backend, in as few children as the
     outcomes allow: a child that raises stops after its report and a fresh one runs the rest; a
     crash or a hang ends the backend's timing (its other cases say why)."""
@@ -211,7 +213,7 @@ def time_backend(b: BackendSpec, cases: Sequence[Tuple[str, Dict[str, Any]]],
         payload = {"overrides": child_overrides(overrides),
                    "config_dirs": [str(d) for d in config_dirs], "backend": b.name, "op": b.op,
                    "entry_point": b.entry_point, "warmup": warmup, "repeats": repeats,
-                   "budget_s": budget_s, "memory_bytes": memory_bytes,
+                   "budget_s": budget_s, "memory_bytes": memory_bytes, "timer": timer,
                    "cases": [{"id": cid, "layer": layer} for cid, layer in batch]}
         events, rc, timed_out, err = child_runner.run_child(_boot(function), payload, timeout,
                                                             TUNE_MARK)
@@ -254,7 +256,7 @@ def _judge(backend: str, cid: str, ev: Mapping[str, Any]) -> CaseResult:
         return CaseResult(backend, cid, None, "the child reported no valid times (each must be "
                           "a finite number of milliseconds > 0)")
     return CaseResult(backend, cid, t, device=str(ev.get("device") or "")[:200],
-                      timer=str(ev.get("timer") or "")[:40])
+                      timer=str(ev.get("timer") or "")[:160])
 
 
 def check_positive(name: str, value: Any, kind: type = int) -> Any:
