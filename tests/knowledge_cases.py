@@ -591,7 +591,12 @@ ENGINE_NAMES["vllm"].update({
 ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
 # SGLang 0.5.23 fp8_utils.py Fp8GemmRunnerBackend (--fp8-gemm-backend): its block-FP8 GEMMs
 ENGINE_NAMES["sglang"].update({"linear/triton_block_fp8": "triton",
-                               "linear/deep_gemm": "deep_gemm", "linear/cutlass": "cutlass"})
+                               "linear/deep_gemm": "deep_gemm", "linear/cutlass": "cutlass",
+                               # apply_fp8_linear's per-tensor GEMM (no --fp8-gemm-backend value)
+                               "linear/torch_per_tensor": "torch_scaled_mm"})
+# where a name's case runs when the backend's home device is one the engine refuses it on
+# (SGLang keeps per-tensor FP8 scales per tensor on SM 12.x only: fp8.py use_sm120_fp8_pertensor)
+ENGINE_HOME = {("sglang", "linear/torch_per_tensor"): "12.0"}
 # vLLM 0.32.0 oracle/mxfp4.py map_mxfp4_backend: OpenAI's triton_kernels MoE is vLLM's `triton`
 # for MXFP4 (its fused FP8 Triton MoE, moe/triton, is `triton` for FP8: disjoint schemes)
 ENGINE_NAMES["vllm"]["moe/triton_kernels"] = "triton"
@@ -602,7 +607,8 @@ def _engine_names() -> List[Case]:
     for engine, names in ENGINE_NAMES.items():
         for backend, name in names.items():
             layer = {**(DENSE if backend.startswith(LIN) else {}), **_scheme(backend)}
-            out.append(C(f"{engine}-name-{backend}", HOME[backend], backend,
+            out.append(C(f"{engine}-name-{backend}",
+                         ENGINE_HOME.get((engine, backend), HOME[backend]), backend,
                          fails=() if name else {"engine"}, layer=layer, only="engine",
                          engine=engine, name=name))
     return out
@@ -1198,6 +1204,19 @@ FP8_BOUNDARIES = [
       pk={"deep-gemm": "1.0.0", "vllm": None}),
     C("fp8-sglang-name-triton", "9.0", TR, layer=BLOCK, engine="sglang", name="triton"),
     C("fp8-sglang-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="sglang", name="deep_gemm"),
+    # A per-tensor FP8 layer under SGLang: CUTLASS (scales turned channelwise) except on SM 12.x,
+    # where torch._scaled_mm runs it (fp8.py Fp8LinearMethod.process_weights_after_loading:
+    # use_sm120_fp8_pertensor; fp8_utils.py apply_fp8_linear)
+    C("fp8-sglang-per-tensor-sm90-cutlass", "9.0", "linear/cutlass", engine="sglang",
+      layer={**DENSE, "quant": "fp8_tensor"}, pk={"sglang-kernel": "0.4.10", "vllm": None},
+      kernel="fp8_scaled_mm", scheme="fp8_tensor"),
+    C("fp8-sglang-per-tensor-sm120-not-cutlass", "12.0", "linear/cutlass", {"device"},
+      engine="sglang", layer={**DENSE, "quant": "fp8_tensor"}, pk={"sglang-kernel": "0.4.10", "vllm": None}),
+    C("fp8-sglang-per-tensor-sm90-not-torch", "9.0", "linear/torch_per_tensor", {"device"},
+      engine="sglang", layer={**DENSE, "quant": "fp8_tensor"}, pk={"sglang-kernel": "0.4.10", "vllm": None}),
+    C("fp8-sglang-block-cutlass-kernel", "12.0", "linear/cutlass", engine="sglang",
+      layer={**DENSE, "quant": "fp8_block"}, pk={"sglang-kernel": "0.4.10", "vllm": None},
+      kernel="cutlass_w8a8_block_fp8_linear_with_fallback", scheme="fp8_block"),
 ]
 
 HT = {"ep_size": 2, "all2all": "deepep_high_throughput"}
