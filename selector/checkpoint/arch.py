@@ -315,7 +315,8 @@ _GPT_OSS_SUFFIX = tuple((f".{a}", f".{b}") for a, b in (
     ("down_proj.bias", "w2_bias"), ("down_proj.input_scale", "w2_input_scale")))
 # vLLM's hf_to_vllm_mapper.get_rename_mapper() per model: (substr, prefix, suffix) renames;
 # None: the model has no mapper, and vLLM leaves the quantization config's names alone
-RENAMES: Dict[str, Optional[Tuple[Tuple[Tuple[str, Optional[str]], ...], ...]]] = {
+_Pairs = Tuple[Tuple[str, str], ...]
+RENAMES: Dict[str, Optional[Tuple[_Pairs, Tuple[Tuple[str, Optional[str]], ...], _Pairs]]] = {
     "deepseek_v3": None, "deepseek_v2": None, "deepseek_v32": None,
     "qwen3_next": ((), (("mtp.", None),), ()),
     "nemotron_h": ((("A_log", "A"), ("embeddings", "embed_tokens")), (("backbone", "model"),),

@@ -11,10 +11,10 @@ import dataclasses
 from typing import Callable, List, Optional
 
 from selector.checkpoint.modules import (
-    DIVIDE,
     _GATE_UP,
     _GATED_ACTS,
     _QKV,
+    DIVIDE,
     Module,
     Read,
     _activation,
