@@ -74,7 +74,7 @@ def test_qwen3_next_per_rank_modules_at_tp2():
     assert kn(m["model.layers.0.mlp.shared_expert.gate_up_proj"]) == (2048, 512, 2)
     assert kn(m["model.layers.0.mlp.shared_expert.down_proj"]) == (256, 2048, 2)
     assert not any(k.endswith(("mlp.gate", "shared_expert_gate")) for k in m)
-    assert a.packed["in_proj_qkvz"] == ("in_proj_qkvz",) and a.rename_prefix == (("mtp.", None),)
+    assert a.packed["in_proj_qkvz"] == ("in_proj_qkvz",) and a.rename_prefix == ()
     q = read_quantization(P.parent, QWEN3_NEXT, a)
     assert q.verdict_of(m["lm_head"]).scheme is None
     assert q.verdict_of(m[f"{la}.in_proj_ba"]).scheme is None  # modules_to_not_convert

@@ -318,7 +318,8 @@ _GPT_OSS_SUFFIX = tuple((f".{a}", f".{b}") for a, b in (
 _Pairs = Tuple[Tuple[str, str], ...]
 RENAMES: Dict[str, Optional[Tuple[_Pairs, Tuple[Tuple[str, Optional[str]], ...], _Pairs]]] = {
     "deepseek_v3": None, "deepseek_v2": None, "deepseek_v32": None,
-    "qwen3_next": ((), (("mtp.", None),), ()),
+    # qwen3_next: its hf_to_vllm_mapper only drops `mtp.` (orig_to_new_prefix None), which
+    # get_rename_mapper() leaves out: no rename
     "nemotron_h": ((("A_log", "A"), ("embeddings", "embed_tokens")), (("backbone", "model"),),
                    ()),
     "gpt_oss": (((".self_attn.", ".attn."),), (), _GPT_OSS_SUFFIX),
