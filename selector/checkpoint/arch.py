@@ -61,10 +61,36 @@ def _llama(cfg: _Config) -> Read:
     return Read(n, ["dense"] * n, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
 
 
-def _deepseek(cfg: _Config) -> Read:
+_V32 = "vLLM 0.32.0 vllm/models/deepseek_v32"
+
+
+def _deepseek_v32(cfg: _Config) -> Read:
+    """DeepSeek-V3.2 (vLLM vllm/models/deepseek_v32/nvidia/model.py, the class a CUDA platform
+    imports: DeepSeek-V3's MLA and MoE, DeepseekV32Attention (deepseek_v32/attention.py) adding
+    the sparse-attention indexer (`self_attn.indexer`: wq_b, a ReplicatedLinear with the quant
+    config; wk_weights_proj, disable_tp without it: not planned), and under sequence-parallel
+    MoE the dense MLPs replicated (DeepseekV32DecoderLayer: DeepseekV2MLP(is_sequence_parallel=
+    ...))."""
+    return _deepseek(cfg, dsa=True)
+
+
+def _indexer(cfg: _Config, n: int) -> Callable[[int], bool]:
+    """Which layers have an indexer (deepseek_v32/attention.py DeepseekV32Attention.__init__:
+    skip_topk from index_topk_pattern ('S' skips), else index_topk_freq and
+    index_skip_topk_offset)."""
+    cfg.integer("index_topk")  # DeepseekV32ForCausalLM.verify_and_update_config asserts it
+    freq = cfg.integer("index_topk_freq", 1)
+    offset = cfg.integer("index_skip_topk_offset", 2, minimum=0)
+    pattern = cfg.text("index_topk_pattern", None)
+    if pattern is not None:
+        return lambda i: not (i < len(pattern) and pattern[i] == "S")
+    return lambda i: max(i - offset + 1, 0) % freq == 0
+
+
+def _deepseek(cfg: _Config, dsa: bool = False) -> Read:
     """DeepSeek-V2/V3/R1 (vLLM deepseek_v2.py): layers from `first_k_dense_replace` on are MoE
     every `moe_layer_freq` layers, with `n_shared_experts` shared experts and MLA attention
-    (`fused_qkv_a_proj` when there is a q_lora_rank)."""
+    (`fused_qkv_a_proj` when there is a q_lora_rank); `dsa`: DeepSeek-V3.2's (_deepseek_v32)."""
     n, h = _layers(cfg), cfg.integer("hidden_size")
     experts = cfg.integer("n_routed_experts")
     top_k = cfg.integer("num_experts_per_tok")
@@ -78,6 +104,11 @@ def _deepseek(cfg: _Config) -> Read:
     q_lora = cfg.integer("q_lora_rank", None)
     kv_lora, rope = cfg.integer("kv_lora_rank"), cfg.integer("qk_rope_head_dim")
     nope, v = cfg.integer("qk_nope_head_dim"), cfg.integer("v_head_dim")
+    if dsa and not q_lora:
+        raise bad_input("q_lora_rank", q_lora, "must be set: DeepSeek-V3.2's indexer projects "
+                        f"the q_lora_rank query ({_V32}/attention.py DeepseekV32Indexer: wq_b)",
+                        where=str(cfg.path))
+    has_indexer = _indexer(cfg, n) if dsa else None
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"
@@ -99,6 +130,10 @@ def _deepseek(cfg: _Config) -> Read:
                              "column", "num_attention_heads"),
                      _linear(cfg, a, "attention", i, "kv_a_proj_with_mqa", h, kv_lora + rope,
                              "replicated")]
+        if has_indexer is not None and has_indexer(i):
+            idx_heads, idx_dim = cfg.integer("index_n_heads"), cfg.integer("index_head_dim")
+            mods.append(_linear(cfg, f"{a}.indexer", "attention", i, "wq_b", q_lora,
+                                idx_heads * idx_dim, "replicated"))
         mods += [_linear(cfg, a, "attention", i, "kv_b_proj", kv_lora, heads * (nope + v),
                          "column", "num_attention_heads"),
                  _linear(cfg, a, "attention", i, "o_proj", heads * v, h, "row",
@@ -121,7 +156,8 @@ def _deepseek(cfg: _Config) -> Read:
                              replicated=cfg.seq_moe)
         else:
             types.append("dense")
-            mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i)
+            mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i,
+                         replicated=dsa and cfg.seq_moe)
     notes = [f"swiglu_limit {limit:g}: a model-level SwiGLU clamp on the routed experts"] \
         if limit else []
     packed: Dict[str, Tuple[str, ...]] = dict(_GATE_UP)
@@ -251,6 +287,8 @@ def _gpt_oss(cfg: _Config) -> Read:
 ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
     "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek),
     "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek),
+    "DeepseekV32ForCausalLM": ("deepseek_v32", _deepseek_v32),
+    "Qwen3NextForCausalLM": ("qwen3_next", arch_moe.qwen3_next),
     "Qwen3MoeForCausalLM": ("qwen3_moe", _qwen3_moe),
     "NemotronHForCausalLM": ("nemotron_h", _nemotron_h),
     "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
@@ -277,8 +315,11 @@ _GPT_OSS_SUFFIX = tuple((f".{a}", f".{b}") for a, b in (
     ("down_proj.bias", "w2_bias"), ("down_proj.input_scale", "w2_input_scale")))
 # vLLM's hf_to_vllm_mapper.get_rename_mapper() per model: (substr, prefix, suffix) renames;
 # None: the model has no mapper, and vLLM leaves the quantization config's names alone
-RENAMES: Dict[str, Optional[Tuple[Tuple[Tuple[str, str], ...], ...]]] = {
-    "deepseek_v3": None, "deepseek_v2": None,
+_Pairs = Tuple[Tuple[str, str], ...]
+RENAMES: Dict[str, Optional[Tuple[_Pairs, Tuple[Tuple[str, Optional[str]], ...], _Pairs]]] = {
+    "deepseek_v3": None, "deepseek_v2": None, "deepseek_v32": None,
+    # qwen3_next: its hf_to_vllm_mapper only drops `mtp.` (orig_to_new_prefix None), which
+    # get_rename_mapper() leaves out: no rename
     "nemotron_h": ((("A_log", "A"), ("embeddings", "embed_tokens")), (("backbone", "model"),),
                    ()),
     "gpt_oss": (((".self_attn.", ".attn."),), (), _GPT_OSS_SUFFIX),

@@ -1,27 +1,31 @@
 """More MoE architectures as vLLM 0.32.0 builds them (model_executor/models/mixtral.py,
-glm4_moe.py, minimax_m2.py), and any other architecture read from its config's standard keys
-(with a note: its module names are the common ones, not checked against a vLLM model class).
+glm4_moe.py, minimax_m2.py, qwen3_next.py), and any other architecture read from its config's
+standard keys (with a note: its module names are the common ones, not checked against a vLLM model class).
 
 Each reader gives the modules of checkpoint/modules.py, split per GPU; tests/vllm/
 test_launch_shapes.py builds the same configs with vLLM's classes and compares them module by
 module."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, List, Optional
 
 from selector.checkpoint.modules import (
     _GATE_UP,
     _GATED_ACTS,
     _QKV,
+    DIVIDE,
     Module,
     Read,
     _activation,
     _Config,
+    _linear,
     _lm_head,
     _mlp,
     _moe,
     _qkv,
 )
+from selector.core.errors import bad_input
 
 W_PROJS = ("w1", "w3", "w2")  # Mixtral / MiniMax expert weights (gate, up, down)
 
@@ -127,3 +131,96 @@ def standard(cfg: _Config) -> Read:
                                                     "gate_up_proj, down_proj") +
             "); modules of its own (shared experts, other attention) are not in the plan")
     return Read(n, types, mods + [_lm_head(cfg, h)], [note], {**_QKV, **_GATE_UP})
+
+
+_QWEN3_NEXT = "vLLM 0.32.0 vllm/model_executor/models/qwen3_next.py"
+_GDN = "vLLM 0.32.0 vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py"
+_LAYER_TYPES = ("linear_attention", "full_attention")
+
+
+def _one_output(m: Module) -> Module:
+    """A MergedColumnParallelLinear of one output (qwen_gdn_linear_attn.py create_qkvz_proj /
+    create_ba_proj with gqa_interleaved_layout: one shard keeps the interleaved layout)."""
+    return dataclasses.replace(m, parts=(dict(m.fields)["intermediate_size"],))
+
+
+def _qwen3_next_layer_types(cfg: _Config, n: int) -> List[str]:
+    """Qwen3NextConfig.__post_init__: `layer_types`, else every `full_attention_interval`-th
+    layer (default 4) full attention and the others linear attention."""
+    given = cfg.data.get("layer_types")
+    if given is None:
+        every = cfg.integer("full_attention_interval", 4)
+        return ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+                for i in range(n)]
+    if not isinstance(given, list) or len(given) != n or set(given) - set(_LAYER_TYPES):
+        raise bad_input("layer_types", given, f"must name one of {', '.join(_LAYER_TYPES)} "
+                        f"per layer ({n} layers)", where=str(cfg.path))
+    return list(given)
+
+
+def qwen3_next(cfg: _Config) -> Read:
+    """Qwen3-Next (qwen3_next.py): each layer Gated DeltaNet linear attention (`linear_attn`:
+    in_proj_qkvz, in_proj_ba, out_proj; qwen_gdn_linear_attn.py QwenGatedDeltaNetAttention) or
+    gated full attention (`self_attn`: qkv_proj with a gate per query head, o_proj), then a MoE
+    block (Qwen3NextSparseMoeBlock: experts, `shared_expert`; the router `mlp.gate` and
+    `shared_expert_gate` are built without the quantization config) or, for `mlp_only_layers`,
+    a dense MLP. Built unquantized and so not planned: linear_attn.conv1d, mlp.gate,
+    mlp.shared_expert_gate; the LM head is built without the quantization config too."""
+    n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
+    kinds = _qwen3_next_layer_types(cfg, n)
+    experts = cfg.integer("num_experts", 0, minimum=0)
+    top_k = cfg.integer("num_experts_per_tok")
+    moe_i, dense_i = cfg.integer("moe_intermediate_size"), cfg.integer("intermediate_size")
+    shared_i = cfg.integer("shared_expert_intermediate_size", 0, minimum=0)
+    step = cfg.integer("decoder_sparse_step", 1)
+    only_mlp = set(cfg.integers("mlp_only_layers"))
+    # qwen2_moe.py Qwen2MoeMLP (Qwen3NextMLP): "Only silu is supported for now"
+    act = _activation(cfg, "hidden_act", {"silu": "silu", "swish": "silu"}, "silu")
+    gate = cfg.data.get("attn_output_gate", True)  # Qwen3NextAttention: getattr(..., True)
+    if not isinstance(gate, bool):
+        raise bad_input("attn_output_gate", gate, "must be true or false", where=str(cfg.path))
+    nk, nv = cfg.integer("linear_num_key_heads"), cfg.integer("linear_num_value_heads")
+    dk, dv = cfg.integer("linear_key_head_dim"), cfg.integer("linear_value_head_dim")
+    key_dim, value_dim = dk * nk, dv * nv
+    types, mods = [], []
+    for i, kind in enumerate(kinds):
+        p = f"model.layers.{i}"
+        if kind == "linear_attention":
+            a = f"{p}.linear_attn"
+            # conv1d: ColumnParallelLinear(conv_kernel, 2 * key_dim + value_dim), no quant
+            # config; A_log: divide(linear_num_value_heads, tp)
+            cfg.split(2 * key_dim + value_dim, cfg.tp, "the GDN conv dimension (2 * "
+                      "linear_key_head_dim * linear_num_key_heads + linear_value_head_dim * "
+                      "linear_num_value_heads)", "the tensor-parallel size")
+            cfg.split(nv, cfg.tp, "linear_num_value_heads", "the tensor-parallel size",
+                      f"{_GDN} (QwenGatedDeltaNetAttention.__init__: A_log, {DIVIDE})")
+            mods += [_one_output(_linear(cfg, a, "attention", i, "in_proj_qkvz", h,
+                                         2 * key_dim + 2 * value_dim, "merged",
+                                         "linear_num_value_heads")),
+                     _one_output(_linear(cfg, a, "attention", i, "in_proj_ba", h, 2 * nv,
+                                         "merged", "linear_num_value_heads")),
+                     _linear(cfg, a, "attention", i, "out_proj", value_dim, h, "row",
+                             "linear_value_head_dim * linear_num_value_heads")]
+        else:
+            mods += _qkv(cfg, f"{p}.self_attn", i, h, 2 if gate else 1)
+        if i not in only_mlp and experts > 0 and (i + 1) % step == 0:
+            types.append("MoE")
+            if cfg.tp > experts:
+                cfg.pending.append(
+                    f"the tensor-parallel size {cfg.tp} is larger than the number of experts "
+                    f"{experts}: vLLM refuses to start ({_QWEN3_NEXT} "
+                    "Qwen3NextSparseMoeBlock.__init__)")
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True))
+            if shared_i:
+                # Qwen2MoeMLP(disable_tp=... or is_sequence_parallel)
+                mods += _mlp(cfg, f"{p}.mlp.shared_expert", "shared experts", i, h, shared_i,
+                             key="shared_expert_intermediate_size", replicated=cfg.seq_moe)
+        else:
+            types.append("dense")
+            mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, dense_i)
+    head = dataclasses.replace(_lm_head(cfg, h), unquantized=(
+        f"vLLM builds the LM head without the quantization config ({_QWEN3_NEXT} "
+        "Qwen3NextForCausalLM.__init__: ParallelLMHead(vocab_size, hidden_size, prefix=...))"))
+    packed = {**_QKV, **_GATE_UP, "in_proj_qkvz": ("in_proj_qkvz",),
+              "in_proj_ba": ("in_proj_ba",)}
+    return Read(n, types, mods + [head], [], packed)

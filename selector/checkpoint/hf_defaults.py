@@ -6,7 +6,9 @@ from typing import Any, Dict
 
 # Hugging Face config-class defaults of the keys read here (transformers 5.19.0, the version
 # vLLM 0.32.0's environment installs: DeepseekV3Config, DeepseekV2Config, Qwen3MoeConfig,
-# NemotronHConfig, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config).
+# NemotronHConfig, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
+# MixtralConfig, Glm4MoeConfig, MiniMaxM2Config, Qwen3NextConfig; deepseek_v32 checkpoints are
+# read with DeepseekV3Config: vLLM 0.32.0 transformers_utils/config.py _CONFIG_REGISTRY).
 # tests/vllm/test_checkpoint_differential.py compares every entry with the installed classes.
 HF_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "deepseek_v3": {"num_hidden_layers": 61, "hidden_size": 7168, "intermediate_size": 18432,
@@ -59,4 +61,13 @@ HF_DEFAULTS: Dict[str, Dict[str, Any]] = {
                    "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
                    "num_local_experts": 256, "num_experts_per_tok": 8, "vocab_size": 200064,
                    "hidden_act": "silu"},
+    "qwen3_next": {"num_hidden_layers": 48, "hidden_size": 2048, "intermediate_size": 5632,
+                   "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+                   "num_experts": 512, "num_experts_per_tok": 10, "hidden_act": "silu",
+                   "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+                   "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                   "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                   "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                   "linear_num_value_heads": 32},
 }
+HF_DEFAULTS["deepseek_v32"] = dict(HF_DEFAULTS["deepseek_v3"])

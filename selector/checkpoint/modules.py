@@ -47,6 +47,8 @@ class Module:
     problems: Tuple[str, ...] = ()  # what vLLM refuses of this module's per-rank split
     whole: Tuple[int, int] = (0, 0)  # a linear layer's whole-model (K, N)
     parts: Tuple[int, ...] = ()  # its output partitions on one GPU (vLLM output_partition_sizes)
+    # why vLLM builds it without the quantization config (quant_config=None), if it does
+    unquantized: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class Architecture:
     packed: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
     maps_names: bool = True  # vLLM applies the model's hf_to_vllm_mapper to the quant config
     rename_substr: Tuple[Tuple[str, str], ...] = ()
-    rename_prefix: Tuple[Tuple[str, str], ...] = ()
+    rename_prefix: Tuple[Tuple[str, Optional[str]], ...] = ()  # None: vLLM drops the name
     rename_suffix: Tuple[Tuple[str, str], ...] = ()
     defaulted: Tuple[str, ...] = ()  # keys config.json left out, filled from HF_DEFAULTS
 
@@ -242,9 +244,10 @@ def _mlp(cfg: _Config, prefix: str, component: str, layer: int, hidden: int, int
     return [up, down]
 
 
-def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int) -> List[Module]:
+def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int, q_mult: int = 1) -> List[Module]:
     """QKVParallelLinear + o_proj: query heads split by TP, KV heads too (replicated when
-    there are fewer than GPUs)."""
+    there are fewer than GPUs); `q_mult` 2: each query head comes with its output gate
+    (Qwen3-Next's attn_output_gate: QKVParallelLinear of num_attention_heads * 2 heads)."""
     heads = cfg.integer("num_attention_heads")
     kv = cfg.integer("num_key_value_heads", heads)
     hd = cfg.integer("head_dim", hidden // heads or 1)
@@ -259,10 +262,11 @@ def _qkv(cfg: _Config, prefix: str, layer: int, hidden: int) -> List[Module]:
                   "num_kv_head_replicas = divide(tp_size, total_num_kv_heads))")
     qkv = Module(f"{prefix}.qkv_proj", "attention", "qkv_proj", layer,
                  _fields(op="linear", activation="silu", act_and_mul=False, hidden_size=hidden,
-                         intermediate_size=(q_rank + 2 * kv_rank) * hd, num_experts=None,
-                         top_k=None, swiglu_limit=None, tp_size=cfg.tp), "QKVParallelLinear",
-                 problems=cfg.take(), whole=(hidden, (heads + 2 * kv) * hd),
-                 parts=(q_rank * hd, kv_rank * hd, kv_rank * hd))
+                         intermediate_size=(q_mult * q_rank + 2 * kv_rank) * hd,
+                         num_experts=None, top_k=None, swiglu_limit=None, tp_size=cfg.tp),
+                 "QKVParallelLinear", problems=cfg.take(),
+                 whole=(hidden, (q_mult * heads + 2 * kv) * hd),
+                 parts=(q_mult * q_rank * hd, kv_rank * hd, kv_rank * hd))
     return [qkv, _linear(cfg, prefix, "attention", layer, "o_proj", heads * hd, hidden, "row",
                          "num_attention_heads")]
 

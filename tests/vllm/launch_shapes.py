@@ -148,12 +148,63 @@ MORE: Dict[str, Dict[str, Any]] = {
                             "vocab_size": 151936, "hidden_act": "silu",
                             "decoder_sparse_step": 1, "mlp_only_layers": [],
                             "torch_dtype": "bfloat16"},
+    # Qwen/Qwen3-Next-80B-A3B-Instruct-FP8: hybrid Gated DeltaNet / gated attention layers
+    # (full_attention_interval 4), 512 experts and a shared expert
+    "qwen3-next-80b-a3b-fp8": {"architectures": ["Qwen3NextForCausalLM"],
+                               "model_type": "qwen3_next", "hidden_size": 2048,
+                               "intermediate_size": 5120, "moe_intermediate_size": 512,
+                               "shared_expert_intermediate_size": 512, "num_hidden_layers": 48,
+                               "full_attention_interval": 4, "num_attention_heads": 16,
+                               "num_key_value_heads": 2, "head_dim": 256,
+                               "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                               "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                               "linear_num_value_heads": 32, "num_experts": 512,
+                               "num_experts_per_tok": 10, "decoder_sparse_step": 1,
+                               "mlp_only_layers": [], "norm_topk_prob": True,
+                               "partial_rotary_factor": 0.25, "rope_theta": 10000000,
+                               "max_position_embeddings": 262144, "vocab_size": 151936,
+                               "hidden_act": "silu", "tie_word_embeddings": False,
+                               "torch_dtype": "bfloat16"},
+    # deepseek-ai/DeepSeek-V3.2-Exp: DeepSeek-V3 plus the sparse-attention indexer
+    "deepseek-v3.2-exp-fp8": {"architectures": ["DeepseekV32ForCausalLM"],
+                              "model_type": "deepseek_v32", "hidden_size": 7168,
+                              "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                              "num_hidden_layers": 61, "first_k_dense_replace": 3,
+                              "moe_layer_freq": 1, "n_routed_experts": 256,
+                              "n_shared_experts": 1, "num_experts_per_tok": 8, "n_group": 8,
+                              "topk_group": 4, "topk_method": "noaux_tc",
+                              "scoring_func": "sigmoid", "norm_topk_prob": True,
+                              "routed_scaling_factor": 2.5, "num_attention_heads": 128,
+                              "num_key_value_heads": 128, "q_lora_rank": 1536,
+                              "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                              "qk_nope_head_dim": 128, "v_head_dim": 128,
+                              "index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048,
+                              "vocab_size": 129280, "hidden_act": "silu",
+                              "max_position_embeddings": 163840, "rope_theta": 10000,
+                              "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40,
+                                               "mscale": 1.0, "mscale_all_dim": 1.0,
+                                               "original_max_position_embeddings": 4096,
+                                               "type": "yarn"},
+                              "torch_dtype": "bfloat16"},
 }
+
+
+def _not_converted(name: str, c: Dict[str, Any]) -> List[str]:
+    """modules_to_not_convert as the FP8 exports write it: lm_head, and for Qwen3-Next each
+    layer's in_proj_ba (vLLM's block-FP8 cannot split it: qwen_gdn_linear_attn.py "ba_proj
+    doesn't support blockwise fp8 quantization"), router and shared-expert gate."""
+    if not name.startswith("qwen3-next"):
+        return ["lm_head"]
+    return ["lm_head"] + [f"model.layers.{i}.{m}" for i in range(c["num_hidden_layers"])
+                          for m in ("linear_attn.in_proj_ba", "mlp.gate",
+                                    "mlp.shared_expert_gate")]
 
 
 def more_entries() -> Dict[str, Any]:
     """name -> (config.json with its block-FP8 quantization_config, None)."""
-    return {n: ({**c, "quantization_config": dict(FP8_BLOCK)}, None) for n, c in MORE.items()}
+    return {n: ({**c, "quantization_config": {**FP8_BLOCK, "modules_to_not_convert":
+                                              _not_converted(n, c)}}, None)
+            for n, c in MORE.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +219,8 @@ def _layers_kept(c: Dict[str, Any]) -> int:
     if isinstance(pattern, str):
         return max(pattern.index(ch) for ch in set(pattern)) + 1
     n = int(c.get("first_k_dense_replace") or 0) + 2
+    if c.get("model_type") == "qwen3_next":  # a full-attention layer too
+        n = max(n, int(c.get("full_attention_interval") or 4))
     if c.get("mlp_only_layers"):
         n = max(n, max(c["mlp_only_layers"]) + 2)
     return min(n, int(c.get("num_hidden_layers", n)))

@@ -119,6 +119,58 @@ def _expert_maps_on_cpu() -> Iterator[None]:
         emm.ExpertMapManager.__init__ = real  # type: ignore[method-assign]
 
 
+class _GpuMemoryIsMeta:
+    """A tensor vLLM allocates on the GPU by name (`device="cuda"`, e.g. deepseek_v32/nvidia/
+    model.py DeepseekV32Model's topk_indices_buffer on current_platform.device_type; or by
+    index, current_platform.current_device(), e.g. qwen_gdn_linear_attn.py's RMSNormGated) is
+    placed on the meta device, as every weight is: the simulated GPU's memory (a CPU build of
+    torch has no CUDA allocator to answer it)."""
+
+    @staticmethod
+    def mode() -> Any:
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        def on_gpu(d: Any) -> bool:  # a bare index is the accelerator's (current_device())
+            return (isinstance(d, int) and not isinstance(d, bool)) or \
+                (isinstance(d, (str, torch.device)) and torch.device(d).type == "cuda")
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types_: Any, args: Any = (),
+                                   kwargs: Any = None) -> Any:
+                kwargs = dict(kwargs or {})
+                if on_gpu(kwargs.get("device")):
+                    kwargs["device"] = "meta"
+                return func(*args, **kwargs)
+        return Mode()
+
+
+@contextlib.contextmanager
+def _worker_workspace() -> Iterator[None]:
+    """vLLM's GPU worker sets up its workspace manager before it builds the model (vLLM 0.32.0
+    v1/worker/gpu_worker.py Worker._init_workspace_and_model_runner: init_workspace_manager(
+    self.device, ...)); the sparse MLA backends take their workspaces while the model is built
+    (flashmla_sparse.py FlashMLASparseImpl.__init__). The same call, on the meta device.
+
+    The workspace grows by freeing the GPU allocator's cache first (workspace.py
+    WorkspaceManager._ensure_workspace_size: torch.accelerator.empty_cache()), a device call a
+    CPU build of torch refuses ("Cannot access accelerator device"): the simulated GPU's cache
+    is empty, so there it does nothing."""
+    import torch
+    from vllm.v1.worker import workspace
+    fresh = not workspace.is_workspace_manager_initialized()
+    if fresh:
+        workspace.init_workspace_manager(torch.device("meta"))
+    real = torch.accelerator.empty_cache
+    torch.accelerator.empty_cache = lambda: None
+    try:
+        yield
+    finally:
+        torch.accelerator.empty_cache = real
+        if fresh:
+            workspace._manager = None
+
+
 @contextlib.contextmanager
 def _cuda_activations() -> Iterator[None]:
     """The CUDA activation kernels vLLM's activation layers take a handle of when built on a CUDA
@@ -138,6 +190,26 @@ def _cuda_activations() -> Iterator[None]:
             delattr(torch.ops._C, n)
 
 
+# vLLM 0.32.0 platforms/cuda.py _get_backend_priorities: on SM 10.x with a BF16 KV cache and
+# more than 16 heads, the sparse MLA backends in order FLASHMLA_SPARSE, FLASHINFER_MLA_SPARSE
+SPARSE_MLA_ON_SM100 = "FLASHMLA_SPARSE"
+
+
+def _sparse_mla_on_cuda(host_answer: Any) -> Any:
+    """The attention backend the simulated GPU answers: the host platform's (attention kernels
+    are not this comparison's subject), except sparse MLA (DeepSeek-V3.2's DSA), which the host
+    refuses (vLLM 0.32.0 platforms/cpu.py CpuPlatform.get_attn_backend_cls: "Sparse Attention
+    is not supported on CPU."): there the CUDA platform's SM 10.x choice, SPARSE_MLA_ON_SM100
+    (vLLM's CudaPlatform cannot be asked on a CPU build: platforms/cuda.py imports
+    vllm._C_stable_libtorch)."""
+    def answer(selected_backend: Any, attn_selector_config: Any, num_heads: Any = None) -> str:
+        if attn_selector_config.use_sparse:
+            from vllm.v1.attention.backends.registry import AttentionBackendEnum
+            return AttentionBackendEnum[SPARSE_MLA_ON_SM100].get_path()
+        return host_answer(selected_backend, attn_selector_config, num_heads)
+    return answer
+
+
 class Builder:
     """Builds models under one simulated GPU; close() restores vLLM."""
 
@@ -149,6 +221,11 @@ class Builder:
         for name in dir(host):  # the host platform's attention backends
             if name.startswith("get_") and "backend_cls" in name:
                 setattr(self.simulation.platform, name, getattr(host, name))
+        self.simulation.platform.get_attn_backend_cls = _sparse_mla_on_cuda(  # type: ignore
+            host.get_attn_backend_cls)
+        # the device query (Platform.__getattr__ answers torch.cuda.current_device, which a CPU
+        # build of torch refuses: "Torch not compiled with CUDA enabled"): rank 0's GPU, 0
+        self.simulation.platform.current_device = lambda: 0  # type: ignore[attr-defined]
 
     def close(self) -> None:
         self.simulation.close()
@@ -206,7 +283,8 @@ class Builder:
         import torch.fx.experimental._config as fx_config
         try:
             with _groups(tp, dp, ep), _cuda_activations(), _expert_maps_on_cpu(), \
-                    torch.device("meta"), \
+                    _worker_workspace(), \
+                    torch.device("meta"), _GpuMemoryIsMeta.mode(), \
                     fx_config.patch(meta_nonzero_assume_all_nonzero=True), \
                     contextlib.redirect_stdout(io.StringIO()):
                 model = initialize_model(vllm_config=vc)

@@ -32,6 +32,7 @@ class SimulatedCuda(Platform):
     dispatch_key = "CUDA"
     ray_device_key = "GPU"
     capability: Optional[DeviceCapability] = None
+    cuda: Optional[str] = None  # the scenario's CUDA version (torch.version.cuda on a GPU)
     host: Any = None  # the platform vLLM resolved on this machine (its CPU build)
 
     @classmethod
@@ -52,6 +53,13 @@ class SimulatedCuda(Platform):
     @classmethod
     def supports_fp8(cls) -> bool:
         return cls.has_device_capability(89)
+
+    @classmethod
+    def get_cuda_runtime_major(cls) -> int:
+        """CudaPlatformBase.get_cuda_runtime_major: the major of torch.version.cuda, here the
+        scenario's CUDA (read by the Gated DeltaNet prefill backend choice,
+        mamba/gdn/qwen_gdn_linear_attn.py)."""
+        return int(cls.cuda.split(".")[0]) if cls.cuda else 0
 
     @classmethod
     def support_deep_gemm(cls) -> bool:
@@ -370,6 +378,7 @@ class Simulation:
         if gpu:
             major, minor = (int(x) for x in s.capability.split("."))
             SimulatedCuda.capability = DeviceCapability(major, minor)
+            SimulatedCuda.cuda = s.cuda
         import torch
         for name, fn in _cuda_ops(s).items() if gpu else ():
             self._ops.append(name)

@@ -93,7 +93,10 @@ def test_hf_defaults_are_the_config_classes_defaults():
                "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig",
                "gpt_oss": "GptOssConfig", "llama": "LlamaConfig", "mistral": "MistralConfig",
                "qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "mixtral": "MixtralConfig",
-               "glm4_moe": "Glm4MoeConfig", "minimax_m2": "MiniMaxM2Config"}
+               "glm4_moe": "Glm4MoeConfig", "minimax_m2": "MiniMaxM2Config",
+               # vLLM 0.32.0 transformers_utils/config.py _CONFIG_REGISTRY: deepseek_v32 is
+               # read with DeepseekV3Config
+               "qwen3_next": "Qwen3NextConfig", "deepseek_v32": "DeepseekV3Config"}
     assert transformers.__version__ == "5.19.0"
     for model_type, table in HF_DEFAULTS.items():
         made = getattr(transformers, classes[model_type])()
@@ -114,7 +117,9 @@ def test_name_mappings_are_the_model_classes():
         qwen2,
         qwen3,
         qwen3_moe,
+        qwen3_next,
     )
+    from vllm.models import deepseek_v32  # the platform's class (CUDA: nvidia/model.py)
 
     from selector.checkpoint.arch import ARCHITECTURES, RENAMES
     classes = {"DeepseekV3ForCausalLM": deepseek_v2, "DeepseekV2ForCausalLM": deepseek_v2,
@@ -122,7 +127,8 @@ def test_name_mappings_are_the_model_classes():
                "GptOssForCausalLM": gpt_oss, "LlamaForCausalLM": llama,
                "MistralForCausalLM": llama, "Qwen2ForCausalLM": qwen2,
                "Qwen3ForCausalLM": qwen3, "MixtralForCausalLM": mixtral,
-               "Glm4MoeForCausalLM": glm4_moe, "MiniMaxM2ForCausalLM": minimax_m2}
+               "Glm4MoeForCausalLM": glm4_moe, "MiniMaxM2ForCausalLM": minimax_m2,
+               "Qwen3NextForCausalLM": qwen3_next, "DeepseekV32ForCausalLM": deepseek_v32}
     for arch, (model_type, _) in ARCHITECTURES.items():
         cls = getattr(classes[arch], arch if arch != "MistralForCausalLM" else
                       "LlamaForCausalLM")

@@ -134,9 +134,11 @@ def map_name(arch: Architecture, name: str) -> str:
     for substr, new in arch.rename_substr:
         if substr in name:
             name = name.replace(substr, new, 1)
-    for prefix, new in arch.rename_prefix:
-        if name.startswith(prefix):
-            name = name.replace(prefix, new, 1)
+    for prefix, to in arch.rename_prefix:
+        # None: vLLM drops the name (Qwen3-Next's `mtp.`, the draft model's weights); no
+        # module of the plan is under it, so the name is left as it is
+        if to is not None and name.startswith(prefix):
+            name = name.replace(prefix, to, 1)
     for suffix, new in arch.rename_suffix:
         if name.endswith(suffix):
             name = new.join(name.rsplit(suffix, 1))

@@ -2,13 +2,15 @@
 config.json's `quantization_config` first, then `hf_quant_config.json`."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
-from selector.checkpoint.arch import Architecture
+from selector.checkpoint.arch import Architecture, Module
 from selector.checkpoint.files import read_json
 from selector.checkpoint.quant.common import (
     Quantization,
+    Verdict,
 )
 from selector.checkpoint.quant.compressed_tensors import _compressed_tensors
 from selector.checkpoint.quant.fp8 import _fp8, _mxfp4
@@ -73,10 +75,21 @@ def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architec
     q, where, source, warnings = _description(model_dir, config)
     method = _method(q, where)
     out = _read(method, q, arch, source, where)
+    if any(m.unquantized for m in arch.modules):
+        out = dataclasses.replace(out, verdict_of=_built_unquantized(out.verdict_of))
     if warnings:
         out = Quantization(out.format, out.source, out.algo, out.verdict_of, out.excluded,
                            tuple(warnings), out.where)
     return out
+
+
+def _built_unquantized(verdict_of: Callable[[Module], Verdict]
+                       ) -> Callable[[Module], Verdict]:
+    """A module vLLM builds with quant_config=None is unquantized whatever the checkpoint's
+    quantization config says (Module.unquantized names the vLLM source)."""
+    def verdict(m: Module) -> Verdict:
+        return Verdict(None, m.unquantized) if m.unquantized else verdict_of(m)
+    return verdict
 
 
 def _description(model_dir: Path, config: Mapping[str, Any]
