@@ -226,6 +226,22 @@ class Builder:
         # the device query (Platform.__getattr__ answers torch.cuda.current_device, which a CPU
         # build of torch refuses: "Torch not compiled with CUDA enabled"): rank 0's GPU, 0
         self.simulation.platform.current_device = lambda: 0  # type: ignore[attr-defined]
+        self._cuda_model_packages()
+
+    def _cuda_model_packages(self) -> None:
+        """vLLM's platform-dispatching model packages bind their class at import from
+        current_platform (vllm/models/deepseek_v32/__init__.py: the NVIDIA class on CUDA,
+        DeepSeek-V3's elsewhere): imported, or re-imported when an earlier import ran on the
+        CPU platform (a config check of another test), under the simulated GPU, as a GPU
+        machine imports them."""
+        import importlib
+        import sys
+        with self.simulation.scenario(ckpt_diff.SCENARIO):
+            for name in ("vllm.models.deepseek_v32",):
+                mod = sys.modules.get(name)
+                mod = importlib.reload(mod) if mod is not None else importlib.import_module(name)
+                cls = mod.DeepseekV32ForCausalLM
+                assert ".nvidia." in cls.__module__, (name, cls.__module__)
 
     def close(self) -> None:
         self.simulation.close()
