@@ -457,8 +457,9 @@ BOUNDARIES = [
       layer={"ep_size": 2, "all2all": "allgather_reducescatter"}),
     C("vllm-cutlass-ep-deepep-ht", "10.0", "moe/cutlass", {"parallel"},
       layer={"ep_size": 2, "all2all": "deepep_high_throughput"}),
-    C("vllm-cutlass-ep-fi-nvlink", "10.0", "moe/cutlass", {"parallel"},
-      layer={"ep_size": 2, "all2all": "flashinfer_nvlink"}),
+    *[C(f"vllm-cutlass-ep-fi-nvlink-{x[-10:]}", "10.0", "moe/cutlass", {"parallel"},
+        layer={"ep_size": 2, "all2all": x})
+      for x in ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided")],
     # NVFP4 under DeepEP low-latency: vLLM's NVFP4 oracle has no batched CUTLASS
     # (backend_to_kernel_cls: VLLM_CUTLASS -> [CutlassExpertsFp4], the standard format)
     C("vllm-cutlass-ep-deepep-ll", "10.0", "moe/cutlass", {"parallel"},
@@ -1012,7 +1013,9 @@ VLLM_FP8_KERNELS = {
     **{("moe/marlin", q): "MarlinExperts" for q in FP8},
 }
 LL = {"ep_size": 2, "all2all": "deepep_low_latency"}  # vLLM's batched activation format
-NVL = {"ep_size": 2, "all2all": "flashinfer_nvlink"}
+# FlashInfer's NVLink exchanges: the two-sided one (vLLM's flashinfer_all2allv) and the one-sided
+NVL = {"ep_size": 2, "all2all": "flashinfer_nvlink_two_sided"}
+NVL1 = {"ep_size": 2, "all2all": "flashinfer_nvlink_one_sided"}
 # under DeepEP low-latency vLLM maps the name to its batched backend (select_fp8_moe_backend)
 VLLM_FP8_BATCHED_KERNELS = {
     "moe/cutlass": ("fp8_channel", "CutlassBatchedExpertsFp8"),
@@ -1088,6 +1091,7 @@ FP8_BOUNDARIES = [
     C("fp8-cutlass-deepep-ht", "9.0", VC, {"parallel"},
       layer={**CHANNEL, "ep_size": 2, "all2all": "deepep_high_throughput"}),
     C("fp8-cutlass-nvlink", "9.0", VC, {"parallel"}, layer={**CHANNEL, **NVL}),
+    C("fp8-cutlass-nvlink-one-sided", "9.0", VC, {"parallel"}, layer={**CHANNEL, **NVL1}),
     C("fp8-cutlass-deepep-ll", "9.0", VC, layer={**CHANNEL, **LL}),
     # trtllm_fp8_moe.py is_supported_config: the clamp for block-scaled SwiGLU only
     CT("fp8-trtllm-tensor-clamp", "10.0", TRT, {"clamp"}, layer={**TENSOR, "swiglu_limit": 7.0}),
@@ -1097,9 +1101,11 @@ FP8_BOUNDARIES = [
     CT("fp8-trtllm-block-relu2", "10.0", TRT,
       layer={**BLOCK, "activation": "relu2", "act_and_mul": False}),
     # Monolithic: no all2all kernels but AG/RS; Modular (block): also FlashInfer NVLink
-    CT("fp8-trtllm-tensor-nvlink", "10.0", TRT, {"parallel"}, layer={**TENSOR, **NVL}),
-    CT("fp8-trtllm-block-nvlink", "10.0", TRT, layer={**BLOCK, **NVL}, engine="vllm",
-      kernel="TrtLlmFp8ExpertsModular", scheme="fp8_block", status="selected", only="parallel"),
+    *[CT(f"fp8-trtllm-tensor-{n}", "10.0", TRT, {"parallel"}, layer={**TENSOR, **a})
+      for n, a in (("nvlink", NVL), ("nvlink-one-sided", NVL1))],
+    *[CT(f"fp8-trtllm-block-{n}", "10.0", TRT, layer={**BLOCK, **a}, engine="vllm",
+         kernel="TrtLlmFp8ExpertsModular", scheme="fp8_block", status="selected",
+         only="parallel") for n, a in (("nvlink", NVL), ("nvlink-one-sided", NVL1))],
     CT("fp8-trtllm-block-deepep-ll", "10.0", TRT, {"parallel"}, layer={**BLOCK, **LL}),
     CT("fp8-trtllm-tensor-deepep-ht", "10.0", TRT, {"parallel"},
       layer={**TENSOR, "ep_size": 2, "all2all": "deepep_high_throughput"}),
@@ -1121,20 +1127,24 @@ FP8_BOUNDARIES = [
     C("fp8-deep-gemm-ll-silu", "9.0", DG, layer={**BLOCK, **LL}),
     C("fp8-deep-gemm-swiglustep", "9.0", DG, layer={**BLOCK, "activation": "swiglustep"}),
     C("fp8-deep-gemm-nvlink", "9.0", DG, {"parallel"}, layer={**BLOCK, **NVL}),
+    C("fp8-deep-gemm-nvlink-one-sided", "9.0", DG, {"parallel"}, layer={**BLOCK, **NVL1}),
     C("fp8-deep-gemm-vllm-0.20", "9.0", DG, {"package"}, pk={"vllm": "0.20.0"}, layer=BLOCK),
     C("fp8-deep-gemm-vllm-0.21", "9.0", DG, pk={"vllm": "0.21.0"}, layer=BLOCK),
     C("fp8-deep-gemm-own-package", "9.0", DG, pk={"vllm": None, "deep-gemm": "2.1.0"},
       layer=BLOCK),
     # TritonExperts: no FlashInfer NVLink; BatchedTritonExperts under DeepEP low-latency
     C("fp8-triton-nvlink", "9.0", TR, {"parallel"}, layer={**BLOCK, **NVL}),
+    C("fp8-triton-nvlink-one-sided", "9.0", TR, {"parallel"}, layer={**BLOCK, **NVL1}),
     C("fp8-triton-deepep-ll", "9.0", TR, layer={**BLOCK, **LL}),
     C("fp8-triton-deepep-ht", "9.0", TR,
       layer={**BLOCK, "ep_size": 2, "all2all": "deepep_high_throughput"}),
     C("fp8-triton-no-vllm", "9.0", TR, {"package"}, pk={"vllm": None}, layer=BLOCK),
     C("fp8-triton-sglang", "9.0", TR, pk={"vllm": None, "sglang": "0.5.23"}, layer=BLOCK),
-    # MarlinExperts: standard format, no two-sided FlashInfer NVLink
+    # MarlinExperts: standard format, no two-sided FlashInfer NVLink (the one-sided one it takes:
+    # marlin_moe.py MarlinExpertsBase._supports_parallel_config)
     C("fp8-marlin-deepep-ll", "9.0", MA, {"parallel"}, layer={**BLOCK, **LL}),
     C("fp8-marlin-nvlink", "9.0", MA, {"parallel"}, layer={**BLOCK, **NVL}),
+    C("fp8-marlin-nvlink-one-sided", "9.0", MA, layer={**BLOCK, **NVL1}),
     C("fp8-marlin-deepep-ht", "9.0", MA,
       layer={**BLOCK, "ep_size": 2, "all2all": "deepep_high_throughput"}),
     # the NVFP4-only rules stay NVFP4's: no SM 12.1 CUTLASS report, no TRT-LLM relu2 report,
@@ -1246,6 +1256,7 @@ def _fp8_scheme_boundaries() -> List[Case]:
                          ("agrs", "9.0", (), AGRS, {})])
     each(MA, lambda q: [("deepep-ll", "9.0", {"parallel"}, LL, {}),
                         ("nvlink", "9.0", {"parallel"}, NVL, {}),
+                        ("nvlink-one-sided", "9.0", (), NVL1, {}),
                         ("agrs", "9.0", (), AGRS, {})])
     # TRT-LLM: neither kernel takes DeepEP or the naive exchange; 2048 experts at most
     each(TRT, lambda q: [("deepep-ll", "10.0", {"parallel"}, LL, {}),
@@ -1435,8 +1446,9 @@ MX_CASES = [
     C("mx-deep-gemm-mxfp8-gelu", "10.0", DG, {"activation"}, layer={**MX8, "activation": "gelu"}),
     C("mx-deep-gemm-mxfp8-nongated", "10.0", DG, {"act_and_mul"},
       layer={**MX8, "act_and_mul": False}),
-    C("mx-deep-gemm-mxfp8-ep-nvlink", "10.0", DG, {"parallel"},
-      layer={**MX8, "ep_size": 2, "all2all": "flashinfer_nvlink"}),
+    *[C(f"mx-deep-gemm-mxfp8-ep-nvlink-{x[-10:]}", "10.0", DG, {"parallel"},
+        layer={**MX8, "ep_size": 2, "all2all": x})
+      for x in ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided")],
     C("mx-deep-gemm-mxfp8-ep", "10.0", DG, layer={**MX8, "ep_size": 2}),
     C("mx-deep-gemm-w4a8", "10.0", DG, {"quant"}, layer=MX48),
     C("mx-vllm-deep-gemm-mxfp8", "10.0", DG, layer=MX8, engine=V, kernel="DeepGemmExperts",
@@ -1705,7 +1717,8 @@ def _a2a(x: str) -> dict:
 
 
 MX4S, NV4, FP16 = {"quant": "mxfp4", **SWO}, {"quant": "nvfp4"}, {"dtype": "float16"}
-EXCHANGES = ("allgather_reducescatter", "deepep_high_throughput", "flashinfer_nvlink", "naive")
+EXCHANGES = ("allgather_reducescatter", "deepep_high_throughput", "flashinfer_nvlink_one_sided",
+             "flashinfer_nvlink_two_sided", "naive")
 
 
 def _vk(id: str, device: str, backend: str, layer: dict, kernel: str, scheme: str, **kw) -> Case:
@@ -1721,8 +1734,9 @@ PARALLEL_CASES = [
         "TrtLlmFp8ExpertsModular", "mxfp8", pk=T613),
     _vk("vllm-trtllm-mxfp8-bf16", "10.0", TRT, {"quant": "mxfp8"}, "TrtLlmFp8ExpertsMonolithic",
         "mxfp8", pk=T613),
-    _vk("vllm-trtllm-mxfp8-nvlink", "10.0", TRT, {"quant": "mxfp8", **NVL},
-        "TrtLlmFp8ExpertsModular", "mxfp8", pk=T613),
+    *[_vk(f"vllm-trtllm-mxfp8-{n}", "10.0", TRT, {"quant": "mxfp8", **a},
+          "TrtLlmFp8ExpertsModular", "mxfp8", pk=T613)
+      for n, a in (("nvlink", NVL), ("nvlink-one-sided", NVL1))],
     _vk("vllm-trtllm-tensor-bf16", "10.0", TRT, TENSOR, "TrtLlmFp8ExpertsMonolithic",
         "fp8_tensor", pk=T613),
     CT("vllm-trtllm-tensor-fp16", "10.0", TRT, {"dtype"}, layer={**TENSOR, **FP16}, engine=V,
@@ -1754,6 +1768,10 @@ PARALLEL_CASES = [
         only="parallel") for q in ("nvfp4", "nvfp4_w4a16", "mxfp8")],
     *[C(f"vllm-marlin-{q}-nvlink", "9.0", MA, {"parallel"}, layer={"quant": q, **NVL},
         only="parallel") for q in ("mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")],
+    # ... and takes the one-sided one (MarlinExpertsBase._supports_parallel_config)
+    *[C(f"vllm-marlin-{q}-nvlink-one-sided", "9.0", MA, layer={"quant": q, **NVL1},
+        only="parallel") for q in ("nvfp4", "nvfp4_w4a16", "mxfp8", "mxfp4", "mxfp4_w4a8",
+                                   "mxfp4_w4a4")],
     _vk("vllm-marlin-mxfp4-ll", "9.0", MA, {**MX4S, **LL}, "BatchedMarlinExperts", "mxfp4"),
     *[_vk(f"vllm-marlin-{q}-ll", "9.0", MA, {**MX4S, "quant": q, **LL},
           "BatchedMarlinExperts", "mxfp4") for q in ("mxfp4_w4a8", "mxfp4_w4a4")],
@@ -1770,10 +1788,10 @@ PARALLEL_CASES = [
     *[_vk(f"vllm-triton-kernels-{x}", "9.0", "moe/triton_kernels", {**MX4S, **_a2a(x)},
           "OAITritonExperts", "mxfp4") for x in EXCHANGES],
     *[C(f"vllm-deep-gemm-mxfp8-{n}", "10.0", "moe/deep_gemm", {"parallel"}, only="parallel",
-        layer={"quant": "mxfp8", **a}) for n, a in (("ll", LL), ("nvlink", NVL))],
+        layer={"quant": "mxfp8", **a}) for n, a in (("ll", LL), ("nvlink", NVL), ("nvlink-one-sided", NVL1))],
     C("vllm-cutlass-nvfp4-ll", "10.0", VC, {"parallel"}, layer={**NV4, **LL}, only="parallel"),
     *[C(f"vllm-emulation-nvfp4-{n}", "10.0", "moe/emulation", {"parallel"}, engine=V,
-        only="parallel", layer={**NV4, **a}) for n, a in (("ll", LL), ("nvlink", NVL))],
+        only="parallel", layer={**NV4, **a}) for n, a in (("ll", LL), ("nvlink", NVL), ("nvlink-one-sided", NVL1))],
     C("vllm-cutedsl-ll-swigluoai", "10.0", "moe/flashinfer_cutedsl", {"activation"}, engine=V,
       only="activation", layer={**NV4, **SWO, **LL}),
     C("vllm-cutedsl-ll-clamp", "10.0", "moe/flashinfer_cutedsl", {"clamp"}, engine=V,

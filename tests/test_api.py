@@ -187,7 +187,7 @@ LAYERS = [
     {"op": "linear", "hidden_size": 4096, "intermediate_size": 4096}, {"quant": "int8"},
     {"swiglu_limit": 10.0}, {"activation": "gelu_tanh"}, {"dtype": "float16"},
     {"op": "linear", "hidden_size": 4100}, {"activation": "relu2", "act_and_mul": True},
-    {"num_tokens": 8}, {"num_tokens": 8192}, {"ep_size": 4, "all2all": "flashinfer_nvlink"},
+    {"num_tokens": 8}, {"num_tokens": 8192}, {"ep_size": 4, "all2all": "flashinfer_nvlink_two_sided"},
 ]
 
 

@@ -374,10 +374,13 @@ def test_parallel_no_ep():
 
 def test_parallel_all2all_exclude():
     r = rule(kind="parallel", ep=True, all2all_exclude=["deepep_high_throughput",
-                                                        "flashinfer_nvlink"])
+                                                        "flashinfer_nvlink_two_sided"])
     assert check(r, layer(ep_size=4)) is None
     assert check(r, layer(ep_size=4, all2all="allgather_reducescatter")) is None
     assert check(r, layer(ep_size=1, all2all="deepep_high_throughput")) is None
+    # FlashInfer's two NVLink exchanges are two values (vLLM's MarlinExperts takes the one-sided)
+    assert check(r, layer(ep_size=4, all2all="flashinfer_nvlink_one_sided")) is None
+    assert check(r, layer(ep_size=4, all2all="flashinfer_nvlink_two_sided")) is not None
     got = check(r, layer(ep_size=4, all2all="deepep_high_throughput"))
     assert got is not None and "deepep_high_throughput" in got.message
 

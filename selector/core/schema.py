@@ -73,8 +73,12 @@ QUANT_KEYS_SOURCE = _KEYS
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "situ",
                "swigluoai_uninterleave", "swiglustep")
 DTYPES = ("bfloat16", "float16", "float32")
+# vLLM 0.32.0's all2all backends (config/parallel.py All2AllBackend; flashinfer_all2allv is its
+# alias of flashinfer_nvlink_two_sided): the experts classes tell FlashInfer's one-sided and
+# two-sided NVLink exchanges apart (fused_moe/config.py use_fi_nvl_one_sided_kernels,
+# use_fi_nvl_two_sided_kernels; MarlinExpertsBase refuses only the two-sided one)
 ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
-           "flashinfer_nvlink", "naive")
+           "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "naive")
 
 
 class Status(str, Enum):

@@ -53,9 +53,10 @@ _DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.floa
 _ALL2ALL = {"allgather_reducescatter": "allgather_reducescatter",
             "deepep_high_throughput": "deepep_high_throughput",
             "deepep_low_latency": "deepep_low_latency", "naive": "naive",
-            "flashinfer_all2allv": "flashinfer_nvlink",
-            "flashinfer_nvlink_two_sided": "flashinfer_nvlink",
-            "flashinfer_nvlink_one_sided": "flashinfer_nvlink"}
+            # vLLM 0.32.0 config/parallel.py: "temporary alias for flashinfer_nvlink_two_sided"
+            "flashinfer_all2allv": "flashinfer_nvlink_two_sided",
+            "flashinfer_nvlink_two_sided": "flashinfer_nvlink_two_sided",
+            "flashinfer_nvlink_one_sided": "flashinfer_nvlink_one_sided"}
 
 
 class NotExpressible(Exception):
