@@ -785,6 +785,8 @@ FI_DIRECT: List[Case] = [
       layer=_fl("fp8_block", dtype="float16")),
     C("fi-block-k4160", "9.0", "linear/flashinfer_blockscale_sm90", {"shape"},
       layer=_fl("fp8_block", hidden_size=4160)),
+    C("fi-block-k4224", "9.0", "linear/flashinfer_blockscale_sm90",
+      layer=_fl("fp8_block", hidden_size=4224)),
     C("fi-block-n4128", "9.0", "linear/flashinfer_blockscale_sm90", {"shape"},
       layer=_fl("fp8_block", intermediate_size=4128)),
     C("fi-block-n4160", "9.0", "linear/flashinfer_blockscale_sm90",
