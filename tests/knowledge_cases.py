@@ -777,6 +777,11 @@ FI_DIRECT: List[Case] = [
     C("fi-block-sm90", "9.0", "linear/flashinfer_blockscale_sm90", layer=_fl("fp8_block")),
     C("fi-block-no-fi", "9.0", "linear/flashinfer_blockscale_sm90", {"package"}, pk={FI: None},
       layer=_fl("fp8_block")),
+    # flashinfer v0.5.3 and v0.6.0 gemm/__init__.py: first exported in 0.6.0 (FlashInfer #2131)
+    C("fi-block-0.5.3", "9.0", "linear/flashinfer_blockscale_sm90", {"package"}, pk={FI: "0.5.3"},
+      layer=_fl("fp8_block")),
+    C("fi-block-0.6.0", "9.0", "linear/flashinfer_blockscale_sm90", pk={FI: "0.6.0"},
+      layer=_fl("fp8_block")),
     C("fi-block-cuda-12.7", "9.0", "linear/flashinfer_blockscale_sm90", {"cuda"}, cuda="12.7",
       layer=_fl("fp8_block")),
     C("fi-block-cuda-12.8", "9.0", "linear/flashinfer_blockscale_sm90", cuda="12.8",
@@ -812,6 +817,8 @@ FI_DIRECT: List[Case] = [
       pk={FI: None, CUDNN_FE: "1.32.0"}, layer=_fl("fp8_tensor")),
     C("fi-cudnn-fp32", "9.0", "linear/flashinfer_bmm_fp8_cudnn", {"dtype"},
       pk={CUDNN_FE: "1.32.0"}, layer=_fl("fp8_tensor", dtype="float32")),
+    C("fi-cudnn-fp16", "9.0", "linear/flashinfer_bmm_fp8_cudnn", pk={CUDNN_FE: "1.32.0"},
+      layer=_fl("fp8_tensor", dtype="float16")),
     C("fi-moe-block", "9.0", "moe/flashinfer_cutlass_fp8_sm90", layer=_FI_MOE),
     C("fi-moe-tensor", "9.0", "moe/flashinfer_cutlass_fp8_sm90",
       layer={**_FI_MOE, "quant": "fp8_tensor"}),
@@ -824,6 +831,8 @@ FI_DIRECT: List[Case] = [
       layer={**_FI_MOE, "dtype": "float16"}),
     C("fi-moe-hidden-2112", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"shape"},
       layer={**_FI_MOE, "hidden_size": 2112}),
+    C("fi-moe-hidden-2176", "9.0", "moe/flashinfer_cutlass_fp8_sm90",
+      layer={**_FI_MOE, "hidden_size": 2176}),
     C("fi-moe-intermediate-832", "9.0", "moe/flashinfer_cutlass_fp8_sm90", {"shape"},
       layer={**_FI_MOE, "intermediate_size": 832}),
     C("fi-moe-intermediate-896", "9.0", "moe/flashinfer_cutlass_fp8_sm90",
@@ -838,6 +847,11 @@ FIC_VLLM: List[Case] = [
     C("fic-fp8-tensor-no-vllm", "9.0", "moe/flashinfer_cutlass", {"package"}, pk={"vllm": None},
       layer={**_FI_MOE, "quant": "fp8_tensor"}),
     C("fic-nvfp4-no-vllm", "10.0", "moe/flashinfer_cutlass", pk={"vllm": None}),
+    # ... and for its MXFP4 layers (bf16 activations on SM 9.0, MXFP8 ones on SM >= 10.0)
+    C("fic-mxfp4-no-vllm", "9.0", "moe/flashinfer_cutlass", {"package"}, pk={"vllm": None},
+      layer={"quant": "mxfp4", "activation": "swigluoai"}),
+    C("fic-mxfp4-w4a8-no-vllm", "10.0", "moe/flashinfer_cutlass", {"package"},
+      pk={"vllm": None}, layer={"quant": "mxfp4_w4a8", "activation": "swigluoai"}),
 ]
 
 
@@ -1185,6 +1199,13 @@ FP8_BOUNDARIES = [
       pk={"deep-gemm": "1.0.0", "vllm": None}),
     C("fp8-deep-gemm-sgl-deep-gemm", "9.0", DG, layer=BLOCK,
       pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
+    # ... any deep-gemm after 1.0.0 is the DeepGEMM the grouped MoE calls: neither missing nor
+    # the known issue
+    C("fp8-deep-gemm-pypi-1.0.1-alone", "9.0", DG, layer=BLOCK,
+      pk={"deep-gemm": "1.0.1", "vllm": None}),
+    # vLLM #54125 (open): DeepGEMM reported supported on SM 12.1 (DGX Spark) but faults there
+    C("fp8-deep-gemm-sm121", "12.1", DG, warns={"known_issue"}, layer=BLOCK),
+    C("fp8-deep-gemm-sm120", "12.0", DG, layer=BLOCK),
     # SGLang's CUTLASS block-FP8 GEMM is sgl-kernel's (sglang-kernel), not vLLM's, and runs on
     # SM 12.x only (fp8_utils.py _dispatch_explicit_backend raises elsewhere; tests/sglang)
     C("fp8-sglang-cutlass-linear-sglang-kernel", "12.0", "linear/cutlass", engine="sglang",
@@ -1199,12 +1220,17 @@ FP8_BOUNDARIES = [
       engine="sglang", layer={"quant": "fp8_tensor"}),
     C("fp8-sglang-fi-cutlass-moe-block", "9.0", "moe/flashinfer_cutlass", {"quant"},
       engine="sglang", layer={"quant": "fp8_block"}),
+    # ... and its NVFP4 MoE method does run it (modelopt_quant.py ModelOptNvFp4FusedMoEMethod)
+    C("sglang-fi-cutlass-moe-nvfp4", "10.0", "moe/flashinfer_cutlass", engine="sglang",
+      layer={"quant": "nvfp4"}),
     # SGLang's FlashInfer CUTLASS block-FP8 GEMM: Blackwell and FlashInfer, no vLLM
     # (fp8_utils.py _dispatch_explicit_backend, _get_flashinfer_groupwise_backend; tests/sglang)
     C("fp8-sglang-fi-cutlass-linear-sm100", "10.0", "linear/flashinfer_cutlass", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"vllm": None}),
     C("fp8-sglang-fi-cutlass-linear-sm90", "9.0", "linear/flashinfer_cutlass", {"device"},
       engine="sglang", layer={**DENSE, "quant": "fp8_block"}, pk={"vllm": None}),
+    C("fp8-sglang-fi-cutlass-linear-sm110", "11.0", "linear/flashinfer_cutlass", engine="sglang",
+      layer={**DENSE, "quant": "fp8_block"}, pk={"vllm": None}),
     C("fp8-sglang-fi-cutlass-linear-no-flashinfer", "12.0", "linear/flashinfer_cutlass",
       {"package"}, engine="sglang", layer={**DENSE, "quant": "fp8_block"},
       pk={"flashinfer-python": None, "vllm": None}),
@@ -1214,6 +1240,8 @@ FP8_BOUNDARIES = [
     C("fp8-sglang-deep-gemm-linear-pypi-1.0.0", "9.0", "linear/deep_gemm", {"package"},
       engine="sglang", layer={**DENSE, "quant": "fp8_block"},
       pk={"deep-gemm": "1.0.0", "vllm": None}),
+    C("fp8-sglang-deep-gemm-linear-pypi-1.0.1", "9.0", "linear/deep_gemm", engine="sglang",
+      layer={**DENSE, "quant": "fp8_block"}, pk={"deep-gemm": "1.0.1", "vllm": None}),
     C("fp8-sglang-name-triton", "9.0", TR, layer=BLOCK, engine="sglang", name="triton"),
     C("fp8-sglang-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="sglang", name="deep_gemm"),
     # A per-tensor FP8 layer under SGLang: CUTLASS (scales turned channelwise) except on SM 12.x,
@@ -1226,9 +1254,24 @@ FP8_BOUNDARIES = [
       engine="sglang", layer={**DENSE, "quant": "fp8_tensor"}, pk={"sglang-kernel": "0.4.10", "vllm": None}),
     C("fp8-sglang-per-tensor-sm90-not-torch", "9.0", "linear/torch_per_tensor", {"device"},
       engine="sglang", layer={**DENSE, "quant": "fp8_tensor"}, pk={"sglang-kernel": "0.4.10", "vllm": None}),
+    C("fp8-sglang-per-tensor-sm120-torch", "12.0", "linear/torch_per_tensor", engine="sglang",
+      layer={**DENSE, "quant": "fp8_tensor"}, pk={"sglang-kernel": "0.4.10", "vllm": None},
+      kernel="torch._scaled_mm", scheme="fp8_tensor"),
     C("fp8-sglang-block-cutlass-kernel", "12.0", "linear/cutlass", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"sglang-kernel": "0.4.10", "vllm": None},
       kernel="cutlass_w8a8_block_fp8_linear_with_fallback", scheme="fp8_block"),
+    # ... the same CUTLASS fp8_scaled_mm for dynamic per-tensor activation scales and for a
+    # per-channel weight scale (apply_fp8_linear: channelwise_cutlass)
+    *[C(f"fp8-sglang-{q}-sm90-cutlass", "9.0", "linear/cutlass", engine="sglang",
+        layer={**DENSE, "quant": q}, pk={"sglang-kernel": "0.4.10", "vllm": None},
+        kernel="fp8_scaled_mm", scheme=q) for q in ("fp8_tensor_dynamic", "fp8_channel")],
+    # ... on every device but SM 12.x (SM 8.9 with CUDA >= 12.4, as cutlass_fp8_supported)
+    *[C(f"fp8-sglang-per-tensor-sm{d.replace('.', '')}-cutlass", d, "linear/cutlass",
+        engine="sglang", layer={**DENSE, "quant": "fp8_tensor"},
+        pk={"sglang-kernel": "0.4.10", "vllm": None}) for d in ("8.9", "10.0", "11.0")],
+    C("fp8-sglang-per-tensor-dynamic-sm120-not-cutlass", "12.0", "linear/cutlass", {"device"},
+      engine="sglang", layer={**DENSE, "quant": "fp8_tensor_dynamic"},
+      pk={"sglang-kernel": "0.4.10", "vllm": None}),
 ]
 
 HT = {"ep_size": 2, "all2all": "deepep_high_throughput"}
@@ -1249,6 +1292,7 @@ def _fp8_scheme_boundaries() -> List[Case]:
     # vLLM's CUTLASS grouped GEMM: CUDA floors; the batched kernel under DeepEP low-latency
     each(VC, lambda q: [("sm90-cuda12.2", "9.0", {"cuda"}, {}, {"cuda": "12.2"}),
                         ("sm100-cuda12.6", "10.0", {"cuda"}, {}, {"cuda": "12.6"}),
+                        ("sm100-cuda12.7", "10.0", {"cuda"}, {}, {"cuda": "12.7"}),
                         ("sm100-cuda12.8", "10.0", (), {}, {"cuda": "12.8"}),
                         ("batched", "10.0", (), LL, {"engine": "vllm", "status": "selected",
                                                      "kernel": "CutlassBatchedExpertsFp8",
@@ -1291,6 +1335,8 @@ MX_CASES = [
     C("mx-trtllm-w4a8-silu-sm103", "10.3", TRT, pk=OLD_FI, layer=MX48, status="selected"),
     C("mx-trtllm-mxfp4-sm90", "9.0", TRT, {"device"}, pk=OLD_FI, layer={**MX4, **SWO}),
     C("mx-trtllm-mxfp4-sm120", "12.0", TRT, {"device"}, pk=OLD_FI, layer={**MX4, **SWO}),
+    C("mx-trtllm-w4a8-sm90", "9.0", TRT, {"device"}, pk=OLD_FI, layer={**MX48, **SWO}),
+    C("mx-trtllm-w4a8-sm120", "12.0", TRT, {"device"}, pk=OLD_FI, layer={**MX48, **SWO}),
     C("mx-trtllm-mxfp4-gelu", "10.0", TRT, {"activation"}, pk=OLD_FI,
       layer={**MX4, "activation": "gelu"}),
     C("mx-trtllm-mxfp4-silu-nongated", "10.0", TRT, {"act_and_mul"}, pk=OLD_FI,
@@ -1401,6 +1447,11 @@ MX_CASES = [
     C("mx-cutlass-w4a4-ep-deepep-ht", "10.0", CUT, {"parallel"},
       layer={**MX44, "ep_size": 2, "all2all": "deepep_high_throughput"}),
     C("mx-cutlass-mxfp4", "10.0", CUT, {"quant"}, layer=MX4),
+    # CutlassExpertsMxfp4._supports_activation: apply_moe_activation_supported (no gated relu2)
+    C("mx-cutlass-w4a4-relu2-gated", "10.0", CUT, {"act_and_mul"},
+      layer={**MX44, "activation": "relu2", "act_and_mul": True}),
+    C("mx-cutlass-w4a4-relu2", "10.0", CUT,
+      layer={**MX44, "activation": "relu2", "act_and_mul": False}),
     C("mx-vllm-cutlass-w4a4", "10.0", CUT, layer=MX44, engine=V, kernel="CutlassExpertsMxfp4",
       scheme="mxfp4_w4a4"),
     # Marlin: MXFP4 and MXFP8 weights with bf16 activations, SM >= 7.5
@@ -1617,6 +1668,9 @@ SCHEME_BOUNDARIES = _cutlass_cuda() + _marlin_vllm_only() + [
     C("deep-gemm-k4160", "10.0", DG, {"shape"}, layer=_lin("fp8_block", hidden_size=4160)),
     C("deep-gemm-k4224", "10.0", DG, layer=_lin("fp8_block", hidden_size=4224)),
     C("deep-gemm-no-vllm", "9.0", DG, {"package"}, layer=_lin("fp8_block"), pk={"vllm": None}),
+    # vLLM #54125 (open): reported supported on SM 12.1 (DGX Spark) but faults there
+    C("deep-gemm-sm121", "12.1", DG, warns={"known_issue"}, layer=_lin("fp8_block")),
+    C("deep-gemm-sm120", "12.0", DG, layer=_lin("fp8_block")),
     # mxfp8/marlin.py K % 32; marlin FP8/MX needs vLLM's kernels
     C("marlin-mxfp8-k4112", "9.0", MAR, {"shape"}, layer=_lin("mxfp8", hidden_size=4112)),
     C("marlin-mxfp8-k4128", "9.0", MAR, layer=_lin("mxfp8", hidden_size=4128)),
@@ -1687,6 +1741,7 @@ SGLANG_LINEAR = [
       layer=_lin(q), only="quant", engine="sglang")
     for b, q, dev, bad in (
         (FCUT, "nvfp4", "10.0", False), (FCUT, "fp8_tensor", "10.0", True),
+        (FCUT, "mxfp8", "10.0", False), (CUT, "nvfp4", "10.0", True),
         (FCD, "nvfp4", "10.0", False), (FCD, "nvfp4_w4a16", "10.0", False),
         (FCD, "mxfp8", "10.0", False), (MAR, "nvfp4", "9.0", False),
         (FTR, "nvfp4", "10.0", False), (FTR, "mxfp8", "10.0", False),
