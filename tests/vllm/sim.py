@@ -249,6 +249,10 @@ def _probes(s: Scenario) -> Dict[str, Any]:
         "has_flashinfer_bf16_fp4": lambda: fi,
         "has_flashinfer_situ_activation": lambda: fi,
         "has_humming": lambda: False,
+        # no GPU: the host CPU's own query, pinned so that every CI host answers alike (an x86
+        # CPU with AMX tiles, _switch; without native AMX-FP8 MMA: vLLM's CPU FP8 MoE is then
+        # CPUExpertsFp8, W8A16, vLLM 0.32.0 fused_moe/experts/cpu_moe.py)
+        "cpu_has_amx_fp8": lambda: False,
         "has_fbgemm_gpu": lambda: False,
         "get_b12x_fused_moe": lambda: b12x_mod,
         "_import_b12x_blockscaled": lambda: b12x_mod,
@@ -380,6 +384,12 @@ class Simulation:
             SimulatedCuda.capability = DeviceCapability(major, minor)
             SimulatedCuda.cuda = s.cuda
         import torch
+        if not gpu:  # the host CPU's AMX query (vLLM's CPU FP8/MXFP4 MoE and FP8 linear kernels
+            # ask it: fused_moe/experts/cpu_moe.py, kernels/linear/scaled_mm/cpu.py): pinned, so
+            # the answer is the sweep's, not the CI host's (a host without AMX gets NONE)
+            self._patched.append((torch.cpu, "_is_amx_tile_supported",
+                                  torch.cpu._is_amx_tile_supported))
+            torch.cpu._is_amx_tile_supported = lambda: True
         for name, fn in _cuda_ops(s).items() if gpu else ():
             self._ops.append(name)
             setattr(torch.ops._C, name, fn)
