@@ -52,12 +52,7 @@ class BlockScaleSm90Linear(LinearBackend):
         if k % 128 or n % 64:  # the catalogue's shape rules say so first; never a kernel error
             raise ValueError(f"{self.backend}: K (in_features) must be a multiple of 128 and N "
                              f"(out_features) of 64; got K={k}, N={n}")
-        prepared = TorchFp8Prepared(
-            quant="fp8_block", weight=weights.weight.contiguous(),
-            weight_scale=weights.weight_scale.float().contiguous(), input_scale=None,
-            bias=weights.bias, in_features=k, out_features=n, padded_k=k, padded_n=n,
-            geometry={"hidden_size": k, "out_features": n})
-        return self.admit(prepared)
+        return self.admit(TorchFp8Prepared.unpadded_block(weights))
 
     def apply(self, x, prepared, *, out=None):
         import torch

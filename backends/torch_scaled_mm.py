@@ -66,6 +66,16 @@ class TorchFp8Prepared:
     padded_n: int
     geometry: Dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def unpadded_block(cls, weights) -> TorchFp8Prepared:
+        """A block-FP8 layer's operands as checkpointed (no padding; the weight and its
+        [N/128, K/128] scales contiguous): the kernels that take the checkpoint's layout."""
+        n, k = weights.out_features, weights.in_features
+        return cls(quant="fp8_block", weight=weights.weight.contiguous(),
+                   weight_scale=weights.weight_scale.float().contiguous(), input_scale=None,
+                   bias=weights.bias, in_features=k, out_features=n, padded_k=k, padded_n=n,
+                   geometry={"hidden_size": k, "out_features": n})
+
 
 class _TorchScaledMM(LinearBackend):
     """Shared prepare/apply; subclasses set the alignment, the scale form and the GEMM call."""

@@ -154,12 +154,7 @@ class TritonBlockFp8Linear(LinearBackend):
         from .torch_scaled_mm import TorchFp8Prepared
         n, k = weights.out_features, weights.in_features
         validate.int32_indexing("triton_block_fp8", **{"the weight [N, K]": n * k})
-        prepared = TorchFp8Prepared(
-            quant="fp8_block", weight=weights.weight.contiguous(),
-            weight_scale=weights.weight_scale.float().contiguous(), input_scale=None,
-            bias=weights.bias, in_features=k, out_features=n, padded_k=k, padded_n=n,
-            geometry={"hidden_size": k, "out_features": n})
-        return self.admit(prepared)
+        return self.admit(TorchFp8Prepared.unpadded_block(weights))
 
     def apply(self, x, prepared, *, out=None):
         import torch
