@@ -1,9 +1,14 @@
 """The emulation's fused Triton MoE (``backends/nvfp4_moe_triton.py``) against the grouped emulation.
 
 The kernels run in Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, a child process, as
-tests/test_emulation_grouped.py runs the quantizer): they give the grouped emulation's bits (the
-same rounding steps; the interpreter's float32 accumulation is sequential like the CPU's). The
-block table (``route_blocks``) is pure torch and checked here directly. Skipped without Triton.
+tests/test_emulation_grouped.py runs the quantizer). They take the grouped emulation's rounding
+steps, so they give its bits except where a float32 intermediate computed in another order
+(FC1's sum over the kernel's K tiles against torch's bmm) lands on the other side of a bf16
+rounding: one intermediate value one bf16 step away, seen in the output through FC2 (seed 3 of the every-activation case: 1 of
+1,360 outputs, -16.375 against -16.75). A case passes with at most 1 output in 200 different, by
+at most 1% of its largest output; a wrong activation, layout, scale or routing changes most of
+them. The block table (``route_blocks``) is pure torch and checked here directly. Skipped
+without Triton.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ x = torch.randn(T, H, generator=g).bfloat16()
 tw, ti = torch.topk(torch.softmax(torch.randn(T, E, generator=g), -1), k)
 ti = ti.int()
 ti[0, k - 1] = -1  # an unrouted slot
-bad = []
+bad, flips = [], []
 for gated, act, quant, scales, order, limit in {cases}:
     w13 = nv.quantize(torch.randn(E, (2 if gated else 1) * I, H, generator=g), global_dims=1)
     w2 = nv.quantize(torch.randn(E, H, I, generator=g), global_dims=1)
@@ -40,9 +45,15 @@ for gated, act, quant, scales, order, limit in {cases}:
     kw = dict(activation=act, quant=quant, w13_order=order, swiglu_limit=limit)
     ref = emulate_moe(x, W, tw, ti, grouped=True, fused=False, **kw)
     y = emulate_moe(x, W, tw, ti, fused=True, **kw)
-    if not torch.equal(y, ref):
-        d = (y.float() - ref.float()).abs()
-        bad.append((gated, act, quant, scales, order, limit, float(d.max())))
+    d = (y.float() - ref.float()).abs()
+    n = int((d > 0).sum())
+    # the same bits but for a rounding flip: at most 1 output in 200 differs, by at most 1% of
+    # the largest output (a wrong activation, layout, scale or routing changes most outputs)
+    if n > max(1, y.numel() // 200) or float(d.max()) > 0.01 * float(ref.float().abs().max()):
+        bad.append((gated, act, quant, scales, order, limit, n, float(d.max())))
+    elif n:
+        flips.append((act, quant, scales, order, limit, n, float(d.max())))
+print("flips", flips)
 print("bad", bad)
 print("done")
 """
