@@ -2,13 +2,13 @@
 
 The kernels run in Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, a child process, as
 tests/test_emulation_grouped.py runs the quantizer). They take the grouped emulation's rounding
-steps, so they give its bits except where a float32 intermediate computed in another order
-(FC1's sum over the kernel's K tiles against torch's bmm) lands on the other side of a bf16
-rounding: one intermediate value one bf16 step away, seen in the output through FC2 (seed 3 of the every-activation case: 1 of
-1,360 outputs, -16.375 against -16.75). A case passes with at most 1 output in 200 different, by
-at most 1% of its largest output; a wrong activation, layout, scale or routing changes most of
-them. The block table (``route_blocks``) is pure torch and checked here directly. Skipped
-without Triton.
+steps, so they give its bits except where a float32 intermediate computed in another order (FC1's
+sum over the kernel's K tiles against torch's bmm) lands on the other side of a bf16 rounding: one
+intermediate value one bf16 step away, seen in the output through FC2 (seed 3 of the every-
+activation case: 1 of 1,360 outputs, -16.375 against -16.75). A case passes with at most 1 output
+in 200 different, by at most 1% of its largest output; a wrong activation, layout, scale or routing
+changes most of them. The block table (``route_blocks``) is pure torch and checked here directly.
+Skipped without Triton.
 """
 from __future__ import annotations
 
