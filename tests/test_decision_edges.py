@@ -359,6 +359,23 @@ def test_explicit_only_needs_a_message_and_describes_its_platform():
     assert (r.rule, r.message, r.severity) == ("opt_in", "ask for it", "error")
 
 
+def test_explicit_only_does_not_hide_another_failure(tmp_path):
+    """explicit_only's opt-in does not end the evaluation: a backend that also fails another
+    rule here is rejected for that rule (a request by name would not run it either), not
+    offered as an opt-in."""
+    asked = ('description: "asked for"\nrank: 1\nrules:\n'
+             '  - kind: explicit_only\n    when: {devices: ["12.x"]}\n'
+             '    message: "ask for it by name"\n    source: "t"\n')
+    conf = _backend(tmp_path / "a", "linear", "asked", asked)
+    c = selector.load(SPARK, config_dirs=[conf]).select(op="linear").candidate("asked")
+    assert c.status == "opt_in" and [r.message for r in c.reasons] == ["ask for it by name"]
+    conf = _backend(tmp_path / "b", "linear", "asked",
+                    asked + '  - kind: cuda\n    specifier: ">=99"\n    source: "t"\n')
+    c = selector.load(SPARK, config_dirs=[conf]).select(op="linear").candidate("asked")
+    assert c.status == "rejected"
+    assert [(r.rule, r.final) for r in c.reasons] == [("cuda", False)], c.reasons
+
+
 # --------------------------------------------------------------------------------------------
 # the no-packages hint: presets only, the newest stack of each family, engines first
 
@@ -412,6 +429,14 @@ def test_the_kinds_table_names_parameter_types_and_optional_fields():
     table = kinds_markdown()
     assert "| `activation` | `values`: a list of strings |" in table
     assert "`specifier`: a string (optional)" in table
+    # each row says what its kind checks: the first paragraph of the class's docstring, on one
+    # line (a declared kind and one the resolver adds)
+    assert ("| `dim`: a string, `multiple_of`: an integer (optional), `min`: an integer "
+            "(optional) | A layer dimension must be a multiple of `multiple_of` and at least "
+            "`min` (either or both; a dimension the layer does not give passes). | `rejected` |"
+            ) in table
+    assert ("| The chosen engine (`engine=`) does not offer the backend: not applicable, nothing "
+            "else is checked. | `not_applicable` (ends the evaluation) |") in table
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import child_env, load
@@ -335,3 +336,77 @@ def test_importing_selector_distributed_imports_no_torch():
             "print([m for m in ('torch', 'hydra', 'omegaconf') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- a one-rank gloo group in this process: the transport and share_profile, traced ----------
+@pytest.fixture
+def one_rank(monkeypatch):
+    """torch.distributed initialized here with a group of one rank (an in-memory store, a 20 s
+    timeout), destroyed afterwards."""
+    from datetime import timedelta
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    torch_dist.init_process_group("gloo", store=torch_dist.HashStore(), rank=0, world_size=1,
+                                  timeout=timedelta(seconds=20))
+    yield torch_dist
+    torch_dist.destroy_process_group()
+
+
+def test_a_one_rank_group_agrees_with_itself(one_rank):
+    """One rank: maybe_agree_all leaves the decisions as they are (nothing to agree on);
+    agree_all runs the whole exchange (arrival, all_gather, broadcast) and agrees with the
+    local decisions, in the default group or a group passed in; a group that is not a
+    ProcessGroup is refused by name."""
+    from selector.distributed import agree, agree_all, maybe_agree, maybe_agree_all
+    sel = load(*SPARK)
+    moe, linear = sel.select(**MOE), sel.select(**LINEAR)
+    assert maybe_agree_all([moe, linear]) == [moe, linear] and maybe_agree(moe) is moe
+    agreed = agree_all([moe, linear])
+    assert [a.selected for a in agreed] == [moe.selected, linear.selected]
+    assert agreed[0].local is moe and agreed[1].local is linear
+    assert [g.ranks for g in agreed[0].ranks] == [(0,)] and agreed[0].ranks[0].hosts == (HOST,)
+    assert agree(moe, group=one_rank.new_group([0])).selected == moe.selected
+    with pytest.raises(selector.SelectorError, match="group is a str, not a torch.distributed "
+                                                     "ProcessGroup"):
+        agree_all([moe], group="world")
+
+
+def _profile_file(tmp_path):
+    from selector.core import profile as prof
+    layer = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=False, ep_size=1,
+                 tp_size=1, dtype="bfloat16", hidden_size=256, intermediate_size=256,
+                 swiglu_limit=None, num_experts=None, top_k=None, all2all=None, num_tokens=128)
+    key = {"gpu": None, "capability": None, "driver": None, "cuda": None,
+           "packages": {"torch": "2.13.0"}, "selector": "0.1.0", "machine": "x86_64"}
+    p = prof.Profile(key, (prof.Cell(layer, 128, {"emulation": prof.Timing(0.1, 0.09, 0.11, 8)},
+                                     {}),), {"warmup": 1}, "now")
+    f = tmp_path / "measured.json"
+    f.write_text(p.dumps())
+    return f
+
+
+def test_share_profile_on_a_one_rank_group(one_rank, tmp_path, monkeypatch):
+    """share_profile writes rank 0's bytes where `dest` says (else into the cache directory,
+    named by their digest) and returns that path; the problems are SelectorErrors that say
+    what to do."""
+    import hashlib
+
+    from selector.distributed.profile import share_profile
+    f = _profile_file(tmp_path)
+    out = share_profile(f, dest=tmp_path / "shared.json")
+    assert out == str(tmp_path / "shared.json") and Path(out).read_bytes() == f.read_bytes()
+    assert share_profile(str(f), one_rank.new_group([0]), dest=tmp_path / "g.json") == \
+        str(tmp_path / "g.json")
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path / "cache"))
+    digest = hashlib.sha256(f.read_bytes()).hexdigest()[:24]
+    assert share_profile(f) == str(tmp_path / "cache" / "profiles" / f"shared-{digest}.json")
+    with pytest.raises(selector.SelectorError) as exc:
+        share_profile()
+    assert str(exc.value) == ("selector.distributed.share_profile: rank 0: share_profile: rank 0 "
+                              "must name the profile it measured (path=...)")
+    with pytest.raises(selector.SelectorError) as exc:
+        share_profile(f, dest=tmp_path)
+    assert str(exc.value) == f"share_profile: cannot write {tmp_path}: Is a directory"
+    monkeypatch.setenv("SELECTOR_NO_CACHE", "1")
+    with pytest.raises(selector.SelectorError, match=r"the cache directory is off "
+                                                     r"\(SELECTOR_CACHE_DIR\): pass dest=PATH"):
+        share_profile(f)

@@ -274,6 +274,38 @@ def test_verify_rule_is_built_like_any_rule():
         rules.VerifyRule.planned("k", "w", "s", failures=("not a failure",))
 
 
+def test_a_verify_verdict_trusts_only_the_combinations_that_ran():
+    """probe=verify with a verdict: a combination a case verified runs; a failed case rejects
+    the layers of its scheme, gating and activation with the measured text; an unverified
+    case gives its own why; a combination no case ran (another gating, a clamp) is rejected
+    as unverified, naming it."""
+    from selector.api import Selector
+    base = selector.load(["platform=cpu", "platform.packages.torch=2.13.0"])
+    verdict = rules.VerifyVerdict(
+        failures=(rules.VerifyFailure("nvfp4", True, "moe nvfp4 gated swiglustep: max relative "
+                                      "error 2", "swiglustep", False),),
+        verified=frozenset({("nvfp4", True, "silu", False)}),
+        unverified=((("nvfp4", True, "gelu", False), "moe nvfp4 gated gelu: the case crashed"),))
+    sel = Selector(base.run_config, base.tree, verify={("moe", "emulation"): verdict})
+
+    def emulation(activation, gated=True, **layer):
+        d = sel.select(op="moe", quant="nvfp4", activation=activation, act_and_mul=gated, **layer)
+        c = d.candidate("emulation")
+        return c.status, [r.message for r in c.reasons if r.rule == "verify"]
+    assert emulation("silu") == ("selected", [])
+    assert emulation("swiglustep") == ("rejected", [
+        "failed verification on this machine: moe nvfp4 gated swiglustep: max relative error 2"])
+    assert emulation("gelu") == ("rejected", [
+        "not verified on this machine (unverified: nvfp4 gated gelu): moe nvfp4 gated gelu: the "
+        "case crashed"])
+    none_ran = ": no verification case ran this combination"
+    assert emulation("silu", swiglu_limit=7.0) == ("rejected", [
+        "not verified on this machine (unverified: nvfp4 gated silu with swiglu_limit)"
+        + none_ran])
+    assert emulation("silu", gated=False) == ("rejected", [
+        "not verified on this machine (unverified: nvfp4 non-gated silu)" + none_ran])
+
+
 def test_excluded_and_opt_in_reasons_come_from_planned_rules():
     d = load(*SPARK, "policy.exclude=[flashinfer_cutlass]").default()
     c = d.candidate("flashinfer_cutlass")
