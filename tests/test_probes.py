@@ -212,6 +212,7 @@ def test_runner_findings_for_broken_packages(fakes):
     timing = {i.library: i for i in rep.imports}
     assert timing["fakeok"].ok and timing["fakeok"].seconds is not None
     assert not timing["fakehang"].ok and timing["fakehang"].seconds is None
+    assert not timing["fakeexit"].ok and "status 3" in timing["fakeexit"].error
 
 
 def test_a_probe_that_kills_its_process_does_not_take_the_others_with_it(fakes):
@@ -223,6 +224,7 @@ def test_a_probe_that_kills_its_process_does_not_take_the_others_with_it(fakes):
     assert fine.status == "ok", fine
     group = next(g for g in rep.groups if g.group == "import:fakeattr")
     assert group.processes == 2  # the probes after the crash ran in a fresh child
+    assert group.seconds > 0  # the children's time is reported, not left at 0
 
 
 def test_run_deep_probes_runs_each_probe_once_per_session(fakes, monkeypatch):
@@ -297,3 +299,50 @@ def test_a_missing_kernel_module_names_the_distribution_to_install():
     assert missing_module_hint(ModuleNotFoundError("x", name="zz_no_such_mod.sub")).endswith(
         "pip install zz_no_such_mod")
     assert INSTALL_NAMES["cutlass"] == "nvidia-cutlass-dsl"
+
+
+def _scripted_group(fakes, monkeypatch, events, rc, err=""):
+    """_run_group over fakeattr's two probes, its child replaced by a script of events."""
+    monkeypatch.setattr(probing, "_run_child",
+                        lambda *a, **kw: (list(events), rc, False, err, 0.5))
+    specs = [registry.resolve("import:fakeattr:fine"), registry.resolve("import:fakeattr:crash")]
+    return probing._run_group("import:fakeattr", specs, {}, 20.0)
+
+
+IMPORTED = [{"event": "start"}, {"event": "import", "phase": "start", "library": "fakeattr"},
+            {"event": "import", "phase": "end", "library": "fakeattr", "ok": True,
+             "seconds": 0.1}]
+FINE = [{"event": "probe", "phase": "start", "name": "import:fakeattr:fine"},
+        {"event": "probe", "phase": "end", "name": "import:fakeattr:fine", "status": "ok",
+         "message": "fine", "seconds": 0.1}]
+
+
+def test_a_child_that_dies_between_steps_fails_only_the_probes_it_did_not_run(fakes, monkeypatch):
+    findings, run = _scripted_group(fakes, monkeypatch, IMPORTED + FINE, 5)
+    assert findings["import:fakeattr:fine"].status == "ok"
+    assert findings["import:fakeattr:crash"].message == (
+        "the probe process exited with status 5 between steps")
+
+
+def test_a_child_that_dies_while_importing_records_the_failed_import(fakes, monkeypatch):
+    findings, run = _scripted_group(fakes, monkeypatch, IMPORTED[:2], 3)
+    assert [(i.library, i.ok, i.error) for i in run.imports] == [
+        ("fakeattr", False, "the probe process exited with status 3")]
+    assert "FAILED" in run.imports[0].describe()
+    assert {f.message for f in findings.values()} == {
+        "the probe process exited with status 3 while importing fakeattr"}
+
+
+def test_a_flooding_child_leaves_no_verdict_and_says_its_output_was_cut(fakes, monkeypatch):
+    from selector.inspect.child_runner import TRUNCATED
+    findings, run = _scripted_group(fakes, monkeypatch, IMPORTED + FINE + [{"event": "done"}], 0,
+                                    err=f"{TRUNCATED} more than 16 MiB\n")
+    for f in findings.values():
+        assert f.status == "failed" and f.details["truncated"] is True, f
+        assert "wrote more than" in f.message
+    assert findings["import:fakeattr:fine"].message.endswith("after its steps")
+
+
+def test_a_module_name_find_spec_refuses_is_not_findable():
+    assert probing._findable("os") is True
+    assert probing._findable(".relative") is False  # find_spec('') raises ValueError

@@ -8,6 +8,7 @@ measurement; a profile of another machine changes nothing; corrupt or hostile pr
 resolver's ranking and its memo, the statistics; and two gloo ranks sharing one profile."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -149,6 +150,10 @@ HOSTILE = {
                  "cells[0].times.emulation.median_ms", "finite time > 0"),
     "disordered": (_mut(lambda d: d["cells"][0]["times"]["emulation"].update(p10_ms=9.0)),
                    "cells[0].times.emulation", "p10_ms 9 <= median_ms"),
+    "string_time": (_mut(lambda d: d["cells"][0]["times"]["emulation"].update(median_ms="1.5")),
+                    "cells[0].times.emulation.median_ms", "is not a number"),
+    "bool_median": (_mut(lambda d: d["cells"][0]["times"]["emulation"].update(median_ms=True)),
+                    "cells[0].times.emulation.median_ms", "is not a number"),
     "bool_time": (_mut(lambda d: d["cells"][0]["times"]["emulation"].update(n=True)),
                   "cells[0].times.emulation.n", "integer"),
     "huge_int": (_mut(lambda d: d["cells"][0]["times"]["emulation"].update(p90_ms=10 ** 400)),
@@ -179,6 +184,57 @@ def test_a_malformed_profile_names_the_file_and_the_key(tmp_path, name):
     msg = str(e.value)
     assert msg.startswith(f"policy.profile: {f}: {key}:"), msg
     assert needle in msg, msg
+
+
+def test_a_profile_over_one_read_chunk_is_read_whole(tmp_path):
+    p = prof.Profile(KEY, _profile(KEY, [(128, {"emulation": _timing(1.5)})]).cells,
+                     {"comment": "x" * (3 << 20)}, "now")
+    f = tmp_path / "big.json"
+    f.write_text(p.dumps())
+    assert f.stat().st_size > 3 << 20
+    assert prof.load(str(f)) == p
+
+
+def test_a_timing_cannot_be_changed_after_it_is_read():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _timing(1.0).median_ms = 0.5
+
+
+def test_the_timing_children_get_the_overrides_without_probe_and_profile():
+    assert tuning.child_overrides(["probe=verify", "policy.preference=measured",
+                                   "+policy.profile=/p.json", "layer.num_tokens=8",
+                                   "layer.hidden_size=256"]) == [
+        "layer.num_tokens=8", "layer.hidden_size=256"]
+
+
+def test_the_memory_estimate_and_the_sizes_a_timing_needs():
+    moe = dict(op="moe", num_tokens=4, hidden_size=256, intermediate_size=512, num_experts=8,
+               top_k=2, ep_size=1, tp_size=1, act_and_mul=True)
+    assert tuning.estimate_bytes("moe", moe) == 37847040
+    assert tuning.estimate_bytes("moe", dict(moe, tp_size=None, ep_size=None)) == 37847040
+    assert tuning.estimate_bytes("moe", dict(moe, intermediate_size=None)) == 106624
+    assert tuning.estimate_bytes("linear", dict(op="linear", num_tokens=4, hidden_size=256,
+                                                intermediate_size=512)) == 1597440
+    assert tuning.missing_sizes({"op": "moe"}) == ["hidden_size", "intermediate_size",
+                                                   "num_experts", "top_k"]
+    assert tuning.missing_sizes({"op": "linear", "hidden_size": 8}) == ["intermediate_size"]
+
+
+def test_a_measured_case_keeps_the_device_and_the_timer_the_child_named():
+    ev = {"outcome": "measured", "samples_ms": [1.0, 2.0, 3.0], "device": "cpu",
+          "timer": "graph"}
+    r = tuning._judge("emulation", "c1", ev)
+    assert (r.timing.median_ms, r.device, r.timer, r.why) == (2.0, "cpu", "graph", "")
+    bare = tuning._judge("emulation", "c1", {"outcome": "measured", "samples_ms": [1.0]})
+    assert (bare.device, bare.timer) == ("", "")
+
+
+def test_a_profile_is_written_into_a_new_directory_and_over_an_old_file(tmp_path):
+    p = _profile(KEY, [(128, {"emulation": _timing(1.5)})])
+    f = tmp_path / "a" / "b" / "p.json"
+    assert tuning.write_profile(p, f) == str(f)
+    assert tuning.write_profile(p, f) == str(f)
+    assert prof.load(str(f)) == p and os.listdir(f.parent) == ["p.json"]
 
 
 def _in_time(fn, seconds=20.0):
