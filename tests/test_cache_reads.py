@@ -188,3 +188,14 @@ def test_a_stored_entry_is_read_back_under_its_own_key_only(tmp_path):
     assert cache_mod.get(tmp_path, "k1") == data
     (tmp_path / "k2.json").write_bytes((tmp_path / "k1.json").read_bytes())  # another key's
     assert cache_mod.get(tmp_path, "k2") is None
+
+
+def test_a_cached_detail_over_4000_characters_is_not_read_back():
+    assert verify_cache._result_from(_result(detail="x" * 4000)).detail == "x" * 4000
+    assert verify_cache._result_from(_result(detail="x" * 4001)) is None
+
+
+def test_a_backend_package_outside_selector_is_found_by_its_file():
+    import json as json_module
+    found = verify_cache._package_dir("json.decoder")
+    assert found is not None and found.resolve() == Path(json_module.__file__).resolve().parent

@@ -346,3 +346,13 @@ def test_a_flooding_child_leaves_no_verdict_and_says_its_output_was_cut(fakes, m
 def test_a_module_name_find_spec_refuses_is_not_findable():
     assert probing._findable("os") is True
     assert probing._findable(".relative") is False  # find_spec('') raises ValueError
+
+
+def test_an_import_that_fails_is_placed_outside_importlibs_own_frames():
+    from selector.inspect import probe_child
+    try:
+        importlib.import_module("surely_not_installed_xyz")
+    except ImportError as exc:
+        where = probe_child.raised_at(exc)
+    assert where is not None and "importlib" not in where and "<frozen" not in where, where
+    assert where.split(":")[0].endswith("test_probes.py"), where

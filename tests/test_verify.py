@@ -414,3 +414,15 @@ def test_cache_survives_any_content(tmp_path_factory, doc, entry):
     assert r is None or (r.status in verify.STATUSES and r.cached)
     if r is not None:
         json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_a_fine_measure_over_its_bound_names_where_it_is_worst():
+    case = verify.Case("moe", "nvfp4", activation="silu", act_and_mul=True)
+    ev = {"outcome": "measured", "max_rel_err": 0.001, "rms_rel_err": 0.001, "tile_err": 1.0,
+          "tile_worst": [3, 1.0], "act_err": 1.0, "act_worst": ["gelu", 1.0],
+          "scale_err": 1e-9, "scale_worst": [7, 1e-9], "device": "cpu"}
+    r = verify.judge("emulation", case, ev)
+    assert r.status == "FAIL"
+    assert "tile scale error 1 (bound" in r.detail and ") at tile 3," in r.detail
+    assert "activation confusion 1 (bound" in r.detail and ") toward gelu;" in r.detail
+    assert "toward 7" not in r.detail  # under its bound: no place is named

@@ -205,3 +205,10 @@ def test_quantize_is_bit_identical_to_encode_and_pack():
     s = (q.block_scale.float() * q.scale_2).repeat_interleave(16, -1)
     scaled = torch.where(s > 0, x / torch.where(s > 0, s, 1.0), 0.0)
     assert torch.equal(q.packed, nv.pack_e2m1(nv.encode_e2m1(scaled)))
+
+
+def test_the_cases_mark_unverified_exactly_what_the_reference_does_not_implement():
+    from selector.backends import reference
+    from selector.inspect import verify_cases
+    assert verify_cases._reference_activations(True) == reference.GATED_ACTIVATIONS
+    assert verify_cases._reference_activations(False) == reference.NON_GATED_ACTIVATIONS
