@@ -101,6 +101,53 @@ if triton is not None:
         return (v.to(tl.float32) * (s * 16384.0)).to(tl.bfloat16)
 
     @triton.jit
+    def _code(c):
+        """E2M1 codes ``c`` (int32) as float32 times 2^-14 (exact): the code's sign, exponent and
+        mantissa moved to bits 15 and 9-11 of an fp16 (code 1, 0.5, is the fp16 subnormal 2^-15)."""
+        v = (((c & 8) << 12) | ((c & 7) << 9)).to(tl.int16).to(tl.float16, bitcast=True)
+        return v.to(tl.float32)
+
+    @triton.jit
+    def _deq_groups(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Codes times block scales of ``rows`` x ``[k0, k0 + BLOCK_K)``, as the low and the high
+        nibbles (even and odd columns), bf16 ``[BLOCK_N, BLOCK_K / 16, 8]`` each: read as
+        ``[BLOCK_N, BLOCK_K / 16, 8]`` bytes (a 16-element block's 8 bytes) and ``[BLOCK_N,
+        BLOCK_K / 16]`` scales, one load per scale (no per-element gather), broadcast over its
+        block in registers."""
+        G: tl.constexpr = BLOCK_K // 16
+        g = tl.arange(0, G)
+        kh = k0 // 2 + g[:, None] * 8 + tl.arange(0, 8)[None, :]
+        r = rows.to(tl.int64)
+        m3 = mask_n[:, None, None] & (kh[None, :, :] < K // 2)
+        b = tl.load(p_ptr + r[:, None, None] * stride_pn + kh[None, :, :], mask=m3,
+                    other=0).to(tl.int32)
+        sg = k0 // 16 + g
+        s = tl.load(s_ptr + r[:, None] * stride_sn + sg[None, :],
+                    mask=mask_n[:, None] & (sg[None, :] < K // 16), other=0.0).to(tl.float32)
+        s3 = (s * 16384.0)[:, :, None]
+        lo = (_code(b & 15) * s3).to(tl.bfloat16)
+        hi = (_code(b >> 4) * s3).to(tl.bfloat16)
+        return lo, hi
+
+    @triton.jit
+    def _deq_group_tile(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """:func:`_deq_groups` in K order, bf16 ``[BLOCK_N, BLOCK_K]``."""
+        lo, hi = _deq_groups(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
+                             BLOCK_K)
+        return tl.reshape(tl.interleave(lo, hi), (BLOCK_N, BLOCK_K))
+
+    @triton.jit
+    def _deq_group_halves(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """:func:`_deq_groups`'s even and odd columns, bf16 ``[BLOCK_N, BLOCK_K / 2]`` each."""
+        lo, hi = _deq_groups(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
+                             BLOCK_K)
+        return (tl.reshape(lo, (BLOCK_N, BLOCK_K // 2)),
+                tl.reshape(hi, (BLOCK_N, BLOCK_K // 2)))
+
+    @triton.jit
     def _act(g, u, limit, alpha, beta, ACT: tl.constexpr, GATED: tl.constexpr,
              HAS_LIMIT: tl.constexpr):
         if GATED and (HAS_LIMIT or ACT == 3):  # the clamps (SwiGLU-OAI: always)
@@ -133,7 +180,7 @@ if triton is not None:
              ACT: tl.constexpr, GATED: tl.constexpr, HAS_LIMIT: tl.constexpr,
              OUT_BF16: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
+             F32_DOT: tl.constexpr, SPLIT: tl.constexpr, DEQ: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_b = tl.program_id(1)
         e = tl.load(be_ptr + pid_b)
@@ -158,22 +205,38 @@ if triton is not None:
                 pa = a_ptr + arow[:, None] * stride_am + ke[None, :]
                 a_e = tl.load(pa, mask=mask_m[:, None] & (ke[None, :] < K), other=0.0)
                 a_o = tl.load(pa + 1, mask=mask_m[:, None] & (ke[None, :] + 1 < K), other=0.0)
-                lo, hi = _deq_halves(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
-                                     BLOCK_K)
+                if DEQ:
+                    lo, hi = _deq_group_halves(wp, wsc, g_rows, mask_n, k0, K, stride_pn,
+                                               stride_sn, BLOCK_N, BLOCK_K)
+                else:
+                    lo, hi = _deq_halves(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                         BLOCK_K)
                 acc_g = _mma(a_o, hi, _mma(a_e, lo, acc_g, F32_DOT), F32_DOT)
                 if GATED:
-                    lo, hi = _deq_halves(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
-                                         BLOCK_K)
+                    if DEQ:
+                        lo, hi = _deq_group_halves(wp, wsc, u_rows, mask_n, k0, K, stride_pn,
+                                                   stride_sn, BLOCK_N, BLOCK_K)
+                    else:
+                        lo, hi = _deq_halves(wp, wsc, u_rows, mask_n, k0, K, stride_pn,
+                                             stride_sn, BLOCK_K)
                     acc_u = _mma(a_o, hi, _mma(a_e, lo, acc_u, F32_DOT), F32_DOT)
             else:
                 kk = k0 + tl.arange(0, BLOCK_K)
                 a = tl.load(a_ptr + arow[:, None] * stride_am + kk[None, :],
                             mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
-                wg = _deq_tile(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn, BLOCK_K)
+                if DEQ:
+                    wg = _deq_group_tile(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                     BLOCK_N, BLOCK_K)
+                else:
+                    wg = _deq_tile(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn, BLOCK_K)
                 acc_g = _mma(a, wg, acc_g, F32_DOT)
                 if GATED:
-                    wu = _deq_tile(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
-                                   BLOCK_K)
+                    if DEQ:
+                        wu = _deq_group_tile(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                         BLOCK_N, BLOCK_K)
+                    else:
+                        wu = _deq_tile(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                       BLOCK_K)
                     acc_u = _mma(a, wu, acc_u, F32_DOT)
         scale_w = tl.load(ws2_ptr + e)
         scale_a = tl.load(as_ptr + e)
@@ -191,7 +254,7 @@ if triton is not None:
              wp_ptr, wsc_ptr, ws2_ptr, as_ptr, out_ptr, stride_om,
              N, K, stride_pe, stride_pn, stride_se, stride_sn,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
+             F32_DOT: tl.constexpr, SPLIT: tl.constexpr, DEQ: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_b = tl.program_id(1)
         e = tl.load(be_ptr + pid_b)
@@ -212,13 +275,22 @@ if triton is not None:
                 pa = a_ptr + rows[:, None].to(tl.int64) * stride_am + ke[None, :]
                 a_e = tl.load(pa, mask=mask_m[:, None] & (ke[None, :] < K), other=0.0)
                 a_o = tl.load(pa + 1, mask=mask_m[:, None] & (ke[None, :] + 1 < K), other=0.0)
-                lo, hi = _deq_halves(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_K)
+                if DEQ:
+                    lo, hi = _deq_group_halves(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn,
+                                               BLOCK_N, BLOCK_K)
+                else:
+                    lo, hi = _deq_halves(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn,
+                                         BLOCK_K)
                 acc = _mma(a_o, hi, _mma(a_e, lo, acc, F32_DOT), F32_DOT)
             else:
                 kk = k0 + tl.arange(0, BLOCK_K)
                 a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + kk[None, :],
                             mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
-                w = _deq_tile(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_K)
+                if DEQ:
+                    w = _deq_group_tile(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
+                                    BLOCK_K)
+                else:
+                    w = _deq_tile(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_K)
                 acc = _mma(a, w, acc, F32_DOT)
         scale_w = tl.load(ws2_ptr + e)
         scale_a = tl.load(as_ptr + e)
@@ -316,7 +388,7 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
     dev = x.device
     n = T * k
     cfg = {"BLOCK_M": block_m(n, E), "BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128,
-           "num_warps": 4, "num_stages": 3, "SPLIT": 0}
+           "num_warps": 4, "num_stages": 3, "SPLIT": 0, "DEQ": 1}
     cfg.update(config or {})
     bm = cfg["BLOCK_M"]
     y = torch.zeros((n, H), dtype=torch.float32, device=dev)
@@ -361,7 +433,7 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
     ws2 = _per_expert(w2.scale_2, E, dev)
     bn1, bn2, bk = cfg["BLOCK_N1"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
-            "SPLIT": bool(cfg["SPLIT"]),
+            "SPLIT": bool(cfg["SPLIT"]), "DEQ": bool(cfg["DEQ"]),
             "F32_DOT": os.environ.get("TRITON_INTERPRET") == "1"}
     p13, b13 = w13.packed, w13.block_scale
     ks["fc1"][(-(-I // bn1), nb)](

@@ -30,7 +30,8 @@ def _kernel() -> Any:
                        stride_am, stride_bn, stride_cm, stride_asm, stride_bsn,
                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       MAX_IMPRECISE: tl.constexpr, SPLIT_K: tl.constexpr, stride_cs):
+                       MAX_IMPRECISE: tl.constexpr, SPLIT_K: tl.constexpr, stride_cs,
+                       OUTER: tl.constexpr = False):
         pid = tl.program_id(0)
         pid_k = tl.program_id(1)  # split-K: this program's share of the K blocks
         num_m = tl.cdiv(M, BLOCK_M)
@@ -48,7 +49,9 @@ def _kernel() -> Any:
         a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
         b_ptrs = b_ptr + rn[None, :] * stride_bn + rk[:, None]
         as_ptrs = as_ptr + rm * stride_asm
-        bs_ptrs = bs_ptr + (rn // 128) * stride_bsn
+        # OUTER: one scale per row of A and per row of W (stride 0: one for the tensor), applied
+        # once to the sum; else one per 128-wide K block (and 128 rows of W), applied per block
+        bs_ptrs = bs_ptr + (rn if OUTER else rn // 128) * stride_bsn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         per = tl.cdiv(KB, SPLIT_K)
         kb0 = pid_k * per
@@ -58,11 +61,18 @@ def _kernel() -> Any:
             k_left = K - kb * BLOCK_K
             a = tl.load(a_ptrs, mask=mask_m[:, None] & (rk[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=mask_n[None, :] & (rk[:, None] < k_left), other=0.0)
-            sa = tl.load(as_ptrs + kb, mask=mask_m, other=0.0)
-            sb = tl.load(bs_ptrs + kb, mask=mask_n, other=0.0)
-            acc += tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE) * sa[:, None] * sb[None, :]
+            if OUTER:
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=MAX_IMPRECISE)
+            else:
+                sa = tl.load(as_ptrs + kb, mask=mask_m, other=0.0)
+                sb = tl.load(bs_ptrs + kb, mask=mask_n, other=0.0)
+                acc += tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE) * sa[:, None] * sb[None, :]
             a_ptrs += BLOCK_K
             b_ptrs += BLOCK_K
+        if OUTER:
+            sa = tl.load(as_ptrs, mask=mask_m, other=0.0)
+            sb = tl.load(bs_ptrs, mask=mask_n, other=0.0)
+            acc = acc * sa[:, None] * sb[None, :]
         if HAS_BIAS:
             if pid_k == 0:
                 acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
@@ -180,4 +190,88 @@ class TritonBlockFp8Linear(LinearBackend):
         return buf
 
 
-__all__ = ["TritonBlockFp8Linear", "block_fp8_matmul", "tile_config"]
+def scaled_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, cfg=None):
+    """``[M, K]`` FP8 codes with one scale per row (``[M]`` / ``[M, 1]``) or one for the tensor
+    (a 0-d or 1-element tensor) times ``[N, K]`` FP8 weights with one scale per output channel
+    (``[N]``) or one for the tensor: ``[M, N]`` in ``out_dtype`` (CUDA tensors; the same kernel as
+    :func:`block_fp8_matmul` with the scales applied once to the float32 sum; split-K at decode)."""
+    import torch
+    import triton
+    M, K = a.shape
+    N = w.shape[0]
+    if w.shape[1] != K or a.stride(1) != 1 or a_scale.numel() not in (1, M) or \
+            w_scale.numel() not in (1, N):
+        raise ValueError(f"scaled_fp8_matmul: a {list(a.shape)}, a_scale {list(a_scale.shape)}, "
+                         f"w {list(w.shape)}, w_scale {list(w_scale.shape)} do not fit")
+    sa = a_scale.reshape(-1).float()
+    sw = w_scale.reshape(-1).float()
+    KB = triton.cdiv(K, BLOCK)
+    cfg = dict(tile_config(M) if cfg is None else cfg)
+    splits = cfg.pop("SPLIT_K", None)
+    if splits is None:
+        splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device)) if a.is_cuda else 1
+    if splits > 1:
+        c = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
+    else:
+        c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), splits)
+    _kernel()[grid](a, w, c, sa, sw, bias if bias is not None else c, M, N, K, KB,
+                    a.stride(0), w.stride(0), c.stride(-2), int(sa.numel() > 1),
+                    int(sw.numel() > 1), HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
+                    MAX_IMPRECISE=MAX_IMPRECISE, SPLIT_K=splits,
+                    stride_cs=c.stride(0) if splits > 1 else 0, OUTER=True, **cfg)
+    return c if splits == 1 else c.sum(0).to(out_dtype)
+
+
+class TritonScaledFp8Linear(LinearBackend):
+    """FP8 linear layer with per-tensor (static or dynamic) or per-channel weight scales
+    (``fp8_tensor``, ``fp8_tensor_dynamic``, ``fp8_channel``) on selector's Triton GEMM: the
+    activation quantized per tensor or per token (``backends.fp8.quantize_activation``), one
+    ``tl.dot`` sum per output tile, both scales applied once to it in the epilogue with the
+    bias; K split across programs at decode when the output has too few tiles for the GPU.
+    ``prepare(Fp8LinearWeights)`` keeps the checkpoint's codes and scales (no padding: the
+    tiles are masked); ``apply(x, prepared, out=None)``."""
+    computes = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
+    schemes = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel")
+
+    def prepare(self, weights):
+        if not is_fp8_linear_weights(weights):
+            raise ValueError(f"TritonScaledFp8Linear.prepare: expected backends.fp8."
+                             f"Fp8LinearWeights, got {type(weights).__name__}")
+        if weights.quant != self.quant or self.quant not in self.schemes:
+            raise ValueError(f"triton_scaled_fp8 runs {', '.join(self.schemes)}; the weights are "
+                             f"{weights.quant}, the layer {self.quant}")
+        from .torch_scaled_mm import TorchFp8Prepared
+        n, k = weights.out_features, weights.in_features
+        validate.int32_indexing("triton_scaled_fp8", **{"the weight [N, K]": n * k})
+        prepared = TorchFp8Prepared(
+            quant=weights.quant, weight=weights.weight.contiguous(),
+            weight_scale=weights.weight_scale.float().reshape(-1).contiguous(),
+            input_scale=None if weights.input_scale is None else
+            weights.input_scale.float().reshape(()),
+            bias=None if weights.bias is None else weights.bias.float().contiguous(),
+            in_features=k, out_features=n, padded_k=k, padded_n=n,
+            geometry={"hidden_size": k, "out_features": n})
+        return self.admit(prepared)
+
+    def apply(self, x, prepared, *, out=None):
+        from ._base import output_buffer
+        p = prepared
+        lead, x2 = linear_input(x, p.in_features, p.weight.device)
+        m = x2.shape[0]
+        validate.int32_indexing("triton_scaled_fp8", **{
+            "x [M, K]": m * p.in_features, "the output [M, N]": m * p.out_features})
+        if not m:
+            return validate.empty_output(lead + (p.out_features,), x, out)
+        a, sa = quantize_activation(x2, p.quant, p.input_scale)
+        y = scaled_fp8_matmul(a, sa, p.weight, p.weight_scale, x.dtype, p.bias)
+        y = y.reshape(lead + (p.out_features,))
+        if out is None:
+            return y
+        buf = output_buffer(out, tuple(y.shape), x.dtype, y.device)
+        buf.copy_(y)
+        return buf
+
+
+__all__ = ["TritonBlockFp8Linear", "TritonScaledFp8Linear", "block_fp8_matmul",
+           "scaled_fp8_matmul", "tile_config"]

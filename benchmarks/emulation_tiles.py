@@ -1,10 +1,13 @@
 """Tile sweep of the emulation's fused NVFP4 MoE kernels (``backends.nvfp4_moe_triton``) on CUDA.
 
-    python3 benchmarks/emulation_tiles.py [--tokens 1,8,64,256]
+    python3 benchmarks/emulation_tiles.py [--tokens 1,8,64,256] [--quick]
 
 DeepSeek-V3's expert shape (H 7168, I 2048, 256 experts, top-8; random NVFP4 checkpoint, seed 0),
-W4A16; for each token count the median ms (CUDA events) of each (BLOCK_M, BLOCK_N1, BLOCK_N2,
-BLOCK_K, num_warps, SPLIT) and the default's. Prints; asserts nothing.
+W4A16; for each token count the median ms (CUDA events) of each configuration (BLOCK_M by the
+rows an expert gets; BLOCK_N1, BLOCK_N2, BLOCK_K, num_warps, num_stages; SPLIT: even and odd
+columns as two GEMMs; DEQ: the weights read per 16-element block, one scale load a block, else
+one scale load per element) beside the default's, and each one's output against the default's
+(max |diff| / max |y|: a wrong tiling shows here). Prints; asserts nothing.
 """
 from __future__ import annotations
 
@@ -24,9 +27,21 @@ from backends import nvfp4 as nv  # noqa: E402
 from backends import nvfp4_moe_triton as F  # noqa: E402
 
 
+def configs(quick: bool):
+    yield dict(BLOCK_N1=64, BLOCK_N2=64, BLOCK_K=128, num_warps=4, num_stages=3, SPLIT=0, DEQ=0)
+    yield dict(BLOCK_N1=128, BLOCK_N2=128, BLOCK_K=128, num_warps=4, num_stages=3, SPLIT=1, DEQ=0)
+    tiles = ((64, 64), (128, 128)) if quick else ((32, 64), (64, 64), (128, 128))
+    ks = (128,) if quick else (128, 256)
+    ws = ((4, 3), (8, 3))
+    for split, (bn1, bn2), bk, (nw, ns) in itertools.product((0, 1), tiles, ks, ws):
+        yield dict(BLOCK_N1=bn1, BLOCK_N2=bn2, BLOCK_K=bk, num_warps=nw, num_stages=ns,
+                   SPLIT=split, DEQ=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,8,64,256")
+    ap.add_argument("--quick", action="store_true", help="fewer configurations")
     args = ap.parse_args()
     E, k, H, I = DSV3["num_experts"], DSV3["top_k"], DSV3["hidden"], DSV3["inter"]
     dev = torch.device("cuda")
@@ -42,21 +57,20 @@ def main():
         def run(cfg):
             return F.fused_moe(x, W, tw, ti, activation="silu", quant="nvfp4_w4a16",
                                act_and_mul=True, config=cfg)
+        ref = run(None)
         ms = cuda_time(lambda: run(None))
         print(f"T={T}: default {ms:.3f} ms (BLOCK_M {F.block_m(T * k, E)})", flush=True)
-        b0 = F.block_m(T * k, E)
-        for split, (bn1, bn2), bk, nw in itertools.product(
-                (0, 1), ((32, 64), (64, 64), (64, 128), (128, 128)), (128, 256), (4, 8)):
-            cfg = dict(BLOCK_M=b0, BLOCK_N1=bn1, BLOCK_N2=bn2, BLOCK_K=bk, num_warps=nw,
-                       num_stages=3, SPLIT=split)
+        for cfg in configs(args.quick):
             try:
-                res.append((cuda_time(lambda: run(cfg), min_iters=5, budget_s=0.05), cfg))
-                print(f"  {res[-1][0]:8.3f} ms  {cfg}", flush=True)
+                y = run(cfg)
+                d = float((y - ref).abs().max() / ref.abs().max())
+                res.append((cuda_time(lambda: run(cfg), min_iters=5, budget_s=0.05), cfg, d))
+                print(f"  {res[-1][0]:8.3f} ms  diff {d:.1e}  {cfg}", flush=True)
             except Exception as exc:  # noqa: BLE001 - a sweep prints
-                print(f"  {cfg}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                print(f"  {cfg}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
         res.sort(key=lambda r: r[0])
-        for t, cfg in res[:4]:
-            print(f"  best {t:8.3f} ms  {cfg}", flush=True)
+        for t, cfg, d in res[:4]:
+            print(f"  best {t:8.3f} ms  diff {d:.1e}  {cfg}", flush=True)
 
 
 if __name__ == "__main__":

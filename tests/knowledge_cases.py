@@ -135,6 +135,8 @@ EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation"
 SCHEME_OF = {"linear/torch_per_tensor": "fp8_tensor", "linear/torch_channel_wise": "fp8_channel",
              "linear/torch_row_wise": "fp8_channel", "linear/torch_block_wise": "fp8_block",
              "linear/triton_block_fp8": "fp8_block", "moe/torch_grouped_fp8": "fp8_channel",
+             # selector's Triton FP8 GEMM with per-row scales (backends/triton_fp8.py)
+             "linear/triton_scaled_fp8": "fp8_channel",
              # DeepGEMM linear (linear): block FP8 only
              "linear/deep_gemm": "fp8_block",
              # FlashInfer's FP8 GEMMs called directly (backends/flashinfer_fp8.py)
@@ -152,6 +154,7 @@ EXPECT_DEVICES.update({
     "linear/torch_block_wise": {"9.0"},
     # triton backends/nvidia/compiler.py: fp8e4nv from capability 89
     "linear/triton_block_fp8": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
+    "linear/triton_scaled_fp8": {"8.9", "9.0", "10.0", "10.3", "10.7", "11.0", "12.0", "12.1"},
     # pytorch #148531 (H100 only)
     "moe/torch_grouped_fp8": {"9.0"},
     # flashinfer 0.7.4 gemm_base.py: fp8_blockscale_gemm_sm90 _match_sm_version(['90', '90a']);
@@ -587,6 +590,8 @@ ENGINE_NAMES["vllm"].update({
     "linear/torch_per_tensor": "torch", "linear/torch_channel_wise": "torch",
     "linear/torch_block_wise": "torch", "linear/torch_row_wise": None,
     "linear/triton_block_fp8": "triton", "moe/torch_grouped_fp8": None,
+    # _LINEAR_BACKEND_KERNEL_MAP['triton']: Int8, FP8 block and W4A16 kernels only
+    "linear/triton_scaled_fp8": None,
     "linear/flashinfer_blockscale_sm90": None, "linear/flashinfer_bmm_fp8": None,
     "linear/flashinfer_bmm_fp8_cudnn": None, "moe/flashinfer_cutlass_fp8_sm90": None})
 ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})

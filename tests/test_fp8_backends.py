@@ -313,6 +313,52 @@ def test_triton_kernel_under_the_interpreter():
     assert float(r.stdout.strip().splitlines()[-1]) <= BOUNDS["linear", "fp8_block"].max_rel_err
 
 
+@pytest.mark.skipif(CUDA, reason="on a GPU the compiled kernel is tested "
+                    "(test_triton_scaled_on_the_gpu)")
+def test_triton_scaled_kernel_under_the_interpreter():
+    """The per-tensor / per-channel Triton GEMM (scales applied once to the float32 sum), with
+    and without split-K, under Triton's interpreter: each scheme within verify's bound."""
+    pytest.importorskip("triton")
+    code = textwrap.dedent("""
+        import torch
+        from selector.backends import fp8
+        from selector.backends.reference import reference_fp8_linear
+        from selector.backends.triton_fp8 import scaled_fp8_matmul
+        g = torch.Generator().manual_seed(0)
+        for q in ("fp8_channel", "fp8_tensor_dynamic", "fp8_tensor"):
+            x = torch.randn(37, 272, generator=g).bfloat16()
+            kw = {"input_scale": x.float().abs().amax() / 448} if q == "fp8_tensor" else {}
+            w = fp8.make_linear_weights(torch.randn(144, 272, generator=g) / 16, q,
+                                        bias=torch.randn(144, generator=g), **kw)
+            a, sa = fp8.quantize_activation(x, q, w.input_scale)
+            ref = reference_fp8_linear(x.double(), w, compute_dtype=torch.float64)
+            for cfg in (None, dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2,
+                                   SPLIT_K=3)):
+                y = scaled_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16,
+                                      w.bias.float(), cfg=cfg)
+                print(q, float((y.double() - ref).abs().max() / ref.abs().max()))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    errs = [float(line.split()[-1]) for line in r.stdout.strip().splitlines()]
+    assert len(errs) == 6 and max(errs) <= BOUNDS["linear", "fp8_channel"].max_rel_err, r.stdout
+
+
+@pytest.mark.skipif(not CUDA, reason="the compiled Triton kernel needs a GPU")
+@pytest.mark.parametrize("quant", ["fp8_channel", "fp8_tensor_dynamic", "fp8_tensor"])
+@pytest.mark.parametrize("t", [1, 16, 67])
+def test_triton_scaled_on_the_gpu(quant, t):
+    """triton_scaled_fp8 on CUDA (split-K at t <= 16) within verify's bound, odd sizes, a bias."""
+    from selector.backends.triton_fp8 import TritonScaledFp8Linear
+    x, w = _layer(quant, n=144, k=272, t=t, device="cuda")
+    ref = reference_fp8_linear(x.double(), w, compute_dtype=torch.float64)
+    bound = BOUNDS["linear", quant]
+    impl = TritonScaledFp8Linear(quant=quant, selector_overrides=["platform=auto"])
+    mx, rms = _err(impl.apply(x, impl.prepare(w)), ref)
+    assert mx <= bound.max_rel_err and rms <= bound.rms_rel_err, (quant, t, mx, rms)
+
+
 # ---------------------------------------------------------------------------------------------
 # grouped FP8 MoE
 

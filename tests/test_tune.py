@@ -621,6 +621,19 @@ def test_a_cell_over_the_memory_bound_is_not_timed(tuned, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # tools/tune_check.py: a profile's picks against a second measurement
 
+def test_tune_check_takes_the_pick_from_the_resolver(tuned):
+    """--resolver: the pick is what selector selects with policy.profile (measured), here the
+    measured fastest, emulation, where the static order puts slow_emulation first."""
+    _, out, env = tuned
+    p = subprocess.run([sys.executable, str(REPO / "tools" / "tune_check.py"), str(out), str(out),
+                        "--resolver", "--config-dir", str(CONF), "--override", "platform=auto",
+                        "--format", "json"], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    cells = json.loads(p.stdout)["cells"]
+    assert [c["tokens"] for c in cells] == [4, 64]
+    assert all(c["pick"] == "emulation" == c["fastest"] and c["ok"] for c in cells), cells
+
+
 def test_tune_check_scores_the_picks_against_another_run(tmp_path):
     a = _write(tmp_path, KEY, [(128, {"x": _timing(1.0), "y": _timing(1.2)}),
                                (1024, {"x": _timing(2.0), "y": _timing(2.1)}),

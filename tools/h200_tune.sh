@@ -41,4 +41,4 @@ for q in ${QUANTS:-fp8_block fp8_channel fp8_tensor}; do
   done
 done
 [ -f "$OUT/tune_a.json" ] && [ -f "$OUT/tune_b.json" ] && \
-  "$PY" tools/tune_check.py "$OUT/tune_a.json" "$OUT/tune_b.json" 2>&1 | tee "$OUT/tune_check.txt"
+  "$PY" tools/tune_check.py "$OUT/tune_a.json" "$OUT/tune_b.json" --resolver 2>&1 | tee "$OUT/tune_check.txt"

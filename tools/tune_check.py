@@ -8,7 +8,10 @@ measured, the pick is DECIDE's fastest among the backends CHECK timed (what poli
 measured selects when they are usable), and its cost is CHECK's median of the pick over CHECK's
 fastest median. A cell with at least --min-tokens tokens passes when the cost is at most
 1 + --tolerance; a smaller one when the pick's CHECK median lies within the fastest backend's
-p10-p90 spread. Prints every cell, the share that passes, the worst cell; exit 0 when at least
+p10-p90 spread. With --resolver the pick is instead what selector itself selects for the cell
+(``selector.load([*overrides, "policy.preference=measured", "policy.profile=DECIDE"])``, the
+layer's keys and the bucket's token count): the resolver's whole path, rules and the profile's
+key check included. Prints every cell, the share that passes, the worst cell; exit 0 when at least
 --share (0.95) of the large cells and every small one pass, 1 otherwise, 2 on a bad file
 (issue #34's acceptance: "within 5% of the fastest measured backend in at least 95% of cells with
 128 or more tokens, and the worst cell is reported; at fewer tokens, within the measured spread").
@@ -25,8 +28,9 @@ from selector.core.errors import SelectorError
 
 
 def check(decide: prof.Profile, against: prof.Profile, tolerance: float = 0.05,
-          min_tokens: int = 128) -> List[Dict[str, Any]]:
-    """One row per cell both profiles measured (with at least one common backend)."""
+          min_tokens: int = 128, select: Any = None) -> List[Dict[str, Any]]:
+    """One row per cell both profiles measured (with at least one common backend). ``select``:
+    ``layer dict -> backend name`` (the resolver's pick), else DECIDE's fastest."""
     rows = []
     ref = against.index()
     for key, cell in decide.index().items():
@@ -37,6 +41,11 @@ def check(decide: prof.Profile, against: prof.Profile, tolerance: float = 0.05,
         if not common:
             continue
         pick = min(common, key=lambda b: (cell.times[b].median_ms, b))
+        if select is not None:
+            pick = select({**cell.layer, "num_tokens": cell.tokens})
+            if pick not in other.times:
+                raise SystemExit(f"tune_check: the resolver picked {pick!r} for {cell.layer} at "
+                                 f"{cell.tokens} tokens, which CHECK did not time")
         fastest = min(other.times, key=lambda b: (other.times[b].median_ms, b))
         cost = other.times[pick].median_ms / other.times[fastest].median_ms
         large = cell.tokens >= min_tokens
@@ -58,6 +67,12 @@ def main(argv: Any = None) -> int:
     p.add_argument("--min-tokens", type=int, default=128)
     p.add_argument("--share", type=float, default=0.95)
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--resolver", action="store_true",
+                   help="the pick from selector's resolver with policy.profile=DECIDE")
+    p.add_argument("--override", action="append", default=[],
+                   help="a Hydra override for --resolver (default: platform=auto)")
+    p.add_argument("--config-dir", action="append", default=[],
+                   help="a config tree for --resolver (as `selector tune --config-dir`)")
     a = p.parse_args(argv)
     try:
         decide, against = prof.load(a.decide), prof.load(a.check)
@@ -69,7 +84,15 @@ def main(argv: Any = None) -> int:
               "stacks: " + "; ".join(prof.key_difference(decide.key, against.key)),
               file=sys.stderr)
         return 2
-    rows = check(decide, against, a.tolerance, a.min_tokens)
+    select = None
+    if a.resolver:
+        import selector
+        sel = selector.load([*(a.override or ["platform=auto"]), "policy.preference=measured",
+                             f"policy.profile={a.decide}"], config_dirs=a.config_dir)
+
+        def select(layer: Dict[str, Any]) -> str:
+            return str(sel.select(**layer).selected)
+    rows = check(decide, against, a.tolerance, a.min_tokens, select)
     large = [r for r in rows if r["large"]]
     small = [r for r in rows if not r["large"]]
     share = sum(r["ok"] for r in large) / len(large) if large else 1.0
