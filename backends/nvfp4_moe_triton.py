@@ -302,6 +302,12 @@ if triton is not None:
         tl.store(o, y, mask=mask_m[:, None] & mask_n[None, :])
 
 
+#: the kernels' tiles (``fused_moe``'s ``config`` overrides them per call;
+#: benchmarks/emulation_tiles.py sweeps them)
+TILES: Dict[str, int] = {"BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128, "num_warps": 4,
+                         "num_stages": 3, "SPLIT": 0, "DEQ": 1}
+
+
 def _kernels() -> Optional[Dict[str, Any]]:
     if triton is None:
         return None
@@ -387,8 +393,7 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
     I = w2.packed.shape[2] * 2
     dev = x.device
     n = T * k
-    cfg = {"BLOCK_M": block_m(n, E), "BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128,
-           "num_warps": 4, "num_stages": 3, "SPLIT": 0, "DEQ": 1}
+    cfg = {"BLOCK_M": block_m(n, E), **TILES}
     cfg.update(config or {})
     bm = cfg["BLOCK_M"]
     y = torch.zeros((n, H), dtype=torch.float32, device=dev)

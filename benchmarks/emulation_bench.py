@@ -353,7 +353,15 @@ def main():
     ap.add_argument("--skip-quantize", action="store_true", help="no CPU quantize figure")
     ap.add_argument("--loop", action="store_true", help="also time the per-expert loop (slow)")
     ap.add_argument("--no-check", action="store_true", help="no fused-vs-grouped check cases")
+    ap.add_argument("--tiles", default="", help="JSON: the fused kernels' tiles for this run "
+                    "(nvfp4_moe_triton.TILES keys; emulation_tiles.py prints the best as JSON)")
     args = ap.parse_args()
+    if args.tiles:
+        import json
+
+        from backends import nvfp4_moe_triton
+        nvfp4_moe_triton.TILES.update(json.loads(args.tiles))
+        print(f"tiles: {nvfp4_moe_triton.TILES}")
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536" and not torch.cuda.is_available():
         os.execve(sys.executable, [sys.executable, *sys.argv],
                   {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
