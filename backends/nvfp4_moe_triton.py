@@ -308,6 +308,34 @@ TILES: Dict[str, int] = {"BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128, "num_wa
                          "num_stages": 3, "SPLIT": 0, "DEQ": 1}
 
 
+if triton is not None:
+    @triton.jit
+    def _blocks(bounds_ptr, be_ptr, first_ptr, end_ptr, E, bm, max_blocks,
+                EP: tl.constexpr, BB: tl.constexpr):
+        """The block table from ``bounds`` (``[E + 1]``: the first sorted row of each expert and,
+        last, of the unrouted rows), in one program: each expert's block count, their prefix sum,
+        and per block its expert (the number of experts whose blocks end at or before it), first
+        and end row (one-hot sums stand in for gathers, which Triton has not)."""
+        e = tl.arange(0, EP)
+        st = tl.load(bounds_ptr + e, mask=e <= E, other=0)
+        nx = tl.load(bounds_ptr + e + 1, mask=e < E, other=0)
+        cnt = tl.where(e < E, nx - st, 0)
+        nblk = (cnt + bm - 1) // bm
+        cum = tl.cumsum(nblk, 0)
+        excl = cum - nblk
+        for b0 in range(0, max_blocks, BB):
+            b = b0 + tl.arange(0, BB)
+            be = tl.sum(((cum[None, :] <= b[:, None]) & (e[None, :] < E)).to(tl.int32), 1)
+            hot = e[None, :] == be[:, None]
+            first = (b - tl.sum(tl.where(hot, excl[None, :], 0), 1)) * bm + \
+                tl.sum(tl.where(hot, st[None, :], 0), 1)
+            end = tl.sum(tl.where(hot, st[None, :] + cnt[None, :], 0), 1)
+            m = b < max_blocks
+            tl.store(be_ptr + b, tl.where(be < E, be, -1), mask=m)
+            tl.store(first_ptr + b, first, mask=m)
+            tl.store(end_ptr + b, end, mask=m)
+
+
 def _kernels() -> Optional[Dict[str, Any]]:
     if triton is None:
         return None
@@ -324,24 +352,36 @@ def block_m(rows: int, num_experts: int) -> int:
     return 16 if mean <= 16 else 32 if mean <= 32 else 64
 
 
-def route_blocks(topk_ids, num_experts: int, bm: int):
+def route_blocks(topk_ids, num_experts: int, bm: int, kernel: Optional[bool] = None):
     """The block table of a call, all on the device (no host sync): ``(order, block_expert,
     block_start, block_end)`` with ``order`` the (token * top_k + slot) rows sorted by expert
     (unrouted ids < 0 last), and per block of ``bm`` rows of one expert its expert (-1: unused),
     first and end row in ``order``; also the expert of each sorted row (``num_experts`` for an
-    unrouted one)."""
+    unrouted one). ``kernel`` (default: on CUDA when Triton imports): the table by one Triton program
+    (:func:`_blocks`) from the sort and one ``searchsorted``, a handful of launches where the
+    torch form (``kernel=False``) takes about thirty (the host's time at decode); blocks past the
+    last expert's hold -1 and rows that no program reads."""
     import torch
     E = num_experts
     ids = topk_ids.reshape(-1).long()
     ids = torch.where(ids >= 0, ids, E)
     n = ids.numel()
     row_e, order = torch.sort(ids, stable=True)
+    max_blocks = -(-n // bm) + min(E, n)
+    if kernel is None:  # the kernel on a GPU, or on the CPU under Triton's interpreter
+        kernel = triton is not None and (ids.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+    if kernel:
+        bounds = torch.searchsorted(row_e, torch.arange(E + 1, device=ids.device)).int()
+        table = torch.empty((3, max_blocks), dtype=torch.int32, device=ids.device)
+        if max_blocks:
+            _blocks[(1,)](bounds, table[0], table[1], table[2], E, bm, max_blocks,
+                          EP=triton.next_power_of_2(E + 1), BB=32)
+        return order, table[0], table[1], table[2], row_e
     counts = torch.zeros(E + 1, dtype=torch.long, device=ids.device)
     counts.scatter_add_(0, ids, torch.ones_like(ids))
     starts = torch.cumsum(counts, 0) - counts
     nblk = (counts[:E] + bm - 1) // bm
     cum = torch.cumsum(nblk, 0)
-    max_blocks = -(-n // bm) + min(E, n)
     b = torch.arange(max_blocks, device=ids.device)
     be = torch.searchsorted(cum, b, right=True)
     valid = be < E
@@ -352,13 +392,22 @@ def route_blocks(topk_ids, num_experts: int, bm: int):
 
 
 def _per_expert(s, E: int, device):
-    """A 0-d / ``[E]`` float32 scale (None: ones) as ``[E + 1]`` (the last entry for unrouted rows)."""
+    """A 0-d / ``[E]`` float32 scale (None: ones) as ``[E + 1]`` (the last entry for unrouted rows);
+    computed once per scale tensor while it is unchanged (``validate.once``: a layer's scales
+    are the same tensors every call)."""
     import torch
+
+    from .validate import once
     if s is None:
         return torch.ones(E + 1, dtype=torch.float32, device=device)
-    s = torch.as_tensor(s, dtype=torch.float32, device=device)
-    v = s.expand(E) if s.dim() == 0 else s
-    return torch.cat([v.float(), torch.ones(1, dtype=torch.float32, device=device)])
+
+    def make():
+        t = torch.as_tensor(s, dtype=torch.float32, device=device)
+        v = t.expand(E) if t.dim() == 0 else t
+        return torch.cat([v.float(), torch.ones(1, dtype=torch.float32, device=device)])
+    if isinstance(s, torch.Tensor) and s.device == torch.device(device):
+        return once(s, ("per_expert", E), make)
+    return make()
 
 
 def _dynamic_scale(v, row_e, E: int):

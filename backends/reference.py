@@ -153,7 +153,11 @@ def _check_scale_arg(scale, name: str, num_experts: int = 0):
     if tuple(s.shape) not in shapes:
         raise ValueError(f"{name}: expected a scalar{f' or [{num_experts}]' if num_experts else ''}, "
                          f"got shape {list(s.shape)}")
-    check_scale(s, name)
+    if s is scale:  # the caller's float32 tensor (a checkpoint's scale): checked once per version
+        from .validate import once
+        once(s, ("check_scale", name), lambda: check_scale(s, name) or True)
+    else:
+        check_scale(s, name)
     return s
 
 
@@ -469,12 +473,15 @@ _FUSED_FAILED: dict = {}
 
 
 def _fused_default(x, cd, quantizer) -> bool:
-    """Whether ``emulate_moe`` takes the fused kernels by default for this call: only with
-    ``SELECTOR_EMULATION_FUSED=1`` until they have run on a GPU (they are bit-identical to the
-    grouped path in Triton's CPU interpreter; no GPU run of them exists yet: docs/h200.md)."""
+    """Whether ``emulate_moe`` takes the fused kernels by default for this call: on CUDA (bf16,
+    the default quantizer, SM 8.0+ with Triton) unless ``SELECTOR_EMULATION_FUSED=0``. On an H100
+    they gave the grouped path's outputs on every activation, scheme and scale form
+    (``benchmarks/emulation_bench.py``'s check cases: worst 1.35e-3 of max |y|, float32
+    accumulation order) at 0.9-2.1x a grouped bf16 MoE's time where the grouped emulation took
+    4.3-8.4x (docs/h200.md)."""
     import os
     torch = _torch()
-    if os.environ.get("SELECTOR_EMULATION_FUSED", "") != "1":
+    if os.environ.get("SELECTOR_EMULATION_FUSED", "") == "0":
         return False
     return bool(x.is_cuda and x.dtype == torch.bfloat16 and cd == torch.bfloat16
                 and quantizer is exact_quantizer and _fused_available(x.device))

@@ -21,6 +21,7 @@ Imports torch only inside functions.
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any, Iterable, Optional, Sequence, Tuple
 
 #: the largest flat element offset a kernel with 32-bit indexing addresses
@@ -151,6 +152,37 @@ def bias(b: Any, n: int, device: Any = None) -> None:
     same_device("bias", b, device)
 
 
+#: id(tensor) -> (a weak reference to it, {key: (its version, value)}); weakref.ref equality
+#: compares the referents, which for tensors is elementwise, so entries are keyed by identity
+_ONCE: dict = {}
+
+
+def once(t: Any, key: Any, fn: Any) -> Any:
+    """``fn()``, computed once per (tensor ``t``, ``key``) while ``t`` is unchanged: cached on the
+    tensor's identity and its version counter (``t._version``, which every in-place write bumps),
+    dropped with the tensor. For checks and derived forms of a layer's persistent tensors (its
+    checkpoint scales) that a per-call path would otherwise recompute, with a host sync each."""
+    entry = _ONCE.get(id(t))
+    if entry is None or entry[0]() is not t:
+        tid = id(t)
+
+        def drop(ref: Any) -> None:
+            if _ONCE.get(tid, (None,))[0] is ref:
+                del _ONCE[tid]
+        try:
+            entry = (weakref.ref(t, drop), {})
+        except TypeError:  # not weak-referenceable: no cache
+            return fn()
+        _ONCE[tid] = entry
+    version = getattr(t, "_version", None)
+    hit = entry[1].get(key)
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    value = fn()
+    entry[1][key] = (version, value)
+    return value
+
+
 def int32_indexing(backend: str, **sizes: int) -> None:
     """Every product named in ``sizes`` (``"x [M, K]": M * K`` ...) within 32-bit indexing."""
     for what, n in sizes.items():
@@ -202,5 +234,5 @@ def empty_output(shape: Tuple[int, ...], x: Any, out: Any = None) -> Any:
     return output_buffer(out, shape, x.dtype, x.device)
 
 
-__all__ = ["INT32_MAX", "tensor", "float_input", "same_device", "routing", "scale", "to_scale",
+__all__ = ["INT32_MAX", "once", "tensor", "float_input", "same_device", "routing", "scale", "to_scale",
            "bias", "int32_indexing", "options", "accepted_options", "empty_output"]

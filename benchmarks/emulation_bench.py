@@ -201,11 +201,13 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
           "kernels alone (nvfp4_moe_triton.fused_moe, no argument checks) replayed from a CUDA "
           "graph; grouped emu = the emulation before (batched GEMMs over expanded weights); loop = "
           "its per-expert loop (--loop); bf16 loop / grouped bf16 = the baselines on bf16 "
-          "weights; fused/emu x grp = ms over grouped bf16; mem / cmp lim = memory- and "
+          "weights (grp graph: the grouped bf16 MoE replayed from a CUDA graph); fused/emu x grp = ms "
+          "over grouped bf16 (graph x grp graph: both from graphs); mem / cmp lim = memory- and "
           "compute-bound limits; ckpt x = peak memory during a call (checkpoint + extra) over the "
           "checkpoint; check = fused vs grouped emu outputs")
     print(f"{'T':>5} {'quant':12} {'fused ms':>9} {'graph ms':>9} {'grouped emu':>11} {'loop ms':>8} "
-          f"{'bf16 loop':>9} {'grouped bf16':>12} {'fused x grp':>9} {'emu x grp':>9} "
+          f"{'bf16 loop':>9} {'grouped bf16':>12} {'grp graph':>9} {'fused x grp':>9} "
+          f"{'graph x grp graph':>9} {'emu x grp':>9} "
           f"{'mem lim':>8} {'cmp lim':>8} {'fused ckpt x':>11} {'emu ckpt x':>11}  check")
     for T in tokens:
         x = torch.randn(T, H, generator=gen).bfloat16().to(device)
@@ -213,9 +215,10 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
         tw, ti = torch.topk(torch.softmax(logits, -1), k)
         tw, ti = (tw / tw.sum(-1, keepdim=True)).to(device), ti.int().to(device)
         t_bf = timeit(lambda: bf16_baseline(x, b13, b2, tw, ti, I), device, iters(T))
-        t_gr, mem, comp = float("nan"), float("nan"), float("nan")
+        t_gr, t_grg, mem, comp = float("nan"), float("nan"), float("nan"), float("nan")
         if cuda:
             t_gr = cuda_time(lambda: grouped_bf16_moe(x, b13, b2, tw, ti))
+            t_grg = graph_ms(lambda: grouped_bf16_moe(x, b13, b2, tw, ti))
             per_expert = 3 * I * H // 2 + 3 * I * H // 16  # FP4 codes and E4M3 block scales
             nbytes, flops, _ = moe_bytes_flops(T, k, E, H, I, ti, per_expert)
             mem, comp = limits(nbytes, flops, c, fp8=False)
@@ -247,7 +250,8 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
                 t_em = timeit(run, device, iters(T))
                 peak = peak_g = cpu_peak(run)
             print(f"{T:5d} {quant:12} {t_em:9.3f} {t_graph:9.3f} {t_gem:11.3f} {t_loop:8.3f} {t_bf:9.3f} "
-                  f"{t_gr:12.3f} {t_em / t_gr:9.2f} {t_gem / t_gr:9.2f} {mem:8.3f} {comp:8.3f} "
+                  f"{t_gr:12.3f} {t_grg:9.3f} {t_em / t_gr:9.2f} {t_graph / t_grg:9.2f} "
+                  f"{t_gem / t_gr:9.2f} {mem:8.3f} {comp:8.3f} "
                   f"{1 + peak / ckpt:11.3f} {1 + peak_g / ckpt:11.3f}  {check}", flush=True)
 
 
@@ -262,6 +266,12 @@ def graph_time(x, W, tw, ti, quant):
     def fn():
         return fused_moe(x, W, tw, ti, activation="silu", quant=quant, act_and_mul=True, s1=s1,
                          s2=s2)
+    return graph_ms(fn)
+
+
+def graph_ms(fn):
+    """Median ms of ``fn`` captured once in a CUDA graph and replayed (NaN, with the error
+    printed, if the capture fails)."""
     try:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -274,7 +284,7 @@ def graph_time(x, W, tw, ti, quant):
             fn()
         return cuda_time(graph.replay)
     except Exception as exc:  # noqa: BLE001 - a benchmark prints
-        print(f"  CUDA graph capture of fused_moe failed: {type(exc).__name__}: {str(exc)[:500]}")
+        print(f"  CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:500]}")
         return float("nan")
 
 

@@ -449,6 +449,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--only", default="", help="comma list: env,probes,linear,moe,seeds")
+    ap.add_argument("--schemes", default="", help="comma list: only the linear layers of these "
+                    "FP8 schemes (e.g. fp8_channel)")
     args = ap.parse_args(argv)
     import selector
     parts = set(args.only.split(",")) if args.only else {"env", "probes", "linear", "moe",
@@ -466,7 +468,9 @@ def main(argv=None) -> int:
     if "probes" in parts:
         report["probes"] = probes()
     if "linear" in parts:
-        report["linear"] = [linear_layer(sel, row, args.quick) for row in LINEAR_LAYERS]
+        schemes = set(filter(None, args.schemes.split(",")))
+        report["linear"] = [linear_layer(sel, row, args.quick) for row in LINEAR_LAYERS
+                            if not schemes or row[2] in schemes]
     if "moe" in parts:
         report["moe"] = [moe_layer(sel, row, args.quick) for row in MOE_LAYERS]
     if "seeds" in parts:

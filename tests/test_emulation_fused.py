@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -121,6 +122,36 @@ def test_route_blocks_cover_every_routed_row_once():
             seen[rows] += 1
         assert torch.equal(seen, (flat >= 0).long()), f"seed {seed}"
         assert torch.equal(row_e, torch.where(flat >= 0, flat, E)[order]), f"seed {seed}"
+
+
+def test_route_blocks_kernel_gives_the_torch_table():
+    """The one-program Triton block table (Triton's interpreter, a child process) equals the torch
+    form on every block a program reads (expert >= 0), and marks the same blocks unused."""
+    code = textwrap.dedent("""
+        import torch
+        from selector.backends.nvfp4_moe_triton import route_blocks
+        bad = 0
+        for seed in range(12):
+            g = torch.Generator().manual_seed(seed)
+            E = int(torch.randint(1, 300, (1,), generator=g))
+            T = int(torch.randint(1, 90, (1,), generator=g))
+            k = int(torch.randint(1, min(E, 8) + 1, (1,), generator=g))
+            bm = (16, 32, 64)[seed % 3]
+            ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).int()
+            ids[torch.rand(T, k, generator=g) < 0.1] = -1
+            a = route_blocks(ids, E, bm, kernel=False)
+            b = route_blocks(ids, E, bm, kernel=True)
+            used = a[1] >= 0
+            same = (torch.equal(a[0], b[0]) and torch.equal(a[4], b[4])
+                    and torch.equal(a[1], b[1]) and torch.equal(a[2][used], b[2][used])
+                    and torch.equal(a[3][used], b[3][used]))
+            bad += not same
+        print("mismatches", bad)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "mismatches 0", r.stdout
 
 
 def test_cpu_default_is_unchanged():
