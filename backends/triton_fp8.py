@@ -205,8 +205,9 @@ def scaled_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, cfg=None):
                          f"w {list(w.shape)}, w_scale {list(w_scale.shape)} do not fit")
     sa = a_scale.reshape(-1).float()
     sw = w_scale.reshape(-1).float()
-    KB = triton.cdiv(K, BLOCK)
     cfg = dict(tile_config(M) if cfg is None else cfg)
+    bk = cfg.pop("BLOCK_K", BLOCK)  # any K step: no scale per 128-wide block here
+    KB = triton.cdiv(K, bk)
     splits = cfg.pop("SPLIT_K", None)
     if splits is None:
         splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device)) if a.is_cuda else 1
@@ -217,7 +218,7 @@ def scaled_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, cfg=None):
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), splits)
     _kernel()[grid](a, w, c, sa, sw, bias if bias is not None else c, M, N, K, KB,
                     a.stride(0), w.stride(0), c.stride(-2), int(sa.numel() > 1),
-                    int(sw.numel() > 1), HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
+                    int(sw.numel() > 1), HAS_BIAS=bias is not None, BLOCK_K=bk, GROUP_M=8,
                     MAX_IMPRECISE=MAX_IMPRECISE, SPLIT_K=splits,
                     stride_cs=c.stride(0) if splits > 1 else 0, OUTER=True, **cfg)
     return c if splits == 1 else c.sum(0).to(out_dtype)

@@ -87,7 +87,9 @@ def _route_sorted(ti, E: int):
     K = ti.shape[1]
     ids = ti.reshape(-1).long()
     order = torch.argsort(ids, stable=True)
-    counts = torch.bincount(ids, minlength=E)
+    # scatter_add, not bincount: bincount reads its maximum on the host (no CUDA graph)
+    counts = torch.zeros(E, dtype=torch.long, device=ids.device).scatter_add_(
+        0, ids, torch.ones_like(ids))
     offs = torch.cumsum(counts, 0).to(torch.int32)
     return order, order // K, offs
 

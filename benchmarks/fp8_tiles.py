@@ -1,6 +1,6 @@
 """The Triton block-FP8 GEMM's tile sizes at decode, against the bf16 matmul and the limits.
 
-    python benchmarks/fp8_tiles.py
+    python benchmarks/fp8_tiles.py [--scaled]
 
 For DeepSeek-V3's dense gate_up (N 36864, K 7168) and down (7168 x 18432) and Qwen3-8B's
 gate_up (24576 x 4096) at T = 1 and 16: ``backends.triton_fp8.block_fp8_matmul`` (the GEMM alone,
@@ -8,6 +8,8 @@ its activation already quantized) for each tile configuration, its quantizer
 (``backends.fp8_act_quant``) alone, and a bf16 ``torch.matmul`` of the same shape, each replayed
 from a CUDA graph (the GPU's time; medians of CUDA events); the memory-bound limit (FP8 weight
 over the measured copy bandwidth). The shipped choice is ``triton_fp8.tile_config``.
+``--scaled``: the per-channel GEMM (``triton_fp8.scaled_fp8_matmul``, fp8_channel) on Llama-3.1-8B's
+down (4096 x 14336) and gate_up (28672 x 4096) projections, over split-K counts and K steps.
 """
 from __future__ import annotations
 
@@ -27,6 +29,15 @@ CONFIGS = [dict(BLOCK_M=16, BLOCK_N=n, num_warps=w, num_stages=s)
     dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4, SPLIT_K=k) for k in (1, 2, 3, 4, 6)]
 
 
+SCALED_SHAPES = [("Llama-3.1-8B down", 4096, 14336), ("Llama-3.1-8B gate_up", 28672, 4096)]
+SCALED_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4, SPLIT_K=k)
+                  for k in (1, 2, 3, 4, 6, 8, 12)] + [
+    dict(BLOCK_M=16, BLOCK_N=n, num_warps=4, num_stages=4, SPLIT_K=k)
+    for n in (32, 128) for k in (2, 4, 8)] + [
+    dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, SPLIT_K=k)
+    for k in (2, 4, 8)]
+
+
 def graph_ms(fn) -> float:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -40,7 +51,46 @@ def graph_ms(fn) -> float:
     return cuda_time(g.replay, budget_s=0.1)
 
 
+def scaled() -> None:
+    from selector.backends.fp8 import make_linear_weights
+    from selector.backends.fp8_act_quant import quantize_activation
+    from selector.backends.triton_fp8 import _sm_count, scaled_fp8_matmul, split_k, tile_config
+    c = ceilings()
+    print_ceilings(c)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for name, n, k in SCALED_SHAPES:
+        w = make_linear_weights(torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5,
+                                "fp8_channel")
+        wbf = w.dequantize(torch.float32).bfloat16()
+        for t in (1, 16):
+            x = torch.randn(t, k, generator=gen, device="cuda").bfloat16()
+            a, sa = quantize_activation(x, "fp8_channel")
+            ref = scaled_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16)
+            bf = graph_ms(lambda: torch.matmul(x, wbf.t()))
+            q = graph_ms(lambda: quantize_activation(x, "fp8_channel"))
+            shipped = graph_ms(lambda: scaled_fp8_matmul(a, sa, w.weight, w.weight_scale,
+                                                         torch.bfloat16))
+            mem = (n * k + 2 * t * (n + k)) / c["bandwidth_GBps"] / 1e6
+            print(f"\n{name} [{n}, {k}] T={t}: bf16 graph {bf:.4f} ms, quantize {q:.4f} ms, "
+                  f"memory limit {mem:.4f} ms; shipped {tile_config(t)}, split-K "
+                  f"{split_k(t, n, -(-k // 128), tile_config(t)['BLOCK_N'], _sm_count(x.device))}"
+                  f": {shipped:.4f} ms, +quantize {(shipped + q) / bf:.2f}x bf16")
+            for cfg in SCALED_CONFIGS:
+                try:
+                    y = scaled_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16,
+                                          cfg=cfg)
+                    same = float((y.float() - ref.float()).abs().max() / ref.float().abs().max())
+                    ms = graph_ms(lambda cfg=cfg: scaled_fp8_matmul(
+                        a, sa, w.weight, w.weight_scale, torch.bfloat16, cfg=cfg))
+                    print(f"  {cfg}: {ms:.4f} ms, +quantize {(ms + q) / bf:.2f}x bf16, "
+                          f"{mem / ms:.0%} of the memory limit; diff {same:.2g}", flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"  {cfg}: {type(exc).__name__}: {str(exc)[:100]}")
+
+
 def main() -> None:
+    if "--scaled" in sys.argv[1:]:
+        return scaled()
     from selector.backends.fp8 import make_linear_weights
     from selector.backends.fp8_act_quant import quantize_activation
     from selector.backends.triton_fp8 import _sm_count, block_fp8_matmul, split_k, tile_config
