@@ -128,8 +128,10 @@ def cli_env(*first: os.PathLike, **extra: str) -> Dict[str, str]:
     return env
 
 
-def run_cli(*args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120) -> CliResult:
-    """`python -m selector ARGS...` in the repository root; never raises on a non-zero exit."""
+def run_cli(*args: str, env: Optional[Dict[str, str]] = None, timeout: float = 600) -> CliResult:
+    """`python -m selector ARGS...` in the repository root; never raises on a non-zero exit.
+    ``timeout`` is a hang guard, many times a run's expected time (a cold `matrix` composes every
+    preset: about a minute alone on the 2-core machine, several under two suites at once)."""
     p = subprocess.run([sys.executable, "-m", "selector", *args], cwd=str(REPO),
                        capture_output=True, text=True, env=env or cli_env(), timeout=timeout)
     return CliResult(tuple(args), p.returncode, p.stdout, p.stderr)
