@@ -96,7 +96,8 @@ def _engine_files():
 
 
 SELECTOR_ONLY = {"torch_row_wise", "triton_scaled_fp8", "torch_grouped_fp8",
-                 "flashinfer_blockscale_sm90", "flashinfer_bmm_fp8", "flashinfer_bmm_fp8_cudnn", "flashinfer_cutlass_fp8_sm90"}
+                 "flashinfer_blockscale_sm90", "flashinfer_bmm_fp8", "flashinfer_bmm_fp8_cudnn",
+                 "flashinfer_cutlass_fp8_sm90"}
 
 
 def test_every_backend_is_named_once_by_every_engine():
