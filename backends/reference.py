@@ -155,7 +155,10 @@ def _check_scale_arg(scale, name: str, num_experts: int = 0):
                          f"got shape {list(s.shape)}")
     if s is scale:  # the caller's float32 tensor (a checkpoint's scale): checked once per version
         from .validate import once
-        once(s, ("check_scale", name), lambda: check_scale(s, name) or True)
+        def checked() -> bool:
+            check_scale(s, name)
+            return True
+        once(s, ("check_scale", name), checked)
     else:
         check_scale(s, name)
     return s

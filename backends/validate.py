@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from typing import Any, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 #: the largest flat element offset a kernel with 32-bit indexing addresses
 INT32_MAX = 2 ** 31 - 1
@@ -154,7 +154,7 @@ def bias(b: Any, n: int, device: Any = None) -> None:
 
 #: id(tensor) -> (a weak reference to it, {key: (its version, value)}); weakref.ref equality
 #: compares the referents, which for tensors is elementwise, so entries are keyed by identity
-_ONCE: dict = {}
+_ONCE: Dict[int, Tuple[Any, Dict[Any, Tuple[Any, Any]]]] = {}
 
 
 def once(t: Any, key: Any, fn: Any) -> Any:
