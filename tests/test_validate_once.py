@@ -16,10 +16,11 @@ from selector.backends.reference import _check_scale_arg  # noqa: E402
 def test_computed_once_per_version_and_dropped_with_the_tensor():
     t = torch.ones(3)
     calls = []
+    box = [t]
 
     def fn():
         calls.append(1)
-        return float(t.sum())
+        return float(box[0].sum())
     assert validate.once(t, "k", fn) == 3.0 and validate.once(t, "k", fn) == 3.0
     assert len(calls) == 1
     assert validate.once(t, "other", fn) == 3.0 and len(calls) == 2  # keys apart
@@ -28,7 +29,7 @@ def test_computed_once_per_version_and_dropped_with_the_tensor():
     u = torch.ones(3)  # another tensor, equal values: its own entry
     assert validate.once(u, "k", fn) == 6.0 and len(calls) == 4
     tid = id(t)
-    del t
+    del t, box
     gc.collect()
     assert tid not in validate._ONCE
 
