@@ -620,10 +620,14 @@ def record(path: Path, per: dict, args: argparse.Namespace) -> None:
             continue
         old = rows.get(mod)
         if args.only and old:
-            gone = [s for s in old["survivors"] if s in now]
-            old["survivors"] = [s for s in old["survivors"] if s not in now]
-            old["killed"] += len(gone)
-            old["rerun"] = f"{len(gone)} survivors killed by new tests ({commit})"
+            left, gone = list(old["survivors"]), 0
+            for s in now:  # one each: two mutants of a line can share a description
+                if s in left:
+                    left.remove(s)
+                    gone += 1
+            old["survivors"] = left
+            old["killed"] += gone
+            old["rerun"] = f"{gone} survivors killed by new tests ({commit})"
         else:
             rows[mod] = {**row, "commit": commit, "seed": args.seed,
                          "per_module": args.per_module, "date": time.strftime("%Y-%m-%d")}
