@@ -135,16 +135,21 @@ GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "config": (("config/",), ("test_hostile", "test_cache_reads", "test_catalogues",
                               "test_plugins", "test_untrusted", "test_recipes")),
     "api": (("core/locks.py", "core/entry_points.py", "api.py", "__init__.py"),
-            ("test_api", "test_plugins", "test_concurrency", "test_catalogues")),
+            ("test_api", "test_plugins", "test_concurrency", "test_catalogues",
+             "test_mutation_api")),
     "schema": (("core/schema.py", "core/model.py", "core/probe_specs.py", "core/text.py"),
-               ("test_schema", "test_properties", "test_catalogue", "test_probes")),
+               ("test_schema", "test_properties", "test_catalogue", "test_probes",
+                "test_mutation_schema")),
     "engines": (("core/engines.py", "core/engine_flags.py", "engines/"),
-                ("test_engines", "test_engine_recipe", "test_trtllm", "test_cli_env")),
+                ("test_engines", "test_engine_recipe", "test_trtllm", "test_cli_env",
+                 "test_mutation_engines")),
     "commands": (("commands/", "core/packaged.py"),
                  ("test_catalogue", "test_matrix", "test_doctor", "test_outcomes", "test_tune",
-                  "test_schema", "test_ux")),
+                  "test_schema", "test_ux", "test_mutation_commands", "test_doctor_schemes",
+                  "test_doctor_timeout")),
     "inspect": (("inspect/verify", "inspect/drift.py"),
-                ("test_verify", "test_verify_inputs", "test_cache_reads", "test_knowledge")),
+                ("test_verify", "test_verify_inputs", "test_cache_reads", "test_knowledge",
+                 "test_mutation_inspect")),
     "probes": (("inspect/probing.py", "inspect/probe_child.py", "inspect/tuning.py",
                 "core/profile.py"), ("test_probes", "test_doctor", "test_tune")),
     "distributed": (("distributed/",), ("test_agreement", "test_distributed",
@@ -253,6 +258,41 @@ class _Tracer:
         return out
 
 
+MARKER = "SELECTOR_MUTANT_RUN"  # in the environment of whatever one mutant's tests start
+
+
+def _reap(pgid: int, token: str) -> None:
+    """Kill what a mutant's tests left running: its process group (forks) and every process
+    whose environment carries its token (children in sessions of their own, such as the verify
+    and probe children, and theirs). A mutant can make them multiply: api.py's
+    `run.probe == "verify"` -> `!=` has every verify child verify again."""
+    import signal
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+    mark = f"{MARKER}={token}".encode()
+    for _ in range(20):  # until none is left (one may start another while we look)
+        found = []
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if mark in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+        if not found:
+            return
+        for p in found:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
+
+
 def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
               select: Optional[dict] = None, trace: Optional[List[str]] = None,
               cache: Optional[str] = None) -> Tuple[int, str, dict]:
@@ -265,9 +305,12 @@ def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
     import tempfile
     fd, out = tempfile.mkstemp(prefix="mutate-", suffix=".json")
     os.close(fd)
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
     pid = os.fork()
     if pid == 0:  # child
         try:
+            os.setpgid(0, 0)  # its forks share its group: killed with it
+            os.environ[MARKER] = token  # what it starts carries this: killed after it
             if cache:
                 os.environ["SELECTOR_TEST_CACHE_DIR"] = cache
             for name in [m for m in sys.modules if m == "selector" or m.startswith("selector.")]:
@@ -304,6 +347,7 @@ def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
             rc = 1  # a hang is noticed too
         else:
             time.sleep(0.05)
+    _reap(pid, token)
     try:
         got = json.loads(Path(out).read_text() or "{}")
     except ValueError:
@@ -432,6 +476,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     per: dict[str, dict[str, object]] = {m: {"killed": 0, "ran": 0, "total": total[m], "survivors": []}
                                          for m in args.modules}
     originals = {m: Path(m).read_text() for m in args.modules}
+    import signal  # a SIGTERM restores the modules too (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     trees = {m: ast.parse(s) for m, s in originals.items()}
     headers = {m: _statement_lines(t) for m, t in trees.items()}
     try:
@@ -574,10 +620,14 @@ def record(path: Path, per: dict, args: argparse.Namespace) -> None:
             continue
         old = rows.get(mod)
         if args.only and old:
-            gone = [s for s in old["survivors"] if s in now]
-            old["survivors"] = [s for s in old["survivors"] if s not in now]
-            old["killed"] += len(gone)
-            old["rerun"] = f"{len(gone)} survivors killed by new tests ({commit})"
+            left, gone = list(old["survivors"]), 0
+            for s in now:  # one each: two mutants of a line can share a description
+                if s in left:
+                    left.remove(s)
+                    gone += 1
+            old["survivors"] = left
+            old["killed"] += gone
+            old["rerun"] = f"{gone} survivors killed by new tests ({commit})"
         else:
             rows[mod] = {**row, "commit": commit, "seed": args.seed,
                          "per_module": args.per_module, "date": time.strftime("%Y-%m-%d")}
