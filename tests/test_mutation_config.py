@@ -242,3 +242,16 @@ def test_a_tag_and_an_interpolation_are_refused_at_their_lines(tmp_path):
     err = _refusal(tmp_path, "a: 1\nb: ${oc.env:HOME}\n")
     assert "c.yaml line 2" in err and "interpolation" in err, err
 
+
+@pytest.mark.parametrize("text,starts", [
+    ("a: &a [" + ", ".join(["0"] * 300) + "]\nb: [" + ", ".join(["*a"] * 300) + "]\n",
+     "c.yaml line 2: config file expands to more than"),
+    ("a: 1\nc: !!python/name:os.system x\n", "c.yaml line 2: YAML tag"),
+    ("a: 1\nb: ${oc.env:HOME}\n", "c.yaml line 2: value: '${oc.env:HOME}' uses an interpolation"),
+])
+def test_a_refusal_of_the_expansion_check_is_reported_once(tmp_path, text, starts):
+    """Found by the mutation run: these refusals (SelectorError is a ValueError) were caught
+    by the ValueError clause meant for int('9' * 5000) and wrapped a second time
+    ("c.yaml: a value cannot be read: c.yaml line 2: ...")."""
+    err = _refusal(tmp_path, text)
+    assert err.startswith(starts) and "a value cannot be read" not in err, err
