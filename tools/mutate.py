@@ -116,13 +116,15 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
 # of those files, then each mutant runs only the tests that covered its line). Each finishes
 # in under 15 minutes with --per-module 10 on the shared 2-core machine.
 _CHECKPOINT_TESTS = ("test_checkpoint_units", "test_checkpoint_schemes", "test_checkpoint",
-                     "test_checkpoint_engine", "test_checkpoint_mutants", "test_launch")
+                     "test_checkpoint_engine", "test_checkpoint_mutants", "test_launch",
+                     "test_checkpoint_next", "test_trtllm", "test_mutation_checkpoint")
 GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "environment": (("inspect/environment.py", "core/env_vars.py", "inspect/nvml_query.py",
                      "inspect/child_runner.py"),
                     ("test_environment", "test_nvml_query", "test_child_runner", "test_cli_env")),
     "checkpoint": (("checkpoint/arch.py", "checkpoint/arch_moe.py", "checkpoint/hf_defaults.py",
-                    "checkpoint/files.py", "checkpoint/modules.py"), _CHECKPOINT_TESTS),
+                    "checkpoint/files.py", "checkpoint/modules.py", "checkpoint/beat.py"),
+                   _CHECKPOINT_TESTS),
     "launch": (("checkpoint/plan.py", "checkpoint/launch.py", "checkpoint/launchers.py",
                 "checkpoint/splits.py"), _CHECKPOINT_TESTS),
     "quant": (("checkpoint/quant/",), _CHECKPOINT_TESTS),
@@ -133,7 +135,8 @@ GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
              ("test_rules", "test_decision_edges", "test_outcomes", "test_layers",
               "test_recipes")),
     "config": (("config/",), ("test_hostile", "test_cache_reads", "test_catalogues",
-                              "test_plugins", "test_untrusted", "test_recipes")),
+                              "test_plugins", "test_untrusted", "test_recipes",
+                              "test_mutation_config")),
     "api": (("core/locks.py", "core/entry_points.py", "api.py", "__init__.py"),
             ("test_api", "test_plugins", "test_concurrency", "test_catalogues",
              "test_mutation_api")),

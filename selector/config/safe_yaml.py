@@ -135,6 +135,8 @@ def _parse(text: str, path: Path, key: str) -> Tuple[Any, Any]:
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SelectorError(f"{path}{line}: malformed YAML: {problem}", where=str(path)) from None
+    except SelectorError:  # _check_expansion's own refusals (a ValueError too): as they are
+        raise
     except (ValueError, OverflowError) as exc:  # int('9'*5000) is over Python's digit limit
         raise SelectorError(f"{path}: a value cannot be read: {str(exc).splitlines()[0]}",
                             where=str(path)) from None
