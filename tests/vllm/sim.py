@@ -390,6 +390,14 @@ class Simulation:
             self._patched.append((torch.cpu, "_is_amx_tile_supported",
                                   torch.cpu._is_amx_tile_supported))
             torch.cpu._is_amx_tile_supported = lambda: True
+            # and which build of vLLM's CPU extension this CPU loaded: an AVX2-only host (an AMD
+            # EPYC without AVX-512) loads one without fp8_scaled_mm_cpu, so vLLM 0.32.0's CPU FP8
+            # linear kernels say "fp8_scaled_mm_cpu op not available" (_custom_ops.py
+            # _supports_cpu_fp8_w8a16, read by kernels/linear/scaled_mm/cpu.py): pinned to the
+            # AMX host's answer with the rest
+            import vllm._custom_ops as ops
+            self._patched.append((ops, "_supports_cpu_fp8_w8a16", ops._supports_cpu_fp8_w8a16))
+            ops._supports_cpu_fp8_w8a16 = True
         for name, fn in _cuda_ops(s).items() if gpu else ():
             self._ops.append(name)
             setattr(torch.ops._C, name, fn)
