@@ -143,6 +143,18 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
     return c if splits == 1 else c.sum(0).to(out_dtype)
 
 
+def _shaped(y, shape, out):
+    """The GEMM's ``[M, N]`` output as the layer's ``[..., N]``, or copied into the caller's
+    ``out`` (checked by ``_base.output_buffer``)."""
+    from ._base import output_buffer
+    y = y.reshape(shape)
+    if out is None:
+        return y
+    buf = output_buffer(out, tuple(y.shape), y.dtype, y.device)
+    buf.copy_(y)
+    return buf
+
+
 @functools.cache
 def _sm_count(device) -> int:
     import torch
@@ -169,7 +181,6 @@ class TritonBlockFp8Linear(LinearBackend):
     def apply(self, x, prepared, *, out=None):
         import torch
 
-        from ._base import output_buffer
         p = prepared
         validate.float_input("x", x, last=p.in_features, device=p.weight.device)
         m = x.numel() // p.in_features
@@ -182,12 +193,7 @@ class TritonBlockFp8Linear(LinearBackend):
         a, sa = quantize_activation(x2, "fp8_block")
         bias = None if p.bias is None else p.bias.to(torch.float32).contiguous()
         y = block_fp8_matmul(a, sa, p.weight, p.weight_scale, x.dtype, bias)
-        y = y.reshape(lead + (p.out_features,))
-        if out is None:
-            return y
-        buf = output_buffer(out, tuple(y.shape), x.dtype, y.device)
-        buf.copy_(y)
-        return buf
+        return _shaped(y, lead + (p.out_features,), out)
 
 
 def scaled_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, cfg=None):
@@ -256,7 +262,6 @@ class TritonScaledFp8Linear(LinearBackend):
         return self.admit(prepared)
 
     def apply(self, x, prepared, *, out=None):
-        from ._base import output_buffer
         p = prepared
         lead, x2 = linear_input(x, p.in_features, p.weight.device)
         m = x2.shape[0]
@@ -266,12 +271,7 @@ class TritonScaledFp8Linear(LinearBackend):
             return validate.empty_output(lead + (p.out_features,), x, out)
         a, sa = quantize_activation(x2, p.quant, p.input_scale)
         y = scaled_fp8_matmul(a, sa, p.weight, p.weight_scale, x.dtype, p.bias)
-        y = y.reshape(lead + (p.out_features,))
-        if out is None:
-            return y
-        buf = output_buffer(out, tuple(y.shape), x.dtype, y.device)
-        buf.copy_(y)
-        return buf
+        return _shaped(y, lead + (p.out_features,), out)
 
 
 __all__ = ["TritonBlockFp8Linear", "TritonScaledFp8Linear", "block_fp8_matmul",
