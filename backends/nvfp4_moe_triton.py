@@ -63,44 +63,6 @@ if triton is not None:
         return b.to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _e2m1_bf16(c, s):
-        """E2M1 codes ``c`` (int32) times float32 scales ``s``, in bf16 (exact)."""
-        # code -> fp16 bits: sign to bit 15, exponent and mantissa to bits 9-11; the fp16 value
-        # is e2m1 * 2^-14 exactly (code 1, 0.5, is the fp16 subnormal 2^-15)
-        v = (((c & 8) << 12) | ((c & 7) << 9)).to(tl.int16).to(tl.float16, bitcast=True)
-        return (v.to(tl.float32) * (s * 16384.0)).to(tl.bfloat16)
-
-    @triton.jit
-    def _deq_halves(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
-                    BLOCK_K: tl.constexpr):
-        """The even and the odd columns of ``rows`` x ``[k0, k0 + BLOCK_K)`` (low and high
-        nibbles), codes times block scales, bf16 ``[BLOCK_N, BLOCK_K / 2]`` each: no interleave."""
-        kh = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-        m = mask_n[:, None] & (kh[None, :] < K // 2)
-        r = rows[:, None].to(tl.int64)
-        b = tl.load(p_ptr + r * stride_pn + kh[None, :], mask=m, other=0).to(tl.int32)
-        s = tl.load(s_ptr + r * stride_sn + kh[None, :] // 8, mask=m, other=0.0).to(tl.float32)
-        return _e2m1_bf16(b & 15, s), _e2m1_bf16(b >> 4, s)
-
-    @triton.jit
-    def _deq_tile(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
-                  BLOCK_K: tl.constexpr):
-        """Codes times block scales of ``rows`` x ``[k0, k0 + BLOCK_K)``, bf16 ``[BLOCK_N, BLOCK_K]``."""
-        kh = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-        m = mask_n[:, None] & (kh[None, :] < K // 2)
-        b = tl.load(p_ptr + rows[:, None].to(tl.int64) * stride_pn + kh[None, :], mask=m,
-                    other=0).to(tl.int32)
-        c = tl.interleave(b & 15, b >> 4)  # element 2i: low nibble, 2i + 1: high nibble
-        # E2M1 code -> fp16 bits: sign to bit 15, exponent and mantissa to bits 9-11; the fp16
-        # value is e2m1 * 2^-14 exactly (code 1, 0.5, is the fp16 subnormal 2^-15)
-        v = (((c & 8) << 12) | ((c & 7) << 9)).to(tl.int16).to(tl.float16, bitcast=True)
-        kk = k0 + tl.arange(0, BLOCK_K)
-        ms = mask_n[:, None] & (kk[None, :] < K)
-        s = tl.load(s_ptr + rows[:, None].to(tl.int64) * stride_sn + kk[None, :] // 16, mask=ms,
-                    other=0.0).to(tl.float32)
-        return (v.to(tl.float32) * (s * 16384.0)).to(tl.bfloat16)
-
-    @triton.jit
     def _code(c):
         """E2M1 codes ``c`` (int32) as float32 times 2^-14 (exact): the code's sign, exponent and
         mantissa moved to bits 15 and 9-11 of an fp16 (code 1, 0.5, is the fp16 subnormal 2^-15)."""
@@ -180,7 +142,7 @@ if triton is not None:
              ACT: tl.constexpr, GATED: tl.constexpr, HAS_LIMIT: tl.constexpr,
              OUT_BF16: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             F32_DOT: tl.constexpr, SPLIT: tl.constexpr, DEQ: tl.constexpr):
+             F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_b = tl.program_id(1)
         e = tl.load(be_ptr + pid_b)
@@ -205,38 +167,23 @@ if triton is not None:
                 pa = a_ptr + arow[:, None] * stride_am + ke[None, :]
                 a_e = tl.load(pa, mask=mask_m[:, None] & (ke[None, :] < K), other=0.0)
                 a_o = tl.load(pa + 1, mask=mask_m[:, None] & (ke[None, :] + 1 < K), other=0.0)
-                if DEQ:
-                    lo, hi = _deq_group_halves(wp, wsc, g_rows, mask_n, k0, K, stride_pn,
-                                               stride_sn, BLOCK_N, BLOCK_K)
-                else:
-                    lo, hi = _deq_halves(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
-                                         BLOCK_K)
+                lo, hi = _deq_group_halves(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                           BLOCK_N, BLOCK_K)
                 acc_g = _mma(a_o, hi, _mma(a_e, lo, acc_g, F32_DOT), F32_DOT)
                 if GATED:
-                    if DEQ:
-                        lo, hi = _deq_group_halves(wp, wsc, u_rows, mask_n, k0, K, stride_pn,
-                                                   stride_sn, BLOCK_N, BLOCK_K)
-                    else:
-                        lo, hi = _deq_halves(wp, wsc, u_rows, mask_n, k0, K, stride_pn,
-                                             stride_sn, BLOCK_K)
+                    lo, hi = _deq_group_halves(wp, wsc, u_rows, mask_n, k0, K, stride_pn,
+                                               stride_sn, BLOCK_N, BLOCK_K)
                     acc_u = _mma(a_o, hi, _mma(a_e, lo, acc_u, F32_DOT), F32_DOT)
             else:
                 kk = k0 + tl.arange(0, BLOCK_K)
                 a = tl.load(a_ptr + arow[:, None] * stride_am + kk[None, :],
                             mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
-                if DEQ:
-                    wg = _deq_group_tile(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
+                wg = _deq_group_tile(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
                                      BLOCK_N, BLOCK_K)
-                else:
-                    wg = _deq_tile(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn, BLOCK_K)
                 acc_g = _mma(a, wg, acc_g, F32_DOT)
                 if GATED:
-                    if DEQ:
-                        wu = _deq_group_tile(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
+                    wu = _deq_group_tile(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
                                          BLOCK_N, BLOCK_K)
-                    else:
-                        wu = _deq_tile(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
-                                       BLOCK_K)
                     acc_u = _mma(a, wu, acc_u, F32_DOT)
         scale_w = tl.load(ws2_ptr + e)
         scale_a = tl.load(as_ptr + e)
@@ -254,7 +201,7 @@ if triton is not None:
              wp_ptr, wsc_ptr, ws2_ptr, as_ptr, out_ptr, stride_om,
              N, K, stride_pe, stride_pn, stride_se, stride_sn,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             F32_DOT: tl.constexpr, SPLIT: tl.constexpr, DEQ: tl.constexpr):
+             F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_b = tl.program_id(1)
         e = tl.load(be_ptr + pid_b)
@@ -275,22 +222,15 @@ if triton is not None:
                 pa = a_ptr + rows[:, None].to(tl.int64) * stride_am + ke[None, :]
                 a_e = tl.load(pa, mask=mask_m[:, None] & (ke[None, :] < K), other=0.0)
                 a_o = tl.load(pa + 1, mask=mask_m[:, None] & (ke[None, :] + 1 < K), other=0.0)
-                if DEQ:
-                    lo, hi = _deq_group_halves(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn,
-                                               BLOCK_N, BLOCK_K)
-                else:
-                    lo, hi = _deq_halves(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn,
-                                         BLOCK_K)
+                lo, hi = _deq_group_halves(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn,
+                                           BLOCK_N, BLOCK_K)
                 acc = _mma(a_o, hi, _mma(a_e, lo, acc, F32_DOT), F32_DOT)
             else:
                 kk = k0 + tl.arange(0, BLOCK_K)
                 a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + kk[None, :],
                             mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
-                if DEQ:
-                    w = _deq_group_tile(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
+                w = _deq_group_tile(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
                                     BLOCK_K)
-                else:
-                    w = _deq_tile(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_K)
                 acc = _mma(a, w, acc, F32_DOT)
         scale_w = tl.load(ws2_ptr + e)
         scale_a = tl.load(as_ptr + e)
@@ -305,7 +245,7 @@ if triton is not None:
 #: the kernels' tiles (``fused_moe``'s ``config`` overrides them per call;
 #: benchmarks/emulation_tiles.py sweeps them)
 TILES: Dict[str, int] = {"BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128, "num_warps": 4,
-                         "num_stages": 3, "SPLIT": 0, "DEQ": 1}
+                         "num_stages": 3, "SPLIT": 0}
 
 
 if triton is not None:
@@ -487,7 +427,7 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
     ws2 = _per_expert(w2.scale_2, E, dev)
     bn1, bn2, bk = cfg["BLOCK_N1"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
-            "SPLIT": bool(cfg["SPLIT"]), "DEQ": bool(cfg["DEQ"]),
+            "SPLIT": bool(cfg["SPLIT"]),
             "F32_DOT": os.environ.get("TRITON_INTERPRET") == "1"}
     p13, b13 = w13.packed, w13.block_scale
     ks["fc1"][(-(-I // bn1), nb)](

@@ -5,8 +5,7 @@
 DeepSeek-V3's expert shape (H 7168, I 2048, 256 experts, top-8; random NVFP4 checkpoint, seed 0),
 W4A16; for each token count the median ms (CUDA events) of each configuration (BLOCK_M by the
 rows an expert gets; BLOCK_N1, BLOCK_N2, BLOCK_K, num_warps, num_stages; SPLIT: even and odd
-columns as two GEMMs; DEQ: the weights read per 16-element block, one scale load a block, else
-one scale load per element) beside the default's, and each one's output against the default's
+columns as two GEMMs) beside the default's, and each one's output against the default's
 (max |diff| / max |y|: a wrong tiling shows here). Prints; asserts nothing.
 """
 from __future__ import annotations
@@ -29,14 +28,12 @@ from backends import nvfp4_moe_triton as F  # noqa: E402
 
 
 def configs(quick: bool):
-    yield dict(BLOCK_N1=64, BLOCK_N2=64, BLOCK_K=128, num_warps=4, num_stages=3, SPLIT=0, DEQ=0)
-    yield dict(BLOCK_N1=128, BLOCK_N2=128, BLOCK_K=128, num_warps=4, num_stages=3, SPLIT=1, DEQ=0)
     tiles = ((64, 64), (128, 128)) if quick else ((32, 64), (64, 64), (128, 128))
     ks = (128,) if quick else (128, 256)
     ws = ((4, 3), (8, 3))
     for split, (bn1, bn2), bk, (nw, ns) in itertools.product((0, 1), tiles, ks, ws):
         yield dict(BLOCK_N1=bn1, BLOCK_N2=bn2, BLOCK_K=bk, num_warps=nw, num_stages=ns,
-                   SPLIT=split, DEQ=1)
+                   SPLIT=split)
 
 
 def main():
