@@ -29,7 +29,7 @@ from selector.backends.torch_scaled_mm import (  # noqa: E402
     TorchPerTensorLinear,
     TorchRowWiseLinear,
 )
-from selector.backends.triton_fp8 import TritonBlockFp8Linear  # noqa: E402
+from selector.backends.triton_fp8 import TritonBlockFp8Linear, TritonScaledFp8Linear  # noqa: E402
 from selector.inspect.verify import BOUNDS  # noqa: E402
 
 H200 = ["platform=h200", "stack=vllm_0_32"]  # every FP8 backend passes its gate there
@@ -143,7 +143,9 @@ def test_moe_weight_scales_must_be_finite_and_positive():
                                        (TorchRowWiseLinear, "fp8_channel"),
                                        (TorchChannelWiseLinear, "fp8_channel"),
                                        (TorchBlockWiseLinear, "fp8_block"),
-                                       (TritonBlockFp8Linear, "fp8_block")])
+                                       (TritonBlockFp8Linear, "fp8_block"),
+                                       (TritonScaledFp8Linear, "fp8_tensor_dynamic"),
+                                       (TritonScaledFp8Linear, "fp8_channel")])
 def test_zero_tokens_give_an_empty_output(device, cls, quant):
     """fp8_tensor_dynamic: an amax RuntimeError; torch_row_wise on CPU a stride error;
     torch_block_wise on CUDA 'Invalid scaling configuration'."""
@@ -209,7 +211,8 @@ def test_validate_accepted_options_follow_kw_up_the_mro():
 LINEAR = [(TorchPerTensorLinear, "fp8_tensor"), (TorchPerTensorLinear, "fp8_tensor_dynamic"),
           (TorchRowWiseLinear, "fp8_channel"), (TorchChannelWiseLinear, "fp8_channel")]
 if SM90:  # CUDA-only kernels
-    LINEAR += [(TorchBlockWiseLinear, "fp8_block"), (TritonBlockFp8Linear, "fp8_block")]
+    LINEAR += [(TorchBlockWiseLinear, "fp8_block"), (TritonBlockFp8Linear, "fp8_block")] + [
+        (TritonScaledFp8Linear, q) for q in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel")]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -218,7 +221,8 @@ if SM90:  # CUDA-only kernels
        bias=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_valid_linear_inputs_match_the_reference(case, device, m, n, k, lead, bias, seed):
     cls, quant = case
-    if device == "cpu" and (cls in (TorchBlockWiseLinear, TritonBlockFp8Linear) or (
+    if device == "cpu" and (cls in (TorchBlockWiseLinear, TritonBlockFp8Linear,
+                                    TritonScaledFp8Linear) or (
             cls is TorchRowWiseLinear and not cpu_row_wise_scaled_mm())):
         return  # CUDA-only kernels; torch 2.11's CPU _scaled_mm has per-tensor scales only
     g = torch.Generator().manual_seed(seed)
@@ -285,7 +289,9 @@ def _mutate(x, how):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(LINEAR + [(TorchBlockWiseLinear, "fp8_block"),
-                                      (TritonBlockFp8Linear, "fp8_block")]),
+                                      (TritonBlockFp8Linear, "fp8_block"),
+                                      (TritonScaledFp8Linear, "fp8_channel"),
+                                      (TritonScaledFp8Linear, "fp8_tensor")]),
        how=_mutations(), m=st.integers(1, 8))
 def test_invalid_linear_inputs_are_a_value_error(case, how, m):
     cls, quant = case
