@@ -59,7 +59,12 @@ def _patched_lines() -> list:
         f"- the CUDA build's C++ ops, which vLLM's CPU build lacks (`torch.ops._C`): {ops}, "
         "answered as the csrc files compile them for the scenario's capability and CUDA;",
         f"- the kernel libraries the CPU build does not ship, present or absent per scenario: "
-        f"{libs}.",
+        f"{libs};",
+        "- for no GPU, the host CPU's own answers, pinned so that every host answers alike: "
+        "`torch.cpu._is_amx_tile_supported` (AMX tiles: yes), `cpu_has_amx_fp8` (above: no) and "
+        "`vllm._custom_ops._supports_cpu_fp8_w8a16` (whether the build of vLLM's CPU extension "
+        "that the CPU's instruction set loads has `fp8_scaled_mm_cpu`: yes, as on an AVX-512 "
+        "host; an AVX2-only host's build has not).",
         "",
     ]
 
