@@ -480,8 +480,8 @@ def _fused_default(x, cd, quantizer) -> bool:
     the default quantizer, SM 8.0+ with Triton) unless ``SELECTOR_EMULATION_FUSED=0``. On an H100
     they gave the grouped path's outputs on every activation, scheme and scale form
     (``benchmarks/emulation_bench.py``'s check cases: worst 1.35e-3 of max |y|, float32
-    accumulation order) at 0.9-2.1x a grouped bf16 MoE's time where the grouped emulation took
-    4.3-8.4x (docs/h200.md)."""
+    accumulation order) at 0.84-1.27x a grouped bf16 MoE's time (eager, 1-256 tokens) where the
+    grouped emulation took 3.1-8.3x (docs/h200.md, "Round five")."""
     import os
     torch = _torch()
     if os.environ.get("SELECTOR_EMULATION_FUSED", "") == "0":
