@@ -26,13 +26,13 @@ def _kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def block_fp8_gemm(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, bias_ptr, M, N, K, KB,
-                       stride_am, stride_bn, stride_cm, stride_asm, stride_bsn,
+    def block_fp8_gemm(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, bias_ptr, ws_ptr, lock_ptr,
+                       M, N, K, KB, stride_am, stride_bn, stride_cm, stride_asm, stride_bsn,
                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       MAX_IMPRECISE: tl.constexpr, SPLIT_K: tl.constexpr, stride_cs,
+                       MAX_IMPRECISE: tl.constexpr, SPLIT_K: tl.constexpr,
                        OUTER: tl.constexpr = False):
-        pid = tl.program_id(0)
+        pid = tl.program_id(0)  # the output tile
         pid_k = tl.program_id(1)  # split-K: this program's share of the K blocks
         num_m = tl.cdiv(M, BLOCK_M)
         num_n = tl.cdiv(N, BLOCK_N)
@@ -69,16 +69,33 @@ def _kernel() -> Any:
                 acc += tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE) * sa[:, None] * sb[None, :]
             a_ptrs += BLOCK_K
             b_ptrs += BLOCK_K
-        if OUTER:
-            sa = tl.load(as_ptrs, mask=mask_m, other=0.0)
-            sb = tl.load(bs_ptrs, mask=mask_n, other=0.0)
-            acc = acc * sa[:, None] * sb[None, :]
-        if HAS_BIAS:
-            if pid_k == 0:
+        mask = mask_m[:, None] & mask_n[None, :]
+        last = True
+        if SPLIT_K > 1:
+            # split-K in this launch: each split stores its float32 partial sums in its slice of
+            # the workspace and counts itself in the tile's counter; the split that arrives last
+            # sums the slices in a fixed order (deterministic), writes the output and puts the
+            # counter back to 0 for the next call (the counters start at 0: _split_counters)
+            tile = rm[:, None] * N + rn[None, :]
+            tl.store(ws_ptr + pid_k * M * N + tile, acc, mask=mask)
+            tl.debug_barrier()  # every thread's partial stored before the release below
+            arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel", scope="gpu")
+            last = arrived == SPLIT_K - 1
+            if last:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in range(SPLIT_K):
+                    acc += tl.load(ws_ptr + s * M * N + tile, mask=mask, other=0.0,
+                                   cache_modifier=".cg")
+                tl.atomic_xchg(lock_ptr + pid, 0, sem="relaxed", scope="gpu")
+        if last:
+            if OUTER:
+                sa = tl.load(as_ptrs, mask=mask_m, other=0.0)
+                sb = tl.load(bs_ptrs, mask=mask_n, other=0.0)
+                acc = acc * sa[:, None] * sb[None, :]
+            if HAS_BIAS:
                 acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-        # split-K: each split writes its float32 partial sums to its own slice (summed after)
-        c_ptrs = c_ptr + pid_k * stride_cs + rm[:, None] * stride_cm + rn[None, :]
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+            c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :]
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
     return block_fp8_gemm
 
@@ -129,18 +146,47 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
     if splits is None:
         # split-K is a decode tiling for the GPU; the interpreter (CPU tensors) runs one split
         splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device)) if a.is_cuda else 1
-    if splits > 1:  # float32 partials [splits, M, N], summed in a fixed order (deterministic)
-        c = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
-    else:
-        c = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), splits)
-    _kernel()[grid](a, w, c, a_scale, w_scale, bias if bias is not None else c,
-                    M, N, K, KB,
-                    a.stride(0), w.stride(0), c.stride(-2), a_scale.stride(0), w_scale.stride(0),
-                    HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
-                    MAX_IMPRECISE=MAX_IMPRECISE if max_imprecise == "default" else max_imprecise,
-                    SPLIT_K=splits, stride_cs=c.stride(0) if splits > 1 else 0, **cfg)
-    return c if splits == 1 else c.sum(0).to(out_dtype)
+    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    ws, locks = _split_workspace(splits, M, N, tiles, c)
+    _kernel()[(tiles, splits)](
+        a, w, c, a_scale, w_scale, bias if bias is not None else c, ws, locks, M, N, K, KB,
+        a.stride(0), w.stride(0), c.stride(0), a_scale.stride(0), w_scale.stride(0),
+        HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
+        MAX_IMPRECISE=MAX_IMPRECISE if max_imprecise == "default" else max_imprecise,
+        SPLIT_K=splits, **cfg)
+    return c
+
+
+#: split-K tile counters, one zeroed int32 buffer per (device, stream): every kernel that uses
+#: one leaves it zeroed, and the kernels of one stream run one after another
+_COUNTERS: dict = {}
+_MAX_STREAMS = 64
+
+
+def _split_workspace(splits: int, m: int, n: int, tiles: int, like):
+    """``(workspace, counters)`` for a split-K launch: float32 partial sums ``[splits, M, N]``
+    and one arrival counter per output tile, zero at launch. Outside a CUDA graph capture the
+    counters are the current stream's (kept, since every launch leaves them at zero); during a
+    capture they are fresh zeros, so the memset is part of the graph and every replay starts
+    from zero (two graphs never share counters). ``splits == 1``: the output stands in for
+    both (never read)."""
+    import torch
+    if splits == 1:
+        return like, like
+    dev = like.device
+    ws = torch.empty((splits, m, n), dtype=torch.float32, device=dev)
+    if not dev.type == "cuda":  # the interpreter runs programs one at a time
+        return ws, torch.zeros(tiles, dtype=torch.int32, device=dev)
+    if torch.cuda.is_current_stream_capturing():
+        return ws, torch.zeros(tiles, dtype=torch.int32, device=dev)
+    key = (dev.index, torch.cuda.current_stream(dev).cuda_stream)
+    locks = _COUNTERS.get(key)
+    if locks is None or locks.numel() < tiles:
+        if locks is None and len(_COUNTERS) >= _MAX_STREAMS:
+            _COUNTERS.pop(next(iter(_COUNTERS)))
+        locks = _COUNTERS[key] = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=dev)
+    return ws, locks
 
 
 def _shaped(y, shape, out):
@@ -217,17 +263,15 @@ def scaled_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, cfg=None):
     splits = cfg.pop("SPLIT_K", None)
     if splits is None:
         splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device)) if a.is_cuda else 1
-    if splits > 1:
-        c = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
-    else:
-        c = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), splits)
-    _kernel()[grid](a, w, c, sa, sw, bias if bias is not None else c, M, N, K, KB,
-                    a.stride(0), w.stride(0), c.stride(-2), int(sa.numel() > 1),
-                    int(sw.numel() > 1), HAS_BIAS=bias is not None, BLOCK_K=bk, GROUP_M=8,
-                    MAX_IMPRECISE=MAX_IMPRECISE, SPLIT_K=splits,
-                    stride_cs=c.stride(0) if splits > 1 else 0, OUTER=True, **cfg)
-    return c if splits == 1 else c.sum(0).to(out_dtype)
+    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    ws, locks = _split_workspace(splits, M, N, tiles, c)
+    _kernel()[(tiles, splits)](
+        a, w, c, sa, sw, bias if bias is not None else c, ws, locks, M, N, K, KB,
+        a.stride(0), w.stride(0), c.stride(0), int(sa.numel() > 1), int(sw.numel() > 1),
+        HAS_BIAS=bias is not None, BLOCK_K=bk, GROUP_M=8, MAX_IMPRECISE=MAX_IMPRECISE,
+        SPLIT_K=splits, OUTER=True, **cfg)
+    return c
 
 
 class TritonScaledFp8Linear(LinearBackend):

@@ -1,6 +1,6 @@
 """The Triton block-FP8 GEMM's tile sizes at decode, against the bf16 matmul and the limits.
 
-    python benchmarks/fp8_tiles.py [--scaled]
+    python benchmarks/fp8_tiles.py [--scaled [--quick]]
 
 For DeepSeek-V3's dense gate_up (N 36864, K 7168) and down (7168 x 18432) and Qwen3-8B's
 gate_up (24576 x 4096) at T = 1 and 16: ``backends.triton_fp8.block_fp8_matmul`` (the GEMM alone,
@@ -9,7 +9,8 @@ its activation already quantized) for each tile configuration, its quantizer
 from a CUDA graph (the GPU's time; medians of CUDA events); the memory-bound limit (FP8 weight
 over the measured copy bandwidth). The shipped choice is ``triton_fp8.tile_config``.
 ``--scaled``: the per-channel GEMM (``triton_fp8.scaled_fp8_matmul``, fp8_channel) on Llama-3.1-8B's
-down (4096 x 14336) and gate_up (28672 x 4096) projections, over split-K counts and K steps.
+down (4096 x 14336) and gate_up (28672 x 4096) projections, over split-K counts and K steps
+(``--quick``: the down projection, over split-K counts only).
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def scaled() -> None:
     c = ceilings()
     print_ceilings(c)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for name, n, k in SCALED_SHAPES:
+    quick = "--quick" in sys.argv[1:]
+    for name, n, k in SCALED_SHAPES[:1] if quick else SCALED_SHAPES:
         w = make_linear_weights(torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5,
                                 "fp8_channel")
         wbf = w.dequantize(torch.float32).bfloat16()
@@ -75,7 +77,7 @@ def scaled() -> None:
                   f"memory limit {mem:.4f} ms; shipped {tile_config(t)}, split-K "
                   f"{split_k(t, n, -(-k // 128), tile_config(t)['BLOCK_N'], _sm_count(x.device))}"
                   f": {shipped:.4f} ms, +quantize {(shipped + q) / bf:.2f}x bf16")
-            for cfg in SCALED_CONFIGS:
+            for cfg in SCALED_CONFIGS[:7] if quick else SCALED_CONFIGS:
                 try:
                     y = scaled_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16,
                                           cfg=cfg)

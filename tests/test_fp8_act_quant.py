@@ -82,3 +82,56 @@ def test_split_k_decode_gemm_matches_the_reference(m):
         err = float((y.double() - ref).abs().max() / ref.abs().max())
         assert err <= BOUNDS["linear", "fp8_block"].max_rel_err, err
         assert float((y.float() - one.float()).abs().max()) <= 2 ** -7 * float(one.abs().max())
+
+
+@pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU of SM >= 8.9 and triton")
+def test_split_k_in_one_launch_is_deterministic_and_leaves_its_counters_at_zero():
+    """Split-K sums its partials in the launch (the split that arrives last, in a fixed order):
+    repeated calls are bit-identical, a CUDA graph's replays equal the eager call, two streams
+    at once each get their own counters, and every counter is back at zero afterwards."""
+    from selector.backends import triton_fp8
+    from selector.backends.triton_fp8 import scaled_fp8_matmul
+    g = torch.Generator(device="cuda").manual_seed(3)
+    n, k = 4096, 14336  # Llama-3.1-8B's down_proj: 64 tiles, split-K at decode
+    w = fp8.make_linear_weights(torch.randn(n, k, generator=g, device="cuda") / k ** 0.5,
+                                "fp8_channel")
+    xs = [torch.randn(t, k, generator=g, device="cuda").bfloat16() for t in (1, 16)]
+    qs = [fp8.quantize_activation(x, "fp8_channel") for x in xs]
+    one = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4, SPLIT_K=1)
+
+    def run(i, cfg=None):
+        a, sa = qs[i]
+        return scaled_fp8_matmul(a, sa, w.weight, w.weight_scale, torch.bfloat16, cfg=cfg)
+
+    for i in range(2):
+        first = run(i)
+        for _ in range(20):
+            assert torch.equal(run(i), first)
+        ref = run(i, one)
+        assert float((first.float() - ref.float()).abs().max()) <= 2 ** -7 * float(
+            ref.float().abs().max())
+    side = [torch.cuda.Stream(), torch.cuda.Stream()]
+    want = [run(0), run(1)]
+    torch.cuda.synchronize()
+    got = [[], []]
+    for _ in range(10):
+        for i, s in enumerate(side):
+            with torch.cuda.stream(s):
+                got[i].append(run(i))
+    torch.cuda.synchronize()
+    for i in range(2):
+        assert all(torch.equal(y, want[i]) for y in got[i])
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run(0)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(graph):
+        captured = run(0)
+    for _ in range(5):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, want[0])
+    for locks in triton_fp8._COUNTERS.values():
+        assert int(locks.abs().sum()) == 0

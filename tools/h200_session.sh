@@ -10,6 +10,10 @@
 #             its best tiles at the largest token count go to `emu`
 #   emu       benchmarks/emulation_bench.py --skip-quantize (emu.txt)
 #   fp8       benchmarks/fp8_h200.py --only env,linear,moe (fp8.txt)
+#   fp8host   benchmarks/fp8_host.py: an eager FP8 linear call's host cost, piece by piece
+#             (fp8host.txt)
+#   fp8tiles  benchmarks/fp8_tiles.py --scaled --quick: the per-channel GEMM over split-K counts
+#             and its quantizer on Llama-3.1-8B's down_proj (fp8tiles.txt)
 #   verify    selector doctor --verify --op linear and --op moe (verify.txt)
 #   tests     the GPU tests of the FP8 and tune code (pytest.txt)
 set -u
@@ -55,6 +59,18 @@ if has fp8; then
   timeout "${FP8_TIMEOUT:-200}" "$PY" -P benchmarks/fp8_h200.py --only env,linear,moe \
     >"$OUT/fp8.txt" 2>&1
   echo "rc $?"; sed -n '/^FP8 linear: the selected/,$p' "$OUT/fp8.txt" | cut -c1-230
+fi
+if has fp8host; then
+  echo "=== benchmarks/fp8_host.py ${HOST_ARGS:-}"
+  timeout "${HOST_TIMEOUT:-150}" "$PY" -P benchmarks/fp8_host.py ${HOST_ARGS:-} \
+    >"$OUT/fp8host.txt" 2>&1
+  echo "rc $?"; cat "$OUT/fp8host.txt" | cut -c1-150
+fi
+if has fp8tiles; then
+  echo "=== benchmarks/fp8_tiles.py --scaled --quick"
+  timeout "${FP8TILES_TIMEOUT:-150}" "$PY" -P benchmarks/fp8_tiles.py --scaled --quick \
+    >"$OUT/fp8tiles.txt" 2>&1
+  echo "rc $?"; grep -v "^  {" "$OUT/fp8tiles.txt" | cut -c1-220
 fi
 if has verify; then
   for op in linear moe; do
