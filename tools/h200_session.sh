@@ -83,7 +83,8 @@ fi
 if has tests; then
   echo "=== pytest (GPU tests of the FP8 backends and the tune timers)"
   timeout "${TESTS_TIMEOUT:-150}" "$PY" -P -m pytest -q -p no:cacheprovider \
-    tests/test_fp8_backends.py tests/test_tune.py -k "gpu or graph or captured" \
+    tests/test_fp8_backends.py tests/test_fp8_act_quant.py tests/test_tune.py \
+    -k "gpu or graph or captured or fused or split_k" \
     >"$OUT/pytest.txt" 2>&1
   echo "rc $?"; tail -3 "$OUT/pytest.txt"
 fi
