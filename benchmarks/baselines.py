@@ -7,6 +7,8 @@ data, and the hardware's limits, measured on the machine the benchmark runs on.
 - ``limits(bytes, flops, c, fp8)``: the memory-bound time (the fewest bytes the layer must move over
   the copy bandwidth) and the compute-bound one (its FLOPs over the matrix rate).
 - ``cuda_time(fn)``: median milliseconds by CUDA events, after warm-up.
+- ``graph_calls_ms(fns)``: milliseconds a call inside one CUDA graph of many calls, cycling over
+  weight copies that do not fit the L2 together (``copies_past_l2``).
 - ``grouped_bf16_moe``: a bf16 fused MoE with one ``torch._grouped_mm`` for FC1 and one for FC2
   over all routed rows (sorted by expert on the device, no host sync), the activation in float32,
   the top-k weighted sum in float32; ``loop_bf16_moe``: the per-expert loop it is checked against.
@@ -38,6 +40,36 @@ def cuda_time(fn: Callable[[], Any], min_iters: int = 10, budget_s: float = 0.2,
         e.synchronize()
         times.append(s.elapsed_time(e))
     return statistics.median(times)
+
+
+def copies_past_l2(nbytes: int, cap: int = 8) -> int:
+    """How many copies of an ``nbytes`` weight a run must cycle through so that no copy is
+    still in the GPU's L2 when its turn comes again (the rest hold at least twice the L2):
+    an engine's next layer has other weights."""
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()),
+                     "L2_cache_size", 50 << 20))
+    return max(2, min(cap, -(-2 * l2 // max(1, nbytes)) + 1))
+
+
+def graph_calls_ms(fns: List[Callable[[], Any]], calls: int = 24) -> float:
+    """Median milliseconds per call of ``fns`` run in turn (``calls`` in all) inside one CUDA
+    graph, timed by CUDA events around its replays: the GPU's time a call, the graph launch's
+    own few microseconds spread over ``calls``, as an engine's graph of a whole forward pass
+    spreads them. ``fns`` are the same call on different weight copies (``copies_past_l2``)."""
+    order = [fns[i % len(fns)] for i in range(max(calls, len(fns)))]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for fn in fns + fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in order:
+            fn()
+    ms = cuda_time(graph.replay)
+    del graph
+    return ms / len(order)
 
 
 _CEILINGS: Dict[str, float] = {}

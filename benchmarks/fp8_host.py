@@ -115,6 +115,23 @@ def main() -> None:
         if "torch_row_wise" in impls:
             pieces["torch_row_wise.apply"] = lambda: impls["torch_row_wise"].apply(
                 x, preps["torch_row_wise"])
+        # Triton's launcher against a launch of the compiled kernel it returned (no argument
+        # binding or specialization key): what a launch cache could save
+        ek = _empty_kernel()[(1,)](x, a, t, k)
+        cfg1 = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4)
+        c1 = torch.empty((t, n), dtype=torch.bfloat16, device="cuda")
+        sa1, sw1 = sa.reshape(-1), p.weight_scale
+        gemm_args = (a, p.weight, c1, sa1, sw1, c1, c1, c1, t, n, k, -(-k // 128), a.stride(0),
+                     p.weight.stride(0), c1.stride(0), 1, 1)
+        gemm_kw = dict(HAS_BIAS=False, BLOCK_K=128, GROUP_M=8, MAX_IMPRECISE=None, SPLIT_K=1,
+                       OUTER=True)
+        grid = (-(-n // 64), 1)
+        ck = triton_fp8._kernel()[grid](*gemm_args, **gemm_kw, **cfg1)
+        every = gemm_args + (False, 16, 64, 128, 8, None, 1, True)
+        pieces["triton launch, GEMM (JIT path)"] = lambda: triton_fp8._kernel()[grid](
+            *gemm_args, **gemm_kw, **cfg1)
+        pieces["compiled launch, empty kernel"] = lambda: ek[(1, 1, 1)](x, a, t, k)
+        pieces["compiled launch, GEMM"] = lambda: ck[(grid[0], 1, 1)](*every)
         print(f"\nT={t}: host microseconds per call (200 queued calls, no sync between)")
         for name, fn in pieces.items():
             print(f"  {name:30s} {host_us(fn):8.1f}")

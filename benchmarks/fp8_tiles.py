@@ -1,6 +1,6 @@
 """The Triton block-FP8 GEMM's tile sizes at decode, against the bf16 matmul and the limits.
 
-    python benchmarks/fp8_tiles.py [--scaled [--quick]]
+    python benchmarks/fp8_tiles.py [--scaled [--quick] | --decode]
 
 For DeepSeek-V3's dense gate_up (N 36864, K 7168) and down (7168 x 18432) and Qwen3-8B's
 gate_up (24576 x 4096) at T = 1 and 16: ``backends.triton_fp8.block_fp8_matmul`` (the GEMM alone,
@@ -90,7 +90,56 @@ def scaled() -> None:
                     print(f"  {cfg}: {type(exc).__name__}: {str(exc)[:100]}")
 
 
+def decode() -> None:
+    """``--decode``: Llama-3.1-8B's per-channel down_proj at T = 1 and 16, each piece's GPU time
+    a call inside one CUDA graph of 24 calls over weight copies past the L2
+    (``baselines.graph_calls_ms``): the bf16 matmul, the quantizer, the GEMM over tile choices,
+    and the whole ``triton_scaled_fp8`` call."""
+    from baselines import copies_past_l2, graph_calls_ms
+
+    from selector.backends.fp8 import make_linear_weights
+    from selector.backends.fp8_act_quant import quantize_activation
+    from selector.backends.triton_fp8 import TritonScaledFp8Linear, scaled_fp8_matmul
+    c = ceilings()
+    print_ceilings(c)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    n, k = 4096, 14336
+    r8, r16 = copies_past_l2(n * k), copies_past_l2(2 * n * k)
+    ws = [make_linear_weights(torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5,
+                              "fp8_channel") for _ in range(r8)]
+    wbf = [ws[i % r8].dequantize(torch.float32).bfloat16() for i in range(r16)]
+    impl = TritonScaledFp8Linear(quant="fp8_channel")
+    preps = [impl.prepare(w) for w in ws]
+    print(f"Llama-3.1-8B down [{n}, {k}] fp8_channel: {r8} FP8 and {r16} bf16 weight copies")
+    for t in (1, 16):
+        x = torch.randn(t, k, generator=gen, device="cuda").bfloat16()
+        a, sa = quantize_activation(x, "fp8_channel")
+        mem = (n * k + 2 * t * (n + k)) / c["bandwidth_GBps"] / 1e6
+        bf = graph_calls_ms([lambda w=w: torch.matmul(x, w.t()) for w in wbf])
+        q = graph_calls_ms([lambda: quantize_activation(x, "fp8_channel")])
+        whole = graph_calls_ms([lambda p=p: impl.apply(x, p) for p in preps])
+        print(f"T={t}: a call in a graph of 24: bf16 {bf:.4f} ms ({2 * n * k / bf / 1e6:.0f} "
+              f"GB/s), quantize {q:.4f} ms, triton_scaled_fp8 {whole:.4f} ms = "
+              f"{whole / bf:.2f}x bf16; memory limit {mem:.4f} ms", flush=True)
+        cfgs = [None] + [dict(BLOCK_M=16, BLOCK_N=bn, num_warps=4, num_stages=st, SPLIT_K=sk)
+                         for bn, st, sk in ((64, 4, 1), (64, 4, 2), (64, 4, 4), (64, 4, 8),
+                                            (32, 4, 2), (32, 4, 4), (128, 4, 4), (64, 6, 4),
+                                            (64, 3, 4))] + [
+            dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, SPLIT_K=sk)
+            for sk in (2, 4)]
+        for cfg in cfgs:
+            try:
+                ms = graph_calls_ms([lambda w=w, cfg=cfg: scaled_fp8_matmul(
+                    a, sa, w.weight, w.weight_scale, torch.bfloat16, cfg=cfg) for w in ws])
+                print(f"  GEMM {cfg or 'shipped'}: {ms:.4f} ms, {mem / ms:.0%} of the memory "
+                      f"limit, +quantize {(ms + q) / bf:.2f}x bf16", flush=True)
+            except Exception as exc:  # noqa: BLE001
+                print(f"  GEMM {cfg}: {type(exc).__name__}: {str(exc)[:100]}")
+
+
 def main() -> None:
+    if "--decode" in sys.argv[1:]:
+        return decode()
     if "--scaled" in sys.argv[1:]:
         return scaled()
     from selector.backends.fp8 import make_linear_weights

@@ -329,11 +329,18 @@ def test_the_measured_fastest_wins_and_the_static_order_decides_elsewhere(tmp_pa
     assert ex.select(num_tokens=128).selected == "emulation_twin"
 
 
+def _another(key: dict, field: str, value: str) -> str:
+    """``value``, or a second one where this machine has ``value`` (the H200 that ran these
+    tests on 2026-12-06 has the first GPU name)."""
+    return value if key.get(field) != value else value + "-other"
+
+
 @pytest.mark.parametrize("field,value", [("gpu", "NVIDIA H200"), ("driver", "570.124.06"),
                                          ("cuda", "12.8"), ("selector", "0.0.1")])
 def test_a_profile_of_another_machine_or_stack_changes_no_decision(tmp_path, twin, field, value):
     static = selector.load(SHAPE, config_dirs=[twin])
-    key = dict(tuning.machine_key(static.run_config), **{field: value})
+    key = tuning.machine_key(static.run_config)
+    key = dict(key, **{field: _another(key, field, value)})
     f = _write(tmp_path, key, [(128, {"emulation": _timing(0.1), "emulation_twin": _timing(9.0)})])
     sel = selector.load(SHAPE + [f"policy.profile={f}"], config_dirs=[twin])
     for t in (1, 128, 4096):
@@ -437,8 +444,8 @@ def test_explain_with_the_profile_picks_the_measured_fastest_and_names_it(tuned)
 def test_a_profile_of_another_gpu_changes_nothing_on_the_command_line(tuned, tmp_path):
     _, out, env = tuned
     doc = json.loads(Path(out).read_text())
-    doc["key"]["gpu"] = "NVIDIA H200"
-    other = tmp_path / "h200.json"
+    doc["key"]["gpu"] = _another(doc["key"], "gpu", "NVIDIA H200")
+    other = tmp_path / "other_gpu.json"
     other.write_text(json.dumps(doc))
     base = ["explain", "--config-dir", str(CONF), *SHAPE, "layer.num_tokens=64", "--format", "json"]
     plain, foreign = run_cli_many([base, base + [f"policy.profile={other}"]], env=env)
