@@ -67,8 +67,8 @@ if has fp8host; then
   echo "rc $?"; cat "$OUT/fp8host.txt" | cut -c1-150
 fi
 if has fp8tiles; then
-  echo "=== benchmarks/fp8_tiles.py --scaled --quick"
-  timeout "${FP8TILES_TIMEOUT:-150}" "$PY" -P benchmarks/fp8_tiles.py --scaled --quick \
+  echo "=== benchmarks/fp8_tiles.py ${FP8TILES_ARGS:---scaled --quick}"
+  timeout "${FP8TILES_TIMEOUT:-150}" "$PY" -P benchmarks/fp8_tiles.py ${FP8TILES_ARGS:---scaled --quick} \
     >"$OUT/fp8tiles.txt" 2>&1
   echo "rc $?"; grep -v "^  {" "$OUT/fp8tiles.txt" | cut -c1-220
 fi
