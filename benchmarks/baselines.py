@@ -8,7 +8,8 @@ data, and the hardware's limits, measured on the machine the benchmark runs on.
   the copy bandwidth) and the compute-bound one (its FLOPs over the matrix rate).
 - ``cuda_time(fn)``: median milliseconds by CUDA events, after warm-up.
 - ``graph_calls_ms(fns)``: milliseconds a call inside one CUDA graph of many calls, cycling over
-  weight copies that do not fit the L2 together (``copies_past_l2``).
+  weight copies that do not fit the L2 together (``copies_past_l2``); ``stream_calls_ms(fns)``:
+  the same calls queued from Python with no sync between them.
 - ``grouped_bf16_moe``: a bf16 fused MoE with one ``torch._grouped_mm`` for FC1 and one for FC2
   over all routed rows (sorted by expert on the device, no host sync), the activation in float32,
   the top-k weighted sum in float32; ``loop_bf16_moe``: the per-expert loop it is checked against.
@@ -70,6 +71,26 @@ def graph_calls_ms(fns: List[Callable[[], Any]], calls: int = 24) -> float:
     ms = cuda_time(graph.replay)
     del graph
     return ms / len(order)
+
+
+def stream_calls_ms(fns: List[Callable[[], Any]], calls: int = 24, repeats: int = 7) -> float:
+    """Median milliseconds per call of ``fns`` called in turn, ``calls`` in all, from Python
+    with no sync between them (CUDA events around the whole run): an eager engine's steady
+    state, where the host's cost hides behind the GPU's work when the GPU is the slower."""
+    order = [fns[i % len(fns)] for i in range(max(calls, len(fns)))]
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for fn in order:
+            fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / len(order))
+    return statistics.median(times)
 
 
 _CEILINGS: Dict[str, float] = {}
