@@ -55,8 +55,8 @@ if has emu; then
   echo "rc $?"; grep -E "worst|^ceilings|^tiles|^ +[0-9]+ nvfp4|FAILED" "$OUT/emu.txt"
 fi
 if has fp8; then
-  echo "=== benchmarks/fp8_h200.py --only env,linear,moe"
-  timeout "${FP8_TIMEOUT:-200}" "$PY" -P benchmarks/fp8_h200.py --only env,linear,moe \
+  echo "=== benchmarks/fp8_h200.py --only ${FP8_ONLY:-env,linear,moe}"
+  timeout "${FP8_TIMEOUT:-200}" "$PY" -P benchmarks/fp8_h200.py --only "${FP8_ONLY:-env,linear,moe}" \
     >"$OUT/fp8.txt" 2>&1
   echo "rc $?"; sed -n '/^FP8 linear: the selected/,$p' "$OUT/fp8.txt" | cut -c1-230
 fi
@@ -73,7 +73,7 @@ if has fp8tiles; then
   echo "rc $?"; grep -v "^  {" "$OUT/fp8tiles.txt" | cut -c1-220
 fi
 if has verify; then
-  for op in linear moe; do
+  for op in ${VERIFY_OPS:-linear moe}; do
     echo "=== python -m selector doctor --verify --op $op"
     timeout "${VERIFY_TIMEOUT:-150}" "$PY" -P -m selector doctor --verify --op $op --timeout 300 \
       2>&1 | grep -E "^    [a-z_0-9]+ +(fp8|nvfp4|-)|^exit" | grep -v SKIPPED
