@@ -71,6 +71,7 @@ MOE_LAYERS = [("Qwen3-30B-A3B MoE (FP8 channel x token)", "fp8_channel", 128, 8,
               ("Qwen3-30B-A3B MoE (FP8 per-tensor, static)", "fp8_tensor", 128, 8, 2048, 768)]
 TOKENS = (1, 16, 128, 1024, 4096, 16384)
 CHECK_TOKENS = 256
+EVERY = False  # --every: stream and graph24 for every usable backend
 
 
 def log(*a: Any) -> None:
@@ -203,20 +204,29 @@ def linear_layer(sel, row, quick: bool) -> Dict[str, Any]:
         # many calls (24) over weight copies past the L2: queued from Python with no sync
         # ("stream", an eager engine's steady state) and inside one CUDA graph ("graph24", an
         # engine's graph of a whole forward pass); one call of each above
-        if dt.selected in impls:
-            impl, prep = impls[dt.selected]
-            preps = copies.setdefault(dt.selected, [prep] + [
+        wbfs = copies.setdefault("bf16", [wbf] + [
+            wbf.clone() for _ in range(1, copies_past_l2(2 * n * k))])
+        calls = 24 if t <= 1024 else 8  # long calls: the launch is already negligible
+        for key, timer in (("stream_ms", stream_calls_ms), ("graph24_ms", graph_calls_ms)):
+            row_t[key] = {"bf16 torch.matmul": timer(
+                [lambda wb=wb: torch.matmul(xt, wb.t()) for wb in wbfs], calls=calls)}
+        for b in (list(impls) if EVERY else [dt.selected] if dt.selected in impls else []):
+            impl, prep = impls[b]
+            preps = copies.setdefault(b, [prep] + [
                 impl.prepare(weights_for(quant, n, k, x, seed=i))
                 for i in range(1, copies_past_l2(n * k))])
-            wbfs = copies.setdefault("bf16", [wbf] + [
-                wbf.clone() for _ in range(1, copies_past_l2(2 * n * k))])
-            calls = 24 if t <= 1024 else 8  # long calls: the launch is already negligible
             for key, timer in (("stream_ms", stream_calls_ms), ("graph24_ms", graph_calls_ms)):
-                row_t[key] = {
-                    "bf16 torch.matmul": timer([lambda wb=wb: torch.matmul(xt, wb.t())
-                                                for wb in wbfs], calls=calls),
-                    dt.selected: timer([lambda p=p, impl=impl: impl.apply(xt, p)
-                                        for p in preps], calls=calls)}
+                try:
+                    row_t[key][b] = timer([lambda p=p, impl=impl: impl.apply(xt, p)
+                                           for p in preps], calls=calls)
+                except Exception as exc:  # noqa: BLE001 - e.g. a host sync: no graph
+                    log(f"  {b} {key}: {type(exc).__name__}: {str(exc)[:120]}")
+        if EVERY:
+            log(f"  T={t:5d} graph24 " + "  ".join(
+                f"{b} {v:.4f} ms" for b, v in sorted(row_t["graph24_ms"].items(),
+                                                     key=lambda kv: kv[1])))
+            copies.clear()
+            torch.cuda.empty_cache()
         for b, (impl, prep) in impls.items():
             row_t["ms"][b] = cuda_time(lambda impl=impl, prep=prep: impl.apply(xt, prep))
         if dt.selected in impls:  # the pick with the torch activation quantizer it replaced
@@ -478,6 +488,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma list: env,probes,linear,moe,seeds")
     ap.add_argument("--schemes", default="", help="comma list: only the linear layers of these "
                     "FP8 schemes (e.g. fp8_channel)")
+    ap.add_argument("--layers", default="", help="only the linear layers whose name contains "
+                    "this (e.g. down_proj)")
+    ap.add_argument("--tokens", default="", help="comma list: these token counts only")
+    ap.add_argument("--every", action="store_true", help="stream and graph24 for every usable "
+                    "backend, not the pick alone")
     args = ap.parse_args(argv)
     import selector
     parts = set(args.only.split(",")) if args.only else {"env", "probes", "linear", "moe",
@@ -496,8 +511,12 @@ def main(argv=None) -> int:
         report["probes"] = probes()
     if "linear" in parts:
         schemes = set(filter(None, args.schemes.split(",")))
+        global TOKENS, EVERY
+        if args.tokens:
+            TOKENS = tuple(int(v) for v in args.tokens.split(","))
+        EVERY = args.every
         report["linear"] = [linear_layer(sel, row, args.quick) for row in LINEAR_LAYERS
-                            if not schemes or row[2] in schemes]
+                            if (not schemes or row[2] in schemes) and args.layers in row[1]]
     if "moe" in parts:
         report["moe"] = [moe_layer(sel, row, args.quick) for row in MOE_LAYERS]
     if "seeds" in parts:
