@@ -56,7 +56,7 @@ if has emu; then
 fi
 if has fp8; then
   echo "=== benchmarks/fp8_h200.py --only ${FP8_ONLY:-env,linear,moe}"
-  timeout "${FP8_TIMEOUT:-200}" "$PY" -P benchmarks/fp8_h200.py --only "${FP8_ONLY:-env,linear,moe}" \
+  timeout "${FP8_TIMEOUT:-200}" "$PY" -P benchmarks/fp8_h200.py --only "${FP8_ONLY:-env,linear,moe}" ${FP8_ARGS:-} \
     >"$OUT/fp8.txt" 2>&1
   echo "rc $?"; sed -n '/^FP8 linear: the selected/,$p' "$OUT/fp8.txt" | cut -c1-230
 fi
