@@ -1,6 +1,6 @@
 """The Triton block-FP8 GEMM's tile sizes at decode, against the bf16 matmul and the limits.
 
-    python benchmarks/fp8_tiles.py [--scaled [--quick] | --decode]
+    python benchmarks/fp8_tiles.py [--scaled [--quick] | --decode | --large]
 
 For DeepSeek-V3's dense gate_up (N 36864, K 7168) and down (7168 x 18432) and Qwen3-8B's
 gate_up (24576 x 4096) at T = 1 and 16: ``backends.triton_fp8.block_fp8_matmul`` (the GEMM alone,
@@ -137,7 +137,70 @@ def decode() -> None:
                 print(f"  GEMM {cfg}: {type(exc).__name__}: {str(exc)[:100]}")
 
 
+LARGE_CONFIGS = [
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),  # tile_config(m > 64) before
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=4),
+    dict(BLOCK_M=256, BLOCK_N=128, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4),
+    dict(BLOCK_M=64, BLOCK_N=256, num_warps=4, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=5),
+]
+
+
+def large() -> None:
+    """``--large``: triton_scaled_fp8's GEMM at 4096 and 16384 tokens on Llama-3.1-8B's down
+    (4096 x 14336) and gate_up (28672 x 4096) projections over tile choices, beside torch's
+    row-wise ``_scaled_mm`` on the same codes and the bf16 matmul; each a call inside a CUDA
+    graph of 8 over weight copies past the L2 (the activation already quantized)."""
+    from baselines import copies_past_l2, graph_calls_ms
+
+    from selector.backends.fp8 import make_linear_weights
+    from selector.backends.fp8_act_quant import quantize_activation
+    from selector.backends.triton_fp8 import scaled_fp8_matmul
+    c = ceilings()
+    print_ceilings(c)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for name, n, k in SCALED_SHAPES:
+        r8, r16 = copies_past_l2(n * k), copies_past_l2(2 * n * k)
+        ws = [make_linear_weights(torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5,
+                                  "fp8_channel") for _ in range(r8)]
+        wbf = [ws[i % r8].dequantize(torch.float32).bfloat16() for i in range(r16)]
+        wts = [w.weight.t() for w in ws]
+        sws = [w.weight_scale.reshape(1, -1).float() for w in ws]
+        for t in (4096, 16384):
+            x = torch.randn(t, k, generator=gen, device="cuda").bfloat16()
+            a, sa = quantize_activation(x, "fp8_channel")
+            fl = 2.0 * t * n * k
+            bf = graph_calls_ms([lambda w=w: torch.matmul(x, w.t()) for w in wbf], calls=8)
+            q = graph_calls_ms([lambda: quantize_activation(x, "fp8_channel")], calls=8)
+            rw = graph_calls_ms([lambda wt=wt, sw=sw: torch._scaled_mm(
+                a, wt, scale_a=sa, scale_b=sw, out_dtype=torch.bfloat16)
+                for wt, sw in zip(wts, sws)], calls=8)
+            print(f"\n{name} [{n}, {k}] T={t}: bf16 {bf:.4f} ms ({fl / bf / 1e9:.0f} TFLOP/s), "
+                  f"quantize {q:.4f} ms, torch row-wise _scaled_mm {rw:.4f} ms "
+                  f"({fl / rw / 1e9:.0f} TFLOP/s), +quantize {(rw + q) / bf:.2f}x bf16",
+                  flush=True)
+            ref = scaled_fp8_matmul(a, sa, ws[0].weight, ws[0].weight_scale, torch.bfloat16)
+            for cfg in LARGE_CONFIGS:
+                try:
+                    y = scaled_fp8_matmul(a, sa, ws[0].weight, ws[0].weight_scale,
+                                          torch.bfloat16, cfg=cfg)
+                    same = float((y.float() - ref.float()).abs().max() / ref.float().abs().max())
+                    ms = graph_calls_ms([lambda w=w, cfg=cfg: scaled_fp8_matmul(
+                        a, sa, w.weight, w.weight_scale, torch.bfloat16, cfg=cfg) for w in ws],
+                        calls=8)
+                    print(f"  {cfg}: {ms:.4f} ms ({fl / ms / 1e9:.0f} TFLOP/s), +quantize "
+                          f"{(ms + q) / bf:.2f}x bf16; diff {same:.2g}", flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"  {cfg}: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
+            torch.cuda.empty_cache()
+
+
 def main() -> None:
+    if "--large" in sys.argv[1:]:
+        return large()
     if "--decode" in sys.argv[1:]:
         return decode()
     if "--scaled" in sys.argv[1:]:
