@@ -351,9 +351,10 @@ def test_triton_scaled_kernel_under_the_interpreter():
 
 @pytest.mark.skipif(not CUDA, reason="the compiled Triton kernel needs a GPU")
 @pytest.mark.parametrize("quant", ["fp8_channel", "fp8_tensor_dynamic", "fp8_tensor"])
-@pytest.mark.parametrize("t", [1, 16, 67])
+@pytest.mark.parametrize("t", [1, 16, 67, 2051])
 def test_triton_scaled_on_the_gpu(quant, t):
-    """triton_scaled_fp8 on CUDA (split-K at t <= 16) within verify's bound, odd sizes, a bias."""
+    """triton_scaled_fp8 on CUDA (split-K at t <= 16; the 128 x 256 prefill tile from 2,048 rows
+    where the GPU has the shared memory) within verify's bound, odd sizes, a bias."""
     from selector.backends.triton_fp8 import TritonScaledFp8Linear
     x, w = _layer(quant, n=144, k=272, t=t, device="cuda")
     ref = reference_fp8_linear(x.double(), w, compute_dtype=torch.float64)
