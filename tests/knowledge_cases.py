@@ -932,7 +932,8 @@ FP8_TORCH: List[Case] = [
       layer=_fl("fp8_channel")),
     # Triton per-tensor / per-channel FP8 (backends/triton_fp8.py): the same Triton rules; it
     # runs fp8_tensor, fp8_tensor_dynamic and fp8_channel, not block scales; preferred for
-    # per-channel at <= 16 tokens on SM 9.0 (measured: docs/h200.md), eligible from 17 tokens
+    # per-channel at <= 16 and >= 4096 tokens on SM 9.0 (measured: docs/h200.md), eligible
+    # between
     C("triton-scaled-no-triton", "9.0", "linear/triton_scaled_fp8", {"package"},
       pk={"triton": None}, layer=_fl("fp8_channel")),
     C("triton-scaled-sm86", "8.6", "linear/triton_scaled_fp8", {"device"},
@@ -944,6 +945,12 @@ FP8_TORCH: List[Case] = [
       layer=_fl("fp8_channel", num_tokens=16)),
     C("triton-scaled-eligible-17", "9.0", "linear/triton_scaled_fp8", status="eligible",
       layer=_fl("fp8_channel", num_tokens=17)),
+    C("triton-scaled-eligible-4095", "9.0", "linear/triton_scaled_fp8", status="eligible",
+      layer=_fl("fp8_channel", num_tokens=4095)),
+    C("triton-scaled-prefill-4096", "9.0", "linear/triton_scaled_fp8", status="selected",
+      layer=_fl("fp8_channel", num_tokens=4096)),
+    C("triton-scaled-prefill-not-10.0", "10.0", "linear/triton_scaled_fp8", status="eligible",
+      layer=_fl("fp8_channel", num_tokens=4096)),
     # grouped FP8 MoE: torch 2.8 (pytorch #148531), dims multiple of 16, SM 9.0, no block scales
     C("grouped-torch-2.7", "9.0", "moe/torch_grouped_fp8", {"package"}, pk={"torch": "2.7.1"},
       layer=_FP8_MOE),
