@@ -135,3 +135,46 @@ def test_split_k_in_one_launch_is_deterministic_and_leaves_its_counters_at_zero(
         assert torch.equal(captured, want[0])
     for locks in triton_fp8._COUNTERS.values():
         assert int(locks.abs().sum()) == 0
+
+
+# -- the tile and split-K choices on the host (no GPU: what decides them, both sides of each bound)
+
+def test_split_k_splits_decode_only_when_the_output_has_few_tiles():
+    from selector.backends.triton_fp8 import split_k
+    # Llama-3.1-8B's down_proj (N 4096: 64 tiles of 64) on 132 SMs, 112 K blocks: 5 splits
+    assert split_k(1, 4096, 112, 64, 132) == 5 and split_k(16, 4096, 112, 64, 132) == 5
+    assert split_k(17, 4096, 112, 64, 132) == 1  # past decode: one split
+    assert split_k(1, 64 * 264, 112, 64, 132) == 1  # two waves of tiles already
+    assert split_k(1, 4096, 16, 64, 132) == 2  # each split at least 8 K blocks
+    assert split_k(1, 4096, 7, 64, 132) == 1
+
+
+def test_scaled_tile_config_takes_the_prefill_tile_where_it_fits(monkeypatch):
+    from selector.backends import triton_fp8
+    cuda = torch.device("cuda", 0)
+    big = triton_fp8.LARGE_SCALED_SMEM
+    assert big == 3 * (128 + 256) * 128 == 147456
+    monkeypatch.setattr(triton_fp8, "_smem_per_block", lambda device: 232448)  # H100, H200
+    assert triton_fp8.scaled_tile_config(2048, cuda) == triton_fp8.LARGE_SCALED
+    assert triton_fp8.scaled_tile_config(2047, cuda) == triton_fp8.tile_config(2047)
+    assert triton_fp8.scaled_tile_config(16, cuda) == triton_fp8.tile_config(16)
+    monkeypatch.setattr(triton_fp8, "_smem_per_block", lambda device: big)
+    assert triton_fp8.scaled_tile_config(4096, cuda) == triton_fp8.LARGE_SCALED
+    monkeypatch.setattr(triton_fp8, "_smem_per_block", lambda device: 101376)  # SM 8.9 / 12.0
+    assert triton_fp8.scaled_tile_config(4096, cuda) == triton_fp8.tile_config(4096)
+    # the interpreter's CPU tensors never take it (and never ask the CUDA runtime)
+    monkeypatch.setattr(triton_fp8, "_smem_per_block", lambda device: 1 / 0)
+    assert triton_fp8.scaled_tile_config(4096, torch.device("cpu")) == \
+        triton_fp8.tile_config(4096)
+    # a copy: a caller that pops SPLIT_K or BLOCK_K does not change the shipped tile
+    triton_fp8.scaled_tile_config(4096, torch.device("cpu")).clear()
+    assert triton_fp8.tile_config(4096)["BLOCK_N"] == 128
+
+
+def test_split_workspace_on_the_cpu():
+    from selector.backends.triton_fp8 import _split_workspace
+    like = torch.empty(3, 5)
+    assert _split_workspace(1, 3, 5, 1, like) == (like, like)
+    ws, locks = _split_workspace(4, 3, 5, 2, like)
+    assert ws.shape == (4, 3, 5) and ws.dtype == torch.float32
+    assert locks.shape == (2,) and locks.dtype == torch.int32 and not locks.any()
