@@ -1,6 +1,6 @@
 """The Triton block-FP8 GEMM's tile sizes at decode, against the bf16 matmul and the limits.
 
-    python benchmarks/fp8_tiles.py [--scaled [--quick] | --decode | --large]
+    python benchmarks/fp8_tiles.py [--scaled [--quick] | --decode | --large | --quant]
 
 For DeepSeek-V3's dense gate_up (N 36864, K 7168) and down (7168 x 18432) and Qwen3-8B's
 gate_up (24576 x 4096) at T = 1 and 16: ``backends.triton_fp8.block_fp8_matmul`` (the GEMM alone,
@@ -198,7 +198,80 @@ def large() -> None:
             torch.cuda.empty_cache()
 
 
+def quant() -> None:
+    """``--quant``: the activation quantizer's kernels at prefill sizes (4,096 tokens) over their
+    launch choices, as GB/s of bytes read and written against the copy bandwidth: per token on
+    Llama-3.1-8B's down_proj input (K 14,336) and gate_up input (K 4,096), per 1x128 group on
+    Qwen3-8B's down_proj input (K 12,288), per tensor (dynamic: amax, then codes) on K 14,336.
+    Each a call inside a CUDA graph of 8 (``baselines.graph_calls_ms``); the shipped choice first."""
+    from baselines import graph_calls_ms
+
+    from selector.backends import fp8_act_quant as aq
+    c = ceilings()
+    print_ceilings(c)
+    per_token, per_group, tensor_amax, per_tensor = aq._kernels()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    m = 4096
+
+    def report(what, nbytes, fn):
+        try:
+            ms = graph_calls_ms([fn], calls=8)
+            print(f"  {what}: {ms:.4f} ms, {nbytes / ms / 1e6:.0f} GB/s "
+                  f"({nbytes / ms / 1e6 / c['bandwidth_GBps']:.0%} of copy)", flush=True)
+        except Exception as exc:  # noqa: BLE001
+            print(f"  {what}: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
+
+    for k in (14336, 4096):
+        x = torch.randn(m, k, generator=gen, device="cuda").bfloat16()
+        q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="cuda")
+        s = torch.empty((m, 1), dtype=torch.float32, device="cuda")
+        nbytes = 3 * m * k
+        print(f"\nper token, [{m}, {k}]:")
+        report("shipped", nbytes, lambda x=x: aq.quantize_activation(x, "fp8_channel"))
+        for chunk in (aq._next_pow2(min(k, 16384)), 4096, 2048, 1024):
+            for warps in (2, 4, 8, 16):
+                if chunk // (32 * warps) < 1:
+                    continue
+                report(f"CHUNK {chunk} warps {warps}", nbytes,
+                       lambda x=x, q=q, s=s, chunk=chunk, warps=warps: per_token[(m,)](
+                           x, q, s, k, x.stride(0), q.stride(0), CHUNK=chunk,
+                           ONE_CHUNK=k <= chunk, num_warps=warps))
+    k = 12288
+    kb = k // 128
+    x = torch.randn(m, k, generator=gen, device="cuda").bfloat16()
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty((m, kb), dtype=torch.float32, device="cuda")
+    print(f"\nper 1x128 group, [{m}, {k}]:")
+    report("shipped", 3 * m * k, lambda: aq.quantize_activation(x, "fp8_block"))
+    for rows in (1, 2, 4, 8):
+        for groups in (4, 8, 16):
+            for warps in (4, 8):
+                grid = (-(-m // rows), -(-kb // groups))
+                report(f"ROWS {rows} GROUPS {groups} warps {warps}", 3 * m * k,
+                       lambda rows=rows, groups=groups, warps=warps, grid=grid: per_group[grid](
+                           x, q, s, m, k, kb, x.stride(0), q.stride(0), s.stride(0),
+                           ROWS=rows, GROUPS=groups, num_warps=warps))
+    k = 14336
+    x = torch.randn(m, k, generator=gen, device="cuda").bfloat16()
+    print(f"\nper tensor, dynamic, [{m}, {k}] (the amax pass, then the codes):")
+    report("shipped", 5 * m * k, lambda: aq.quantize_activation(x, "fp8_tensor_dynamic"))
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="cuda")
+    amax = torch.zeros((), dtype=torch.float32, device="cuda")
+    so = torch.empty((), dtype=torch.float32, device="cuda")
+    n = m * k
+    for block in (1024, 2048, 4096, 8192):
+        for warps in (4, 8):
+            grid = (-(-n // block),)
+            report(f"BLOCK_N {block} warps {warps}", 5 * m * k,
+                   lambda block=block, warps=warps, grid=grid: (
+                       tensor_amax[grid](x, amax, n, BLOCK_N=block, num_warps=warps),
+                       per_tensor[grid](x, q, amax, so, n, DYNAMIC=True, BLOCK_N=block,
+                                        num_warps=warps)))
+
+
 def main() -> None:
+    if "--quant" in sys.argv[1:]:
+        return quant()
     if "--large" in sys.argv[1:]:
         return large()
     if "--decode" in sys.argv[1:]:
