@@ -117,10 +117,24 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _row_warps(chunk: int) -> int:
-    """Warps for one program over ``chunk`` elements of a row: about 32 elements a thread (a row
-    of 14,336 took 0.0176 ms read in 4,096-wide chunks by 8 warps on an H100: fp8_tiles.py)."""
-    return max(4, min(16, chunk // 1024))
+#: from this many rows the per-token kernel reads rows in chunks of PREFILL_CHUNK (many programs
+#: keep the GPU's memory busy; fewer registers a thread)
+PREFILL_ROWS = 64
+PREFILL_CHUNK = 4096
+
+
+def _row_launch(m: int, k: int):
+    """``(CHUNK, num_warps)`` of the per-token kernel for ``m`` rows of ``k``. Decode (few rows):
+    one read of a row of up to ROW_CHUNK by up to 16 warps, about 32 elements a thread (one row
+    of 14,336: 0.0176 ms in 4,096-wide chunks by 8 warps, 0.0049 ms so, a call in a CUDA graph on
+    an H100). Prefill: 4,096-wide chunks, 8 warps for a row read in several (4,096 x 14,336:
+    77% of the copy bandwidth, against 67% one read by 16 warps; 4,096 x 4,096: 88% by 4 warps;
+    benchmarks/fp8_tiles.py --quant, docs/h200.md)."""
+    if m > PREFILL_ROWS:
+        chunk = min(_next_pow2(k), PREFILL_CHUNK)
+        return chunk, 4 if k <= chunk else 8
+    chunk = min(_next_pow2(k), ROW_CHUNK)
+    return chunk, max(4, min(16, chunk // 1024))
 
 
 def quantize_activation(x, quant: str, input_scale=None):
@@ -140,9 +154,9 @@ def quantize_activation(x, quant: str, input_scale=None):
         q = torch.empty((M, K), dtype=torch.float8_e4m3fn, device=dev)
         s = torch.empty((M, 1), dtype=torch.float32, device=dev)
         if M:
-            chunk = min(_next_pow2(K), ROW_CHUNK)
+            chunk, warps = _row_launch(M, K)
             per_token[(M,)](x, q, s, K, x.stride(0), q.stride(0), CHUNK=chunk,
-                            ONE_CHUNK=K <= chunk, num_warps=_row_warps(chunk))
+                            ONE_CHUNK=K <= chunk, num_warps=warps)
         return q, s
     if quant == "fp8_block":
         kb = -(-K // BLOCK)

@@ -178,3 +178,13 @@ def test_split_workspace_on_the_cpu():
     ws, locks = _split_workspace(4, 3, 5, 2, like)
     assert ws.shape == (4, 3, 5) and ws.dtype == torch.float32
     assert locks.shape == (2,) and locks.dtype == torch.int32 and not locks.any()
+
+
+def test_the_per_token_launch_reads_a_decode_row_once_and_prefill_rows_in_chunks():
+    from selector.backends.fp8_act_quant import PREFILL_ROWS, _row_launch
+    assert _row_launch(1, 14336) == (16384, 16)  # one read, 16 warps
+    assert _row_launch(PREFILL_ROWS, 14336) == (16384, 16)
+    assert _row_launch(1, 4096) == (4096, 4) and _row_launch(1, 200) == (256, 4)
+    assert _row_launch(1, 20000) == (16384, 16)  # past ROW_CHUNK: two reads
+    assert _row_launch(PREFILL_ROWS + 1, 14336) == (4096, 8)  # chunks of 4,096, 8 warps
+    assert _row_launch(4096, 4096) == (4096, 4) and _row_launch(4096, 272) == (512, 4)
