@@ -7,7 +7,8 @@ data, and the hardware's limits, measured on the machine the benchmark runs on.
 - ``limits(bytes, flops, c, fp8)``: the memory-bound time (the fewest bytes the layer must move over
   the copy bandwidth) and the compute-bound one (its FLOPs over the matrix rate).
 - ``cuda_time(fn)``: median milliseconds by CUDA events, after warm-up.
-- ``graph_calls_ms(fns)``: milliseconds a call inside one CUDA graph of many calls, cycling over
+- ``graph_ms(fn)``: a CUDA graph of one call, replayed; ``graph_calls_ms(fns)``: milliseconds a
+  call inside one CUDA graph of many calls, cycling over
   weight copies that do not fit the L2 together (``copies_past_l2``); ``stream_calls_ms(fns)``:
   the same calls queued from Python with no sync between them.
 - ``grouped_bf16_moe``: a bf16 fused MoE with one ``torch._grouped_mm`` for FC1 and one for FC2
@@ -71,6 +72,12 @@ def graph_calls_ms(fns: List[Callable[[], Any]], calls: int = 24) -> float:
     ms = cuda_time(graph.replay)
     del graph
     return ms / len(order)
+
+
+def graph_ms(fn: Callable[[], Any]) -> float:
+    """Median milliseconds of ``fn`` captured once in a CUDA graph and replayed (the graph's
+    launch included: ``graph_calls_ms`` spreads it over many calls)."""
+    return graph_calls_ms([fn], calls=1)
 
 
 def stream_calls_ms(fns: List[Callable[[], Any]], calls: int = 24, repeats: int = 7) -> float:

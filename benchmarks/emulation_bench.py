@@ -58,6 +58,7 @@ from baselines import (  # noqa: E402
     moe_bytes_flops,
     print_ceilings,
 )
+from baselines import graph_ms as _graph_ms  # noqa: E402
 
 DSV3 = dict(num_experts=256, top_k=8, hidden=7168, inter=2048)
 CPU_SHAPE = dict(num_experts=32, top_k=8, hidden=1024, inter=512)
@@ -273,16 +274,7 @@ def graph_ms(fn):
     """Median ms of ``fn`` captured once in a CUDA graph and replayed (NaN, with the error
     printed, if the capture fails)."""
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return cuda_time(graph.replay)
+        return _graph_ms(fn)
     except Exception as exc:  # noqa: BLE001 - a benchmark prints
         print(f"  CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:500]}")
         return float("nan")

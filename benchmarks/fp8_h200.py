@@ -43,6 +43,7 @@ from baselines import (  # noqa: E402
     copies_past_l2,
     cuda_time,
     graph_calls_ms,
+    graph_ms,
     grouped_bf16_moe,
     limits,
     moe_bytes_flops,
@@ -113,18 +114,8 @@ def weights_for(quant: str, n: int, k: int, x, seed: int = 0):
 
 def graph_time(fn) -> float:
     """Median milliseconds of replays of ``fn`` captured in a CUDA graph (NaN: not capturable)."""
-    import torch
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return cuda_time(graph.replay)
+        return graph_ms(fn)
     except Exception as exc:  # noqa: BLE001 - a host sync inside: no graph
         log(f"  (no CUDA graph: {type(exc).__name__}: {str(exc)[:120]})")
         return float("nan")

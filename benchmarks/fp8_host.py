@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from baselines import cuda_time  # noqa: E402
+from baselines import cuda_time, graph_ms  # noqa: E402
 
 
 def host_us(fn, calls: int = 200) -> float:
@@ -37,19 +37,6 @@ def host_us(fn, calls: int = 200) -> float:
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     return (t1 - t0) / calls * 1e6
-
-
-def graph_ms(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return cuda_time(g.replay)
 
 
 def _empty_kernel():

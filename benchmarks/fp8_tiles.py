@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from baselines import ceilings, cuda_time, print_ceilings  # noqa: E402
+from baselines import ceilings, graph_ms, print_ceilings  # noqa: E402
 
 SHAPES = [("DeepSeek-V3 gate_up", 36864, 7168), ("DeepSeek-V3 down", 7168, 18432),
           ("Qwen3-8B gate_up", 24576, 4096)]
@@ -37,19 +37,6 @@ SCALED_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4, SPLIT_
     for n in (32, 128) for k in (2, 4, 8)] + [
     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, SPLIT_K=k)
     for k in (2, 4, 8)]
-
-
-def graph_ms(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return cuda_time(g.replay, budget_s=0.1)
 
 
 def scaled() -> None:
