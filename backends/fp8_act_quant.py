@@ -38,6 +38,10 @@ def _kernels() -> Any:
         q = tl.minimum(tl.maximum(q, -448.0), 448.0)
         return q.to(tl.float8e4nv)
 
+    # Triton's interpreter resolves a called @jit function by the module's globals, not this
+    # closure (the compiler takes either)
+    globals()["_quant"] = _quant
+
     @triton.jit
     def per_token(x_ptr, q_ptr, s_ptr, K, stride_x, stride_q, CHUNK: tl.constexpr,
                   ONE_CHUNK: tl.constexpr):
@@ -113,6 +117,13 @@ def _kernels() -> Any:
     return per_token, per_group, tensor_amax, per_tensor
 
 
+def _interpreted() -> bool:
+    """Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``): CPU tensors then
+    (tests/test_fp8_act_quant.py checks the kernels there against the torch form)."""
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -143,7 +154,7 @@ def quantize_activation(x, quant: str, input_scale=None):
     import torch
     if x.dim() != 2:
         raise ValueError(f"x has shape {list(x.shape)}; expected [M, K]")
-    if not x.is_cuda:
+    if not x.is_cuda and not _interpreted():
         raise ValueError("fp8_act_quant runs on CUDA tensors (backends.fp8.quantize_activation "
                          "is the torch form)")
     x = x if x.stride(1) == 1 else x.contiguous()
