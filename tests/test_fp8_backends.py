@@ -317,6 +317,65 @@ def test_triton_kernel_under_the_interpreter():
     assert len(errs) == 2 and max(errs) <= BOUNDS["linear", "fp8_block"].max_rel_err, errs
 
 
+@pytest.mark.skipif(CUDA, reason="on a GPU the compiled kernels run through apply in "
+                    "test_block_wise_and_triton_on_the_gpu and test_triton_scaled_on_the_gpu")
+def test_triton_layers_apply_under_the_interpreter():
+    """Both Triton layer classes end to end in Triton's interpreter (a child process; a preset
+    SM 9.0 platform passes the gate): ``apply`` at 5 tokens (the decode tile) and 37, a bias,
+    ``out=``, zero tokens, a K of exactly 256 (no padding column), each within verify's bound of
+    the float64 reference; and K split over programs equal to one split up to float32 order."""
+    pytest.importorskip("triton")
+    code = textwrap.dedent("""
+        import torch
+        from selector.backends import fp8
+        from selector.backends.reference import reference_fp8_linear
+        from selector.backends.triton_fp8 import (TritonBlockFp8Linear, TritonScaledFp8Linear,
+                                                  block_fp8_matmul, scaled_fp8_matmul)
+        over = ["platform=h200", "platform.packages.triton=3.6.0", "platform.packages.torch=2.11.0"]
+        g = torch.Generator().manual_seed(1)
+        for cls, q in ((TritonBlockFp8Linear, "fp8_block"), (TritonScaledFp8Linear, "fp8_channel"),
+                       (TritonScaledFp8Linear, "fp8_tensor")):
+            for k, bias in ((256, True), (272, False)):
+                x = torch.randn(37, k, generator=g).bfloat16()
+                kw = {"input_scale": x.float().abs().amax() / 448} if q == "fp8_tensor" else {}
+                b = torch.randn(80, generator=g) if bias else None
+                w = fp8.make_linear_weights(torch.randn(80, k, generator=g) / 16, q, bias=b, **kw)
+                impl = cls(quant=q, selector_overrides=over)
+                p = impl.prepare(w)
+                for t in (5, 37):
+                    ref = reference_fp8_linear(x[:t].double(), w, compute_dtype=torch.float64)
+                    y = impl.apply(x[:t], p)
+                    out = torch.full((t, 80), float("nan"), dtype=torch.bfloat16)
+                    y2 = impl.apply(x[:t].reshape(1, t, k), p, out=out.reshape(1, t, 80))
+                    assert y.shape == (t, 80) and y.dtype == torch.bfloat16
+                    assert y2.shape == (1, t, 80) and torch.equal(out, y), (q, k, t)
+                    print(q, k, t, float((y.double() - ref).abs().max() / ref.abs().max()))
+                z = impl.apply(x[:0], p)
+                assert z.shape == (0, 80), z.shape
+        # split-K against one split, tight (the sum's order alone differs)
+        k = 384
+        for q in ("fp8_block", "fp8_channel"):
+            w = fp8.make_linear_weights(torch.randn(80, k, generator=g) / 16, q)
+            x = torch.randn(5, k, generator=g).bfloat16()
+            a, sa = fp8.quantize_activation(x, q)
+            mm = block_fp8_matmul if q == "fp8_block" else scaled_fp8_matmul
+            cfg = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
+            one = mm(a, sa, w.weight, w.weight_scale, torch.float32, cfg=dict(cfg, SPLIT_K=1))
+            for sk in (2, 3):
+                y = mm(a, sa, w.weight, w.weight_scale, torch.float32, cfg=dict(cfg, SPLIT_K=sk))
+                assert float((y - one).abs().max()) <= 1e-5 * float(one.abs().max()), (q, sk)
+        print("split ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1] == "split ok" and len(lines) == 13, r.stdout
+    for line in lines[:-1]:
+        q, err = line.split()[0], float(line.split()[-1])
+        assert err <= BOUNDS["linear", q].max_rel_err, line
+
+
 @pytest.mark.skipif(CUDA, reason="on a GPU the compiled kernel is tested "
                     "(test_triton_scaled_on_the_gpu)")
 def test_triton_scaled_kernel_under_the_interpreter():

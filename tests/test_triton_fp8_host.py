@@ -109,3 +109,14 @@ def test_each_class_is_built_for_every_fp8_scheme_and_prepares_only_its_own(cls)
                 impl.prepare(_weights(quant))
     with pytest.raises(NotImplementedError, match="not nvfp4"):
         cls(quant="nvfp4")
+
+
+def test_a_layer_built_for_another_scheme_refuses_weights_of_its_own_kind():
+    """Both sides are checked: the weights' scheme and the one the layer was built for."""
+    with pytest.raises(ValueError, match="triton_block_fp8 runs fp8_block; the weights are "
+                       "fp8_block, the layer fp8_channel"):
+        TritonBlockFp8Linear(quant="fp8_channel", selector_overrides=H200).prepare(
+            _weights("fp8_block"))
+    with pytest.raises(ValueError, match="the weights are fp8_channel, the layer fp8_tensor"):
+        TritonScaledFp8Linear(quant="fp8_tensor", selector_overrides=H200).prepare(
+            _weights("fp8_channel"))
