@@ -137,9 +137,9 @@ PREFILL_CHUNK = 4096
 def _row_launch(m: int, k: int):
     """``(CHUNK, num_warps)`` of the per-token kernel for ``m`` rows of ``k``. Decode (few rows):
     one read of a row of up to ROW_CHUNK by up to 16 warps, about 32 elements a thread (one row
-    of 14,336: 0.0176 ms in 4,096-wide chunks by 8 warps, 0.0049 ms so, a call in a CUDA graph on
-    an H100). Prefill: 4,096-wide chunks, 8 warps for a row read in several (4,096 x 14,336:
-    77% of the copy bandwidth, against 67% one read by 16 warps; 4,096 x 4,096: 88% by 4 warps;
+    of 14,336: 0.0049 ms a call inside a CUDA graph of 24 on an H100). Prefill: 4,096-wide
+    chunks, 8 warps for a row read in several (4,096 x 14,336: 77% of the copy bandwidth,
+    against 67% one read by 16 warps; 4,096 x 4,096: 88% by 4 warps;
     benchmarks/fp8_tiles.py --quant, docs/h200.md)."""
     if m > PREFILL_ROWS:
         chunk = min(_next_pow2(k), PREFILL_CHUNK)

@@ -75,7 +75,7 @@ def _kernel() -> Any:
             # split-K in this launch: each split stores its float32 partial sums in its slice of
             # the workspace and counts itself in the tile's counter; the split that arrives last
             # sums the slices in a fixed order (deterministic), writes the output and puts the
-            # counter back to 0 for the next call (the counters start at 0: _split_counters)
+            # counter back to 0 for the next call (the counters start at 0: _split_workspace)
             tile = rm[:, None] * N + rn[None, :]
             tl.store(ws_ptr + pid_k * M * N + tile, acc, mask=mask)
             tl.debug_barrier()  # every thread's partial stored before the release below
@@ -126,7 +126,8 @@ def tile_config(m: int) -> dict:
 #: against 0.43 and 1.71-1.86 ms with 128 x 128 tiles and 0.40 and 1.72 ms for torch's row-wise
 #: _scaled_mm (benchmarks/fp8_tiles.py --large, docs/h200.md)
 LARGE_SCALED = dict(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3)
-LARGE_SCALED_SMEM = 3 * (128 + 256) * 128
+#: its shared memory: a K step of A's and W's rows (one byte each) a stage
+LARGE_SCALED_SMEM = LARGE_SCALED["num_stages"] * (LARGE_SCALED["BLOCK_M"] + LARGE_SCALED["BLOCK_N"]) * 128
 #: from this many rows the output has enough 128 x 256 tiles (Llama's 4096 columns: 16 a row
 #: of tiles, 256 tiles at 2,048 rows) for two waves over an H100's 132 SMs
 LARGE_SCALED_MIN_M = 2048
@@ -157,7 +158,6 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
     """``[M, K']`` FP8 codes (K' >= K: the first K columns are read) with ``[M, ceil(K/128)]``
     scales times ``[N, K]`` FP8 weights with ``[ceil(N/128), ceil(K/128)]`` scales: ``[M, N]`` in
     ``out_dtype`` (CUDA tensors). ``cfg``: tile sizes instead of ``tile_config(M)`` (sweeps)."""
-    import torch
     import triton
     M = a.shape[0]
     N, K = w.shape
@@ -173,15 +173,25 @@ def block_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, max_imprecise
     if splits is None:
         # split-K is a decode tiling for the GPU; the interpreter (CPU tensors) runs one split
         splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device)) if a.is_cuda else 1
+    return _launch(a, a_scale, w, w_scale, bias, out_dtype, K, KB, a_scale.stride(0),
+                   w_scale.stride(0), splits, cfg, BLOCK_K=BLOCK, OUTER=False,
+                   MAX_IMPRECISE=MAX_IMPRECISE if max_imprecise == "default" else max_imprecise)
+
+
+def _launch(a, a_scale, w, w_scale, bias, out_dtype, K, KB, stride_asm, stride_bsn, splits,
+            cfg, **constexprs):
+    """The shared GEMM kernel on ``[M, K]`` codes and ``[N, K]`` weights: the ``[M, N]`` output
+    in ``out_dtype``, K split over ``splits`` programs a tile (summed in the launch)."""
+    import torch
+    import triton
+    M, N = a.shape[0], w.shape[0]
     c = torch.empty((M, N), dtype=out_dtype, device=a.device)
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     ws, locks = _split_workspace(splits, M, N, tiles, c)
     _kernel()[(tiles, splits)](
         a, w, c, a_scale, w_scale, bias if bias is not None else c, ws, locks, M, N, K, KB,
-        a.stride(0), w.stride(0), c.stride(0), a_scale.stride(0), w_scale.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_K=BLOCK, GROUP_M=8,
-        MAX_IMPRECISE=MAX_IMPRECISE if max_imprecise == "default" else max_imprecise,
-        SPLIT_K=splits, **cfg)
+        a.stride(0), w.stride(0), c.stride(0), stride_asm, stride_bsn,
+        HAS_BIAS=bias is not None, GROUP_M=8, SPLIT_K=splits, **constexprs, **cfg)
     return c
 
 
@@ -203,9 +213,8 @@ def _split_workspace(splits: int, m: int, n: int, tiles: int, like):
         return like, like
     dev = like.device
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=dev)
-    if not dev.type == "cuda":  # the interpreter runs programs one at a time
-        return ws, torch.zeros(tiles, dtype=torch.int32, device=dev)
-    if torch.cuda.is_current_stream_capturing():
+    # the interpreter (CPU tensors), or a capture: fresh zeros
+    if dev.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return ws, torch.zeros(tiles, dtype=torch.int32, device=dev)
     key = (dev.index, torch.cuda.current_stream(dev).cuda_stream)
     locks = _COUNTERS.get(key)
@@ -274,7 +283,6 @@ def scaled_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, cfg=None):
     (a 0-d or 1-element tensor) times ``[N, K]`` FP8 weights with one scale per output channel
     (``[N]``) or one for the tensor: ``[M, N]`` in ``out_dtype`` (CUDA tensors; the same kernel as
     :func:`block_fp8_matmul` with the scales applied once to the float32 sum; split-K at decode)."""
-    import torch
     import triton
     M, K = a.shape
     N = w.shape[0]
@@ -290,15 +298,9 @@ def scaled_fp8_matmul(a, a_scale, w, w_scale, out_dtype, bias=None, cfg=None):
     splits = cfg.pop("SPLIT_K", None)
     if splits is None:
         splits = split_k(M, N, KB, cfg["BLOCK_N"], _sm_count(a.device)) if a.is_cuda else 1
-    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-    ws, locks = _split_workspace(splits, M, N, tiles, c)
-    _kernel()[(tiles, splits)](
-        a, w, c, sa, sw, bias if bias is not None else c, ws, locks, M, N, K, KB,
-        a.stride(0), w.stride(0), c.stride(0), int(sa.numel() > 1), int(sw.numel() > 1),
-        HAS_BIAS=bias is not None, BLOCK_K=bk, GROUP_M=8, MAX_IMPRECISE=MAX_IMPRECISE,
-        SPLIT_K=splits, OUTER=True, **cfg)
-    return c
+    return _launch(a, sa, w, sw, bias, out_dtype, K, KB, int(sa.numel() > 1),
+                   int(sw.numel() > 1), splits, cfg, BLOCK_K=bk, OUTER=True,
+                   MAX_IMPRECISE=MAX_IMPRECISE)
 
 
 class TritonScaledFp8Linear(LinearBackend):
