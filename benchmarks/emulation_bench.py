@@ -44,8 +44,8 @@ except ImportError:
     import backends as _backends  # noqa: E402
     sys.modules["selector.backends"] = _backends
 
-from backends import nvfp4 as nv  # noqa: E402
 from backends import reference as R  # noqa: E402
+from backends.formats import nvfp4 as nv  # noqa: E402
 from backends.reference import activation_fn, emulate_moe  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -260,7 +260,7 @@ def graph_time(x, W, tw, ti, quant):
     """Median ms of the fused kernels (``fused_moe``: the sort, both GEMMs, the W4A4 quantizers)
     captured once in a CUDA graph and replayed: no launch overhead, no host sync (NaN, with the
     error printed, if the capture fails)."""
-    from backends.nvfp4_moe_triton import fused_moe
+    from backends.kernels.nvfp4_moe_triton import fused_moe
     s1 = W.a13_scale if quant == "nvfp4" else None
     s2 = W.a2_scale if quant == "nvfp4" else None
 
@@ -361,7 +361,7 @@ def main():
     if args.tiles:
         import json
 
-        from backends import nvfp4_moe_triton
+        from backends.kernels import nvfp4_moe_triton
         nvfp4_moe_triton.TILES.update(json.loads(args.tiles))
         print(f"tiles: {nvfp4_moe_triton.TILES}")
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536" and not torch.cuda.is_available():

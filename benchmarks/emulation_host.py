@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from emulation_bench import DSV3, random_nvfp4  # noqa: E402
 
-from backends import nvfp4 as nv  # noqa: E402
+from backends.formats import nvfp4 as nv  # noqa: E402
 from backends.reference import emulate_moe  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Tile sweep of the emulation's fused NVFP4 MoE kernels (``backends.nvfp4_moe_triton``) on CUDA.
+"""Tile sweep of the emulation's fused NVFP4 MoE kernels (``backends.kernels.nvfp4_moe_triton``) on CUDA.
 
     python3 benchmarks/emulation_tiles.py [--tokens 1,8,64,256] [--quick]
 
@@ -23,8 +23,8 @@ import torch  # noqa: E402
 from baselines import cuda_time  # noqa: E402
 from emulation_bench import DSV3, random_nvfp4  # noqa: E402
 
-from backends import nvfp4 as nv  # noqa: E402
-from backends import nvfp4_moe_triton as F  # noqa: E402
+from backends.formats import nvfp4 as nv  # noqa: E402
+from backends.kernels import nvfp4_moe_triton as F  # noqa: E402
 
 
 def configs(quick: bool):

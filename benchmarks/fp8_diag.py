@@ -3,11 +3,11 @@ the activation codes quantized on the GPU against the CPU's, a float64 product o
 codes, and the Triton / torch block-wise kernels fed the CPU's codes."""
 import torch
 
-from selector.backends import fp8
-from selector.backends import verify_child as C
+from selector.backends.children import verify_child as C
+from selector.backends.formats import fp8
 from selector.backends.reference import reference_fp8_linear
-from selector.backends.torch_scaled_mm import TorchBlockWiseLinear
-from selector.backends.triton_fp8 import block_fp8_matmul
+from selector.backends.wrappers.torch_scaled_mm import TorchBlockWiseLinear
+from selector.backends.wrappers.triton_fp8 import block_fp8_matmul
 
 shape = {"num_tokens": 67, "hidden_size": 256, "out_features": 256}
 x, w = C.build_fp8_linear(shape, "fp8_block", 0)

@@ -8,7 +8,7 @@ MLP in the per-tensor and per-channel FP8 formats, a Qwen3-30B-A3B expert GEMM, 
 1. **select**: ``selector.load(["platform=auto"])`` decides for the layer on this machine;
    every backend whose status is usable is run, the selected one first.
 2. **prepare / apply**: the backend's entry point, built with the decision (its gate), prepares
-   FP8 weights (random, quantized as an FP8 checkpoint is: ``backends.fp8``) and runs the layer.
+   FP8 weights (random, quantized as an FP8 checkpoint is: ``backends.formats.fp8``) and runs the layer.
 3. **verify**: the output against ``backends.reference`` (float64, on the GPU), with verify's
    measure (max / RMS relative error, per-32-column gains) and its bound for the scheme.
 4. **time**: each usable backend's ``apply`` (activation quantization included) by CUDA events,
@@ -105,7 +105,7 @@ def rand_weight(g, n: int, k: int, device):
 def weights_for(quant: str, n: int, k: int, x, seed: int = 0):
     import torch
 
-    from selector.backends.fp8 import FP8_MAX, make_linear_weights
+    from selector.backends.formats.fp8 import FP8_MAX, make_linear_weights
     g = torch.Generator(device=x.device).manual_seed(seed)
     w = rand_weight(g, n, k, x.device)
     scale = torch.exp2(torch.ceil(torch.log2(x.float().abs().amax() / FP8_MAX)))
@@ -131,7 +131,7 @@ def usable(decision) -> List[str]:
 
 
 def measure(y, ref, bound) -> Dict[str, Any]:
-    from selector.backends.verify_child import measure as vmeasure
+    from selector.backends.children.verify_child import measure as vmeasure
     r = vmeasure(y, ref.cpu(), None)  # its gains run on the CPU
     ok = (r.get("nonfinite", 0) == 0 and r["max_rel_err"] <= bound.max_rel_err
           and r["rms_rel_err"] <= bound.rms_rel_err and r["gain_err"] <= bound.gain_err)
@@ -252,7 +252,7 @@ def linear_layer(sel, row, quick: bool) -> Dict[str, Any]:
 def moe_layer(sel, row, quick: bool) -> Dict[str, Any]:
     import torch
 
-    from selector.backends.fp8 import FP8_MAX, make_moe_weights
+    from selector.backends.formats.fp8 import FP8_MAX, make_moe_weights
     from selector.backends.reference import reference_fp8_moe, route
     from selector.core.entry_points import load_entry_point
     model, quant, E, topk, H, I = row
@@ -282,7 +282,7 @@ def moe_layer(sel, row, quick: bool) -> Dict[str, Any]:
             prep = impl.prepare(w)
             y = impl.apply(x, prep, tw, ti)
             torch.cuda.synchronize()
-            from selector.backends.verify_child import compare
+            from selector.backends.children.verify_child import compare
             res = dict(compare(y, ref))
             res.pop("worst", None)
             # the reference with FC1's output rounded to bf16, as the grouped GEMM writes it
@@ -360,8 +360,8 @@ def verify_seeds(sel, seeds: int) -> Dict[str, Any]:
 def _seed_cases(b, cases, seeds: int, variant) -> Dict[str, Any]:
     """One backend's verify cases over seeds (``variant``: the Triton kernel's
     max_num_imprecise_acc, None = its default)."""
-    from selector.backends import triton_fp8
-    from selector.backends import verify_child as C
+    from selector.backends.children import verify_child as C
+    from selector.backends.wrappers import triton_fp8
     from selector.inspect import verify as V
     triton_fp8.MAX_IMPRECISE = variant
     worst: Dict[str, Any] = {}

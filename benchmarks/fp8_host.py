@@ -60,10 +60,12 @@ def main() -> None:
     ap.add_argument("--quant", default="fp8_channel")
     args = ap.parse_args()
     n, k = (int(v) for v in args.layer.split(","))
-    from selector.backends import fp8_act_quant, triton_fp8, validate
-    from selector.backends.fp8 import linear_input, make_linear_weights, quantize_activation
-    from selector.backends.torch_scaled_mm import TorchRowWiseLinear
-    from selector.backends.triton_fp8 import TritonScaledFp8Linear, scaled_fp8_matmul
+    from selector.backends.common import validate
+    from selector.backends.formats.fp8 import linear_input, make_linear_weights, quantize_activation
+    from selector.backends.kernels import fp8_act_quant
+    from selector.backends.wrappers import triton_fp8
+    from selector.backends.wrappers.torch_scaled_mm import TorchRowWiseLinear
+    from selector.backends.wrappers.triton_fp8 import TritonScaledFp8Linear, scaled_fp8_matmul
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     w = make_linear_weights(torch.randn(n, k, generator=gen, device="cuda") / k ** 0.5,

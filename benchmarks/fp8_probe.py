@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from selector.backends import fp8
+from selector.backends.formats import fp8
 from selector.backends.reference import reference_fp8_linear
 
 
@@ -72,7 +72,7 @@ def block_layouts() -> None:
 
 
 def triton_imprecise() -> None:
-    from selector.backends.triton_fp8 import block_fp8_matmul
+    from selector.backends.wrappers.triton_fp8 import block_fp8_matmul
     dev = "cuda"
     N, K, M = 7168, 18432, 1024
     g = torch.Generator(device=dev).manual_seed(0)
@@ -95,7 +95,7 @@ def triton_imprecise() -> None:
 
 def grouped_overhead() -> None:
     from selector.backends.reference import route
-    from selector.backends.torch_grouped_fp8 import TorchGroupedFp8MoE
+    from selector.backends.wrappers.torch_grouped_fp8 import TorchGroupedFp8MoE
     dev = "cuda"
     E, H, I, K = 128, 2048, 768, 8
     g = torch.Generator(device=dev).manual_seed(0)

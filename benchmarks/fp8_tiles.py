@@ -3,9 +3,9 @@
     python benchmarks/fp8_tiles.py [--scaled [--quick] | --decode | --large | --quant]
 
 For DeepSeek-V3's dense gate_up (N 36864, K 7168) and down (7168 x 18432) and Qwen3-8B's
-gate_up (24576 x 4096) at T = 1 and 16: ``backends.triton_fp8.block_fp8_matmul`` (the GEMM alone,
+gate_up (24576 x 4096) at T = 1 and 16: ``backends.wrappers.triton_fp8.block_fp8_matmul`` (the GEMM alone,
 its activation already quantized) for each tile configuration, its quantizer
-(``backends.fp8_act_quant``) alone, and a bf16 ``torch.matmul`` of the same shape, each replayed
+(``backends.kernels.fp8_act_quant``) alone, and a bf16 ``torch.matmul`` of the same shape, each replayed
 from a CUDA graph (the GPU's time; medians of CUDA events); the memory-bound limit (FP8 weight
 over the measured copy bandwidth). The shipped choice is ``triton_fp8.tile_config``.
 ``--scaled``: the per-channel GEMM (``triton_fp8.scaled_fp8_matmul``, fp8_channel) on Llama-3.1-8B's
@@ -40,9 +40,9 @@ SCALED_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=4, SPLIT_
 
 
 def scaled() -> None:
-    from selector.backends.fp8 import make_linear_weights
-    from selector.backends.fp8_act_quant import quantize_activation
-    from selector.backends.triton_fp8 import _sm_count, scaled_fp8_matmul, split_k, tile_config
+    from selector.backends.formats.fp8 import make_linear_weights
+    from selector.backends.kernels.fp8_act_quant import quantize_activation
+    from selector.backends.wrappers.triton_fp8 import _sm_count, scaled_fp8_matmul, split_k, tile_config
     c = ceilings()
     print_ceilings(c)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -84,9 +84,9 @@ def decode() -> None:
     and the whole ``triton_scaled_fp8`` call."""
     from baselines import copies_past_l2, graph_calls_ms
 
-    from selector.backends.fp8 import make_linear_weights
-    from selector.backends.fp8_act_quant import quantize_activation
-    from selector.backends.triton_fp8 import TritonScaledFp8Linear, scaled_fp8_matmul
+    from selector.backends.formats.fp8 import make_linear_weights
+    from selector.backends.kernels.fp8_act_quant import quantize_activation
+    from selector.backends.wrappers.triton_fp8 import TritonScaledFp8Linear, scaled_fp8_matmul
     c = ceilings()
     print_ceilings(c)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -143,9 +143,9 @@ def large() -> None:
     graph of 8 over weight copies past the L2 (the activation already quantized)."""
     from baselines import copies_past_l2, graph_calls_ms
 
-    from selector.backends.fp8 import make_linear_weights
-    from selector.backends.fp8_act_quant import quantize_activation
-    from selector.backends.triton_fp8 import scaled_fp8_matmul
+    from selector.backends.formats.fp8 import make_linear_weights
+    from selector.backends.kernels.fp8_act_quant import quantize_activation
+    from selector.backends.wrappers.triton_fp8 import scaled_fp8_matmul
     c = ceilings()
     print_ceilings(c)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -193,7 +193,7 @@ def quant() -> None:
     Each a call inside a CUDA graph of 8 (``baselines.graph_calls_ms``); the shipped choice first."""
     from baselines import graph_calls_ms
 
-    from selector.backends import fp8_act_quant as aq
+    from selector.backends.kernels import fp8_act_quant as aq
     c = ceilings()
     print_ceilings(c)
     per_token, per_group, tensor_amax, per_tensor = aq._kernels()
@@ -265,9 +265,9 @@ def main() -> None:
         return decode()
     if "--scaled" in sys.argv[1:]:
         return scaled()
-    from selector.backends.fp8 import make_linear_weights
-    from selector.backends.fp8_act_quant import quantize_activation
-    from selector.backends.triton_fp8 import _sm_count, block_fp8_matmul, split_k, tile_config
+    from selector.backends.formats.fp8 import make_linear_weights
+    from selector.backends.kernels.fp8_act_quant import quantize_activation
+    from selector.backends.wrappers.triton_fp8 import _sm_count, block_fp8_matmul, split_k, tile_config
     c = ceilings()
     print_ceilings(c)
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from backends import nvfp4 as nv  # noqa: E402
-from backends.emulation import EmulationLinear, EmulationMoE  # noqa: E402
+from backends.formats import nvfp4 as nv  # noqa: E402
 from backends.reference import route  # noqa: E402
+from backends.wrappers.emulation import EmulationLinear, EmulationMoE  # noqa: E402
 
 LINEAR_NK = (4096, 4096)                                 # out_features N, in_features K
 MOE = dict(num_experts=64, top_k=8, hidden=2048, inter=768)   # a Qwen3-30B-A3B-sized expert layer

@@ -1,5 +1,5 @@
 """The emulation's block table on CUDA: the one-program Triton form against the torch form
-(``backends.nvfp4_moe_triton.route_blocks``), seeded random routings up to 4,096 tokens x top-8
+(``backends.kernels.nvfp4_moe_triton.route_blocks``), seeded random routings up to 4,096 tokens x top-8
 over 256 experts; prints the mismatches (0 expected) and each form's median time.
 
     python3 benchmarks/route_check.py
@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from baselines import cuda_time  # noqa: E402
 
-from backends.nvfp4_moe_triton import route_blocks  # noqa: E402
+from backends.kernels.nvfp4_moe_triton import route_blocks  # noqa: E402
 
 
 def main():

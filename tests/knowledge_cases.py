@@ -135,11 +135,11 @@ EXPECT_W4A16 = {"moe/flashinfer_b12x", "moe/b12x", "moe/marlin", "moe/emulation"
 SCHEME_OF = {"linear/torch_per_tensor": "fp8_tensor", "linear/torch_channel_wise": "fp8_channel",
              "linear/torch_row_wise": "fp8_channel", "linear/torch_block_wise": "fp8_block",
              "linear/triton_block_fp8": "fp8_block", "moe/torch_grouped_fp8": "fp8_channel",
-             # selector's Triton FP8 GEMM with per-row scales (backends/triton_fp8.py)
+             # selector's Triton FP8 GEMM with per-row scales (backends/wrappers/triton_fp8.py)
              "linear/triton_scaled_fp8": "fp8_channel",
              # DeepGEMM linear (linear): block FP8 only
              "linear/deep_gemm": "fp8_block",
-             # FlashInfer's FP8 GEMMs called directly (backends/flashinfer_fp8.py)
+             # FlashInfer's FP8 GEMMs called directly (backends/wrappers/flashinfer_fp8.py)
              "linear/flashinfer_blockscale_sm90": "fp8_block",
              "linear/flashinfer_bmm_fp8": "fp8_tensor", "linear/flashinfer_bmm_fp8_cudnn": "fp8_tensor",
              "moe/flashinfer_cutlass_fp8_sm90": "fp8_block"}
@@ -776,7 +776,7 @@ def _fl(quant: str, **kw) -> dict:
 # FP8 torch / Triton backends (h200): each rule on both sides of its boundary
 _FI_MOE = {"quant": "fp8_block", "hidden_size": 2048, "intermediate_size": 768}
 CUDNN_FE = "nvidia-cudnn-frontend"
-# selector's direct FlashInfer FP8 backends (backends/flashinfer_fp8.py): each rule both sides
+# selector's direct FlashInfer FP8 backends (backends/wrappers/flashinfer_fp8.py): each rule both sides
 # (pinned here case by case, as FP8_TORCH: no engine builds them)
 FI_DIRECT: List[Case] = [
     C("fi-block-sm90", "9.0", "linear/flashinfer_blockscale_sm90", layer=_fl("fp8_block")),
@@ -930,7 +930,7 @@ FP8_TORCH: List[Case] = [
     C("triton-block-sm120", "12.0", "linear/triton_block_fp8", layer=_fl("fp8_block")),
     C("triton-block-not-channel", "9.0", "linear/triton_block_fp8", {"quant"},
       layer=_fl("fp8_channel")),
-    # Triton per-tensor / per-channel FP8 (backends/triton_fp8.py): the same Triton rules; it
+    # Triton per-tensor / per-channel FP8 (backends/wrappers/triton_fp8.py): the same Triton rules; it
     # runs fp8_tensor, fp8_tensor_dynamic and fp8_channel, not block scales; preferred for
     # per-channel at <= 16 and >= 4096 tokens on SM 9.0 (measured: docs/h200.md), eligible
     # between

@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends import verify_child  # noqa: E402
-from backends._flashinfer import FI_ACTIVATION_TYPES, check_activation, deinterleave_w13  # noqa: E402
+from backends.children import verify_child  # noqa: E402
 from backends.reference import GATED_ACTIVATIONS, NON_GATED_ACTIVATIONS, activation_fn, reference_moe  # noqa: E402
+from backends.wrappers._flashinfer import FI_ACTIVATION_TYPES, check_activation, deinterleave_w13  # noqa: E402
 
 
 def _sig(z):
@@ -135,8 +135,8 @@ def test_wrapper_runs_what_the_catalogue_accepts(cls, gated, activation):
 
 
 def test_interleaved_refused_by_halves_only_kernels():
-    from backends.flashinfer_b12x import B12xMoE
-    from backends.flashinfer_trtllm import TrtllmMoE
+    from backends.wrappers.flashinfer_b12x import B12xMoE
+    from backends.wrappers.flashinfer_trtllm import TrtllmMoE
     for cls in (B12xMoE, TrtllmMoE):
         accepted = cls.activations(True)
         assert "swigluoai" not in accepted and "swigluoai_uninterleave" in accepted
@@ -155,7 +155,7 @@ def test_fi_activation_names_exist_in_flashinfer():
 
 
 def test_verify_cases_use_reference_activations():
-    """``doctor --verify`` (selector/inspect/verify.py -> backends/verify_child.py) compares against the
+    """``doctor --verify`` (selector/inspect/verify.py -> backends/children/verify_child.py) compares against the
     reference: it tries every activation the reference implements, and knows (without importing
     torch) which ones those are; any other it tries is reported unverified, never run."""
     from selector.inspect.verify_cases import ACTIVATIONS, _reference_activations

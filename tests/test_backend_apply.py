@@ -16,10 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
-from selector.backends._base import BackendUnavailable, ExternalKernelMixin, decide  # noqa: E402
-from selector.backends.emulation import EmulationLinear, EmulationMoE  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
 from selector.backends.reference import route  # noqa: E402
+from selector.backends.wrappers._base import BackendUnavailable, ExternalKernelMixin, decide  # noqa: E402
+from selector.backends.wrappers.emulation import EmulationLinear, EmulationMoE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def resolve(entry_point):
 
 ENTRY_POINTS = _catalogue_entry_points()
 MOE_ENTRY_POINTS, LINEAR_ENTRY_POINTS = ENTRY_POINTS["moe"], ENTRY_POINTS["linear"]
-# the NVFP4 FlashInfer wrappers (the FP8 ones, backends/flashinfer_fp8.py: tests/test_flashinfer_fp8.py)
+# the NVFP4 FlashInfer wrappers (the FP8 ones, backends/wrappers/flashinfer_fp8.py: tests/test_flashinfer_fp8.py)
 FLASHINFER_MOE = [b for b, ep in MOE_ENTRY_POINTS.items()
                   if ".flashinfer_" in ep and ".flashinfer_fp8:" not in ep]
 FLASHINFER_LINEAR = [b for b, ep in LINEAR_ENTRY_POINTS.items()
@@ -202,8 +202,8 @@ RTX_5090 = ["platform=rtx_5090", "stack=flashinfer_0_7_4"]
 
 def test_gate_lets_an_eligible_or_opt_in_backend_through():
     _selector_or_skip()
-    from selector.backends.flashinfer_b12x import B12xMoE
-    from selector.backends.flashinfer_cutlass import CutlassLinear
+    from selector.backends.wrappers.flashinfer_b12x import B12xMoE
+    from selector.backends.wrappers.flashinfer_cutlass import CutlassLinear
     _, W, x, tw, ti = _moe("cpu")
     moe = B12xMoE(activation="silu", top_k=TOPK, selector_overrides=RTX_5090)
     p = moe.prepare(W)
@@ -221,7 +221,7 @@ def test_gate_lets_an_eligible_or_opt_in_backend_through():
 
 
 def test_gate_describes_the_layer_from_the_constructor_and_the_weights():
-    from selector.backends.flashinfer_b12x import B12xMoE
+    from selector.backends.wrappers.flashinfer_b12x import B12xMoE
     _, W, x, tw, ti = _moe("cpu")
     moe = B12xMoE(activation="silu", top_k=TOPK, num_tokens=T, dtype="float16")
     assert moe.layer_spec({"num_experts": E, "hidden_size": H, "intermediate_size": I,
@@ -235,8 +235,8 @@ def test_gate_describes_the_layer_from_the_constructor_and_the_weights():
 def test_gate_runs_once_at_prepare_and_not_on_apply(monkeypatch):
     """Load time decides; apply never asks the selector again (docs/architecture.md)."""
     _selector_or_skip()
-    import selector.backends._base as base
-    from selector.backends.flashinfer_cutlass import CutlassLinear
+    import selector.backends.wrappers._base as base
+    from selector.backends.wrappers.flashinfer_cutlass import CutlassLinear
     asked = []
     real = base.decide
     monkeypatch.setattr(base, "decide", lambda *a: asked.append(a) or real(*a))
@@ -252,7 +252,7 @@ def test_gate_runs_once_at_prepare_and_not_on_apply(monkeypatch):
 
 def test_gate_uses_the_decision_it_is_given_when_built():
     _selector_or_skip()
-    from selector.backends.flashinfer_b12x import B12xMoE
+    from selector.backends.wrappers.flashinfer_b12x import B12xMoE
     _, W, x, tw, ti = _moe("cpu", gated=False)
     # a gated relu2 layer: b12x serves relu2 only non-gated, so the act_and_mul rule fires
     moe = B12xMoE(activation="relu2", act_and_mul=True, selector_overrides=RTX_5090)
@@ -271,7 +271,7 @@ def test_gate_uses_the_decision_it_is_given_when_built():
 @pytest.mark.parametrize("op,backend", EXTERNAL)
 def test_external_kernel_backends_name_the_missing_distribution(op, backend):
     _selector_or_skip()
-    from selector.backends._base import missing_distributions
+    from selector.backends.wrappers._base import missing_distributions
     cls = resolve(ENTRY_POINTS[op][backend])
     if len(missing_distributions(cls.needs_any)) < len(cls.needs_any):
         pytest.skip(f"one of {cls.needs_any} is installed here")

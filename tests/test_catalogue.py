@@ -69,7 +69,7 @@ def test_backend_fields(cat):
         assert ranks == sorted(ranks)
         for b in backends:
             assert b.description.strip(), b.name
-            assert b.entry_point and re.fullmatch(r"selector\.backends\.[a-z0-9_]+:[A-Z]\w+", b.entry_point)
+            assert b.entry_point and re.fullmatch(r"selector\.backends\.wrappers\.[a-z0-9_]+:[A-Z]\w+", b.entry_point)
             assert b.implements and set(b.implements) <= set(schema.QUANTS), b.name
             assert Path(b.file).name == f"{b.name}.yaml"
 

@@ -222,7 +222,7 @@ def test_explain_json_shape(runs):
             assert reason["message"] and reason["source"]
         if c["status"] in ("selected", "eligible"):
             assert c["reasons"] == []
-    assert d["entry_point"] == "selector.backends.flashinfer_cutlass:CutlassMoE"
+    assert d["entry_point"] == "selector.backends.wrappers.flashinfer_cutlass:CutlassMoE"
     usable = sum(s in ("selected", "eligible", "opt_in") for s in statuses.values())
     assert d["summary"].startswith(f"{usable}/{len(MOE)} backends usable")
 

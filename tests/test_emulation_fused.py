@@ -1,4 +1,4 @@
-"""The emulation's fused Triton MoE (``backends/nvfp4_moe_triton.py``) against the grouped emulation.
+"""The emulation's fused Triton MoE (``backends/kernels/nvfp4_moe_triton.py``) against the grouped emulation.
 
 The kernels run in Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, a child process, as
 tests/test_emulation_grouped.py runs the quantizer). They take the grouped emulation's rounding
@@ -21,12 +21,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
 from selector.backends import reference as R  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
+from selector.backends.reference import emulate as EM  # noqa: E402
 
 _CHILD = """
 import sys, torch
-from selector.backends import nvfp4 as nv
+from selector.backends.formats import nvfp4 as nv
 from selector.backends.reference import emulate_moe
 E, k, H, I, T = {shape}
 seed = {seed}
@@ -99,7 +100,7 @@ def test_fused_matches_grouped_emulation_every_activation_in_the_interpreter():
 def test_route_blocks_cover_every_routed_row_once():
     """The block table: every routed (token, slot) row in exactly one block of its expert, blocks
     at most BLOCK_M rows, the surplus blocks marked -1, unrouted rows in none (seeded sweep)."""
-    from selector.backends.nvfp4_moe_triton import route_blocks
+    from selector.backends.kernels.nvfp4_moe_triton import route_blocks
     for seed in range(20):
         g = torch.Generator().manual_seed(seed)
         E = int(torch.randint(1, 40, (1,), generator=g))
@@ -129,7 +130,7 @@ def test_route_blocks_kernel_gives_the_torch_table():
     form on every block a program reads (expert >= 0), and marks the same blocks unused."""
     code = textwrap.dedent("""
         import torch
-        from selector.backends.nvfp4_moe_triton import route_blocks
+        from selector.backends.kernels.nvfp4_moe_triton import route_blocks
         bad = 0
         for seed in range(12):
             g = torch.Generator().manual_seed(seed)
@@ -156,7 +157,7 @@ def test_route_blocks_kernel_gives_the_torch_table():
 
 def test_cpu_default_is_unchanged():
     """On the CPU the emulation never takes the fused path unless asked (fused=True)."""
-    import selector.backends.nvfp4_moe_triton as F
+    import selector.backends.kernels.nvfp4_moe_triton as F
     calls = []
     orig = F.fused_moe
     F.fused_moe = lambda *a, **k: calls.append(1)
@@ -178,13 +179,13 @@ def test_cpu_default_is_unchanged():
 def test_a_failing_default_fused_path_falls_back_to_grouped(monkeypatch):
     """By default a failure of the fused kernels warns and the call (and the device's later
     calls) run the grouped path; fused=True raises."""
-    import selector.backends.nvfp4_moe_triton as F
+    import selector.backends.kernels.nvfp4_moe_triton as F
 
     def boom(*a, **k):
         raise RuntimeError("no kernel here")
     monkeypatch.setattr(F, "fused_moe", boom)
-    monkeypatch.setattr(R, "_FUSED_FAILED", {})
-    monkeypatch.setattr(R, "_fused_default", lambda x, cd, q: str(x.device) not in R._FUSED_FAILED)
+    monkeypatch.setattr(EM, "_FUSED_FAILED", {})
+    monkeypatch.setattr(EM, "_fused_default", lambda x, cd, q: str(x.device) not in EM._FUSED_FAILED)
     g = torch.Generator().manual_seed(0)
     w = nv.MoEWeights(nv.quantize(torch.randn(2, 32, 32, generator=g), global_dims=1),
                       nv.quantize(torch.randn(2, 32, 16, generator=g), global_dims=1))
@@ -193,7 +194,7 @@ def test_a_failing_default_fused_path_falls_back_to_grouped(monkeypatch):
     ref = R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16", fused=False)
     with pytest.warns(RuntimeWarning, match="no kernel here"):
         y = R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16")
-    assert torch.equal(y, ref) and "cpu" in R._FUSED_FAILED
+    assert torch.equal(y, ref) and "cpu" in EM._FUSED_FAILED
     assert torch.equal(R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16"), ref)  # no second try
     with pytest.raises(RuntimeError, match="no kernel here"):
         R.emulate_moe(x, w, tw, ti, quant="nvfp4_w4a16", fused=True)

@@ -1,5 +1,5 @@
 """The grouped emulation (issue 24, item 6: per-expert launch overhead on the H200): the routed
-experts run in groups as batched GEMMs (``backends.reference._emulate_moe_grouped``, the default on
+experts run in groups as batched GEMMs (``backends.reference.emulate._emulate_moe_grouped``, the default on
 CUDA). It must give the per-expert loop's values: on the CPU the same bits, for every scheme,
 activation-scale form, group size, gating, FC1 order and quantizer."""
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
-from selector.backends import reference as R  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
+from selector.backends.reference import emulate as R  # noqa: E402
+from selector.backends.reference import route  # noqa: E402
 
 
 def _problem(E, I, H, T, K, gated, seed=0):
@@ -21,7 +22,7 @@ def _problem(E, I, H, T, K, gated, seed=0):
     w13 = torch.randn(E, (2 if gated else 1) * I, H, generator=g)
     w2 = torch.randn(E, H, I, generator=g)
     x = torch.randn(T, H, generator=g).bfloat16()
-    tw, ti = R.route(torch.randn(T, E, generator=g), K)
+    tw, ti = route(torch.randn(T, E, generator=g), K)
     ti[0, 0] = -1  # an unrouted slot
     return nv.quantize(w13, global_dims=1), nv.quantize(w2, global_dims=1), x, tw, ti, g
 
@@ -71,8 +72,8 @@ def test_triton_quantizer_with_one_scale_per_expert_in_the_interpreter():
     pytest.importorskip("triton")
     code = """
 import torch
-from selector.backends import nvfp4 as nv
-from selector.backends import nvfp4_triton as T
+from selector.backends.formats import nvfp4 as nv
+from selector.backends.kernels import nvfp4_triton as T
 g = torch.Generator().manual_seed(0)
 a = torch.randn(3, 5, 64, generator=g) * torch.exp2(torch.randint(-12, 12, (3, 5, 4, 1),
                                                      generator=g).float()).repeat_interleave(16, -1).view(3, 5, 64)

@@ -116,7 +116,7 @@ def test_every_backend_is_named_once_by_every_engine():
             assert all(e.source for e in entries.values())
             # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
             # _scaled_mm (vLLM's RowWise kernel is ROCm-only), the grouped FP8 MoE and the direct
-            # calls of FlashInfer's SM90 FP8 kernels (backends/flashinfer_fp8.py)
+            # calls of FlashInfer's SM90 FP8 kernels (backends/wrappers/flashinfer_fp8.py)
             assert (entries["vllm"].name is None) == (b.name in SELECTOR_ONLY), b.name
             assert all(e.source for e in entries.values())
 

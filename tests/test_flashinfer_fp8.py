@@ -1,4 +1,4 @@
-"""selector's direct calls of FlashInfer's SM90 FP8 kernels (backends/flashinfer_fp8.py), on this
+"""selector's direct calls of FlashInfer's SM90 FP8 kernels (backends/wrappers/flashinfer_fp8.py), on this
 machine: the gate refuses them where the GPU is not SM 9.0 (with every reason), and on an H200
 preset their prepare builds the operands FlashInfer takes, as vLLM builds them for the same kernel
 (the kernels themselves run on the H200: tests/test_kernel_inputs.py, `doctor --verify`)."""
@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import fp8  # noqa: E402
-from selector.backends._base import BackendUnavailable  # noqa: E402
-from selector.backends.flashinfer_fp8 import (  # noqa: E402
+from selector.backends.formats import fp8  # noqa: E402
+from selector.backends.wrappers._base import BackendUnavailable  # noqa: E402
+from selector.backends.wrappers.flashinfer_fp8 import (  # noqa: E402
     BlockScaleSm90Linear,
     BmmFp8CudnnLinear,
     BmmFp8Linear,

@@ -1,5 +1,5 @@
-"""backends/fp8_act_quant.py: the one-launch Triton activation quantizer gives the torch form's
-codes and scales bit for bit (``backends.fp8.quantize_activation`` with
+"""backends/kernels/fp8_act_quant.py: the one-launch Triton activation quantizer gives the torch form's
+codes and scales bit for bit (``backends.formats.fp8.quantize_activation`` with
 ``SELECTOR_FP8_ACT_QUANT=torch``), on every scheme, odd sizes, rows of zeros and saturating
 inputs. CUDA (SM >= 8.9) with triton only; on the CPU the dispatch stays on the torch form."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import fp8  # noqa: E402
+from selector.backends.formats import fp8  # noqa: E402
 
 QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 
@@ -35,7 +35,7 @@ def _cuda_fp8() -> bool:
                                    (1024, 1000)])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_fused_equals_the_torch_form(monkeypatch, quant, shape, dtype):
-    from selector.backends import fp8_act_quant
+    from selector.backends.kernels import fp8_act_quant
     g = torch.Generator(device="cuda").manual_seed(hash((quant, shape, dtype)) % 2 ** 31)
     x = (torch.randn(shape, generator=g, device="cuda") * 3).to(getattr(torch, dtype))
     x[0, : min(5, shape[1])] = 0
@@ -58,11 +58,11 @@ def test_fused_equals_the_torch_form(monkeypatch, quant, shape, dtype):
 @pytest.mark.skipif(not _cuda_fp8(), reason="needs a CUDA GPU of SM >= 8.9 and triton")
 @pytest.mark.parametrize("m", [1, 5, 16])
 def test_split_k_decode_gemm_matches_the_reference(m):
-    """triton_block_fp8 at decode splits K (backends/triton_fp8.py split_k): the same result as
+    """triton_block_fp8 at decode splits K (backends/wrappers/triton_fp8.py split_k): the same result as
     one split up to float32 summation order, and within verify's FP8 linear bound of the
     float64 reference, with and without a bias."""
     from selector.backends.reference import reference_fp8_linear
-    from selector.backends.triton_fp8 import _sm_count, block_fp8_matmul, split_k
+    from selector.backends.wrappers.triton_fp8 import _sm_count, block_fp8_matmul, split_k
     from selector.inspect.verify import BOUNDS
     g = torch.Generator(device="cuda").manual_seed(m)
     n, k = 320, 2176  # 5 tiles of 64 columns, 17 K blocks: two splits, a partial last block
@@ -89,8 +89,8 @@ def test_split_k_in_one_launch_is_deterministic_and_leaves_its_counters_at_zero(
     """Split-K sums its partials in the launch (the split that arrives last, in a fixed order):
     repeated calls are bit-identical, a CUDA graph's replays equal the eager call, two streams
     at once each get their own counters, and every counter is back at zero afterwards."""
-    from selector.backends import triton_fp8
-    from selector.backends.triton_fp8 import scaled_fp8_matmul
+    from selector.backends.wrappers import triton_fp8
+    from selector.backends.wrappers.triton_fp8 import scaled_fp8_matmul
     g = torch.Generator(device="cuda").manual_seed(3)
     n, k = 4096, 14336  # Llama-3.1-8B's down_proj: 64 tiles, split-K at decode
     w = fp8.make_linear_weights(torch.randn(n, k, generator=g, device="cuda") / k ** 0.5,
@@ -140,7 +140,7 @@ def test_split_k_in_one_launch_is_deterministic_and_leaves_its_counters_at_zero(
 # -- the tile and split-K choices on the host (no GPU: what decides them, both sides of each bound)
 
 def test_split_k_splits_decode_only_when_the_output_has_few_tiles():
-    from selector.backends.triton_fp8 import split_k
+    from selector.backends.wrappers.triton_fp8 import split_k
     # Llama-3.1-8B's down_proj (N 4096: 64 tiles of 64) on 132 SMs, 112 K blocks: 5 splits
     assert split_k(1, 4096, 112, 64, 132) == 5 and split_k(16, 4096, 112, 64, 132) == 5
     assert split_k(17, 4096, 112, 64, 132) == 1  # past decode: one split
@@ -150,7 +150,7 @@ def test_split_k_splits_decode_only_when_the_output_has_few_tiles():
 
 
 def test_scaled_tile_config_takes_the_prefill_tile_where_it_fits(monkeypatch):
-    from selector.backends import triton_fp8
+    from selector.backends.wrappers import triton_fp8
     cuda = torch.device("cuda", 0)
     big = triton_fp8.LARGE_SCALED_SMEM
     assert big == 3 * (128 + 256) * 128 == 147456
@@ -172,7 +172,7 @@ def test_scaled_tile_config_takes_the_prefill_tile_where_it_fits(monkeypatch):
 
 
 def test_split_workspace_on_the_cpu():
-    from selector.backends.triton_fp8 import _split_workspace
+    from selector.backends.wrappers.triton_fp8 import _split_workspace
     like = torch.empty(3, 5)
     assert _split_workspace(1, 3, 5, 1, like) == (like, like)
     ws, locks = _split_workspace(4, 3, 5, 2, like)
@@ -181,7 +181,7 @@ def test_split_workspace_on_the_cpu():
 
 
 def test_the_per_token_launch_reads_a_decode_row_once_and_prefill_rows_in_chunks():
-    from selector.backends.fp8_act_quant import PREFILL_ROWS, _row_launch
+    from selector.backends.kernels.fp8_act_quant import PREFILL_ROWS, _row_launch
     assert _row_launch(1, 14336) == (16384, 16)  # one read, 16 warps
     assert _row_launch(PREFILL_ROWS, 14336) == (16384, 16)
     assert _row_launch(1, 4096) == (4096, 4) and _row_launch(1, 200) == (256, 4)
@@ -207,7 +207,8 @@ def test_the_kernels_under_the_interpreter():
     import textwrap
     code = textwrap.dedent("""
         import torch
-        from selector.backends import fp8, fp8_act_quant as aq
+        from selector.backends.formats import fp8
+        from selector.backends.kernels import fp8_act_quant as aq
         g = torch.Generator().manual_seed(0)
         for shape in [(1, 200), (2, 16400), (67, 300), (70, 1000), (3, 96)]:
             x = (torch.randn(shape, generator=g) * 3).bfloat16()
@@ -242,7 +243,7 @@ def test_the_kernels_under_the_interpreter():
 
 def test_cpu_tensors_outside_the_interpreter_are_refused_by_name(monkeypatch):
     pytest.importorskip("triton")
-    from selector.backends import fp8_act_quant
+    from selector.backends.kernels import fp8_act_quant
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="fp8_act_quant runs on CUDA tensors"):
         fp8_act_quant.quantize_activation(torch.ones(2, 8), "fp8_channel")

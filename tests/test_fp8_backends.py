@@ -18,15 +18,15 @@ from helpers import cpu_row_wise_scaled_mm
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import fp8  # noqa: E402
-from selector.backends._base import BackendUnavailable  # noqa: E402
+from selector.backends.formats import fp8  # noqa: E402
 from selector.backends.reference import (  # noqa: E402
     reference_fp8_linear,
     reference_fp8_moe,
     reference_linear,
     route,
 )
-from selector.backends.torch_scaled_mm import (  # noqa: E402
+from selector.backends.wrappers._base import BackendUnavailable  # noqa: E402
+from selector.backends.wrappers.torch_scaled_mm import (  # noqa: E402
     TorchBlockWiseLinear,
     TorchChannelWiseLinear,
     TorchPerTensorLinear,
@@ -104,7 +104,7 @@ def test_scale_is_a_float32_multiply_by_the_reciprocal():
     assert not torch.equal(s, amax / 448.0)  # the two differ in the last bit for some amax
     if CUDA:
         assert torch.equal(fp8._scale_from_amax(amax.cuda()).cpu(), s)
-        from selector.backends import verify_child as C
+        from selector.backends.children import verify_child as C
         x, _ = C.build_fp8_linear({"num_tokens": 67, "hidden_size": 256, "out_features": 256},
                                   "fp8_block", 0)
         a, sa = fp8.quantize_activation(x, "fp8_block")
@@ -181,7 +181,7 @@ def test_a_wrong_scale_is_far_outside_the_bound():
     bad = fp8.Fp8LinearWeights(w.weight, s, "fp8_channel")
     impl = TorchRowWiseLinear(quant="fp8_channel", selector_overrides=H200)
     ref = reference_fp8_linear(x.double(), w, compute_dtype=torch.float64)
-    from selector.backends.verify_child import measure
+    from selector.backends.children.verify_child import measure
     got = measure(impl.apply(x, impl.prepare(bad)), ref, None)
     assert got["gain_err"] > BOUNDS["linear", "fp8_channel"].gain_err
 
@@ -215,7 +215,7 @@ def test_prepare_refuses_other_schemes_and_formats():
     x, w = _layer("fp8_block")
     with pytest.raises(ValueError, match="the weights are fp8_block"):
         TorchPerTensorLinear(quant="fp8_tensor", selector_overrides=H200).prepare(w)
-    with pytest.raises(ValueError, match="expected backends.fp8.Fp8LinearWeights"):
+    with pytest.raises(ValueError, match="expected backends.formats.fp8.Fp8LinearWeights"):
         TorchPerTensorLinear(quant="fp8_tensor", selector_overrides=H200).prepare(w.weight)
 
 
@@ -276,7 +276,7 @@ def _sm90() -> bool:
 @pytest.mark.skipif(not _sm90(), reason="torch's block-scaled _scaled_mm runs on SM 9.0 only")
 @pytest.mark.parametrize("n,k", [(144, 272), (256, 256), (256, 768), (512, 1024), (256, 7168)])
 def test_block_wise_and_triton_on_the_gpu(n, k):
-    from selector.backends.triton_fp8 import TritonBlockFp8Linear
+    from selector.backends.wrappers.triton_fp8 import TritonBlockFp8Linear
     x, w = _layer("fp8_block", n=n, k=k, t=67, device="cuda")
     ref = reference_fp8_linear(x.double(), w, compute_dtype=torch.float64)
     bound = BOUNDS["linear", "fp8_block"]
@@ -296,9 +296,9 @@ def test_triton_kernel_under_the_interpreter():
     pytest.importorskip("triton")
     code = textwrap.dedent("""
         import torch
-        from selector.backends import fp8
+        from selector.backends.formats import fp8
         from selector.backends.reference import reference_fp8_linear
-        from selector.backends.triton_fp8 import block_fp8_matmul
+        from selector.backends.wrappers.triton_fp8 import block_fp8_matmul
         g = torch.Generator().manual_seed(0)
         w = fp8.make_linear_weights(torch.randn(144, 272, generator=g) / 16, "fp8_block",
                                     bias=torch.randn(144, generator=g))
@@ -327,9 +327,9 @@ def test_triton_layers_apply_under_the_interpreter():
     pytest.importorskip("triton")
     code = textwrap.dedent("""
         import torch
-        from selector.backends import fp8
+        from selector.backends.formats import fp8
         from selector.backends.reference import reference_fp8_linear
-        from selector.backends.triton_fp8 import (TritonBlockFp8Linear, TritonScaledFp8Linear,
+        from selector.backends.wrappers.triton_fp8 import (TritonBlockFp8Linear, TritonScaledFp8Linear,
                                                   block_fp8_matmul, scaled_fp8_matmul)
         over = ["platform=h200", "platform.packages.triton=3.6.0", "platform.packages.torch=2.11.0"]
         g = torch.Generator().manual_seed(1)
@@ -384,9 +384,9 @@ def test_triton_scaled_kernel_under_the_interpreter():
     pytest.importorskip("triton")
     code = textwrap.dedent("""
         import torch
-        from selector.backends import fp8
+        from selector.backends.formats import fp8
         from selector.backends.reference import reference_fp8_linear
-        from selector.backends.triton_fp8 import scaled_fp8_matmul
+        from selector.backends.wrappers.triton_fp8 import scaled_fp8_matmul
         g = torch.Generator().manual_seed(0)
         for q in ("fp8_channel", "fp8_tensor_dynamic", "fp8_tensor"):
             x = torch.randn(37, 272, generator=g).bfloat16()
@@ -414,7 +414,7 @@ def test_triton_scaled_kernel_under_the_interpreter():
 def test_triton_scaled_on_the_gpu(quant, t):
     """triton_scaled_fp8 on CUDA (split-K at t <= 16; the 128 x 256 prefill tile from 2,048 rows
     where the GPU has the shared memory) within verify's bound, odd sizes, a bias."""
-    from selector.backends.triton_fp8 import TritonScaledFp8Linear
+    from selector.backends.wrappers.triton_fp8 import TritonScaledFp8Linear
     x, w = _layer(quant, n=144, k=272, t=t, device="cuda")
     ref = reference_fp8_linear(x.double(), w, compute_dtype=torch.float64)
     bound = BOUNDS["linear", quant]
@@ -465,7 +465,7 @@ def test_fp8_moe_reference_routes_and_quantizes(quant):
 
 
 def test_grouped_mm_is_cuda_only_in_torch():
-    from selector.backends.torch_grouped_fp8 import TorchGroupedFp8MoE
+    from selector.backends.wrappers.torch_grouped_fp8 import TorchGroupedFp8MoE
     x, w, tw, ti = _moe("fp8_channel")
     impl = TorchGroupedFp8MoE(quant="fp8_channel", activation="silu", selector_overrides=H200)
     p = impl.prepare(w)  # the gate passes on the H200 preset; the kernel is CUDA-only
@@ -476,7 +476,7 @@ def test_grouped_mm_is_cuda_only_in_torch():
 @pytest.mark.skipif(not _sm90(), reason="torch's FP8 grouped GEMM runs on SM 9.0 only")
 @pytest.mark.parametrize("quant", fp8.MOE_QUANTS)
 def test_grouped_fp8_moe_on_the_gpu(quant):
-    from selector.backends.torch_grouped_fp8 import TorchGroupedFp8MoE
+    from selector.backends.wrappers.torch_grouped_fp8 import TorchGroupedFp8MoE
     x, w, tw, ti = _moe(quant, device="cuda", E=16, T=67, K=4)
     impl = TorchGroupedFp8MoE(quant=quant, activation="silu", selector_overrides=["platform=auto"])
     y = impl.apply(x, impl.prepare(w), tw, ti)
@@ -510,11 +510,11 @@ def test_verify_runs_fp8_cases_for_the_torch_backends():
 
 
 def test_verify_measures_a_torch_backend_on_this_machine():
-    from selector.backends import verify_child as C
+    from selector.backends.children import verify_child as C
     from selector.inspect import verify as V
     case = V.Case("linear", "fp8_channel", reference_quant="fp8_channel", bias=True)
     spec = {"overrides": H200, "config_dirs": [], "backend": "torch_row_wise", "op": "linear",
-            "entry_point": "selector.backends.torch_scaled_mm:TorchRowWiseLinear"}
+            "entry_point": "selector.backends.wrappers.torch_scaled_mm:TorchRowWiseLinear"}
     r = C.run_case(spec, case.spec(0))
     assert V.judge("torch_row_wise", case, dict(r, outcome="measured")).status == "OK", r
 
@@ -542,10 +542,10 @@ def test_backends_of_disjoint_schemes_may_share_an_engine_name():
 
 
 def test_linear_input_checks_shape_and_dtype():
-    """backends.fp8.linear_input: the input check both FP8 linear backends (torch _scaled_mm,
+    """backends.formats.fp8.linear_input: the input check both FP8 linear backends (torch _scaled_mm,
     Triton block) run before quantizing."""
     torch = pytest.importorskip("torch")
-    from selector.backends.fp8 import linear_input
+    from selector.backends.formats.fp8 import linear_input
     lead, x2 = linear_input(torch.zeros(2, 3, 8, dtype=torch.bfloat16), 8)
     assert lead == (2, 3) and tuple(x2.shape) == (6, 8)
     with pytest.raises(ValueError, match=r"x has shape \[2, 4\]; expected \[\.\.\., 8\]"):

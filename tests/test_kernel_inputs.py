@@ -1,5 +1,5 @@
 """Kernel inputs (issue 36): every FP8 backend's prepare/apply and the references check their
-inputs in one place, backends/validate.py, and a careless input is a ValueError naming the
+inputs in one place, backends/common/validate.py, and a careless input is a ValueError naming the
 tensor, the value and what is accepted; zero tokens give an empty output.
 
 One regression per example of the issue (each failed before the fix: a silent wrong answer, a
@@ -20,16 +20,17 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from selector.backends import fp8, validate  # noqa: E402
+from selector.backends.common import validate  # noqa: E402
+from selector.backends.formats import fp8  # noqa: E402
 from selector.backends.reference import reference_fp8_linear, reference_fp8_moe, route  # noqa: E402
-from selector.backends.torch_grouped_fp8 import TorchGroupedFp8MoE  # noqa: E402
-from selector.backends.torch_scaled_mm import (  # noqa: E402
+from selector.backends.wrappers.torch_grouped_fp8 import TorchGroupedFp8MoE  # noqa: E402
+from selector.backends.wrappers.torch_scaled_mm import (  # noqa: E402
     TorchBlockWiseLinear,
     TorchChannelWiseLinear,
     TorchPerTensorLinear,
     TorchRowWiseLinear,
 )
-from selector.backends.triton_fp8 import TritonBlockFp8Linear, TritonScaledFp8Linear  # noqa: E402
+from selector.backends.wrappers.triton_fp8 import TritonBlockFp8Linear, TritonScaledFp8Linear  # noqa: E402
 from selector.inspect.verify import BOUNDS  # noqa: E402
 
 H200 = ["platform=h200", "stack=vllm_0_32"]  # every FP8 backend passes its gate there
@@ -201,7 +202,7 @@ def test_an_option_a_backend_does_not_take_is_named():
 
 
 def test_validate_accepted_options_follow_kw_up_the_mro():
-    from selector.backends.emulation import EmulationMoE
+    from selector.backends.wrappers.emulation import EmulationMoE
     got = validate.accepted_options(EmulationMoE)
     assert {"compute_dtype", "fc1_input_scale", "quant", "decision", "layer"} <= set(got)
 
@@ -242,7 +243,7 @@ FLASHINFER = SM90 and importlib.util.find_spec("flashinfer") is not None
 
 
 def _fi_linear_cases():
-    from selector.backends.flashinfer_fp8 import BlockScaleSm90Linear, BmmFp8CudnnLinear, BmmFp8Linear
+    from selector.backends.wrappers.flashinfer_fp8 import BlockScaleSm90Linear, BmmFp8CudnnLinear, BmmFp8Linear
     cases = [(BlockScaleSm90Linear, "fp8_block"), (BmmFp8Linear, "fp8_tensor"),
              (BmmFp8Linear, "fp8_tensor_dynamic")]
     if importlib.util.find_spec("cudnn") is not None:
@@ -256,7 +257,7 @@ def _fi_linear_cases():
 @given(data=st.data(), m=st.integers(0, 40), lead=st.sampled_from([(), (2,)]),
        bias=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_flashinfer_linear_inputs_match_the_reference(data, m, lead, bias, seed):
-    """selector's direct FlashInfer backends (backends/flashinfer_fp8.py) on the GPU: random valid
+    """selector's direct FlashInfer backends (backends/wrappers/flashinfer_fp8.py) on the GPU: random valid
     inputs against the reference (block: K a multiple of 128 and N of 64, the kernel's sizes)."""
     cls, quant = data.draw(st.sampled_from(_fi_linear_cases()))
     if quant == "fp8_block":

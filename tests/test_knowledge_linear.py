@@ -145,8 +145,8 @@ def test_a_wrapper_says_which_schemes_it_computes():
     """flashinfer_cutlass implements fp8_tensor (vLLM builds FlashInferFP8ScaledMMLinearKernel),
     but selector's CutlassLinear computes NVFP4 only: built for an FP8 layer it says so, instead
     of handing FP8 weights to an FP4 GEMM."""
-    from selector.backends.flashinfer_cutlass import CutlassLinear
-    from selector.backends.marlin import MarlinLinear
+    from selector.backends.wrappers.flashinfer_cutlass import CutlassLinear
+    from selector.backends.wrappers.marlin import MarlinLinear
     CutlassLinear(quant="nvfp4")
     for cls in (CutlassLinear, MarlinLinear):
         with pytest.raises(NotImplementedError, match="computes nvfp4, nvfp4_w4a16 layers, "

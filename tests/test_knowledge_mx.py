@@ -94,8 +94,8 @@ def test_an_mx_layer_is_not_applicable_to_nvfp4_only_backends():
 def test_the_nvfp4_wrappers_refuse_to_prepare_an_mx_layer():
     """The catalogue's flashinfer_trtllm implements MXFP4 (vLLM runs it), but this project's
     TrtllmMoE prepares NVFP4 weights only: it says so instead of running an NVFP4 kernel."""
-    from selector.backends.flashinfer_trtllm import TrtllmMoE
-    from selector.backends.marlin import MarlinMoE
+    from selector.backends.wrappers.flashinfer_trtllm import TrtllmMoE
+    from selector.backends.wrappers.marlin import MarlinMoE
     for cls in (TrtllmMoE, MarlinMoE):
         with pytest.raises(NotImplementedError, match="computes nvfp4, nvfp4_w4a16 layers, not mxfp4"):
             cls(quant="mxfp4")

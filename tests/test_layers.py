@@ -1,9 +1,11 @@
-"""The layout shows the layers (docs/architecture.md): every module of selector/ belongs to one
-layer, imports only go down (or stay inside the module's own package), and no two modules import
-each other through any path. Imports inside functions count: a lazy import hides a dependency, it
-does not remove it. Imports only for type checkers (`if TYPE_CHECKING:`) count too: a type is a
-dependency (what drives a Selector from below takes core.protocols.SelectorLike). Only a package
-face's lazy re-export of its own modules (`selector.__getattr__`) does not count."""
+"""The layout shows the layers (docs/architecture.md): every module of selector/ belongs to one layer
+and every module of backends/ to one floor (``backends.FLOORS``), imports only go down (or stay
+inside the module's own package), no two modules import each other through any path, and selector
+never imports backends (it names them by entry-point strings only). Imports inside functions count:
+a lazy import hides a dependency, it does not remove it. Imports only for type checkers (`if
+TYPE_CHECKING:`) count too: a type is a dependency (what drives a Selector from below takes
+core.protocols.SelectorLike). Only a package face's lazy re-export of its own modules
+(`selector.__getattr__`) does not count."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from selector.backends import FLOORS
+
 ROOT = Path(__file__).resolve().parent.parent / "selector"
+BACKENDS_ROOT = ROOT.parent / "backends"
 
 # bottom to top; a module may import its own package and the layers below it
 LAYERS = ("core", "config", "inspect", "checkpoint", "api", "distributed", "engines", "commands",
@@ -29,54 +34,67 @@ def layer_of(module: str) -> str:
     raise AssertionError(f"{module}: in no layer (add its package to LAYERS and docs/architecture.md)")
 
 
-def modules() -> dict[str, Path]:
+def floor_of(module: str) -> str:
+    """A backends module's floor: its sub-package (``selector.backends`` itself, the face, is below
+    them all: it holds FLOORS and imports nothing)."""
+    parts = module.split(".")
+    if module == "selector.backends":
+        return "face"
+    if parts[2] in FLOORS:
+        return parts[2]
+    raise AssertionError(f"{module}: on no floor (add its sub-package to backends.FLOORS)")
+
+
+def modules(root: Path = ROOT, package: str = "selector") -> dict[str, Path]:
     out = {}
-    for p in sorted(ROOT.rglob("*.py")):
-        rel = p.relative_to(ROOT.parent).with_suffix("")
-        name = ".".join(rel.parts)
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).with_suffix("")
+        name = ".".join((package,) + rel.parts)
         out[name.removesuffix(".__init__")] = p
     return out
 
 
 MODULES = modules()
+BACKEND_MODULES = modules(BACKENDS_ROOT, "selector.backends")
 
 
-def _targets(cur: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+def _targets(cur: str, node: ast.Import | ast.ImportFrom, mods: dict[str, Path] = MODULES) -> set[str]:
+    """The modules of ``mods`` that ``node`` (in module ``cur``) imports."""
     if isinstance(node, ast.ImportFrom):
         if node.level:
-            base = cur.split(".") if MODULES[cur].name == "__init__.py" else cur.split(".")[:-1]
+            base = cur.split(".") if mods[cur].name == "__init__.py" else cur.split(".")[:-1]
             base = base[: len(base) - (node.level - 1)]
             target = ".".join(base + ([node.module] if node.module else []))
         else:
             target = node.module or ""
         names = [f"{target}.{a.name}" for a in node.names]
-        found = {n for n in names if n in MODULES}
+        found = {n for n in names if n in mods}
         if len(found) < len(names):
             found.add(target)
     else:
         found = {a.name for a in node.names}
     out = set()
     for t in found:
-        while t and t not in MODULES:
+        while t and t not in mods:
             t = t.rpartition(".")[0]
         if t and t != cur:
             out.add(t)
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(mods: dict[str, Path] = MODULES) -> dict[str, set[str]]:
     g: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
+    for name, path in mods.items():
         tree = ast.parse(path.read_text())
         edges: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                edges |= _targets(name, node)
+                edges |= _targets(name, node, mods)
         if name == "selector":  # the face's __getattr__ re-exports lazily; its top level counts
             edges = set()
             for node in tree.body:
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    edges |= _targets(name, node)
+                    edges |= _targets(name, node, mods)
         g[name] = edges
     return g
 
@@ -98,8 +116,44 @@ def test_imports_only_go_down() -> None:
     assert not bad, "imports that go up a layer:\n" + "\n".join(bad)
 
 
+def test_every_backends_module_has_a_floor() -> None:
+    for name in BACKEND_MODULES:
+        floor_of(name)
+
+
+def test_backends_imports_only_go_down() -> None:
+    rank = {floor: i for i, floor in enumerate(("face",) + FLOORS)}
+    bad = []
+    for name, edges in graph(BACKEND_MODULES).items():
+        for dep in sorted(edges):
+            a, b = floor_of(name), floor_of(dep)
+            if rank[b] > rank[a]:
+                bad.append(f"{name} ({a}) imports {dep} ({b})")
+    assert not bad, "imports that go up a floor:\n" + "\n".join(bad)
+
+
+def test_selector_never_imports_backends() -> None:
+    """selector names a backend by its entry-point string only (resolved on request)."""
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if isinstance(node, ast.ImportFrom) and node.module == "selector":
+                    names = [f"selector.{a.name}" for a in node.names]
+                bad += [f"{name} imports {n}" for n in names if n.split(".")[:2] == ["selector", "backends"]]
+    assert not bad, "\n".join(bad)
+
+
 def test_no_import_cycle() -> None:
-    g = graph()
+    _no_cycle(graph())
+
+
+def test_backends_no_import_cycle() -> None:
+    _no_cycle(graph(BACKEND_MODULES))
+
+
+def _no_cycle(g: dict[str, set[str]]) -> None:
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -159,3 +213,22 @@ def test_a_lazy_cycle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(MODULES, "selector.core.errors", fake)
     with pytest.raises(AssertionError, match="import cycles"):
         test_no_import_cycle()
+
+
+def test_an_upward_backends_import_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A floor that imports one above it (here the input check importing a wrapper, lazily) fails,
+    and so does the cycle it closes."""
+    fake = tmp_path / "validate.py"
+    fake.write_text((BACKENDS_ROOT / "common" / "validate.py").read_text()
+                    + "\ndef _f():\n    from ..wrappers._base import KernelBackend\n")
+    monkeypatch.setitem(BACKEND_MODULES, "selector.backends.common.validate", fake)
+    with pytest.raises(AssertionError, match="common.validate \\(common\\) imports "
+                                             "selector.backends.wrappers._base \\(wrappers\\)"):
+        test_backends_imports_only_go_down()
+    with pytest.raises(AssertionError, match="import cycles"):
+        test_backends_no_import_cycle()
+
+
+def test_a_backends_module_off_the_floors_is_found() -> None:
+    with pytest.raises(AssertionError, match="on no floor"):
+        floor_of("selector.backends.misc.helpers")

@@ -159,9 +159,9 @@ def test_a_fork_inside_an_import_keeps_the_childs_own_import(tmp_path, monkeypat
 # entry points and distribution metadata
 
 def test_an_entry_point_whose_module_lacks_the_class_is_bad_input():
-    with pytest.raises(SelectorError, match="module 'selector.backends.emulation' has no "
+    with pytest.raises(SelectorError, match="module 'selector.backends.wrappers.emulation' has no "
                                             "attribute 'NoSuchKernel'"):
-        entry_points.load_entry_point("selector.backends.emulation:NoSuchKernel", "k.entry_point")
+        entry_points.load_entry_point("selector.backends.wrappers.emulation:NoSuchKernel", "k.entry_point")
 
 
 def _dist(tmp_path, dirname: str, files: dict) -> entry_points.Dist:

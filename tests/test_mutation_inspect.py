@@ -62,7 +62,7 @@ def test_a_gain_over_its_bound_names_where(case, unit):
 # verify: one backend's cases, the child process faked (run_child returns its outcome)
 
 class _Backend:
-    name, op, entry_point = "fake", "linear", "selector.backends.emulation:EmulationLinear"
+    name, op, entry_point = "fake", "linear", "selector.backends.wrappers.emulation:EmulationLinear"
 
 
 CASES = [Case("linear", "nvfp4", reference_quant="nvfp4"),

@@ -161,7 +161,7 @@ def test_each_quant_scheme_is_found_back_from_its_vllm_quantkey_pair(monkeypatch
 # probe_specs
 
 def _declaration(**over):
-    conf = {"name": "mut.test_probe", "func": "selector.backends.probes.import_probes:import_attr",
+    conf = {"name": "mut.test_probe", "func": "selector.backends.children.probes.import_probes:import_attr",
             "description": "a test probe", "source": "test", "imports": [], "requires": {}}
     conf.update(over)
     return conf

@@ -1,12 +1,12 @@
-"""NVFP4 quantize/dequantize and scale layouts (backends.nvfp4), against float64 and FlashInfer's own code."""
+"""NVFP4 quantize/dequantize and scale layouts (backends.formats.nvfp4), against float64 and FlashInfer's own code."""
 import math
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
-from selector.backends.nvfp4 import codec  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
+from selector.backends.formats.nvfp4 import codec  # noqa: E402
 
 GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
@@ -230,7 +230,7 @@ def test_mma_layout_equals_flashinfer_convert_sf_to_mma_layout():
 def test_nvfp4_module_imports_no_torch():
     import subprocess
     import sys
-    code = "import sys, backends.nvfp4, backends.reference, backends.prepare; print('torch' in sys.modules)"
+    code = "import sys, backends.formats.nvfp4, backends.reference, backends.prepare; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=__import__("pathlib").Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "False"
@@ -331,7 +331,7 @@ def test_chunked_quantize_and_dequantize_equal_one_pass(monkeypatch):
 
 def test_flashinfer_dynamic_global_scale_refuses_nan_too():
     """The FlashInfer paths' dynamic activation scale had the same ``amax > 0`` pattern."""
-    from selector.backends._flashinfer import dynamic_gscale
+    from selector.backends.wrappers._flashinfer import dynamic_gscale
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(34))
     assert float(dynamic_gscale(x)) == pytest.approx(2688 / float(x.abs().max()), rel=1e-6)
     assert float(dynamic_gscale(torch.zeros(4, 64))) == 1.0

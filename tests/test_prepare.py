@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
 from selector.backends import prepare as P  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
 
 F64 = torch.float64
 E, H, I = 4, 128, 64
@@ -164,7 +164,7 @@ def test_b12x_mma_layout_uses_flashinfer_when_present():
         from flashinfer.cute_dsl import convert_sf_to_mma_layout  # noqa: F401
         expect = "flashinfer.cute_dsl.convert_sf_to_mma_layout"
     except Exception:
-        expect = "backends.nvfp4.to_mma_layout"
+        expect = "backends.formats.nvfp4.to_mma_layout"
     assert p.mma_layout_source == expect
     own = P.prepare_b12x_moe(W, use_flashinfer_layout=False)
     assert own.w13_sf_mma.shape == p.w13_sf_mma.shape == (32, 4, 1, 4, 2, E)

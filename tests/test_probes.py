@@ -1,4 +1,4 @@
-"""The deep probes (backends/probes) and their runner (selector/inspect/probing.py), without the CLI.
+"""The deep probes (backends/children/probes) and their runner (selector/inspect/probing.py), without the CLI.
 
 Fast: the metadata probes run on throwaway dist-info dirs, and the child-process runner on
 throwaway packages (a child that imports a small module takes a fraction of a second). The
@@ -16,7 +16,7 @@ from doctor_fixtures import make_broken_packages, make_dist
 from helpers import REPO, cli_env, load
 
 from selector import SelectorError
-from selector.backends.probes import _util, metadata_probes
+from selector.backends.children.probes import _util, metadata_probes
 from selector.core import probe_specs as registry
 from selector.inspect import probing
 
@@ -264,7 +264,7 @@ def test_b12x_gemm_source_check_finds_calls_to_removed_dsl_apis(tmp_path, monkey
     dsl = _util.dist_version("nvidia-cutlass-dsl")
     if dsl is None:
         pytest.skip("nvidia-cutlass-dsl is not installed")
-    from selector.backends.probes import flashinfer_probes
+    from selector.backends.children.probes import flashinfer_probes
     cute = importlib.import_module("cutlass.cute")
     (tmp_path / "old_b12x_kernel.py").write_text(
         "class Sm120B12xBlockScaledDenseGemmKernel:\n"

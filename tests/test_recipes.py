@@ -29,7 +29,7 @@ def test_add_a_backend(tmp_path):
     conf = _backend(tmp_path, "my_kernel", (
         'description: "a test kernel"\n'
         "rank: 900\n"
-        "entry_point: selector.backends.flashinfer_cutlass:CutlassMoE\n"
+        "entry_point: selector.backends.wrappers.flashinfer_cutlass:CutlassMoE\n"
         "preference:\n"
         '  - when: {devices: ["12.x"], max_num_tokens: 32}\n'
         "    rank: 1\n"
@@ -144,9 +144,9 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
 
-import selector.backends  # noqa: E402
 import selector.engines  # noqa: E402
-from selector.backends import _base  # noqa: E402
+from selector.backends import wrappers  # noqa: E402
+from selector.backends.wrappers import _base  # noqa: E402
 from selector.commands.check import check_tree  # noqa: E402
 from selector.config import dirs  # noqa: E402, F401
 from selector.core import packaged  # noqa: E402
@@ -158,7 +158,7 @@ _PACKAGED = packaged.packaged_conf_dir
 @pytest.fixture
 def copy(tmp_path, monkeypatch):
     """A copy of the packaged catalogue used as the packaged one, plus a folder whose modules
-    import as selector.backends.* and selector.engines.* (where a recipe's code goes)."""
+    import as selector.backends.wrappers.* and selector.engines.* (where a recipe's code goes)."""
     conf = tmp_path / "conf"
     shutil.copytree(REPO_CONF, conf, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
     for mod in [m for n, m in list(sys.modules.items()) if n.startswith("selector.")
@@ -167,14 +167,13 @@ def copy(tmp_path, monkeypatch):
     code = tmp_path / "code"
     (code / "backends").mkdir(parents=True)
     (code / "engines").mkdir()
-    monkeypatch.setattr(selector.backends, "__path__",
-                        list(selector.backends.__path__) + [str(code / "backends")])
+    monkeypatch.setattr(wrappers, "__path__", list(wrappers.__path__) + [str(code / "backends")])
     monkeypatch.setattr(selector.engines, "__path__",
                         list(selector.engines.__path__) + [str(code / "engines")])
     _base._catalogue_entries.cache_clear()
     yield conf, code
     _base._catalogue_entries.cache_clear()
-    for m in [m for m in sys.modules if m.startswith(("selector.backends.my_", "selector.engines.my_"))]:
+    for m in [m for m in sys.modules if m.startswith(("selector.backends.wrappers.my_", "selector.engines.my_"))]:
         del sys.modules[m]
 
 
@@ -202,7 +201,7 @@ BACKEND_YAML = """
     description: "my kernel: the reference path under another name"
     rank: 95
     execution: reference
-    entry_point: selector.backends.my_kernel:MyKernelMoE
+    entry_point: selector.backends.wrappers.my_kernel:MyKernelMoE
     rules:
       - kind: activation
         values: [silu]
@@ -255,7 +254,7 @@ def test_recipe_backend_missing_steps(copy):
     shutil.rmtree(code / "backends")
     (code / "backends").mkdir()
     _add_backend(conf, code, implementation=False)  # step 2 missing: the implementation
-    assert "selector.backends.my_kernel:MyKernelMoE" in _problems(check_tree([], []))
+    assert "selector.backends.wrappers.my_kernel:MyKernelMoE" in _problems(check_tree([], []))
     _add_backend(conf, code, engines=False)  # step 3 missing: a name per engine
     report = check_tree([], [])
     assert "catalogue.moe.my_kernel has no engines.sglang, engines.vllm entry" in \
@@ -453,11 +452,11 @@ def test_a_backend_file_declares_its_own_probes(copy):
     path.write_text(path.read_text().replace("rules:\n", textwrap.dedent('''\
         probes:
           - name: my_kernel.module_shadowing
-            func: selector.backends.probes.metadata_probes:module_shadowing
+            func: selector.backends.children.probes.metadata_probes:module_shadowing
             description: "a top-level b12x module belongs to the b12x distribution"
             source: "test recipe"
           - name: my_kernel.triton
-            func: selector.backends.probes.import_probes:triton_importable
+            func: selector.backends.children.probes.import_probes:triton_importable
             imports: [json]
             description: "import triton works"
             source: "test recipe"
@@ -478,7 +477,7 @@ def test_a_backend_file_declares_its_own_probes(copy):
         probe_specs.DECLARED.pop("my_kernel.triton", None)
     # a declaration without its function is refused, naming the key
     path.write_text(path.read_text().replace(
-        "    func: selector.backends.probes.metadata_probes:module_shadowing\n", ""))
+        "    func: selector.backends.children.probes.metadata_probes:module_shadowing\n", ""))
     assert "catalogue.moe.my_kernel.probes[0].func" in _problems(check_tree([], []))
     probe_specs.DECLARED.pop("my_kernel.triton", None)
 
@@ -490,7 +489,7 @@ RECIPE_YAML = """
     rank: 95
     execution: native
     implements: [nvfp4]
-    entry_point: selector.backends.my_kernel:MyKernelMoE
+    entry_point: selector.backends.wrappers.my_kernel:MyKernelMoE
     rules:
       - kind: device
         devices: ["12.x"]
@@ -557,7 +556,7 @@ def test_recipe_backend_breaks_no_other_test(tmp_path):
                     "commit", "-q", "--no-verify", "-m", "the tree before the recipe"],
                    cwd=repo, check=True)
     _write(repo / "conf" / "backend" / "moe" / "my_kernel.yaml", RECIPE_YAML)
-    _write(repo / "backends" / "my_kernel.py", BACKEND_PY)
+    _write(repo / "backends" / "wrappers" / "my_kernel.py", BACKEND_PY)
     kc = repo / "tests" / "knowledge_cases.py"
     text = kc.read_text()
     for anchor, line in RECIPE_EXPECTATIONS:
@@ -575,7 +574,7 @@ def test_recipe_backend_breaks_no_other_test(tmp_path):
     changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
                              cwd=repo, capture_output=True, text=True, check=True).stdout
     changed = sorted(ln[3:] for ln in changed.splitlines())
-    by_hand = ["backends/my_kernel.py", "conf/backend/moe/my_kernel.yaml", "tests/knowledge_cases.py"]
+    by_hand = ["backends/wrappers/my_kernel.py", "conf/backend/moe/my_kernel.yaml", "tests/knowledge_cases.py"]
     import importlib.util
     spec = importlib.util.spec_from_file_location("regen", repo / "tools" / "regen.py")
     regen = importlib.util.module_from_spec(spec)

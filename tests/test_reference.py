@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
-from selector.backends.emulation import EmulationLinear, EmulationMoE  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
 from selector.backends.reference import reference_linear, reference_moe, route  # noqa: E402
+from selector.backends.wrappers.emulation import EmulationLinear, EmulationMoE  # noqa: E402
 
 F64 = torch.float64
 

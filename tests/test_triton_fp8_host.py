@@ -1,4 +1,4 @@
-"""backends/triton_fp8.py on the host, no GPU: the tile choices at their bounds, the shape checks
+"""backends/wrappers/triton_fp8.py on the host, no GPU: the tile choices at their bounds, the shape checks
 that refuse an operand before any launch (each on its own), and which schemes each class builds
 and prepares (a preset SM 9.0 platform passes the device gate; the kernels themselves run in
 Triton's interpreter in tests/test_fp8_backends.py and on the GPU there)."""
@@ -9,8 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from selector.backends import fp8, triton_fp8  # noqa: E402
-from selector.backends.triton_fp8 import (  # noqa: E402
+from selector.backends.formats import fp8  # noqa: E402
+from selector.backends.wrappers import triton_fp8  # noqa: E402
+from selector.backends.wrappers.triton_fp8 import (  # noqa: E402
     TritonBlockFp8Linear,
     TritonScaledFp8Linear,
     block_fp8_matmul,

@@ -288,7 +288,7 @@ def twin(tmp_path_factory):
     (conf / "backend" / "linear").mkdir(parents=True)
     (conf / "backend" / "linear" / "emulation_twin.yaml").write_text(
         'description: "emulation again, ranked first"\nrank: 1\n'
-        "entry_point: selector.backends.emulation:EmulationLinear\nimplements: [nvfp4]\n"
+        "entry_point: selector.backends.wrappers.emulation:EmulationLinear\nimplements: [nvfp4]\n"
         "rules: []\n")
     return conf
 
@@ -684,7 +684,7 @@ def test_graph_replays_time_the_gpu_not_the_host():
     """A tiny matmul: eager events measure the launch (several us); graph replays of many calls
     give the GPU's per-call time, smaller, and the timer says which ran."""
     torch = _cuda()
-    from selector.backends import tune_child
+    from selector.backends.children import tune_child
     dev = torch.device("cuda")
     a = torch.randn(16, 256, device=dev, dtype=torch.bfloat16)
     b = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
@@ -701,7 +701,7 @@ def test_graph_replays_time_the_gpu_not_the_host():
 
 def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_says_why():
     torch = _cuda()
-    from selector.backends import tune_child
+    from selector.backends.children import tune_child
     dev = torch.device("cuda")
     x = torch.randn(64, device=dev)
 

@@ -154,7 +154,7 @@ def test_entry_point_outside_backends_is_refused_before_import(tmp_path, marker,
 
 
 @pytest.mark.parametrize("entry_point", ["selector.backends..{m}:Boom", "selector.backends.{m}:Boom",
-                                         "selector.backends.probes.{m}:Boom", "backends.{m}:Boom"])
+                                         "selector.backends.children.probes.{m}:Boom", "backends.{m}:Boom"])
 def test_backends_namespace_does_not_reach_sys_path(tmp_path, marker, entry_point):
     """`backends.<x>` resolves inside the project's package only, never a module of that name
     elsewhere on sys.path: `check` reports it cannot be imported."""
@@ -204,8 +204,8 @@ def test_broken_plugin_metadata_does_not_break_selector(tmp_path, monkeypatch):
     catalogues.reset()
     try:
         assert not allowed("this:X")
-        assert allowed("selector.backends.marlin:MarlinMoE")
-        assert not allowed("backends.marlin:MarlinMoE")
+        assert allowed("selector.backends.wrappers.marlin:MarlinMoE")
+        assert not allowed("backends.wrappers.marlin:MarlinMoE")
     finally:
         catalogues.reset()
 

@@ -64,7 +64,7 @@ def test_outcome_in_cli_json():
 # 3. From decision to a running backend --------------------------------------------------------
 def test_instantiate_prepare_apply_emulation_on_cpu():
     torch = pytest.importorskip("torch")
-    from selector.backends import nvfp4 as nv
+    from selector.backends.formats import nvfp4 as nv
     from selector.backends.reference import route
     d = load("platform=cpu", "layer.hidden_size=256", "layer.intermediate_size=128",
              "layer.num_experts=8", "layer.top_k=2").default()

@@ -1,4 +1,4 @@
-"""``backends.validate.once``: per-call checks of a layer's persistent tensors are cached on the
+"""``backends.common.validate.once``: per-call checks of a layer's persistent tensors are cached on the
 tensor's identity and version, so an in-place change is checked again and a freed tensor leaves
 nothing behind."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import validate  # noqa: E402
-from selector.backends.reference import _check_scale_arg  # noqa: E402
+from selector.backends.common import validate  # noqa: E402
+from selector.backends.reference.nvfp4 import _check_scale_arg  # noqa: E402
 
 
 def test_computed_once_per_version_and_dropped_with_the_tensor():

@@ -1,4 +1,4 @@
-"""`doctor --verify` and `explain probe=verify` (selector.inspect.verify, selector.backends.verify_child).
+"""`doctor --verify` and `explain probe=verify` (selector.inspect.verify, selector.backends.children.verify_child).
 
 On this CPU machine only `emulation` passes its rules: it verifies OK with its (small, non-zero)
 errors shown. Deliberately wrong backends, supplied the way a user would (a --config-dir backend
@@ -232,8 +232,9 @@ def test_bounds_admit_kernel_roundings_and_refuse_garbage():
     """A correct W4A4 MoE kernel that keeps its intermediate in bf16 re-quantizes some FC2 input
     elements to the neighbouring FP4 code: inside the bound. A flipped sign is far outside."""
     torch = pytest.importorskip("torch")
-    from selector.backends.reference import _act_input, activation_fn, reference_moe
-    from selector.backends.verify_child import build_moe, compare
+    from selector.backends.children.verify_child import build_moe, compare
+    from selector.backends.reference import activation_fn, reference_moe
+    from selector.backends.reference.nvfp4 import _act_input
     case = verify.Case("moe", "nvfp4", "silu", True, "nvfp4")
     x, w, tw, ti = build_moe(dict(verify.SHAPES["moe"]["aligned"]), "nvfp4", True, "silu", 0)
     ref = reference_moe(x.to(torch.float64), w, tw, ti, activation="silu", quant="nvfp4",

@@ -7,10 +7,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
 from selector.backends import prepare as P  # noqa: E402
-from selector.backends.emulation import EmulationLinear, EmulationMoE  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
 from selector.backends.reference import emulate_moe, reference_linear, reference_moe, route  # noqa: E402
+from selector.backends.wrappers.emulation import EmulationLinear, EmulationMoE  # noqa: E402
 
 
 def _moe(gated=True, E=4, H=64, I=32, seed=0):
@@ -105,7 +105,7 @@ def test_reference_refuses_them_too():
 def test_emulation_keeps_no_copy_and_matches_the_reference(quant, gated, act):
     """prepare caches nothing (before: float32 weights, 7.1x the checkpoint); apply expands only
     the routed experts, in bf16, and agrees with the float64 reference within verify's bound."""
-    from selector.backends.verify_child import compare
+    from selector.backends.children.verify_child import compare
     from selector.inspect import verify
     w = _moe(gated, E=8)
     if quant == "nvfp4_w4a16":
@@ -127,7 +127,7 @@ def test_emulation_keeps_no_copy_and_matches_the_reference(quant, gated, act):
 
 def test_emulation_expands_only_the_routed_experts(monkeypatch):
     """An expert no token is routed to is never dequantized."""
-    import selector.backends.reference as R
+    import selector.backends.reference.emulate as R
     seen = []
     real = R.dequantize_unit
 
@@ -165,8 +165,8 @@ def test_triton_dequantization_equals_the_torch_path():
     import sys
     code = """
 import torch
-from selector.backends import nvfp4 as nv
-from selector.backends import nvfp4_triton as T
+from selector.backends.formats import nvfp4 as nv
+from selector.backends.kernels import nvfp4_triton as T
 assert T.available()
 x = torch.randn(3, 16, 96)
 x[0, 0, :16] = 0

@@ -121,7 +121,7 @@ def test_every_accepted_activation_clamp_size_and_bias_is_a_case(tmp_path):
     import selector
     (tmp_path / "backend" / "moe").mkdir(parents=True)
     (tmp_path / "backend" / "moe" / "anyact.yaml").write_text(
-        "rank: 1\nentry_point: selector.backends.emulation:EmulationMoE\nimplements: [nvfp4]\n"
+        "rank: 1\nentry_point: selector.backends.wrappers.emulation:EmulationMoE\nimplements: [nvfp4]\n"
         "rules:\n  - kind: package\n    package: torch\n    source: tests/test_verify_zoo.py\n")
     sel = selector.load([], config_dirs=[str(tmp_path)])
     cases, _ = verify.cases_for(sel, "moe", sel.catalogue.get("moe", "emulation"))
@@ -191,7 +191,7 @@ def test_problem_inputs_have_no_rounding_midpoints():
     differed, a whole FP4 step, and that noise hid the subtle bugs)."""
     import torch
     mk = zoo._zoo()
-    from selector.backends import verify_child as vc
+    from selector.backends.children import verify_child as vc
     from selector.backends.reference import exact_quantizer
     for seed in range(3):
         shape = verify.SHAPES["moe"]["aligned"]
@@ -211,7 +211,7 @@ def test_tile_fit_is_not_fooled_by_a_scale_free_family():
     nothing: the ridge keeps the per-tile fit finite there, and a real one-tile error is found."""
     import torch
 
-    from selector.backends import verify_child as vc
+    from selector.backends.children import verify_child as vc
     case = verify.Case("moe", "nvfp4_w4a16", "silu", True, "nvfp4_w4a16")
     spec = {"op": "moe", "backend": "emulation", "overrides": [], "config_dirs": []}
     (x, w, tw, ti), ref, parts, _, extras = vc.problem(spec, case.spec(0))
@@ -234,13 +234,13 @@ def test_tile_fit_is_not_fooled_by_a_scale_free_family():
 
 def test_flashinfer_shared_fc2_scale_is_the_reference_for_its_backends():
     """FlashInfer's CUTLASS, CuTe-DSL and TRT-LLM MoE quantize FC2's input with the max of the
-    experts' a2 (backends/prepare.py _static_scales): a correct kernel doing so is OK against
+    experts' a2 (backends/prepare/swizzled.py _static_scales): a correct kernel doing so is OK against
     their reference, and FAILs against the per-expert one the others get (the problem's a2 differ
     by up to 8x between experts)."""
     import torch
     mk = zoo._zoo()
-    from selector.backends import nvfp4 as nv
-    from selector.backends import verify_child as vc
+    from selector.backends.children import verify_child as vc
+    from selector.backends.formats import nvfp4 as nv
 
     class SharedA2(mk.SimMoE):
         def mutate(self, w):
@@ -282,7 +282,7 @@ def test_fp8_moe_problem_parts_sum_to_the_reference_and_expert0_is_small():
     fp8_tensor's a2 differ per expert."""
     import torch
 
-    from selector.backends import verify_child as vc
+    from selector.backends.children import verify_child as vc
     case = verify.Case("moe", "fp8_tensor", "silu", True, "fp8_tensor")
     spec = {"op": "moe", "backend": "torch_grouped_fp8", "overrides": [], "config_dirs": []}
     (x, w, tw, ti), ref, parts, _, extras = vc.problem(spec, case.spec(0))

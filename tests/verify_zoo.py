@@ -31,7 +31,7 @@ def _zoo():
 _CASES: Dict[str, list] = {}
 
 
-#: the FP8 MoE schemes the zoo runs (verify's FP8 MoE problems: backends/verify_problems.py)
+#: the FP8 MoE schemes the zoo runs (verify's FP8 MoE problems: backends/children/verify_problems.py)
 FP8_MOE_QUANTS = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 
 
@@ -77,7 +77,7 @@ def cases(op: str) -> list:
 
 def run(op: str, cls, case, seed: int) -> Dict[str, Any]:
     """The verify child's measurement of one kernel class on one case and seed."""
-    from selector.backends import verify_child as vc
+    from selector.backends.children import verify_child as vc
     real = cls.__module__.startswith("selector.")  # a real kernel (torch_grouped_fp8), not a sim
     spec = {"op": case.op, "backend": "torch_grouped_fp8" if real else "emulation",
             "entry_point": f"{cls.__module__}:{cls.__name__}", "overrides": [],
@@ -94,7 +94,7 @@ _PROBLEMS: Dict[Any, Any] = {}
 def _cached_problems() -> None:
     """The verify child's problems (with their references) memoized in this process: the kernels
     of one case and seed share them (the tasks come grouped so)."""
-    from selector.backends import verify_child as vc
+    from selector.backends.children import verify_child as vc
     if getattr(vc.problem, "_zoo_cached", False):
         return
     original = vc.problem

@@ -239,7 +239,8 @@ def main() -> int:
     pp = root / "pyproject.toml"
     pkgs = ["selector"] + [f"selector.{d.name}" for d in sorted((root / "selector").iterdir())
                            if (d / "__init__.py").is_file()]
-    pkgs += ["selector.conf", "selector.backends", "selector.backends.probes"]
+    pkgs += ["selector.conf"] + ["selector." + ".".join(i.parent.relative_to(root).parts)
+                                 for i in sorted((root / "backends").rglob("__init__.py"))]
     body = "\n" + "".join(f'    "{x}",\n' for x in pkgs)
     pp.write_text(re.sub(r"^packages = \[[^\]]*\]", f"packages = [{body}]", pp.read_text(), flags=re.M))
     print(f"relayout: moved {len(MOVES)} modules, rewrote {changed} files")

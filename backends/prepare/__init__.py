@@ -13,7 +13,7 @@ for the differences listed in ``docs/backends.md`` ("Deliberate differences from
 other difference. Every input is validated first (:func:`moe_shape`, :func:`linear_shape`): one
 ``ValueError`` naming the tensor, what was expected and what was given.
 
-Checkpoint form: :class:`backends.nvfp4.MoEWeights` / :class:`backends.nvfp4.LinearWeights`
+Checkpoint form: :class:`backends.formats.nvfp4.MoEWeights` / :class:`backends.formats.nvfp4.LinearWeights`
 (ModelOpt conventions, ``w13`` rows ``[gate; up]``).
 
 The package: ``common`` (checks, shared tensor operations), ``fold`` (global scale into block
@@ -21,7 +21,7 @@ scales), one module per family of schemes (``b12x``, ``swizzled``, ``marlin``, `
 """
 from __future__ import annotations
 
-from ..nvfp4 import NVFP4Tensor
+from ..formats.nvfp4 import NVFP4Tensor
 from .b12x import (
     B12xMoEPrepared,
     B12xNativeMoEPrepared,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
-from ..nvfp4 import (
+from ..formats.nvfp4 import (
     E4M3_REL_HALF_ULP,
     LinearWeights,
     MoEWeights,

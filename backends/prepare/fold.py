@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..nvfp4 import (
+from ..formats.nvfp4 import (
     E4M3_MAX,
     E4M3_MIN_NORMAL,
     _bcast,
@@ -127,4 +127,4 @@ def _mma(sf, k: int, E: int, use_flashinfer: bool):
     """The MMA view of swizzled ``[E, rows_pad, cols_pad]`` scales, and who computed it."""
     if use_flashinfer:
         return flashinfer_mma_layout(sf.reshape(E * sf.shape[1], sf.shape[2]), sf.shape[1], k, E)
-    return to_mma_layout(sf, sf.shape[1], k, E), "backends.nvfp4.to_mma_layout"
+    return to_mma_layout(sf, sf.shape[1], k, E), "backends.formats.nvfp4.to_mma_layout"

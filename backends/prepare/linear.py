@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
-from ..nvfp4 import (
+from ..formats.nvfp4 import (
     LinearWeights,
     MoEWeights,
     _torch,

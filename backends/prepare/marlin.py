@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from ..nvfp4 import (
+from ..formats.nvfp4 import (
     LinearWeights,
     MoEWeights,
     NVFP4Tensor,

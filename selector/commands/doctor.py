@@ -9,7 +9,7 @@ What this machine is and what could run on it:
   same Resolver that `explain` uses.
 
 Without --deep nothing is imported (well under a second). --deep runs the probes the catalogue
-declares (backends.probes, through selector.inspect.probing: one child process per library group, with
+declares (backends.children.probes, through selector.inspect.probing: one child process per library group, with
 a time limit, import times reported), plus torch's own view of CUDA; a failed probe turns into
 a `feature` rejection of the backends that declare it, exactly as `explain probe=deep` does.
 

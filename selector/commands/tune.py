@@ -4,7 +4,7 @@ write the profile that `policy.preference=measured` ranks by (docs/tuning.md).
 For the configured layer (`layer=`, `layer.*` overrides), each `--layer k=v,...` variant of it,
 or every quantized layer kind of `--model DIR`, at each `--tokens` count: the backends that
 pass their rules here are verified first (`selector doctor --verify`'s machinery, cached per
-machine), and each that passes is timed in a child process (selector.backends.tune_child) with
+machine), and each that passes is timed in a child process (selector.backends.children.tune_child) with
 warm-up, CUDA events on CUDA and perf_counter on the CPU; the profile keeps the median and the
 p10-p90 spread per backend and cell, keyed by this machine (GPU, driver, CUDA, package
 versions). Exit status: 0 when at least one backend was timed, 1 when none could be, 2 on bad

@@ -1,6 +1,6 @@
 """Deep probes of the installed kernel stack: the registry (probe name -> ProbeSpec).
 
-The specs are data: each names its function as "module:function" in selector.backends.probes,
+The specs are data: each names its function as "module:function" in selector.backends.children.probes,
 imported only in the child process that runs it (selector.inspect.probe_child).
 
 A backend's config lists the probes that must pass for it to run here (`probes:` in
@@ -76,7 +76,7 @@ class ProbeSpec:
 
 def _fi(name: str, func: str, description: str, since: str = "", source: str = "") -> ProbeSpec:
     req = (("flashinfer-python", f">={since}" if since else ""),)
-    return ProbeSpec(name, f"selector.backends.probes.flashinfer_probes:{func}", "torch", description,
+    return ProbeSpec(name, f"selector.backends.children.probes.flashinfer_probes:{func}", "torch", description,
                      _TORCH_STACK, req, source=source)
 
 
@@ -100,29 +100,29 @@ PROBES: Dict[str, ProbeSpec] = {p.name: p for p in (
     _fi("flashinfer.cute_dsl_sf_layout", "cute_dsl_sf_layout",
         "flashinfer.cute_dsl.convert_sf_to_mma_layout (called once on a CPU tensor)", "0.6.4",
         "FlashInfer #2398; vLLM FlashInferB12xExperts"),
-    ProbeSpec("torch.cuda", "selector.backends.probes.import_probes:torch_cuda", "torch",
+    ProbeSpec("torch.cuda", "selector.backends.children.probes.import_probes:torch_cuda", "torch",
               "torch's CUDA build, and the GPU it sees compared with NVML's", ("torch",),
               (("torch", ""),)),
-    ProbeSpec("triton.importable", "selector.backends.probes.import_probes:triton_importable", "triton",
+    ProbeSpec("triton.importable", "selector.backends.children.probes.import_probes:triton_importable", "triton",
               "import triton works (flashinfer's b12x MoE imports it)", ("triton",),
               (("triton", ""),), source="flashinfer-python 0.7.4 fused_moe/cute_dsl/"
               "blackwell_sm12x (triton_compact.py imports triton)"),
-    ProbeSpec("cutlass_dsl.wheel_collision", "selector.backends.probes.metadata_probes:wheel_collision",
+    ProbeSpec("cutlass_dsl.wheel_collision", "selector.backends.children.probes.metadata_probes:wheel_collision",
               "metadata", "the nvidia-cutlass-dsl-libs-* wheels ship no same-path files with "
               "different content (RECORD hashes; no import)",
               requires=(("nvidia-cutlass-dsl", ""),),
               source="CUTLASS #3170 #3227 #3259 (fixed in 4.6.0); sglang #25958"),
-    ProbeSpec("b12x.module_shadowing", "selector.backends.probes.metadata_probes:module_shadowing",
+    ProbeSpec("b12x.module_shadowing", "selector.backends.children.probes.metadata_probes:module_shadowing",
               "metadata", "a top-level `b12x` module belongs to the b12x distribution, not to "
               "flashinfer-python's compatibility shim (find_spec; no import)",
               source="flashinfer-python 0.7.4 wheel (installs a top-level b12x module)"),
     ProbeSpec("flashinfer.declarations",
-              "selector.backends.probes.declarations:flashinfer_declarations", "torch",
+              "selector.backends.children.probes.declarations:flashinfer_declarations", "torch",
               "what flashinfer declares about itself: capability lists, mm_fp4 backends, "
               "minimum CUDA, activation sets, required nvidia-cutlass-dsl (the drift report "
               "compares them with the catalogue)", _TORCH_STACK, (("flashinfer-python", ""),),
               source="flashinfer utils.py supported_compute_capability / backend_requirement"),
-    ProbeSpec("b12x.declarations", "selector.backends.probes.declarations:b12x_declarations",
+    ProbeSpec("b12x.declarations", "selector.backends.children.probes.declarations:b12x_declarations",
               "torch", "what the native b12x distribution declares: its gating constants and "
               "requirements (the drift report compares them with the catalogue)", ("torch",),
               (("b12x", ""),), source="b12x 1.5.1 wheel _lib/gating.py"),
@@ -131,7 +131,7 @@ PROBES: Dict[str, ProbeSpec] = {p.name: p for p in (
 # Probes a backend file declares itself (`probes: [{name, func, ...}]`, schema.ProbeConf),
 # added when the file is read (model.make_backend): a new backend's probe needs no edit here.
 DECLARED: Dict[str, ProbeSpec] = {}
-_FUNC = re.compile(r"^selector\.backends\.probes\.[A-Za-z_]\w*:[A-Za-z_]\w*$")
+_FUNC = re.compile(r"^selector\.backends\.children\.probes\.[A-Za-z_]\w*:[A-Za-z_]\w*$")
 
 
 def declare(conf: Dict[str, Any], key: str, where: str) -> ProbeSpec:
@@ -142,7 +142,7 @@ def declare(conf: Dict[str, Any], key: str, where: str) -> ProbeSpec:
         raise bad_input(f"{key}.name", name, "is a registered probe's name (or has a ':'): "
                         "list it by name instead, or choose another", where=where)
     if not _FUNC.match(func):
-        raise bad_input(f"{key}.func", func, "is not selector.backends.probes.<module>:"
+        raise bad_input(f"{key}.func", func, "is not selector.backends.children.probes.<module>:"
                         "<function>", where=where)
     for m in imports:
         if not _MODULE.match(m):
@@ -182,7 +182,7 @@ def resolve(name: str) -> Optional[ProbeSpec]:
         if not _MODULE.match(module) or (attr and not _MODULE.match(attr)):
             return None
         top = module.split(".")[0]
-        return ProbeSpec(name, "selector.backends.probes.import_probes:import_attr", f"import:{top}",
+        return ProbeSpec(name, "selector.backends.children.probes.import_probes:import_attr", f"import:{top}",
                          f"import {module}" + (f" and get {attr}" if attr else ""),
                          (module,), (), top, name[len("import:"):])
     base, sep, arg = name.partition(":")

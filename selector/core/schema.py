@@ -273,7 +273,7 @@ class ProbeConf:
     `func` runs in a child process after `imports` (in-process, importing nothing, when there
     are none), and is skipped unless each `requires` distribution is installed in range."""
     name: str = _required()
-    func: str = _required("is required: selector.backends.probes.<module>:<function>")
+    func: str = _required("is required: selector.backends.children.probes.<module>:<function>")
     description: str = _required()
     source: str = _required()
     imports: List[str] = field(default_factory=list)

@@ -1,7 +1,7 @@
 """The drift report: what the catalogue claims against what the installed kernel libraries declare.
 
 `doctor --deep` runs the `flashinfer.declarations` and `b12x.declarations` probes (in the
-deep-probe child process: backends/probes/declarations.py); this module only compares their
+deep-probe child process: backends/children/probes/declarations.py); this module only compares their
 plain-data findings with the catalogue's rules, importing nothing. Each comparison is one item
 with both values and a status: `agrees`, `explained` (a deliberate difference, declared on the
 rule as `explained: [{claim, reason, source}]`) or `drift` (the catalogue is out of date: doctor

@@ -20,7 +20,7 @@ from typing import Any, Dict, NoReturn, Optional, TextIO, Tuple
 
 # The protocol markers: selector.inspect.probing and selector.inspect.verify read the JSON after them.
 MARK = "@@selector-probe@@ "
-VERIFY_MARK = "@@selector-verify@@ "  # selector.backends.verify_child's reports
+VERIFY_MARK = "@@selector-verify@@ "  # selector.backends.children.verify_child's reports
 
 
 def _probe_dirs() -> Tuple[str, ...]:
@@ -165,7 +165,7 @@ def _run_probe(out: TextIO, name: str, ctx: Dict[str, Any]) -> None:
         spec = resolve(name)
         declared = (ctx.get("declared_probes") or {}).get(name)  # a backend file's own probe
         if spec is None and not (isinstance(declared, str) and
-                                 declared.startswith("selector.backends.probes.")):
+                                 declared.startswith("selector.backends.children.probes.")):
             raise LookupError(f"unknown probe {name!r}")
         mod_name, _, fn_name = (spec.func if spec is not None else str(declared)).partition(":")
         fn = getattr(importlib.import_module(mod_name), fn_name)

@@ -4,7 +4,7 @@ The parent side of `selector tune` (selector.commands.tune): which machine a pro
 (`machine_key`, verify's fingerprint without what a timing does not depend on), where this
 machine's profile lives by default, the profile a run ranks by (`active_profile`, for
 `policy.preference=measured`), and the timing children (`time_backend`): one backend's cells in a
-child process running selector.backends.tune_child, with a time limit per child and a memory
+child process running selector.backends.children.tune_child, with a time limit per child and a memory
 bound, started and read as verify's are (selector.inspect.child_runner). A crash, a hang or an
 error is that cell's `skipped` reason, never a crash of selector.
 """
@@ -26,8 +26,8 @@ from selector.inspect import child_runner
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.model import BackendSpec, RunConfig
 
-TUNE_MARK = "@@selector-tune@@ "  # selector.backends.tune_child's reports
-CHILD = "selector.backends.tune_child:main"
+TUNE_MARK = "@@selector-tune@@ "  # selector.backends.children.tune_child's reports
+CHILD = "selector.backends.children.tune_child:main"
 DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_TUNE_TIMEOUT", "300"))
 CASES_PER_CHILD = 16
 MAX_SAMPLES = 10000
@@ -119,7 +119,7 @@ def write_bytes(data: bytes, path: Union[str, Path]) -> str:
 # Bounds
 
 def estimate_bytes(op: str, layer: Mapping[str, Any]) -> int:
-    """About the peak bytes of one timing case (selector.backends.tune_child): float32 master
+    """About the peak bytes of one timing case (selector.backends.children.tune_child): float32 master
     weights and their quantized copy, the bf16 activation and output, twice for the backend's
     own copies (a prepared layout, a dequantized weight)."""
     T = int(layer.get("num_tokens") or 1)

@@ -3,7 +3,7 @@
 Metadata and imports can pass while a kernel returns garbage (FlashInfer #3294, #2723: releases
 without SM12x cubins; CUTLASS MoE garbage on GB10). `selector doctor --verify` and `explain
 probe=verify` run every backend that passes its rules on this machine, once per case (op, quant
-scheme, gated or not), in a child process with a time limit (selector.backends.verify_child,
+scheme, gated or not), in a child process with a time limit (selector.backends.children.verify_child,
 named only by its "module:function"): it prepares the weights with the backend's own `prepare`,
 runs its `apply` on the device and compares with selector.backends.reference in float64 on the
 CPU. A crash, a hang or a CUDA error is a FAIL naming what happened, never a crash of selector.

@@ -1,7 +1,7 @@
 """Verify's problems and cases: the sizes, the error bounds (measured), which cases each
 backend gets (``cases_for``), and a case's ``Result``. ``selector.inspect.verify`` runs them (docs/verify.md).
 
-Imports no torch: the problems themselves are built in the child (selector.backends.verify_problems).
+Imports no torch: the problems themselves are built in the child (selector.backends.children.verify_problems).
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from selector.core.model import BackendSpec
     from selector.core.protocols import SelectorLike as Selector
 
-CHILD = "selector.backends.verify_child:main"
+CHILD = "selector.backends.children.verify_child:main"
 VERSION = 4  # of the problems, bounds and cache format: a change invalidates cached results
 STATUSES = ("OK", "FAIL", "SKIPPED")
 
-# The problems (backends/verify_child.py builds them; docs/verify.md "Problems"): "aligned" sizes
+# The problems (backends/children/verify_child.py builds them; docs/verify.md "Problems"): "aligned" sizes
 # every kernel of the catalogue accepts (multiples of 256) and "odd" ones (multiples of 16 only),
 # an odd token count, top-4 routing over 16 experts with every expert getting >= 8 tokens.
 SHAPES: Mapping[str, Mapping[str, Mapping[str, int]]] = {
@@ -54,7 +54,7 @@ class Bound:
                 "tile_err": self.tile_err, "act_err": self.act_err}
 
 
-#: the finer measures (selector.backends.verify_child.measure): name, what it is, its unit
+#: the finer measures (selector.backends.children.verify_child.measure): name, what it is, its unit
 FINE_MEASURES = (("scale_err", "scale error"), ("tile_err", "tile scale error"),
                  ("act_err", "activation confusion"))
 
@@ -68,7 +68,7 @@ FINE_MEASURES = (("scale_err", "scale error"), ("tile_err", "tile scale error"),
 # 0.00228; linear W4A16 0.00490, 0.00232, 0.000458, 0.000109; linear W4A4 0.00492, 0.00229,
 # 0.000461, 0.0000788. tests/test_verify_zoo.py re-measures.
 # FP8 linear, measured on the H200 (docs/h200.md "FP8 on the H200"; 30 seeds of every case): the
-# kernels quantize the activation with the reference's quantizer (backends/fp8.py), so a correct
+# kernels quantize the activation with the reference's quantizer (backends/formats/fp8.py), so a correct
 # kernel differs by its accumulation and its bf16 output's rounding only. Worst (max / RMS /
 # gain): torch _scaled_mm per-tensor, row-wise, channel-wise 0.00388 / 0.00175 / 0.00044.
 #: what a bound is: the measured worst times this, rounded up to 2^k or 1.5 * 2^k
@@ -80,12 +80,12 @@ BOUNDS: Mapping[Tuple[str, str], Bound] = {
     ("moe", "nvfp4"): Bound(0.5, 0.09375, 0.1875, 0.0003662109375, 0.046875, 0.005859375),
     ("linear", "nvfp4_w4a16"): Bound(0.01171875, 0.005859375, 2.0 ** -10, 2.0 ** -12),
     ("linear", "nvfp4"): Bound(0.01171875, 0.005859375, 2.0 ** -10, 0.00018310546875),
-    # FP8 linear (backends/fp8.py; the kernels quantize the activation with the reference's
+    # FP8 linear (backends/formats/fp8.py; the kernels quantize the activation with the reference's
     # quantizer, so a correct kernel differs by its accumulation and output rounding only):
     # docs/h200.md "FP8 on the H200" for the measurement
     **{("linear", q): FP8_LINEAR_BOUND for q in ("fp8_tensor", "fp8_tensor_dynamic",
                                                   "fp8_channel", "fp8_block")}}
-# FP8 MoE (backends/fp8.py Fp8MoEWeights; backends/verify_problems.py build_fp8_moe): the kernels
+# FP8 MoE (backends/formats/fp8.py Fp8MoEWeights; backends/children/verify_problems.py build_fp8_moe): the kernels
 # quantize both GEMM inputs with the reference's quantizer, so a correct kernel differs by its
 # accumulation, its bf16 FC1 output (which can move an FC2 input to the neighbouring E4M3 code)
 # and its output rounding. Measured on the H200 (python tests/verify_zoo.py --ops moe_fp8 --seeds 4

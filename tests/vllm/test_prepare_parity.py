@@ -40,8 +40,8 @@ if getattr(_vllm, "__file__", None) is None:   # this folder, seen as a namespac
                 allow_module_level=True)
 torch = pytest.importorskip("torch")
 
-from selector.backends import nvfp4 as nv  # noqa: E402
 from selector.backends import prepare as P  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
 
 # id -> (kernel, what differs, why): the rows of docs/backends.md "Deliberate differences from vLLM"
 DELIBERATE = {

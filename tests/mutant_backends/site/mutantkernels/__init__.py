@@ -11,17 +11,17 @@ by reciprocals (`cvt_warp_fp16_to_fp4`: SF = e4m3(global * amax / 6), element * 
 """
 import torch
 
-from selector.backends import nvfp4 as nv
-from selector.backends._base import MoEBackend
-from selector.backends.emulation import EmulationLinear, EmulationMoE
-from selector.backends.fp8 import Fp8MoEWeights, make_moe_weights
-from selector.backends.nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor
+from selector.backends.formats import nvfp4 as nv
+from selector.backends.formats.fp8 import Fp8MoEWeights, make_moe_weights
+from selector.backends.formats.nvfp4 import LinearWeights, MoEWeights, NVFP4Tensor
 from selector.backends.reference import (
     emulate_linear,
     emulate_moe,
     exact_quantizer,
     reference_fp8_moe,
 )
+from selector.backends.wrappers._base import MoEBackend
+from selector.backends.wrappers.emulation import EmulationLinear, EmulationMoE
 
 
 def reciprocal_quantizer(x, scale):
@@ -383,7 +383,7 @@ CORRECT = {"moe": {"sim_exact": SimMoE, "sim_reciprocal": SimReciprocalMoE},
            "moe_fp8": {"sim_fp8": SimFp8MoE}}
 if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
     # the real kernel beside the simulated one (on the CPU torch has no _scaled_grouped_mm)
-    from selector.backends.torch_grouped_fp8 import TorchGroupedFp8MoE
+    from selector.backends.wrappers.torch_grouped_fp8 import TorchGroupedFp8MoE
     CORRECT["moe_fp8"]["torch_grouped_fp8"] = TorchGroupedFp8MoE
 
 #: name -> (op, class, which cases it changes: a predicate on verify.Case, "gross" or "subtle")

@@ -2,7 +2,7 @@
 emulation, then a fixed sleep, so that a measurement must rank it after emulation."""
 import time
 
-from selector.backends.emulation import EmulationLinear
+from selector.backends.wrappers.emulation import EmulationLinear
 
 SLEEP_S = 0.25
 

@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from selector.backends.emulation import EmulationLinear, EmulationMoE
-from selector.backends.nvfp4 import LinearWeights, NVFP4Tensor
+from selector.backends.formats.nvfp4 import LinearWeights, NVFP4Tensor
+from selector.backends.wrappers.emulation import EmulationLinear, EmulationMoE
 
 
 class FlipSignMoE(EmulationMoE):

@@ -1,0 +1,325 @@
+"""The tune child process: time one backend's ``apply`` on a layer's real sizes, per token count.
+
+Started by ``selector.inspect.tuning`` (``selector tune``) with a JSON spec on stdin:
+``{"path": [...], "overrides": [...], "config_dirs": [...], "backend": name, "op":
+"moe"|"linear", "entry_point": "module:Class", "warmup": int, "repeats": int, "budget_s": float,
+"memory_bytes": int, "cases": [{"id", "layer": {...}}]}`` (the layer's ``num_tokens`` is the
+token count to run). For each case it builds random weights of the layer's sizes (quantized to
+the layer's scheme as a checkpoint holds them) and an activation, on the device (CUDA when torch
+sees one), prepares them with the backend's own ``prepare``, runs ``apply`` ``warmup`` times, then
+``repeats`` times. On CUDA (``"timer": "graph"``, the default) the call is captured into a CUDA
+graph, several times over when it is short, and each replay is timed between two CUDA events: the
+GPU's time without Python's and the launches' (eager calls below ~1,024 tokens measure the host,
+which differs up to 1.9x between two processes: docs/h200.md); a call that cannot be captured is
+timed eagerly, and the timer's name says why. ``"timer": "events"`` times each eager call between
+two CUDA events; on the CPU ``time.perf_counter`` times each call. It reports the samples
+(milliseconds per call); the parent computes the median and the spread. Correctness is not judged
+here: only backends that passed ``selector doctor --verify`` are timed.
+
+The protocol is verify's (``selector.backends.children.verify_child``): one JSON line per event on a
+private copy of stdout after TUNE_MARK; a case that raises ends the process after its report (the
+parent starts a fresh child for the rest). On the CPU the process's address space is bounded
+(``memory_bytes`` plus the interpreter's own); on CUDA a case whose weights would not fit in the
+free device memory is refused before anything is allocated.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from selector.inspect.probe_child import close_channel, emit, open_channel
+from selector.inspect.tuning import TUNE_MARK as MARK
+
+from .verify_child import _decision, _device, _unavailable, balanced_routing
+
+#: bytes the interpreter, torch and a kernel library take beyond the problem (the CPU bound)
+BASE_BYTES = 6 << 30
+
+
+class TooLarge(RuntimeError):
+    """The case's tensors would not fit in the bound (reported as `too_large`, not an error)."""
+
+
+def estimate_bytes(op: str, layer: Dict[str, Any]) -> int:
+    """About the peak bytes of building and running the case (float32 master weights, their
+    quantized copy, the activation and the output; a backend's workspace beyond that is its own).
+    Mirrored by selector.inspect.tuning.estimate_bytes (the parent refuses before starting)."""
+    from selector.inspect.tuning import estimate_bytes as parent_estimate
+    return parent_estimate(op, layer)
+
+
+def _limit_memory(memory_bytes: int, device) -> None:
+    if device.type != "cpu" or memory_bytes <= 0:
+        return
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    limit = memory_bytes + BASE_BYTES
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def _check_fits(op: str, layer: Dict[str, Any], device, memory_bytes: int) -> None:
+    need = estimate_bytes(op, layer)
+    if memory_bytes > 0 and need > memory_bytes:
+        raise TooLarge(f"needs about {need / 2**30:.1f} GiB, over the bound of "
+                       f"{memory_bytes / 2**30:.1f} GiB (--max-memory)")
+    if device.type == "cuda":
+        import torch
+        free, _ = torch.cuda.mem_get_info(device)
+        if need > 0.9 * free:
+            raise TooLarge(f"needs about {need / 2**30:.1f} GiB of device memory, "
+                           f"{free / 2**30:.1f} GiB free")
+
+
+def _x(g, T: int, H: int, device):
+    import torch
+    return torch.randn(T, H, generator=g, device=device).bfloat16()
+
+
+def build_linear(layer: Dict[str, Any], device, seed: int = 0):
+    """(x bf16 [T, K], weights) for a linear layer: K = hidden_size, N = intermediate_size."""
+    import torch
+
+    from ..formats.fp8 import FP8_MAX, FP8_QUANTS, make_linear_weights
+    from ..formats.nvfp4 import activation_scale_from_amax, quantize_linear
+    T, K, N = layer["num_tokens"], layer["hidden_size"], layer["intermediate_size"]
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = _x(g, T, K, device)
+    w = torch.randn(N, K, generator=g, device=device) / math.sqrt(K)
+    quant = layer["quant"]
+    if quant in FP8_QUANTS:
+        scale = (x.float().abs().amax() / FP8_MAX) if quant == "fp8_tensor" else None
+        return x, make_linear_weights(w, quant, input_scale=scale)
+    scale = activation_scale_from_amax(x.float()) if quant == "nvfp4" else None
+    return x, quantize_linear(w, scale)
+
+
+def _routing(g, T: int, E: int, K: int, device):
+    import torch
+    if E % K == 0:
+        tw, ti = balanced_routing(g, T, E, K)  # on the CPU generator's device
+        return tw.to(device), ti.to(device)
+    logits = torch.randn(T, E, generator=g, device=g.device)
+    w, ids = torch.topk(torch.softmax(logits, dim=-1), K, dim=-1)
+    return (w / w.sum(dim=-1, keepdim=True)).to(device), ids.to(torch.int32).to(device)
+
+
+def build_moe(layer: Dict[str, Any], device, seed: int = 0):
+    """(x, weights, topk_weights, topk_ids) for an MoE layer as one rank runs it: num_experts /
+    ep_size local experts, intermediate_size / tp_size, every token routed to top_k of them."""
+    import torch
+
+    from ..formats.fp8 import FP8_QUANTS, make_moe_weights
+    from ..formats.nvfp4 import activation_scale_from_amax, quantize_moe
+    T, H = layer["num_tokens"], layer["hidden_size"]
+    E = max(1, layer["num_experts"] // max(1, layer.get("ep_size") or 1))
+    I = max(1, layer["intermediate_size"] // max(1, layer.get("tp_size") or 1))
+    K = min(layer["top_k"], E)
+    rows = (2 if layer.get("act_and_mul", True) else 1) * I
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = _x(g, T, H, device)
+    w13 = torch.randn(E, rows, H, generator=g, device=device) / math.sqrt(H)
+    w2 = torch.randn(E, H, I, generator=g, device=device) / math.sqrt(I)
+    tw, ti = _routing(torch.Generator().manual_seed(seed), T, E, K, device)
+    quant = layer["quant"]
+    if quant in FP8_QUANTS:
+        a13 = x.float().abs().amax() / 448.0 if quant == "fp8_tensor" else None
+        a2 = torch.full((E,), 8.0 / 448.0, device=device) if quant == "fp8_tensor" else None
+        return x, make_moe_weights(w13, w2, quant, a13_scale=a13, a2_scale=a2), tw, ti
+    a13 = activation_scale_from_amax(x.float()) if quant == "nvfp4" else None
+    a2 = torch.full((E,), 8.0 / (6 * 448), device=device) if quant == "nvfp4" else None
+    return x, quantize_moe(w13, w2, a13, a2), tw, ti
+
+
+#: GPU time one timed graph replay should span at least (ms): short calls are captured several
+#: times into one graph so that the two events' resolution (~0.5 us) and the replay's own launch
+#: are small beside it
+GRAPH_TARGET_MS = 1.0
+#: calls captured into one graph at most
+GRAPH_MAX_CALLS = 64
+
+
+def _sync(device) -> None:
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _warm(fn, device, warmup: int) -> float:
+    """Seconds per eager call over `warmup` untimed calls (host time: the budget's estimate)."""
+    t0 = time.perf_counter()
+    for _ in range(max(1, warmup)):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / max(1, warmup)
+
+
+def _count(per_call_s: float, repeats: int, budget_s: float) -> int:
+    """`repeats`, or fewer (at least 3) when that many calls of `per_call_s` exceed the budget."""
+    n = repeats if per_call_s * repeats <= budget_s else max(3, int(budget_s / max(per_call_s,
+                                                                                     1e-9)))
+    return min(n, repeats)
+
+
+def _capture(fn, calls: int):
+    """A CUDA graph of `calls` back-to-back calls of `fn` (torch's recipe: a side stream warmed
+    first, then the capture on it)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
+def _replays(graph, n: int) -> List[float]:
+    """Milliseconds of each of `n` replays of `graph`, each between two CUDA events."""
+    import torch
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(n)]
+    for start, end in pairs:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    return [float(start.elapsed_time(end)) for start, end in pairs]
+
+
+def time_graph(fn, device, warmup: int, repeats: int, budget_s: float) -> List[float]:
+    """Milliseconds per call from CUDA-graph replays: the GPU's time without the host's (as an
+    engine runs decode). One call is captured and replayed to measure it; then as many calls as
+    make a replay span GRAPH_TARGET_MS (at most GRAPH_MAX_CALLS) are captured into one graph, and
+    each of the `repeats` replays, timed between two events, gives one sample (its time over the
+    calls it holds). Raises when `fn` cannot be captured (a host synchronisation, an allocation
+    the capture refuses): the caller falls back to eager events."""
+    _warm(fn, device, warmup)
+    one = _capture(fn, 1)
+    probe = _replays(one, 3)
+    per_call_ms = max(min(probe), 1e-4)
+    calls = max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_TARGET_MS / per_call_ms)))
+    graph = one if calls == 1 else _capture(fn, calls)
+    if graph is not one:
+        del one
+    n = _count(per_call_ms * calls / 1e3, repeats, budget_s)
+    _replays(graph, 2)  # the first replays upload the graph
+    return [t / calls for t in _replays(graph, n)]
+
+
+def time_calls(fn, device, warmup: int, repeats: int, budget_s: float) -> List[float]:
+    """Milliseconds of each of `repeats` eager calls after `warmup` untimed ones, each alone
+    between two CUDA events (on CUDA) or `time.perf_counter` (on the CPU); fewer (at least 3)
+    when the warm-up shows that `repeats` would not fit in `budget_s`."""
+    import torch
+    n = _count(_warm(fn, device, warmup), repeats, budget_s)
+    if device.type == "cuda":
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(n)]
+        for start, end in pairs:
+            start.record()
+            fn()
+            end.record()
+        _sync(device)
+        return [float(start.elapsed_time(end)) for start, end in pairs]
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+def timed(fn, device, spec: Dict[str, Any]) -> Tuple[List[float], str]:
+    """(samples in ms, the timer's name) as `spec["timer"]` asks: "graph" (the default) times
+    CUDA-graph replays on CUDA and falls back to eager CUDA events, naming why, when the call
+    cannot be captured; "events" times each eager call between CUDA events. On the CPU both are
+    `time.perf_counter` around each call."""
+    args = (int(spec.get("warmup", 5)), int(spec.get("repeats", 24)),
+            float(spec.get("budget_s", 10.0)))
+    if device.type != "cuda":
+        return time_calls(fn, device, *args), "perf_counter"
+    if str(spec.get("timer") or "graph") == "graph":
+        try:
+            return time_graph(fn, device, *args), "cuda_graph"
+        except Exception as exc:  # noqa: BLE001 - not capturable: eager events say so
+            import torch
+            torch.cuda.synchronize(device)  # a device error (not a capture refusal) raises here
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:120]
+            return time_calls(fn, device, *args), f"cuda_events (graph capture failed: {why})"
+    return time_calls(fn, device, *args), "cuda_events"
+
+
+def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, Any]:
+    """Build, prepare, time: the samples of one case (raises on failure)."""
+    from selector.core.entry_points import load_entry_point
+    op = spec["op"]
+    layer = case["layer"]
+    device, device_text = _device()
+    _check_fits(op, layer, device, int(spec.get("memory_bytes") or 0))
+    cls = cls or load_entry_point(spec["entry_point"])
+    kwargs: Dict[str, Any] = {"quant": layer["quant"], "decision": _decision(
+        spec, op, {k: v for k, v in layer.items() if k != "op"})}
+    if op == "moe":
+        kwargs.update(activation=layer["activation"], act_and_mul=layer["act_and_mul"])
+        if layer.get("swiglu_limit") is not None:
+            kwargs["swiglu_limit"] = layer["swiglu_limit"]
+    impl = cls(**kwargs)
+    if op == "moe":
+        x, w, tw, ti = build_moe(layer, device)
+        prepared = impl.prepare(w)
+
+        def call() -> Any:
+            return impl.apply(x, prepared, tw, ti)
+    else:
+        x, w = build_linear(layer, device)
+        prepared = impl.prepare(w)
+
+        def call() -> Any:
+            return impl.apply(x, prepared)
+    if call() is None:
+        raise TypeError(f"{spec['entry_point']}.apply returned None, not a tensor")
+    samples, timer = timed(call, device, spec)
+    return {"samples_ms": samples, "device": device_text, "timer": timer}
+
+
+def main() -> None:
+    out, spec = open_channel(MARK)
+    device: Optional[Any] = None
+    try:
+        device, _ = _device()
+        _limit_memory(int(spec.get("memory_bytes") or 0), device)
+    except Exception:  # noqa: BLE001 - the cases report what is wrong
+        pass
+    for case in spec.get("cases") or []:
+        emit(out, MARK, event="case", phase="start", id=case.get("id"))
+        t0 = time.perf_counter()
+        try:
+            result = dict(run_case(spec, case), outcome="measured")
+        except TooLarge as exc:
+            result = {"outcome": "too_large", "error": str(exc)}
+        except MemoryError:
+            result = {"outcome": "too_large", "error": "ran out of memory (the bound is "
+                      f"{int(spec.get('memory_bytes') or 0) / 2**30:.1f} GiB, --max-memory)"}
+        except BaseException as exc:  # noqa: BLE001 - whatever the kernel raises is the finding
+            from selector.inspect.probe_child import describe_exc
+            result = {"outcome": "unavailable" if _unavailable(exc) else "error",
+                      "error": describe_exc(exc)}
+            if "out of memory" in str(exc).lower():
+                result["outcome"] = "too_large"
+        emit(out, MARK, event="case", phase="end", id=case.get("id"),
+             seconds=time.perf_counter() - t0, **result)
+        if result["outcome"] == "error":
+            break  # a fresh process runs the rest: the device may be left in an error state
+    close_channel(out, MARK)

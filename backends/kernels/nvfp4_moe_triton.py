@@ -1,0 +1,454 @@
+"""The emulation's fused NVFP4 MoE on CUDA: two Triton grouped GEMMs that dequantize in registers.
+
+``emulate_moe`` (``backends.reference``) runs :func:`fused_moe` on CUDA when Triton imports. It
+computes what the grouped emulation computes, step for step, without expanding any weight in
+memory:
+
+- routing: the ``T * top_k`` (token, slot) rows are sorted by expert once (``argsort`` on the
+  device) and cut into blocks of ``BLOCK_M`` rows of one expert each; the block table has a fixed
+  upper-bound size (``ceil(T k / BLOCK_M) + min(E, T k)`` blocks, the surplus marked -1), so
+  nothing waits for the device and the launches can be captured in a CUDA graph.
+- FC1 (``_fc1``): for each block and each tile of ``BLOCK_N`` intermediate columns the program
+  reads the expert's packed E2M1 codes and E4M3 block scales (16 elements a scale) of the gate
+  and up rows, expands them to codes times block scales in bf16 in registers (exact: a 2-bit times
+  a 4-bit significand), multiplies with the bf16 activations (``tl.dot``, float32 accumulation),
+  rounds the GEMM output to bf16 (the emulation's bf16 GEMM output), multiplies the float32 value
+  by the weight's global scale and the activation's scale, and applies the activation (silu, gelu,
+  gelu_tanh, the SwiGLU-OAI pair in both layouts, swiglustep, the ``swiglu_limit`` clamp; relu2,
+  silu, gelu, gelu_tanh non-gated) in float32. Only the routed experts' weights are read, each
+  once per block of its rows.
+- W4A4: FC1's input is quantized to NVFP4 (codes times block scales in bf16, the global scale
+  kept aside) by ``nvfp4_triton.quantize_unit_triton``, one Triton kernel with the emulation's
+  rounding; FC1's float32 output (the activation) likewise before FC2. W4A16: FC1 writes bf16.
+- FC2 (``_fc2``): the same GEMM over ``I``; its bf16-rounded output times the global scales and the
+  router weight is written per (token, slot) row in float32, and the ``top_k`` rows of a token are
+  summed in float32.
+
+The values are the grouped emulation's up to float32 accumulation order (the GEMM's and the
+top-k sum's): tests/test_emulation_fused.py compares them in Triton's interpreter on the CPU.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+#: activation codes of the kernels (``ACT``)
+_ACTS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3, "swigluoai_uninterleave": 3,
+         "swiglustep": 4, "relu2": 5}
+
+
+try:
+    import triton
+    import triton.language as tl
+except Exception:  # noqa: BLE001 - no Triton: the grouped torch path runs
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def _mma(a, w, acc, F32_DOT: tl.constexpr):
+        """``acc + a @ w.T`` (bf16 inputs, float32 accumulation). ``F32_DOT``: in float32 (exact:
+        a bf16 product fits float32), for Triton's interpreter, whose bf16 ``tl.dot`` multiplies
+        the raw uint16 bits (triton 3.x ``interpreter.py`` stores bf16 as uint16)."""
+        if F32_DOT:
+            return tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)), acc,
+                          input_precision="ieee")
+        return tl.dot(a, tl.trans(w), acc)
+
+    @triton.jit
+    def _bf16(x):
+        """float32 ``x`` rounded to bf16 (to nearest, ties to even), as float32: by its bits, so
+        that Triton's interpreter (whose float32 -> bf16 cast truncates) rounds as the GPU does."""
+        b = x.to(tl.uint32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+        return b.to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _code(c):
+        """E2M1 codes ``c`` (int32) as float32 times 2^-14 (exact): the code's sign, exponent and
+        mantissa moved to bits 15 and 9-11 of an fp16 (code 1, 0.5, is the fp16 subnormal 2^-15)."""
+        v = (((c & 8) << 12) | ((c & 7) << 9)).to(tl.int16).to(tl.float16, bitcast=True)
+        return v.to(tl.float32)
+
+    @triton.jit
+    def _deq_groups(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Codes times block scales of ``rows`` x ``[k0, k0 + BLOCK_K)``, as the low and the high
+        nibbles (even and odd columns), bf16 ``[BLOCK_N, BLOCK_K / 16, 8]`` each: read as
+        ``[BLOCK_N, BLOCK_K / 16, 8]`` bytes (a 16-element block's 8 bytes) and ``[BLOCK_N,
+        BLOCK_K / 16]`` scales, one load per scale (no per-element gather), broadcast over its
+        block in registers."""
+        G: tl.constexpr = BLOCK_K // 16
+        g = tl.arange(0, G)
+        kh = k0 // 2 + g[:, None] * 8 + tl.arange(0, 8)[None, :]
+        r = rows.to(tl.int64)
+        m3 = mask_n[:, None, None] & (kh[None, :, :] < K // 2)
+        b = tl.load(p_ptr + r[:, None, None] * stride_pn + kh[None, :, :], mask=m3,
+                    other=0).to(tl.int32)
+        sg = k0 // 16 + g
+        s = tl.load(s_ptr + r[:, None] * stride_sn + sg[None, :],
+                    mask=mask_n[:, None] & (sg[None, :] < K // 16), other=0.0).to(tl.float32)
+        s3 = (s * 16384.0)[:, :, None]
+        lo = (_code(b & 15) * s3).to(tl.bfloat16)
+        hi = (_code(b >> 4) * s3).to(tl.bfloat16)
+        return lo, hi
+
+    @triton.jit
+    def _deq_group_tile(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """:func:`_deq_groups` in K order, bf16 ``[BLOCK_N, BLOCK_K]``."""
+        lo, hi = _deq_groups(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
+                             BLOCK_K)
+        return tl.reshape(tl.interleave(lo, hi), (BLOCK_N, BLOCK_K))
+
+    @triton.jit
+    def _deq_group_halves(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """:func:`_deq_groups`'s even and odd columns, bf16 ``[BLOCK_N, BLOCK_K / 2]`` each."""
+        lo, hi = _deq_groups(p_ptr, s_ptr, rows, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
+                             BLOCK_K)
+        return (tl.reshape(lo, (BLOCK_N, BLOCK_K // 2)),
+                tl.reshape(hi, (BLOCK_N, BLOCK_K // 2)))
+
+    @triton.jit
+    def _act(g, u, limit, alpha, beta, ACT: tl.constexpr, GATED: tl.constexpr,
+             HAS_LIMIT: tl.constexpr):
+        if GATED and (HAS_LIMIT or ACT == 3):  # the clamps (SwiGLU-OAI: always)
+            g = tl.minimum(g, limit)
+        if GATED and (HAS_LIMIT or ACT == 3 or ACT == 4):
+            u = tl.minimum(tl.maximum(u, -limit), limit)
+        if ACT == 0:
+            a = g * tl.sigmoid(g)
+        elif ACT == 1:
+            a = 0.5 * g * (1.0 + tl.math.erf(g * 0.7071067811865476))
+        elif ACT == 2:
+            t = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+            a = 0.5 * g * (1.0 + (2.0 * tl.sigmoid(2.0 * t) - 1.0))
+        elif ACT == 3:  # SwiGLU-OAI: g * sigmoid(alpha g) * (u + beta)
+            a = g * tl.sigmoid(alpha * g) * (u + beta)
+        elif ACT == 4:  # swiglustep: min(silu(g), limit) * clamp(u)
+            a = tl.minimum(g * tl.sigmoid(g), limit)
+        else:  # relu2
+            r = tl.maximum(g, 0.0)
+            a = r * r
+        if GATED and ACT != 3:
+            a = a * u
+        return a
+
+    @triton.jit
+    def _fc1(a_ptr, stride_am, arow_ptr, be_ptr, bs_ptr, bend_ptr,
+             wp_ptr, wsc_ptr, ws2_ptr, as_ptr, out_ptr, stride_om,
+             N, K, stride_pe, stride_pn, stride_se, stride_sn,
+             gate_base, up_base, row_step, limit, alpha, beta,
+             ACT: tl.constexpr, GATED: tl.constexpr, HAS_LIMIT: tl.constexpr,
+             OUT_BF16: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
+        pid_n = tl.program_id(0)
+        pid_b = tl.program_id(1)
+        e = tl.load(be_ptr + pid_b)
+        if e < 0:
+            return
+        r0 = tl.load(bs_ptr + pid_b)
+        r1 = tl.load(bend_ptr + pid_b)
+        rows = r0 + tl.arange(0, BLOCK_M)
+        mask_m = rows < r1
+        arow = tl.load(arow_ptr + rows, mask=mask_m, other=0).to(tl.int64)
+        n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = n < N
+        wp = wp_ptr + e.to(tl.int64) * stride_pe
+        wsc = wsc_ptr + e.to(tl.int64) * stride_se
+        g_rows = gate_base + n * row_step
+        u_rows = up_base + n * row_step
+        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if SPLIT:  # even and odd columns as two GEMMs (no interleave of the nibbles)
+                ke = k0 + 2 * tl.arange(0, BLOCK_K // 2)
+                pa = a_ptr + arow[:, None] * stride_am + ke[None, :]
+                a_e = tl.load(pa, mask=mask_m[:, None] & (ke[None, :] < K), other=0.0)
+                a_o = tl.load(pa + 1, mask=mask_m[:, None] & (ke[None, :] + 1 < K), other=0.0)
+                lo, hi = _deq_group_halves(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                           BLOCK_N, BLOCK_K)
+                acc_g = _mma(a_o, hi, _mma(a_e, lo, acc_g, F32_DOT), F32_DOT)
+                if GATED:
+                    lo, hi = _deq_group_halves(wp, wsc, u_rows, mask_n, k0, K, stride_pn,
+                                               stride_sn, BLOCK_N, BLOCK_K)
+                    acc_u = _mma(a_o, hi, _mma(a_e, lo, acc_u, F32_DOT), F32_DOT)
+            else:
+                kk = k0 + tl.arange(0, BLOCK_K)
+                a = tl.load(a_ptr + arow[:, None] * stride_am + kk[None, :],
+                            mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
+                wg = _deq_group_tile(wp, wsc, g_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                     BLOCK_N, BLOCK_K)
+                acc_g = _mma(a, wg, acc_g, F32_DOT)
+                if GATED:
+                    wu = _deq_group_tile(wp, wsc, u_rows, mask_n, k0, K, stride_pn, stride_sn,
+                                         BLOCK_N, BLOCK_K)
+                    acc_u = _mma(a, wu, acc_u, F32_DOT)
+        scale_w = tl.load(ws2_ptr + e)
+        scale_a = tl.load(as_ptr + e)
+        # the emulation: the bf16 GEMM output, times the weight's then the activation's scale
+        g = _bf16(acc_g) * scale_w * scale_a
+        u = _bf16(acc_u) * scale_w * scale_a
+        y = _act(g, u, limit, alpha, beta, ACT, GATED, HAS_LIMIT)
+        o = out_ptr + rows[:, None].to(tl.int64) * stride_om + n[None, :]
+        if OUT_BF16:
+            y = _bf16(y)  # W4A16: FC2's bf16 input (exact below)
+        tl.store(o, y.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+    @triton.jit
+    def _fc2(a_ptr, stride_am, be_ptr, bs_ptr, bend_ptr, slot_ptr, tw_ptr,
+             wp_ptr, wsc_ptr, ws2_ptr, as_ptr, out_ptr, stride_om,
+             N, K, stride_pe, stride_pn, stride_se, stride_sn,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
+        pid_n = tl.program_id(0)
+        pid_b = tl.program_id(1)
+        e = tl.load(be_ptr + pid_b)
+        if e < 0:
+            return
+        r0 = tl.load(bs_ptr + pid_b)
+        r1 = tl.load(bend_ptr + pid_b)
+        rows = r0 + tl.arange(0, BLOCK_M)
+        mask_m = rows < r1
+        n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = n < N
+        wp = wp_ptr + e.to(tl.int64) * stride_pe
+        wsc = wsc_ptr + e.to(tl.int64) * stride_se
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if SPLIT:
+                ke = k0 + 2 * tl.arange(0, BLOCK_K // 2)
+                pa = a_ptr + rows[:, None].to(tl.int64) * stride_am + ke[None, :]
+                a_e = tl.load(pa, mask=mask_m[:, None] & (ke[None, :] < K), other=0.0)
+                a_o = tl.load(pa + 1, mask=mask_m[:, None] & (ke[None, :] + 1 < K), other=0.0)
+                lo, hi = _deq_group_halves(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn,
+                                           BLOCK_N, BLOCK_K)
+                acc = _mma(a_o, hi, _mma(a_e, lo, acc, F32_DOT), F32_DOT)
+            else:
+                kk = k0 + tl.arange(0, BLOCK_K)
+                a = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + kk[None, :],
+                            mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
+                w = _deq_group_tile(wp, wsc, n, mask_n, k0, K, stride_pn, stride_sn, BLOCK_N,
+                                    BLOCK_K)
+                acc = _mma(a, w, acc, F32_DOT)
+        scale_w = tl.load(ws2_ptr + e)
+        scale_a = tl.load(as_ptr + e)
+        slot = tl.load(slot_ptr + rows, mask=mask_m, other=0).to(tl.int64)
+        tw = tl.load(tw_ptr + slot, mask=mask_m, other=0.0)
+        y = _bf16(acc) * scale_w * scale_a
+        y = y * tw[:, None]
+        o = out_ptr + slot[:, None] * stride_om + n[None, :]
+        tl.store(o, y, mask=mask_m[:, None] & mask_n[None, :])
+
+
+#: the kernels' tiles (``fused_moe``'s ``config`` overrides them per call;
+#: benchmarks/emulation_tiles.py sweeps them)
+TILES: Dict[str, int] = {"BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128, "num_warps": 4,
+                         "num_stages": 3, "SPLIT": 0}
+
+
+if triton is not None:
+    @triton.jit
+    def _blocks(bounds_ptr, be_ptr, first_ptr, end_ptr, E, bm, max_blocks,
+                EP: tl.constexpr, BB: tl.constexpr):
+        """The block table from ``bounds`` (``[E + 1]``: the first sorted row of each expert and,
+        last, of the unrouted rows), in one program: each expert's block count, their prefix sum,
+        and per block its expert (the number of experts whose blocks end at or before it), first
+        and end row (one-hot sums stand in for gathers, which Triton has not)."""
+        e = tl.arange(0, EP)
+        st = tl.load(bounds_ptr + e, mask=e <= E, other=0)
+        nx = tl.load(bounds_ptr + e + 1, mask=e < E, other=0)
+        cnt = tl.where(e < E, nx - st, 0)
+        nblk = (cnt + bm - 1) // bm
+        cum = tl.cumsum(nblk, 0)
+        excl = cum - nblk
+        for b0 in range(0, max_blocks, BB):
+            b = b0 + tl.arange(0, BB)
+            be = tl.sum(((cum[None, :] <= b[:, None]) & (e[None, :] < E)).to(tl.int32), 1)
+            hot = e[None, :] == be[:, None]
+            first = (b - tl.sum(tl.where(hot, excl[None, :], 0), 1)) * bm + \
+                tl.sum(tl.where(hot, st[None, :], 0), 1)
+            end = tl.sum(tl.where(hot, st[None, :] + cnt[None, :], 0), 1)
+            m = b < max_blocks
+            tl.store(be_ptr + b, tl.where(be < E, be, -1), mask=m)
+            tl.store(first_ptr + b, first, mask=m)
+            tl.store(end_ptr + b, end, mask=m)
+
+
+def _kernels() -> Optional[Dict[str, Any]]:
+    if triton is None:
+        return None
+    return {"fc1": _fc1, "fc2": _fc2}
+
+
+def available() -> bool:
+    return _kernels() is not None
+
+
+def block_m(rows: int, num_experts: int) -> int:
+    """BLOCK_M by the mean rows an expert gets (16 at decode: one tile of rows per expert)."""
+    mean = rows / max(1, min(num_experts, rows))
+    return 16 if mean <= 16 else 32 if mean <= 32 else 64
+
+
+def route_blocks(topk_ids, num_experts: int, bm: int, kernel: Optional[bool] = None):
+    """The block table of a call, all on the device (no host sync): ``(order, block_expert,
+    block_start, block_end)`` with ``order`` the (token * top_k + slot) rows sorted by expert
+    (unrouted ids < 0 last), and per block of ``bm`` rows of one expert its expert (-1: unused),
+    first and end row in ``order``; also the expert of each sorted row (``num_experts`` for an
+    unrouted one). ``kernel`` (default: on CUDA when Triton imports): the table by one Triton program
+    (:func:`_blocks`) from the sort and one ``searchsorted``, a handful of launches where the
+    torch form (``kernel=False``) takes about thirty (the host's time at decode); blocks past the
+    last expert's hold -1 and rows that no program reads."""
+    import torch
+    E = num_experts
+    ids = topk_ids.reshape(-1).long()
+    ids = torch.where(ids >= 0, ids, E)
+    n = ids.numel()
+    row_e, order = torch.sort(ids, stable=True)
+    max_blocks = -(-n // bm) + min(E, n)
+    if kernel is None:  # the kernel on a GPU, or on the CPU under Triton's interpreter
+        kernel = triton is not None and (ids.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+    if kernel:
+        bounds = torch.searchsorted(row_e, torch.arange(E + 1, device=ids.device)).int()
+        table = torch.empty((3, max_blocks), dtype=torch.int32, device=ids.device)
+        if max_blocks:
+            _blocks[(1,)](bounds, table[0], table[1], table[2], E, bm, max_blocks,
+                          EP=triton.next_power_of_2(E + 1), BB=32)
+        return order, table[0], table[1], table[2], row_e
+    counts = torch.zeros(E + 1, dtype=torch.long, device=ids.device)
+    counts.scatter_add_(0, ids, torch.ones_like(ids))
+    starts = torch.cumsum(counts, 0) - counts
+    nblk = (counts[:E] + bm - 1) // bm
+    cum = torch.cumsum(nblk, 0)
+    b = torch.arange(max_blocks, device=ids.device)
+    be = torch.searchsorted(cum, b, right=True)
+    valid = be < E
+    bec = be.clamp(max=E - 1)
+    first = (b - (cum - nblk)[bec]) * bm + starts[bec]
+    end = starts[bec] + counts[bec]
+    return (order, torch.where(valid, bec, -1).int(), first.int(), end.int(), row_e)
+
+
+def _per_expert(s, E: int, device):
+    """A 0-d / ``[E]`` float32 scale (None: ones) as ``[E + 1]`` (the last entry for unrouted rows);
+    computed once per scale tensor while it is unchanged (``validate.once``: a layer's scales
+    are the same tensors every call)."""
+    import torch
+
+    from ..common.validate import once
+    if s is None:
+        return torch.ones(E + 1, dtype=torch.float32, device=device)
+
+    def make():
+        t = torch.as_tensor(s, dtype=torch.float32, device=device)
+        v = t.expand(E) if t.dim() == 0 else t
+        return torch.cat([v.float(), torch.ones(1, dtype=torch.float32, device=device)])
+    if isinstance(s, torch.Tensor) and s.device == torch.device(device):
+        return once(s, ("per_expert", E), make)
+    return make()
+
+
+def _dynamic_scale(v, row_e, E: int):
+    """The emulation's dynamic activation scale per expert, ``[E + 1]``: ``amax / (6 * 448)`` of the
+    rows routed to it (1 where the amax is 0), as ``quantize`` computes it."""
+    import torch
+
+    from ..common.constants import E2M1_MAX, E4M3_MAX
+    amax = torch.zeros(E + 1, dtype=torch.float32, device=v.device)
+    amax.scatter_reduce_(0, row_e, v.float().abs().amax(dim=1), reduce="amax")
+    return torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
+
+
+def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str,
+              act_and_mul: bool, s1=None, s2=None, swiglu_limit=None, swiglu_alpha=None,
+              swiglu_beta=None, w13_order: str = "gate_up", config: Optional[Dict[str, int]] = None):
+    """``[T, H]`` float32: the emulation's MoE by the two fused kernels (arguments as
+    ``emulate_moe``'s, checked by it; ``s1`` / ``s2`` the FC1 / FC2 input scales, 0-d, ``[E]`` or
+    None = dynamic, used by W4A4 only). ``config`` overrides the tiles (BLOCK_M, BLOCK_N1,
+    BLOCK_N2, BLOCK_K, num_warps, num_stages, SPLIT: even/odd columns as two GEMMs)."""
+    import torch
+
+    from ..common.constants import INTERLEAVED_ACTIVATIONS, SWIGLUOAI_DEFAULTS, SWIGLUSTEP_DEFAULT_LIMIT
+    from . import nvfp4_triton
+    ks = _kernels()
+    if ks is None:
+        raise RuntimeError("triton is not importable")
+    T, H = x.shape
+    k = topk_ids.shape[1]
+    w13, w2 = weights.w13, weights.w2
+    E = w13.packed.shape[0]
+    I = w2.packed.shape[2] * 2
+    dev = x.device
+    n = T * k
+    cfg = {"BLOCK_M": block_m(n, E), **TILES}
+    cfg.update(config or {})
+    bm = cfg["BLOCK_M"]
+    y = torch.zeros((n, H), dtype=torch.float32, device=dev)
+    if n == 0 or T == 0:
+        return y.view(T, k, H).sum(1)
+    order, be, bstart, bend, row_e = route_blocks(topk_ids, E, bm)
+    nb = be.numel()
+    row_tok = (order // k).int()
+    row_e_c = row_e.clamp(max=E)
+    w4a4 = quant == "nvfp4"
+    # FC1's input: x itself (W4A16), or its NVFP4 codes times block scales (W4A4)
+    if not w4a4:
+        a1, arow, as1 = x.contiguous(), row_tok, _per_expert(None, E, dev)
+    elif s1 is not None and s1.dim() == 0:  # one scale: x quantized once for all experts
+        a1, _ = nvfp4_triton.quantize_unit_triton(x, s1.to(dev), x.dtype)
+        arow, as1 = row_tok, _per_expert(s1, E, dev)
+    else:  # per expert, or dynamic from the amax of each expert's rows
+        xs = x[order // k]
+        as1 = _per_expert(s1, E, dev) if s1 is not None else _dynamic_scale(xs, row_e_c, E)
+        a1, _ = nvfp4_triton.quantize_unit_triton(xs, as1[row_e_c], x.dtype)
+        arow = torch.arange(n, dtype=torch.int32, device=dev)
+    gated = bool(act_and_mul)
+    if gated and activation in INTERLEAVED_ACTIVATIONS:
+        gate_base, up_base, step = 0, 1, 2
+    elif gated and w13_order == "up_gate":
+        gate_base, up_base, step = I, 0, 1
+    else:
+        gate_base, up_base, step = 0, I, 1
+    if activation in ("swigluoai", "swigluoai_uninterleave"):
+        limit = SWIGLUOAI_DEFAULTS["limit"] if swiglu_limit is None else swiglu_limit
+        alpha = SWIGLUOAI_DEFAULTS["alpha"] if swiglu_alpha is None else swiglu_alpha
+        beta = SWIGLUOAI_DEFAULTS["beta"] if swiglu_beta is None else swiglu_beta
+    elif activation == "swiglustep":
+        limit = SWIGLUSTEP_DEFAULT_LIMIT if swiglu_limit is None else swiglu_limit
+        alpha = beta = 0.0
+    else:
+        limit = 0.0 if swiglu_limit is None else swiglu_limit
+        alpha = beta = 0.0
+    act = _ACTS[activation]
+    inter = torch.empty((n, I), dtype=torch.float32 if w4a4 else x.dtype, device=dev)
+    ws13 = _per_expert(w13.scale_2, E, dev)
+    ws2 = _per_expert(w2.scale_2, E, dev)
+    bn1, bn2, bk = cfg["BLOCK_N1"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
+    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
+            "SPLIT": bool(cfg["SPLIT"]),
+            "F32_DOT": os.environ.get("TRITON_INTERPRET") == "1"}
+    p13, b13 = w13.packed, w13.block_scale
+    ks["fc1"][(-(-I // bn1), nb)](
+        a1, a1.stride(0), arow, be, bstart, bend, p13, b13, ws13, as1, inter, inter.stride(0),
+        I, H, p13.stride(0), p13.stride(1), b13.stride(0), b13.stride(1),
+        gate_base, up_base, step, float(limit), float(alpha), float(beta),
+        ACT=act, GATED=gated, OUT_BF16=not w4a4, HAS_LIMIT=swiglu_limit is not None and activation in (
+            "silu", "gelu", "gelu_tanh"),
+        BLOCK_M=bm, BLOCK_N=bn1, BLOCK_K=bk, **opts)
+    # FC2's input: the activation in bf16 (W4A16) or its NVFP4 codes times block scales (W4A4)
+    if w4a4:
+        as2 = _per_expert(s2, E, dev) if s2 is not None else _dynamic_scale(
+            inter[:n], row_e_c, E)
+        a2, _ = nvfp4_triton.quantize_unit_triton(inter, as2[row_e_c], x.dtype)
+        del inter
+    else:
+        a2, as2 = inter, _per_expert(None, E, dev)
+    p2, b2 = w2.packed, w2.block_scale
+    tw = topk_weights.reshape(-1).float().contiguous()
+    ks["fc2"][(-(-H // bn2), nb)](
+        a2, a2.stride(0), be, bstart, bend, order.int(), tw, p2, b2, ws2, as2, y, y.stride(0),
+        H, I, p2.stride(0), p2.stride(1), b2.stride(0), b2.stride(1),
+        BLOCK_M=bm, BLOCK_N=bn2, BLOCK_K=bk, **opts)
+    return y.view(T, k, H).sum(1)
