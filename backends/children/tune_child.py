@@ -10,7 +10,7 @@ sees one), prepares them with the backend's own ``prepare``, runs ``apply`` ``wa
 ``repeats`` times. On CUDA (``"timer": "graph"``, the default) the call is captured into a CUDA
 graph, several times over when it is short, and each replay is timed between two CUDA events: the
 GPU's time without Python's and the launches' (eager calls below ~1,024 tokens measure the host,
-which differs up to 1.9x between two processes: docs/h200.md); a call that cannot be captured is
+which differs up to 1.9x between two processes: docs/records/h200.md); a call that cannot be captured is
 timed eagerly, and the timer's name says why. ``"timer": "events"`` times each eager call between
 two CUDA events; on the CPU ``time.perf_counter`` times each call. It reports the samples
 (milliseconds per call); the parent computes the median and the spread. Correctness is not judged

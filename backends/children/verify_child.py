@@ -23,25 +23,27 @@ from typing import Any, Dict, Optional, Tuple
 from selector.inspect.probe_child import VERIFY_MARK as MARK
 from selector.inspect.probe_child import close_channel, emit, open_channel
 
-from .verify_problems import (  # noqa: F401 - the child's names, as tests and tools use them
+from .verify_measures import (  # noqa: F401 - the child's names, as tests and tools use them
     _gain_fields,
-    _linear_to,
-    _moe_to,
     activation_alternatives,
     activation_fit,
-    balanced_routing,
-    build_fp8_linear,
-    build_fp8_moe,
-    build_linear,
-    build_moe,
     column_gains,
     compare,
     dense_parts,
     global_gain,
     moe_gains,
-    pow2_scale,
     tile_fit,
     tile_regressors,
+)
+from .verify_problems import (  # noqa: F401 - the child's names, as tests and tools use them
+    _linear_to,
+    _moe_to,
+    balanced_routing,
+    build_fp8_linear,
+    build_fp8_moe,
+    build_linear,
+    build_moe,
+    pow2_scale,
 )
 
 # Reference settings a backend's documented semantics need (else the reference's defaults apply).

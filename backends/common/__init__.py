@@ -1,6 +1,6 @@
-"""The bottom floor of ``backends``: what every other floor may use and that uses none of them.
+"""`constants` (the element formats' largest values, the MoE activations and their defaults) and
+`validate` (the one input check of every prepare/apply and reference, and the output buffer).
 
-``constants`` (the element formats' ranges and the MoE activation names and defaults, which
-kernels, references and wrappers all read) and ``validate`` (the one input check of every
-backend's prepare/apply and of the references, with the output buffer). Imports no torch.
+The bottom floor of ``backends``: every other floor may use it and it uses none of them.
+Imports no torch.
 """

@@ -65,7 +65,7 @@ def _scale_from_amax(amax):
     device. (``amax / 448.0`` is not: CUDA divides a tensor by a Python scalar as a
     multiplication by its reciprocal, the CPU divides, and the 1-ulp scale difference flips the
     E4M3 codes of inputs at rounding ties: bf16 activations hit them often; measured on the
-    H200, docs/h200.md.)"""
+    H200, docs/records/h200.md.)"""
     torch = _torch()
     inv = torch.full((), 1.0 / FP8_MAX, dtype=torch.float32, device=amax.device)
     return amax.to(torch.float32).clamp(min=MIN_AMAX) * inv

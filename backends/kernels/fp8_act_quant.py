@@ -29,6 +29,13 @@ ROW_CHUNK = 16384
 
 @functools.lru_cache(maxsize=1)
 def _kernels() -> Any:
+    """The four kernels: ``(per_token, per_group, tensor_amax, per_tensor)``."""
+    return (*_row_kernels(), *_tensor_kernels())
+
+
+@functools.lru_cache(maxsize=1)
+def _quant_fn() -> Any:
+    """The E4M3 rounding every kernel calls: ``v / s`` rounded to nearest, clamped to +-448."""
     import triton
     import triton.language as tl
 
@@ -38,9 +45,18 @@ def _kernels() -> Any:
         q = tl.minimum(tl.maximum(q, -448.0), 448.0)
         return q.to(tl.float8e4nv)
 
-    # Triton's interpreter resolves a called @jit function by the module's globals, not this
-    # closure (the compiler takes either)
+    # Triton's interpreter resolves a called @jit function by the module's globals, not the
+    # kernels' closure (the compiler takes either)
     globals()["_quant"] = _quant
+    return _quant
+
+
+@functools.lru_cache(maxsize=1)
+def _row_kernels() -> Any:
+    """Per token (one row a program) and per 1x128 group (rows by groups a program)."""
+    import triton
+    import triton.language as tl
+    _quant = _quant_fn()
 
     @triton.jit
     def per_token(x_ptr, q_ptr, s_ptr, K, stride_x, stride_q, CHUNK: tl.constexpr,
@@ -92,6 +108,16 @@ def _kernels() -> Any:
         sptr = s_ptr + rows.to(tl.int64)[:, None] * stride_s + grp[None, :]
         tl.store(sptr, s, mask=rm[:, None] & gm[None, :])
 
+    return per_token, per_group
+
+
+@functools.lru_cache(maxsize=1)
+def _tensor_kernels() -> Any:
+    """Per tensor: the amax (atomic max over programs), then the codes with one scale."""
+    import triton
+    import triton.language as tl
+    _quant = _quant_fn()
+
     @triton.jit
     def tensor_amax(x_ptr, amax_ptr, n, BLOCK_N: tl.constexpr):
         pid = tl.program_id(0)
@@ -114,7 +140,7 @@ def _kernels() -> Any:
         v = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
         tl.store(q_ptr + offs, _quant(v, s), mask=m)
 
-    return per_token, per_group, tensor_amax, per_tensor
+    return tensor_amax, per_tensor
 
 
 def _interpreted() -> bool:
@@ -140,7 +166,7 @@ def _row_launch(m: int, k: int):
     of 14,336: 0.0049 ms a call inside a CUDA graph of 24 on an H100). Prefill: 4,096-wide
     chunks, 8 warps for a row read in several (4,096 x 14,336: 77% of the copy bandwidth,
     against 67% one read by 16 warps; 4,096 x 4,096: 88% by 4 warps;
-    benchmarks/fp8_tiles.py --quant, docs/h200.md)."""
+    benchmarks/fp8_tiles.py --quant, docs/records/h200.md)."""
     if m > PREFILL_ROWS:
         chunk = min(_next_pow2(k), PREFILL_CHUNK)
         return chunk, 4 if k <= chunk else 8

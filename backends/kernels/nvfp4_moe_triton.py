@@ -361,6 +361,61 @@ def _dynamic_scale(v, row_e, E: int):
     return torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
 
 
+def _fc1_input(x, s1, w4a4: bool, order, k: int, row_e_c, E: int):
+    """FC1's input ``(values, row of each routed row in them, per-expert scales [E + 1])``: x
+    itself (W4A16), or its NVFP4 codes times block scales (W4A4): x quantized once where one scale
+    serves every expert, else each routed row with its expert's (or dynamic) scale."""
+    import torch
+
+    from . import nvfp4_triton
+    dev = x.device
+    row_tok = (order // k).int()
+    if not w4a4:
+        return x.contiguous(), row_tok, _per_expert(None, E, dev)
+    if s1 is not None and s1.dim() == 0:  # one scale: x quantized once for all experts
+        a1, _ = nvfp4_triton.quantize_unit_triton(x, s1.to(dev), x.dtype)
+        return a1, row_tok, _per_expert(s1, E, dev)
+    xs = x[order // k]  # per expert, or dynamic from the amax of each expert's rows
+    as1 = _per_expert(s1, E, dev) if s1 is not None else _dynamic_scale(xs, row_e_c, E)
+    a1, _ = nvfp4_triton.quantize_unit_triton(xs, as1[row_e_c], x.dtype)
+    return a1, torch.arange(order.numel(), dtype=torch.int32, device=dev), as1
+
+
+def _gate_up_columns(activation: str, gated: bool, w13_order: str, I: int):
+    """Where FC1's output holds gate and up: ``(gate's first column, up's first column, step)``."""
+    from ..common.constants import INTERLEAVED_ACTIVATIONS
+    if gated and activation in INTERLEAVED_ACTIVATIONS:
+        return 0, 1, 2
+    if gated and w13_order == "up_gate":
+        return I, 0, 1
+    return 0, I, 1
+
+
+def _swiglu_params(activation: str, swiglu_limit, swiglu_alpha, swiglu_beta):
+    """``(limit, alpha, beta)`` as the kernel takes them: the SwiGLU-OAI / SwiGLU-step defaults
+    where not given, 0 where the activation has none."""
+    from ..common.constants import SWIGLUOAI_DEFAULTS, SWIGLUSTEP_DEFAULT_LIMIT
+    if activation in ("swigluoai", "swigluoai_uninterleave"):
+        d = SWIGLUOAI_DEFAULTS
+        return (d["limit"] if swiglu_limit is None else swiglu_limit,
+                d["alpha"] if swiglu_alpha is None else swiglu_alpha,
+                d["beta"] if swiglu_beta is None else swiglu_beta)
+    if activation == "swiglustep":
+        return SWIGLUSTEP_DEFAULT_LIMIT if swiglu_limit is None else swiglu_limit, 0.0, 0.0
+    return 0.0 if swiglu_limit is None else swiglu_limit, 0.0, 0.0
+
+
+def _fc2_input(inter, s2, w4a4: bool, row_e_c, E: int, dtype):
+    """FC2's input ``(values, per-expert scales [E + 1])``: the activation in bf16 (W4A16) or its
+    NVFP4 codes times block scales (W4A4), with each expert's (or a dynamic) scale."""
+    from . import nvfp4_triton
+    if not w4a4:
+        return inter, _per_expert(None, E, inter.device)
+    as2 = _per_expert(s2, E, inter.device) if s2 is not None else _dynamic_scale(inter, row_e_c, E)
+    a2, _ = nvfp4_triton.quantize_unit_triton(inter, as2[row_e_c], dtype)
+    return a2, as2
+
+
 def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str,
               act_and_mul: bool, s1=None, s2=None, swiglu_limit=None, swiglu_alpha=None,
               swiglu_beta=None, w13_order: str = "gate_up", config: Optional[Dict[str, int]] = None):
@@ -370,8 +425,6 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
     BLOCK_N2, BLOCK_K, num_warps, num_stages, SPLIT: even/odd columns as two GEMMs)."""
     import torch
 
-    from ..common.constants import INTERLEAVED_ACTIVATIONS, SWIGLUOAI_DEFAULTS, SWIGLUSTEP_DEFAULT_LIMIT
-    from . import nvfp4_triton
     ks = _kernels()
     if ks is None:
         raise RuntimeError("triton is not importable")
@@ -390,37 +443,12 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
         return y.view(T, k, H).sum(1)
     order, be, bstart, bend, row_e = route_blocks(topk_ids, E, bm)
     nb = be.numel()
-    row_tok = (order // k).int()
     row_e_c = row_e.clamp(max=E)
     w4a4 = quant == "nvfp4"
-    # FC1's input: x itself (W4A16), or its NVFP4 codes times block scales (W4A4)
-    if not w4a4:
-        a1, arow, as1 = x.contiguous(), row_tok, _per_expert(None, E, dev)
-    elif s1 is not None and s1.dim() == 0:  # one scale: x quantized once for all experts
-        a1, _ = nvfp4_triton.quantize_unit_triton(x, s1.to(dev), x.dtype)
-        arow, as1 = row_tok, _per_expert(s1, E, dev)
-    else:  # per expert, or dynamic from the amax of each expert's rows
-        xs = x[order // k]
-        as1 = _per_expert(s1, E, dev) if s1 is not None else _dynamic_scale(xs, row_e_c, E)
-        a1, _ = nvfp4_triton.quantize_unit_triton(xs, as1[row_e_c], x.dtype)
-        arow = torch.arange(n, dtype=torch.int32, device=dev)
+    a1, arow, as1 = _fc1_input(x, s1, w4a4, order, k, row_e_c, E)
     gated = bool(act_and_mul)
-    if gated and activation in INTERLEAVED_ACTIVATIONS:
-        gate_base, up_base, step = 0, 1, 2
-    elif gated and w13_order == "up_gate":
-        gate_base, up_base, step = I, 0, 1
-    else:
-        gate_base, up_base, step = 0, I, 1
-    if activation in ("swigluoai", "swigluoai_uninterleave"):
-        limit = SWIGLUOAI_DEFAULTS["limit"] if swiglu_limit is None else swiglu_limit
-        alpha = SWIGLUOAI_DEFAULTS["alpha"] if swiglu_alpha is None else swiglu_alpha
-        beta = SWIGLUOAI_DEFAULTS["beta"] if swiglu_beta is None else swiglu_beta
-    elif activation == "swiglustep":
-        limit = SWIGLUSTEP_DEFAULT_LIMIT if swiglu_limit is None else swiglu_limit
-        alpha = beta = 0.0
-    else:
-        limit = 0.0 if swiglu_limit is None else swiglu_limit
-        alpha = beta = 0.0
+    gate_base, up_base, step = _gate_up_columns(activation, gated, w13_order, I)
+    limit, alpha, beta = _swiglu_params(activation, swiglu_limit, swiglu_alpha, swiglu_beta)
     act = _ACTS[activation]
     inter = torch.empty((n, I), dtype=torch.float32 if w4a4 else x.dtype, device=dev)
     ws13 = _per_expert(w13.scale_2, E, dev)
@@ -437,14 +465,8 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
         ACT=act, GATED=gated, OUT_BF16=not w4a4, HAS_LIMIT=swiglu_limit is not None and activation in (
             "silu", "gelu", "gelu_tanh"),
         BLOCK_M=bm, BLOCK_N=bn1, BLOCK_K=bk, **opts)
-    # FC2's input: the activation in bf16 (W4A16) or its NVFP4 codes times block scales (W4A4)
-    if w4a4:
-        as2 = _per_expert(s2, E, dev) if s2 is not None else _dynamic_scale(
-            inter[:n], row_e_c, E)
-        a2, _ = nvfp4_triton.quantize_unit_triton(inter, as2[row_e_c], x.dtype)
-        del inter
-    else:
-        a2, as2 = inter, _per_expert(None, E, dev)
+    a2, as2 = _fc2_input(inter, s2, w4a4, row_e_c, E, x.dtype)
+    del inter
     p2, b2 = w2.packed, w2.block_scale
     tw = topk_weights.reshape(-1).float().contiguous()
     ks["fc2"][(-(-H // bn2), nb)](

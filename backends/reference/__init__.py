@@ -1,10 +1,10 @@
-"""The references: what each backend's output is compared with, and the ``emulation`` backend.
+"""The references, what each backend's output is compared with: `activations` (the MoE
+activations, routing, the output write), `nvfp4` (the NVFP4 linear layer and fused MoE:
+dequantize, then matmul), `emulate` (the same layers as a kernel computes them: the `emulation`
+backend's fast path) and `fp8` (the FP8 linear layer and MoE).
 
-``activations`` (the MoE activations, routing, the output write), ``nvfp4`` (the NVFP4 linear layer
-and fused MoE: dequantize, then matmul), ``emulate`` (the same layers as a kernel computes them: the
-emulation's fast path) and ``fp8`` (the FP8 linear layer and MoE). This face re-exports their public
-names; code that replaces one (a test's monkeypatch) names the module that defines it. Imports torch
-only inside functions.
+This face re-exports their public names; code that replaces one (a test's monkeypatch) names the
+module that defines it. Imports torch only inside functions.
 """
 from .activations import (
     GATED_ACTIVATIONS,

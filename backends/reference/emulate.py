@@ -6,6 +6,7 @@ or runs its routed experts in groups as batched GEMMs. Imports torch only inside
 """
 from __future__ import annotations
 
+import itertools
 from typing import Optional
 
 from ..formats.nvfp4 import (
@@ -114,39 +115,51 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     runs on (the CPU under ``TRITON_INTERPRET=1``: the tests) and raises if they fail; by default
     a failure warns once (RuntimeWarning) and the device stays on the grouped path.
     """
-    torch = _torch()
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
                                        w13_order)
     cd = _gemm_dtype(x, dtype)
     s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
-    auto = fused is None
-    if auto:
-        fused = _fused_default(x, cd, quantizer)
-    if fused:
-        from ..kernels.nvfp4_moe_triton import fused_moe
-        if quantizer is not exact_quantizer or cd != torch.bfloat16 or x.dtype != torch.bfloat16:
-            raise ValueError("fused=True: the fused kernels take bf16 x and the default quantizer")
-        try:
-            y = fused_moe(x, weights, topk_weights, topk_ids, activation=activation, quant=quant,
-                          act_and_mul=act_and_mul, s1=s1, s2=s2, swiglu_limit=swiglu_limit,
-                          swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta,
-                          w13_order=w13_order)
+    steps = dict(activation=activation, quant=quant, swiglu_limit=swiglu_limit,
+                 swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta, w13_order=w13_order)
+    if fused if fused is not None else _fused_default(x, cd, quantizer):
+        y = _fused(x, weights, topk_weights, topk_ids, act_and_mul, cd, s1, s2, quantizer,
+                   auto=fused is None, steps=steps)
+        if y is not None:
             return _write_out(y, out, x)
-        except Exception as exc:  # noqa: BLE001 - the last resort must run: the grouped path
-            if not auto:
-                raise
-            _FUSED_FAILED[str(x.device)] = f"{type(exc).__name__}: {exc}"
-            import warnings
-            warnings.warn(f"emulation: the fused Triton MoE failed on {x.device} "
-                          f"({type(exc).__name__}: {str(exc)[:300]}); using the grouped path "
-                          "from now on (emulate_moe(..., fused=True) raises instead)",
-                          RuntimeWarning, stacklevel=2)
-    if grouped if grouped is not None else x.is_cuda:
-        return _emulate_moe_grouped(x, weights, topk_weights, topk_ids, E, act_and_mul, cd, s1,
-                                    s2, activation=activation, quant=quant,
-                                    swiglu_limit=swiglu_limit, swiglu_alpha=swiglu_alpha,
-                                    swiglu_beta=swiglu_beta, out=out, w13_order=w13_order,
-                                    quantizer=quantizer)
+    run = _emulate_moe_grouped if (grouped if grouped is not None else x.is_cuda) else _emulate_moe_loop
+    y = run(x, weights, topk_weights, topk_ids, E, act_and_mul, cd, s1, s2, quantizer=quantizer, **steps)
+    return _write_out(y, out, x)
+
+
+def _fused(x, weights: MoEWeights, topk_weights, topk_ids, act_and_mul: bool, cd, s1, s2,
+           quantizer, *, auto: bool, steps: dict):
+    """The fused kernels' float32 output; None where they failed on a call that did not ask for
+    them (``auto``): that device then stays on the grouped path, with one RuntimeWarning."""
+    torch = _torch()
+    from ..kernels.nvfp4_moe_triton import fused_moe
+    if quantizer is not exact_quantizer or cd != torch.bfloat16 or x.dtype != torch.bfloat16:
+        raise ValueError("fused=True: the fused kernels take bf16 x and the default quantizer")
+    try:
+        return fused_moe(x, weights, topk_weights, topk_ids, act_and_mul=act_and_mul, s1=s1, s2=s2,
+                         **steps)
+    except Exception as exc:  # noqa: BLE001 - the last resort must run: the grouped path
+        if not auto:
+            raise
+        _FUSED_FAILED[str(x.device)] = f"{type(exc).__name__}: {exc}"
+        import warnings
+        warnings.warn(f"emulation: the fused Triton MoE failed on {x.device} "
+                      f"({type(exc).__name__}: {str(exc)[:300]}); using the grouped path "
+                      "from now on (emulate_moe(..., fused=True) raises instead)",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _emulate_moe_loop(x, weights: MoEWeights, topk_weights, topk_ids, E: int, act_and_mul: bool,
+                      cd, s1, s2, *, activation: str, quant: str, swiglu_limit, swiglu_alpha,
+                      swiglu_beta, w13_order: str, quantizer):
+    """:func:`emulate_moe` expert by expert (routed experts only): the float32 ``[T, H]`` sum."""
+    torch = _torch()
+    T, H = x.shape
     y = torch.zeros((T, H), dtype=torch.float32, device=x.device)
     k = topk_ids.shape[1]
     ids = topk_ids.reshape(-1).long()
@@ -179,7 +192,7 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
         ye = _scaled(au @ dequantize_unit(w2.packed[e], w2.block_scale[e], cd).T,
                      _expert_scale(w2.scale_2, e), as_)
         y.index_add_(0, tok, ye * topk_weights[tok, slot].float().unsqueeze(-1))
-    return _write_out(y, out, x)
+    return y
 
 
 #: devices on which the fused kernels failed once (the default path then stays grouped there)
@@ -192,7 +205,7 @@ def _fused_default(x, cd, quantizer) -> bool:
     they gave the grouped path's outputs on every activation, scheme and scale form
     (``benchmarks/emulation_bench.py``'s check cases: worst 1.35e-3 of max |y|, float32
     accumulation order) at 0.84-1.27x a grouped bf16 MoE's time (eager, 1-256 tokens) where the
-    grouped emulation took 3.1-8.3x (docs/h200.md, "Round five")."""
+    grouped emulation took 3.1-8.3x (docs/records/h200.md, "Round five")."""
     import os
     torch = _torch()
     if os.environ.get("SELECTOR_EMULATION_FUSED", "") == "0":
@@ -238,15 +251,18 @@ def _group_input(v, quant: str, scale, cd, quantizer, per_expert: bool):
                          for _, s in parts]).reshape(c, 1, 1))
 
 
+def _per_expert(s, es_t):
+    """A scale for the experts ``es_t`` of a group: 0-d as is, ``[E]`` indexed, None stays None."""
+    return None if s is None else (s if s.dim() == 0 else s[es_t])
+
+
 def _emulate_moe_grouped(x, weights: MoEWeights, topk_weights, topk_ids, E: int,
                          act_and_mul: bool, cd, s1, s2, *, activation: str, quant: str,
-                         swiglu_limit, swiglu_alpha, swiglu_beta, out, w13_order: str,
-                         quantizer):
+                         swiglu_limit, swiglu_alpha, swiglu_beta, w13_order: str, quantizer):
     """:func:`emulate_moe` with the routed experts in groups (batched GEMMs): the same steps and
     rounding, per group instead of per expert (a group's experts' tokens padded to its largest
-    count by repeating a real row, whose router weight is set to 0)."""
+    count by repeating a real row, whose router weight is set to 0). The float32 ``[T, H]`` sum."""
     torch = _torch()
-    from ..formats.nvfp4 import dequantize_unit
     T, H = x.shape
     dev = x.device
     y = torch.zeros((T, H), dtype=torch.float32, device=dev)
@@ -256,56 +272,57 @@ def _emulate_moe_grouped(x, weights: MoEWeights, topk_weights, topk_ids, E: int,
     counts = torch.bincount(ids[ids >= 0], minlength=E).tolist()
     tok_s = order // k
     wt_s = topk_weights.reshape(-1)[order].float()
-    w13, w2 = weights.w13, weights.w2
-    rows13 = w13.packed.shape[1]
+    rows13 = weights.w13.packed.shape[1]
     per_group = max(1, EXPERT_GROUP_BYTES // max(1, rows13 * H * torch.empty(
         (), dtype=cd).element_size()))
-    starts, acc = [], 0
-    for n in counts:
-        starts.append(acc)
-        acc += n
+    starts = [0, *itertools.accumulate(counts)][:E]  # each expert's first row in `order`
     routed = [e for e in range(E) if counts[e]]
     shared = None
     if quant == "nvfp4" and s1 is not None and s1.dim() == 0:
         shared = _unit_input(x, quant, s1, cd, quantizer)
-
-    def per_e(s, es_t):
-        return None if s is None else (s if s.dim() == 0 else s[es_t])
-
+    steps = dict(activation=activation, swiglu_limit=swiglu_limit, swiglu_alpha=swiglu_alpha,
+                 swiglu_beta=swiglu_beta)
     for g0 in range(0, len(routed), per_group):
         es = routed[g0:g0 + per_group]
         ns = [counts[e] for e in es]
-        m = max(ns)
         meta = torch.tensor([es, ns, [starts[e] for e in es]], dtype=torch.long).to(dev)
         es_t, ns_t, st_t = meta[0], meta[1], meta[2]
-        ar = torch.arange(m, device=dev)
+        ar = torch.arange(max(ns), device=dev)
         pos = st_t.unsqueeze(1) + torch.minimum(ar.unsqueeze(0), ns_t.unsqueeze(1) - 1)  # [c, m]
         tok = tok_s[pos]
         wt = torch.where(ar.unsqueeze(0) < ns_t.unsqueeze(1), wt_s[pos], 0.0)
         if shared is not None:
             xu, xs = shared[0][tok], shared[1]
         else:
-            xu, xs = _group_input(x[tok], quant, per_e(s1, es_t), cd, quantizer,
+            xu, xs = _group_input(x[tok], quant, _per_expert(s1, es_t), cd, quantizer,
                                   s1 is not None and s1.dim() > 0)
-        g13 = dequantize_unit(w13.packed[es_t], w13.block_scale[es_t], cd)
-        h = torch.bmm(xu, g13.transpose(1, 2))  # FC1's output, rounded to cd
-        del g13
-        w13s = w13.scale_2 if w13.scale_2.dim() == 0 else w13.scale_2[es_t].view(-1, 1, 1)
-        h = _scaled(h, w13s, xs)
-        if act_and_mul and w13_order == "up_gate":
-            h = torch.cat([h[..., h.shape[-1] // 2:], h[..., :h.shape[-1] // 2]], dim=-1)
-        a = activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit,
-                          swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta)
-        del h
-        au, as_ = _group_input(a, quant, per_e(s2, es_t), cd, quantizer,
-                               s2 is not None and s2.dim() > 0)
-        del a
-        g2 = dequantize_unit(w2.packed[es_t], w2.block_scale[es_t], cd)
-        w2s = w2.scale_2 if w2.scale_2.dim() == 0 else w2.scale_2[es_t].view(-1, 1, 1)
-        ye = _scaled(torch.bmm(au, g2.transpose(1, 2)), w2s, as_)
-        del g2, au
+        ye = _group_ffn(xu, xs, weights, es_t, act_and_mul, cd, s2, quant=quant, w13_order=w13_order,
+                        quantizer=quantizer, steps=steps)
         y.index_add_(0, tok.reshape(-1), (ye * wt.unsqueeze(-1)).reshape(-1, H))
-    return _write_out(y, out, x)
+    return y
+
+
+def _group_ffn(xu, xs, weights: MoEWeights, es_t, act_and_mul: bool, cd, s2, *, quant: str,
+               w13_order: str, quantizer, steps: dict):
+    """One group's FC1 -> activation -> FC2 as batched GEMMs: ``[c, m, H]`` float32 from its
+    inputs ``xu`` (in cd) times ``xs``."""
+    torch = _torch()
+    w13, w2 = weights.w13, weights.w2
+    g13 = dequantize_unit(w13.packed[es_t], w13.block_scale[es_t], cd)
+    h = torch.bmm(xu, g13.transpose(1, 2))  # FC1's output, rounded to cd
+    del g13
+    w13s = w13.scale_2 if w13.scale_2.dim() == 0 else w13.scale_2[es_t].view(-1, 1, 1)
+    h = _scaled(h, w13s, xs)
+    if act_and_mul and w13_order == "up_gate":
+        h = torch.cat([h[..., h.shape[-1] // 2:], h[..., :h.shape[-1] // 2]], dim=-1)
+    a = activation_fn(h, act_and_mul=act_and_mul, **steps)
+    del h
+    au, as_ = _group_input(a, quant, _per_expert(s2, es_t), cd, quantizer,
+                           s2 is not None and s2.dim() > 0)
+    del a
+    g2 = dequantize_unit(w2.packed[es_t], w2.block_scale[es_t], cd)
+    w2s = w2.scale_2 if w2.scale_2.dim() == 0 else w2.scale_2[es_t].view(-1, 1, 1)
+    return _scaled(torch.bmm(au, g2.transpose(1, 2)), w2s, as_)
 
 
 __all__ = ["EXPERT_GROUP_BYTES", "emulate_linear", "emulate_moe", "exact_quantizer"]

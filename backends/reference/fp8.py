@@ -68,24 +68,10 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
     128x128 block scales. ``parts``: a dict that receives each expert's ``(tokens, output)``.
     """
     torch = _torch()
-    from ..formats.fp8 import (
-        MOE_QUANTS,
-        _scale_from_amax,
-        _to_fp8,
-        dequantize_activation,
-        quantize_activation,
-    )
-    quant = weights.quant
-    if quant not in MOE_QUANTS + ("fp8_block",):
-        raise ValueError(f"the FP8 MoE reference runs {', '.join(MOE_QUANTS)}, fp8_block, not "
-                         f"{quant!r}")
-    from ..common import validate
+    from ..formats.fp8 import _scale_from_amax, dequantize_activation, quantize_activation
+    quant = _check_moe_inputs(x, weights, topk_weights, topk_ids, activation)
     H = weights.hidden_size
     act_and_mul = weights.act_and_mul
-    check_activation(activation, act_and_mul)
-    validate.float_input("x", x, last=H, dim=2, device=weights.w13.device,
-                         allowed=validate.FLOAT_INPUTS + ("float64",))
-    validate.routing(topk_weights, topk_ids, x.shape[0], weights.num_experts, weights.w13.device)
     cd = compute_dtype or torch.float32
     xq, xs = quantize_activation(x.to(torch.float32), quant, weights.a13_scale)
     xd = dequantize_activation(xq, xs, quant, cd)[:, :H]
@@ -97,24 +83,46 @@ def reference_fp8_moe(x, weights, topk_weights, topk_ids, *, activation: str = "
         if fc1_output_dtype is not None:
             h = h.to(fc1_output_dtype).to(cd)
         acts[e] = (tok, slot, activation_fn(h, activation, act_and_mul, swiglu_limit=swiglu_limit))
+    s2 = None  # fp8_tensor_dynamic: one FC2 input scale over every routed row
     if quant == "fp8_tensor_dynamic" and acts:
         amax = max(float(a.abs().max()) for _, _, a in acts.values())
         s2 = _scale_from_amax(torch.tensor(amax))
     y = torch.zeros((x.shape[0], H), dtype=cd, device=x.device)
     for e, (tok, slot, a) in acts.items():
         af = a.to(torch.float32)
-        if quant in ("fp8_channel", "fp8_block"):
-            aq, sa = quantize_activation(af, quant)
-        else:
-            if quant == "fp8_tensor":
-                a2 = weights.a2_scale
-                sa = (a2 if a2.dim() == 0 else a2[e]).to(torch.float32)
-            else:
-                sa = s2
-            aq = _to_fp8(af, sa.to(af.device))
+        aq, sa = _fc2_input(af, quant, weights, e, s2)
         ad = dequantize_activation(aq, sa.to(af.device), quant, cd)[:, :af.shape[1]]
         ye = (ad @ weights.expert("w2", e, cd).T) * topk_weights[tok, slot].to(cd).unsqueeze(-1)
         if parts is not None:
             parts[e] = (tok, ye)
         y.index_add_(0, tok, ye)
     return _write_out(y, out, x)
+
+
+def _check_moe_inputs(x, weights, topk_weights, topk_ids, activation: str) -> str:
+    """The FP8 MoE reference's checks (scheme, activation, x, routing); its scheme."""
+    from ..common import validate
+    from ..formats.fp8 import MOE_QUANTS
+    quant = weights.quant
+    if quant not in MOE_QUANTS + ("fp8_block",):
+        raise ValueError(f"the FP8 MoE reference runs {', '.join(MOE_QUANTS)}, fp8_block, not "
+                         f"{quant!r}")
+    check_activation(activation, weights.act_and_mul)
+    validate.float_input("x", x, last=weights.hidden_size, dim=2, device=weights.w13.device,
+                         allowed=validate.FLOAT_INPUTS + ("float64",))
+    validate.routing(topk_weights, topk_ids, x.shape[0], weights.num_experts, weights.w13.device)
+    return quant
+
+
+def _fc2_input(af, quant: str, weights, e: int, s2):
+    """Expert e's FC2 input (float32 ``af``) quantized as the kernel quantizes it: ``(codes,
+    scale)``; per token / 1x128 group, else with expert e's ``a2_scale`` (fp8_tensor) or the one
+    dynamic scale ``s2``."""
+    from ..formats.fp8 import _to_fp8, quantize_activation
+    if quant in ("fp8_channel", "fp8_block"):
+        return quantize_activation(af, quant)
+    if quant == "fp8_tensor":
+        a2 = weights.a2_scale
+        s2 = (a2 if a2.dim() == 0 else a2[e]).to(_torch().float32)
+    return _to_fp8(af, s2.to(af.device)), s2
+

@@ -218,7 +218,7 @@ class TorchBlockWiseLinear(_TorchScaledMM):
     transposed ``[N/128, K/128]`` weight scale; M padded to a multiple of 4 (cuBLASLt).
 
     K is zero-padded to a multiple of 512 (K/128 a multiple of 4) and N to 128: on torch 2.11
-    (H200, docs/h200.md) the block-scaled ``_scaled_mm`` returns wrong results when K/128 is not
+    (H200, docs/records/h200.md) the block-scaled ``_scaled_mm`` returns wrong results when K/128 is not
     a multiple of 4 (errors 25-52x the output for K/128 = 2, 3, 6; cuBLASLt's 128x128 scale layout
     rounds K/128 up to 4, pytorch #166752), and refuses the padded scale layout; zero weight
     columns with unit scales leave the product unchanged. vLLM 0.32.0's kernel does not pad."""

@@ -21,9 +21,72 @@ from ._base import LinearBackend
 
 
 @functools.lru_cache(maxsize=1)
+def _k_blocks() -> Any:
+    """The GEMM's main loop over K blocks ``[kb0, kb1)``: float32 sums, each 128-wide block's
+    product scaled by its activation and weight scales (OUTER: unscaled; the epilogue applies
+    the row scales once)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def k_blocks(a_ptrs, b_ptrs, as_ptrs, bs_ptrs, mask_m, mask_n, rk, kb0, kb1, K,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 MAX_IMPRECISE: tl.constexpr, OUTER: tl.constexpr):
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        a_ptrs += kb0 * BLOCK_K
+        b_ptrs += kb0 * BLOCK_K
+        for kb in range(kb0, kb1):
+            k_left = K - kb * BLOCK_K
+            a = tl.load(a_ptrs, mask=mask_m[:, None] & (rk[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=mask_n[None, :] & (rk[:, None] < k_left), other=0.0)
+            if OUTER:
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=MAX_IMPRECISE)
+            else:
+                sa = tl.load(as_ptrs + kb, mask=mask_m, other=0.0)
+                sb = tl.load(bs_ptrs + kb, mask=mask_n, other=0.0)
+                acc += tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE) * sa[:, None] * sb[None, :]
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K
+        return acc
+
+    # Triton's interpreter resolves a called @jit function by the module's globals, not the
+    # kernel's closure (the compiler takes either)
+    globals()["k_blocks"] = k_blocks
+    return k_blocks
+
+
+@functools.lru_cache(maxsize=1)
+def _split_k_sum() -> Any:
+    """Split-K in one launch: each split stores its float32 partial sums in its slice of the
+    workspace and counts itself in the tile's counter; the split that arrives last sums the
+    slices in a fixed order (deterministic), and puts the counter back to 0 for the next call
+    (the counters start at 0: _split_workspace). ``(the sum, whether this split writes it)``."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def split_k_sum(acc, ws_ptr, lock_ptr, pid, pid_k, tile, mask, M, N,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
+        tl.store(ws_ptr + pid_k * M * N + tile, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial stored before the release below
+        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel", scope="gpu")
+        last = arrived == SPLIT_K - 1
+        if last:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(SPLIT_K):
+                acc += tl.load(ws_ptr + s * M * N + tile, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(lock_ptr + pid, 0, sem="relaxed", scope="gpu")
+        return acc, last
+
+    globals()["split_k_sum"] = split_k_sum
+    return split_k_sum
+
+
+@functools.lru_cache(maxsize=1)
 def _kernel() -> Any:
     import triton
     import triton.language as tl
+    k_blocks, split_k_sum = _k_blocks(), _split_k_sum()
 
     @triton.jit
     def block_fp8_gemm(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, bias_ptr, ws_ptr, lock_ptr,
@@ -52,41 +115,15 @@ def _kernel() -> Any:
         # OUTER: one scale per row of A and per row of W (stride 0: one for the tensor), applied
         # once to the sum; else one per 128-wide K block (and 128 rows of W), applied per block
         bs_ptrs = bs_ptr + (rn if OUTER else rn // 128) * stride_bsn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         per = tl.cdiv(KB, SPLIT_K)
         kb0 = pid_k * per
-        a_ptrs += kb0 * BLOCK_K
-        b_ptrs += kb0 * BLOCK_K
-        for kb in range(kb0, tl.minimum(kb0 + per, KB)):
-            k_left = K - kb * BLOCK_K
-            a = tl.load(a_ptrs, mask=mask_m[:, None] & (rk[None, :] < k_left), other=0.0)
-            b = tl.load(b_ptrs, mask=mask_n[None, :] & (rk[:, None] < k_left), other=0.0)
-            if OUTER:
-                acc = tl.dot(a, b, acc, max_num_imprecise_acc=MAX_IMPRECISE)
-            else:
-                sa = tl.load(as_ptrs + kb, mask=mask_m, other=0.0)
-                sb = tl.load(bs_ptrs + kb, mask=mask_n, other=0.0)
-                acc += tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE) * sa[:, None] * sb[None, :]
-            a_ptrs += BLOCK_K
-            b_ptrs += BLOCK_K
+        acc = k_blocks(a_ptrs, b_ptrs, as_ptrs, bs_ptrs, mask_m, mask_n, rk, kb0,
+                       tl.minimum(kb0 + per, KB), K, BLOCK_M, BLOCK_N, BLOCK_K, MAX_IMPRECISE, OUTER)
         mask = mask_m[:, None] & mask_n[None, :]
         last = True
         if SPLIT_K > 1:
-            # split-K in this launch: each split stores its float32 partial sums in its slice of
-            # the workspace and counts itself in the tile's counter; the split that arrives last
-            # sums the slices in a fixed order (deterministic), writes the output and puts the
-            # counter back to 0 for the next call (the counters start at 0: _split_workspace)
-            tile = rm[:, None] * N + rn[None, :]
-            tl.store(ws_ptr + pid_k * M * N + tile, acc, mask=mask)
-            tl.debug_barrier()  # every thread's partial stored before the release below
-            arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel", scope="gpu")
-            last = arrived == SPLIT_K - 1
-            if last:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for s in range(SPLIT_K):
-                    acc += tl.load(ws_ptr + s * M * N + tile, mask=mask, other=0.0,
-                                   cache_modifier=".cg")
-                tl.atomic_xchg(lock_ptr + pid, 0, sem="relaxed", scope="gpu")
+            acc, last = split_k_sum(acc, ws_ptr, lock_ptr, pid, pid_k, rm[:, None] * N + rn[None, :],
+                                    mask, M, N, BLOCK_M, BLOCK_N, SPLIT_K)
         if last:
             if OUTER:
                 sa = tl.load(as_ptrs, mask=mask_m, other=0.0)
@@ -103,7 +140,7 @@ def _kernel() -> Any:
 def split_k(m: int, n: int, kb: int, block_n: int, sms: int) -> int:
     """How many splits of K at decode: enough programs for two waves over the SMs when the
     output's tiles alone are fewer (DeepSeek-V3's down_proj: 112 tiles of 64 columns on 132
-    SMs; docs/h200.md for the measurement), each split at least 8 K blocks."""
+    SMs; docs/records/h200.md for the measurement), each split at least 8 K blocks."""
     if m > 16:
         return 1
     tiles = -(-n // block_n)
@@ -124,7 +161,7 @@ def tile_config(m: int) -> dict:
 #: the scaled kernel's prefill tile (128 x 256, K step 128, 3 stages: 144 KiB of shared memory):
 #: on an H100 it ran Llama-3.1-8B's down_proj at 4,096 and 16,384 tokens in 0.36 and 1.49 ms
 #: against 0.43 and 1.71-1.86 ms with 128 x 128 tiles and 0.40 and 1.72 ms for torch's row-wise
-#: _scaled_mm (benchmarks/fp8_tiles.py --large, docs/h200.md)
+#: _scaled_mm (benchmarks/fp8_tiles.py --large, docs/records/h200.md)
 LARGE_SCALED = dict(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3)
 #: its shared memory: a K step of A's and W's rows (one byte each) a stage
 LARGE_SCALED_SMEM = LARGE_SCALED["num_stages"] * (LARGE_SCALED["BLOCK_M"] + LARGE_SCALED["BLOCK_N"]) * 128

@@ -155,6 +155,20 @@ def _owners(origin: Path, names: Sequence[str]) -> Dict[str, Tuple[str, Optional
     return out
 
 
+def _module_owners(module: str, origin: Path) -> Dict[str, Tuple[str, Optional[str]]]:
+    """The installed distributions whose RECORD lists ``origin``: ``module``'s own and
+    flashinfer-python's first, else any distribution declaring the top-level name (slower:
+    packages_distributions reads every RECORD)."""
+    owners = _owners(origin, [module, "flashinfer-python"])
+    if owners:
+        return owners
+    try:
+        declared = md.packages_distributions().get(module) or []
+    except Exception:  # noqa: BLE001
+        declared = []
+    return _owners(origin, [d for d in dict.fromkeys(declared) if d not in (module, "flashinfer-python")])
+
+
 def module_shadowing(arg: Optional[str], ctx: Dict[str, Any]) -> Dict[str, Any]:
     module = arg or "b12x"
     try:
@@ -178,14 +192,7 @@ def module_shadowing(arg: Optional[str], ctx: Dict[str, Any]) -> Dict[str, Any]:
         where = locs[0] if locs else "?"
         return warning(f"the top-level module {module!r} is a namespace package ({where}) "
                        "that no distribution owns", path=where)
-    owners = _owners(origin, [module, "flashinfer-python"])
-    if not owners:  # someone else's file? (packages_distributions reads every RECORD: slower)
-        try:
-            declared = md.packages_distributions().get(module) or []
-        except Exception:  # noqa: BLE001
-            declared = []
-        owners = _owners(origin, [d for d in dict.fromkeys(declared)
-                                  if d not in (module, "flashinfer-python")])
+    owners = _module_owners(module, origin)
     details: Dict[str, Any] = {"path": str(origin), "distribution": dist_version,
                                "owners": {n: v for n, (v, _) in owners.items()}}
     others = {n: v for n, v in owners.items() if n != module}
