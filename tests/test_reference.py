@@ -353,3 +353,14 @@ def test_up_gate_order_reproduces_the_checkpoint_and_gate_up_does_not():
     assert rel_max(reference_moe(x, R, tw, ti), ref) > 0.1
     with pytest.raises(ValueError, match="w13_order"):
         reference_moe(x, W, tw, ti, w13_order="interleaved")
+
+
+@pytest.mark.parametrize("cls", [EmulationMoE, EmulationLinear])
+@pytest.mark.parametrize("quant", ["mxfp4", "fp8_block"])
+def test_a_scheme_the_reference_does_not_compute_is_refused_when_built(cls, quant):
+    """A scheme added to the emulation's file (`implements:`) without reference code for it is
+    refused when the object is built, naming what the class computes, not inside `apply`."""
+    with pytest.raises(NotImplementedError, match=f"computes nvfp4, nvfp4_w4a16 layers, not {quant}: "
+                                                  f".*{cls.__name__}.computes"):
+        cls(quant=quant)
+    assert cls(quant="nvfp4_w4a16").quant == "nvfp4_w4a16"

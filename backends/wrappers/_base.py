@@ -207,9 +207,10 @@ class KernelBackend:
         if self.computes is not None and quant not in self.computes:
             raise NotImplementedError(
                 f"backend {self.backend!r}: {type(self).__name__} computes "
-                f"{', '.join(self.computes)} layers, not {quant}; selector decides {quant} "
-                f"layers for {self.backend}, and the engine builds its kernel for them "
-                f"(the decision's engine kernel)")
+                f"{', '.join(self.computes)} layers, not {quant}: where the backend's file "
+                f"implements {quant}, the engine builds its kernel (the decision's engine "
+                f"kernel); a scheme new to the class needs its code first ({type(self).__name__}"
+                f".computes)")
         self.quant = quant
         self.activation = activation
         self.act_and_mul = act_and_mul

@@ -1,17 +1,18 @@
-"""``emulation``: the NVFP4 layer computed with plain torch (dequantize, then matmul) on any device.
+"""``emulation``: the layer computed with plain torch (dequantize, then matmul) on any device.
 
 Always available: the last resort of every selector order. By default it runs as a kernel would
 (``backends.reference.emulate_moe`` / ``emulate_linear``): only the routed experts' weights are
 expanded, per call, to codes times block scales in the activation dtype (exact in bf16), GEMMs in
 that dtype, global scales on the float32 outputs; nothing is cached, so its memory is the
 checkpoint's plus one expert's weights in bf16 (on CUDA, where the routed experts run grouped as
-batched GEMMs: one group's, at most ``reference.EXPERT_GROUP_BYTES``; docs/h200.md for the figures).
+batched GEMMs: one group's, at most ``reference.EXPERT_GROUP_BYTES``; docs/records/h200.md for the figures).
 ``compute_dtype=torch.float64`` (or float32) runs the oracle, ``reference_moe`` /
 ``reference_linear``, instead: what ``doctor --verify`` compares every backend with.
 """
 from __future__ import annotations
 
 from ..prepare import prepare_emulation
+from ..reference import QUANTS
 from ._base import LinearBackend, MoEBackend
 
 
@@ -22,6 +23,9 @@ class EmulationMoE(MoEBackend):
     ``fc2_input_scale=1.0`` reproduces b12x's per-block dynamic FC2 input quantization.
     """
 
+    #: what the reference computes: a scheme added to its file but not to the reference is
+    #: refused when the object is built, not deep inside ``apply``
+    computes = QUANTS
 
     def __init__(self, *, compute_dtype=None, fc1_input_scale=None, fc2_input_scale=None,
                  swiglu_alpha=None, swiglu_beta=None, **kw):
@@ -57,8 +61,9 @@ class EmulationMoE(MoEBackend):
 
 
 class EmulationLinear(LinearBackend):
-    """Reference NVFP4 linear layer. ``apply(x, prepared, out=None)``."""
+    """Reference linear layer. ``apply(x, prepared, out=None)``."""
 
+    computes = QUANTS
 
     def __init__(self, *, compute_dtype=None, **kw):
         super().__init__(**kw)
