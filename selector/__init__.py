@@ -1,5 +1,5 @@
-"""selector: which NVFP4 kernel backend should run this layer on this machine, and why not the
-others.
+"""selector: which quantized kernel backend (NVFP4, FP8, MXFP8, MXFP4, ...) should run this layer
+on this machine, and why not the others.
 
     sel = selector.load(overrides=["platform=auto"])
     d = sel.select(op="moe", quant="nvfp4", activation="relu2", act_and_mul=False)

@@ -104,7 +104,7 @@ class Selector:
             return self._by_layer[layer]
 
     def plan(self, model_dir: os.PathLike[str] | str) -> Plan:
-        """Every distinct NVFP4 layer kind of a checkpoint directory, decided (checkpoint.py)."""
+        """Every distinct quantized layer kind of a checkpoint directory, decided (checkpoint/plan.py)."""
         from selector.checkpoint.plan import plan
         return plan(self, model_dir)
 

@@ -881,7 +881,7 @@ FP8_TORCH: List[Case] = [
     C("channel-wise-fp16", "9.0", "linear/torch_channel_wise", layer=_fl("fp8_channel",
                                                                          dtype="float16")),
     # row-wise: bfloat16 output only before torch 2.11 (pytorch #125204's SM90 kernel; vLLM
-    # RowWise can_implement); torch 2.11 writes float16 and float32 too (measured, docs/h200.md)
+    # RowWise can_implement); torch 2.11 writes float16 and float32 too (measured, docs/records/h200.md)
     C("row-wise-fp16-torch-2.10", "9.0", "linear/torch_row_wise", {"dtype"},
       pk={"torch": "2.10.0"}, layer=_fl("fp8_channel", dtype="float16")),
     C("row-wise-fp32-torch-2.10", "9.0", "linear/torch_row_wise", {"dtype"},
@@ -932,7 +932,7 @@ FP8_TORCH: List[Case] = [
       layer=_fl("fp8_channel")),
     # Triton per-tensor / per-channel FP8 (backends/wrappers/triton_fp8.py): the same Triton rules; it
     # runs fp8_tensor, fp8_tensor_dynamic and fp8_channel, not block scales; preferred for
-    # per-channel at <= 16 and >= 4096 tokens on SM 9.0 (measured: docs/h200.md), eligible
+    # per-channel at <= 16 and >= 4096 tokens on SM 9.0 (measured: docs/records/h200.md), eligible
     # between
     C("triton-scaled-no-triton", "9.0", "linear/triton_scaled_fp8", {"package"},
       pk={"triton": None}, layer=_fl("fp8_channel")),

@@ -96,7 +96,7 @@ def test_activation_scales_per_scheme(quant):
 def test_scale_is_a_float32_multiply_by_the_reciprocal():
     """amax * fl32(1/448), not amax / 448: CUDA divides by a Python scalar as a multiplication by
     its reciprocal, so a division would give other scales (and E4M3 codes) on the GPU than on
-    the CPU (docs/h200.md: a 1.6% output difference on verify's fp8_block problem)."""
+    the CPU (docs/records/h200.md: a 1.6% output difference on verify's fp8_block problem)."""
     amax = torch.tensor([1.0, 3.0, 4.0, 5.5, 7.0, 100.0])
     s = fp8._scale_from_amax(amax)
     inv = torch.tensor(1 / 448, dtype=torch.float32)
@@ -230,7 +230,7 @@ def test_the_selector_gate_refuses_where_the_rules_do(overrides, rule):
     assert rule in {r for r, _, _ in e.value.reasons}
 
 
-# the lent H200's software: torch and triton, no vllm, flashinfer or sgl-kernel (docs/h200.md)
+# the lent H200's software: torch and triton, no vllm, flashinfer or sgl-kernel (docs/records/h200.md)
 LENT_H200 = H200 + ["platform.packages.vllm=null", "platform.packages.flashinfer-python=null",
                     "platform.packages.nvidia-cutlass-dsl=null"]
 
@@ -248,7 +248,7 @@ def test_selection_on_the_h200_preset():
             for q in fp8.FP8_QUANTS}
     assert pick == {"fp8_tensor": "torch_per_tensor", "fp8_tensor_dynamic": "torch_per_tensor",
                     "fp8_channel": "torch_row_wise", "fp8_block": "triton_block_fp8"}
-    # from 1024 tokens torch's block-scaled GEMM ranks first on SM 9.0 (docs/h200.md; vLLM #49932)
+    # from 1024 tokens torch's block-scaled GEMM ranks first on SM 9.0 (docs/records/h200.md; vLLM #49932)
     assert sel.select(op="linear", quant="fp8_block", hidden_size=7168,
                       num_tokens=1024).selected == "torch_block_wise"
     assert sel.select(op="linear", quant="fp8_block", hidden_size=7168,

@@ -252,7 +252,7 @@ def _fi_linear_cases():
 
 
 @pytest.mark.skipif(not FLASHINFER, reason="FlashInfer's SM90 FP8 GEMMs need an SM 9.0 GPU and "
-                    "flashinfer-python (docs/h200.md, 'FlashInfer on the H200')")
+                    "flashinfer-python (docs/records/h200.md, 'FlashInfer on the H200')")
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), m=st.integers(0, 40), lead=st.sampled_from([(), (2,)]),
        bias=st.booleans(), seed=st.integers(0, 2 ** 16))

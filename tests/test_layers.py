@@ -232,3 +232,23 @@ def test_an_upward_backends_import_is_found(tmp_path: Path, monkeypatch: pytest.
 def test_a_backends_module_off_the_floors_is_found() -> None:
     with pytest.raises(AssertionError, match="on no floor"):
         floor_of("selector.backends.misc.helpers")
+
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def test_backends_modules_and_functions_stay_small() -> None:
+    """No module of backends/ over 500 lines and no function (a Triton kernel included) over 60:
+    a longer one is split where its steps part."""
+    bad = []
+    for name, path in BACKEND_MODULES.items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            bad.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    bad.append(f"{name}.{node.name} (line {node.lineno}): {n} lines")
+    assert not bad, "\n".join(bad)

@@ -266,7 +266,7 @@ def test_fp8_moe_bounds_are_margin_times_the_recorded_measurement():
     measured = {"fp8_tensor": (0.0753, 0.0336, 0.0319, 0.00179, 0.152),
                 "fp8_tensor_dynamic": (0.0787, 0.0409, 0.0431, 0.00237, 0.0773),
                 "fp8_channel": (0.0741, 0.0259, 0.0236, 0.00155, 0.105),
-                # scale and activation fit: the CPU run's (docs/h200.md), over the H200's
+                # scale and activation fit: the CPU run's (docs/records/h200.md), over the H200's
                 "fp8_block": (0.0593, 0.0195, 0.0231, 0.00095, 0.0509)}
     assert dict(vcs.FP8_MOE_MEASURED) == measured
     for q, m in measured.items():

@@ -5,7 +5,7 @@ whether one small call agreed with a torch computation of the same product.
 
     python tools/fi_warm.py [bmm_fp8] [blockscale] [moe]     (default: bmm_fp8 blockscale)
 
-Needs CUDA and flashinfer-python; run on the device (docs/h200.md "FlashInfer on the H200").
+Needs CUDA and flashinfer-python; run on the device (docs/records/h200.md "FlashInfer on the H200").
 Exit status: 0 every named module built and agreed, 1 otherwise (each failure printed).
 """
 from __future__ import annotations

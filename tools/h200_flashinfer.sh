@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # FlashInfer on a GPU machine that cannot reach a package index and takes at most ~60 MB per
-# transfer (the lent H200: docs/h200.md "FlashInfer on the H200"). flashinfer-python 0.7.4 is a
+# transfer (the lent H200: docs/records/h200.md "FlashInfer on the H200"). flashinfer-python 0.7.4 is a
 # 101 MB wheel, so it travels in two parts, in two runs of one warm machine; then it is joined,
 # checked against the wheel's sha256, installed with pip --target beside the machine's torch, and
 # selector's doctor looks at it.

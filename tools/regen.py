@@ -10,8 +10,15 @@ The generated files:
 - docs/interface.md, its "Backend names" block: the catalogue's backends in preference order;
 - docs/keys.md, its "Values of this tree" block: the presets of conf/ and the layer vocabularies;
 - docs/guarantees.md, its mutation-scores block: docs/mutation.json (`tools/mutate.py --record`);
+- docs/architecture.md, its blocks: the quant schemes (`schema.QUANTS`), the `when:` keys
+  (`rules.WHEN`) and the floors of backends/ (`backends.FLOORS`);
+- docs/backends.md, its floors table (each floor's package docstring); docs/engines.md, its
+  engine table, and README.md, its engine list (conf/engine/, as `engine=NAME` loads it);
+- tests/test_catalogue.py, its `OPT_IN` set: the catalogue's opt-in backends with their reasons;
 - README.md, docs/examples.md and docs/integration.md, each ```console block: the output of
   its `$ python -m selector ...` command (tests/readme_examples.py).
+A generated block in a page is `<!-- regen:NAME -->` ... `<!-- /regen:NAME -->`, in a Python
+file `# regen:NAME` ... `# /regen:NAME`.
 docs/matrix.png (a headless-Chromium screenshot of `matrix --format html`) is written with
 --png only: a screenshot is not byte-reproducible, so --check does not compare it.
 docs/vllm-parity.md is not written here: every section of it is vLLM's own choice beside
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 import shutil
 import subprocess
@@ -38,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 BLOCK = re.compile(r"(<!-- regen:(?P<name>[a-z-]+) -->\n).*?(<!-- /regen:(?P=name) -->)", re.S)
+PY_BLOCK = re.compile(r"(# regen:(?P<name>[a-z-]+)\n).*?(# /regen:(?P=name)\n)", re.S)
 
 
 def _cli(*args: str) -> str:
@@ -88,14 +97,109 @@ def key_values() -> str:
     return "\n".join(lines) + "\n"
 
 
-def fill_blocks(text: str, blocks: Dict[str, Callable[[], str]]) -> str:
+def scheme_names() -> str:
+    """The quant schemes a layer may name (`schema.QUANTS`)."""
+    from selector.core import schema
+    return ", ".join(f"`{q}`" for q in schema.QUANTS) + ".\n"
+
+
+def when_keys() -> str:
+    """The keys of a `when:` (`rules.WHEN`): layer terms, then platform terms."""
+    from selector.core.rules.when import WHEN
+    layer = [k for k, term in WHEN.items() if term.layer_field is not None]
+    platform = [k for k, term in WHEN.items() if term.layer_field is None]
+    return (", ".join(f"`{k}`" for k in layer) + " (layer terms) and "
+            + ", ".join(f"`{k}`" for k in platform) + " (platform terms).\n")
+
+
+def _floors() -> List[tuple]:  # type: ignore[type-arg]
+    """(floor, its package docstring's first paragraph) for each floor of backends/, bottom up."""
+    import ast
+
+    from selector.backends import FLOORS
+    out = []
+    for floor in FLOORS:
+        doc = ast.get_docstring(ast.parse((ROOT / "backends" / floor / "__init__.py").read_text())) or ""
+        out.append((floor, " ".join(doc.split("\n\n")[0].split()).replace("``", "`")))
+    return out
+
+
+def backend_floors() -> str:
+    """docs/architecture.md's list of backends/'s floors."""
+    return ", ".join(f"`{f}`" for f, _ in _floors()) + ".\n"
+
+
+def backend_floors_table() -> str:
+    """docs/backends.md's table of backends/'s floors."""
+    rows = [f"| {f} | `backends/{f}/` | {doc} |" for f, doc in _floors()]
+    return "| floor | package | what it holds |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def _engines() -> List:  # type: ignore[type-arg]
+    from selector.api import load
+    from selector.core.engines import ENGINES
+    return [load(["platform=cpu", f"engine={name}"]).run_config.engine for name in ENGINES
+            if name != "none"]
+
+
+def engine_table() -> str:
+    """docs/engines.md's table: each engine of conf/engine/, as `engine=NAME` loads it."""
+    kinds = {"flag": "flag", "env": "variable", "config": "config key"}
+    rows = []
+    for e in _engines():
+        how = "; ".join(f"{kinds[c.kind]} `{c.key}` ({c.op}{': ' + ', '.join(c.schemes) if c.schemes else ''})"
+                        for c in e.choices)
+        command = dict(e.launch).get("command")
+        if isinstance(command, str):  # the launch table keeps JSON text
+            command = json.loads(command)
+        launch = f"`{' '.join(command)}`" if command else "-"
+        rows.append(f"| `{e.name}` | {e.label} | {how} | {launch} | {e.proof} |")
+    return ("| engine | models | how a choice is passed | launch command | proof |\n"
+            "|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+
+
+def engine_names() -> str:
+    """README.md's engine list."""
+    return ", ".join(f"`{e.name}` ({e.label})" for e in _engines()) + ".\n"
+
+
+def _clip(text: str, width: int) -> str:
+    """``text`` on one line, cut at a word to at most ``width`` characters."""
+    words, out = text.split(), ""
+    for w in words:
+        if len(out) + len(w) + 1 > width - 4:
+            return out + " ..."
+        out = f"{out} {w}" if out else w
+    return out
+
+
+def opt_in_set() -> str:
+    """tests/test_catalogue.py's OPT_IN: every opt-in backend of the catalogue, with its reason."""
+    cat = _catalogue()
+    items = sorted((op, b.name, b.opt_in.reason) for op, bs in cat.backends.items() for b in bs
+                   if b.opt_in)
+    lines = [f"    ({op!r}, {name!r}),  # {_clip(reason, 100 - len(op) - len(name))}"
+             for op, name, reason in items]
+    return "OPT_IN = {\n" + "\n".join(lines).replace("'", '"') + "\n}\n"
+
+
+BLOCKS: Dict[str, Callable[[], str]] = {
+    "backend-names": backend_names, "key-values": key_values, "scheme-names": scheme_names,
+    "when-keys": when_keys, "backend-floors": backend_floors,
+    "backend-floors-table": backend_floors_table, "engine-table": engine_table,
+    "engine-names": engine_names,
+}
+
+
+def fill_blocks(text: str, blocks: Dict[str, Callable[[], str]], pattern: re.Pattern = BLOCK  # type: ignore[type-arg]
+                ) -> str:
     def sub(m: re.Match) -> str:  # type: ignore[type-arg]
         name = m.group("name")
         if name not in blocks:
             raise SystemExit(f"regen: unknown generated block 'regen:{name}'; known: "
                              f"{', '.join(sorted(blocks))}")
         return m.group(1) + blocks[name]() + m.group(3)
-    return BLOCK.sub(sub, text)
+    return pattern.sub(sub, text)
 
 
 def mutation_scores() -> str:
@@ -107,16 +211,20 @@ def mutation_scores() -> str:
 
 def _blocks(path: Path) -> Callable[[], str]:
     def render() -> str:
-        return fill_blocks(path.read_text(), {"backend-names": backend_names,
-                                              "key-values": key_values,
-                                              "mutation-scores": mutation_scores})
+        return fill_blocks(path.read_text(), {**BLOCKS, "mutation-scores": mutation_scores})
+    return render
+
+
+def _py_blocks(path: Path) -> Callable[[], str]:
+    def render() -> str:
+        return fill_blocks(path.read_text(), {"opt-in": opt_in_set}, PY_BLOCK)
     return render
 
 
 def _examples(path: Path) -> Callable[[], str]:
     def render() -> str:
         import readme_examples
-        return readme_examples.render(path.read_text())
+        return fill_blocks(readme_examples.render(path.read_text()), BLOCKS)
     return render
 
 
@@ -126,6 +234,10 @@ GENERATED: Dict[str, Callable[[], str]] = {
     "docs/interface.md": _blocks(ROOT / "docs" / "interface.md"),
     "docs/keys.md": _blocks(ROOT / "docs" / "keys.md"),
     "docs/guarantees.md": _blocks(ROOT / "docs" / "guarantees.md"),
+    "docs/architecture.md": _blocks(ROOT / "docs" / "architecture.md"),
+    "docs/backends.md": _blocks(ROOT / "docs" / "backends.md"),
+    "docs/engines.md": _blocks(ROOT / "docs" / "engines.md"),
+    "tests/test_catalogue.py": _py_blocks(ROOT / "tests" / "test_catalogue.py"),
     "README.md": _examples(ROOT / "README.md"),
     "docs/examples.md": _examples(ROOT / "docs" / "examples.md"),
     "docs/integration.md": _examples(ROOT / "docs" / "integration.md"),

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Hydra overrides: key=value, group=option, +key=value, ~key")
         if name == "explain":
             s.add_argument("--model", metavar="DIR", help="a checkpoint directory: explain "
-                           "every NVFP4 layer kind its config.json describes")
+                           "every quantized layer kind its config.json describes")
             s.add_argument("--why", metavar="BACKEND", help="only this backend's verdict and "
                            "every reason for it")
         if name == "list":

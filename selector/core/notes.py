@@ -122,7 +122,7 @@ def _nothing_automatic(n: Note) -> str:
 
 def _unsupported_layer(n: Note) -> str:
     return (f"no backend of the catalogue implements {n.data['quant']} {n.data['op']} layers: "
-            "this layer is outside selector's NVFP4 catalogue")
+            "this layer is outside selector's catalogue")
 
 
 def _weight_only(n: Note) -> str:
@@ -132,7 +132,7 @@ def _weight_only(n: Note) -> str:
 
 def _reference(n: Note) -> str:
     return (f"{n.backend} is the reference implementation (dequantize, then matmul): correct but "
-            "slow; no native NVFP4 kernel can run this layer here")
+            "slow; no native kernel can run this layer here")
 
 
 def _platform(n: Note) -> str:

@@ -67,7 +67,7 @@ FINE_MEASURES = (("scale_err", "scale error"), ("tile_err", "tile scale error"),
 # 0.0122, 0.0161, 0.000154, 0.0144, 0.0146; MoE W4A4 0.2255, 0.0411, 0.0642, 0.000152, 0.0233,
 # 0.00228; linear W4A16 0.00490, 0.00232, 0.000458, 0.000109; linear W4A4 0.00492, 0.00229,
 # 0.000461, 0.0000788. tests/test_verify_zoo.py re-measures.
-# FP8 linear, measured on the H200 (docs/h200.md "FP8 on the H200"; 30 seeds of every case): the
+# FP8 linear, measured on the H200 (docs/records/h200.md "FP8 on the H200"; 30 seeds of every case): the
 # kernels quantize the activation with the reference's quantizer (backends/formats/fp8.py), so a correct
 # kernel differs by its accumulation and its bf16 output's rounding only. Worst (max / RMS /
 # gain): torch _scaled_mm per-tensor, row-wise, channel-wise 0.00388 / 0.00175 / 0.00044.
@@ -82,14 +82,14 @@ BOUNDS: Mapping[Tuple[str, str], Bound] = {
     ("linear", "nvfp4"): Bound(0.01171875, 0.005859375, 2.0 ** -10, 0.00018310546875),
     # FP8 linear (backends/formats/fp8.py; the kernels quantize the activation with the reference's
     # quantizer, so a correct kernel differs by its accumulation and output rounding only):
-    # docs/h200.md "FP8 on the H200" for the measurement
+    # docs/records/h200.md "FP8 on the H200" for the measurement
     **{("linear", q): FP8_LINEAR_BOUND for q in ("fp8_tensor", "fp8_tensor_dynamic",
                                                   "fp8_channel", "fp8_block")}}
 # FP8 MoE (backends/formats/fp8.py Fp8MoEWeights; backends/children/verify_problems.py build_fp8_moe): the kernels
 # quantize both GEMM inputs with the reference's quantizer, so a correct kernel differs by its
 # accumulation, its bf16 FC1 output (which can move an FC2 input to the neighbouring E4M3 code)
 # and its output rounding. Measured on the H200 (python tests/verify_zoo.py --ops moe_fp8 --seeds 4
-# --jobs 15, then tools/fp8_moe_bounds.py; docs/h200.md): the simulated correct kernel of
+# --jobs 15, then tools/fp8_moe_bounds.py; docs/records/h200.md): the simulated correct kernel of
 # tests/mutant_backends and torch_grouped_fp8 (not fp8_block: its file does not implement it),
 # 4 seeds of each of the 16 cases per scheme (128 runs, fp8_block 64): the worst max, rms, gain,
 # scale and activation errors per scheme, rounded up to 3 digits; the bounds are MARGIN x those.
