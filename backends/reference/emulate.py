@@ -7,7 +7,7 @@ or runs its routed experts in groups as batched GEMMs. Imports torch only inside
 from __future__ import annotations
 
 import itertools
-from typing import Optional
+from typing import Any, Dict, Optional
 
 from ..formats.nvfp4 import (
     LinearWeights,
@@ -119,7 +119,7 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
                                        w13_order)
     cd = _gemm_dtype(x, dtype)
     s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
-    steps = dict(activation=activation, quant=quant, swiglu_limit=swiglu_limit,
+    steps: Dict[str, Any] = dict(activation=activation, quant=quant, swiglu_limit=swiglu_limit,
                  swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta, w13_order=w13_order)
     if fused if fused is not None else _fused_default(x, cd, quantizer):
         y = _fused(x, weights, topk_weights, topk_ids, act_and_mul, cd, s1, s2, quantizer,
