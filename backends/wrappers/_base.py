@@ -110,7 +110,7 @@ def _catalogue_entries() -> Dict[str, List[Tuple[str, str, Dict[str, Any]]]]:
 
 
 def class_path(cls: type) -> str:
-    """``selector.backends.<module>:<Class>``, the entry point naming ``cls`` (``backends`` is
+    """``selector.backends.wrappers.<module>:<Class>``, the entry point naming ``cls`` (``backends`` is
     installed as ``selector.backends``; tests import it under either name)."""
     module = cls.__module__
     if module.startswith("backends."):
