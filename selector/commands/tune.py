@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from selector.core import profile as prof
 from selector.core.errors import SelectorError, bad_input
+from selector.core.text import printable, shell_word
 
 DEFAULT_TOKENS = (1, 16, 128, 1024, 4096)
 DEFAULT_MAX_MEMORY_GIB = 16.0
@@ -268,8 +269,9 @@ def render_text(s: Dict[str, Any]) -> List[str]:
         elif c["static"]:
             lines.append(f"    static pick {c['static']}: not timed")
     lines.append("  use it: python -m selector explain policy.preference=measured"
-                 + (f" policy.profile={s['profile']}" if s["profile"] else ""))
-    return lines
+                 + (f" {shell_word('policy.profile=' + str(s['profile']))}"
+                    if s["profile"] else ""))
+    return [printable(line) for line in lines]  # a path's escapes and newlines: escaped
 
 
 __all__ = ["add_arguments", "run_tune", "parse_layer_spec", "parse_tokens", "DEFAULT_TOKENS"]

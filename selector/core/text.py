@@ -43,8 +43,22 @@ def is_shell_name(name: object) -> bool:
 
 
 def shell_word(value: object) -> str:
-    """One word of a printed command: shell-quoted (a space, `;`, `$(...)` stay in the word)."""
-    return shlex.quote(str(value))
+    """One word of a printed command: shell-quoted (a space, `;`, `$(...)` stay in the word).
+    A word with a character that is not printable (a newline, ESC) is written in ANSI-C
+    quoting, `$'a\\nb'` (bash, zsh, ksh): still one word on one line, and the same bytes
+    when pasted."""
+    text = str(value)
+    if text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.extend(f"\\x{b:02x}" for b in ch.encode("utf-8", "surrogateescape"))
+    return "$'" + "".join(out) + "'"
 
 
 def shell_assignment(name: str, value: object) -> str:
