@@ -34,3 +34,50 @@ def test_the_out_path_reaches_no_line_raw_and_the_suggested_command_is_quoted(pa
     # the suggested word is the path, exactly, to a shell
     got = subprocess.run(["bash", "-c", "printf %s " + word], capture_output=True).stdout
     assert got.decode() == f"policy.profile={path}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrent writers of one profile (issue 48, defect 3)
+
+WRITER = r"""
+import json, os, sys, time
+from selector.commands import tune
+from selector.core import profile as prof
+from selector.inspect import tuning
+path, tokens, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+layer = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=False, ep_size=1,
+             tp_size=1, dtype="bfloat16", hidden_size=256, intermediate_size=256,
+             swiglu_limit=None, num_experts=None, top_k=None, all2all=None, num_tokens=tokens)
+key = {k: None for k in prof.KEY_FIELDS}
+key["packages"] = {}
+new = prof.Profile(key, (prof.Cell(layer, tokens, {"emulation": prof.Timing(1.0, 0.9, 1.1, 5)}),),
+                   {}, "2026-12-07T00:00:00Z")
+write = tuning.write_bytes
+def slow_write(data, p):  # widen the read-merge-write window: a race shows every time
+    time.sleep(0.3)
+    return write(data, p)
+tuning.write_bytes = slow_write
+while not os.path.exists(go):
+    time.sleep(0.005)
+print(json.dumps(tuning.save_profile(new, path, tune._merge)))
+"""
+
+
+def test_concurrent_tune_runs_on_one_profile_keep_every_cell(tmp_path):
+    import sys
+
+    from helpers import child_env
+
+    from selector.core import profile as prof
+    out, go = tmp_path / "p.json", tmp_path / "go"
+    tokens = [1 << i for i in range(6)]  # six cells, one bucket each
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(t), str(go)],
+                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for t in tokens]
+    go.write_text("")
+    for p in procs:
+        o, e = p.communicate(timeout=300)
+        assert p.returncode == 0, e
+    got = prof.load(str(out))
+    assert sorted(c.tokens for c in got.cells) == tokens
+    assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]

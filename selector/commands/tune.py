@@ -197,9 +197,8 @@ def run_tune(args: argparse.Namespace) -> int:
     if out is None:
         raise SelectorError("--out: the cache directory is off (SELECTOR_CACHE_DIR): name the "
                             "profile file with --out PATH", key="--out")
-    merged, kept = _merge(new, str(out))
-    try:
-        path = tuning.write_profile(merged, out)
+    try:  # read, merged and written under the profile's lock: concurrent runs keep every cell
+        path, kept = tuning.save_profile(new, out, _merge)
     except OSError as e:
         raise SelectorError(f"--out: cannot write {out}: {e.strerror or e}", key="--out",
                             value=str(out)) from None
