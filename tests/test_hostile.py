@@ -487,3 +487,18 @@ def test_version_keys_and_package_versions_stay_strings():
                                 "platform.cuda=null", "layer.top_k=8"]) == [
         "platform.cuda='13.0'", "platform.capability='9.0'", "++platform.packages.torch='2.11'",
         'platform.cuda="13.0"', "platform.cuda=null", "layer.top_k=8"]
+
+
+@pytest.mark.parametrize("content", ["null", "[]", '"x"'])
+def test_11_a_null_cache_entry_is_warned_about_like_the_others(tmp_path, monkeypatch, content):
+    """issue 48: `null` was taken for "no entry" and recomputed without the warning the
+    others get."""
+    from selector.config import catalogues as cat
+    overrides = ["platform=b200", "stack=vllm_0_32", "layer.ep_size=4"]
+    selector.load(overrides)
+    path, _ = _cache_file(tmp_path, overrides)
+    path.write_text(content)
+    said: list = []
+    monkeypatch.setattr(cat, "WARN", said.append)
+    selector.load(overrides)
+    assert [w for w in said if str(path) in w and "composed-config cache entry" in w], said

@@ -81,3 +81,92 @@ def test_concurrent_tune_runs_on_one_profile_keep_every_cell(tmp_path):
     got = prof.load(str(out))
     assert sorted(c.tokens for c in got.cells) == tokens
     assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment variables, profile fields, --out (issue 48, defects 5 and 6)
+
+SHAPE = ["layer=dense_linear", "layer.hidden_size=256", "layer.intermediate_size=256"]
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "-5", "0", "inf", "1e9"])
+def test_a_bad_tune_timeout_variable_is_exit_2_naming_it(monkeypatch, value):
+    from helpers import refused
+    monkeypatch.setenv("SELECTOR_TUNE_TIMEOUT", value)
+    refused(["tune", *SHAPE, "--tokens", "4"], "SELECTOR_TUNE_TIMEOUT", repr(value),
+            "from 0.001 to 86400")
+
+
+def test_a_bad_tune_timeout_variable_does_not_break_explain(monkeypatch):
+    from helpers import run_main
+    monkeypatch.setenv("SELECTOR_TUNE_TIMEOUT", "abc")
+    rc, out, err = run_main(["explain", *SHAPE, "policy.preference=measured"])
+    assert rc == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "-5"])
+def test_a_bad_verify_timeout_variable_is_exit_2_naming_it(monkeypatch, value):
+    """`explain probe=verify` reads it (`doctor --verify` takes --timeout, else
+    SELECTOR_PROBE_TIMEOUT)."""
+    from helpers import refused
+    monkeypatch.setenv("SELECTOR_VERIFY_TIMEOUT", value)
+    refused(["explain", "probe=verify", *SHAPE], "SELECTOR_VERIFY_TIMEOUT", repr(value),
+            "from 0.001 to 86400")
+
+
+def _profile_doc(**top):
+    from selector.core import profile as prof
+    layer = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=False, ep_size=1,
+                 tp_size=1, dtype="bfloat16", hidden_size=256, intermediate_size=256,
+                 swiglu_limit=None, num_experts=None, top_k=None, all2all=None, num_tokens=1)
+    doc = {"schema": prof.SCHEMA, "version": 1, "created": "", "settings": {},
+           "key": {k: ({} if k == "packages" else None) for k in prof.KEY_FIELDS},
+           "cells": [{"layer": layer, "tokens": 1, "bucket": 1, "times": {}}]}
+    for k, v in top.items():
+        if k == "bucket":
+            doc["cells"][0]["bucket"] = v
+        else:
+            doc[k] = v
+    return doc
+
+
+@pytest.mark.parametrize("field,value,key", [("version", True, "version"),
+                                             ("version", 1.0, "version"),
+                                             ("bucket", True, "cells[0].bucket"),
+                                             ("bucket", 1.0, "cells[0].bucket")])
+def test_a_bool_or_a_float_is_not_an_integer_field_of_a_profile(tmp_path, field, value, key):
+    import json
+
+    from selector.core import profile as prof
+    from selector.core.errors import SelectorError
+    prof.parse(_profile_doc(), "ok.json")  # the control: the same document with ints
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(_profile_doc(**{field: value})))
+    with pytest.raises(SelectorError) as e:
+        prof.load(str(f))
+    assert f"{f}: {key}:" in str(e.value)
+
+
+@pytest.mark.parametrize("content", [b"my notes\n", b'{"schema": "other"}', b"\x00\xff"])
+def test_tune_out_never_overwrites_a_file_that_is_not_a_profile(tmp_path, content):
+    import json
+
+    from helpers import refused
+
+    from selector.core import profile as prof
+    from selector.core.errors import SelectorError
+    f = tmp_path / "notes.json"
+    f.write_bytes(content)
+    new = prof.parse(_profile_doc(), "new")
+    with pytest.raises(SelectorError) as e:
+        tune._merge(new, str(f))
+    assert "--out" in str(e.value) and "not a selector profile" in str(e.value)
+    # on the command line, before anything is loaded or timed (here before --tokens is read)
+    refused(["tune", *SHAPE, "--tokens", "0", "--out", str(f)], "--out", str(f),
+            "not a selector profile", "not overwritten")
+    assert f.read_bytes() == content
+    # a selector profile of another version is replaced; a missing file is written
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(dict(_profile_doc(), version=0)))
+    assert tune._merge(new, str(old)) == (new, 0)
+    assert tune._merge(new, str(tmp_path / "absent.json")) == (new, 0)

@@ -175,7 +175,7 @@ class Launcher:
 
     def command(self, model_dir: str, flags: Sequence[str], env: Sequence[Tuple[str, str]],
                 config: Sequence[Tuple[str, Any]]) -> str:
-        head = [model_dir if c == "{model}" else c for c in self.conf["command"]]
+        head = [c.replace("{model}", model_dir) for c in self.conf["command"]]  # --model={model}
         cf = self.conf.get("config_file")
         extra = [str(cf["flag"]), str(cf["name"])] if cf and config else []
         try:  # every name checked, every value and word quoted (core/text.py)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -111,10 +112,12 @@ def run_tune(args: argparse.Namespace) -> int:
         raise SelectorError(f"--timer: {args.timer!r} is not one of "
                             f"{', '.join(tuning.TIMERS)}", key="--timer", value=args.timer)
     max_gib = tuning.check_positive("--max-memory", args.max_memory, float)
-    timeout = (tuning.DEFAULT_TIMEOUT_S if args.timeout is None else
+    timeout = (tuning.default_timeout() if args.timeout is None else
                tuning.check_positive("--timeout", args.timeout, float))
     if repeats > 10000 or warmup > 10000:
         raise SelectorError("--repeats, --warmup: at most 10000 calls each", key="--repeats")
+    if args.out is not None:  # before anything is timed; checked again under the lock
+        _not_a_profile(os.path.expanduser(args.out))
     specs = [parse_layer_spec(s) for s in args.layer]
     if args.model is not None and specs:
         raise SelectorError("--layer cannot be combined with --model (the checkpoint gives the "
@@ -213,12 +216,34 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0 if timed else 1
 
 
+def _not_a_profile(path: str) -> None:
+    """Refuse `--out PATH` when a file there is not a selector profile (a profile of another
+    version or a malformed one is replaced; anything else is never overwritten)."""
+    if not os.path.lexists(path):
+        return
+    try:
+        prof.load(path)
+        return
+    except SelectorError as exc:
+        why = str(exc)
+    try:
+        doc = prof.loads(prof.read_bytes(path), path)
+    except SelectorError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("schema") == prof.SCHEMA:
+        return
+    raise SelectorError(f"--out: {path} exists and is not a selector profile "
+                        f"({why.partition(f'{path}: ')[2] or why}): not overwritten; remove it "
+                        "or name another file", key="--out", value=path)
+
+
 def _merge(new: prof.Profile, path: str) -> Tuple[prof.Profile, int]:
     """`new` plus the cells of the profile already at `path` when it is one of this machine
-    (the same key) that `new` does not measure again; (profile, cells kept)."""
-    import os
+    (the same key) that `new` does not measure again; (profile, cells kept). A file there that
+    is not a profile is refused (SelectorError), never overwritten."""
     if not os.path.lexists(path):
         return new, 0
+    _not_a_profile(path)
     try:
         old = prof.load(path)
     except SelectorError:

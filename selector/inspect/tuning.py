@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TUNE_MARK = "@@selector-tune@@ "  # selector.backends.tune_child's reports
 CHILD = "selector.backends.tune_child:main"
-DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_TUNE_TIMEOUT", "300"))
 CASES_PER_CHILD = 16
 MAX_SAMPLES = 10000
 #: `selector tune --timer`: CUDA-graph replays (the default) or each eager call between events
@@ -205,6 +204,13 @@ def _boot(function: str) -> str:
     module, _, fn = function.partition(":")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return f"import sys; sys.path.insert(0, {root!r}); from {module} import {fn}; {fn}()"
+
+
+def default_timeout() -> float:
+    """Seconds each timing child may take: SELECTOR_TUNE_TIMEOUT, else 300 (read when tune
+    runs, through selector.core.env_vars: a bad value is exit 2 naming the variable)."""
+    from selector.core.env_vars import timeout
+    return timeout("SELECTOR_TUNE_TIMEOUT")
 
 
 def child_overrides(overrides: Sequence[str]) -> List[str]:

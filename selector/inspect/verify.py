@@ -13,6 +13,7 @@ engine pays for verification once per machine and stack: see `VerifyCache`.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -63,7 +64,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ConfigDirs = Sequence[Union[str, "os.PathLike[str]"]]
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_VERIFY_TIMEOUT", "120"))
+
+
+def default_timeout() -> float:
+    """Seconds each verify child may take: SELECTOR_VERIFY_TIMEOUT, else 120 (read when a run
+    needs it, through selector.core.env_vars: a bad value is exit 2 naming the variable)."""
+    from selector.core.env_vars import timeout
+    return timeout("SELECTOR_VERIFY_TIMEOUT")
+
+
 #: cases one child process runs (the time limit is per child): a backend's 30-odd cases take a few
 #: children, so a slow machine does not run out of time on a correct backend
 CASES_PER_CHILD = 8
@@ -262,7 +271,7 @@ _MEMO_LOCK = threading.Lock()
 
 
 def run_verify(sel: Selector, overrides: Sequence[str] = (), config_dirs: ConfigDirs = (), *,
-               ops: Optional[Sequence[str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
+               ops: Optional[Sequence[str]] = None, timeout: Optional[float] = None,
                use_cache: bool = True, function: str = CHILD) -> Report:
     """Verify every backend of `ops` (default all) that passes its rules on this machine.
 
@@ -270,8 +279,11 @@ def run_verify(sel: Selector, overrides: Sequence[str] = (), config_dirs: Config
     for the backend's own selector gate). Bad input raises SelectorError.
     """
     from selector.core import schema
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
+    if timeout is None:
+        timeout = default_timeout()
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not (
+            0 < timeout < math.inf):
+        raise SelectorError(f"--timeout: {timeout!r} must be a finite number of seconds > 0",
                             key="--timeout", value=timeout)
     ops = list(ops) if ops else list(schema.OPS)
     for op in ops:
@@ -331,7 +343,7 @@ def verify_once(sel: Selector, overrides: Sequence[str] = (), config_dirs: Confi
                 **kw: Any) -> Report:
     """run_verify, memoized per process for the same inputs (explain probe=verify, doctor)."""
     key = (tuple(child_overrides(overrides)), tuple(str(d) for d in config_dirs),
-           tuple(kw.get("ops") or ()), kw.get("timeout", DEFAULT_TIMEOUT_S))
+           tuple(kw.get("ops") or ()), kw.get("timeout") or default_timeout())
     with _MEMO_LOCK:
         rep = _MEMO.get(key)
         if rep is None:
