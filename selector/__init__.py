@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# The at-fork repair (a forked child gets fresh locks, and the imports another thread was in
+# the middle of are undone) is registered here, by `import selector` itself: the first
+# `selector.load` imports the API and Hydra, maybe in a thread, and a fork then must not give a
+# child waiting for ever on a module import lock (selector/core/locks.py; standard library only).
+import selector.core.locks  # noqa: F401  (registers os.register_at_fork)
 from selector.core.errors import SelectorError
 from selector.core.version import __version__
 

@@ -163,7 +163,11 @@ def test_concurrent_processes_share_a_cold_cache(tmp_path):
 FORK_TRIAL = r"""
 import faulthandler, os, random, signal, sys, threading, time
 import selector
-load = selector.load  # the main thread imports the API, as an engine does before its threads
+if sys.argv[4] == "api-first":  # the main thread imports the API, as an engine does
+    load = selector.load
+else:  # only `import selector`: the thread's first `selector.load` imports the API itself
+    def load(overrides):
+        return selector.load(overrides)
 random.seed(int(sys.argv[1]))
 t = threading.Thread(target=load, args=(["platform=cpu", "layer.ep_size=3"],), daemon=True)
 t.start()
@@ -216,28 +220,71 @@ t.join()
 """
 
 
-@pytest.mark.slow
-def test_fork_during_a_cold_first_load_under_cpu_load(tmp_path):
-    """A process forks at a random moment while another of its threads is inside its first,
-    cold `selector.load()` (Hydra not yet imported), with every core busy: the child's own load
-    must finish. Before the fix a fork that landed while that thread was importing Hydra's
-    modules gave a child stuck forever on the import lock the thread held."""
+def _fork_trials(seeds, mode: str, *, batch: int = 12, spread_s: float = 1.2,
+                 stall_s: float = 30.0, guard_s: float = 900.0):
+    """FORK_TRIAL for each seed, `batch` at a time, with every core kept busy; the failing
+    outcomes (seed, rc, verdict, stderr). Two hang guards, both generous: the trial's own
+    watcher (the child used no CPU for `stall_s` seconds), and `guard_s` seconds of wall time
+    for a whole trial (a trial stuck outside its child is killed and reported, never waited on
+    for ever)."""
+    import os
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-               for _ in range(2)]
+               for _ in range(max(2, os.cpu_count() or 2))]
+    failed = []
     try:
         env = child_env(SELECTOR_NO_CACHE="1")
-        outcomes = []
-        trials = [subprocess.Popen([sys.executable, "-c", FORK_TRIAL, str(seed), "1.2", "30"],
-                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True) for seed in range(12)]
-        for seed, p in enumerate(trials):
-            out, err = p.communicate()  # each trial ends by itself: see FORK_TRIAL's watcher
-            outcomes.append((seed, p.returncode, out.strip(), err))
+        seeds = list(seeds)
+        for i in range(0, len(seeds), batch):
+            trials = [(seed, subprocess.Popen(
+                [sys.executable, "-c", FORK_TRIAL, str(seed), str(spread_s), str(stall_s), mode],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                for seed in seeds[i:i + batch]]
+            for seed, p in trials:
+                try:
+                    out, err = p.communicate(timeout=guard_s)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, err = p.communicate()
+                    failed.append((seed, p.returncode, f"trial killed after {guard_s:.0f} s",
+                                   err))
+                    continue
+                if (p.returncode, out.strip()) != (0, "exit 0"):
+                    failed.append((seed, p.returncode, out.strip(), err))
     finally:
         for b in burners:
             b.kill()
             b.wait()
-    failed = [o for o in outcomes if o[1:3] != (0, "exit 0")]
-    # the whole failing outcome: seed, exit status, verdict, the child's full stderr (stacks)
-    assert not failed, "\n\n".join(f"seed {seed}: trial rc {rc}, {verdict!r}\n{err}"
-                                     for seed, rc, verdict, err in failed)
+    return failed
+
+
+def _report(failed) -> str:
+    """The whole failing outcome: seed, exit status, verdict, the child's full stderr (stacks)."""
+    return "\n\n".join(f"seed {seed}: trial rc {rc}, {verdict!r}\n{err}"
+                       for seed, rc, verdict, err in failed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["api-first", "thread"])
+def test_fork_during_a_cold_first_load_under_cpu_load(tmp_path, mode):
+    """A process forks at a random moment while another of its threads is inside its first,
+    cold `selector.load()` (Hydra not yet imported), with every core busy: the child's own load
+    must finish. Before the fix a fork that landed while that thread was importing Hydra's
+    modules gave a child stuck forever on the import lock the thread held. `thread`: the main
+    thread only ran `import selector`, so the thread's load imports selector.api too (issue 48:
+    the at-fork repair was registered by selector.core.locks, which selector.api imports after
+    selector.config; 4 of 4 such trials hung, now `import selector` registers it)."""
+    failed = _fork_trials(range(12), mode, spread_s=1.2 if mode == "api-first" else 0.4)
+    assert not failed, _report(failed)
+
+
+@pytest.mark.slow
+def test_fifty_fork_trials_under_load_do_not_hang(tmp_path):
+    """The fork trial many times (SELECTOR_FORK_TRIALS, 50 unless set; CI's slow suite runs 50),
+    both ways of reaching the first load, fork moments spread over the whole cold load: no
+    hang, no failed child load."""
+    import os
+    n = int(os.environ.get("SELECTOR_FORK_TRIALS", "50"))
+    seeds = list(range(100, 100 + n))
+    failed = (_fork_trials(seeds[::2], "thread", batch=8, spread_s=0.8) +
+              _fork_trials(seeds[1::2], "api-first", batch=8, spread_s=1.5))
+    assert not failed, f"{len(failed)} of {n} trials failed\n" + _report(failed)

@@ -159,3 +159,58 @@ def test_engines_are_the_files_of_conf_engine():
     """selector's fallback list (no config tree) is conf/engine/'s files, not a literal."""
     from selector.core.engines import ENGINES
     assert set(ENGINES) == {p.stem for p in (REPO / "conf" / "engine").glob("*.yaml")}
+
+
+# issue 48 (1): a variable's name in an engine file reached the printed command unquoted.
+HOSTILE_NAME = "X=1 touch PWNED; Y"
+
+
+@pytest.mark.parametrize("text,key", [
+    (TGI.replace("env: TGI_GEMM", f"env: {json.dumps(HOSTILE_NAME)}"), "engine.choices[1].env"),
+    (TGI.replace('source: "TGI 9.9 server/moe.py"}',
+                 f'source: "TGI 9.9 server/moe.py", env: {{{json.dumps(HOSTILE_NAME)}: "1"}}}}'),
+     "engine.backends.moe.flashinfer_cutlass.env"),
+])
+def test_a_variable_name_that_is_not_a_shell_identifier_is_refused(tmp_path, text, key):
+    root = engines_dir(tmp_path, text)
+    f = str(root / "engine" / "tgi.yaml")
+    refused(["check", "--config-dir", str(root)], f, key, repr(HOSTILE_NAME))
+    refused(["explain", "--config-dir", str(root), "--model", str(CORPUS / "qwen3-30b-a3b-fp4"),
+             "engine=tgi", *PLATFORM], key, repr(HOSTILE_NAME), never=("touch PWNED; Y=",))
+
+
+def test_every_piece_of_a_printed_command_is_quoted_and_every_name_checked():
+    from selector.core.text import shell_command
+    line = shell_command([("A_1", "x y"), ("B", "$(touch P)")], ["run", "a b", "{model};x"])
+    assert line == "A_1='x y' B='$(touch P)' run 'a b' '{model};x'"
+    for bad in (HOSTILE_NAME, "1X", "", "A-B", "A B", "A\nB"):
+        with pytest.raises(ValueError):
+            shell_command([(bad, "1")], ["run"])
+
+
+def test_colliding_config_keys_are_refused_by_check_and_never_a_type_error(tmp_path):
+    """issue 48: `moe_config` and `moe_config.backend` in two choices raised TypeError in the
+    launch plan, and `check` accepted the file."""
+    text = TGI.replace('  - {op: linear, env: TGI_GEMM, schemes: [nvfp4]}\n',
+                       '  - {op: linear, config: moe_config, schemes: [nvfp4]}\n'
+                       '  - {op: moe, config: moe_config.backend, schemes: [fp8_block]}\n')
+    text = text.replace("launch:\n", "launch:\n  config_file: {flag: --config, name: t.yaml}\n")
+    root = engines_dir(tmp_path, text)
+    f = str(root / "engine" / "tgi.yaml")
+    refused(["check", "--config-dir", str(root)], f, "engine.choices[2].config",
+            "'moe_config.backend'", "moe_config", never=("TypeError",))
+    refused(["explain", "--config-dir", str(root), "--model", str(CORPUS / "qwen3-30b-a3b-fp4"),
+             "engine=tgi", *PLATFORM], "engine.choices[2].config", never=("TypeError",))
+
+
+def test_model_inside_a_longer_word_is_substituted(tmp_path):
+    """issue 48: `--model-id={model}` kept the placeholder."""
+    text = TGI.replace('command: [text-generation-launcher, --model-id, "{model}"]',
+                       'command: [text-generation-launcher, "--model-id={model}"]')
+    root = engines_dir(tmp_path, text)
+    model = CORPUS / "qwen3-30b-a3b-fp4"
+    rc, out, err = run_main(["explain", "--config-dir", str(root), "--model", str(model),
+                             "engine=tgi", *PLATFORM])
+    assert rc in (0, 1) and "Traceback" not in err, err
+    assert f"text-generation-launcher --model-id={model} " in out
+    assert "{model}" not in out

@@ -351,14 +351,67 @@ def test_14_long_override_key():
 
 # -- 15. output that cannot be written ---------------------------------------------------------
 
-def test_15_full_disk_and_closed_stdout():
-    for redirect in ("> /dev/full", ">&-"):
-        p = subprocess.run(f"{sys.executable} -m selector explain platform=b200 {redirect}",
-                           shell=True, capture_output=False, stderr=subprocess.PIPE, text=True,
-                           cwd=str(REPO), env=child_env(), timeout=300)
-        assert p.returncode == 2, (redirect, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and "cannot write the output" in lines[0], p.stderr
+# A disk that fills up, without writing any device or path outside the test's tmp directory
+# (issue 48: a test wrote `> /dev/` + `full`, which on a machine without that device created a
+# regular file there): stdout is a raw writer that fails with ENOSPC until selector points
+# fd 1 at /dev/null, as it does on a write error.
+FULL_STDOUT = r"""
+import errno, io, os, sys
+
+class Full(io.RawIOBase):
+    def writable(self):
+        return True
+
+    def write(self, b):
+        st, null = os.fstat(1), os.stat(os.devnull)
+        if (st.st_dev, st.st_ino) == (null.st_dev, null.st_ino):
+            return len(b)  # selector gave up on the output: the final flush goes nowhere
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+sys.stdout = io.TextIOWrapper(io.BufferedWriter(Full()), encoding="utf-8")
+from selector.commands.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _one_error_line(p, what):
+    assert p.returncode == 2, (what, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write the output" in lines[0], (what, p.stderr)
+
+
+def test_15_full_disk_and_closed_stdout(tmp_path):
+    argv = ["explain", "platform=b200"]
+    env = child_env(SELECTOR_NO_CACHE="1")
+    p = subprocess.run([sys.executable, "-c", FULL_STDOUT, *argv], capture_output=True,
+                       text=True, cwd=str(tmp_path), env=env, timeout=300)
+    _one_error_line(p, "ENOSPC")
+    assert p.stdout == ""
+    assert "No space left on device" in p.stderr
+
+    def no_room():  # a real write error from the kernel, on a file in tmp_path: EFBIG
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    with open(tmp_path / "out.txt", "wb") as out:
+        p = subprocess.run([sys.executable, "-m", "selector", *argv], stdout=out,
+                           stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), env=env,
+                           preexec_fn=no_room, timeout=300)
+    _one_error_line(p, "EFBIG")
+    assert (tmp_path / "out.txt").stat().st_size == 0
+
+    p = subprocess.run(f"{sys.executable} -m selector {' '.join(argv)} >&-", shell=True,
+                       stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), env=env,
+                       timeout=300)
+    _one_error_line(p, "closed")
+
+
+def test_15_no_test_writes_a_device_or_a_path_outside_its_tmp_dir():
+    """The suite itself: no test names the full device (on a machine without it, a write there
+    creates a regular file that breaks the next run)."""
+    device = "/dev/" + "full"
+    named = [p.name for p in (REPO / "tests").rglob("*.py") if device in p.read_text()]
+    assert not named, named
 
 
 # -- 16. API arguments of the wrong type -------------------------------------------------------
@@ -487,3 +540,18 @@ def test_version_keys_and_package_versions_stay_strings():
                                 "platform.cuda=null", "layer.top_k=8"]) == [
         "platform.cuda='13.0'", "platform.capability='9.0'", "++platform.packages.torch='2.11'",
         'platform.cuda="13.0"', "platform.cuda=null", "layer.top_k=8"]
+
+
+@pytest.mark.parametrize("content", ["null", "[]", '"x"'])
+def test_11_a_null_cache_entry_is_warned_about_like_the_others(tmp_path, monkeypatch, content):
+    """issue 48: `null` was taken for "no entry" and recomputed without the warning the
+    others get."""
+    from selector.config import catalogues as cat
+    overrides = ["platform=b200", "stack=vllm_0_32", "layer.ep_size=4"]
+    selector.load(overrides)
+    path, _ = _cache_file(tmp_path, overrides)
+    path.write_text(content)
+    said: list = []
+    monkeypatch.setattr(cat, "WARN", said.append)
+    selector.load(overrides)
+    assert [w for w in said if str(path) in w and "composed-config cache entry" in w], said

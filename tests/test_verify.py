@@ -174,7 +174,8 @@ def test_probe_verify_rejects_the_wrong_backends(doctor_wrong, wrong):
 
 
 def test_hang_is_contained_and_its_helpers_killed(wrong, tmp_path):
-    """A backend that never returns: FAIL after the time limit; its process group is killed."""
+    """A backend that never returns: TIMEOUT (unverified, not FAIL) after the time limit; its
+    process group is killed."""
     pytest.importorskip("torch")
     conf, env, site = wrong
     _backend_file(tmp_path, "linear", "hang", "wrongkernels:HangLinear")
@@ -195,7 +196,7 @@ def test_hang_is_contained_and_its_helpers_killed(wrong, tmp_path):
                        env=dict(env, WRONG_HELPER_PID=str(pid_file)))
     assert p.returncode == 0, p.stderr
     status, detail, took = json.loads(p.stdout.splitlines()[-1])
-    assert status == "FAIL" and "timed out after 30 s" in detail
+    assert status == "TIMEOUT" and "timed out after " in detail and "--timeout 30 s" in detail
     assert "while running linear nvfp4" in detail and took >= 30  # waited its timeout
     helper = int(pid_file.read_text())
     for _ in range(50):
@@ -427,3 +428,40 @@ def test_a_fine_measure_over_its_bound_names_where_it_is_worst():
     assert "tile scale error 1 (bound" in r.detail and ") at tile 3," in r.detail
     assert "activation confusion 1 (bound" in r.detail and ") toward gelu;" in r.detail
     assert "toward 7" not in r.detail  # under its bound: no place is named
+
+
+def test_a_time_out_is_timeout_not_fail_and_states_its_budget_and_the_load():
+    """issue 48 (7): a verify process that runs out of time (here a real child that waits for
+    ever, `signal.pause`) is TIMEOUT: unverified, not a failure (doctor's exit is as for
+    SKIPPED, with a warning line), and the message states the time budget and that the
+    machine may be loaded; it is not cached (it says nothing of the kernel)."""
+    import selector
+    sel = selector.load(["platform=cpu"])
+    b = sel.catalogue.get("linear", "emulation")
+    cases, _ = verify.cases_for(sel, "linear", b)
+    first, *rest = verify.run_backend(b, cases, [], [], timeout=1, function="signal:pause")
+    assert first.status == "TIMEOUT" and first.unverified, first
+    assert "timed out after" in first.detail and "time budget was" in first.detail
+    assert "--timeout 1 s" in first.detail and "may be loaded" in first.detail
+    assert "load average" in first.detail and "not a wrong answer" in first.detail
+    assert rest and all(r.status == "SKIPPED" and r.unverified for r in rest)
+    rep = verify.Report([first, *rest], "f" * 24, None, 1.0)
+    assert rep.failures == [] and rep.timeouts == [first]
+    v = rep.rejections()["linear", "emulation"]
+    assert not v.failures and v.unverified
+    text = "\n".join(verify.render_text(rep))
+    assert "TIMEOUT" in text and "FAIL" not in text
+    assert "warning: 1 case(s) TIMEOUT" in text
+    # the cache reads a TIMEOUT back (an older run may have stored one) as what it is
+    r = verify_cache._result_from(dict(first.to_dict(), timeout_s=1.0))
+    assert r is not None and r.status == "TIMEOUT"
+
+
+def test_the_time_budget_scales_with_the_load(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 0.0, 0.0))
+    assert verify.load_scale() == (3.0, "load average 6.0 on 2 core(s)")
+    monkeypatch.setattr(os, "getloadavg", lambda: (100.0, 0.0, 0.0))
+    assert verify.load_scale()[0] == verify.MAX_LOAD_SCALE
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.0, 0.0))
+    assert verify.load_scale()[0] == 1.0

@@ -14,7 +14,6 @@ branches on an engine's name.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -24,7 +23,7 @@ from selector.checkpoint.launchers import Launcher, Topology, launcher
 from selector.checkpoint.ranks import other_scheme
 from selector.core.errors import bad_input
 from selector.core.parallel import Parallel, make_parallel
-from selector.core.text import join_lines
+from selector.core.text import join_lines, shell_assignment, shell_word
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
@@ -530,8 +529,8 @@ def _conflicts(lp: LaunchPlan) -> List[str]:
                 f"{_layers_text(b.group.layers) or '-'}): {b.message} ({b.source})",
                 width=WRAP, initial_indent="   - ", subsequent_indent="     "))
         for i, o in enumerate(c.instead):
-            what = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in o.env),
-                             *(shlex.quote(f) for f in o.flags),
+            what = " ".join([*(shell_assignment(k, v) for k, v in o.env),
+                             *(shell_word(f) for f in o.flags),
                              *(f"{k}={v}" for k, v in o.config)])
             lines.extend(textwrap.wrap(f"{'instead (in the flags above)' if i == 0 else 'or'}: "
                                        f"{what or '(no flag)'}: {o.why}",
@@ -548,10 +547,10 @@ def render(lp: LaunchPlan) -> str:
              f"(MoE layers: TP {topo.moe_tp}, EP {topo.ep}; dense layers: TP {topo.linear_tp})"]
     lines += _table(lp)
     lines.append("")
-    lines.append(f"flags: {' '.join(shlex.quote(f) for f in lp.flags) or '(none)'}")
+    lines.append(f"flags: {' '.join(shell_word(f) for f in lp.flags) or '(none)'}")
     if lp.config:
         lines.append("config: " + " ".join(f"{k}={v}" for k, v in lp.config))
-    lines.append("env: " + (" ".join(f"{k}={shlex.quote(v)}" for k, v in lp.env) or "(none)"))
+    lines.append("env: " + (" ".join(shell_assignment(k, v) for k, v in lp.env) or "(none)"))
     lines += _conflicts(lp)
     for n in lp.notes:
         lines.extend(textwrap.wrap(f"note: {n}", width=WRAP, subsequent_indent="  "))

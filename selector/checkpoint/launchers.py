@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.parallel import Parallel
+from selector.core.text import shell_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.engines import Engine
@@ -100,10 +100,19 @@ PARALLEL_RULES: Dict[str, Callable[[Mapping[str, Any], Parallel, str], Topology]
 
 
 def set_key(tree: Dict[str, Any], dotted: str, value: Any) -> None:
-    """tree[a][b] = value for `a.b`."""
+    """tree[a][b] = value for `a.b`; a key that is both a value and a section (`moe_config`
+    and `moe_config.backend`) is an error naming both (`check` refuses such an engine file:
+    core/engines.py)."""
     *path, last = dotted.split(".")
-    for p in path:
+    for i, p in enumerate(path):
         tree = tree.setdefault(p, {})
+        if not isinstance(tree, dict):
+            raise bad_input("engine.choices", dotted, f"collides with the config key "
+                            f"{'.'.join(path[:i + 1])!r}: one key cannot hold a value and "
+                            "a section")
+    if isinstance(tree.get(last), dict):
+        raise bad_input("engine.choices", dotted, "collides with a config key under it: one "
+                        "key cannot hold a value and a section")
     tree[last] = value
 
 
@@ -166,11 +175,14 @@ class Launcher:
 
     def command(self, model_dir: str, flags: Sequence[str], env: Sequence[Tuple[str, str]],
                 config: Sequence[Tuple[str, Any]]) -> str:
-        head = [model_dir if c == "{model}" else c for c in self.conf["command"]]
+        head = [c.replace("{model}", model_dir) for c in self.conf["command"]]  # --model={model}
         cf = self.conf.get("config_file")
         extra = [str(cf["flag"]), str(cf["name"])] if cf and config else []
-        return " ".join([f"{k}={shlex.quote(v)}" for k, v in env] +
-                        [shlex.join(head + list(flags) + extra)])
+        try:  # every name checked, every value and word quoted (core/text.py)
+            return shell_command(env, head + list(flags) + extra)
+        except ValueError as exc:
+            raise bad_input("engine.env", [k for k, _ in env], f"is not accepted: {exc}",
+                            where=self.file) from None
 
     def files(self, config: Sequence[Tuple[str, Any]]) -> Dict[str, str]:
         """The config files the command reads: {name: text}."""

@@ -189,10 +189,10 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
                         {n: dict(f.details) for n, f in findings.items() if f.status != "skipped"})
     vrep = None
     if verify or verify_ops or model.probe == "verify":  # selector.inspect.verify: kernels vs reference
-        from selector.inspect.verify import DEFAULT_TIMEOUT_S, run_verify, verify_once
+        from selector.inspect.verify import default_timeout, run_verify, verify_once
         run = verify_once if verify_cache else run_verify
         vrep = run(sel, overrides, config_dirs, ops=verify_ops,
-                   timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+                   timeout=default_timeout() if timeout is None else timeout,
                    use_cache=verify_cache)
         problems.extend(f"verify {r.op}/{r.backend} {r.case_text} FAIL: {r.detail}"
                         for r in vrep.failures)

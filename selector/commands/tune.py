@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
 from selector.core import profile as prof
 from selector.core.errors import SelectorError, bad_input
+from selector.core.text import printable, shell_word
 
 DEFAULT_TOKENS = (1, 16, 128, 1024, 4096)
 DEFAULT_MAX_MEMORY_GIB = 16.0
@@ -110,10 +112,12 @@ def run_tune(args: argparse.Namespace) -> int:
         raise SelectorError(f"--timer: {args.timer!r} is not one of "
                             f"{', '.join(tuning.TIMERS)}", key="--timer", value=args.timer)
     max_gib = tuning.check_positive("--max-memory", args.max_memory, float)
-    timeout = (tuning.DEFAULT_TIMEOUT_S if args.timeout is None else
+    timeout = (tuning.default_timeout() if args.timeout is None else
                tuning.check_positive("--timeout", args.timeout, float))
     if repeats > 10000 or warmup > 10000:
         raise SelectorError("--repeats, --warmup: at most 10000 calls each", key="--repeats")
+    if args.out is not None:  # before anything is timed; checked again under the lock
+        _not_a_profile(os.path.expanduser(args.out))
     specs = [parse_layer_spec(s) for s in args.layer]
     if args.model is not None and specs:
         raise SelectorError("--layer cannot be combined with --model (the checkpoint gives the "
@@ -196,9 +200,8 @@ def run_tune(args: argparse.Namespace) -> int:
     if out is None:
         raise SelectorError("--out: the cache directory is off (SELECTOR_CACHE_DIR): name the "
                             "profile file with --out PATH", key="--out")
-    merged, kept = _merge(new, str(out))
-    try:
-        path = tuning.write_profile(merged, out)
+    try:  # read, merged and written under the profile's lock: concurrent runs keep every cell
+        path, kept = tuning.save_profile(new, out, _merge)
     except OSError as e:
         raise SelectorError(f"--out: cannot write {out}: {e.strerror or e}", key="--out",
                             value=str(out)) from None
@@ -213,12 +216,34 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0 if timed else 1
 
 
+def _not_a_profile(path: str) -> None:
+    """Refuse `--out PATH` when a file there is not a selector profile (a profile of another
+    version or a malformed one is replaced; anything else is never overwritten)."""
+    if not os.path.lexists(path):
+        return
+    try:
+        prof.load(path)
+        return
+    except SelectorError as exc:
+        why = str(exc)
+    try:
+        doc = prof.loads(prof.read_bytes(path), path)
+    except SelectorError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("schema") == prof.SCHEMA:
+        return
+    raise SelectorError(f"--out: {path} exists and is not a selector profile "
+                        f"({why.partition(f'{path}: ')[2] or why}): not overwritten; remove it "
+                        "or name another file", key="--out", value=path)
+
+
 def _merge(new: prof.Profile, path: str) -> Tuple[prof.Profile, int]:
     """`new` plus the cells of the profile already at `path` when it is one of this machine
-    (the same key) that `new` does not measure again; (profile, cells kept)."""
-    import os
+    (the same key) that `new` does not measure again; (profile, cells kept). A file there that
+    is not a profile is refused (SelectorError), never overwritten."""
     if not os.path.lexists(path):
         return new, 0
+    _not_a_profile(path)
     try:
         old = prof.load(path)
     except SelectorError:
@@ -268,8 +293,9 @@ def render_text(s: Dict[str, Any]) -> List[str]:
         elif c["static"]:
             lines.append(f"    static pick {c['static']}: not timed")
     lines.append("  use it: python -m selector explain policy.preference=measured"
-                 + (f" policy.profile={s['profile']}" if s["profile"] else ""))
-    return lines
+                 + (f" {shell_word('policy.profile=' + str(s['profile']))}"
+                    if s["profile"] else ""))
+    return [printable(line) for line in lines]  # a path's escapes and newlines: escaped
 
 
 __all__ = ["add_arguments", "run_tune", "parse_layer_spec", "parse_tokens", "DEFAULT_TOKENS"]

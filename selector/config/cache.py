@@ -111,7 +111,10 @@ def read_json(path: Path, max_bytes: int, what: str = "cache entry") -> Optional
         if len(text) > max_bytes:
             bad_entry(path, f"grew past {max_bytes} bytes while read", what)
             return None
-        return json.loads(text)
+        doc = json.loads(text)
+        if doc is None:  # `null`: not "no file", a file that holds no entry
+            bad_entry(path, "holds JSON null, not an entry", what)
+        return doc
     except (OSError, ValueError, RecursionError) as exc:
         bad_entry(path, f"is not JSON ({type(exc).__name__})", what)
         return None

@@ -163,9 +163,37 @@ def _choices(v: Mapping[str, Any], file: str) -> Tuple[Choice, ...]:
         schemes = c.get("schemes") or []
         if not isinstance(schemes, list) or any(s not in QUANTS for s in schemes):
             raise bad_value(f"{key}.schemes", schemes, QUANTS, where=file or None)
+        if kinds[0] == "env":
+            _env_name(f"{key}.env", c["env"], file)
+        if kinds[0] == "config":
+            _config_key(f"{key}.config", c["config"], [o.key for o in out
+                                                       if o.kind == "config"], file)
         out.append(Choice(c["op"], kinds[0], c[kinds[0]], tuple(schemes),
                           str(c.get("source") or v["source"]), bool(c.get("list"))))
     return tuple(out)
+
+
+def _env_name(key: str, name: Any, file: str) -> None:
+    """An environment variable's name, as a shell takes it in `NAME=value command` (a launch
+    plan prints it unquoted: core/text.py)."""
+    from selector.core.text import is_shell_name
+    if not is_shell_name(name):
+        raise bad_input(key, name, "is not an environment variable name: letters, digits and "
+                        "_, not starting with a digit ([A-Za-z_][A-Za-z0-9_]*)",
+                        where=file or None)
+
+
+def _config_key(key: str, dotted: str, others: Sequence[str], file: str) -> None:
+    """A dotted config key: non-empty parts, and neither a section of another choice's key nor
+    under one (`moe_config` and `moe_config.backend` cannot both be set)."""
+    if not all(p.strip() for p in dotted.split(".")):
+        raise bad_input(key, dotted, "is not a dotted config key (a.b, no empty part)",
+                        where=file or None)
+    for o in others:
+        if o != dotted and (o.startswith(dotted + ".") or dotted.startswith(o + ".")):
+            raise bad_input(key, dotted, f"collides with the config key {o!r} of another "
+                            "choice: one key cannot hold both a value and a section",
+                            where=file or None)
 
 
 def _own_entries(conf: Any, file: str) -> Tuple[Tuple[str, str, Any], ...]:
@@ -234,6 +262,8 @@ def _entry(raw: Any, where: str, file: str) -> EngineEntry:
         if kind not in KINDS:
             raise bad_value(f"{where}.replaces", kind, tuple(KINDS), what="rule kind",
                             where=file)
+    for k in v["env"]:
+        _env_name(f"{where}.env", k, file)
     for scheme, n in v["names"].items():
         if scheme not in QUANTS:
             raise bad_value(f"{where}.names", scheme, QUANTS, what="quant scheme", where=file)
@@ -371,7 +401,9 @@ def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str],
 def command_line(v: Mapping[str, Any]) -> str:
     """`VAR=1 --flag value` (and `config key: value` for an engine's config file): the text
     form of view()."""
-    parts = [f"{k}={val}" for k, val in v["env"].items()] + list(v["flags"])
+    from selector.core.text import shell_assignment, shell_word
+    parts = [shell_assignment(k, val) for k, val in v["env"].items()]
+    parts += [shell_word(f) for f in v["flags"]]
     parts += [f"{k}: {val}" for k, val in (v.get("config") or {}).items()]
     return " ".join(parts) if parts else "(none: automatic selection)"
 

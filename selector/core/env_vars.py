@@ -18,7 +18,9 @@ _FALSE = ("0", "false", "no", "off", "")
 
 # name -> default seconds
 TIMEOUTS = {"SELECTOR_NVML_TIMEOUT": 10.0, "SELECTOR_TORCH_PROBE_TIMEOUT": 60.0,
-            "SELECTOR_PROBE_TIMEOUT": 120.0}
+            "SELECTOR_PROBE_TIMEOUT": 120.0,
+            "SELECTOR_VERIFY_TIMEOUT": 120.0,  # each verify child (inspect/verify.py)
+            "SELECTOR_TUNE_TIMEOUT": 300.0}  # each timing child (inspect/tuning.py)
 
 
 def parse_timeout(name: str, value: object) -> float:

@@ -231,7 +231,7 @@ def _cell(path: str, key: str, v: Any) -> Cell:
         if k not in d:
             raise _error(path, f"{key}.{k}", "is missing")
     tokens = _count(path, f"{key}.tokens", d["tokens"])
-    if "bucket" in d and d["bucket"] != bucket(tokens):
+    if "bucket" in d and (type(d["bucket"]) is not int or d["bucket"] != bucket(tokens)):
         raise _error(path, f"{key}.bucket", f"{show(d['bucket'])} is not the bucket of "
                      f"{tokens} tokens ({bucket(tokens)})")
     raw = _mapping(path, f"{key}.layer", d["layer"])
@@ -261,7 +261,7 @@ def parse(doc: Any, path: str) -> Profile:
     if d.get("schema") != SCHEMA:
         raise _error(path, "schema", f"{show(d.get('schema'))} is not {SCHEMA!r}: not a "
                      "selector profile (written by `selector tune`)")
-    if d.get("version") != VERSION:
+    if type(d.get("version")) is not int or d.get("version") != VERSION:  # not true, not 1.0
         raise _error(path, "version", f"{show(d.get('version'))} is not a version this "
                      f"selector reads ({VERSION}); run `selector tune` again")
     key = _mapping(path, "key", d.get("key"))

@@ -17,7 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from selector.core import profile as prof
 from selector.core.errors import SelectorError
@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TUNE_MARK = "@@selector-tune@@ "  # selector.backends.children.tune_child's reports
 CHILD = "selector.backends.children.tune_child:main"
-DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_TUNE_TIMEOUT", "300"))
 CASES_PER_CHILD = 16
 MAX_SAMPLES = 10000
 #: `selector tune --timer`: CUDA-graph replays (the default) or each eager call between events
@@ -92,6 +91,22 @@ def active_profile(run: RunConfig) -> Optional[prof.Measured]:
         return prof.Measured(path, profile, tuple(
             f"measured on another machine or stack: {d}" for d in diff))
     return prof.Measured(path, profile)
+
+
+def save_profile(new: prof.Profile, path: Union[str, Path],
+                 merge: Callable[[prof.Profile, str], Tuple[prof.Profile, int]]
+                 ) -> Tuple[str, int]:
+    """Write `new` to `path` merged with what is there, under an advisory lock on
+    `.<name>.lock` beside it (the verify cache's pattern, selector.inspect.verify_cache): the
+    file is read, merged (`merge(new, path)`: (profile, cells kept)) and renamed over while
+    the lock is held, so that runs ending together keep every cell. (path, cells kept);
+    OSError: the caller's."""
+    from selector.inspect.verify_cache import FileLock
+    target = Path(path).expanduser()
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with FileLock(target.parent / f".{target.name}.lock"):
+        merged, kept = merge(new, str(target))
+        return write_profile(merged, target), kept
 
 
 def write_profile(profile: prof.Profile, path: Union[str, Path]) -> str:
@@ -191,6 +206,13 @@ def _boot(function: str) -> str:
     return f"import sys; sys.path.insert(0, {root!r}); from {module} import {fn}; {fn}()"
 
 
+def default_timeout() -> float:
+    """Seconds each timing child may take: SELECTOR_TUNE_TIMEOUT, else 300 (read when tune
+    runs, through selector.core.env_vars: a bad value is exit 2 naming the variable)."""
+    from selector.core.env_vars import timeout
+    return timeout("SELECTOR_TUNE_TIMEOUT")
+
+
 def child_overrides(overrides: Sequence[str]) -> List[str]:
     """The overrides without `probe=` and `policy.preference`/`policy.profile`: the child's own
     selector gates the backend, it neither verifies nor reads a profile."""
@@ -271,5 +293,5 @@ def check_positive(name: str, value: Any, kind: type = int) -> Any:
     return v
 
 
-__all__ = ["machine_key", "active_profile", "default_path", "write_profile", "time_backend",
+__all__ = ["machine_key", "active_profile", "default_path", "write_profile", "save_profile", "time_backend",
            "timing", "percentile", "estimate_bytes", "CaseResult", "TUNE_MARK"]

@@ -13,6 +13,7 @@ engine pays for verification once per machine and stack: see `VerifyCache`.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -63,10 +64,34 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ConfigDirs = Sequence[Union[str, "os.PathLike[str]"]]
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("SELECTOR_VERIFY_TIMEOUT", "120"))
+
+
+def default_timeout() -> float:
+    """Seconds each verify child may take: SELECTOR_VERIFY_TIMEOUT, else 120 (read when a run
+    needs it, through selector.core.env_vars: a bad value is exit 2 naming the variable)."""
+    from selector.core.env_vars import timeout
+    return timeout("SELECTOR_VERIFY_TIMEOUT")
+
+
 #: cases one child process runs (the time limit is per child): a backend's 30-odd cases take a few
 #: children, so a slow machine does not run out of time on a correct backend
 CASES_PER_CHILD = 8
+#: a loaded machine (load average over the cores above 1) gets the time budget scaled by the
+#: ratio, up to this factor
+MAX_LOAD_SCALE = 4.0
+
+
+def load_scale() -> Tuple[float, str]:
+    """(factor, words): how much longer than --timeout a verify process may take on this
+    machine now, from the 1-minute load average over the cores (1 when idle or unknown, at
+    most MAX_LOAD_SCALE), and the load in words for the messages."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average here
+        return 1.0, "load average unknown"
+    cores = os.cpu_count() or 1
+    factor = min(MAX_LOAD_SCALE, max(1.0, load / cores)) if math.isfinite(load) else 1.0
+    return factor, f"load average {load:.1f} on {cores} core(s)"
 
 
 @dataclass
@@ -80,6 +105,11 @@ class Report:
     @property
     def failures(self) -> List[Result]:
         return [r for r in self.results if r.status == "FAIL"]
+
+    @property
+    def timeouts(self) -> List[Result]:
+        """Cases whose verify process ran out of time: unverified, not failed."""
+        return [r for r in self.results if r.status == "TIMEOUT"]
 
     def rejections(self) -> Dict[Tuple[str, str], VerifyVerdict]:
         """(op, backend) -> its verdict, for the `verify` rule (probe=verify): the failed cases,
@@ -211,12 +241,14 @@ def run_backend(b: BackendSpec, cases: Sequence[Case], overrides: Sequence[str],
         c.id: _case_result(b.name, c, "SKIPPED", f"unverified: {c.unverified}", unverified=True)
         for c in cases if c.unverified}
     pending = [c for c in cases if not c.unverified]
+    scale, load = load_scale()
+    budget = timeout * scale
     while pending:
         payload = {"overrides": child_overrides(overrides),
                    "config_dirs": [str(d) for d in config_dirs], "backend": b.name, "op": b.op,
                    "entry_point": b.entry_point,
                    "cases": [c.spec() for c in pending[:CASES_PER_CHILD]]}
-        events, rc, timed_out, err = run_child(payload, timeout, function)
+        events, rc, timed_out, err = run_child(payload, budget, function)
         by_id = {c.id: c for c in pending}
         current: Optional[Case] = None
         for ev in events:
@@ -234,22 +266,31 @@ def run_backend(b: BackendSpec, cases: Sequence[Case], overrides: Sequence[str],
             break
         if current is None and len(pending) < before:
             continue  # the child stopped after an error: a fresh one runs the rest
-        why = child_runner.exit_text(rc, timed_out, timeout, "verify")
+        why = child_runner.exit_text(rc, timed_out, budget, "verify")
         tail = child_runner.last_line(err)
         stuck = current or pending[0]
         where = f"while running {b.op} {stuck.id}" if current else "before it ran a case"
-        detail = f"{why} {where}" + (f": {tail}" if tail and not timed_out else "")
-        results[stuck.id] = _case_result(b.name, stuck, "FAIL", detail,
-                                         bound=BOUNDS[stuck.op, stuck.quant],
-                                         seconds=timeout if timed_out else None,
-                                         timeout_s=timeout if timed_out else None)
+        if timed_out:  # not a wrong answer: TIMEOUT, unverified, with the budget and the load
+            given = (f"--timeout {timeout:g} s scaled x{scale:.2g} by the {load}"
+                     if scale > 1 else f"--timeout {timeout:g} s; {load}")
+            detail = (f"{why} {where}: the time budget was {budget:g} s per verify process of "
+                      f"up to {CASES_PER_CHILD} cases ({given}); the machine may be loaded. A "
+                      "time-out is not a wrong answer: unverified, not failed; rerun with a "
+                      "longer --timeout (SELECTOR_VERIFY_TIMEOUT for explain probe=verify)")
+            results[stuck.id] = _case_result(b.name, stuck, "TIMEOUT", detail,
+                                             seconds=budget, timeout_s=timeout,
+                                             unverified=True)
+        else:
+            detail = f"{why} {where}" + (f": {tail}" if tail else "")
+            results[stuck.id] = _case_result(b.name, stuck, "FAIL", detail,
+                                             bound=BOUNDS[stuck.op, stuck.quant])
         # A crash or a hang is the backend's, not one case's: the rest is not run (a fresh
         # child each would cost a start, or a whole time limit, per case) and stays unverified.
         for c in pending:
             if c.id not in results:
                 results[c.id] = _case_result(
                     b.name, c, "SKIPPED", f"unverified: not run, the verify process {why} "
-                    f"{where}", unverified=True)
+                    f"{where}", unverified=True, timeout_s=timeout if timed_out else None)
         pending = []
     return [results[c.id] for c in cases]
 
@@ -262,7 +303,7 @@ _MEMO_LOCK = threading.Lock()
 
 
 def run_verify(sel: Selector, overrides: Sequence[str] = (), config_dirs: ConfigDirs = (), *,
-               ops: Optional[Sequence[str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
+               ops: Optional[Sequence[str]] = None, timeout: Optional[float] = None,
                use_cache: bool = True, function: str = CHILD) -> Report:
     """Verify every backend of `ops` (default all) that passes its rules on this machine.
 
@@ -270,8 +311,11 @@ def run_verify(sel: Selector, overrides: Sequence[str] = (), config_dirs: Config
     for the backend's own selector gate). Bad input raises SelectorError.
     """
     from selector.core import schema
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise SelectorError(f"--timeout: {timeout!r} must be a number of seconds > 0",
+    if timeout is None:
+        timeout = default_timeout()
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not (
+            0 < timeout < math.inf):
+        raise SelectorError(f"--timeout: {timeout!r} must be a finite number of seconds > 0",
                             key="--timeout", value=timeout)
     ops = list(ops) if ops else list(schema.OPS)
     for op in ops:
@@ -323,7 +367,8 @@ def _verify_backend(sel: Selector, b: BackendSpec, here: bool, cache: VerifyCach
     if todo:
         for c, r in zip(todo, run_backend(b, todo, overrides, config_dirs, timeout, function)):
             found[c.id] = r
-            cache.put(keys[c.id], r)
+            if r.timeout_s is None:  # a time-out says nothing of the kernel: run it again
+                cache.put(keys[c.id], r)
     return [found[c.id] for c in cases]
 
 
@@ -331,7 +376,7 @@ def verify_once(sel: Selector, overrides: Sequence[str] = (), config_dirs: Confi
                 **kw: Any) -> Report:
     """run_verify, memoized per process for the same inputs (explain probe=verify, doctor)."""
     key = (tuple(child_overrides(overrides)), tuple(str(d) for d in config_dirs),
-           tuple(kw.get("ops") or ()), kw.get("timeout", DEFAULT_TIMEOUT_S))
+           tuple(kw.get("ops") or ()), kw.get("timeout") or default_timeout())
     with _MEMO_LOCK:
         rep = _MEMO.get(key)
         if rep is None:
@@ -367,6 +412,10 @@ def render_text(rep: Report) -> List[str]:
                          f"{took}{' (cached)' if r.cached else ''}")
             if r.status != "OK":
                 lines.append(f"      {r.detail}")
+    if rep.timeouts:
+        lines.append(f"  warning: {len(rep.timeouts)} case(s) TIMEOUT: the verify process ran "
+                     "out of its time budget (the machine may be loaded); not a wrong answer, "
+                     "unverified: rerun with a longer --timeout")
     lines.append(f"  cache: {rep.cache_path or 'off'} (fingerprint {rep.fingerprint})")
     return lines
 

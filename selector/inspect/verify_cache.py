@@ -211,7 +211,7 @@ class VerifyCache:
             return None
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with _Lock(self.root / ".lock"):
+            with FileLock(self.root / ".lock"):
                 merged = self._read()
                 merged.update(self.entries)
                 keep = sorted(merged.items(), key=lambda kv: -float(kv[1].get("stored") or 0))
@@ -234,14 +234,16 @@ class VerifyCache:
             f.unlink(missing_ok=True)
 
 
-class _Lock:
-    """An advisory file lock (fcntl) for the read-merge-write; none where fcntl is absent."""
+class FileLock:
+    """An advisory file lock (fcntl) for a read-merge-write (this cache's, and a tuning
+    profile's: selector.inspect.tuning.save_profile); none where fcntl is absent. The lock
+    file is opened without following a symlink."""
 
     def __init__(self, path: Path):
         self.path = path
         self.fd: Optional[int] = None
 
-    def __enter__(self) -> _Lock:
+    def __enter__(self) -> FileLock:
         try:
             import fcntl
         except ImportError:

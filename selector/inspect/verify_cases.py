@@ -15,7 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CHILD = "selector.backends.children.verify_child:main"
 VERSION = 4  # of the problems, bounds and cache format: a change invalidates cached results
-STATUSES = ("OK", "FAIL", "SKIPPED")
+#: TIMEOUT: the verify process ran out of its time budget: no verdict on the kernel (unverified,
+#: exit as for SKIPPED, with a warning line), never FAIL
+STATUSES = ("OK", "FAIL", "SKIPPED", "TIMEOUT")
 
 # The problems (backends/children/verify_child.py builds them; docs/verify.md "Problems"): "aligned" sizes
 # every kernel of the catalogue accepts (multiples of 256) and "odd" ones (multiples of 16 only),
@@ -250,7 +252,7 @@ class Result:
     backend: str
     op: str
     scheme: Optional[str]  # the layer's quant; None when the whole backend was skipped
-    status: str  # OK | FAIL | SKIPPED
+    status: str  # OK | FAIL | SKIPPED | TIMEOUT
     detail: str
     max_rel_err: Optional[float] = None
     rms_rel_err: Optional[float] = None
