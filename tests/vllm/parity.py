@@ -256,7 +256,7 @@ def selector_layer(s: sim.Scenario) -> Dict[str, Any]:
         return {**layer, "act_and_mul": s.act_and_mul}
 
 
-STACK = "stack=vllm_0_32"  # what installing vLLM 0.32.0 brings (cuDNN with its torch, ...)
+STACK = f"stack={sim.STACK_PRESET}"  # what installing the release brings (cuDNN with its torch)
 
 
 class MachineChooser(adapter.Chooser):
