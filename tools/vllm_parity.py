@@ -102,6 +102,14 @@ def render(report, sweep_text: str) -> str:
         "both refuse.",
         "",
         *_patched_lines(),
+        "A refusal vLLM leaves to run time, which selector states as a rule although no row of "
+        "the sweep (bf16 layers) shows it: FlashInfer's TRT-LLM FP4 GEMM writes bf16 only. "
+        "vLLM's `FlashInferTrtllmNvFp4LinearKernel.apply_weights` passes `x.dtype` as the output "
+        "dtype (vLLM 0.34.0 kernels/linear/nvfp4/flashinfer.py lines 305-330) and FlashInfer's "
+        "`_trtllm_gemm_fp4_requirement` raises for any other (flashinfer-python 0.7.4 "
+        "gemm/gemm_base.py lines 8459-8482), so an fp16 layer that vLLM builds on it fails at its "
+        "first GEMM; selector's `linear/flashinfer_trtllm` dtype rule rejects it up front.",
+        "",
         f"Sweep: {sweep_text}",
         "",
         "| | scenarios |",

@@ -397,8 +397,7 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
             # pick, runs it: where vLLM refuses it (a device, version or package gate, as 0.34.0's
             # SM 11.x exclusion from its CUTLASS NVFP4 MoE), the gate is the difference
             return (f"selector ranks native {r.selected} above weight-only {r.vllm} for a W4A4 "
-                    f"layer; vLLM asked for {r.selected} runs it too", (
-                        ("preference", WEIGHT_ONLY_SOURCE),))
+                    "layer", (("preference", WEIGHT_ONLY_SOURCE),))
         return None
     # vLLM raised and selector chose a backend
     if r.scenario.requested != "auto" and \
