@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple,
 
 from selector.config import ConfigTree, catalogues, compose
 from selector.config.catalogues import discover as discover_tree
-from selector.config.presets import stack_presets
+from selector.config.presets import proven_releases, stack_presets
 from selector.core.decision import Decision
 from selector.core.errors import SelectorError
 from selector.core.layer import make_layer
@@ -48,7 +48,8 @@ class Selector:
         self.probes = dict(probes or {})
         self.resolver = Resolver(run_config, self.probes, verify,
                                  (lambda: stack_presets(tree)) if tree is not None else (),
-                                 profile)
+                                 profile,
+                                 (lambda: proven_releases(tree)) if tree is not None else ())
         self._by_kwargs: Dict[Tuple[Any, ...], Decision] = {}
         self._by_layer: Dict[Layer, Decision] = {}
         # one object per distinct layer, so that a cache hit of decide() is an identity match

@@ -1886,10 +1886,70 @@ PARALLEL_CASES = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------
+# vLLM 0.34.0 against 0.33.0 (FULL's vllm): each change on both sides of the release
+
+V33, V34 = {"vllm": "0.33.0"}, {"vllm": "0.34.0"}
+GPT_OSS = {"quant": "mxfp4", "activation": "swigluoai"}
+NO_CUBIN_WARN = {FI: "0.6.13", DSL: "4.5.0"}  # flashinfer 0.6.13: no cubin-download warning
+_FP8B_MOE = {"quant": "fp8_block", "hidden_size": 2048, "intermediate_size": 768}
+V34_CASES = [
+    # vLLM 0.34.0 experts/cutlass_moe.py 724-730: SM 11.x out of the CUTLASS NVFP4 MoE
+    C("v34-cutlass-nvfp4-sm110", "11.0", "moe/cutlass", {"device"}, pk=V34, engine=V),
+    C("v33-cutlass-nvfp4-sm110", "11.0", "moe/cutlass", pk=V33, engine=V, status="selected",
+      kernel="CutlassExpertsFp4", scheme="nvfp4"),
+    C("v34-cutlass-nvfp4-sm100", "10.0", "moe/cutlass", pk=V34, engine=V, status="eligible"),
+    C("v34-cutlass-nvfp4-sm120", "12.0", "moe/cutlass", pk=V34, engine=V, status="selected"),
+    C("v34-cutlass-nvfp4-sm110-none", "11.0", "moe/cutlass", {"device"}, pk=V34),
+    # vLLM 0.34.0 experts/trtllm_nvfp4_moe.py 253-265 (SWIGLUSTEP when FlashInfer has
+    # ActivationType.SwigluStep: flashinfer-python 0.6.13 tllm_enums.py, not 0.6.12)
+    C("v34-trtllm-swiglustep", "10.0", "moe/flashinfer_trtllm", pk={**V34, **NO_CUBIN_WARN},
+      layer={"activation": "swiglustep"}, engine=V, status="selected",
+      kernel="TrtLlmNvFp4ExpertsMonolithic", scheme="nvfp4"),
+    C("v33-trtllm-swiglustep", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      pk={**V33, **NO_CUBIN_WARN}, layer={"activation": "swiglustep"}, engine=V),
+    C("v34-trtllm-swiglustep-fi-0.6.12", "10.0", "moe/flashinfer_trtllm", {"feature"},
+      pk={**V34, FI: "0.6.12", DSL: "4.5.0"}, layer={"activation": "swiglustep"}, engine=V),
+    C("v34-trtllm-swiglustep-nongated", "10.0", "moe/flashinfer_trtllm", {"act_and_mul"},
+      pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep", "act_and_mul": False},
+      engine=V),
+    C("v34-trtllm-swiglustep-none", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep"}),
+    C("v34-trtllm-swigluoai", "10.0", "moe/flashinfer_trtllm", {"activation"},
+      pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swigluoai"}, engine=V),
+    # vLLM 0.34.0 oracle/mxfp4.py 445-457: gpt-oss MXFP4 on SM 11.x runs Marlin before Triton
+    C("v34-gpt-oss-sm110-triton", "11.0", "moe/triton_kernels", pk=V34, layer=GPT_OSS,
+      engine=V, status="eligible"),
+    C("v33-gpt-oss-sm110-marlin", "11.0", "moe/marlin", pk=V33, layer=GPT_OSS, engine=V,
+      status="eligible"),
+    C("v34-gpt-oss-sm100-marlin", "10.0", "moe/marlin", pk=V34, layer=GPT_OSS, engine=V,
+      status="eligible"),
+    C("v34-gpt-oss-sm90-marlin", "9.0", "moe/marlin", pk=V34, layer=GPT_OSS, engine=V,
+      status="eligible"),
+    # vLLM 0.34.0 utils/deep_gemm.py 118-177: DeepGEMM needs nvcc >= 12.9 at run time
+    C("v34-deepgemm-moe-nvcc-12.8", "9.0", "moe/deep_gemm", {"nvcc"},
+      pk={**V34, "nvcc": "12.8"}, layer=_FP8B_MOE),
+    C("v34-deepgemm-moe-nvcc-12.9", "9.0", "moe/deep_gemm", pk={**V34, "nvcc": "12.9"},
+      layer=_FP8B_MOE),
+    C("v34-deepgemm-moe-no-nvcc", "9.0", "moe/deep_gemm", {"nvcc"}, pk={**V34, "nvcc": None},
+      layer=_FP8B_MOE),
+    C("v34-deepgemm-moe-nvcc-unknown", "9.0", "moe/deep_gemm", warns={"nvcc"}, pk=V34,
+      layer=_FP8B_MOE, engine=V, status="selected"),
+    C("v33-deepgemm-moe-nvcc-12.8", "9.0", "moe/deep_gemm", pk={**V33, "nvcc": "12.8"},
+      layer=_FP8B_MOE),
+    C("v34-deepgemm-lin-nvcc-12.8", "9.0", "linear/deep_gemm", {"nvcc"},
+      pk={**V34, "nvcc": "12.8"}, layer={**DENSE, "quant": "fp8_block"}, engine=V),
+    C("v34-deepgemm-lin-nvcc-13.0", "9.0", "linear/deep_gemm", pk={**V34, "nvcc": "13.0"},
+      layer={**DENSE, "quant": "fp8_block"}, engine=V),
+    C("v33-deepgemm-lin-no-nvcc", "9.0", "linear/deep_gemm", pk={**V33, "nvcc": None},
+      layer={**DENSE, "quant": "fp8_block"}, engine=V),
+]
+
+
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
                      _fp8_scheme_boundaries() + FP8_TORCH + FI_DIRECT + FIC_VLLM + MX_CASES +
-                     LINEAR_SCHEME_CASES + PARALLEL_CASES)
+                     LINEAR_SCHEME_CASES + PARALLEL_CASES + V34_CASES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,6 +76,10 @@ STACKS = {
     "vllm_0_33": {"vllm": "0.33.0", "flashinfer-python": "0.7.2.post1",
                   "nvidia-cutlass-dsl": "4.8.0", "torch": "2.14.0", "triton": "3.8.0",
                   "nvidia-cudnn-cu13": "9.24.0.43"},
+    # vllm 0.34.0 PyPI metadata: flashinfer-python==0.7.3, which the index does not have
+    "vllm_0_34": {"vllm": "0.34.0", "flashinfer-python": "0.7.3",
+                  "nvidia-cutlass-dsl": "4.8.0", "torch": "2.14.0", "triton": "3.8.0",
+                  "nvidia-cudnn-cu13": "9.24.0.43"},
     "sglang_0_5_23": {"sglang": "0.5.23", "sglang-kernel": "0.4.10",
                       "sgl-deep-gemm": "0.2.3.post2", "flashinfer-python": "0.7.2", "nvidia-cutlass-dsl": "4.8.0",
                       "torch": "2.14.1", "triton": "3.8.0", "nvidia-cudnn-cu13": "9.24.0.43"},
@@ -90,8 +94,36 @@ def test_stack_preset_pins_what_the_engine_installs(name):
     assert "PyPI metadata" in text, f"{path.name} must say where its pins come from"
 
 
+def test_vllm_0_34_stack_says_its_flashinfer_pin_is_not_on_the_index():
+    text = (REPO / "conf" / "stack" / "vllm_0_34.yaml").read_text()
+    assert "flashinfer-python==0.7.3" in text and "cannot" in text and "resolve" in text
+
+
+@pytest.mark.parametrize("stack, old, new", [
+    # (layer and platform keys, vLLM 0.33.0's pick, vLLM 0.34.0's pick)
+    (["platform=b200", "platform.capability=11.0"], "cutlass", "marlin"),
+    (["platform=b200", "layer.activation=swiglustep"], "cutlass", "flashinfer_trtllm"),
+    (["platform=b200", "platform.capability=11.0", "layer.quant=mxfp4",
+      "layer.activation=swigluoai"], "triton_kernels", "marlin"),
+    (["platform=h100", "layer.quant=fp8_block", "platform.packages.nvcc=12.8",
+      "policy.moe_backend=deep_gemm", "policy.strict=false"], "deep_gemm", "triton"),
+])
+def test_vllm_0_34_answers_and_0_33_keeps_its_own(stack, old, new):
+    """Issue 43: each change of vLLM 0.34.0, with 0.33.0's answer unchanged, under the stack
+    preset and with the version given as a platform package."""
+    from selector import load
+    for preset, want in (("vllm_0_33", old), ("vllm_0_34", new)):
+        d = load([f"stack={preset}", "engine=vllm", *stack]).default()
+        assert d.selected == want, (preset, d.summary())
+    # 0.33.0's stack with vllm 0.34.0 given (as detected): the vLLM version decides
+    given = load(["stack=vllm_0_33", "engine=vllm", *stack,
+                  "platform.packages.vllm=0.34.0"]).default()
+    assert given.selected == new, given.summary()
+
+
 @pytest.mark.parametrize("stack, engine, label", [
     ("vllm_0_32", "vllm", "vLLM 0.32.0"), ("vllm_0_33", "vllm", "vLLM 0.33.0"),
+    ("vllm_0_34", "vllm", "vLLM 0.34.0"),
     ("sglang_0_5_23", "sglang", "SGLang 0.5.23"), ("none", "vllm", "vLLM 0.32.0")])
 def test_the_engine_label_names_the_stacks_engine_version(stack, engine, label):
     """Issue 22 item 5: `stack=vllm_0_33` printed "vLLM 0.32.0 flags"."""

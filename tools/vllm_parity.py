@@ -16,7 +16,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "vllm")]
-OUT = ROOT / "docs" / "vllm-parity.md"
+
+
+def _out() -> Path:
+    """The installed release's report: docs/vllm-parity.md (0.32), vllm-parity-<release>.md."""
+    import sim
+    return ROOT / "docs" / sim.DOC_NAME
 
 
 def why_lines(text: str, pairs, reasons) -> list:
@@ -69,6 +74,11 @@ def _patched_lines() -> list:
     ]
 
 
+def _stack() -> str:
+    import sim
+    return sim.STACK_PRESET
+
+
 def render(report, sweep_text: str) -> str:
     import vllm
 
@@ -85,13 +95,21 @@ def render(report, sweep_text: str) -> str:
         "the scenario), or, for no GPU, on vLLM's own CPU platform, with the host CPU's answers "
         "pinned (an x86 CPU with AMX tiles and without AMX-FP8, so that every host answers "
         "alike). selector decides the same "
-        "scenario through its vLLM plugin's Chooser with `engine=vllm stack=vllm_0_32` (what "
-        "installing vLLM 0.32.0 brings, cuDNN with its torch included), the capability from "
+        f"scenario through its vLLM plugin's Chooser with `engine=vllm stack={_stack()}` (what "
+        f"installing vLLM {vllm.__version__} brings, cuDNN with its torch included), the capability from "
         "vLLM's platform and the scenario's packages. A scenario agrees when both name the same "
         "backend and the same kernel class (the one vLLM builds; selector's `engine.kernel`), or "
         "both refuse.",
         "",
         *_patched_lines(),
+        "A refusal vLLM leaves to run time, which selector states as a rule although no row of "
+        "the sweep (bf16 layers) shows it: FlashInfer's TRT-LLM FP4 GEMM writes bf16 only. "
+        "vLLM's `FlashInferTrtllmNvFp4LinearKernel.apply_weights` passes `x.dtype` as the output "
+        "dtype (vLLM 0.34.0 kernels/linear/nvfp4/flashinfer.py lines 305-330) and FlashInfer's "
+        "`_trtllm_gemm_fp4_requirement` raises for any other (flashinfer-python 0.7.4 "
+        "gemm/gemm_base.py lines 8459-8482), so an fp16 layer that vLLM builds on it fails at its "
+        "first GEMM; selector's `linear/flashinfer_trtllm` dtype rule rejects it up front.",
+        "",
         f"Sweep: {sweep_text}",
         "",
         "| | scenarios |",
@@ -494,7 +512,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import logging
     logging.disable(logging.WARNING)
-    old = OUT.read_text() if OUT.exists() else ""
+    out = _out()
+    old = out.read_text() if out.exists() else ""
     parts = split(old)
     bad = 0
     for name in SECTIONS:
@@ -505,8 +524,8 @@ def main(argv=None) -> int:
         parts[name] = RENDER[name](report).strip("\n") + "\n"
         bad += len(report.unexplained)
     if not args.check:
-        OUT.write_text("\n".join(parts[n] for n in SECTIONS if parts.get(n)))
-        print(f"wrote {OUT.relative_to(ROOT)}")
+        out.write_text("\n".join(parts[n] for n in SECTIONS if parts.get(n)))
+        print(f"wrote {out.relative_to(ROOT)}")
     return 1 if bad else 0
 
 

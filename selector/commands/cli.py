@@ -204,12 +204,17 @@ def _run(args: argparse.Namespace) -> int:
         p = sel.plan(args.model)
         if args.why is not None:
             return _plan_why(p, args.why, args.format)
+        # the version guard once (each decision's JSON notes carry it too)
+        guard = next((d.guard for d in p.decisions() if d.guard), "")
         if args.format == "line":
             from selector.config.catalogues import marked_line
+            if guard:
+                print(f"selector: note: {guard}", file=sys.stderr)
             _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) for d in p.decisions()),
                   "line")
         else:
-            _emit(p.to_dict() if args.format == "json" else str(p), args.format)
+            _emit(p.to_dict() if args.format == "json" else
+                  (f"!! {guard}\n" if guard else "") + str(p), args.format)
         return 0 if p.ok else 1
     d = sel.default()
     if args.why is not None:
@@ -218,7 +223,9 @@ def _run(args: argparse.Namespace) -> int:
         _emit(out, args.format)
         return 0 if usable else 1
     if args.format == "line":
-        if d.hint:  # stdout stays one line per decision
+        if d.guard:  # stdout stays one line per decision
+            print(f"selector: note: {d.guard}", file=sys.stderr)
+        if d.hint:
             print(f"selector: note: {d.hint}", file=sys.stderr)
         from selector.config.catalogues import marked_line  # a backend from a plugin says so
         _emit(marked_line(sel.catalogue, d, d.log_line()), "line")

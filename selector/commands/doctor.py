@@ -64,6 +64,7 @@ class Report:
     seconds: float = 0.0
     drift: Optional[List[DriftItem]] = None  # with --deep
     verify_report: Any = None  # verify.Report (--verify)
+    guard: str = ""  # the version guard: an engine or library newer than selector has proven
 
     @property
     def drifted(self) -> bool:
@@ -81,6 +82,8 @@ class Report:
             "backends": [b.to_dict() for b in self.backends], "probes": None,
             "problems": list(self.problems), "exit_code": self.exit_code,
             "drift": None if self.drift is None else [i.to_dict() for i in self.drift]}
+        if self.guard:
+            d["guard"] = self.guard
         if self.deep_report is not None:
             rep = self.deep_report
             d["probes"] = {
@@ -200,8 +203,14 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     platform = _platform_dict(env, rep)
     verdicts_for = "this machine (detected)" if p.source == "detected" else (
         f"platform={p.preset} from the overrides (hardware preset), not this machine")
+    from selector.config.presets import proven_releases
+    from selector.core.notes import text as note_text
+    from selector.core.resolver import unproven_note
+    tree = sel.tree
+    guard = unproven_note(p, (lambda: proven_releases(tree)) if tree is not None else ())
     return Report(deep, platform, packages, verdicts_for, verdicts, rep, declared, problems,
-                  time.perf_counter() - t0, drift, vrep)
+                  time.perf_counter() - t0, drift, vrep,
+                  note_text(guard) if guard is not None else "")
 
 
 def _every_scheme_fails(resolver: Any, op: str, b: Any) -> Tuple[Any, ...]:
@@ -258,6 +267,8 @@ def render_text(r: Report) -> str:
     mode = ("deep: kernel libraries imported in child processes" if r.deep else
             "metadata only; --deep imports the kernel libraries and probes them")
     add(f"selector doctor ({mode}; {r.seconds:.2f} s)")
+    if r.guard:
+        add(f"!! {r.guard}")
     add("")
     p = r.platform
     how = p["how"]

@@ -215,6 +215,33 @@ def stack_presets(tree: ConfigTree) -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
+#: release families selector has release data for: stack family -> (distribution, name shown).
+#: TensorRT-LLM has none (conf/engine/trtllm.yaml models its main branch; no stack preset).
+RELEASE_FAMILIES = {"vllm": ("vllm", "vLLM"), "sglang": ("sglang", "SGLang"),
+                    "flashinfer": ("flashinfer-python", "FlashInfer")}
+
+
+def proven_releases(tree: ConfigTree) -> List[Tuple[str, str, str]]:
+    """(distribution, name shown, newest version) of each family of RELEASE_FAMILIES: the
+    highest version of its distribution among the family's stack presets (what the catalogue
+    and its proof cover; tests/knowledge_cases.py and the engine's parity sweep)."""
+    from packaging.version import InvalidVersion, Version
+    newest: Dict[str, Version] = {}
+    for name, meta in stack_presets(tree):
+        fam = RELEASE_FAMILIES.get(meta["family"])
+        if fam is None:
+            continue
+        _, data = load_document(tree.presets["stack"][name])
+        v = ((data or {}).get("packages") or {}).get(fam[0])
+        try:
+            ver = Version(str(v))
+        except InvalidVersion:
+            continue
+        newest[meta["family"]] = max(newest.get(meta["family"], ver), ver)
+    return [(RELEASE_FAMILIES[f][0], RELEASE_FAMILIES[f][1], str(v))
+            for f, v in sorted(newest.items())]
+
+
 def default_stack(tree: ConfigTree) -> str:
     """The stack preset marked `stack: {default: true}` (what `matrix` uses without --stack)."""
     marked = [n for n, meta in stack_presets(tree) if meta["default"]]

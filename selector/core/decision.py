@@ -82,13 +82,22 @@ class Decision:
     # -- notes -------------------------------------------------------------------------------
     @cached_property
     def notes(self) -> Tuple[str, ...]:
-        """The notes in words (the hint apart): sentences on how the choice was made."""
-        return tuple(text(n) for n in self.note_data if n.kind != "no_packages")
+        """The notes in words (the hint and the guard apart): sentences on how the choice was
+        made."""
+        return tuple(text(n) for n in self.note_data
+                     if n.kind not in ("no_packages", "unproven_release"))
 
     @property
     def hint(self) -> str:
         """One line when the platform describes no software, else ''."""
         return next((text(n) for n in self.note_data if n.kind == "no_packages"), "")
+
+    @property
+    def guard(self) -> str:
+        """One line when the platform's engine or library is newer than the newest release
+        selector has proven ("answers proven up to vLLM 0.34.0; vllm 0.35.0 is installed"),
+        else ''."""
+        return next((text(n) for n in self.note_data if n.kind == "unproven_release"), "")
 
     def notes_of(self, kind: str) -> Tuple[Note, ...]:
         """The structured notes of one kind (selector.core.notes.NOTE_KINDS)."""
@@ -166,6 +175,8 @@ class Decision:
                "notes_data": [n.to_dict() for n in self.note_data],
                "summary": self.summary(), "entry_point": self.entry_point,
                "outcome": self.outcome}
+        if self.guard:
+            out["guard"] = self.guard
         if self.engine is not None:
             out["engine"] = json.loads(json.dumps(self.engine))
         return out
@@ -253,6 +264,8 @@ def render_text(d: Decision) -> str:
     shown = ", ".join(f"{n} {v}" for n, v in pk.items() if v is not None) or "no kernel packages"
     lines = [desc,
              f"platform: {d.platform_label or plat['source']} ({cap}, {cuda}); {shown}"]
+    if d.guard:
+        lines.append(f"!! {d.guard}")  # one line, unwrapped: a log search finds it whole
     if d.hint:
         lines.extend(wrap(f"!! {d.hint}", width=WRAP, subsequent_indent="   "))
     lines.append(f"requested: {d.requested}")

@@ -146,6 +146,13 @@ def _no_packages(n: Note) -> str:
             + ", ".join(n.data["add"]) + " or platform.packages.<dist>=VERSION")
 
 
+def _unproven_release(n: Note) -> str:
+    if "text" in n.data:  # carried across ranks as words (selector.distributed)
+        return str(n.data["text"])
+    return "; ".join(f"answers proven up to {r['name']} {r['proven']}; {r['package']} "
+                     f"{r['installed']} is installed" for r in n.data["releases"])
+
+
 def _measured(n: Note) -> str:  # selector.core.profile (policy.preference=measured)
     d = n.data
     t = " vs ".join(f"{x['backend']} {x['median_ms']:.3g} ms" for x in d["times"])
@@ -166,6 +173,9 @@ def _profile_ignored(n: Note) -> str:
 NOTE_KINDS: Dict[str, Tuple[str, Callable[[Note], str], str]] = {
     "no_packages": ("warning", _no_packages, "a hardware preset without software: which "
                     "`stack=` presets would describe it (`add`)"),
+    "unproven_release": ("warning", _unproven_release, "the platform's engine or library is "
+                         "newer than the newest release selector has proven: the answers are "
+                         "that release's (`releases`: package, name, proven, installed)"),
     "request_skipped": ("info", _request_skipped, "a backend of an ordered request does not "
                         "implement the layer (`key`, `reason`); the next one is tried"),
     "request_not_applicable": ("info", _request_not_applicable, "no requested backend "

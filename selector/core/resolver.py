@@ -120,6 +120,24 @@ def no_packages_hint(platform: Any, stacks: Any, engines: Sequence[str] = engine
     return note("no_packages", add=tuple(f"stack={newest[f][1]}" for f in families))
 
 
+def unproven_note(platform: Any, proven: Any) -> Optional[Note]:
+    """The version guard: one note when the platform's engine or library (detected or given) is
+    newer than the newest release selector has proven (`proven`: (distribution, name, version)
+    of each family, or a callable giving them; config.presets.proven_releases). The answer
+    stays the newest proven release's: rules bounded by a release (`when: packages`) hold for
+    every later one."""
+    pkgs = dict(platform.packages)
+    if not any(v is not None for v in pkgs.values()):
+        return None
+    newer = []
+    for dist, name, version in (proven() if callable(proven) else proven):
+        have = pkgs.get(dist)
+        if have is not None and Version(have.base_version) > Version(version):
+            newer.append({"package": dist, "name": name, "proven": version,
+                          "installed": str(have)})
+    return note("unproven_release", releases=tuple(newer)) if newer else None
+
+
 def _reason(r: Reason) -> Dict[str, str]:
     """A reason as note data."""
     return {"rule": r.rule, "message": r.message, "source": r.source}
@@ -165,10 +183,11 @@ class Resolver:
     def __init__(self, run: RunConfig, probes: Optional[Mapping[str, Tuple[bool, str]]] = None,
                  verify: Optional[Mapping[Tuple[str, str],
                                           Union[Tuple[VerifyFailure, ...], VerifyVerdict]]] = None,
-                 stacks: Any = (), profile: Optional[Measured] = None):
+                 stacks: Any = (), profile: Optional[Measured] = None, proven: Any = ()):
         self.run = run
         self._measured = profile if profile is not None and profile.active else None
         self._hint = no_packages_hint(run.platform, stacks)
+        self._guard = unproven_note(run.platform, proven)
         facts = run.platform.facts
         self._facts = facts
         self._platform = run.platform.to_dict()
@@ -325,6 +344,8 @@ class Resolver:
         notes.extend(self._platform_notes)
         if self._hint is not None:
             notes.insert(0, self._hint)
+        if self._guard is not None:
+            notes.insert(0, self._guard)
         return (self._platform, ",".join(requested), selected, tuple(candidates), tuple(notes),
                 self._label, tuple(warned),
                 engines.view(run.engine, run.catalogue, layer.op, selected, layer, self._facts))

@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from selector.core import env_vars
+from selector.core.rules.facts import NVCC
 
 _CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
 _RUNTIME_DISTS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
@@ -49,8 +50,52 @@ class Environment:
     notes: Tuple[str, ...]
 
 
+# NVCC: the CUDA compiler, watched like a distribution by the rules that need it (kind: nvcc)
+# but found on disk: vLLM 0.34.0 utils/deep_gemm.py lines 118-177 (DeepGEMM's JIT runs it)
+_DEFAULT_CUDA_HOME = "/usr/local/cuda"
+_NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
+
+
+def nvcc_path() -> Tuple[Optional[str], str]:
+    """The nvcc DeepGEMM's JIT would run, and how it was found: CUDA_HOME, CUDA_PATH, the nvcc
+    on PATH, /usr/local/cuda; DG_JIT_NVCC_COMPILER (or DJ_JIT_NVCC_COMPILER) names the compiler
+    itself (vLLM 0.34.0 utils/deep_gemm.py _deep_gemm_nvcc_path, lines 118-135)."""
+    import os
+    import shutil
+    how = "CUDA_HOME" if os.environ.get("CUDA_HOME") else "CUDA_PATH"
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if not home:
+        found = shutil.which("nvcc")
+        home = os.path.dirname(os.path.dirname(found)) if found else _DEFAULT_CUDA_HOME
+        how = "PATH" if found else _DEFAULT_CUDA_HOME
+    if not os.path.exists(home):
+        return None, f"no CUDA toolkit ({how}: {home} does not exist)"
+    named = os.environ.get("DG_JIT_NVCC_COMPILER") or os.environ.get("DJ_JIT_NVCC_COMPILER")
+    nvcc = shutil.which(named or os.path.join(home, "bin", "nvcc"))
+    if nvcc is None:
+        return None, f"no nvcc in {named or os.path.join(home, 'bin')} ({how})"
+    return nvcc, how
+
+
+def nvcc_version() -> Tuple[Optional[Version], Optional[str], str]:
+    """(version, path, how): the nvcc release `nvcc --version` reports. version None and path
+    None: no nvcc; version None with a path: found but its version unreadable (unknown)."""
+    path, how = nvcc_path()
+    if path is None:
+        return None, None, how
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    m = _NVCC_RELEASE.search(out or "")
+    return (Version(f"{m[1]}.{m[2]}") if m else None), path, how
+
+
 def detect(packages: Iterable[str]) -> Environment:
-    pkgs = installed_versions(packages)
+    asked = list(packages)
+    names = [n for n in asked if canonicalize_name(n) != NVCC]
+    pkgs = installed_versions(names)
     notes: List[str] = []
     for name, v in pkgs.items():
         missing = None if v is None else half_installed(name)
@@ -68,6 +113,17 @@ def detect(packages: Iterable[str]) -> Environment:
             Version(f"{cuda.major}.{cuda.minor}") > gpu.driver_cuda:
         notes.append(f"the CUDA runtime {cuda} is newer than the driver supports "
                      f"({gpu.driver_cuda}): kernels built for it will not load")
+    if len(names) != len(asked):  # a rule needs nvcc: found as vLLM's DeepGEMM check finds it
+        nvcc, path, how = nvcc_version()
+        if path is None:
+            pkgs[NVCC] = None
+            notes.append(f"nvcc: not found, {how}")
+        elif nvcc is None:  # unknown: left out, so rules say the version is unknown
+            notes.append(f"nvcc: {path} ({how}) did not report its release: its version is "
+                         "unknown (give platform.packages.nvcc=<version>)")
+        else:
+            pkgs[NVCC] = nvcc
+            notes.append(f"nvcc: {nvcc} at {path} ({how})")
     notes.append(f"GPU: {gpu.method}; CUDA: {method}; packages: importlib.metadata")
     return Environment(gpu.capability, gpu.name, cuda, pkgs, gpu, method, tuple(notes))
 

@@ -38,4 +38,8 @@ def pytest_report_header(config):
         if not os.environ.get(env):
             os.environ[env] = str(random.SystemRandom().randrange(2 ** 32))
         lines.append(f"selector {what} seed: {env}={os.environ[env]}")
+    if vllm_installed():  # which release's own code runs (tools/vllm_env.sh VENV VERSION)
+        import sim
+        lines.append(f"vLLM release under test: {sim.VLLM} (stack={sim.STACK_PRESET}, "
+                     f"flashinfer {sim.FLASHINFER}, docs/{sim.DOC_NAME})")
     return lines

@@ -256,7 +256,7 @@ def selector_layer(s: sim.Scenario) -> Dict[str, Any]:
         return {**layer, "act_and_mul": s.act_and_mul}
 
 
-STACK = "stack=vllm_0_32"  # what installing vLLM 0.32.0 brings (cuDNN with its torch, ...)
+STACK = f"stack={sim.STACK_PRESET}"  # what installing the release brings (cuDNN with its torch)
 
 
 class MachineChooser(adapter.Chooser):
@@ -392,7 +392,10 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
             return (f"selector: {r.vllm} {c.status}", _why(c))
         if r.selected is not None and c.status == "eligible" and \
                 r.scenario.quant == "nvfp4" and _execution(d, r.vllm) == "weight_only" and \
-                _execution(d, r.selected) == "native":
+                _execution(d, r.selected) == "native" and _vllm_runs(r.scenario, r.selected):
+            # a preference explains the difference only where vLLM itself, asked for selector's
+            # pick, runs it: where vLLM refuses it (a device, version or package gate, as 0.34.0's
+            # SM 11.x exclusion from its CUTLASS NVFP4 MoE), the gate is the difference
             return (f"selector ranks native {r.selected} above weight-only {r.vllm} for a W4A4 "
                     "layer", (("preference", WEIGHT_ONLY_SOURCE),))
         return None
@@ -409,6 +412,13 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
                 "selector decides it automatically", _why(c) + (
                     ("engine", DEEP_GEMM_ENV_SOURCE), ("policy", POLICY_SOURCE)))
     return None
+
+
+def _vllm_runs(s: sim.Scenario, backend: str) -> bool:
+    """Whether vLLM, asked for `backend` explicitly on `s` (the simulation still on s's
+    machine), runs it rather than refusing."""
+    ran, _, _ = vllm_choice(replace(s, requested=backend))
+    return ran == backend
 
 
 _VENDORED = {"deep_gemm": "DeepGEMM", "triton_kernels": "triton_kernels",

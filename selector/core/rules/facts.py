@@ -12,6 +12,9 @@ from selector.core.schema import Status
 
 #: the `rule` of the reason an opt-in backend gives (opt-in is a backend field, not a kind)
 OPT_IN = "opt_in"
+#: the CUDA compiler: a `platform.packages` key that is not a distribution (kind: nvcc). Absent
+#: from a platform's packages: its version is unknown; None: there is none.
+NVCC = "nvcc"
 
 
 @dataclass(frozen=True)

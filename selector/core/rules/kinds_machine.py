@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 
 from selector.core.errors import bad_input
 from selector.core.rules.base import Rule, register
-from selector.core.rules.facts import Facts, Reason
+from selector.core.rules.facts import NVCC, Facts, Reason
 from selector.core.rules.when import PackageSpec, _devices, _installed, describe_devices
 from selector.core.schema import Layer
 from selector.core.versions import contains, format_capability, parse_specifier
@@ -68,6 +68,46 @@ class CudaRule(Rule):
 
     def describe(self) -> str:
         return f"cuda {self.spec}"
+
+
+@register
+class NvccRule(Rule):
+    """The CUDA compiler (nvcc) a kernel JIT-compiles with at run time must satisfy `specifier`.
+    Its version is detected (`nvcc --version`, found as vLLM finds it) or given as
+    `platform.packages.nvcc` (null: none); unknown (a preset that does not name it, or an nvcc
+    that does not report its release), the rule warns instead of failing."""
+    kind = "nvcc"
+
+    @dataclass(frozen=True)
+    class Params:
+        specifier: str
+
+    def setup(self, p: Params) -> None:
+        self.spec = parse_specifier(f"{self.key}.specifier", p.specifier, where=self.where)
+
+    @property
+    def packages(self) -> Tuple[str, ...]:
+        return (NVCC,)
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        need = f"need nvcc {self.spec}"
+        if NVCC not in facts.packages:
+            r = self.reason(f"needs nvcc {self.spec} at run time; this platform's nvcc version "
+                            "is unknown (give platform.packages.nvcc=<version>, or null for none)",
+                            need)
+            return Reason(r.rule, r.message, r.source, r.need, "warning", r.key, r.status,
+                          r.final)
+        v = facts.packages[NVCC]
+        if v is None:
+            return self.reason(f"needs nvcc {self.spec} at run time; this platform has no nvcc "
+                               "(CUDA_HOME, CUDA_PATH, PATH or /usr/local/cuda)", need)
+        if contains(self.spec, v):
+            return None
+        return self.reason(f"needs nvcc {self.spec} at run time; this platform has nvcc {v}",
+                           need)
+
+    def describe(self) -> str:
+        return f"nvcc {self.spec}"
 
 
 @register
