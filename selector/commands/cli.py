@@ -84,6 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra config directory")
     m.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                    help="layer and policy overrides (layer=nemotron_moe, layer.ep_size=8)")
+    a = sub.add_parser("audit", help="an engine's start-up log against the plan: agree, differ, "
+                       "not in the log", description="compare what a running engine chose "
+                       "(its start-up log) with the plan for the same checkpoint and platform")
+    a.add_argument("log", metavar="LOG", help="the engine's start-up log (vLLM, SGLang, "
+                   "TensorRT-LLM)")
+    a.add_argument("--model", metavar="DIR", help="the checkpoint directory the engine ran")
+    a.add_argument("--format", choices=("text", "json"), default="text")
+    a.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
+    a.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="the overrides of explain --model (platform=..., stack=..., engine=...)")
     return p
 
 
@@ -157,6 +168,9 @@ def _run(args: argparse.Namespace) -> int:
         from selector.commands.matrix import run_matrix
         return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format,
                           args.quant)
+    if args.command == "audit":
+        from selector.commands.audit import run_audit
+        return run_audit(args.log, args.model, args.overrides, args.config_dir, args.format)
     if args.command == "tune":
         from selector.commands.tune import run_tune
         return run_tune(args)
