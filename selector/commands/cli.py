@@ -95,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra config directory")
     a.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                    help="the overrides of explain --model (platform=..., stack=..., engine=...)")
+    f = sub.add_parser("fleet", help="every model on every machine under every engine: one "
+                       "table of plans", description="plan every checkpoint of a fleet file on "
+                       "every machine under every engine (docs/interface.md)")
+    f.add_argument("fleet", metavar="FLEET", help="the fleet YAML: machines, models, engines")
+    f.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
+    f.add_argument("--what-if", nargs="+", default=[], metavar="OVERRIDE",
+                   help="plan every cell again with these overrides (stack=vllm_0_33) and list "
+                   "the cells that change backend or start failing")
+    f.add_argument("--fail-on", choices=("error", "warning"), default=None,
+                   help="exit 1 when a cell refuses (error, the default) or also warns")
+    f.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
     return p
 
 
@@ -171,6 +183,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "audit":
         from selector.commands.audit import run_audit
         return run_audit(args.log, args.model, args.overrides, args.config_dir, args.format)
+    if args.command == "fleet":
+        from selector.commands.fleet import run_fleet
+        return run_fleet(args.fleet, args.format, args.what_if, args.fail_on, args.config_dir)
     if args.command == "tune":
         from selector.commands.tune import run_tune
         return run_tune(args)
