@@ -39,6 +39,10 @@ VLLM_SOURCES = {
                       "configuration.)",
     "fp8_moe": "vLLM 0.32.0 model_executor/layers/fused_moe/oracle/fp8.py lines 415-420, 446, "
                "525 (_make_log_backend, logger.info_once)",
+    "fp8_moe_none": "vLLM 0.32.0 model_executor/layers/fused_moe/oracle/fp8.py lines 535-539 "
+                    "(select_fp8_moe_backend returns Fp8MoeBackend.NONE off CUDA and ROCm, "
+                    "logging nothing at info), line 706 (ValueError: Unsupported FP8 MoE "
+                    "backend: NONE, when the weights are converted)",
     "fp8_moe_unsupported": "vLLM 0.32.0 model_executor/layers/fused_moe/oracle/fp8.py lines "
                            "422-432, 528 (_make_log_unsupported, logger.debug_once)",
     "mxfp8_moe": "vLLM 0.32.0 model_executor/layers/fused_moe/oracle/mxfp8.py lines 126-129, "
@@ -47,6 +51,9 @@ VLLM_SOURCES = {
                  "718, 806 (_make_log_backend, logger.info_once)",
     "nvfp4_linear": "vLLM 0.32.0 model_executor/kernels/linear/__init__.py lines 1196, 1240 "
                     "(logger.info_once(\"Using %s for NVFP4 GEMM\"))",
+    "linear_none": "vLLM 0.32.0 model_executor/kernels/linear/__init__.py lines 721, 986, 1032, "
+                   "1244 (ValueError: Failed to find a kernel that can implement the "
+                   "ScaledMM / MXFP8 / MXFP4 / NVFP4 linear layer)",
     "fp8_linear": "vLLM 0.32.0 model_executor/kernels/linear/__init__.py lines 758, 797 "
                   "(logger.info_once(\"Selected %s for %s\"))",
     "mx_linear": "vLLM 0.32.0 model_executor/kernels/linear/__init__.py lines 982, 1028 "
@@ -135,6 +142,9 @@ _V_MXFP4_MOE = re.compile(r"Using '?([A-Z0-9_]+)'? Mxfp4 MoE backend out of pote
 _V_UNSUPPORTED = re.compile(r"(NvFp4|FP8|Mxfp4) MoE backend '?([A-Z0-9_]+)'? does not support "
                             r"the deployment configuration(?: since (.*?))?\.?$", re.I)
 _V_NONE = re.compile(r"No (NvFp4|FP8|Fp8|Mxfp4) MoE backend supports the deployment", re.I)
+_V_FP8_NONE = re.compile(r"Unsupported FP8 MoE backend: ([A-Z0-9_]+)")
+_V_LINEAR_NONE = re.compile(r"Failed to find a kernel that can implement the "
+                            r"(NVFP4|MXFP8|MXFP4|ScaledMM) linear layer")
 _V_LINEAR = re.compile(r"Using (\w+) for (NVFP4|MXFP8|MXFP4) GEMM")
 _V_SELECTED = re.compile(r"Selected (\w+) for ([\w.]+)")
 _V_DEBUG = re.compile(r"\bDEBUG\b")
@@ -209,7 +219,13 @@ def _vllm_line(line: str, i: int, log: EngineLog) -> Optional[Seen]:
                                  (m.group(3) or "").strip(), i))
         return None
     if m := _V_NONE.search(line):
-        return seen("moe", _moe_family(m.group(1)), "", None, "nvfp4_moe_none")
+        return seen("moe", _moe_family(m.group(1)), "", None,
+                    "nvfp4_moe_none" if m.group(1).lower() == "nvfp4" else "fp8_moe_none")
+    if m := _V_FP8_NONE.search(line):
+        return seen("moe", FP8, vllm_name(m.group(1)), None, "fp8_moe_none")
+    if m := _V_LINEAR_NONE.search(line):
+        failed = {"NVFP4": NVFP4, "MXFP8": ("mxfp8",), "MXFP4": MXFP4, "ScaledMM": FP8}
+        return seen("linear", failed[m.group(1)], "", None, "linear_none")
     if m := _V_LINEAR.search(line):
         schemes = {"NVFP4": NVFP4, "MXFP8": ("mxfp8",), "MXFP4": MXFP4}[m.group(2)]
         return seen("linear", schemes, None, m.group(1),
