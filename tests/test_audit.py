@@ -193,16 +193,32 @@ def test_vllm_names():
     assert audit.vllm_name("MARLIN") == "marlin"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log"))
-                         if FIXTURES.is_dir() else [])
-def test_cpu_build_logs(name):
-    """The vLLM CPU build's own logs (plugin off): each is read as vLLM's, and audited against
-    the tiny checkpoint it ran (its config lives beside it) with the verdict recorded when it
-    was captured (fixtures/logs/expected.json)."""
-    expected = json.loads((FIXTURES / "expected.json").read_text())[name]
-    rc, out, err = run(str(FIXTURES / name), "--model", str(FIXTURES / expected["model"]),
-                       "--format", "json", *expected["overrides"])
+CASES = json.loads((FIXTURES / "expected.json").read_text()) if FIXTURES.is_dir() else []
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['log']}:{' '.join(c['overrides'])}")
+def test_cpu_build_logs(case):
+    """The vLLM CPU build's own logs (plugin off, default and debug level; fixtures/logs/
+    README.md): read as vLLM's and audited against the tiny checkpoint they ran, on the CPU
+    (both say none: agree) and on an H100 with vLLM 0.32's software (selector plans a GPU
+    backend: differ); the verdicts recorded when they were captured."""
+    rc, out, err = run(str(FIXTURES / case["log"]), "--model", str(FIXTURES / case["model"]),
+                       "--format", "json", *case["overrides"])
     rep = json.loads(out)
     assert rep["log_engine"] == "vllm", err
-    assert rc == expected["rc"] and rep["counts"] == expected["counts"], out
-    assert rep["debug"] == expected["debug"]
+    assert (rc, rep["counts"], rep["debug"]) == (case["rc"], case["counts"], case["debug"]), out
+    moe = [r for r in rep["kinds"] if r["op"] == "moe"][0]
+    assert moe["engine"] == ["none (the engine found no backend)"]
+    assert bool(moe["engine_passed_over"]) == case["debug"]
+
+
+def test_edited_cpu_build_log_differs(tmp_path):
+    """vLLM's own FP8 log edited to name the backend its oracle logs on a GPU (oracle/fp8.py
+    lines 415-420): the kind differs from selector's CPU plan (none); exit 1."""
+    text = (FIXTURES / "fp8_moe.off.log").read_text()
+    assert "Unsupported FP8 MoE backend: NONE" in text
+    log = write(tmp_path, text.replace("Unsupported FP8 MoE backend: NONE",
+                                       "Using TRITON Fp8 MoE backend out of potential backends: "
+                                       "['TRITON']."))
+    rc, out, _ = run(log, "--model", str(FIXTURES / "fp8_moe"), "engine=vllm", "platform=cpu")
+    assert rc == 1 and "differ: the engine ran triton, selector plans none" in out

@@ -339,14 +339,16 @@ def judge(plan: Any, log: EngineLog, catalogue: Any) -> List[Dict[str, Any]]:
     return rows
 
 
+_STATUS_ORDER = ("selected", "eligible", "opt_in", "rejected", "not_applicable")
+
+
 def _status(catalogue: Any, op: str, engine_name: str, d: Any) -> Optional[str]:
-    """selector's verdict on the backend vLLM calls `engine_name` (None: not modelled)."""
+    """selector's verdict on the backend vLLM calls `engine_name` (None: not modelled); where
+    vLLM's name covers several of selector's backends, the most usable one's."""
     names = [b.name for b in catalogue.backends.get(op, ())
              if (e := dict(b.engines).get("vllm")) is not None and e.name == engine_name]
-    for c in d.candidates:
-        if c.backend in names:
-            return str(c.status)
-    return None
+    found = [str(c.status) for c in d.candidates if c.backend in names]
+    return min(found, key=_STATUS_ORDER.index) if found else None
 
 
 def audit(log_path: str, model: str, overrides: Sequence[str],
