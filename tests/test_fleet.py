@@ -134,9 +134,12 @@ def test_auto_machine_from_a_doctor_capture(tmp_path):
      "sometimes"),
     ("machines: [{name: a, platform: h100, gpus: 8}]\nmodels: [MODEL]\n", "gpus"),
     ("- a list\n", "a fleet file is a mapping"),
+    ("machines: [{name: a, platform: h100}]\nmodels: [EMPTY]\n", "models: empty"),
 ])
 def test_bad_fleet(tmp_path, text, needle):
-    path = write(tmp_path, text.replace("MODEL", str(EXAMPLES / "llama-3.1-8b-fp4")))
+    (tmp_path / "empty").mkdir()
+    path = write(tmp_path, text.replace("MODEL", str(EXAMPLES / "llama-3.1-8b-fp4"))
+                 .replace("EMPTY", str(tmp_path / "empty")))
     rc, out, err = run_main(["fleet", path])
     assert rc == 2 and needle in err and out == "" and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1

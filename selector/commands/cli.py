@@ -1,4 +1,4 @@
-"""`python -m selector explain|list|check|doctor|matrix [--format ...] [OVERRIDE ...]`.
+"""`python -m selector explain|list|check|doctor|matrix|tune|audit|fleet|completion [...]`.
 
 Exit codes (docs/interface.md): 0 a backend was selected (or the command found nothing wrong);
 1 nothing selectable, an explicit backend refused under strict, or doctor found a problem;

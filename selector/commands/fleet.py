@@ -215,8 +215,8 @@ def plan_cell(machine: Machine, model: Model, engine: str, extra: Sequence[str],
                config_dirs=list(config_dirs))
     try:
         p = sel.plan(model.path)
-    except SelectorError as exc:
-        return Cell(machine.name, model.name, engine, False, error=str(exc))
+    except SelectorError as exc:  # the checkpoint itself: bad input, whatever the machine
+        raise SelectorError(f"models: {model.name}: {exc}", key="models") from None
     cell = Cell(machine.name, model.name, engine, p.ok)
     for k in p.kinds:
         if not k.quant:
