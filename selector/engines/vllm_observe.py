@@ -14,7 +14,7 @@ switches as the policy, as with SELECTOR_VLLM=1), and one line per layer goes to
 
 When vLLM's model loader returns (or fails), one summary line follows,
 
-    selector: observe: 4 layers, 2 agree, 2 differ: moe fp8_block x2: vLLM cpu, selector none
+    selector: 4 layers, 2 agree, 2 differ: moe fp8_block x2: vLLM none, selector triton
 
 and, when SELECTOR_VLLM_OBSERVE_JSON names a file, the same as JSON in it (docs/schemas/
 observe.schema.json). Nothing selector computes reaches vLLM: a failure of selector's own is
@@ -141,7 +141,7 @@ def line(e: Dict[str, Any]) -> str:
 
 
 def summary_line(n: int, counts: Dict[str, int], differ: List[Dict[str, Any]]) -> str:
-    text = f"selector: observe: {n} layers, {counts['agree']} agree, {counts['differ']} differ"
+    text = f"selector: {n} layers, {counts['agree']} agree, {counts['differ']} differ"
     if counts["not_decided"]:
         text += f", {counts['not_decided']} not decided by selector"
     if differ:

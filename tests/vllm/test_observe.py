@@ -55,7 +55,8 @@ def outcome(res: Dict[str, Any]) -> Any:
 
 
 def observe_lines(res: Dict[str, Any]):
-    return [ln for ln in res["log"] if "] selector: observe: " in ln]
+    return [ln for ln in res["log"] if "] selector: observe: " in ln
+            or ("] selector: " in ln and " layers, " in ln and " agree, " in ln)]
 
 
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))
@@ -81,7 +82,7 @@ def test_one_line_per_layer_and_the_summary(runs, name, mode):
     assert len(per_layer) == rep["layers"] == len(rep["entries"]) > 0
     summary = [ln for ln in lines if ln.endswith(rep["summary"])]
     assert len(summary) == 1 and rep["summary"].startswith(
-        f"selector: observe: {rep['layers']} layers, {rep['counts']['agree']} agree, "
+        f"selector: {rep['layers']} layers, {rep['counts']['agree']} agree, "
         f"{rep['counts']['differ']} differ")
     for e, ln in zip(rep["entries"], per_layer):
         assert f"#{e['index']}: vLLM " in ln and ln.endswith(e["selector"]["reason"])
