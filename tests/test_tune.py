@@ -25,6 +25,7 @@ from helpers import REPO, assert_clean_error, child_env, cli_env, run_cli, run_c
 from helpers import load as cached_load
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_schema import validate
 
 import selector
 from selector.core import profile as prof
@@ -409,6 +410,7 @@ def tuned(tmp_path_factory):
 def test_tune_times_each_verified_backend_and_writes_a_profile(tuned):
     r, out, _ = tuned
     doc = r.json
+    validate(doc, "tune")  # docs/schemas/tune.schema.json
     assert doc["profile"] == str(out)
     assert [c["tokens"] for c in doc["cells"]] == [4, 64]
     for c in doc["cells"]:

@@ -290,25 +290,27 @@ def child(model: str) -> None:
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def vllm_env(plugin: bool) -> Dict[str, str]:
-    """The environment for vLLM: the plugin on (SELECTOR_VLLM=1) or off, one process (no
-    engine-core subprocess), 1 GiB of KV cache."""
+def vllm_env(plugin: bool, mode: str = "1") -> Dict[str, str]:
+    """The environment for vLLM: the plugin on (SELECTOR_VLLM=`mode`: 1, or observe) or off,
+    one process (no engine-core subprocess), 1 GiB of KV cache."""
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
     env.pop("VLLM_PLUGINS", None)
     if plugin:
-        env["SELECTOR_VLLM"] = "1"
+        env["SELECTOR_VLLM"] = mode
     else:
         env.pop("SELECTOR_VLLM", None)
     return env
 
 
-def start(model: Path, plugin: bool, timeout: float = 600) -> Dict[str, Any]:
-    """Start vLLM on `model` in a process of its own; the RESULT, with `log` (what vLLM
-    printed, also written to <model>.log) and `selector_log` (selector's lines in it)."""
+def start(model: Path, plugin: bool, timeout: float = 600, mode: str = "1",
+          env: Optional[Dict[str, str]] = None, log: Optional[Path] = None) -> Dict[str, Any]:
+    """Start vLLM on `model` in a process of its own (SELECTOR_VLLM=`mode` when `plugin`; `env`
+    adds variables); the RESULT, with `log` (what vLLM printed, also written to `log`, by default
+    <model>.log) and `selector_log` (selector's lines in it)."""
     p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(model)],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env=vllm_env(plugin), timeout=timeout)
-    Path(f"{model}.log").write_text(p.stdout)
+                       env={**vllm_env(plugin, mode), **(env or {})}, timeout=timeout)
+    Path(log or f"{model}.log").write_text(p.stdout)
     lines = p.stdout.splitlines()
     found = [ln for ln in lines if ln.startswith("RESULT ")]
     res: Dict[str, Any] = json.loads(found[-1][7:]) if found else {

@@ -1,4 +1,4 @@
-"""`python -m selector explain|list|check|doctor|matrix [--format ...] [OVERRIDE ...]`.
+"""`python -m selector explain|list|check|doctor|matrix|tune|audit|fleet|completion [...]`.
 
 Exit codes (docs/interface.md): 0 a backend was selected (or the command found nothing wrong);
 1 nothing selectable, an explicit backend refused under strict, or doctor found a problem;
@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "every quantized layer kind its config.json describes")
             s.add_argument("--why", metavar="BACKEND", help="only this backend's verdict and "
                            "every reason for it")
+            s.add_argument("--write-config", metavar="FILE", help="with --model and "
+                           "engine=trtllm: write the plan's extra_llm_api_options YAML to FILE")
         if name == "list":
             s.add_argument("--presets", action="store_true", help="every preset of every group "
                            "(platform, stack with the versions it holds, layer, policy)")
@@ -84,6 +86,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra config directory")
     m.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                    help="layer and policy overrides (layer=nemotron_moe, layer.ep_size=8)")
+    a = sub.add_parser("audit", help="an engine's start-up log against the plan: agree, differ, "
+                       "not in the log", description="compare what a running engine chose "
+                       "(its start-up log) with the plan for the same checkpoint and platform")
+    a.add_argument("log", metavar="LOG", help="the engine's start-up log (vLLM, SGLang, "
+                   "TensorRT-LLM)")
+    a.add_argument("--model", metavar="DIR", help="the checkpoint directory the engine ran")
+    a.add_argument("--format", choices=("text", "json"), default="text")
+    a.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
+    a.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="the overrides of explain --model (platform=..., stack=..., engine=...)")
+    f = sub.add_parser("fleet", help="every model on every machine under every engine: one "
+                       "table of plans", description="plan every checkpoint of a fleet file on "
+                       "every machine under every engine (docs/interface.md)")
+    f.add_argument("fleet", metavar="FLEET", help="the fleet YAML: machines, models, engines")
+    f.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
+    f.add_argument("--what-if", nargs="+", default=[], metavar="OVERRIDE",
+                   help="plan every cell again with these overrides (stack=vllm_0_33) and list "
+                   "the cells that change backend or start failing")
+    f.add_argument("--fail-on", choices=("error", "warning"), default=None,
+                   help="exit 1 when a cell refuses (error, the default) or also warns")
+    f.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory")
+    c = sub.add_parser("completion", help="print a shell completion script",
+                       description="print a completion script for the commands, their options "
+                       "and the override keys: eval \"$(python -m selector completion bash)\"")
+    c.add_argument("shell", choices=("bash",))
+    c.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory (its presets are completed too)")
     return p
 
 
@@ -157,6 +188,15 @@ def _run(args: argparse.Namespace) -> int:
         from selector.commands.matrix import run_matrix
         return run_matrix(args.op, args.stack, args.overrides, args.config_dir, args.format,
                           args.quant)
+    if args.command == "audit":
+        from selector.commands.audit import run_audit
+        return run_audit(args.log, args.model, args.overrides, args.config_dir, args.format)
+    if args.command == "completion":
+        from selector.commands.completion import run_completion
+        return run_completion(args.shell, args.config_dir)
+    if args.command == "fleet":
+        from selector.commands.fleet import run_fleet
+        return run_fleet(args.fleet, args.format, args.what_if, args.fail_on, args.config_dir)
     if args.command == "tune":
         from selector.commands.tune import run_tune
         return run_tune(args)
@@ -175,8 +215,16 @@ def _run(args: argparse.Namespace) -> int:
         _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
               catalogue_text(sel.catalogue), args.format)
         return 0
+    if getattr(args, "write_config", None) is not None and (
+            args.model is None or not sel.run_config.engine.name == "trtllm"):
+        raise SelectorError(f"--write-config: {args.write_config!r} needs --model DIR and "
+                            "engine=trtllm (TensorRT-LLM reads its backends from an "
+                            "extra_llm_api_options YAML; vLLM and SGLang take flags, which "
+                            "the plan prints)", key="--write-config")
     if args.model is not None and sel.run_config.engine.name != "none":
         lp = sel.launch_plan(args.model)
+        if args.write_config is not None:
+            return _write_config(lp, args.write_config, args.format)
         if args.why is not None:  # the verdicts of the per-GPU layers the launch plan decided
             return _plan_why(lp.plan, args.why, args.format)
         if args.format == "line":  # one line per per-GPU layer group, and why it won
@@ -233,6 +281,43 @@ def _run(args: argparse.Namespace) -> int:
     from selector.config.catalogues import explained
     _emit(explained(sel.catalogue, d, args.format), args.format)
     return 0 if d.selected else 1
+
+
+def _write_config(lp: Any, path: str, fmt: str) -> int:
+    """`--write-config FILE`: the launch plan's config file (TensorRT-LLM's
+    extra_llm_api_options) written to FILE; the plan is printed as without it, and the command
+    to run names FILE. A plan with no answer writes nothing (exit 1)."""
+    files = lp.files()
+    ok = lp.plan.ok and lp.ok
+    if ok and len(files) == 1:
+        text = next(iter(files.values()))
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise SelectorError(f"--write-config: cannot write {path!r}: "
+                                f"{exc.strerror or exc}", key="--write-config") from None
+    if fmt == "json":
+        _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
+    else:
+        _emit(f"{lp.plan}\n\n{lp}", "text")
+    if not ok:
+        print(f"selector: note: --write-config: nothing written to {path}: the plan has no "
+              "answer for every layer", file=sys.stderr)
+        return 1
+    if len(files) != 1:
+        raise SelectorError(f"--write-config: this plan has {len(files)} config files, not one",
+                            key="--write-config")
+    name = next(iter(files))
+    print(f"selector: wrote {path} ({name}); run: "
+          f"{lp.command().replace(name, path)}", file=sys.stderr)
+    return 0
 
 
 def _plan_why(p: Any, backend: str, fmt: str) -> int:

@@ -20,7 +20,8 @@ if sglang_installed():
     sys.path.insert(0, str(Path(__file__).parent))  # sglang_sim.py, sglang_sweep.py
     collect_ignore_glob: list = []
 else:
-    collect_ignore_glob = ["test_sglang_flags.py", "test_sglang_parity.py"]
+    collect_ignore_glob = ["test_sglang_flags.py", "test_sglang_parity.py",
+                           "test_audit_sglang.py"]
 
 
 def pytest_report_header(config):
