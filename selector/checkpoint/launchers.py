@@ -116,6 +116,24 @@ def config_text(config: Sequence[Tuple[str, Any]]) -> str:
     return str(yaml.safe_dump(tree, sort_keys=True, default_flow_style=False))
 
 
+@dataclass(frozen=True)
+class Auto:
+    """What the engine runs for a layer group when the plan passes no backend choice: one name,
+    or several it picks among at run time (an autotuner: `tuned`), how it decides, the source."""
+    names: Tuple[str, ...]
+    why: str
+    source: str
+    tuned: bool = False
+
+    def text(self) -> str:
+        return (f"{'/'.join(self.names)} (tuned at run time)" if self.tuned else
+                self.names[0] if self.names else "nothing")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"names": list(self.names), "why": self.why, "source": self.source,
+                "tuned": self.tuned}
+
+
 class Launcher:
     """An engine's launch plan rules. The base reads the engine file's `launch:`; an engine
     whose code says more (vLLM's per-scheme MoE oracles) subclasses it in its own module
@@ -153,8 +171,14 @@ class Launcher:
         return []
 
     def notes(self, sel: Selector, plan: Any, groups: Sequence[Any]) -> List[str]:
-        """The engine's word on the plan (its automatic choice, ...)."""
+        """The engine's word on the plan."""
         return []
+
+    def automatic(self, sel: Selector, plan: Any, group: Any) -> Optional[Auto]:
+        """The engine's own choice for a planned group when no backend choice is passed
+        (None: selector does not model it). The plan passes a choice only where it changes
+        this one (checkpoint/launch.py)."""
+        return None
 
     def no_answer(self) -> str:
         """What to do when no single value serves every layer."""
@@ -259,4 +283,4 @@ def _launcher(engine: Engine, file: str) -> Launcher:
     return made
 
 
-__all__ = ["Topology", "Launcher", "launcher", "check_launch", "PARALLEL_RULES", "config_text"]
+__all__ = ["Auto", "Topology", "Launcher", "launcher", "check_launch", "PARALLEL_RULES", "config_text"]
