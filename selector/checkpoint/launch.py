@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from selector.checkpoint.beat import beat, beat_text
 from selector.checkpoint.launchers import Auto, Launcher, Topology, launcher
 from selector.checkpoint.ranks import other_scheme
-from selector.core.errors import bad_input
+from selector.core.errors import SelectorError, bad_input
 from selector.core.parallel import Parallel, make_parallel
 from selector.core.text import join_lines
 
@@ -195,13 +195,15 @@ class LaunchPlan:
     launch: Launcher = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
     # per planned group: (group, the engine's own choice or None, the choice key, passed?)
     automatic: Tuple[Tuple[Group, Optional[Auto], str, bool], ...] = ()
+    problems: Tuple[str, ...] = ()  # why the engine does not start here at all
 
     @property
     def ok(self) -> bool:
         """Every planned group has a backend, every size splits, and no conflict is left
         without an answer."""
-        return all(not g.planned or g.decision.selected  # type: ignore[union-attr]
-                   for g in self.groups) and \
+        return not self.problems and \
+            all(not g.planned or g.decision.selected  # type: ignore[union-attr]
+                for g in self.groups) and \
             not any(g.problems for g in self.groups) and \
             all(c.instead for c in self.conflicts)
 
@@ -224,7 +226,7 @@ class LaunchPlan:
                                "selected": g.engine_backend, "key": key, "passed": passed,
                                "engine": a.to_dict() if a is not None else None}
                               for g, a, key, passed in self.automatic],
-                "notes": list(self.notes), "ok": self.ok}
+                "problems": list(self.problems), "notes": list(self.notes), "ok": self.ok}
 
     def __str__(self) -> str:
         return render(self)
@@ -442,7 +444,7 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
         raise bad_input("parallel.ep", run.parallel.ep, "is not accepted: this checkpoint has "
                         "no MoE layer to split by experts" + launch.no_experts(),
                         where=plan.model_dir)
-    groups = _groups(plan)
+    groups = [_fixed(sel, launch, plan, g) for g in _groups(plan)]
     out = Asked(flags=list(topo.flags))
     conflicts: List[Conflict] = []
     notes: List[str] = []
@@ -471,7 +473,31 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
     return LaunchPlan(plan, engine.name, engine.label, run.parallel, topo, tuple(groups),
                       tuple(out.flags), tuple(sorted(out.env.items())), tuple(conflicts),
                       tuple(dict.fromkeys(notes)), tuple(sorted(out.config.items())), launch,
-                      tuple(automatic))
+                      tuple(automatic), tuple(launch.start_problems(sel)))
+
+
+def _fixed(sel: Selector, launch: Launcher, plan: Plan, g: Group) -> Group:
+    """The group as the engine runs it where its quant method ignores the backend choice
+    (Launcher.fixed): decided again for the backend the engine runs, or refused with why."""
+    if not g.planned or g.decision is None:
+        return g
+    said = launch.fixed(sel, plan, g)
+    if said is None or said[0] == g.engine_backend:
+        return g
+    name, why = said
+    from selector.core.engines import entry
+    backends = [b.name for b in sel.catalogue.backends.get(g.op, ())
+                if (e := entry(b, launch.engine.name)) is not None and
+                e.name_for(g.scheme) == name]
+    try:
+        d = _with_policy(sel, g.op, backends).select(**g.per_rank) if backends else None
+    except SelectorError as exc:  # strict: the backend the engine runs is refused here
+        d, why = None, f"{why}; {exc}"
+    if d is not None and d.selected is not None:
+        return dataclasses.replace(g, decision=d)
+    return dataclasses.replace(g, problems=g.problems + (
+        f"{launch.engine.label} runs {name} for this layer whatever is asked ({why}), and "
+        f"{name} cannot run it here" + (f": {d.summary()}" if d is not None else ""),))
 
 
 def _against_engine(sel: Selector, launch: Launcher, plan: Plan, op: str,
@@ -623,6 +649,7 @@ def render(lp: LaunchPlan) -> str:
         lines.append("config: " + " ".join(f"{k}={v}" for k, v in lp.config))
     lines.append("env: " + (" ".join(f"{k}={shlex.quote(v)}" for k, v in lp.env) or "(none)"))
     lines += _conflicts(lp)
+    lines += [f"!! {p}" for p in lp.problems]
     lines += _automatic(lp)
     for n in lp.notes:
         lines.extend(textwrap.wrap(f"note: {n}", width=WRAP, subsequent_indent="  "))

@@ -174,6 +174,18 @@ class Launcher:
         """The engine's word on the plan."""
         return []
 
+    def fixed(self, sel: Selector, plan: Any, group: Any) -> Optional[Tuple[str, str]]:
+        """(the engine's backend name, why with its source) when the engine's code for this
+        group runs that backend whatever is asked (its quant method ignores the choice); the
+        plan then names it, or refuses the group where it cannot run (None: the choice is
+        honoured)."""
+        return None
+
+    def start_problems(self, sel: Selector) -> List[str]:
+        """Why the engine does not start at all on this platform (a package it imports
+        unguarded is missing); a plan with one prints no command."""
+        return []
+
     def automatic(self, sel: Selector, plan: Any, group: Any) -> Optional[Auto]:
         """The engine's own choice for a planned group when no backend choice is passed
         (None: selector does not model it). The plan passes a choice only where it changes
