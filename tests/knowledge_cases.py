@@ -1357,6 +1357,14 @@ MX_CASES = [
     C("mx-sglang-marlin-mxfp8", "12.0", MAR, {"quant"}, engine="sglang", layer=MX8),
     # SGLang's flashinfer_mxfp4 is FlashInfer's CUTLASS MoE on SM 9.0 (W4A16) and 12.x (MXFP8 x
     # MXFP4), its TRT-LLM MoE on SM 10.x (mxfp4.py 412-441)
+    # SGLang #34340: trtllm-gen MXFP4 MoE with SiTU hangs on SM 10.3
+    C("mx-sglang-trtllm-situ-sm103", "10.3", TRT, {"known_issue"}, engine="sglang",
+      pk=OLD_FI, layer={**MX48, "activation": "situ"}),
+    C("mx-sglang-trtllm-situ-sm100", "10.0", TRT, engine="sglang", pk=OLD_FI,
+      layer={**MX48, "activation": "situ"}),
+    C("mx-sglang-trtllm-silu-sm103", "10.3", TRT, engine="sglang", pk=OLD_FI, layer=MX48),
+    C("mx-sglang-trtllm-mxfp4-situ-sm103", "10.3", TRT, {"known_issue"}, engine="sglang",
+      pk=OLD_FI, layer={**MX4, "activation": "situ"}),
     C("mx-sglang-fic-mxfp4-sm120", "12.0", FIC, engine="sglang", layer={**MX4, **SWO},
       warns={"engine"}, name="flashinfer_mxfp4", scheme="mxfp4_w4a8",
       kernel="FlashInfer cutlass_fused_moe (MXFP8 x MXFP4, SGLang's cutlass_sm120 path)"),

@@ -517,7 +517,8 @@ def _against_engine(sel: Selector, launch: Launcher, plan: Plan, op: str,
         by_key.setdefault(c.key, []).append((g, launch.automatic(sel, plan, g)))
     for key, rows in by_key.items():
         passed = not policy.engine_default and any(
-            a is None or g.engine_backend not in a.names or (a.tuned and asked_for)
+            a is None or not a.exact or g.engine_backend not in a.names or
+            (a.tuned and asked_for)
             for g, a in rows)
         if not passed:
             got = got.without(key)
@@ -625,9 +626,12 @@ def _automatic(lp: LaunchPlan) -> List[str]:
     for (key, name, passed, a), kinds in said.items():
         own = (f"{lp.label} alone runs {a.text()} ({a.why}: {a.source})" if a is not None else
                f"selector does not model {lp.label}'s own choice here")
-        if passed:
-            act = f"{key}={name} passed" + (": it changes that choice (why: the why line above)" if a is not None
-                                             else "")
+        if passed and a is not None and not a.exact:
+            act = (f"{key}={name} passed: selector's model of that choice is not exact "
+                   f"({a.source.split(' (')[0]} lists where it differs)")
+        elif passed:
+            act = f"{key}={name} passed" + (": it changes that choice (why: the why line above)"
+                                             if a is not None else "")
         elif a is not None and name in a.names:
             act = (f"{key} not passed: it would only narrow that choice to selector's {name}"
                    if a.tuned else f"{key} not passed: that is selector's {name}")

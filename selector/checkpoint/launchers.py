@@ -124,6 +124,8 @@ class Auto:
     why: str
     source: str
     tuned: bool = False
+    exact: bool = True  # False: selector's model of the engine's choice is known to differ at
+    # places (its parity document), so the plan passes selector's choice all the same
 
     def text(self) -> str:
         return (f"{'/'.join(self.names)} (tuned at run time)" if self.tuned else
@@ -131,7 +133,7 @@ class Auto:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"names": list(self.names), "why": self.why, "source": self.source,
-                "tuned": self.tuned}
+                "tuned": self.tuned, "exact": self.exact}
 
 
 class Launcher:
