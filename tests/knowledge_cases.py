@@ -1355,6 +1355,37 @@ SWO = {"activation": "swigluoai"}
 MX_CASES = [
     # SGLang replaces marlin by flashinfer_trtllm for MXFP8 MoE (overrides.py; tests/sglang)
     C("mx-sglang-marlin-mxfp8", "12.0", MAR, {"quant"}, engine="sglang", layer=MX8),
+    # SGLang's flashinfer_mxfp4 is FlashInfer's CUTLASS MoE on SM 9.0 (W4A16) and 12.x (MXFP8 x
+    # MXFP4), its TRT-LLM MoE on SM 10.x (mxfp4.py 412-441)
+    # SGLang #34340: trtllm-gen MXFP4 MoE with SiTU hangs on SM 10.3
+    C("mx-sglang-trtllm-situ-sm103", "10.3", TRT, {"known_issue"}, engine="sglang",
+      pk=OLD_FI, layer={**MX48, "activation": "situ"}),
+    C("mx-sglang-trtllm-situ-sm100", "10.0", TRT, engine="sglang", pk=OLD_FI,
+      layer={**MX48, "activation": "situ"}),
+    C("mx-sglang-trtllm-silu-sm103", "10.3", TRT, engine="sglang", pk=OLD_FI, layer=MX48),
+    C("mx-sglang-trtllm-mxfp4-situ-sm103", "10.3", TRT, {"known_issue"}, engine="sglang",
+      pk=OLD_FI, layer={**MX4, "activation": "situ"}),
+    C("mx-sglang-fic-mxfp4-sm120", "12.0", FIC, engine="sglang", layer={**MX4, **SWO},
+      warns={"engine"}, name="flashinfer_mxfp4", scheme="mxfp4_w4a8",
+      kernel="FlashInfer cutlass_fused_moe (MXFP8 x MXFP4, SGLang's cutlass_sm120 path)"),
+    C("mx-sglang-fic-mxfp4-sm121", "12.1", FIC, engine="sglang", layer={**MX4, **SWO},
+      warns={"engine"}, name="flashinfer_mxfp4", scheme="mxfp4_w4a8"),
+    C("mx-sglang-fic-mxfp4-sm100", "10.0", FIC, {"device"}, engine="sglang",
+      layer={**MX4, **SWO}),
+    C("mx-sglang-fic-mxfp4-sm90", "9.0", FIC, engine="sglang", layer={**MX4, **SWO},
+      pk={FI: "0.6.11"}, name="flashinfer_mxfp4", scheme="mxfp4",
+      kernel="FlashInfer cutlass_fused_moe (W4A16, SGLang's cutlass_sm90 path)"),
+    C("mx-sglang-fic-mxfp4-sm90-fi-0.6.10", "9.0", FIC, {"package"}, engine="sglang",
+      layer={**MX4, **SWO}, pk={FI: "0.6.10"}),
+    C("mx-sglang-fic-mxfp4-no-fi", "12.0", FIC, {"package"}, engine="sglang",
+      layer={**MX4, **SWO}, pk={FI: None}, warns={"engine"}),
+    C("mx-sglang-fic-nvfp4-sm120-no-vllm", "12.0", FIC, engine="sglang", pk={"vllm": None},
+      layer={"quant": "nvfp4"}),
+    # SGLang's FP8 MoE methods build no marlin runner (fp8.py 2985-2999, 3227;
+    # compressed_tensors_w8a8_fp8_moe.py 356-365; modelopt_quant.py 1343-1363)
+    *[C(f"fp8-sglang-marlin-moe-{q}", "9.0", MAR, {"quant"}, engine="sglang", layer={"quant": q})
+      for q in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")],
+    C("mx-sglang-marlin-mxfp4", "9.0", MAR, engine="sglang", layer=MX4),
     # TRT-LLM MXFP4 (bf16 or MXFP8 activations): SM 10.x, swigluoai/silu/situ, gated only
     C("mx-trtllm-mxfp4-swigluoai-sm100", "10.0", TRT, pk=OLD_FI, layer={**MX4, **SWO},
       status="selected"),
@@ -2013,8 +2044,9 @@ def problem(case: Case, catalogue=None) -> Optional[str]:
     if case.name != "-":
         from selector.core import engines
         e = engines.entry((catalogue or base().catalogue).get(op, name), case.engine)
-        if e is None or e.name != case.name:
-            return f"{case.backend}: {case.engine} names it {e and e.name!r}, expected " \
+        named = e.name_for(d.layer.quant) if e is not None else None  # its name per scheme
+        if named != case.name:
+            return f"{case.backend}: {case.engine} names it {named!r}, expected " \
                    f"{case.name!r}"
     if case.kernel is not None:
         view = d.engine or {}

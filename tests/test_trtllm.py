@@ -23,7 +23,7 @@ TRT = ("engine=trtllm",)
 # TensorRT-LLM tensorrt_llm/llmapi/llm_args.py MoeConfig.backend (the release names; newer main
 # adds DENSEGEMM, MARLIN, MEGAMOE_DEEPGEMM; WIDEEP is deprecated, TensorRT-LLM PR #17119)
 MOE_BACKENDS = {"AUTO", "CUTLASS", "TRTLLM", "CUTEDSL", "DEEPGEMM", "TRITON", "VANILLA", "WIDEEP",
-                "DENSEGEMM", "MARLIN", "MEGAMOE_DEEPGEMM"}
+                "DENSEGEMM", "MARLIN", "MEGAMOE_DEEPGEMM", "MEGAMOE_CUTEDSL"}
 # nvfp4_gemm_config.allowed_backends (llm_args.py; _torch/custom_ops/torch_custom_ops.py)
 NVFP4_GEMMS = {"cutlass", "cublaslt", "cuda_core", "cutedsl", "marlin"}
 
@@ -57,7 +57,7 @@ def test_engine_file_names_only_trtllm_values_and_cites_trtllm_sources():
     """Every backend name the engine file gives is a value of the config key its choice sets,
     every outside entry too, and every entry cites a TensorRT-LLM source file."""
     conf = yaml.safe_load((REPO / "conf" / "engine" / "trtllm.yaml").read_text())
-    cited = re.compile(r"TensorRT-LLM (tensorrt_llm/|_torch/)[\w/]+\.py")
+    cited = re.compile(r"TensorRT-LLM ((1\.2 )?(tensorrt_llm/|_torch/)[\w/]+\.py|PR #\d+)")
     for op, entries in conf["backends"].items():
         for backend, e in entries.items():
             assert e["name"] in (MOE_BACKENDS if op == "moe" else NVFP4_GEMMS | {"deep_gemm"}), \
@@ -112,7 +112,10 @@ def test_explain_model_prints_the_yaml_and_trtllm_serve():
     assert "  moe_config:\n    backend: TRTLLM" in out
     assert (f"command: trtllm-serve {model} --backend pytorch --tp_size 4 --ep_size 2 "
             "--extra_llm_api_options extra_llm_api_options.yaml") in out
-    assert "moe_config.backend AUTO would resolve to CUTLASS" in out  # NVFP4 on SM 100
+    # NVFP4 on SM 100: AUTO runs CUTLASS, so the TRTLLM key is passed, saying it changes AUTO
+    flat = " ".join(out.split())  # the plan's lines are wrapped
+    assert "alone runs CUTLASS (moe_config.backend AUTO on SM 100" in flat
+    assert "moe_config.backend=TRTLLM passed: it changes that choice" in flat
     assert "sglang" not in out.lower() and "vllm serve" not in out
     rc, out, _ = run_main(["explain", "--model", str(model), *TRT, "platform=b200", *CUDA,
                            "--format", "json"])
@@ -124,11 +127,21 @@ def test_explain_model_prints_the_yaml_and_trtllm_serve():
 
 
 def test_gpt_oss_under_trtllm_on_hopper_and_blackwell():
+    """gpt-oss: AUTO is TRITON on SM 90, TRTLLM on SM 100 and CUTLASS on SM 120, where
+    TensorRT-LLM runs MXFP4 as W4A8_MXFP4_MXFP8 (get_mxfp4_quant_algo; the CUTLASS leaf
+    TrtllmCutlassW4a8Mxfp4Mxfp8Impl): selector agrees, so the config file names no backend."""
     model = str(CORPUS / "gpt-oss-120b-mxfp4")
-    for platform, want in (("h100", "TRITON"), ("b200", "TRTLLM")):
+    for platform, want, kernel in (("h100", "TRITON", "TritonFusedMoE"),
+                                   ("b200", "TRTLLM", "TRTLLMGenFusedMoE"),
+                                   ("rtx_pro_6000", "CUTLASS", "TrtllmCutlassW4a8Mxfp4Mxfp8Impl")):
         lp = load(*TRT, f"platform={platform}", *CUDA).launch_plan(model)
-        assert dict(lp.config) == {"moe_config.backend": want}, lp
-        assert f"AUTO would resolve to {want}" in " ".join(lp.notes)
+        assert lp.ok and dict(lp.config) == {}, lp
+        (g, auto, key, passed), = lp.automatic
+        assert (g.engine_backend, auto.names, key, passed) == (
+            want, (want,), "moe_config.backend", False)
+        assert g.kernels(lp.launch) == (kernel,)
+        if platform == "rtx_pro_6000":
+            assert g.decision.engine["scheme"] == "mxfp4_w4a8"
 
 
 def test_trtllm_has_no_data_parallel_size():
@@ -143,3 +156,52 @@ def test_fp8_block_linear_on_hopper_is_trtllm_own_kernel_outside_the_catalogue()
     assert d.selected is None
     conf = yaml.safe_load(Path(REPO / "conf" / "engine" / "trtllm.yaml").read_text())
     assert "fp8_block_scaling_gemm" in conf["outside"]
+
+
+def test_flagship_deepseek_r1_nvfp4_on_b200_plans_without_a_cuda_key():
+    """DeepSeek-R1 NVFP4 on B200 plans with a command with no stack given: TensorRT-LLM's own
+    FP4 GEMM is not gated on vLLM's CUDA build check; the NVFP4 GEMM autotuner is not narrowed
+    (nvfp4_gemm_config is not written) unless the user asks for a linear backend."""
+    model = str(REPO / "examples" / "deepseek-r1-nvfp4")
+    rc, out, err = run_main(["explain", "--model", model, *TRT, "platform=b200"])
+    assert rc == 0 and "Traceback" not in err, out + err
+    assert f"command: trtllm-serve {model} --backend pytorch" in out
+    assert "nvfp4_gemm_config" not in out.split("extra_llm_api_options.yaml (the config")[1]
+    assert "it would only narrow that choice to selector's cutlass" in " ".join(out.split())
+    lp = load(*TRT, "platform=b200", "policy.linear_backend=flashinfer_cutlass").launch_plan(model)
+    assert dict(lp.config)["nvfp4_gemm_config.allowed_backends"] == ["cutlass"]
+    lp = load(*TRT, "platform=b200", "policy.engine_default=true").launch_plan(model)
+    assert lp.ok and dict(lp.config) == {} and all(not p for *_, p in lp.automatic)
+    assert lp.command().endswith("--backend pytorch")
+
+
+@pytest.mark.parametrize("platform,kernel", [
+    ("h100", "DeepgemmCudaHopperFp8BlockScalesImpl"),
+    ("rtx_pro_6000", "TrtllmTritonFp8BlockScalesImpl"),
+    ("dgx_spark", None)])
+def test_block_fp8_under_cutlass_is_deepgemm_on_sm90_and_triton_on_sm120(platform, kernel):
+    d = load(*TRT, f"platform={platform}", *CUDA, "layer=qwen_moe",
+             "layer.quant=fp8_block").default()
+    if kernel is None:  # SM 121: neither leaf's sm_support
+        assert d.candidate("flashinfer_cutlass").status == "rejected"
+        return
+    assert d.selected == "flashinfer_cutlass" and d.engine["backend"] == "CUTLASS"
+    assert d.engine["kernel"].startswith(kernel)
+
+
+@pytest.mark.parametrize("stack,label,cuda", [("trtllm_1_2", "TensorRT-LLM 1.2.0", "13.0"),
+                                              ("trtllm_main", "TensorRT-LLM 1.3.0rc24", "13.2")])
+def test_versioned_stacks_carry_the_cuda_of_their_build(stack, label, cuda):
+    sel = load(*TRT, "platform=h100", f"stack={stack}")
+    assert sel.run_config.engine.label == label
+    assert str(sel.run_config.platform.cuda) == cuda
+    d = sel.select(op="moe", quant="mxfp4", activation="swigluoai", act_and_mul=True,
+                   hidden_size=2880, intermediate_size=2880, num_experts=128, top_k=4)
+    assert d.selected == "triton_kernels"
+    deprecated = [n for n in d.notes if "deprecated" in str(n)]
+    assert bool(deprecated) == (stack == "trtllm_main"), d.notes
+
+
+def test_megamoe_names_are_main_backends_outside_the_catalogue():
+    conf = yaml.safe_load((REPO / "conf" / "engine" / "trtllm.yaml").read_text())
+    assert {"MEGAMOE_CUTEDSL", "MEGAMOE_DEEPGEMM"} <= set(conf["outside"])

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from selector.checkpoint.beat import beat, beat_text
-from selector.checkpoint.launchers import Launcher, Topology, launcher
+from selector.checkpoint.launchers import Auto, Launcher, Topology, launcher
 from selector.checkpoint.ranks import other_scheme
-from selector.core.errors import bad_input
+from selector.core.errors import SelectorError, bad_input
 from selector.core.parallel import Parallel, make_parallel
 from selector.core.text import join_lines, shell_assignment, shell_word
 
@@ -158,6 +158,15 @@ class Asked:
         else:
             self.config[choice.key] = [value] if choice.list else value
 
+    def without(self, key: str) -> Asked:
+        """This request less one flag (and its value), variable or config key."""
+        flags: List[str] = []
+        for i in range(0, len(self.flags), 2):  # Asked.add adds a flag and its value
+            if self.flags[i] != key:
+                flags += self.flags[i:i + 2]
+        return Asked(flags, {k: v for k, v in self.env.items() if k != key},
+                     {k: v for k, v in self.config.items() if k != key})
+
     def option(self, why: str) -> Option:
         return Option(tuple(self.flags), tuple(sorted(self.env.items())), why,
                       tuple(sorted(self.config.items())))
@@ -183,13 +192,17 @@ class LaunchPlan:
     notes: Tuple[str, ...] = field(default=())
     config: Tuple[Tuple[str, Any], ...] = ()  # keys of the engine's config file
     launch: Launcher = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    # per planned group: (group, the engine's own choice or None, the choice key, passed?)
+    automatic: Tuple[Tuple[Group, Optional[Auto], str, bool], ...] = ()
+    problems: Tuple[str, ...] = ()  # why the engine does not start here at all
 
     @property
     def ok(self) -> bool:
         """Every planned group has a backend, every size splits, and no conflict is left
         without an answer."""
-        return all(not g.planned or g.decision.selected  # type: ignore[union-attr]
-                   for g in self.groups) and \
+        return not self.problems and \
+            all(not g.planned or g.decision.selected  # type: ignore[union-attr]
+                for g in self.groups) and \
             not any(g.problems for g in self.groups) and \
             all(c.instead for c in self.conflicts)
 
@@ -208,7 +221,11 @@ class LaunchPlan:
                 "files": self.files(),
                 "command": self.command() if self.ok and self.plan.ok else None,
                 "conflicts": [c.to_dict() for c in self.conflicts],
-                "notes": list(self.notes), "ok": self.ok}
+                "automatic": [{"kind": g.kind, "scheme": g.scheme, "layers": list(g.layers),
+                               "selected": g.engine_backend, "key": key, "passed": passed,
+                               "engine": a.to_dict() if a is not None else None}
+                              for g, a, key, passed in self.automatic],
+                "problems": list(self.problems), "notes": list(self.notes), "ok": self.ok}
 
     def __str__(self) -> str:
         return render(self)
@@ -426,10 +443,11 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
         raise bad_input("parallel.ep", run.parallel.ep, "is not accepted: this checkpoint has "
                         "no MoE layer to split by experts" + launch.no_experts(),
                         where=plan.model_dir)
-    groups = _groups(plan)
+    groups = [_fixed(sel, launch, plan, g) for g in _groups(plan)]
     out = Asked(flags=list(topo.flags))
     conflicts: List[Conflict] = []
     notes: List[str] = []
+    automatic: List[Tuple[Group, Optional[Auto], str, bool]] = []
     for op in ("moe", "linear"):
         mine = [g for g in groups if g.op == op]
         choice = engine.choice(op)
@@ -437,6 +455,8 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
             continue
         got, conflict = (_moe_flags(sel, launch, choice, mine, notes) if op == "moe" else
                          _linear_flags(sel, launch, mine, notes))
+        if got is not None:
+            got = _against_engine(sel, launch, plan, op, mine, got, automatic)
         for a in [got] if got is not None else []:
             out.flags += a.flags
             out.env.update(a.env)
@@ -451,7 +471,58 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
     notes += launch.notes(sel, plan, groups)
     return LaunchPlan(plan, engine.name, engine.label, run.parallel, topo, tuple(groups),
                       tuple(out.flags), tuple(sorted(out.env.items())), tuple(conflicts),
-                      tuple(dict.fromkeys(notes)), tuple(sorted(out.config.items())), launch)
+                      tuple(dict.fromkeys(notes)), tuple(sorted(out.config.items())), launch,
+                      tuple(automatic), tuple(launch.start_problems(sel)))
+
+
+def _fixed(sel: Selector, launch: Launcher, plan: Plan, g: Group) -> Group:
+    """The group as the engine runs it where its quant method ignores the backend choice
+    (Launcher.fixed): decided again for the backend the engine runs, or refused with why."""
+    if not g.planned or g.decision is None:
+        return g
+    said = launch.fixed(sel, plan, g)
+    if said is None or said[0] == g.engine_backend:
+        return g
+    name, why = said
+    from selector.core.engines import entry
+    backends = [b.name for b in sel.catalogue.backends.get(g.op, ())
+                if (e := entry(b, launch.engine.name)) is not None and
+                e.name_for(g.scheme) == name]
+    try:
+        d = _with_policy(sel, g.op, backends).select(**g.per_rank) if backends else None
+    except SelectorError as exc:  # strict: the backend the engine runs is refused here
+        d, why = None, f"{why}; {exc}"
+    if d is not None and d.selected is not None:
+        return dataclasses.replace(g, decision=d)
+    return dataclasses.replace(g, problems=g.problems + (
+        f"{launch.engine.label} runs {name} for this layer whatever is asked ({why}), and "
+        f"{name} cannot run it here" + (f": {d.summary()}" if d is not None else ""),))
+
+
+def _against_engine(sel: Selector, launch: Launcher, plan: Plan, op: str,
+                    groups: Sequence[Group], got: Asked,
+                    automatic: List[Tuple[Group, Optional[Auto], str, bool]]) -> Asked:
+    """`got` less each choice that does not change what the engine runs by itself: a key is
+    passed only where the engine's own choice (its Launcher's `automatic`) differs from
+    selector's for some group, or is unknown, or is an autotuner's set the user asked to
+    narrow (policy.<op>_backend); with policy.engine_default none is passed."""
+    policy = sel.run_config.policy
+    asked_for = policy.requested(op) != ("auto",)
+    by_key: Dict[str, List[Tuple[Group, Optional[Auto]]]] = {}
+    for g in groups:
+        c = launch.engine.choice(op, g.scheme)
+        if not g.planned or not g.engine_backend or c is None:
+            continue
+        by_key.setdefault(c.key, []).append((g, launch.automatic(sel, plan, g)))
+    for key, rows in by_key.items():
+        passed = not policy.engine_default and any(
+            a is None or not a.exact or g.engine_backend not in a.names or
+            (a.tuned and asked_for)
+            for g, a in rows)
+        if not passed:
+            got = got.without(key)
+        automatic.extend((g, a, key, passed) for g, a in rows)
+    return got
 
 
 __all__ = ["Parallel", "make_parallel", "Topology", "Group", "LaunchPlan",
@@ -541,6 +612,35 @@ def _conflicts(lp: LaunchPlan) -> List[str]:
     return lines
 
 
+def _automatic(lp: LaunchPlan) -> List[str]:
+    """The engine's own choice beside selector's, one line per choice key and answer, and
+    whether the plan passes the key (only where it changes the engine's choice)."""
+    said: Dict[Tuple[Any, ...], List[str]] = {}
+    for g, a, key, passed in lp.automatic:
+        said.setdefault((key, g.engine_backend, passed, a), [])
+        kinds = said[key, g.engine_backend, passed, a]
+        if f"{g.kind} ({g.scheme})" not in kinds:
+            kinds.append(f"{g.kind} ({g.scheme})")
+    lines: List[str] = []
+    for (key, name, passed, a), kinds in said.items():
+        own = (f"{lp.label} alone runs {a.text()} ({a.why}: {a.source})" if a is not None else
+               f"selector does not model {lp.label}'s own choice here")
+        if passed and a is not None and not a.exact:
+            act = (f"{key}={name} passed: selector's model of that choice is not exact "
+                   f"({a.source.split(' (')[0]} lists where it differs)")
+        elif passed:
+            act = f"{key}={name} passed" + (": it changes that choice (why: the why line above)"
+                                             if a is not None else "")
+        elif a is not None and name in a.names:
+            act = (f"{key} not passed: it would only narrow that choice to selector's {name}"
+                   if a.tuned else f"{key} not passed: that is selector's {name}")
+        else:
+            act = f"{key} not passed (policy.engine_default): selector would pass {name}"
+        lines.extend(textwrap.wrap(f"engine's own choice for {', '.join(kinds)}: {own}; {act}",
+                                   width=WRAP, subsequent_indent="  "))
+    return lines
+
+
 def render(lp: LaunchPlan) -> str:
     topo, par = lp.topology, lp.parallel
     lines = [f"launch plan for {lp.label}: tp {par.tp}, dp {par.dp}, ep {par.ep} "
@@ -552,6 +652,8 @@ def render(lp: LaunchPlan) -> str:
         lines.append("config: " + " ".join(f"{k}={v}" for k, v in lp.config))
     lines.append("env: " + (" ".join(shell_assignment(k, v) for k, v in lp.env) or "(none)"))
     lines += _conflicts(lp)
+    lines += [f"!! {p}" for p in lp.problems]
+    lines += _automatic(lp)
     for n in lp.notes:
         lines.extend(textwrap.wrap(f"note: {n}", width=WRAP, subsequent_indent="  "))
     for name, text in lp.files().items():

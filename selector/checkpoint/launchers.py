@@ -125,6 +125,26 @@ def config_text(config: Sequence[Tuple[str, Any]]) -> str:
     return str(yaml.safe_dump(tree, sort_keys=True, default_flow_style=False))
 
 
+@dataclass(frozen=True)
+class Auto:
+    """What the engine runs for a layer group when the plan passes no backend choice: one name,
+    or several it picks among at run time (an autotuner: `tuned`), how it decides, the source."""
+    names: Tuple[str, ...]
+    why: str
+    source: str
+    tuned: bool = False
+    exact: bool = True  # False: selector's model of the engine's choice is known to differ at
+    # places (its parity document), so the plan passes selector's choice all the same
+
+    def text(self) -> str:
+        return (f"{'/'.join(self.names)} (tuned at run time)" if self.tuned else
+                self.names[0] if self.names else "nothing")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"names": list(self.names), "why": self.why, "source": self.source,
+                "tuned": self.tuned, "exact": self.exact}
+
+
 class Launcher:
     """An engine's launch plan rules. The base reads the engine file's `launch:`; an engine
     whose code says more (vLLM's per-scheme MoE oracles) subclasses it in its own module
@@ -162,8 +182,26 @@ class Launcher:
         return []
 
     def notes(self, sel: Selector, plan: Any, groups: Sequence[Any]) -> List[str]:
-        """The engine's word on the plan (its automatic choice, ...)."""
+        """The engine's word on the plan."""
         return []
+
+    def fixed(self, sel: Selector, plan: Any, group: Any) -> Optional[Tuple[str, str]]:
+        """(the engine's backend name, why with its source) when the engine's code for this
+        group runs that backend whatever is asked (its quant method ignores the choice); the
+        plan then names it, or refuses the group where it cannot run (None: the choice is
+        honoured)."""
+        return None
+
+    def start_problems(self, sel: Selector) -> List[str]:
+        """Why the engine does not start at all on this platform (a package it imports
+        unguarded is missing); a plan with one prints no command."""
+        return []
+
+    def automatic(self, sel: Selector, plan: Any, group: Any) -> Optional[Auto]:
+        """The engine's own choice for a planned group when no backend choice is passed
+        (None: selector does not model it). The plan passes a choice only where it changes
+        this one (checkpoint/launch.py)."""
+        return None
 
     def no_answer(self) -> str:
         """What to do when no single value serves every layer."""
@@ -271,4 +309,4 @@ def _launcher(engine: Engine, file: str) -> Launcher:
     return made
 
 
-__all__ = ["Topology", "Launcher", "launcher", "check_launch", "PARALLEL_RULES", "config_text"]
+__all__ = ["Auto", "Topology", "Launcher", "launcher", "check_launch", "PARALLEL_RULES", "config_text"]

@@ -21,6 +21,7 @@ from selector.checkpoint.arch import (
     read_architecture,
     read_json,
 )
+from selector.checkpoint.modules import DIVIDE, HEADS
 from selector.checkpoint.quant import Quantization, read_quantization
 from selector.core.errors import SelectorError, bad_input
 from selector.core.text import join_lines
@@ -73,6 +74,7 @@ class Plan:
     quantization: Quantization
     kinds: Tuple[Kind, ...]
     requested: Dict[str, str]  # op -> policy (auto or a backend)
+    engine: str = ""  # the engine the plan is read for (its order of config files)
 
     @property
     def ok(self) -> bool:
@@ -248,7 +250,7 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
         raise bad_input("layer.dtype", defaults.dtype, f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
     groups = _group_modules(arch, quant, topology.linear_tp if topology is not None
-                            else defaults.tp_size)
+                            else defaults.tp_size, selector.run_config.engine.name)
     kinds = []
     for (component, scheme), g in groups.items():
         shapes = []
@@ -269,16 +271,19 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
     requested = {}
     for d in (s.decision for k in kinds for s in k.shapes if s.decision):
         requested[d.layer.op] = d.requested
-    return Plan(str(root), arch, quant, tuple(kinds), requested)
+    return Plan(str(root), arch, quant, tuple(kinds), requested,
+                selector.run_config.engine.name)
 
 
-def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1
+def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, engine: str = ""
                    ) -> OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]:
     """The modules grouped by (component, scheme): layers, module counts, distinct field sets,
-    and what vLLM refuses of them (`tp`: the engine's tensor-parallel size)."""
-    from selector.checkpoint.splits import REFINED, refined_block, scheme_problems
+    and what the engine refuses of them (`tp`: the engine's tensor-parallel size; SGLang's own
+    block-FP8 checks under engine=sglang, vLLM's otherwise)."""
+    from selector.checkpoint.splits import REFINED, refined_block, scheme_problems, sglang_problems
     groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
-    refines = quant.format != "compressed-tensors"
+    sglang = engine == "sglang"
+    refines = quant.format != "compressed-tensors" and not sglang
     for m in arch.modules:
         v = quant.verdict_of(m)
         scheme = v.scheme
@@ -299,8 +304,10 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1
         if m.projection not in shape["projections"]:
             shape["projections"].append(m.projection)
         shape["modules"] += 1
-        shape["problems"].update(dict.fromkeys(m.problems + scheme_problems(
-            m, v.scheme, tp, r, quant.format)))
+        shape["problems"].update(dict.fromkeys(tuple(
+            sglang_wording(x) if sglang else x for x in m.problems) + (
+            sglang_problems(m, v.scheme, quant.format) if sglang else
+            scheme_problems(m, v.scheme, tp, r, quant.format))))
     return groups
 
 
@@ -382,6 +389,28 @@ def selected_warnings(d: Decision) -> List[str]:
                               and d.selected is not None))
 
 
+READ_ORDER = {
+    "": "vLLM's order: config.json quantization_config, then hf_quant_config.json",
+    "sglang": "SGLang's order: config.json quantization_config (or compression_config), then "
+              "hf_quant_config.json: SGLang 0.5.23 srt/configs/model_config.py:1727-1817 "
+              "(ModelConfig._parse_quant_hf_config)"}
+
+# vLLM's split refusals as SGLang words them, where SGLang's code has the same check
+_SGLANG_SPLITS = (
+    (DIVIDE, "SGLang 0.5.23 srt/distributed/utils.py:68-78 (divide, ensure_divisibility)"),
+    (HEADS, "SGLang 0.5.23 srt/models/llama.py:183, qwen3_moe.py:506 (the attention's "
+            "total_num_heads % tp_size assert)"))
+
+
+def sglang_wording(problem: str) -> str:
+    """A split refusal of the checkpoint reader (vLLM's words and source) in SGLang's, where
+    SGLang's code makes the same check; else said as the reader's rule selector applies."""
+    for vllm, sglang in _SGLANG_SPLITS:
+        if vllm in problem:
+            return problem.replace(vllm, sglang).replace("vLLM refuses", "SGLang refuses")
+    return problem
+
+
 def render_plan(p: Plan) -> str:
     import textwrap
     arch, q = p.architecture, p.quantization
@@ -389,8 +418,7 @@ def render_plan(p: Plan) -> str:
     lines = [f"checkpoint: {p.model_dir}",
              (f"model: {arch.name} ({arch.model_type}), {arch.num_layers} layers; "
               f"quantization: {q.describe()}"),
-             f"read: {q.where} (vLLM's order: config.json quantization_config, then "
-             "hf_quant_config.json)"]
+             f"read: {q.where} ({READ_ORDER.get(p.engine, READ_ORDER[''])})"]
     for w in q.warnings:
         lines.append(f"warning: {w}")
     if ds:

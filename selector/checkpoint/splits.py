@@ -38,6 +38,45 @@ REFINED = ("vLLM refines the 128x128 FP8 blocks of these experts to {r}x{r} for 
            "Triton-based kernels take it")
 
 
+SGLANG_MOE_SOURCE = ("SGLang 0.5.23 srt/layers/quantization/fp8.py:1588 "
+                     "(Fp8MoEMethod.create_fp8_moe_weight_); compressed_tensors/schemes/"
+                     "compressed_tensors_w8a8_fp8_moe.py:109")
+SGLANG_LINEAR_SOURCE = ("SGLang 0.5.23 srt/layers/quantization/fp8.py:593-609 "
+                        "(Fp8LinearMethod.validate_block_quant_shapes)")
+
+
+def sglang_problems(m: Module, scheme: Optional[str], fmt: str = "") -> Tuple[str, ...]:
+    """What SGLang refuses of a block-FP8 module's per-GPU sizes: its FP8 MoE methods (Fp8Config
+    and compressed-tensors) raise ValueError when block_n does not divide the per-GPU
+    intermediate size (and block_k, with MoE TP > 1), with no block refinement; its FP8 linear
+    method checks every output partition of a split or fused layer, with no exception for fused
+    layers. ModelOpt's FP8 is per-tensor in SGLang: not checked here."""
+    if scheme != "fp8_block" or fmt == "ModelOpt":
+        return ()
+    block_n = block_k = 128
+    f = dict(m.fields)
+    if f["op"] == "moe":
+        inter, tp = f["intermediate_size"], f.get("tp_size", 1)
+        if inter % block_n or (tp > 1 and inter % block_k):
+            return (f"intermediate_size {inter} on one GPU is not divisible by the FP8 block_n "
+                    f"{block_n}: SGLang refuses to load it (ValueError; it has no block "
+                    f"refinement) ({SGLANG_MOE_SOURCE})",)
+        return ()
+    k_rank, layer_tp = f["hidden_size"], f.get("tp_size", 1)
+    k, n = m.whole
+    out = []
+    if layer_tp > 1 and k // k_rank == layer_tp and k_rank % block_k:
+        out.append(f"K {k_rank} on one GPU is not divisible by the FP8 block_k {block_k}: "
+                   f"SGLang refuses to load it ({SGLANG_LINEAR_SOURCE})")
+    parts = m.parts or (f["intermediate_size"],)
+    if (layer_tp > 1 and n // max(1, sum(parts)) == layer_tp) or len(parts) > 1:
+        bad = [p for p in parts if p % block_n]
+        if bad:
+            out.append(f"output partition {bad[0]} on one GPU is not divisible by the FP8 "
+                       f"block_n {block_n}: SGLang refuses to load it ({SGLANG_LINEAR_SOURCE})")
+    return tuple(out)
+
+
 def scheme_problems(m: Module, scheme: Optional[str], tp: int,
                     refined: int = 0, fmt: str = "") -> Tuple[str, ...]:
     """What vLLM refuses of a module's per-GPU sizes under its quant scheme: a 128x128

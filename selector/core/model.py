@@ -89,6 +89,7 @@ class Policy:
     exclude: Tuple[str, ...] = ()  # backends never chosen (policy.exclude)
     preference: str = "static"  # "measured": rank usable backends by a profile (core/profile.py)
     profile: Optional[str] = None  # the profile file; None: this machine's default one
+    engine_default: bool = False  # launch plans pass no backend choice (the engine's own runs)
 
     def __post_init__(self) -> None:
         """One backend name given as a string is a request of one."""
@@ -313,7 +314,8 @@ def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
     return Policy(normalize_backends("moe", conf.get("moe_backend", "auto"), catalogue),
                   normalize_backends("linear", conf.get("linear_backend", "auto"), catalogue),
                   strict, tuple(sorted(names)), tuple(sorted(excluded)),
-                  "measured" if v.get("profile") else v["preference"], v.get("profile") or None)
+                  "measured" if v.get("profile") else v["preference"], v.get("profile") or None,
+                  bool(v.get("engine_default", False)))
 
 
 def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[Detect] = None,

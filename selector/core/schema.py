@@ -234,6 +234,9 @@ class PolicyConf:
     # usable backends ranked by a `selector tune` profile (selector.core.profile)
     preference: str = field(default="static", metadata={"choices": ("static", "measured")})
     profile: Optional[str] = None  # the profile file (implies preference=measured)
+    # a launch plan passes no backend choice: the engine's own automatic choice runs
+    engine_default: bool = field(default=False, metadata={
+        "problem": "is not a boolean; accepted: true, false"})
 
 
 def _required(problem: str = "is required") -> Any:

@@ -12,7 +12,7 @@ Importing this module imports nothing of SGLang.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from selector.core.errors import SelectorError
 
@@ -56,3 +56,151 @@ def environment(*decisions: Decision) -> Dict[str, str]:
     for d in decisions:
         env.update(_checked(d)["env"])
     return env
+
+
+# ---------------------------------------------------------------------------------------------
+# The launch plan's SGLang rules (conf/engine/sglang.yaml `launch.hooks`): what SGLang 0.5.23 runs
+# with no --moe-runner-backend (its model overrides, its quantization constraints, then its quant
+# method's create_moe_runner), what its quant methods run whatever is asked, and what it needs to
+# start at all. tests/sglang runs SGLang's own code on the same inputs.
+
+from selector.checkpoint.launchers import Auto, Launcher  # noqa: E402
+
+SRC = "SGLang 0.5.23 python/sglang/srt/"
+_OVERRIDES = {
+    "qwen3": SRC + "arg_groups/model_overrides/qwen3_moe.py:38-90 (SM 10.x, quantization fp8, "
+                   "modelopt_fp4 or none: flashinfer_trtllm)",
+    "deepseek": SRC + "arg_groups/overrides.py:745-823 (the DeepSeek family on SM 10.x, quantization "
+                      "fp8, modelopt_fp8, modelopt_fp4 or none: flashinfer_trtllm)",
+    "gpt_oss": SRC + "arg_groups/model_overrides/gpt_oss.py:64-119 (MXFP4: flashinfer_mxfp4 on SM "
+                     "10.x and 12.x, else triton_kernel without expert parallelism)",
+}
+_QWEN3 = ("Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM",
+          "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration")
+_DEEPSEEK = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
+             "MistralLarge3ForCausalLM", "GlmMoeDsaForCausalLM")  # overrides.py:745 (not Longcat)
+
+
+def _quantization(plan: Any, scheme: str) -> str:
+    """SGLang's `quantization` for the checkpoint (get_quantization_config)."""
+    fmt = str(plan.quantization.format)
+    if fmt == "ModelOpt":
+        return "modelopt_fp4" if scheme.startswith("nvfp4") else "modelopt_fp8"
+    return {"FP8": "fp8", "MXFP4": "mxfp4", "compressed-tensors": "compressed-tensors"}.get(
+        fmt, fmt.lower())
+
+
+def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int) -> Tuple[str, str]:
+    """SGLang 0.5.23's MoE runner for `--moe-runner-backend auto` (no a2a backend, CUDA):
+    (the runner, why with its source)."""
+    major = sm // 10
+    if arch in _QWEN3 and major == 10 and quantization in ("fp8", "modelopt_fp4"):
+        return "flashinfer_trtllm", _OVERRIDES["qwen3"]
+    if arch in _DEEPSEEK and major == 10 and quantization in (
+            "fp8", "modelopt_fp8", "modelopt_fp4"):
+        return "flashinfer_trtllm", _OVERRIDES["deepseek"]
+    if arch == "GptOssForCausalLM" and quantization == "mxfp4":
+        if major in (10, 12):
+            return "flashinfer_mxfp4", _OVERRIDES["gpt_oss"]
+        if ep == 1:
+            return "triton_kernel", _OVERRIDES["gpt_oss"]
+    if quantization == "modelopt_fp4" and major in (11, 12):
+        return "flashinfer_cutlass", (SRC + "arg_groups/overrides.py:1513-1521 "
+                                      "(_moe_runner_backend_quant_constraints: modelopt_fp4 on "
+                                      "SM 11.x/12.x)")
+    if quantization == "modelopt_fp4":
+        return ("marlin" if 80 <= sm < 100 else "flashinfer_trtllm"), (
+            SRC + "layers/quantization/modelopt_quant.py:3117-3123 "
+            "(ModelOptNvFp4FusedMoEMethod.create_moe_runner: auto)")
+    if quantization == "compressed-tensors" and scheme == "nvfp4":
+        return "flashinfer_cutlass", FIXED_CT_NVFP4
+    if scheme.startswith("fp8"):
+        return "triton", (SRC + "layers/quantization/fp8.py:2961-2971 (Fp8MoEMethod."
+                          "create_moe_runner: auto without a DeepEP a2a backend); "
+                          "compressed_tensors_w8a8_fp8_moe.py:341-355; modelopt_quant.py:1343-1355")
+    if scheme.startswith("mxfp4"):
+        return "triton", (SRC + "layers/quantization/mxfp4.py:1443-1451 (Mxfp4MoEMethod."
+                          "create_moe_runner: auto)")
+    return "", ""
+
+
+FLAG_OF = {"nvfp4": "fp4-gemm-backend", "nvfp4_w4a16": "fp4-gemm-backend",
+           "fp8_block": "fp8-gemm-backend"}
+
+
+def auto_linear(sm: int, scheme: str, packages: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """SGLang 0.5.23's FP4 GEMM (NVFP4) and block-FP8 GEMM with their flag at `auto`."""
+    major = sm // 10
+    if scheme in ("nvfp4", "nvfp4_w4a16"):
+        name = ("flashinfer_cutedsl" if major == 10 else "marlin" if 80 <= sm < 100 else
+                "flashinfer_cutlass")
+        return name, SRC + "layers/quantization/fp4_utils.py:149-161 (initialize_fp4_gemm_config)"
+    if scheme != "fp8_block":
+        return None
+    src = (SRC + "layers/quantization/fp8_utils.py:1207-1217 (initialize_fp8_gemm_config: "
+           "auto is cutlass on SM 12.x, triton on SM 11.x), 1170-1186 (_dispatch_auto_backend: "
+           "DeepGEMM when sgl-deep-gemm imports, FlashInfer's TRT-LLM GEMM on Blackwell, "
+           "else Triton)")
+    if major == 12:
+        return "cutlass", src
+    if major == 11:
+        return "triton", src
+    if sm >= 90 and packages.get("sgl-deep-gemm") is not None:
+        return "deep_gemm", src
+    if major == 10 and packages.get("flashinfer-python") is not None:
+        return "flashinfer_trtllm", src
+    return "triton", src
+
+
+FIXED_CT_NVFP4 = (SRC + "layers/quantization/compressed_tensors/compressed_tensors.py:959-975 "
+                  "(CompressedTensorsW4A4Nvfp4MoE runs FlashInfer's CUTLASS MoE whatever "
+                  "--moe-runner-backend says)")
+FIXED_MODELOPT_FP8 = (SRC + "layers/quantization/modelopt_quant.py:1343-1363 "
+                      "(ModelOptFp8MoEMethod.create_moe_runner: flashinfer_cutlass when asked, "
+                      "else Triton)")
+START = (SRC + "layers/quantization/compressed_tensors/schemes/compressed_tensors_w8a8_int8.py:30 "
+         "(imports sgl_kernel unguarded, on SGLang's import path)")
+
+
+class SglangLauncher(Launcher):
+    """SGLang's automatic MoE runner beside selector's, the quant methods that ignore
+    --moe-runner-backend, and the package SGLang does not start without."""
+
+    def _sm(self, sel: Any) -> int:
+        cap = sel.run_config.platform.capability
+        return -1 if cap is None else cap[0] * 10 + cap[1]
+
+    def fixed(self, sel: Any, plan: Any, group: Any) -> Optional[Tuple[str, str]]:
+        if group.op != "moe":
+            return None
+        q = _quantization(plan, group.scheme)
+        if q == "compressed-tensors" and group.scheme == "nvfp4":
+            return "flashinfer_cutlass", FIXED_CT_NVFP4
+        if q == "modelopt_fp8" and group.engine_backend != "flashinfer_cutlass":
+            return "triton", FIXED_MODELOPT_FP8
+        return None
+
+    def automatic(self, sel: Any, plan: Any, group: Any) -> Optional[Auto]:
+        sm = self._sm(sel)
+        if sm < 0:
+            return None
+        if group.op == "linear":
+            got = auto_linear(sm, group.scheme, dict(sel.run_config.platform.packages))
+            return Auto((got[0],), f"--{FLAG_OF[group.scheme]} auto", got[1]) if got else None
+        if group.op != "moe":
+            return None
+        name, why = auto_moe(sm, plan.architecture.name, _quantization(plan, group.scheme),
+                             group.scheme, sel.run_config.parallel.ep)
+        if not name:
+            return None
+        return Auto((name,), "--moe-runner-backend auto", why)
+
+    def start_problems(self, sel: Any) -> List[str]:
+        pk = dict(sel.run_config.platform.packages)
+        if pk.get("sglang-kernel") is not None or pk.get("sgl-kernel") is not None:
+            return []
+        return ["SGLang does not start without sglang-kernel (" + START + "): add "
+                "stack=sglang_0_5_23 or platform.packages.sglang-kernel=VERSION"]
+
+
+__all__ = ["server_args", "server_kwargs", "environment", "SglangLauncher", "auto_moe"]

@@ -9,9 +9,9 @@ installed here (its PyPI package is a stub), so nothing of it is imported.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
-from selector.checkpoint.launchers import Launcher
+from selector.checkpoint.launchers import Auto, Launcher
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.protocols import SelectorLike as Selector
@@ -40,29 +40,33 @@ def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = 
     return "CUTLASS"
 
 
-class TrtllmLauncher(Launcher):
-    """TensorRT-LLM's launch plan: the base's config file, and a note saying what AUTO would
-    pick for each MoE group beside what the plan asks for."""
+# nvfp4_gemm_config.allowed_backends' default: the AutoTuner profiles each per token bucket
+NVFP4_GEMM_DEFAULT = ("cutlass", "cublaslt", "cuda_core")
+NVFP4_GEMM_SOURCE = ("TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (nvfp4_gemm_config."
+                     "allowed_backends default); _torch/custom_ops/torch_custom_ops.py (the "
+                     "AutoTuner profiles the allowed backends per token bucket)")
 
-    def notes(self, sel: Selector, plan: Any, groups: Sequence[Any]) -> List[str]:
+
+class TrtllmLauncher(Launcher):
+    """TensorRT-LLM's launch plan: the base's config file; what `moe_config.backend: AUTO`
+    and the NVFP4 GEMM autotuner run when the config file names no backend."""
+
+    def automatic(self, sel: Selector, plan: Any, group: Any) -> Optional[Auto]:
         cap = sel.run_config.platform.capability
+        if group.op == "linear":
+            if group.scheme != "nvfp4":
+                return None
+            return Auto(NVFP4_GEMM_DEFAULT, "nvfp4_gemm_config's default list, autotuned",
+                        NVFP4_GEMM_SOURCE, tuned=True)
         if cap is None:
-            return []
+            return None
         sm = cap[0] * 10 + cap[1]
-        arch = plan.architecture.name
-        for g in groups:
-            if g.op != "moe" or g.decision is None or not g.planned:
-                continue
-            auto = resolve_moe_backend(sm, QUANT_ALGO.get(g.scheme), arch)
-            asked = g.engine_backend or "no backend"
-            return [f"moe_config.backend AUTO would resolve to {auto} for the {g.scheme} MoE "
-                    f"layers on SM {sm} ({RESOLVE_SOURCE}); the plan asks for {asked}"
-                    + ("" if auto == asked else ": pass it, AUTO picks otherwise")]
-        return []
+        auto = resolve_moe_backend(sm, QUANT_ALGO.get(group.scheme), plan.architecture.name)
+        return Auto((auto,), f"moe_config.backend AUTO on SM {sm}", RESOLVE_SOURCE)
 
     def no_answer(self) -> str:
         return ("moe_config.backend is one value for every MoE layer: requantize the layers "
                 "that refuse it")
 
 
-__all__ = ["resolve_moe_backend", "TrtllmLauncher", "QUANT_ALGO"]
+__all__ = ["resolve_moe_backend", "TrtllmLauncher", "QUANT_ALGO", "NVFP4_GEMM_DEFAULT"]

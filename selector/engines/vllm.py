@@ -599,6 +599,21 @@ class VllmLauncher(Launcher):
                        f"the same backend for every {_schemes_text(nv)} {op} layer, and vLLM's "
                        "automatic selection decides the layers selector does not plan")]
 
+    def automatic(self, sel: Selector, plan: Any, group: Any) -> Any:
+        """vLLM's oracle with no --moe-backend/--linear-backend: the catalogue's automatic
+        choice under engine=vllm (its preference entries transcribe vLLM's priority lists), not
+        exact: docs/vllm-parity.md lists where vLLM's own choice differs, so the flag is kept."""
+        from selector.checkpoint.launch import _with_policy
+        from selector.checkpoint.launchers import Auto
+        d = _with_policy(sel, group.op, ["auto"]).select(**group.per_rank)
+        name = d.engine.get("backend") if d.engine is not None else None
+        if name is None:
+            return None
+        return Auto((str(name),), f"vLLM's oracle order for --{group.op}-backend auto, as the "
+                    "catalogue's preference entries transcribe it",
+                    "docs/vllm-parity.md (vLLM 0.32.0 fused_moe/oracle/*.py "
+                    "_get_priority_backends; kernels/linear/__init__.py)", exact=False)
+
     def no_answer(self) -> str:
         return "run with selector's plugin (SELECTOR_VLLM=1) or requantize"
 

@@ -1,0 +1,167 @@
+"""engine=sglang plans by SGLang 0.5.23's own rules (issue 45): its block-FP8 divisibility (no
+block refinement), the runners its quant methods run whatever is asked, its automatic runner beside
+selector's with a flag only where it changes it, sglang-kernel as a start condition, SGLang's
+wording and sources. Each expectation restates the SGLang file and line it cites; tests/sglang
+runs SGLang's own code (tools/sglang_env.sh)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import REPO, load, run_main
+
+from selector.engines.sglang import auto_linear, auto_moe
+
+CORPUS = REPO / "tests" / "checkpoint_corpus"
+SGL = ("engine=sglang", "stack=sglang_0_5_23")
+
+
+def qwen3_235b_fp8(root):
+    """Qwen3-235B-A22B-FP8's config.json: moe_intermediate_size 1536, Fp8Config 128x128 blocks."""
+    cfg = json.loads((CORPUS / "qwen3-30b-a3b-fp8" / "config.json").read_text())
+    cfg.update(hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
+               num_hidden_layers=94, num_attention_heads=64)
+    cfg["quantization_config"]["modules_to_not_convert"] = ["lm_head"] + [
+        f"model.layers.{i}.mlp.gate" for i in range(94)]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(cfg))
+    return root
+
+
+def test_block_fp8_experts_sglang_refuses_at_tp8_without_ep(tmp_path):
+    """1536 / 8 = 192, not a multiple of block_n 128: SGLang's Fp8MoEMethod raises ValueError
+    (fp8.py 1588; no block refinement), where vLLM refines the block to 64x64."""
+    model = qwen3_235b_fp8(tmp_path / "q235")
+    lp = load(*SGL, "platform=h200", "parallel.tp=8").launch_plan(model)
+    problems = [p for g in lp.groups for p in g.problems]
+    assert not (lp.ok and lp.plan.ok)
+    assert any("192" in p and "SGLang refuses" in p and "fp8.py:1588" in p for p in problems)
+    rc, out, _ = run_main(["explain", "--model", str(model), *SGL, "platform=h200",
+                           "parallel.tp=8"])
+    assert rc == 1 and "command: none" in out
+    ok = load(*SGL, "platform=h200", "parallel.tp=8", "parallel.ep=8").launch_plan(model)
+    assert ok.ok and ok.plan.ok  # MoE TP 1: 1536 per GPU
+    vllm = load("engine=vllm", "stack=vllm_0_33", "platform=h200", "parallel.tp=8")
+    assert not any("SGLang" in p for g in vllm.launch_plan(model).groups for p in g.problems)
+
+
+@pytest.mark.parametrize("tp", [1, 4, 8])
+@pytest.mark.parametrize("ep", [False, True])
+def test_no_sglang_plan_exits_0_with_a_command_sglang_refuses(tp, ep):
+    """The corpus' block-FP8 checkpoints at TP 1/4/8 with and without EP: a plan with a command
+    has every per-GPU intermediate size a multiple of 128 (SGLang's check)."""
+    for name in ("qwen3-30b-a3b-fp8", "qwen3-30b-a3b-ct-fp8-block", "deepseek-v3-fp8"):
+        over = [*SGL, "platform=h200", f"parallel.tp={tp}"] + ([f"parallel.ep={tp}"] if ep else [])
+        lp = load(*over).launch_plan(CORPUS / name)
+        for g in lp.groups:
+            if g.op == "moe" and g.scheme == "fp8_block" and lp.ok and lp.plan.ok:
+                inter = g.per_rank["intermediate_size"]
+                assert inter % 128 == 0, (name, tp, ep, inter)
+
+
+def test_sglang_plan_has_sglang_read_order_and_refusals():
+    rc, out, _ = run_main(["explain", "--model", str(CORPUS / "qwen3-30b-a3b-fp8"), *SGL,
+                           "platform=h200", "parallel.tp=3"])
+    read = next(line for line in out.splitlines() if line.startswith("read: "))
+    assert "SGLang's order" in read and "vLLM" not in read
+    refusals = [line for line in out.splitlines() if "refuses" in line]
+    assert refusals and not any("vLLM" in line for line in refusals)
+    flat = " ".join(out.split())
+    assert "SGLang refuses to start (SGLang 0.5.23 srt/distributed/utils.py:68-78" in flat
+
+
+def test_without_sglang_kernel_sglang_does_not_start():
+    model = CORPUS / "qwen3-30b-a3b-fp4"
+    lp = load(*SGL, "platform=b200", "platform.packages.sglang-kernel=null").launch_plan(model)
+    assert not lp.ok and "without sglang-kernel" in lp.problems[0]
+    assert "compressed_tensors_w8a8_int8.py:30" in lp.problems[0]
+    rc, out, _ = run_main(["explain", "--model", str(model), "engine=sglang", "platform=b200"])
+    assert "!! SGLang does not start without sglang-kernel" in out and "command: none" in out
+
+
+def test_compressed_tensors_nvfp4_experts_run_flashinfer_cutlass_whatever_is_asked():
+    """compressed_tensors.py 959-975: CompressedTensorsW4A4Nvfp4MoE; the plan names it (no
+    flag), and refuses the layer where FlashInfer's CUTLASS MoE cannot run."""
+    model = CORPUS / "qwen3-30b-a3b-ct-w4a4"
+    lp = load(*SGL, "platform=b200", "policy.moe_backend=flashinfer_trtllm").launch_plan(model)
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert g.backend == "flashinfer_cutlass" and "--moe-runner-backend" not in lp.flags
+    lp = load(*SGL, "platform=b200", "platform.packages.flashinfer-python=null").launch_plan(model)
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert not lp.ok and any("whatever is asked" in p for p in g.problems)
+
+
+def test_modelopt_fp8_experts_run_triton():
+    lp = load(*SGL, "platform=b200").launch_plan(CORPUS / "qwen3-30b-a3b-modelopt-fp8")
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert g.backend == "triton" and "--moe-runner-backend" not in lp.flags
+
+
+def test_explicit_marlin_is_never_printed_for_fp8_experts():
+    """fp8.py 2985-2999, 3227: Fp8MoEMethod builds no marlin runner."""
+    d = load(*SGL, "platform=h200", "layer=qwen_moe", "layer.quant=fp8_block",
+             "policy.strict=false", "policy.moe_backend=marlin").default()
+    assert d.selected != "marlin"
+    c = d.candidate("marlin")
+    assert c.status in ("rejected", "not_applicable")
+    assert any("no marlin runner" in str(r.message) for r in c.reasons)
+
+
+@pytest.mark.parametrize("platform,name,kernel", [
+    ("rtx_pro_6000", "flashinfer_mxfp4", "FlashInfer cutlass_fused_moe (MXFP8 x MXFP4"),
+    ("b200", "flashinfer_mxfp4", None)])
+def test_gpt_oss_mxfp4_is_sglangs_own_choice_and_passes_no_flag(platform, name, kernel):
+    """gpt_oss.py 64-75: flashinfer_mxfp4 on SM 10.x and 12.x; on SM 12.x it is FlashInfer's
+    CUTLASS MXFP8 x MXFP4 MoE (mxfp4.py 420-441)."""
+    lp = load(*SGL, f"platform={platform}").launch_plan(CORPUS / "gpt-oss-120b-mxfp4")
+    (g, auto, key, passed), = lp.automatic
+    assert (g.engine_backend, auto.names, passed) == (name, (name,), False)
+    assert "--moe-runner-backend" not in lp.flags
+    if kernel:
+        assert g.kernels(lp.launch)[0].startswith(kernel)
+
+
+def test_a_flag_is_printed_only_where_it_changes_sglangs_choice():
+    """Block FP8 on SM 12.0: SGLang's auto FP8 GEMM is cutlass (fp8_utils.py 1207-1217) and its
+    FP8 MoE runner triton; selector's other choices are passed, saying so; with
+    policy.engine_default=true none is."""
+    model = CORPUS / "qwen3-30b-a3b-fp8"
+    lp = load(*SGL, "platform=rtx_pro_6000").launch_plan(model)
+    for g, auto, key, passed in lp.automatic:
+        assert passed == (g.engine_backend not in auto.names), (g.kind, auto, g.engine_backend)
+        assert (key in lp.flags) == passed
+    rc, out, _ = run_main(["explain", "--model", str(model), *SGL, "platform=rtx_pro_6000"])
+    assert "engine's own choice for routed experts (fp8_block): SGLang 0.5.23 alone runs " \
+           "triton" in " ".join(out.split())
+    lp = load(*SGL, "platform=rtx_pro_6000", "policy.engine_default=true").launch_plan(model)
+    assert not any(f.startswith("--") and f.endswith("-backend") for f in lp.flags)
+    assert lp.command() == f"python -m sglang.launch_server --model-path {model}"
+
+
+@pytest.mark.parametrize("sm,arch,quantization,scheme,ep,want", [
+    (100, "Qwen3MoeForCausalLM", "fp8", "fp8_block", 1, "flashinfer_trtllm"),
+    (90, "Qwen3MoeForCausalLM", "fp8", "fp8_block", 1, "triton"),
+    (100, "Qwen3MoeForCausalLM", "modelopt_fp8", "fp8_tensor", 1, "triton"),
+    (100, "DeepseekV3ForCausalLM", "modelopt_fp4", "nvfp4", 4, "flashinfer_trtllm"),
+    (120, "DeepseekV3ForCausalLM", "modelopt_fp4", "nvfp4", 1, "flashinfer_cutlass"),
+    (90, "LlamaForCausalLM", "modelopt_fp4", "nvfp4", 1, "marlin"),
+    (120, "GptOssForCausalLM", "mxfp4", "mxfp4", 1, "flashinfer_mxfp4"),
+    (121, "GptOssForCausalLM", "mxfp4", "mxfp4", 1, "flashinfer_mxfp4"),
+    (90, "GptOssForCausalLM", "mxfp4", "mxfp4", 1, "triton_kernel"),
+    (90, "GptOssForCausalLM", "mxfp4", "mxfp4", 2, "triton"),
+    (100, "Qwen3MoeForCausalLM", "compressed-tensors", "nvfp4", 1, "flashinfer_cutlass")])
+def test_sglang_auto_moe_runner(sm, arch, quantization, scheme, ep, want):
+    assert auto_moe(sm, arch, quantization, scheme, ep)[0] == want
+
+
+@pytest.mark.parametrize("sm,scheme,packages,want", [
+    (120, "fp8_block", {"sgl-deep-gemm": "x"}, "cutlass"),
+    (110, "fp8_block", {"sgl-deep-gemm": "x"}, "triton"),
+    (90, "fp8_block", {"sgl-deep-gemm": "x"}, "deep_gemm"),
+    (100, "fp8_block", {"flashinfer-python": "x"}, "flashinfer_trtllm"),
+    (90, "fp8_block", {}, "triton"),
+    (100, "nvfp4", {}, "flashinfer_cutedsl"),
+    (90, "nvfp4", {}, "marlin"),
+    (120, "nvfp4", {}, "flashinfer_cutlass")])
+def test_sglang_auto_gemms(sm, scheme, packages, want):
+    assert auto_linear(sm, scheme, packages)[0] == want
