@@ -658,13 +658,12 @@ def test_architecture_lookup():
     assert arch({**LLAMA, "architectures": ["Foo", "MistralForCausalLM"]}).name == \
         "MistralForCausalLM"
     assert arch({k: v for k, v in LLAMA.items() if k != "model_type"}).model_type == "llama"
-    # issue 32: Mixtral is read as vLLM builds it; an unknown architecture from its config's
-    # standard keys, with a note (it was refused before)
+    # issue 32: Mixtral is read as vLLM builds it; issue 44: an unknown architecture is
+    # refused as not modelled, never planned from its config's common keys
     mix = arch({**LLAMA, "architectures": ["MixtralForCausalLM"]})
     assert any(m.name == "model.layers.0.block_sparse_moe.experts" for m in mix.modules)
-    foo = arch({**LLAMA, "architectures": ["FooForCausalLM"]})
-    assert foo.name == "FooForCausalLM" and "has no reader in selector" in foo.notes[0]
-    assert any(m.name == "model.layers.0.mlp.gate_up_proj" for m in foo.modules)
+    with pytest.raises(SelectorError, match="architecture not modelled"):
+        arch({**LLAMA, "architectures": ["FooForCausalLM"]})
     with pytest.raises(SelectorError, match="architectures"):
         arch({"architectures": ["FooForCausalLM"]})  # no standard keys: nothing to read
     with pytest.raises(SelectorError, match="model_type"):

@@ -101,6 +101,38 @@ class DtypeRule(_ValuesRule):
 
 
 @register
+class ActScaleRule(_ValuesRule):
+    """The granularity of the layer's activation scales (layer.act_scale, else its quant
+    scheme's own: a per-tensor FP8 layer vLLM quantizes per token or per 1x128 group) must be
+    one of `values`; a scheme without one passes."""
+    kind, attr, accepted, noun = "act_scale", "act_scale", schema.ACT_SCALES, \
+        "activation scales per"
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        from selector.core.rules.when import act_scale_of
+        got = act_scale_of(layer)
+        if got is None or got in self.values:
+            return None
+        return self.reason(f"supports activation scales per {', '.join(self.values)} only; "
+                           f"this layer's are per {got}",
+                           f"do not support activation scales per {got}")
+
+
+@register
+class RoutingRule(_ValuesRule):
+    """The router's routing method (layer.routing) must be one of `values`; a layer whose
+    routing method is not known (a layer given without one) passes."""
+    kind, attr, accepted, noun = "routing", "routing", schema.ROUTINGS, "routing method"
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        if layer.routing is None or layer.routing in self.values:
+            return None
+        return self.reason(f"supports routing methods {', '.join(self.values)} only; this "
+                           f"layer routes {layer.routing}",
+                           f"do not support routing {layer.routing}")
+
+
+@register
 class ActAndMulRule(Rule):
     """Which activations run gated (act_and_mul) and which non-gated."""
     kind = "act_and_mul"

@@ -123,6 +123,12 @@ def _devices(v: Any, key: str, where: str) -> Tuple[DeviceSpec, ...]:
     return tuple(DeviceSpec.parse(key, d, where) for d in v)
 
 
+def act_scale_of(layer: Any) -> Optional[str]:
+    """A layer's activation-scale granularity: layer.act_scale, else its quant scheme's own
+    (schema.SCHEME_ACT_SCALE; None for the schemes without one)."""
+    return layer.act_scale or schema.SCHEME_ACT_SCALE.get(layer.quant)
+
+
 WHEN: Dict[str, WhenTerm] = {
     "activation": WhenTerm(_one_of(schema.ACTIVATIONS),
                            lambda v, layer, f: layer.activation in v, "activation",
@@ -137,6 +143,13 @@ WHEN: Dict[str, WhenTerm] = {
     # the all2all exchange of an EP layer (vLLM's batched experts format: deepep_low_latency)
     "all2all": WhenTerm(_one_of(schema.ALL2ALL), lambda v, layer, f: layer.all2all in v,
                         "all2all", lambda v: "/".join(sorted(v))),
+    # the activation scales' granularity (layer.act_scale, else the quant scheme's own)
+    "act_scale": WhenTerm(_one_of(schema.ACT_SCALES),
+                          lambda v, layer, f: act_scale_of(layer) in v, "act_scale",
+                          lambda v: "/".join(sorted(v))),
+    # the router's routing method (a layer whose routing is not known holds no term)
+    "routing": WhenTerm(_one_of(schema.ROUTINGS), lambda v, layer, f: layer.routing in v,
+                        "routing", lambda v: "/".join(sorted(v))),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
                                 and layer.num_experts >= v, "num_experts", threshold=">="),
     "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
