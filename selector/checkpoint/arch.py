@@ -312,6 +312,7 @@ ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
     "MixtralForCausalLM": ("mixtral", arch_moe.mixtral),
     "Glm4MoeForCausalLM": ("glm4_moe", arch_moe.glm4_moe),
     "MiniMaxM2ForCausalLM": ("minimax_m2", arch_moe.minimax_m2),
+    "Llama4ForCausalLM": ("llama4_text", arch_moe.llama4),
 }
 _BY_MODEL_TYPE = {mt: arch for arch, (mt, _) in ARCHITECTURES.items()}
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}

@@ -107,6 +107,37 @@ def glm4_moe(cfg: _Config) -> Read:
     return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
 
 
+def llama4(cfg: _Config) -> Read:
+    """Llama-4 text (Scout, Maverick; vLLM llama4.py Llama4ForCausalLM): attention
+    (qkv_proj, o_proj) in every layer; `feed_forward` is Llama4MoE every
+    `interleave_moe_layer_step` layers (routed `experts` of `intermediate_size`, top-k
+    `num_experts_per_tok`, Llama-4's own router function: routing llama4; a `shared_expert`
+    LlamaMLP, replicated under sequence-parallel MoE; the `router` GateLinear is built without
+    the quantization config), else a dense LlamaMLP of `intermediate_size_mlp`."""
+    n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
+    experts, top_k = cfg.integer("num_local_experts"), cfg.integer("num_experts_per_tok")
+    moe_i, dense_i = cfg.integer("intermediate_size"), cfg.integer("intermediate_size_mlp")
+    step = cfg.integer("interleave_moe_layer_step", 1, minimum=0)
+    types, mods = [], []
+    for i in range(n):
+        p = f"model.layers.{i}"
+        mods += _qkv(cfg, f"{p}.self_attn", i, h)
+        if step > 0 and (i + 1) % step == 0:
+            types.append("MoE")
+            # Llama4MoE: custom_routing_function=Llama4MoE.custom_routing_function, which
+            # CustomRoutingRouter advertises as RoutingMethodType.Llama4
+            # (router/custom_routing_router.py)
+            mods.append(_moe(cfg, f"{p}.feed_forward.experts", i, h, moe_i, experts, top_k,
+                             "silu", True, key="intermediate_size", routing="llama4"))
+            mods += _mlp(cfg, f"{p}.feed_forward.shared_expert", "shared experts", i, h,
+                         moe_i, replicated=cfg.seq_moe)
+        else:
+            types.append("dense")
+            mods += _mlp(cfg, f"{p}.feed_forward", "dense MLP", i, h, dense_i,
+                         key="intermediate_size_mlp")
+    return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
+
+
 _QWEN3_NEXT = "vLLM 0.32.0 vllm/model_executor/models/qwen3_next.py"
 _GDN = "vLLM 0.32.0 vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py"
 _LAYER_TYPES = ("linear_attention", "full_attention")

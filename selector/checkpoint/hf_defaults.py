@@ -71,3 +71,9 @@ HF_DEFAULTS: Dict[str, Dict[str, Any]] = {
                    "linear_num_value_heads": 32},
 }
 HF_DEFAULTS["deepseek_v32"] = dict(HF_DEFAULTS["deepseek_v3"])
+# Llama4TextConfig (transformers 5.19.0)
+HF_DEFAULTS["llama4_text"] = {
+    "num_hidden_layers": 48, "hidden_size": 5120, "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
+    "interleave_moe_layer_step": 1, "num_attention_heads": 40, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 202048, "hidden_act": "silu"}
