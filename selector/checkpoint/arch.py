@@ -313,6 +313,7 @@ ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
     "Glm4MoeForCausalLM": ("glm4_moe", arch_moe.glm4_moe),
     "MiniMaxM2ForCausalLM": ("minimax_m2", arch_moe.minimax_m2),
     "Llama4ForCausalLM": ("llama4_text", arch_moe.llama4),
+    "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe", arch_moe.ernie45_moe),
 }
 _BY_MODEL_TYPE = {mt: arch for arch, (mt, _) in ARCHITECTURES.items()}
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}

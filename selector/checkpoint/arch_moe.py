@@ -138,6 +138,47 @@ def llama4(cfg: _Config) -> Read:
     return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
 
 
+_ERNIE = "vLLM 0.32.0 vllm/model_executor/models/ernie45_moe.py"
+
+
+def ernie45_moe(cfg: _Config) -> Read:
+    """ERNIE-4.5 MoE (ernie45_moe.py Ernie4_5_MoeDecoderLayer): attention (qkv_proj, o_proj);
+    `mlp` is Ernie4_5_MoeMoE where `use_moe` (default: moe_num_experts > 0), (i + 1) %
+    `moe_layer_interval` == 0 and `moe_layer_start_index` <= i <= `moe_layer_end_index`
+    (routed `experts`: moe_num_experts of moe_intermediate_size, top-k moe_k, softmax with a
+    score-correction bias and renormalize; `shared_experts` of moe_intermediate_size *
+    moe_num_shared_experts; the `gate` GateLinear unquantized), else a dense MLP of
+    intermediate_size."""
+    n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
+    experts = cfg.integer("moe_num_experts", 0, minimum=0)
+    start = cfg.integer("moe_layer_start_index", 0, minimum=0)
+    end = cfg.integer("moe_layer_end_index", n - 1, minimum=0)
+    every = cfg.integer("moe_layer_interval", 1)
+    use_moe = cfg.flag("use_moe", experts > 0)
+    shared = cfg.integer("moe_num_shared_experts", 0, minimum=0)
+    act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
+    types, mods = [], []
+    for i in range(n):
+        p = f"model.layers.{i}"
+        mods += _qkv(cfg, f"{p}.self_attn", i, h)
+        if use_moe and (i + 1) % every == 0 and start <= i <= end:
+            types.append("MoE")
+            moe_i, top_k = cfg.integer("moe_intermediate_size"), cfg.integer("moe_k")
+            if cfg.tp > experts:
+                cfg.pending.append(f"the tensor-parallel size {cfg.tp} is larger than the "
+                                   f"number of experts {experts}: vLLM refuses to start "
+                                   f"({_ERNIE} Ernie4_5_MoeMoE.__init__)")
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
+                             routing=routing_method("softmax", True, None, True)))
+            if shared:
+                mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
+                             moe_i * shared, key="moe_intermediate_size")
+        else:
+            types.append("dense")
+            mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, cfg.integer("intermediate_size"))
+    return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
+
+
 _QWEN3_NEXT = "vLLM 0.32.0 vllm/model_executor/models/qwen3_next.py"
 _GDN = "vLLM 0.32.0 vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py"
 _LAYER_TYPES = ("linear_attention", "full_attention")

@@ -21,7 +21,10 @@ _LIMIT_OF = {"num_hidden_layers": "layers", "n_routed_experts": "experts",
              "mamba_num_heads": "heads", "n_groups": "heads", "n_shared_experts": "experts",
              "num_experts_per_tok": "experts", "experts_per_token": "experts",
              "first_k_dense_replace": "layers", "moe_layer_freq": "layers",
-             "decoder_sparse_step": "layers"}
+             "decoder_sparse_step": "layers", "moe_num_experts": "experts", "moe_k": "experts",
+             "moe_num_shared_experts": "experts", "moe_layer_start_index": "layers",
+             "moe_layer_end_index": "layers", "moe_layer_interval": "layers",
+             "interleave_moe_layer_step": "layers"}
 
 
 # vLLM's even split of a parallel layer (ensure_divisibility asserts numerator % denominator)
