@@ -64,6 +64,8 @@ def _moe_every_layer(cfg: _Config, experts_path: str,
     inter = cfg.integer("intermediate_size")
     act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
     if minimax:  # minimax_m2.py MiniMaxM2MoE: scoring_func, renormalize, use_routing_bias
+        # MiniMaxM2DecoderLayer reads config.rotary_dim (no default in MiniMaxM2Config)
+        cfg.integer("rotary_dim")
         routing = routing_method(cfg.text("scoring_func", "softmax"), True, None,
                                  cfg.flag("use_routing_bias", False))
     else:  # mixtral.py MixtralMoE: softmax, renormalize=True
@@ -88,6 +90,9 @@ def glm4_moe(cfg: _Config) -> Read:
     first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
     shared = cfg.integer("n_shared_experts", 0, minimum=0)
     act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
+    # glm4_moe.py Glm4MoeDecoderLayer reads config.head_dim (Glm4MoeConfig has no default: an
+    # AttributeError at start-up without it)
+    cfg.integer("head_dim")
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"

@@ -23,7 +23,8 @@ def test_every_registered_architecture_is_planned_exactly_or_refused(outcomes):
     print("planned:", sorted(o.arch for o in outcomes if o.answer == "planned"))
     assert len(outcomes) > 300  # vLLM 0.32.0 registers 391
     assert counts["refused"] + counts["planned"] > 100
-    wrong = [f"{o.arch}: {o.detail}" for o in outcomes if o.answer == "refused otherwise"]
+    wrong = [f"{o.arch}: {o.answer}: {o.detail}" for o in outcomes
+             if o.answer in ("refused otherwise", "planned without a reader")]
     assert not wrong, "\n".join(wrong[:20])
     differ = [f"{o.arch} {k}: {d}" for o in outcomes for k, ds in o.differences.items()
               for d in ds]
@@ -34,8 +35,9 @@ def test_every_modelled_architecture_is_in_vllms_registry_and_planned(outcomes):
     by_arch = {o.arch: o for o in outcomes}
     for arch in ARCHITECTURES:
         assert arch in by_arch, f"{arch} is not an architecture vLLM registers"
-        if by_arch[arch].answer in ("planned", "refused otherwise"):
-            assert by_arch[arch].answer == "planned", (arch, by_arch[arch].detail)
+        assert by_arch[arch].answer in ("planned", "refused as vLLM refuses"), \
+            (arch, by_arch[arch].answer, by_arch[arch].detail)
+    assert sum(o.answer == "planned" for o in outcomes) >= len(ARCHITECTURES) - 3
 
 
 def test_the_refusal_names_the_modelled_architectures(outcomes):
