@@ -119,6 +119,16 @@ def llama4(cfg: _Config) -> Read:
     `num_experts_per_tok`, Llama-4's own router function: routing llama4; a `shared_expert`
     LlamaMLP, replicated under sequence-parallel MoE; the `router` GateLinear is built without
     the quantization config), else a dense LlamaMLP of `intermediate_size_mlp`."""
+    given = cfg.data.get("model_type")
+    if given not in (None, "llama4_text"):
+        # vLLM reads the config with the class of its model_type: Llama4Config (llama4) keeps
+        # the text keys under text_config, and llama4.py Llama4Model reads num_local_experts
+        # from the top level (AttributeError)
+        raise bad_input("model_type", given, "is not llama4_text: Llama4ForCausalLM reads the "
+                        "text model's keys at the top level (vLLM 0.32.0 vllm/model_executor/"
+                        "models/llama4.py Llama4Model.__init__); the multimodal checkpoint's "
+                        "Llama4ForConditionalGeneration is not modelled", where=str(cfg.path),
+                        accepted=("llama4_text",))
     n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
     experts, top_k = cfg.integer("num_local_experts"), cfg.integer("num_experts_per_tok")
     moe_i, dense_i = cfg.integer("intermediate_size"), cfg.integer("intermediate_size_mlp")

@@ -134,6 +134,7 @@ def draw(rng: random.Random, root: Path, i: int) -> Case:
     base = rng.choice(BASES)
     config, _ = corpus.read(corpus.HERE / base)
     config = ls.shortened(config, rng)
+    config.setdefault("torch_dtype", "bfloat16")  # as the public checkpoints say
     config.pop("quantization_config", None)
     config.pop("compression_config", None)
     fmt = rng.choice(FORMATS)

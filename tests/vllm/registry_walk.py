@@ -59,8 +59,10 @@ def config_classes() -> Dict[str, Any]:
             continue
         for model_type, cls in mapping.items():
             for c in (cls if isinstance(cls, (list, tuple)) else [cls]):
-                if isinstance(c, str):
-                    by_type.setdefault(c, model_type)
+                if isinstance(c, str) and (c not in by_type or model_type.endswith("_text")):
+                    # a causal LM class listed under a multimodal type and its text type
+                    # (llama4 and llama4_text: Llama4ForCausalLM) is the text config's
+                    by_type[c] = model_type
     out: Dict[str, Any] = {}
     for cls_name, model_type in by_type.items():
         conf = configuration_auto.CONFIG_MAPPING_NAMES.get(model_type)
@@ -151,11 +153,11 @@ def walk(root: Path, layouts: Tuple[Tuple[int, int, bool], ...] = LAYOUTS,
             # planned, or refused for what vLLM refuses too (a key the class has no default
             # for): vLLM's build decides (launch_shapes.differences compares refusals too)
             o.answer = "planned" if not s.refused else "refused as vLLM refuses"
-            o.detail = s.refused[:300]
+            o.detail = s.refused
             to_build.append((o, d))
         elif s.refused:
             o.answer = "refused" if NOT_MODELLED in s.refused else "refused otherwise"
-            o.detail = s.refused[:300]
+            o.detail = s.refused
         else:
             o.answer = "planned without a reader"  # never: arch.py refuses these
     if to_build:

@@ -37,7 +37,10 @@ def test_every_modelled_architecture_is_in_vllms_registry_and_planned(outcomes):
         assert arch in by_arch, f"{arch} is not an architecture vLLM registers"
         assert by_arch[arch].answer in ("planned", "refused as vLLM refuses"), \
             (arch, by_arch[arch].answer, by_arch[arch].detail)
-    assert sum(o.answer == "planned" for o in outcomes) >= len(ARCHITECTURES) - 3
+    # the config classes without a default for a key the model class reads (DeepseekV2Config
+    # num_experts_per_tok, Glm4MoeConfig head_dim, MiniMaxM2Config rotary_dim, ...): refused
+    # by both; the others planned
+    assert sum(o.answer == "planned" for o in outcomes) >= len(ARCHITECTURES) - 5
 
 
 def test_the_refusal_names_the_modelled_architectures(outcomes):
