@@ -77,7 +77,7 @@ def test_deepseek_kinds(ckpts):
                         "act_and_mul": True, "hidden_size": 7168, "intermediate_size": 2048,
                         "num_experts": 256, "top_k": 8, "swiglu_limit": None,
                         "tp_size": 1, "ep_size": 1, "dtype": "bfloat16",
-                        "routing": "deepseek_v3"}
+                        "routing": "deepseek_v3", "quant_method": "modelopt"}
     # the same decision as the hand-written DeepSeek layer preset
     preset = load(*SPARK, "layer=deepseek_moe").default()
     assert s.decision.to_dict()["candidates"] == preset.to_dict()["candidates"]

@@ -56,3 +56,13 @@ def test_cutlass_mxfp4_w4a4_is_not_offered_under_deepep_low_latency():
     sel = load(*B200)
     d = sel.select(quant="mxfp4_w4a4", ep_size=8, all2all="deepep_low_latency", **MOE)
     assert _rejected_by(d, "cutlass", "parallel")
+
+
+def test_vllm_cutlass_fp8_experts_only_for_compressed_tensors():
+    """oracle/fp8.py 463-473: allow_vllm_cutlass is True for CompressedTensorsW8A8Fp8MoEMethod
+    only; an fp8 or ModelOpt checkpoint's experts never run vLLM's CUTLASS FP8."""
+    sel = load(*["platform=h200", "stack=vllm_0_32", "engine=vllm"])
+    for method, refused in (("fp8", True), ("modelopt", True), ("compressed-tensors", False),
+                            (None, False)):
+        d = sel.select(quant="fp8_tensor", quant_method=method, **MOE)
+        assert _rejected_by(d, "cutlass", "quant_method") is refused, method

@@ -291,7 +291,11 @@ def _gpt_oss(cfg: _Config) -> Read:
                          routing=routing_method("softmax", True, None, False)))  # renormalize
     notes = [(f"swiglu_limit {limit:g} is the clamp inside swigluoai (vLLM gpt_oss.py passes "
               "activation='swigluoai' and no separate swiglu_limit)")] if limit else []
-    return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], notes, dict(_QKV))
+    head = dataclasses.replace(_lm_head(cfg, h), unquantized=(
+        "vLLM builds the LM head without the quantization config (vLLM 0.32.0 "
+        "vllm/model_executor/models/gpt_oss.py GptOssForCausalLM.__init__: "
+        "ParallelLMHead(vocab_size, hidden_size, prefix=...))"))
+    return Read(n, ["MoE"] * n, mods + [head], notes, dict(_QKV))
 
 
 # architectures entry -> (model_type, reader). Sources of the keys: the model cards' config.json
@@ -341,6 +345,7 @@ RENAMES: Dict[str, Optional[Tuple[_Pairs, Tuple[Tuple[str, Optional[str]], ...],
     "mixtral": (((".gate_proj.", ".w1."), (".up_proj.", ".w3."), (".down_proj.", ".w2.")), (),
                 ()),
     "glm4_moe": None,
+    "ernie4_5_moe": None,  # its mapper is Ernie4_5_MoeModel's, not the CausalLM class's
 }
 
 

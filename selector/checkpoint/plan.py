@@ -179,7 +179,11 @@ def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int
 # different value is refused (the checkpoint decides them; an ignored override would be silent)
 CHECKPOINT_KEYS = {"op": "moe", "quant": "nvfp4", "activation": "silu", "act_and_mul": True,
                    "hidden_size": None, "intermediate_size": None, "num_experts": None,
-                   "top_k": None, "swiglu_limit": None, "act_scale": None, "routing": None}
+                   "top_k": None, "swiglu_limit": None, "act_scale": None, "routing": None,
+                   "quant_method": None}
+# Quantization.format -> the vLLM quantization method (layer.quant_method) of its MoE layers
+_METHODS = {"FP8": "fp8", "ModelOpt": "modelopt", "compressed-tensors": "compressed-tensors",
+            "MXFP4": "mxfp4"}
 # layer field -> the config.json key it comes from (for errors at select time)
 _FIELD_KEYS = {"hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
                "num_experts": "num_experts", "top_k": "num_experts_per_tok",
@@ -301,6 +305,8 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1
             g["layers"].append(m.layer)
         g["modules"] += 1
         fields = m.fields + ((("act_scale", v.act_scale),) if v.act_scale and scheme else ())
+        if scheme and m.cls == "RoutedExperts" and quant.format in _METHODS:
+            fields += (("quant_method", _METHODS[quant.format]),)
         shape = g["shapes"].setdefault(fields, {"projections": [], "modules": 0,
                                                   "problems": {}})
         if m.projection not in shape["projections"]:

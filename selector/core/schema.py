@@ -93,6 +93,11 @@ ACT_SCALES = ("tensor", "token", "group_128")
 ROUTINGS = ("default", "renormalize", "deepseek_v3", "llama4", "renormalize_naive", "topk",
             "sigmoid_renorm", "minimax2", "sigmoid", "unspecified", "deepseek_v4", "custom",
             "simulated")
+# The vLLM quantization method that built the layer (layer.quant_method; null: not known): the
+# FP8 MoE oracle runs vLLM's CUTLASS FP8 experts for compressed-tensors only (fused_moe/oracle/
+# fp8.py select_fp8_moe_backend allow_vllm_cutlass: CompressedTensorsW8A8Fp8MoEMethod passes
+# True; Fp8MoEMethod, quantization/fp8.py:522, and ModelOpt's FP8 MoE leave it False).
+QUANT_METHODS = ("fp8", "modelopt", "compressed-tensors", "mxfp4", "mxfp8")
 # each scheme's own activation-scale granularity (QUANT_SCHEMES' activation keys)
 SCHEME_ACT_SCALE = {"fp8_tensor": "tensor", "fp8_tensor_dynamic": "tensor",
                     "fp8_channel": "token", "fp8_block": "group_128"}
@@ -184,6 +189,7 @@ class Layer:
     all2all: Optional[str] = _choice(None, ALL2ALL, optional=True)
     act_scale: Optional[str] = _choice(None, ACT_SCALES, optional=True)
     routing: Optional[str] = _choice(None, ROUTINGS, optional=True)
+    quant_method: Optional[str] = _choice(None, QUANT_METHODS, optional=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash(tuple(self.__dict__.values())))

@@ -172,8 +172,10 @@ def _parallel_flags(c: Case) -> List[str]:
 
 def _config(parser: Any, d: Path, flags: List[str]) -> Any:
     from vllm.engine.arg_utils import EngineArgs
+    # --dtype bfloat16: the checkpoint's (torch_dtype), which a GPU keeps; vLLM's CPU platform,
+    # where the config is made, would take another for a CPU without bf16
     args = parser.parse_args(["--model", str(d), "--skip-tokenizer-init", "--load-format",
-                              "dummy", *flags])
+                              "dummy", "--dtype", "bfloat16", *flags])
     with contextlib.redirect_stdout(io.StringIO()):
         return EngineArgs.from_cli_args(args).create_engine_config()
 

@@ -133,6 +133,21 @@ class RoutingRule(_ValuesRule):
 
 
 @register
+class QuantMethodRule(_ValuesRule):
+    """The vLLM quantization method that built the layer (layer.quant_method) must be one of
+    `values`; a layer whose method is not known (a layer given without one) passes."""
+    kind, attr, accepted, noun = "quant_method", "quant_method", schema.QUANT_METHODS, \
+        "quantization method"
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        if layer.quant_method is None or layer.quant_method in self.values:
+            return None
+        return self.reason(f"runs layers of quantization method {', '.join(self.values)} "
+                           f"only; this layer's is {layer.quant_method}",
+                           f"do not run {layer.quant_method} layers")
+
+
+@register
 class ActAndMulRule(Rule):
     """Which activations run gated (act_and_mul) and which non-gated."""
     kind = "act_and_mul"
