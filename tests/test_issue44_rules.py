@@ -66,3 +66,13 @@ def test_vllm_cutlass_fp8_experts_only_for_compressed_tensors():
                             (None, False)):
         d = sel.select(quant="fp8_tensor", quant_method=method, **MOE)
         assert _rejected_by(d, "cutlass", "quant_method") is refused, method
+
+
+def test_trtllm_per_tensor_fp8_refuses_a_sequence_parallel_moe():
+    """trtllm_fp8_moe.py 189-196: the monolithic kernel refuses is_sequence_parallel (EP over
+    TP 2 x DP 2); EP over DP alone (TP 1) is not sequence parallel."""
+    sel = load(*B200)
+    seq = sel.select(quant="fp8_tensor", routing="renormalize", ep_size=4, dp_size=2, **MOE)
+    assert _rejected_by(seq, "flashinfer_trtllm", "data_parallel")
+    flat = sel.select(quant="fp8_tensor", routing="renormalize", ep_size=4, dp_size=4, **MOE)
+    assert not _rejected_by(flat, "flashinfer_trtllm", "data_parallel")

@@ -180,7 +180,7 @@ def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int
 CHECKPOINT_KEYS = {"op": "moe", "quant": "nvfp4", "activation": "silu", "act_and_mul": True,
                    "hidden_size": None, "intermediate_size": None, "num_experts": None,
                    "top_k": None, "swiglu_limit": None, "act_scale": None, "routing": None,
-                   "quant_method": None}
+                   "quant_method": None, "dp_size": 1}
 # Quantization.format -> the vLLM quantization method (layer.quant_method) of its MoE layers
 _METHODS = {"FP8": "fp8", "ModelOpt": "modelopt", "compressed-tensors": "compressed-tensors",
             "MXFP4": "mxfp4"}
@@ -258,7 +258,8 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
         raise bad_input("layer.dtype", defaults.dtype, f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
     groups = _group_modules(arch, quant, topology.linear_tp if topology is not None
-                            else defaults.tp_size)
+                            else defaults.tp_size,
+                            topology.dp if topology is not None else defaults.dp_size)
     kinds = []
     for (component, scheme), g in groups.items():
         shapes = []
@@ -282,7 +283,7 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
     return Plan(str(root), arch, quant, tuple(kinds), requested)
 
 
-def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1
+def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, dp: int = 1
                    ) -> OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]:
     """The modules grouped by (component, scheme): layers, module counts, distinct field sets,
     and what vLLM refuses of them (`tp`: the engine's tensor-parallel size)."""
@@ -307,6 +308,8 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1
         fields = m.fields + ((("act_scale", v.act_scale),) if v.act_scale and scheme else ())
         if scheme and m.cls == "RoutedExperts" and quant.format in _METHODS:
             fields += (("quant_method", _METHODS[quant.format]),)
+        if scheme and m.cls == "RoutedExperts" and dp > 1:
+            fields += (("dp_size", dp),)
         shape = g["shapes"].setdefault(fields, {"projections": [], "modules": 0,
                                                   "problems": {}})
         if m.projection not in shape["projections"]:

@@ -190,6 +190,11 @@ class Layer:
     act_scale: Optional[str] = _choice(None, ACT_SCALES, optional=True)
     routing: Optional[str] = _choice(None, ROUTINGS, optional=True)
     quant_method: Optional[str] = _choice(None, QUANT_METHODS, optional=True)
+    # the data-parallel size the engine runs the layer under (vLLM: with expert parallelism and
+    # TP > 1, DP > 1 makes the MoE sequence parallel: fused_moe/config.py
+    # FusedMoEParallelConfig.is_sequence_parallel; without EP, DP > 1 still changes the
+    # experts class, e.g. experts/trtllm_mxfp4_moe.py 173-180 dp_size <= 1)
+    dp_size: int = _int(1)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash(tuple(self.__dict__.values())))

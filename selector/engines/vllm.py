@@ -140,7 +140,8 @@ def moe_layer(config: Any, weight_key: Any, activation_key: Any) -> Dict[str, An
     par = config.moe_parallel_config
     activation, gated = moe_activation(config.activation)
     quant = quant_scheme(weight_key, activation_key)
-    extra = {"routing": routing(getattr(config, "routing_method", None))}
+    extra = {"routing": routing(getattr(config, "routing_method", None)),
+             "dp_size": max(1, int(getattr(par, "dp_size", 1) or 1))}
     if quant == "fp8_tensor_dynamic":
         extra["act_scale"] = act_scale(activation_key)
     return {"op": "moe", "quant": quant, **extra,

@@ -148,6 +148,39 @@ class QuantMethodRule(_ValuesRule):
 
 
 @register
+class DataParallelRule(Rule):
+    """Data parallelism: `sequence_parallel: false` refuses vLLM's sequence-parallel MoE (EP
+    over TP > 1 and DP > 1 ranks); `dp: false` refuses any DP > 1."""
+    kind = "data_parallel"
+    layer_fields = ("dp_size", "ep_size")
+
+    @dataclass(frozen=True)
+    class Params:
+        dp: bool = True
+        sequence_parallel: bool = True
+
+    def setup(self, p: Params) -> None:
+        if p.dp and p.sequence_parallel:
+            raise bad_input(f"{self.key}", None, "refuses nothing: set dp: false or "
+                            "sequence_parallel: false", where=self.where)
+        self.dp, self.seq = p.dp, p.sequence_parallel
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        from selector.core.rules.when import sequence_parallel
+        if not self.dp and layer.dp_size > 1:
+            return self.reason(f"does not run under data parallelism (dp_size "
+                               f"{layer.dp_size})", "do not run under data parallelism")
+        if not self.seq and sequence_parallel(layer):
+            return self.reason(f"does not run a sequence-parallel MoE (expert parallelism "
+                               f"{layer.ep_size} over data parallelism {layer.dp_size} and "
+                               "TP > 1)", "do not run a sequence-parallel MoE")
+        return None
+
+    def describe(self) -> str:
+        return "data_parallel " + ("no DP" if not self.dp else "no sequence-parallel MoE")
+
+
+@register
 class ActAndMulRule(Rule):
     """Which activations run gated (act_and_mul) and which non-gated."""
     kind = "act_and_mul"

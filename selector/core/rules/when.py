@@ -129,6 +129,12 @@ def act_scale_of(layer: Any) -> Optional[str]:
     return layer.act_scale or schema.SCHEME_ACT_SCALE.get(layer.quant)
 
 
+def sequence_parallel(layer: Any) -> bool:
+    """vLLM's sequence-parallel MoE (config/parallel.py use_sequence_parallel_moe): expert
+    parallelism over TP > 1 and DP > 1 ranks (the layer's EP = TP x DP exceeds its DP)."""
+    return layer.dp_size > 1 and layer.ep_size > layer.dp_size
+
+
 WHEN: Dict[str, WhenTerm] = {
     "activation": WhenTerm(_one_of(schema.ACTIVATIONS),
                            lambda v, layer, f: layer.activation in v, "activation",
@@ -150,6 +156,11 @@ WHEN: Dict[str, WhenTerm] = {
     # the router's routing method (a layer whose routing is not known holds no term)
     "routing": WhenTerm(_one_of(schema.ROUTINGS), lambda v, layer, f: layer.routing in v,
                         "routing", lambda v: "/".join(sorted(v))),
+    # data parallelism (layer.dp_size > 1), and the sequence-parallel MoE it makes with expert
+    # parallelism over TP > 1 (EP = TP x DP > DP)
+    "dp": WhenTerm(_bool, lambda v, layer, f: (layer.dp_size > 1) == v, "dp_size"),
+    "sequence_parallel": WhenTerm(_bool, lambda v, layer, f: sequence_parallel(layer) == v,
+                                  "dp_size"),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
                                 and layer.num_experts >= v, "num_experts", threshold=">="),
     "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
