@@ -262,7 +262,12 @@ def _nemotron_h(cfg: _Config) -> Read:
                 fields=_fields(op="linear", activation="silu", act_and_mul=False, hidden_size=h,
                                intermediate_size=in_n, num_experts=None, top_k=None,
                                swiglu_limit=None, tp_size=cfg.tp),
-                cls="MergedColumnParallelLinear"),
+                cls="MergedColumnParallelLinear",
+                # mamba_mixer2.py 358-366: with n_groups divisible by TP, five outputs [z, x,
+                # B, C, dt] each split by TP (the block-FP8 check reads each partition); else
+                # one ColumnParallelLinear output
+                parts=(inner // cfg.tp, inner // cfg.tp, g_rank * state, g_rank * state,
+                       heads // cfg.tp) if groups % cfg.tp == 0 else (in_n,)),
                      _linear(cfg, p, "Mamba", i, "out_proj", inner, h, "row", "mamba_num_heads")]
     return Read(n, types, mods + [_lm_head(cfg, h)], [], dict(_QKV))
 

@@ -67,6 +67,8 @@ class Case:
     vllm_alone: str = ""  # "" builds, else vLLM's refusal
     vllm_flags: str = ""  # "" builds with the printed flags, else the refusal
     differences: List[str] = field(default_factory=list)
+    # vLLM's model registry could not inspect the class (its subprocess died): not compared
+    harness_error: str = ""
 
 
 def _ignores(rng: random.Random, config: Dict[str, Any], style: str) -> List[str]:
@@ -184,6 +186,7 @@ def run(cases: List[Case]) -> None:
     """Every case: selector through the CLI, then vLLM alone and with the printed flags."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.utils.torch_utils import set_default_torch_dtype
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
     for c in cases:
         _selector(c)
@@ -203,8 +206,12 @@ def run(cases: List[Case]) -> None:
                         setattr(c, attr, f"flags refused: {model_shapes.refusal(exc)}"
                                 if isinstance(exc, Exception) else f"argparse: {exc}")
                         continue
+                # the model's dtype as torch's default while it is built, as vLLM's loader
+                # sets it (model_loader/base_loader.py load_model: set_default_torch_dtype):
+                # the FP8 linear kernels take their output dtype from it
                 with builder.simulation.scenario(scenario), \
-                        model_shapes.ckpt_diff._record_fp8_moe_keys():
+                        model_shapes.ckpt_diff._record_fp8_moe_keys(), \
+                        set_default_torch_dtype(vc.model_config.dtype):
                     m = builder._model(vc, c.tp, c.dp, c.ep)
                 setattr(c, attr, m.refused)
                 if attr == "vllm_flags" and not m.refused:
@@ -215,7 +222,13 @@ def run(cases: List[Case]) -> None:
         builder.close()
 
 
+INSPECTION = "failed to be inspected"  # vLLM's registry subprocess died (a loaded machine)
+
+
 def _compare(c: Case) -> None:
+    if INSPECTION in c.vllm_alone or INSPECTION in c.vllm_flags:
+        c.harness_error = c.vllm_alone or c.vllm_flags
+        return
     if c.rc == 0 and c.vllm_alone:
         c.differences.append(f"selector plans a checkpoint vLLM refuses: {c.vllm_alone}")
     elif c.rc == 0 and c.vllm_flags:
