@@ -100,15 +100,18 @@ def differences(v: model_shapes.Model, s: Mine) -> List[str]:
 def padded(b: model_shapes.Built, mine: Tuple[Any, ...]) -> bool:
     """MXFP4 experts whose hidden and intermediate sizes vLLM pads for the kernel it picked
     (vLLM 0.32.0 fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size:
-    to 128 / 256 for TRT-LLM, CUTLASS, Marlin, DeepGEMM; called by
+    to 128 / 256 for TRT-LLM, CUTLASS, Marlin, DeepGEMM, the intermediate size to 64 otherwise;
+    called by
     quantization/mxfp4.py Mxfp4MoEMethod.create_weights): the kernel's padding, chosen after the
     backend, not the per-GPU sizes the backend is chosen for."""
     k, n, tp, scheme, experts = mine
     if b.experts is None or not scheme.startswith("mxfp4") or (b.tp, b.scheme, b.experts[0]) \
             != (tp, scheme, experts):
         return False
-    return any(b.k == -(-k // a) * a and b.n == -(-n // c) * c for a in (128, 256)
-               for c in (32, 128)) and (b.k, b.n) != (k, n)
+    # the default branch (Triton's kernels, e.g. on SM 9.0) rounds the intermediate size up
+    # to 64 and keeps the hidden size
+    return any(b.k == -(-k // a) * a and b.n == -(-n // c) * c for a in (1, 128, 256)
+               for c in (32, 64, 128)) and (b.k, b.n) != (k, n)
 
 
 # ---------------------------------------------------------------------------------------------
