@@ -132,7 +132,7 @@ def act_scale_of(layer: Any) -> Optional[str]:
 def sequence_parallel(layer: Any) -> bool:
     """vLLM's sequence-parallel MoE (config/parallel.py use_sequence_parallel_moe): expert
     parallelism over TP > 1 and DP > 1 ranks (the layer's EP = TP x DP exceeds its DP)."""
-    return layer.dp_size > 1 and layer.ep_size > layer.dp_size
+    return bool(layer.dp_size > 1 and layer.ep_size > layer.dp_size)
 
 
 WHEN: Dict[str, WhenTerm] = {
