@@ -112,8 +112,10 @@ def _deepseek(cfg: _Config, dsa: bool = False) -> Read:
     has_indexer = _indexer(cfg, n) if dsa else None
     # deepseek_v2.py DeepseekV2MoE: scoring_func (default softmax), norm_topk_prob, n_group,
     # and a score-correction bias with topk_method noaux_tc
+    # (DeepseekV3Config's norm_topk_prob defaults to True, DeepseekV2Config's to False)
     routing = routing_method(cfg.text("scoring_func", "softmax"),
-                             cfg.flag("norm_topk_prob", False), cfg._get("n_group"),
+                             cfg.flag("norm_topk_prob", cfg.model_type != "deepseek_v2"),
+                             cfg._get("n_group"),
                              cfg.text("topk_method", "") == "noaux_tc")
     types, mods = [], []
     for i in range(n):
@@ -230,8 +232,9 @@ def _nemotron_h(cfg: _Config) -> Read:
                              cfg.integer("num_experts_per_tok"), act, False,
                              projs=("up_proj", "None", "down_proj"),
                              # nemotron_h.py NemotronHMoE: sigmoid with a correction bias
+                             # NemotronHConfig's n_group defaults to 1 (null stays None)
                              routing=routing_method("sigmoid", cfg.flag("norm_topk_prob", True),
-                                                    cfg._get("n_group"), True)))
+                                                    cfg.data.get("n_group", 1), True)))
             if cfg.integer("n_shared_experts", 1, minimum=0):
                 mods += _mlp(cfg, f"{p}.shared_experts", "shared experts", i, h,
                              cfg.integer("moe_shared_expert_intermediate_size"), gated=False,

@@ -99,10 +99,11 @@ def glm4_moe(cfg: _Config) -> Read:
         mods += _qkv(cfg, f"{p}.self_attn", i, h)
         if i >= first_dense:
             types.append("MoE")
-            # glm4_moe.py Glm4MoE: sigmoid, a correction bias, n_group, norm_topk_prob
+            # glm4_moe.py Glm4MoE: sigmoid, a correction bias, n_group (Glm4MoeConfig's
+            # default 1; null stays None), norm_topk_prob
             mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
                              routing=routing_method("sigmoid", cfg.flag("norm_topk_prob", True),
-                                                    cfg._get("n_group"), True)))
+                                                    cfg.data.get("n_group", 1), True)))
             if shared:
                 mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
                              moe_i * shared, key="moe_intermediate_size")

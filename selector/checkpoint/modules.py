@@ -82,7 +82,7 @@ class _Config:
 
     def __init__(self, data: Mapping[str, Any], path: Path, arch: str, model_type: str,
                  tp: int = 1, ep: int = 1, moe_tp: Optional[int] = None):
-        self.data, self.path, self.arch = data, path, arch
+        self.data, self.path, self.arch, self.model_type = data, path, arch, model_type
         self.defaults = HF_DEFAULTS.get(model_type, {})
         self.defaulted: List[str] = []
         # dense layers run TP `tp`; the routed experts TP `moe_tp` and EP `ep` (vLLM: with
