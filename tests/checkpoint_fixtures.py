@@ -34,7 +34,8 @@ DEEPSEEK_V3 = {
     "hidden_act": "silu", "num_attention_heads": 128, "num_key_value_heads": 128,
     "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
     "v_head_dim": 128, "vocab_size": 129280, "topk_method": "noaux_tc", "n_group": 8,
-    "topk_group": 4, "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 1,
+    "topk_group": 4, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+    "norm_topk_prob": True, "num_nextn_predict_layers": 1,
     "torch_dtype": "bfloat16",
 }
 DEEPSEEK_QUANT = {

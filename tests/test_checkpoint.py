@@ -76,7 +76,8 @@ def test_deepseek_kinds(ckpts):
     assert s.fields == {"quant": "nvfp4", "op": "moe", "activation": "silu",
                         "act_and_mul": True, "hidden_size": 7168, "intermediate_size": 2048,
                         "num_experts": 256, "top_k": 8, "swiglu_limit": None,
-                        "tp_size": 1, "ep_size": 1, "dtype": "bfloat16"}
+                        "tp_size": 1, "ep_size": 1, "dtype": "bfloat16",
+                        "routing": "deepseek_v3", "quant_method": "modelopt"}
     # the same decision as the hand-written DeepSeek layer preset
     preset = load(*SPARK, "layer=deepseek_moe").default()
     assert s.decision.to_dict()["candidates"] == preset.to_dict()["candidates"]
@@ -175,8 +176,7 @@ def bad(tmp_path_factory):
         "missing-dir": (str(root / "nope"), ("--model", "is not a directory")),
         "no-config": (str(no_config), ("--model", "has no config.json")),
         "malformed": (str(malformed), ("malformed JSON",)),
-        # an unknown architecture is read from the standard keys (issue 32); without them
-        # there is nothing to read
+        # an unknown architecture is refused as not modelled (issue 44)
         "unknown-arch": (write_checkpoint(root, "foo", {"architectures": ["FooForCausalLM"],
                                                         "model_type": "foo"}, LLAMA_QUANT),
                          ("architectures", "FooForCausalLM", "DeepseekV3ForCausalLM")),

@@ -658,13 +658,12 @@ def test_architecture_lookup():
     assert arch({**LLAMA, "architectures": ["Foo", "MistralForCausalLM"]}).name == \
         "MistralForCausalLM"
     assert arch({k: v for k, v in LLAMA.items() if k != "model_type"}).model_type == "llama"
-    # issue 32: Mixtral is read as vLLM builds it; an unknown architecture from its config's
-    # standard keys, with a note (it was refused before)
+    # issue 32: Mixtral is read as vLLM builds it; issue 44: an unknown architecture is
+    # refused as not modelled, never planned from its config's common keys
     mix = arch({**LLAMA, "architectures": ["MixtralForCausalLM"]})
     assert any(m.name == "model.layers.0.block_sparse_moe.experts" for m in mix.modules)
-    foo = arch({**LLAMA, "architectures": ["FooForCausalLM"]})
-    assert foo.name == "FooForCausalLM" and "has no reader in selector" in foo.notes[0]
-    assert any(m.name == "model.layers.0.mlp.gate_up_proj" for m in foo.modules)
+    with pytest.raises(SelectorError, match="architecture not modelled"):
+        arch({**LLAMA, "architectures": ["FooForCausalLM"]})
     with pytest.raises(SelectorError, match="architectures"):
         arch({"architectures": ["FooForCausalLM"]})  # no standard keys: nothing to read
     with pytest.raises(SelectorError, match="model_type"):
@@ -703,3 +702,97 @@ def test_plan_helpers(tmp_path):
     with pytest.raises(SelectorError, match="has no config.json"):
         checkpoint_root(empty)
     assert checkpoint_root("x" * 4096 if False else str(tmp_path)) == tmp_path
+
+
+# -- issue 44: Llama-4 text, ERNIE-4.5 MoE, routing and activation scales -----------------------
+
+# meta-llama/Llama-4-Scout-17B-16E text_config (Maverick: interleave_moe_layer_step 2, 128 experts)
+LLAMA4 = {"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text",
+          "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+          "num_hidden_layers": 4, "num_attention_heads": 40, "num_key_value_heads": 8,
+          "head_dim": 128, "num_local_experts": 128, "num_experts_per_tok": 1,
+          "interleave_moe_layer_step": 2, "vocab_size": 202048}
+# baidu/ERNIE-4.5-21B-A3B-PT
+ERNIE = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe",
+         "hidden_size": 2560, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+         "num_hidden_layers": 4, "num_attention_heads": 20, "num_key_value_heads": 4,
+         "moe_num_experts": 64, "moe_k": 6, "moe_num_shared_experts": 2,
+         "moe_layer_start_index": 1, "moe_layer_interval": 1, "vocab_size": 103424}
+
+
+def test_llama4_interleaves_moe_layers_with_a_shared_expert_and_llama4_routing():
+    m = mods(LLAMA4)
+    assert "model.layers.0.feed_forward.gate_up_proj" in m  # dense: intermediate_size_mlp
+    assert dict(m["model.layers.0.feed_forward.gate_up_proj"].fields)["intermediate_size"] \
+        == 2 * 16384
+    experts = dict(m["model.layers.1.feed_forward.experts"].fields)
+    assert (experts["num_experts"], experts["top_k"], experts["intermediate_size"],
+            experts["routing"]) == (128, 1, 8192, "llama4")
+    assert "model.layers.1.feed_forward.shared_expert.gate_up_proj" in m
+    assert "model.layers.1.feed_forward.router" not in m  # GateLinear without quant config
+
+
+def test_ernie_moe_layers_start_at_moe_layer_start_index():
+    a = arch(ERNIE)
+    assert a.layer_types == ("dense", "MoE", "MoE", "MoE")
+    m = {x.name: x for x in a.modules}
+    f = dict(m["model.layers.1.mlp.experts"].fields)
+    assert (f["num_experts"], f["top_k"], f["routing"]) == (64, 6, "unspecified")
+    assert dict(m["model.layers.1.mlp.shared_experts.gate_up_proj"].fields)[
+        "intermediate_size"] == 2 * 2 * 1536
+    assert "model.layers.0.mlp.gate_up_proj" in m
+    assert arch({**ERNIE, "use_moe": False}).layer_types == ("dense",) * 4
+
+
+def test_fp8_dynamic_linear_activations_are_per_token_and_ct_experts_per_group(tmp_path):
+    fp8 = {**QWEN3_MOE, "num_hidden_layers": 2,
+           "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+    (tmp_path / "fp8").mkdir()
+    v = verdicts(tmp_path / "fp8", fp8)
+    assert v["model.layers.0.self_attn.qkv_proj"].act_scale == "token"
+    assert v["model.layers.0.mlp.experts"].scheme == "fp8_tensor_dynamic"
+    assert v["model.layers.0.mlp.experts"].act_scale is None  # Fp8MoEMethod: per tensor
+    ct = {**QWEN3_MOE, "num_hidden_layers": 2, "quantization_config": {
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"g": {"targets": ["Linear"], "weights": {
+            "num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True,
+            "dynamic": False}, "input_activations": {"num_bits": 8, "type": "float",
+                                                     "strategy": "tensor", "symmetric": True,
+                                                     "dynamic": True}}}}}
+    (tmp_path / "ct").mkdir()
+    w = verdicts(tmp_path / "ct", ct)
+    assert w["model.layers.0.self_attn.qkv_proj"].act_scale == "token"
+    assert w["model.layers.0.mlp.experts"].act_scale == "group_128"
+
+
+def test_modelopt_flat_exclude_modules_is_read_from_vllm_0_33_on(tmp_path):
+    cfg = {**LLAMA, "num_hidden_layers": 2, "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+        "producer": {"name": "modelopt"}, "exclude_modules": ["lm_head", "*self_attn*"]}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    a = arch(cfg)
+    old = Q.read_quantization(tmp_path, cfg, a, "0.32.0")
+    new = Q.read_quantization(tmp_path, cfg, a, "0.33.0")
+    qkv = next(m for m in a.modules if m.name.endswith("self_attn.qkv_proj"))
+    assert old.verdict_of(qkv).scheme == "nvfp4" and old.release == "0.32.0"
+    assert any("exclude_modules is not read by vLLM 0.32.0" in w for w in old.warnings)
+    assert new.verdict_of(qkv).scheme is None and new.release == "0.33.0"
+    assert not new.warnings
+    assert Q.read_quantization(tmp_path, cfg, a, "0.34.0rc1").release == "0.33.0"
+    assert Q.read_quantization(tmp_path, cfg, a).release == "0.32.0"
+
+
+def test_the_plans_read_line_names_the_stacks_vllm_release(tmp_path):
+    from helpers import run_main
+    cfg = {**LLAMA, "num_hidden_layers": 2, "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+        "producer": {"name": "modelopt"}, "exclude_modules": ["lm_head", "*self_attn*"]}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    for stack, release, attention in (("vllm_0_32", "0.32.0", "linear nvfp4"),
+                                      ("vllm_0_33", "0.33.0", "not planned")):
+        rc, out, err = run_main(["explain", "--model", str(tmp_path), "platform=b200",
+                                 f"stack={stack}"])
+        assert rc in (0, 1), err
+        assert f"as vLLM {release} reads it" in out
+        line = next(ln for ln in out.splitlines() if ln.startswith("attention:"))
+        assert attention in line, (stack, line)

@@ -52,33 +52,21 @@ def test_mixtral_names_map_gate_up_down_to_w1_w3_w2():
         == [f"{base}.{w}.weight" for w in ("w1", "w3", "w2")]
 
 
-# -- arch_moe.py: the standard reader of an architecture selector has no reader for ----------
+# -- arch.py: an architecture selector has no reader for is refused, never planned from its
+# config's common keys (issue 44) ---------------------------------------------------------
 
 FOO = {**LLAMA, "architectures": ["FooForCausalLM"], "model_type": "foo", "num_hidden_layers": 2}
 
 
-@pytest.mark.parametrize("key", ["num_experts", "num_local_experts", "n_routed_experts"])
-def test_standard_reader_takes_the_expert_count_under_each_name(key):
-    a = arch({**FOO, key: 16, "num_experts_per_tok": 2})
-    experts = {m.name: dict(m.fields) for m in a.modules if m.name.endswith("mlp.experts")}
-    assert sorted(experts) == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
-    assert all(f["num_experts"] == 16 and f["top_k"] == 2 for f in experts.values())
-    assert key in a.notes[0]
-
-
-def test_standard_reader_experts_take_moe_intermediate_size_when_given():
-    a = arch({**FOO, "num_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 512})
-    (f,) = [dict(m.fields) for m in a.modules if m.name == "model.layers.0.mlp.experts"]
-    assert f["intermediate_size"] == 512  # not the dense intermediate_size (14336)
-    b = arch({**FOO, "num_experts": 16, "num_experts_per_tok": 2})
-    (g,) = [dict(m.fields) for m in b.modules if m.name == "model.layers.0.mlp.experts"]
-    assert g["intermediate_size"] == LLAMA["intermediate_size"]
-
-
-def test_standard_reader_with_zero_experts_is_a_dense_model():
-    """`num_experts: 0` (some dense configs carry it) is a dense MLP, not a refusal."""
-    m = mods({**FOO, "num_experts": 0})
-    assert "model.layers.0.mlp.gate_up_proj" in m and "model.layers.0.mlp.experts" not in m
+@pytest.mark.parametrize("extra", [{}, {"num_experts": 16, "num_experts_per_tok": 2},
+                                   {"moe_num_experts": 64, "moe_k": 6},
+                                   {"layers_block_type": ["attention", "mamba"]},
+                                   {"first_k_dense_replace": 1, "n_routed_experts": 8}])
+def test_an_unmodelled_architecture_is_refused_with_the_modelled_list(extra):
+    with pytest.raises(SelectorError, match="architecture not modelled") as exc:
+        arch({**FOO, **extra})
+    assert "FooForCausalLM" in str(exc.value) and "DeepseekV3ForCausalLM" in str(exc.value)
+    assert exc.value.key == "architectures"
 
 
 def test_qwen3_next_explicit_layer_types_are_read():

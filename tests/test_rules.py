@@ -599,3 +599,35 @@ def test_wrongly_typed_fields(conf, field):
     with pytest.raises(SelectorError) as e:
         rule(**conf)
     assert f"{KEY}.{field}" in str(e.value) and WHERE in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# act_scale / routing (issue 44)
+
+def test_act_scale_reads_the_layer_or_its_schemes_own_granularity():
+    r = rule(kind="act_scale", values=["tensor"])
+    assert check(r, layer(quant="fp8_tensor_dynamic")) is None  # the scheme's own: tensor
+    got = check(r, layer(quant="fp8_tensor_dynamic", act_scale="token"))
+    assert got is not None and got.rule == "act_scale" and "per token" in got.message
+    assert check(r, layer(quant="fp8_channel")) is not None  # fp8_channel's own: token
+    assert check(r, layer(quant="nvfp4")) is None  # no granularity of its own: passes
+
+
+def test_act_scale_when_term_scopes_a_rule():
+    r = rule(kind="quant", values=["fp8_block"], when={"act_scale": ["group_128"]})
+    assert check(r, layer(quant="fp8_tensor_dynamic")) is None
+    assert check(r, layer(quant="fp8_tensor_dynamic", act_scale="group_128")) is not None
+
+
+def test_routing_rule_refuses_a_routing_method_outside_its_list_only():
+    r = rule(kind="routing", values=["deepseek_v3", "renormalize"])
+    assert check(r, layer(routing="deepseek_v3")) is None
+    assert check(r, layer()) is None  # routing not known: passes
+    got = check(r, layer(routing="default"))
+    assert got is not None and got.rule == "routing" and "default" in got.message
+
+
+@pytest.mark.parametrize("kind,bad", [("act_scale", "row"), ("routing", "softmax")])
+def test_act_scale_and_routing_refuse_unknown_values(kind, bad):
+    with pytest.raises(SelectorError, match="accepted:"):
+        rule(kind=kind, values=[bad])

@@ -42,6 +42,7 @@ from selector.checkpoint.modules import _lm_head as _lm_head
 from selector.checkpoint.modules import _mlp as _mlp
 from selector.checkpoint.modules import _moe as _moe
 from selector.checkpoint.modules import _qkv as _qkv
+from selector.checkpoint.modules import routing_method as routing_method
 from selector.core.errors import bad_input, bad_value
 
 
@@ -109,6 +110,13 @@ def _deepseek(cfg: _Config, dsa: bool = False) -> Read:
                         f"the q_lora_rank query ({_V32}/attention.py DeepseekV32Indexer: wq_b)",
                         where=str(cfg.path))
     has_indexer = _indexer(cfg, n) if dsa else None
+    # deepseek_v2.py DeepseekV2MoE: scoring_func (default softmax), norm_topk_prob, n_group,
+    # and a score-correction bias with topk_method noaux_tc
+    # (DeepseekV3Config's norm_topk_prob defaults to True, DeepseekV2Config's to False)
+    routing = routing_method(cfg.text("scoring_func", "softmax"),
+                             cfg.flag("norm_topk_prob", cfg.model_type != "deepseek_v2"),
+                             cfg._get("n_group"),
+                             cfg.text("topk_method", "") == "noaux_tc")
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"
@@ -149,7 +157,7 @@ def _deepseek(cfg: _Config, dsa: bool = False) -> Read:
                     "router/router_factory.py (create_fused_moe_router): num_expert_group and "
                     "topk_group must be provided when use_grouped_topk is True)")
             mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
-                             limit))
+                             limit, routing=routing))
             if shared:
                 mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
                              moe_i * shared, key="moe_intermediate_size",
@@ -184,7 +192,10 @@ def _qwen3_moe(cfg: _Config) -> Read:
         mods += _qkv(cfg, f"{p}.self_attn", i, h)
         if i not in only_mlp and (i + 1) % step == 0:
             types.append("MoE")
-            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True))
+            # qwen3_moe.py Qwen3MoeSparseMoeBlock: softmax, renormalize=norm_topk_prob
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
+                             routing=routing_method("softmax", cfg.flag("norm_topk_prob", False),
+                                                    None, False)))
             # the router: qwen3_moe.py Qwen3MoeSparseMoeBlock builds GateLinear (a
             # ReplicatedLinear) with the quant config: vLLM quantizes it unless excluded
             mods.append(_linear(cfg, f"{p}.mlp", "router", i, "gate", h, experts, "replicated"))
@@ -219,7 +230,11 @@ def _nemotron_h(cfg: _Config) -> Read:
             moe_i = cfg.integer("moe_intermediate_size")
             mods.append(_moe(cfg, f"{p}.experts", i, h, moe_i, cfg.integer("n_routed_experts"),
                              cfg.integer("num_experts_per_tok"), act, False,
-                             projs=("up_proj", "None", "down_proj")))
+                             projs=("up_proj", "None", "down_proj"),
+                             # nemotron_h.py NemotronHMoE: sigmoid with a correction bias
+                             # NemotronHConfig's n_group defaults to 1 (null stays None)
+                             routing=routing_method("sigmoid", cfg.flag("norm_topk_prob", True),
+                                                    cfg.data.get("n_group", 1), True)))
             if cfg.integer("n_shared_experts", 1, minimum=0):
                 mods += _mlp(cfg, f"{p}.shared_experts", "shared experts", i, h,
                              cfg.integer("moe_shared_expert_intermediate_size"), gated=False,
@@ -250,7 +265,12 @@ def _nemotron_h(cfg: _Config) -> Read:
                 fields=_fields(op="linear", activation="silu", act_and_mul=False, hidden_size=h,
                                intermediate_size=in_n, num_experts=None, top_k=None,
                                swiglu_limit=None, tp_size=cfg.tp),
-                cls="MergedColumnParallelLinear"),
+                cls="MergedColumnParallelLinear",
+                # mamba_mixer2.py 358-366: with n_groups divisible by TP, five outputs [z, x,
+                # B, C, dt] each split by TP (the block-FP8 check reads each partition); else
+                # one ColumnParallelLinear output
+                parts=(inner // cfg.tp, inner // cfg.tp, g_rank * state, g_rank * state,
+                       heads // cfg.tp) if groups % cfg.tp == 0 else (in_n,)),
                      _linear(cfg, p, "Mamba", i, "out_proj", inner, h, "row", "mamba_num_heads")]
     return Read(n, types, mods + [_lm_head(cfg, h)], [], dict(_QKV))
 
@@ -275,10 +295,15 @@ def _gpt_oss(cfg: _Config) -> Read:
                 "attention.py Attention.__init__: num_heads % num_kv_heads))")
         mods += _qkv(cfg, f"{p}.attn", i, h)
         mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, inter, experts, top_k, "swigluoai",
-                         True, key="intermediate_size"))
+                         True, key="intermediate_size",
+                         routing=routing_method("softmax", True, None, False)))  # renormalize
     notes = [(f"swiglu_limit {limit:g} is the clamp inside swigluoai (vLLM gpt_oss.py passes "
               "activation='swigluoai' and no separate swiglu_limit)")] if limit else []
-    return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], notes, dict(_QKV))
+    head = dataclasses.replace(_lm_head(cfg, h), unquantized=(
+        "vLLM builds the LM head without the quantization config (vLLM 0.32.0 "
+        "vllm/model_executor/models/gpt_oss.py GptOssForCausalLM.__init__: "
+        "ParallelLMHead(vocab_size, hidden_size, prefix=...))"))
+    return Read(n, ["MoE"] * n, mods + [head], notes, dict(_QKV))
 
 
 # architectures entry -> (model_type, reader). Sources of the keys: the model cards' config.json
@@ -299,6 +324,8 @@ ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
     "MixtralForCausalLM": ("mixtral", arch_moe.mixtral),
     "Glm4MoeForCausalLM": ("glm4_moe", arch_moe.glm4_moe),
     "MiniMaxM2ForCausalLM": ("minimax_m2", arch_moe.minimax_m2),
+    "Llama4ForCausalLM": ("llama4_text", arch_moe.llama4),
+    "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe", arch_moe.ernie45_moe),
 }
 _BY_MODEL_TYPE = {mt: arch for arch, (mt, _) in ARCHITECTURES.items()}
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
@@ -326,6 +353,7 @@ RENAMES: Dict[str, Optional[Tuple[_Pairs, Tuple[Tuple[str, Optional[str]], ...],
     "mixtral": (((".gate_proj.", ".w1."), (".up_proj.", ".w3."), (".down_proj.", ".w2.")), (),
                 ()),
     "glm4_moe": None,
+    "ernie4_5_moe": None,  # its mapper is Ernie4_5_MoeModel's, not the CausalLM class's
 }
 
 
@@ -340,19 +368,22 @@ def read_architecture(config: Mapping[str, Any], path: Path, tp_size: int = 1,
     model_type = config.get("model_type")
     if archs is None and isinstance(model_type, str) and model_type in _BY_MODEL_TYPE:
         name = _BY_MODEL_TYPE[model_type]
-    unknown = next((a for a in archs if isinstance(a, str) and a), None) \
-        if isinstance(archs, list) and name is None else None
-    if unknown is not None and "num_hidden_layers" in config and "hidden_size" in config:
-        name = unknown  # read from the standard keys, with a note (arch_moe.standard)
-    elif name is None:
+    if name is None:
         given = archs if archs is not None else config.get("model_type")
         key = "architectures" if archs is not None else "model_type"
         if given is None:
             raise bad_input("architectures", None, "is missing (and so is model_type): "
                             "config.json must name the model's architecture", where=str(path))
         accepted = ARCHITECTURES if key == "architectures" else _BY_MODEL_TYPE
-        raise bad_value(key, given, accepted, what="architecture", where=str(path))
-    model_type, reader = ARCHITECTURES.get(name) or (str(model_type or ""), arch_moe.standard)
+        # issue 44: an architecture without a reader is never planned from the "standard"
+        # keys: its own keys (moe_num_experts, layers_block_type, first_k_dense_replace,
+        # per-layer lists, ...) change the layout vLLM builds, and a plan from the common
+        # ones would be silently wrong
+        raise bad_value(key, given, accepted, what="architecture", where=str(path),
+                        hint="architecture not modelled: selector plans the architectures "
+                        "listed, each read as vLLM 0.32.0's model class builds it "
+                        "(tests/vllm/test_registry_walk.py walks vLLM's model registry)")
+    model_type, reader = ARCHITECTURES[name]
     for key, v in (("layer.tp_size", tp_size), ("layer.ep_size", ep_size)):
         if v > LIMITS["parallel"]:
             raise bad_input(key, v, f"is implausibly large (at most {LIMITS['parallel']})")

@@ -1,6 +1,7 @@
 """More MoE architectures as vLLM 0.32.0 builds them (model_executor/models/mixtral.py,
-glm4_moe.py, minimax_m2.py, qwen3_next.py), and any other architecture read from its config's
-standard keys (with a note: its module names are the common ones, not checked against a vLLM model class).
+glm4_moe.py, minimax_m2.py, qwen3_next.py). An architecture without a reader is refused
+("architecture not modelled", checkpoint/arch.py read_architecture), never planned from its
+config's common keys.
 
 Each reader gives the modules of checkpoint/modules.py, split per GPU; tests/vllm/
 test_launch_shapes.py builds the same configs with vLLM's classes and compares them module by
@@ -24,17 +25,11 @@ from selector.checkpoint.modules import (
     _mlp,
     _moe,
     _qkv,
+    routing_method,
 )
 from selector.core.errors import bad_input
 
 W_PROJS = ("w1", "w3", "w2")  # Mixtral / MiniMax expert weights (gate, up, down)
-
-
-def _experts_key(cfg: _Config) -> str:
-    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
-        if key in cfg.data:
-            return key
-    return "num_local_experts"
 
 
 def mixtral(cfg: _Config) -> Read:
@@ -47,7 +42,7 @@ def minimax_m2(cfg: _Config) -> Read:
     """MiniMax-M2 (minimax_m2.py): attention + MoE in every layer, the experts under
     `mlp.experts` (w1/w3/w2), no shared experts; TP larger than the experts is refused
     (MiniMaxM2MoE.__init__)."""
-    return _moe_every_layer(cfg, "mlp.experts", _tp_over_experts)
+    return _moe_every_layer(cfg, "mlp.experts", _tp_over_experts, minimax=True)
 
 
 def _tp_over_experts(cfg: _Config, experts: int) -> None:
@@ -59,7 +54,8 @@ def _tp_over_experts(cfg: _Config, experts: int) -> None:
 
 
 def _moe_every_layer(cfg: _Config, experts_path: str,
-                     check: Optional[Callable[[_Config, int], None]] = None) -> Read:
+                     check: Optional[Callable[[_Config, int], None]] = None,
+                     minimax: bool = False) -> Read:
     """Attention + one MoE block (w1/w3/w2 experts at `experts_path`, no shared experts) in every
     layer: Mixtral's and MiniMax-M2's shape; `check(cfg, experts)` adds the MoE module's
     problems."""
@@ -67,6 +63,13 @@ def _moe_every_layer(cfg: _Config, experts_path: str,
     experts, top_k = cfg.integer("num_local_experts"), cfg.integer("num_experts_per_tok")
     inter = cfg.integer("intermediate_size")
     act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
+    if minimax:  # minimax_m2.py MiniMaxM2MoE: scoring_func, renormalize, use_routing_bias
+        # MiniMaxM2DecoderLayer reads config.rotary_dim (no default in MiniMaxM2Config)
+        cfg.integer("rotary_dim")
+        routing = routing_method(cfg.text("scoring_func", "softmax"), True, None,
+                                 cfg.flag("use_routing_bias", False))
+    else:  # mixtral.py MixtralMoE: softmax, renormalize=True
+        routing = routing_method("softmax", True, None, False)
     mods: List[Module] = []
     for i in range(n):
         p = f"model.layers.{i}"
@@ -74,7 +77,7 @@ def _moe_every_layer(cfg: _Config, experts_path: str,
         if check is not None:
             check(cfg, experts)
         mods.append(_moe(cfg, f"{p}.{experts_path}", i, h, inter, experts, top_k, act, True,
-                         projs=W_PROJS, key="intermediate_size"))
+                         projs=W_PROJS, key="intermediate_size", routing=routing))
     return Read(n, ["MoE"] * n, mods + [_lm_head(cfg, h)], [], dict(_QKV))
 
 
@@ -87,13 +90,20 @@ def glm4_moe(cfg: _Config) -> Read:
     first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
     shared = cfg.integer("n_shared_experts", 0, minimum=0)
     act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
+    # glm4_moe.py Glm4MoeDecoderLayer reads config.head_dim (Glm4MoeConfig has no default: an
+    # AttributeError at start-up without it)
+    cfg.integer("head_dim")
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"
         mods += _qkv(cfg, f"{p}.self_attn", i, h)
         if i >= first_dense:
             types.append("MoE")
-            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True))
+            # glm4_moe.py Glm4MoE: sigmoid, a correction bias, n_group (Glm4MoeConfig's
+            # default 1; null stays None), norm_topk_prob
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
+                             routing=routing_method("sigmoid", cfg.flag("norm_topk_prob", True),
+                                                    cfg.data.get("n_group", 1), True)))
             if shared:
                 mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
                              moe_i * shared, key="moe_intermediate_size")
@@ -103,34 +113,86 @@ def glm4_moe(cfg: _Config) -> Read:
     return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
 
 
-def standard(cfg: _Config) -> Read:
-    """An architecture selector has no reader for: the common decoder of vLLM's models
-    (`model.layers.N.self_attn.qkv_proj` / `o_proj`, then `mlp.experts` when the config names
-    an expert count, else `mlp.gate_up_proj` / `down_proj`), with a note saying so."""
+def llama4(cfg: _Config) -> Read:
+    """Llama-4 text (Scout, Maverick; vLLM llama4.py Llama4ForCausalLM): attention
+    (qkv_proj, o_proj) in every layer; `feed_forward` is Llama4MoE every
+    `interleave_moe_layer_step` layers (routed `experts` of `intermediate_size`, top-k
+    `num_experts_per_tok`, Llama-4's own router function: routing llama4; a `shared_expert`
+    LlamaMLP, replicated under sequence-parallel MoE; the `router` GateLinear is built without
+    the quantization config), else a dense LlamaMLP of `intermediate_size_mlp`."""
+    given = cfg.data.get("model_type")
+    if given not in (None, "llama4_text"):
+        # vLLM reads the config with the class of its model_type: Llama4Config (llama4) keeps
+        # the text keys under text_config, and llama4.py Llama4Model reads num_local_experts
+        # from the top level (AttributeError)
+        raise bad_input("model_type", given, "is not llama4_text: Llama4ForCausalLM reads the "
+                        "text model's keys at the top level (vLLM 0.32.0 vllm/model_executor/"
+                        "models/llama4.py Llama4Model.__init__); the multimodal checkpoint's "
+                        "Llama4ForConditionalGeneration is not modelled", where=str(cfg.path),
+                        accepted=("llama4_text",))
     n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
-    key = _experts_key(cfg)
-    experts = cfg.integer(key, 0, minimum=0)
+    experts, top_k = cfg.integer("num_local_experts"), cfg.integer("num_experts_per_tok")
+    moe_i, dense_i = cfg.integer("intermediate_size"), cfg.integer("intermediate_size_mlp")
+    step = cfg.integer("interleave_moe_layer_step", 1, minimum=0)
+    types, mods = [], []
+    for i in range(n):
+        p = f"model.layers.{i}"
+        mods += _qkv(cfg, f"{p}.self_attn", i, h)
+        if step > 0 and (i + 1) % step == 0:
+            types.append("MoE")
+            # Llama4MoE: custom_routing_function=Llama4MoE.custom_routing_function, which
+            # CustomRoutingRouter advertises as RoutingMethodType.Llama4
+            # (router/custom_routing_router.py)
+            mods.append(_moe(cfg, f"{p}.feed_forward.experts", i, h, moe_i, experts, top_k,
+                             "silu", True, key="intermediate_size", routing="llama4"))
+            mods += _mlp(cfg, f"{p}.feed_forward.shared_expert", "shared experts", i, h,
+                         moe_i, replicated=cfg.seq_moe)
+        else:
+            types.append("dense")
+            mods += _mlp(cfg, f"{p}.feed_forward", "dense MLP", i, h, dense_i,
+                         key="intermediate_size_mlp")
+    return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
+
+
+_ERNIE = "vLLM 0.32.0 vllm/model_executor/models/ernie45_moe.py"
+
+
+def ernie45_moe(cfg: _Config) -> Read:
+    """ERNIE-4.5 MoE (ernie45_moe.py Ernie4_5_MoeDecoderLayer): attention (qkv_proj, o_proj);
+    `mlp` is Ernie4_5_MoeMoE where `use_moe` (default: moe_num_experts > 0), (i + 1) %
+    `moe_layer_interval` == 0 and `moe_layer_start_index` <= i <= `moe_layer_end_index`
+    (routed `experts`: moe_num_experts of moe_intermediate_size, top-k moe_k, softmax with a
+    score-correction bias and renormalize; `shared_experts` of moe_intermediate_size *
+    moe_num_shared_experts; the `gate` GateLinear unquantized), else a dense MLP of
+    intermediate_size."""
+    n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
+    experts = cfg.integer("moe_num_experts", 0, minimum=0)
+    start = cfg.integer("moe_layer_start_index", 0, minimum=0)
+    end = cfg.integer("moe_layer_end_index", n - 1, minimum=0)
+    every = cfg.integer("moe_layer_interval", 1)
+    use_moe = cfg.flag("use_moe", experts > 0)
+    shared = cfg.integer("moe_num_shared_experts", 0, minimum=0)
     act = _activation(cfg, "hidden_act", _GATED_ACTS, "silu")
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"
         mods += _qkv(cfg, f"{p}.self_attn", i, h)
-        if experts:
+        if use_moe and (i + 1) % every == 0 and start <= i <= end:
             types.append("MoE")
-            inter_key = "moe_intermediate_size" if "moe_intermediate_size" in cfg.data \
-                else "intermediate_size"
-            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, cfg.integer(inter_key), experts,
-                             cfg.integer("num_experts_per_tok"), act, True, key=inter_key))
+            moe_i, top_k = cfg.integer("moe_intermediate_size"), cfg.integer("moe_k")
+            if cfg.tp > experts:
+                cfg.pending.append(f"the tensor-parallel size {cfg.tp} is larger than the "
+                                   f"number of experts {experts}: vLLM refuses to start "
+                                   f"({_ERNIE} Ernie4_5_MoeMoE.__init__)")
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
+                             routing=routing_method("softmax", True, None, True)))
+            if shared:
+                mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
+                             moe_i * shared, key="moe_intermediate_size")
         else:
             types.append("dense")
             mods += _mlp(cfg, f"{p}.mlp", "dense MLP", i, h, cfg.integer("intermediate_size"))
-    note = (f"{cfg.arch} has no reader in selector: planned from its config's standard keys "
-            "(num_hidden_layers, hidden_size, attention heads, "
-            f"{key if experts else 'intermediate_size'}) and vLLM's common module names "
-            "(self_attn.qkv_proj, o_proj, mlp." + ("experts" if experts else
-                                                    "gate_up_proj, down_proj") +
-            "); modules of its own (shared experts, other attention) are not in the plan")
-    return Read(n, types, mods + [_lm_head(cfg, h)], [note], {**_QKV, **_GATE_UP})
+    return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
 
 
 _QWEN3_NEXT = "vLLM 0.32.0 vllm/model_executor/models/qwen3_next.py"
@@ -210,7 +272,10 @@ def qwen3_next(cfg: _Config) -> Read:
                     f"the tensor-parallel size {cfg.tp} is larger than the number of experts "
                     f"{experts}: vLLM refuses to start ({_QWEN3_NEXT} "
                     "Qwen3NextSparseMoeBlock.__init__)")
-            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True))
+            # Qwen3NextSparseMoeBlock: softmax, renormalize=norm_topk_prob (default True)
+            mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
+                             routing=routing_method("softmax", cfg.flag("norm_topk_prob", True),
+                                                    None, False)))
             if shared_i:
                 # Qwen2MoeMLP(disable_tp=... or is_sequence_parallel)
                 mods += _mlp(cfg, f"{p}.mlp.shared_expert", "shared experts", i, h, shared_i,

@@ -71,3 +71,16 @@ HF_DEFAULTS: Dict[str, Dict[str, Any]] = {
                    "linear_num_value_heads": 32},
 }
 HF_DEFAULTS["deepseek_v32"] = dict(HF_DEFAULTS["deepseek_v3"])
+# Llama4TextConfig (transformers 5.19.0)
+HF_DEFAULTS["llama4_text"] = {
+    "num_hidden_layers": 48, "hidden_size": 5120, "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
+    "interleave_moe_layer_step": 1, "num_attention_heads": 40, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 202048, "hidden_act": "silu"}
+# Ernie4_5_MoeConfig (transformers 5.19.0; no head_dim: vLLM's attention takes hidden / heads)
+HF_DEFAULTS["ernie4_5_moe"] = {
+    "num_hidden_layers": 28, "hidden_size": 2560, "intermediate_size": 12288,
+    "moe_intermediate_size": 1536, "moe_num_experts": 64, "moe_k": 6,
+    "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": 27,
+    "moe_layer_interval": 1, "num_attention_heads": 20, "num_key_value_heads": 4,
+    "vocab_size": 103424, "hidden_act": "silu"}

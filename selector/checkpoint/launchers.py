@@ -48,6 +48,7 @@ class Topology:
     linear_tp: int
     flags: Tuple[str, ...]
     source: str
+    dp: int = 1  # the data-parallel size (layer.dp_size of the MoE layers)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"moe_tp": self.moe_tp, "ep": self.ep, "linear_tp": self.linear_tp,
@@ -80,8 +81,9 @@ def ep_spans_tp_dp(conf: Mapping[str, Any], par: Parallel, label: str) -> Topolo
                         accepted=("1", str(world)))
     flags = _size_flags(conf, par, label)
     if par.ep > 1:
-        return Topology(1, world, par.tp, tuple(flags + [str(conf["ep"])]), conf["source"])
-    return Topology(world, 1, par.tp, tuple(flags), conf["source"])
+        return Topology(1, world, par.tp, tuple(flags + [str(conf["ep"])]), conf["source"],
+                        par.dp)
+    return Topology(world, 1, par.tp, tuple(flags), conf["source"], par.dp)
 
 
 def ep_divides_tp(conf: Mapping[str, Any], par: Parallel, label: str) -> Topology:
@@ -92,7 +94,7 @@ def ep_divides_tp(conf: Mapping[str, Any], par: Parallel, label: str) -> Topolog
                         f"expert-parallel size divides the tensor-parallel size "
                         f"(parallel.tp={par.tp}); its MoE layers run TP = tp / ep")
     flags = _size_flags(conf, par, label, ("tp", "ep", "dp"))
-    return Topology(par.tp // par.ep, par.ep, par.tp, tuple(flags), conf["source"])
+    return Topology(par.tp // par.ep, par.ep, par.tp, tuple(flags), conf["source"], par.dp)
 
 
 PARALLEL_RULES: Dict[str, Callable[[Mapping[str, Any], Parallel, str], Topology]] = {

@@ -21,7 +21,10 @@ _LIMIT_OF = {"num_hidden_layers": "layers", "n_routed_experts": "experts",
              "mamba_num_heads": "heads", "n_groups": "heads", "n_shared_experts": "experts",
              "num_experts_per_tok": "experts", "experts_per_token": "experts",
              "first_k_dense_replace": "layers", "moe_layer_freq": "layers",
-             "decoder_sparse_step": "layers"}
+             "decoder_sparse_step": "layers", "moe_num_experts": "experts", "moe_k": "experts",
+             "moe_num_shared_experts": "experts", "moe_layer_start_index": "layers",
+             "moe_layer_end_index": "layers", "moe_layer_interval": "layers",
+             "interleave_moe_layer_step": "layers"}
 
 
 # vLLM's even split of a parallel layer (ensure_divisibility asserts numerator % denominator)
@@ -79,7 +82,7 @@ class _Config:
 
     def __init__(self, data: Mapping[str, Any], path: Path, arch: str, model_type: str,
                  tp: int = 1, ep: int = 1, moe_tp: Optional[int] = None):
-        self.data, self.path, self.arch = data, path, arch
+        self.data, self.path, self.arch, self.model_type = data, path, arch, model_type
         self.defaults = HF_DEFAULTS.get(model_type, {})
         self.defaulted: List[str] = []
         # dense layers run TP `tp`; the routed experts TP `moe_tp` and EP `ep` (vLLM: with
@@ -142,6 +145,16 @@ class _Config:
             raise bad_input(key, v, "must be a string", where=str(self.path))
         return v
 
+    def flag(self, key: str, default: bool) -> bool:
+        """A boolean key (a missing or null one: `default`, the value the model's vLLM class
+        reads then)."""
+        v = self._get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise bad_input(key, v, "must be true or false", where=str(self.path))
+        return v
+
     def number(self, key: str) -> Optional[float]:
         v = self._get(key)
         if v is None:
@@ -178,10 +191,27 @@ def _fields(**kw: Any) -> Tuple[Tuple[str, Any], ...]:
     return tuple(kw.items())
 
 
+def routing_method(scoring: str, renormalize: bool, groups: Optional[int], bias: bool) -> str:
+    """vLLM's routing method for a router (vLLM 0.32.0 fused_moe/config.py
+    get_routing_method_type, which every router but a custom one advertises; router_factory.py
+    keeps it when a degenerate grouping falls through to FusedTopKRouter), as layer.routing."""
+    if scoring == "sqrtsoftplus":
+        return "deepseek_v4" if renormalize else "unspecified"
+    if bias:
+        if scoring != "sigmoid" or not renormalize:
+            return "unspecified"
+        return "deepseek_v3" if (groups or 0) > 0 else "minimax2"
+    if scoring == "sigmoid":
+        return "sigmoid_renorm" if renormalize else "sigmoid"
+    if scoring == "softmax":
+        return "renormalize_naive" if renormalize else "default"
+    return "unspecified"
+
+
 def _moe(cfg: _Config, name: str, layer: int, hidden: int, inter: int, experts: int, top_k: int,
          act: str, gated: bool, limit: Optional[float] = None,
          projs: Tuple[str, ...] = ("gate_proj", "up_proj", "down_proj"),
-         key: str = "moe_intermediate_size") -> Module:
+         key: str = "moe_intermediate_size", routing: Optional[str] = None) -> Module:
     if top_k > experts:
         raise bad_input("num_experts_per_tok", top_k, f"is larger than the number of experts "
                         f"({experts})", where=str(cfg.path))
@@ -195,7 +225,8 @@ def _moe(cfg: _Config, name: str, layer: int, hidden: int, inter: int, experts: 
     return Module(name, "routed experts", "experts", layer,
                   _fields(op="moe", activation=act, act_and_mul=gated, hidden_size=hidden,
                           intermediate_size=inter_rank, num_experts=experts, top_k=top_k,
-                          swiglu_limit=limit, tp_size=cfg.moe_tp, ep_size=cfg.ep),
+                          swiglu_limit=limit, tp_size=cfg.moe_tp, ep_size=cfg.ep,
+                          routing=routing),
                   "RoutedExperts", projs, cfg.take())
 
 

@@ -181,7 +181,11 @@ def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int
 # different value is refused (the checkpoint decides them; an ignored override would be silent)
 CHECKPOINT_KEYS = {"op": "moe", "quant": "nvfp4", "activation": "silu", "act_and_mul": True,
                    "hidden_size": None, "intermediate_size": None, "num_experts": None,
-                   "top_k": None, "swiglu_limit": None}
+                   "top_k": None, "swiglu_limit": None, "act_scale": None, "routing": None,
+                   "quant_method": None, "dp_size": 1}
+# Quantization.format -> the vLLM quantization method (layer.quant_method) of its MoE layers
+_METHODS = {"FP8": "fp8", "ModelOpt": "modelopt", "compressed-tensors": "compressed-tensors",
+            "MXFP4": "mxfp4"}
 # layer field -> the config.json key it comes from (for errors at select time)
 _FIELD_KEYS = {"hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
                "num_experts": "num_experts", "top_k": "num_experts_per_tok",
@@ -220,6 +224,12 @@ def checkpoint_root(model_dir: Any) -> Path:
     return root
 
 
+def stack_vllm(selector: SelectorLike) -> Optional[Any]:
+    """The stack's vLLM version (the platform's `vllm` package: a stack preset's pin, a
+    platform.packages override or the installed one), or None."""
+    return dict(selector.run_config.platform.packages).get("vllm")
+
+
 def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
          topology: Optional[Any] = None) -> Plan:
     """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
@@ -244,13 +254,15 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
                                  topology.moe_tp)
     else:
         arch = read_architecture(config, config_path, defaults.tp_size, defaults.ep_size)
-    quant = read_quantization(root, config, arch)
+    quant = read_quantization(root, config, arch, stack_vllm(selector))
     dtype = checkpoint_dtype(config, config_path)
     if dtype and defaults.dtype not in (dtype, "bfloat16"):
         raise bad_input("layer.dtype", defaults.dtype, f"contradicts the checkpoint's "
                         f"dtype {dtype} ({config_path}); drop the override")
     groups = _group_modules(arch, quant, topology.linear_tp if topology is not None
-                            else defaults.tp_size, selector.run_config.engine.name)
+                            else defaults.tp_size,
+                            topology.dp if topology is not None else defaults.dp_size,
+                            selector.run_config.engine.name)
     kinds = []
     for (component, scheme), g in groups.items():
         shapes = []
@@ -275,7 +287,8 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
                 selector.run_config.engine.name)
 
 
-def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, engine: str = ""
+def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, dp: int = 1,
+                   engine: str = ""
                    ) -> OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]]:
     """The modules grouped by (component, scheme): layers, module counts, distinct field sets,
     and what the engine refuses of them (`tp`: the engine's tensor-parallel size; SGLang's own
@@ -299,7 +312,12 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, engine:
         if m.layer is not None and m.layer not in g["layers"]:
             g["layers"].append(m.layer)
         g["modules"] += 1
-        shape = g["shapes"].setdefault(m.fields, {"projections": [], "modules": 0,
+        fields = m.fields + ((("act_scale", v.act_scale),) if v.act_scale and scheme else ())
+        if scheme and m.cls == "RoutedExperts" and quant.format in _METHODS:
+            fields += (("quant_method", _METHODS[quant.format]),)
+        if scheme and m.cls == "RoutedExperts" and dp > 1:
+            fields += (("dp_size", dp),)
+        shape = g["shapes"].setdefault(fields, {"projections": [], "modules": 0,
                                                   "problems": {}})
         if m.projection not in shape["projections"]:
             shape["projections"].append(m.projection)
@@ -334,8 +352,15 @@ def _fields_text(f: Mapping[str, Any]) -> str:
                 f"{f['intermediate_size']}, {f['num_experts']} experts, top_k {f['top_k']}")
         if f.get("swiglu_limit") is not None:
             text += f", swiglu_limit {f['swiglu_limit']:g}"
+        if f.get("routing") is not None:
+            text += f", routing {f['routing']}"
+        if f.get("act_scale") is not None:
+            text += f", activation scales per {f['act_scale']}"
         return text
-    return f"K {f['hidden_size']}, N {f['intermediate_size']}"
+    text = f"K {f['hidden_size']}, N {f['intermediate_size']}"
+    if f.get("act_scale") is not None:
+        text += f", activation scales per {f['act_scale']}"
+    return text
 
 
 def _layers_text(layers: Sequence[int]) -> str:
@@ -418,7 +443,8 @@ def render_plan(p: Plan) -> str:
     lines = [f"checkpoint: {p.model_dir}",
              (f"model: {arch.name} ({arch.model_type}), {arch.num_layers} layers; "
               f"quantization: {q.describe()}"),
-             f"read: {q.where} ({READ_ORDER.get(p.engine, READ_ORDER[''])})"]
+             (f"read: {q.where} ({READ_ORDER.get(p.engine, READ_ORDER[''])})" if p.engine == "sglang"
+              else f"read: {q.where} as vLLM {q.release} reads it ({READ_ORDER['']})")]
     for w in q.warnings:
         lines.append(f"warning: {w}")
     if ds:

@@ -79,6 +79,28 @@ DTYPES = ("bfloat16", "float16", "float32")
 # use_fi_nvl_two_sided_kernels; MarlinExpertsBase refuses only the two-sided one)
 ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
            "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "naive")
+# The granularity of an FP8 layer's activation scales where it is not the quant scheme's own
+# (layer.act_scale; null: the scheme's, QUANT_SCHEMES' activation key): vLLM 0.32.0 quantizes
+# the dynamic activations of a per-tensor FP8 linear layer per token (quantization/fp8.py
+# Fp8LinearMethod.__init__ 274-280 on a GPU with CUTLASS FP8; compressed_tensors/schemes/
+# compressed_tensors_w8a8_fp8.py activation_quant_key_mapping) and those of a compressed-tensors
+# per-tensor FP8 MoE per 1x128 group (compressed_tensors_moe_w8a8_fp8.py 94-105:
+# kFp8Dynamic128Sym). tensor: one scale; token: one per row; group_128: one per 1x128 group.
+ACT_SCALES = ("tensor", "token", "group_128")
+# The router's routing method (layer.routing; null: not known), vLLM 0.32.0's RoutingMethodType
+# (fused_moe/config.py) in snake case: which experts kernels take the layer depends on it
+# (experts/trtllm_fp8_moe.py TrtLlmFp8ExpertsMonolithic._supports_routing_method).
+ROUTINGS = ("default", "renormalize", "deepseek_v3", "llama4", "renormalize_naive", "topk",
+            "sigmoid_renorm", "minimax2", "sigmoid", "unspecified", "deepseek_v4", "custom",
+            "simulated")
+# The vLLM quantization method that built the layer (layer.quant_method; null: not known): the
+# FP8 MoE oracle runs vLLM's CUTLASS FP8 experts for compressed-tensors only (fused_moe/oracle/
+# fp8.py select_fp8_moe_backend allow_vllm_cutlass: CompressedTensorsW8A8Fp8MoEMethod passes
+# True; Fp8MoEMethod, quantization/fp8.py:522, and ModelOpt's FP8 MoE leave it False).
+QUANT_METHODS = ("fp8", "modelopt", "compressed-tensors", "mxfp4", "mxfp8")
+# each scheme's own activation-scale granularity (QUANT_SCHEMES' activation keys)
+SCHEME_ACT_SCALE = {"fp8_tensor": "tensor", "fp8_tensor_dynamic": "tensor",
+                    "fp8_channel": "token", "fp8_block": "group_128"}
 
 
 class Status(str, Enum):
@@ -165,6 +187,14 @@ class Layer:
     num_experts: Optional[int] = _int(None)
     top_k: Optional[int] = _int(None)
     all2all: Optional[str] = _choice(None, ALL2ALL, optional=True)
+    act_scale: Optional[str] = _choice(None, ACT_SCALES, optional=True)
+    routing: Optional[str] = _choice(None, ROUTINGS, optional=True)
+    quant_method: Optional[str] = _choice(None, QUANT_METHODS, optional=True)
+    # the data-parallel size the engine runs the layer under (vLLM: with expert parallelism and
+    # TP > 1, DP > 1 makes the MoE sequence parallel: fused_moe/config.py
+    # FusedMoEParallelConfig.is_sequence_parallel; without EP, DP > 1 still changes the
+    # experts class, e.g. experts/trtllm_mxfp4_moe.py 173-180 dp_size <= 1)
+    dp_size: int = _int(1)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash(tuple(self.__dict__.values())))

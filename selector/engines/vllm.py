@@ -109,14 +109,42 @@ def quant_scheme(weight_key: Any, activation_key: Any) -> str:
         if w is not None and getattr(q, w, None) == weight_key and \
                 (getattr(q, a, None) if a else None) == activation_key:
             return scheme.name
+    if weight_key == q.kFp8StaticTensorSym and act_scale(activation_key) is not None:
+        return "fp8_tensor_dynamic"  # dynamic activations per token or per group: act_scale
     raise NotExpressible(f"quantization {weight_key} x {activation_key}")
+
+
+def act_scale(activation_key: Any) -> Optional[str]:
+    """layer.act_scale of a dynamic FP8 activation key whose granularity is not its scheme's
+    own (kFp8DynamicTokenSym, kFp8Dynamic128Sym with per-tensor weights), else None."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+    return {q.kFp8DynamicTokenSym: "token", q.kFp8Dynamic128Sym: "group_128"}.get(
+        activation_key)
+
+
+def routing(method: Any) -> Optional[str]:
+    """vLLM's RoutingMethodType as layer.routing (schema.ROUTINGS; None: not one of them)."""
+    import re
+
+    from selector.core.schema import ROUTINGS
+    if method is None:
+        return None
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", getattr(method, "name", "")).lower()
+    name = {"deep_seek_v3": "deepseek_v3", "mini_max2": "minimax2", "top_k": "topk"}.get(
+        name, name)
+    return name if name in ROUTINGS else None
 
 
 def moe_layer(config: Any, weight_key: Any, activation_key: Any) -> Dict[str, Any]:
     """A FusedMoEConfig (with its parallel config and activation enum) as `layer.*` keys."""
     par = config.moe_parallel_config
     activation, gated = moe_activation(config.activation)
-    return {"op": "moe", "quant": quant_scheme(weight_key, activation_key),
+    quant = quant_scheme(weight_key, activation_key)
+    extra = {"routing": routing(getattr(config, "routing_method", None)),
+             "dp_size": max(1, int(getattr(par, "dp_size", 1) or 1))}
+    if quant == "fp8_tensor_dynamic":
+        extra["act_scale"] = act_scale(activation_key)
+    return {"op": "moe", "quant": quant, **extra,
             "activation": activation, "act_and_mul": gated,
             "ep_size": par.ep_size if par.use_ep else 1, "tp_size": par.tp_size,
             "swiglu_limit": config.swiglu_limit,

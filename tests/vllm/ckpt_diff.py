@@ -77,7 +77,8 @@ def _selector(d: Path) -> Tuple[Dict[str, str], List[Any], str]:
         out = {}
         for m in arch.modules:
             v = quant.verdict_of(m)
-            out[m.name] = v.scheme or ("other" if v.other else UNQUANTIZED)
+            out[m.name] = (f"{v.scheme}/{v.act_scale}" if v.scheme and v.act_scale else
+                           v.scheme or ("other" if v.other else UNQUANTIZED))
         return out, list(arch.modules), ""
     except SelectorError as exc:
         return {}, list(arch.modules), str(exc)
@@ -85,15 +86,17 @@ def _selector(d: Path) -> Tuple[Dict[str, str], List[Any], str]:
 
 # Key pairs vLLM labels differently from selector's vocabulary, each for the reason given
 # (docs/checkpoints.md "Quant keys"): name of the weight key, name of the activation key -> scheme
+# (a scheme "/granularity": the layer.quant value with layer.act_scale, which the reader gives)
 KEY_ALIASES = {
     # Fp8LinearMethod / CompressedTensorsW8A8Fp8 with dynamic activations on a GPU with CUTLASS
-    # FP8 quantize the activations per token (fp8.py Fp8LinearMethod.__init__)
-    ("kFp8StaticTensorSym", "kFp8DynamicTokenSym"): "fp8_tensor_dynamic",
+    # FP8 quantize the activations per token (fp8.py Fp8LinearMethod.__init__ 274-280)
+    ("kFp8StaticTensorSym", "kFp8DynamicTokenSym"): "fp8_tensor_dynamic/token",
     # ModelOpt FP8_PER_CHANNEL_PER_TOKEN names its per-row weight scale a token scale
     # (modelopt.py resolve)
     ("kFp8StaticTokenSym", "kFp8DynamicTokenSym"): "fp8_channel",
-    # CompressedTensorsW8A8Fp8MoEMethod: per-tensor weights, dynamic per-tensor activations
-    ("kFp8StaticTensorSym", "kFp8Dynamic128Sym"): "fp8_tensor_dynamic",
+    # CompressedTensorsW8A8Fp8MoEMethod: per-tensor weights, dynamic activations per 1x128
+    # group (compressed_tensors_moe_w8a8_fp8.py 94-105)
+    ("kFp8StaticTensorSym", "kFp8Dynamic128Sym"): "fp8_tensor_dynamic/group_128",
 }
 _FP8_MOE_KEYS: List[Any] = []  # (weight key, activation key) of the last FP8 MoE method built
 

@@ -33,7 +33,9 @@ VLLM_PARALLEL = {"tp": "--tensor-parallel-size", "dp": "--data-parallel-size",
 @dataclass
 class Mine:
     """selector's view of one case: per module (k, n, tp, scheme, global experts)."""
-    modules: Dict[str, Tuple[int, int, int, str, Optional[int]]] = field(default_factory=dict)
+    # per module (k, n, tp, scheme, global experts, routing)
+    modules: Dict[str, Tuple[int, int, int, str, Optional[int], Optional[str]]] = \
+        field(default_factory=dict)
     problems: List[str] = field(default_factory=list)
     refused: str = ""  # a SelectorError reading the checkpoint
 
@@ -53,10 +55,11 @@ def selector_view(d: Path, tp: int, dp: int, ep: bool) -> Mine:
     for m in arch.modules:
         f = dict(m.fields)
         v = quant.verdict_of(m)
-        scheme = v.scheme or ("other" if v.other else model_shapes.UNQUANTIZED)
+        scheme = (f"{v.scheme}/{v.act_scale}" if v.scheme and v.act_scale else
+                  v.scheme or ("other" if v.other else model_shapes.UNQUANTIZED))
         r = refined_block(m, v.scheme, quant.format != "compressed-tensors")
         out.modules[m.name] = (f["hidden_size"], f["intermediate_size"], f["tp_size"],
-                               "other" if r else scheme, f["num_experts"])
+                               "other" if r else scheme, f["num_experts"], f.get("routing"))
         out.problems += [f"{m.name}: {p}" for p in m.problems +
                          scheme_problems(m, v.scheme, topo.linear_tp, r, quant.format)]
     if ep and not any(m.cls == "RoutedExperts" for m in arch.modules):
@@ -75,7 +78,7 @@ def differences(v: model_shapes.Model, s: Mine) -> List[str]:
         return [f"vLLM {'refuses: ' + v.refused if vr else 'builds it'}; selector "
                 f"{'refuses: ' + (s.refused or s.problems[0]) if sr else 'plans it'}"]
     out = []
-    for name, (k, n, tp, scheme, experts) in s.modules.items():
+    for name, (k, n, tp, scheme, experts, routing) in s.modules.items():
         b = v.modules.get(name)
         if b is None:
             out.append(f"{name}: selector plans a module vLLM does not build")
@@ -85,6 +88,8 @@ def differences(v: model_shapes.Model, s: Mine) -> List[str]:
         if mine != theirs and not padded(b, mine):
             out.append(f"{name}: vLLM {b.cls} (K/H, N/I, tp, scheme, experts) {theirs}, "
                        f"selector {mine}")
+        if b.experts and routing != b.routing:
+            out.append(f"{name}: vLLM routes {b.routing}, selector's layer.routing {routing}")
     for name, b in v.modules.items():
         if name not in s.modules and b.scheme != model_shapes.UNQUANTIZED:
             out.append(f"{name}: vLLM quantizes this {b.cls} ({b.scheme}); selector does not "
@@ -95,15 +100,18 @@ def differences(v: model_shapes.Model, s: Mine) -> List[str]:
 def padded(b: model_shapes.Built, mine: Tuple[Any, ...]) -> bool:
     """MXFP4 experts whose hidden and intermediate sizes vLLM pads for the kernel it picked
     (vLLM 0.32.0 fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size:
-    to 128 / 256 for TRT-LLM, CUTLASS, Marlin, DeepGEMM; called by
+    to 128 / 256 for TRT-LLM, CUTLASS, Marlin, DeepGEMM, the intermediate size to 64 otherwise;
+    called by
     quantization/mxfp4.py Mxfp4MoEMethod.create_weights): the kernel's padding, chosen after the
     backend, not the per-GPU sizes the backend is chosen for."""
     k, n, tp, scheme, experts = mine
     if b.experts is None or not scheme.startswith("mxfp4") or (b.tp, b.scheme, b.experts[0]) \
             != (tp, scheme, experts):
         return False
-    return any(b.k == -(-k // a) * a and b.n == -(-n // c) * c for a in (128, 256)
-               for c in (32, 128)) and (b.k, b.n) != (k, n)
+    # the default branch (Triton's kernels, e.g. on SM 9.0) rounds the intermediate size up
+    # to 64 and keeps the hidden size
+    return any(b.k == -(-k // a) * a and b.n == -(-n // c) * c for a in (1, 128, 256)
+               for c in (32, 64, 128)) and (b.k, b.n) != (k, n)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class Built:
     tp: int  # the tensor-parallel size the module runs (1: replicated)
     scheme: str  # layer.quant value of vLLM's quant method | unquantized | other
     experts: Optional[Tuple[int, int]] = None  # (global, local) for routed experts
+    routing: Optional[str] = None  # routed experts: the router's RoutingMethodType, snake case
 
 
 @dataclass
@@ -314,6 +315,16 @@ class Builder:
         return out
 
 
+def routing_name(method: Any) -> Optional[str]:
+    """vLLM's RoutingMethodType as layer.routing spells it (DeepSeekV3 -> deepseek_v3)."""
+    import re
+    if method is None:
+        return None
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", method.name).lower()
+    return {"deep_seek_v3": "deepseek_v3", "mini_max2": "minimax2", "top_k": "topk",
+            "deepseek_v4": "deepseek_v4"}.get(name, name)
+
+
 def _read(model: Any, seen: Dict[int, Tuple[str, Any]]) -> Dict[str, Built]:
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
     from vllm.model_executor.layers.linear import LinearBase, ReplicatedLinear
@@ -332,7 +343,8 @@ def _read(model: Any, seen: Dict[int, Tuple[str, Any]]) -> Dict[str, Built]:
             mc = mod.moe_config
             out[prefix] = Built(cls, mc.hidden_dim, mod.intermediate_size_per_partition,
                                 mc.moe_parallel_config.tp_size, scheme,
-                                (mod.global_num_experts, mod.local_num_experts))
+                                (mod.global_num_experts, mod.local_num_experts),
+                                routing_name(mc.routing_method))
         elif isinstance(mod, ParallelLMHead):
             out[prefix] = Built(cls, mod.embedding_dim, mod.num_embeddings_per_partition,
                                 mod.tp_size, scheme)

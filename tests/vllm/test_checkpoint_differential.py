@@ -96,7 +96,8 @@ def test_hf_defaults_are_the_config_classes_defaults():
                "glm4_moe": "Glm4MoeConfig", "minimax_m2": "MiniMaxM2Config",
                # vLLM 0.32.0 transformers_utils/config.py _CONFIG_REGISTRY: deepseek_v32 is
                # read with DeepseekV3Config
-               "qwen3_next": "Qwen3NextConfig", "deepseek_v32": "DeepseekV3Config"}
+               "qwen3_next": "Qwen3NextConfig", "deepseek_v32": "DeepseekV3Config",
+               "llama4_text": "Llama4TextConfig", "ernie4_5_moe": "Ernie4_5_MoeConfig"}
     assert transformers.__version__ == "5.19.0"
     for model_type, table in HF_DEFAULTS.items():
         made = getattr(transformers, classes[model_type])()
@@ -108,9 +109,11 @@ def test_name_mappings_are_the_model_classes():
     """selector's packed mappings and renames against the vLLM model classes' own."""
     from vllm.model_executor.models import (
         deepseek_v2,
+        ernie45_moe,
         glm4_moe,
         gpt_oss,
         llama,
+        llama4,
         minimax_m2,
         mixtral,
         nemotron_h,
@@ -128,7 +131,8 @@ def test_name_mappings_are_the_model_classes():
                "MistralForCausalLM": llama, "Qwen2ForCausalLM": qwen2,
                "Qwen3ForCausalLM": qwen3, "MixtralForCausalLM": mixtral,
                "Glm4MoeForCausalLM": glm4_moe, "MiniMaxM2ForCausalLM": minimax_m2,
-               "Qwen3NextForCausalLM": qwen3_next, "DeepseekV32ForCausalLM": deepseek_v32}
+               "Qwen3NextForCausalLM": qwen3_next, "DeepseekV32ForCausalLM": deepseek_v32,
+               "Llama4ForCausalLM": llama4, "Ernie4_5_MoeForCausalLM": ernie45_moe}
     for arch, (model_type, _) in ARCHITECTURES.items():
         cls = getattr(classes[arch], arch if arch != "MistralForCausalLM" else
                       "LlamaForCausalLM")

@@ -25,6 +25,8 @@ class Verdict:
     why: str
     other: Optional[str] = None  # a scheme vLLM builds that has no layer.quant value, if any
     warning: Optional[str] = None  # said on the layer kind (projections disagree, ...)
+    # the activation scales' granularity where vLLM's is not the scheme's own (layer.act_scale)
+    act_scale: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Quantization:
     excluded: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()
     where: str = ""  # the file it was read from
+    release: str = "0.32.0"  # the vLLM release whose reading this is (quant/releases.py)
 
     def describe(self) -> str:
         return f"{self.format} {self.algo} ({self.source})"

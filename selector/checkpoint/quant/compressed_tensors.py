@@ -354,6 +354,15 @@ class _CtMatcher:
         scheme = got[1].moe if m.cls == "RoutedExperts" else got[1].linear
         if scheme.startswith("!"):
             raise SelectorError(f"{where}: {m.name}: {why}: {scheme[1:]}", where=where)
+        if scheme == "fp8_tensor_dynamic":
+            # vLLM 0.32.0 quantizes these activations per token in a linear layer
+            # (compressed_tensors_w8a8_fp8.py activation_quant_key_mapping: dynamic ->
+            # kFp8DynamicTokenSym) and per 1x128 group in the experts
+            # (compressed_tensors_moe_w8a8_fp8.py 94-105: kFp8Dynamic128Sym)
+            moe = m.cls == "RoutedExperts"
+            return Verdict(scheme, why + (", dynamic activations per 1x128 group" if moe else
+                                          ", dynamic activations per token"),
+                           act_scale="group_128" if moe else "token")
         if scheme in QUANT_SCHEMES:
             return Verdict(scheme, why)
         return Verdict(None, why, scheme)

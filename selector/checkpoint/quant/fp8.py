@@ -114,6 +114,11 @@ def _fp8(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Q
             return Verdict(None, f"skipped by {short} {shown_as.get(hit, hit)!r}")
         if m.cls == "RoutedExperts":
             return Verdict(moe_scheme, f"FP8 {algo}", moe_other)
+        if scheme == "fp8_tensor_dynamic":
+            # fp8.py 274-280 (Fp8LinearMethod.__init__): dynamic activations of a per-tensor
+            # linear layer are quantized per token where CUTLASS FP8 is built (every CUDA GPU
+            # with FP8 tensor cores and CUDA >= 12.0; SM 8.9 from CUDA 12.4)
+            return Verdict(scheme, f"FP8 {algo} (per token)", other, act_scale="token")
         return Verdict(scheme, f"FP8 {algo}", other)
     return Quantization("FP8", source, algo, verdict, tuple(ignored), where=where)
 

@@ -16,6 +16,7 @@ from selector.checkpoint.quant.common import (
     _star_split,
     map_name,
 )
+from selector.checkpoint.quant.releases import READINGS, Reading
 from selector.core.errors import SelectorError, bad_input, bad_value
 
 # ModelOpt algo -> the layer.quant value of the QuantKey pair vLLM builds for a linear layer
@@ -107,9 +108,11 @@ class _Exclusions:
         return Verdict(None, f"excluded by {self.short_key} {self.shown_as.get(hit, hit)!r}")
 
 
-def _modelopt_fields(q: Mapping[str, Any], where: str) -> Tuple[str, Any, Any, Any]:
+def _modelopt_fields(q: Mapping[str, Any], where: str, reading: Reading = READINGS[0]
+                     ) -> Tuple[str, Any, Any, Any]:
     """(exclusion key, quant_algo, exclusions, quantized_layers) of the legacy
-    hf_quant_config.json form (`quantization: {...}`) or the config.json one."""
+    hf_quant_config.json form (`quantization: {...}`) or the config.json one (whose
+    `exclude_modules` vLLM reads from 0.33 on: releases.Reading)."""
     if "quantization" in q:
         inner = q["quantization"]
         if not isinstance(inner, dict):
@@ -117,12 +120,16 @@ def _modelopt_fields(q: Mapping[str, Any], where: str) -> Tuple[str, Any, Any, A
                             where=where)
         return ("quantization.exclude_modules", inner.get("quant_algo"),
                 inner.get("exclude_modules"), inner.get("quantized_layers"))
+    if "ignore" not in q and "exclude_modules" in q and reading.modelopt_flat_exclude_modules:
+        return "quantization_config.exclude_modules", q.get("quant_algo"), \
+            q.get("exclude_modules"), q.get("quantized_layers")
     return "quantization_config.ignore", q.get("quant_algo"), q.get("ignore"), \
         q.get("quantized_layers")
 
 
-def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str) -> Quantization:
-    exclude_key, algo_raw, excluded_raw, layers_raw = _modelopt_fields(q, where)
+def _modelopt(q: Mapping[str, Any], arch: Architecture, source: str, where: str,
+              reading: Reading = READINGS[0]) -> Quantization:
+    exclude_key, algo_raw, excluded_raw, layers_raw = _modelopt_fields(q, where, reading)
     algo = _algo(algo_raw)
     excluded = _patterns(excluded_raw, exclude_key, where, "module name patterns")
     shown_as: Dict[str, str] = {}  # vLLM's form of a pattern -> the checkpoint's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from selector.checkpoint.arch import Architecture, Module
 from selector.checkpoint.files import read_json
@@ -15,6 +15,7 @@ from selector.checkpoint.quant.common import (
 from selector.checkpoint.quant.compressed_tensors import _compressed_tensors
 from selector.checkpoint.quant.fp8 import _fp8, _mxfp4
 from selector.checkpoint.quant.modelopt import _algo, _modelopt
+from selector.checkpoint.quant.releases import Reading, reading_for
 from selector.core.errors import bad_input, bad_value
 
 
@@ -68,18 +69,26 @@ def _method(q: Dict[str, Any], where: str) -> str:
     return method
 
 
-def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architecture
-                      ) -> Quantization:
+def read_quantization(model_dir: Path, config: Mapping[str, Any], arch: Architecture,
+                      vllm: Optional[Any] = None) -> Quantization:
     """config.json's quantization_config first, as vLLM reads it; hf_quant_config.json when
-    config.json has none (ModelOpt 0.29 and older). Both: a warning when they contradict."""
+    config.json has none (ModelOpt 0.29 and older). Both: a warning when they contradict.
+    `vllm`: the stack's vLLM version, whose reading applies (releases.reading_for; None: the
+    reader's base release, 0.32.0)."""
+    reading = reading_for(vllm)
     q, where, source, warnings = _description(model_dir, config)
     method = _method(q, where)
-    out = _read(method, q, arch, source, where)
+    out = _read(method, q, arch, source, where, reading)
     if any(m.unquantized for m in arch.modules):
         out = dataclasses.replace(out, verdict_of=_built_unquantized(out.verdict_of))
-    if warnings:
-        out = Quantization(out.format, out.source, out.algo, out.verdict_of, out.excluded,
-                           tuple(warnings), out.where)
+    if method.startswith("modelopt") and "quantization" not in q and "ignore" not in q and \
+            "exclude_modules" in q and not reading.modelopt_flat_exclude_modules:
+        warnings.append(f"quantization_config.exclude_modules is not read by vLLM "
+                        f"{reading.release} (it reads `ignore` only; vLLM 0.33.0 reads "
+                        "exclude_modules when there is no ignore, modelopt.py:358-359): every "
+                        "module it lists is planned quantized, as this vLLM builds it")
+    out = dataclasses.replace(out, warnings=tuple(warnings) + out.warnings,
+                              release=reading.release)
     return out
 
 
@@ -125,12 +134,12 @@ def _description(model_dir: Path, config: Mapping[str, Any]
     return dict(q), where, source, warnings
 
 
-def _read(method: str, q: Dict[str, Any], arch: Architecture, source: str, where: str
-          ) -> Quantization:
+def _read(method: str, q: Dict[str, Any], arch: Architecture, source: str, where: str,
+          reading: Reading) -> Quantization:
     """The description read by its format's reader (vLLM's quantization method)."""
     if method.startswith("modelopt"):
         _check_modelopt(method, q, where)
-        out = _modelopt(q, arch, source, where)
+        out = _modelopt(q, arch, source, where, reading)
     elif method == "compressed-tensors":
         out = _compressed_tensors(q, arch, source, where)
     elif method == "fp8":
@@ -146,7 +155,7 @@ def _read(method: str, q: Dict[str, Any], arch: Architecture, source: str, where
             q = {"quant_method": "modelopt", "quantization": {
                 "quant_algo": "MXFP8", "kv_cache_quant_algo": q.get("kv_cache_quant_algo"),
                 "exclude_modules": ign}}
-        out = _modelopt(q, arch, source, where)
+        out = _modelopt(q, arch, source, where, reading)
     elif method == "":
         raise bad_input("quantization_config.quant_method", q.get("quant_method"), "is missing "
                         "(and no ModelOpt producer is named): vLLM loads this checkpoint "

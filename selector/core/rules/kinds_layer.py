@@ -101,6 +101,86 @@ class DtypeRule(_ValuesRule):
 
 
 @register
+class ActScaleRule(_ValuesRule):
+    """The granularity of the layer's activation scales (layer.act_scale, else its quant
+    scheme's own: a per-tensor FP8 layer vLLM quantizes per token or per 1x128 group) must be
+    one of `values`; a scheme without one passes."""
+    kind, attr, accepted, noun = "act_scale", "act_scale", schema.ACT_SCALES, \
+        "activation scales per"
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        from selector.core.rules.when import act_scale_of
+        got = act_scale_of(layer)
+        if got is None or got in self.values:
+            return None
+        return self.reason(f"supports activation scales per {', '.join(self.values)} only; "
+                           f"this layer's are per {got}",
+                           f"do not support activation scales per {got}")
+
+
+@register
+class RoutingRule(_ValuesRule):
+    """The router's routing method (layer.routing) must be one of `values`; a layer whose
+    routing method is not known (a layer given without one) passes."""
+    kind, attr, accepted, noun = "routing", "routing", schema.ROUTINGS, "routing method"
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        if layer.routing is None or layer.routing in self.values:
+            return None
+        return self.reason(f"supports routing methods {', '.join(self.values)} only; this "
+                           f"layer routes {layer.routing}",
+                           f"do not support routing {layer.routing}")
+
+
+@register
+class QuantMethodRule(_ValuesRule):
+    """The vLLM quantization method that built the layer (layer.quant_method) must be one of
+    `values`; a layer whose method is not known (a layer given without one) passes."""
+    kind, attr, accepted, noun = "quant_method", "quant_method", schema.QUANT_METHODS, \
+        "quantization method"
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        if layer.quant_method is None or layer.quant_method in self.values:
+            return None
+        return self.reason(f"runs layers of quantization method {', '.join(self.values)} "
+                           f"only; this layer's is {layer.quant_method}",
+                           f"do not run {layer.quant_method} layers")
+
+
+@register
+class DataParallelRule(Rule):
+    """Data parallelism: `sequence_parallel: false` refuses vLLM's sequence-parallel MoE (EP
+    over TP > 1 and DP > 1 ranks); `dp: false` refuses any DP > 1."""
+    kind = "data_parallel"
+    layer_fields = ("dp_size", "ep_size")
+
+    @dataclass(frozen=True)
+    class Params:
+        dp: bool = True
+        sequence_parallel: bool = True
+
+    def setup(self, p: Params) -> None:
+        if p.dp and p.sequence_parallel:
+            raise bad_input(f"{self.key}", None, "refuses nothing: set dp: false or "
+                            "sequence_parallel: false", where=self.where)
+        self.dp, self.seq = p.dp, p.sequence_parallel
+
+    def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
+        from selector.core.rules.when import sequence_parallel
+        if not self.dp and layer.dp_size > 1:
+            return self.reason(f"does not run under data parallelism (dp_size "
+                               f"{layer.dp_size})", "do not run under data parallelism")
+        if not self.seq and sequence_parallel(layer):
+            return self.reason(f"does not run a sequence-parallel MoE (expert parallelism "
+                               f"{layer.ep_size} over data parallelism {layer.dp_size} and "
+                               "TP > 1)", "do not run a sequence-parallel MoE")
+        return None
+
+    def describe(self) -> str:
+        return "data_parallel " + ("no DP" if not self.dp else "no sequence-parallel MoE")
+
+
+@register
 class ActAndMulRule(Rule):
     """Which activations run gated (act_and_mul) and which non-gated."""
     kind = "act_and_mul"

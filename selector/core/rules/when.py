@@ -123,6 +123,18 @@ def _devices(v: Any, key: str, where: str) -> Tuple[DeviceSpec, ...]:
     return tuple(DeviceSpec.parse(key, d, where) for d in v)
 
 
+def act_scale_of(layer: Any) -> Optional[str]:
+    """A layer's activation-scale granularity: layer.act_scale, else its quant scheme's own
+    (schema.SCHEME_ACT_SCALE; None for the schemes without one)."""
+    return layer.act_scale or schema.SCHEME_ACT_SCALE.get(layer.quant)
+
+
+def sequence_parallel(layer: Any) -> bool:
+    """vLLM's sequence-parallel MoE (config/parallel.py use_sequence_parallel_moe): expert
+    parallelism over TP > 1 and DP > 1 ranks (the layer's EP = TP x DP exceeds its DP)."""
+    return bool(layer.dp_size > 1 and layer.ep_size > layer.dp_size)
+
+
 WHEN: Dict[str, WhenTerm] = {
     "activation": WhenTerm(_one_of(schema.ACTIVATIONS),
                            lambda v, layer, f: layer.activation in v, "activation",
@@ -137,6 +149,18 @@ WHEN: Dict[str, WhenTerm] = {
     # the all2all exchange of an EP layer (vLLM's batched experts format: deepep_low_latency)
     "all2all": WhenTerm(_one_of(schema.ALL2ALL), lambda v, layer, f: layer.all2all in v,
                         "all2all", lambda v: "/".join(sorted(v))),
+    # the activation scales' granularity (layer.act_scale, else the quant scheme's own)
+    "act_scale": WhenTerm(_one_of(schema.ACT_SCALES),
+                          lambda v, layer, f: act_scale_of(layer) in v, "act_scale",
+                          lambda v: "/".join(sorted(v))),
+    # the router's routing method (a layer whose routing is not known holds no term)
+    "routing": WhenTerm(_one_of(schema.ROUTINGS), lambda v, layer, f: layer.routing in v,
+                        "routing", lambda v: "/".join(sorted(v))),
+    # data parallelism (layer.dp_size > 1), and the sequence-parallel MoE it makes with expert
+    # parallelism over TP > 1 (EP = TP x DP > DP)
+    "dp": WhenTerm(_bool, lambda v, layer, f: (layer.dp_size > 1) == v, "dp_size"),
+    "sequence_parallel": WhenTerm(_bool, lambda v, layer, f: sequence_parallel(layer) == v,
+                                  "dp_size"),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
                                 and layer.num_experts >= v, "num_experts", threshold=">="),
     "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
