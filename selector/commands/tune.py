@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
-from selector.core import profile as prof
 from selector.core.errors import SelectorError, bad_input
+
+if TYPE_CHECKING:  # pragma: no cover - the CLI builds its parser without the profile model
+    from selector.core import profile as prof
 
 DEFAULT_TOKENS = (1, 16, 128, 1024, 4096)
 DEFAULT_MAX_MEMORY_GIB = 16.0
@@ -83,6 +85,7 @@ def parse_layer_spec(spec: str) -> Dict[str, Any]:
 
 
 def parse_tokens(text: str) -> Tuple[int, ...]:
+    from selector.core import profile as prof
     vals: List[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -101,6 +104,7 @@ def _clean(overrides: Sequence[str]) -> List[str]:
 
 def run_tune(args: argparse.Namespace) -> int:
     from selector.api import Selector, load
+    from selector.core import profile as prof
     from selector.inspect import tuning
     from selector.inspect.verify import verify_once
     warmup = tuning.check_positive("--warmup", args.warmup)
@@ -217,6 +221,8 @@ def _merge(new: prof.Profile, path: str) -> Tuple[prof.Profile, int]:
     """`new` plus the cells of the profile already at `path` when it is one of this machine
     (the same key) that `new` does not measure again; (profile, cells kept)."""
     import os
+
+    from selector.core import profile as prof
     if not os.path.lexists(path):
         return new, 0
     try:
@@ -231,6 +237,7 @@ def _merge(new: prof.Profile, path: str) -> Tuple[prof.Profile, int]:
 
 
 def _cell_dict(c: Dict[str, Any]) -> Dict[str, Any]:
+    from selector.core import profile as prof
     times = sorted(c["times"].items(), key=lambda kv: kv[1].median_ms)
     fastest = times[0][0] if times else None
     ratio = None

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, TypeGuard
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from selector.core import env_vars
+from selector.core.versions import canonicalize_name
 
 _CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
 _RUNTIME_DISTS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
