@@ -167,7 +167,7 @@ def run_tune(args: argparse.Namespace) -> int:
                    for c in verified.candidates if str(c.status) not in USABLE
                    and str(static.candidate(c.backend).status) in USABLE}
         cells.append({"layer": layer, "tokens": t, "static": static.selected, "times": {},
-                      "skipped": skipped, "id": f"cell{i}"})
+                      "eager": {}, "copies": {}, "skipped": skipped, "id": f"cell{i}"})
         need = tuning.estimate_bytes(layer["op"], layer)
         for b in usable:
             if need > memory:
@@ -187,14 +187,19 @@ def run_tune(args: argparse.Namespace) -> int:
             cell = by_id[r.case]
             if r.timing is not None:
                 cell["times"][name] = r.timing
+                cell["copies"][name] = r.copies
+                if r.eager is not None:
+                    cell["eager"][name] = r.eager
                 devices.add((r.device, r.timer))
             else:
                 cell["skipped"][name] = r.why
     key = tuning.machine_key(run)
-    new = prof.Profile(key, tuple(prof.Cell(c["layer"], c["tokens"], c["times"], c["skipped"])
-                                  for c in cells),
+    new = prof.Profile(key, tuple(prof.Cell(c["layer"], c["tokens"], c["times"], c["skipped"],
+                                            c["eager"]) for c in cells),
                        {"warmup": warmup, "repeats": repeats, "budget_s": budget,
-                        "timer": args.timer, "devices": sorted(f"{d} ({t})" for d, t in devices)},
+                        "timer": args.timer, "devices": sorted(f"{d} ({t})" for d, t in devices),
+                        "weights": "on CUDA each call takes the next of several weight copies "
+                                   "that do not fit the L2 together (copies_past_l2)"},
                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     out = args.out or tuning.default_path(key)
     if out is None:
@@ -245,6 +250,8 @@ def _cell_dict(c: Dict[str, Any]) -> Dict[str, Any]:
         ratio = round(c["times"][c["static"]].median_ms / times[0][1].median_ms, 3)
     return {"layer": c["layer"], "tokens": c["tokens"], "bucket": prof.bucket(c["tokens"]),
             "times": {b: t.to_dict() for b, t in times}, "skipped": c["skipped"],
+            "eager": {b: t.to_dict() for b, t in c.get("eager", {}).items()},
+            "copies": dict(c.get("copies", {})),
             "fastest": fastest, "static": c["static"], "static_over_fastest": ratio}
 
 
@@ -265,8 +272,13 @@ def render_text(s: Dict[str, Any]) -> List[str]:
         lines.append(f"  {_shape_text(c['layer'])} at {c['tokens']} tokens")
         for b, t in c["times"].items():
             mark = " <- fastest" if b == c["fastest"] else ""
+            e = c.get("eager", {}).get(b)
+            eager = (f"; eager {e['median_ms']:.4g} ms, p10-p90 {e['p10_ms']:.4g}-"
+                     f"{e['p90_ms']:.4g}" if e else "")
+            n = c.get("copies", {}).get(b, 1)
+            copies = f", {n} weight copies" if n > 1 else ""
             lines.append(f"    {b:<22} {t['median_ms']:.4g} ms  (p10-p90 {t['p10_ms']:.4g}-"
-                         f"{t['p90_ms']:.4g}, {t['n']} calls){mark}")
+                         f"{t['p90_ms']:.4g}, {t['n']} calls{copies}{eager}){mark}")
         for b, why in c["skipped"].items():
             lines.append(f"    {b:<22} not timed: {why}")
         if c["static"] and c["static_over_fastest"] is not None:

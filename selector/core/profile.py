@@ -123,15 +123,21 @@ class Cell:
     tokens: int
     times: Dict[str, Timing]
     skipped: Dict[str, str] = field(default_factory=dict)  # backend -> why it was not timed
+    #: beside a graph timing, each eager call between CUDA events (what the host adds); never
+    #: ranked by: `times` orders the backends
+    eager: Dict[str, Timing] = field(default_factory=dict)
 
     @property
     def key(self) -> CellKey:
         return shape_of(self.layer), bucket(self.tokens)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"layer": dict(self.layer), "tokens": self.tokens, "bucket": bucket(self.tokens),
-                "times": {b: t.to_dict() for b, t in sorted(self.times.items())},
-                "skipped": dict(sorted(self.skipped.items()))}
+        d = {"layer": dict(self.layer), "tokens": self.tokens, "bucket": bucket(self.tokens),
+             "times": {b: t.to_dict() for b, t in sorted(self.times.items())},
+             "skipped": dict(sorted(self.skipped.items()))}
+        if self.eager:
+            d["eager"] = {b: t.to_dict() for b, t in sorted(self.eager.items())}
+        return d
 
 
 @dataclass(frozen=True)
@@ -272,7 +278,7 @@ def _timing(path: str, key: str, v: Any) -> Timing:
 
 def _cell(path: str, key: str, v: Any) -> Cell:
     d = _mapping(path, key, v)
-    known = ("layer", "tokens", "bucket", "times", "skipped")
+    known = ("layer", "tokens", "bucket", "times", "skipped", "eager")
     for k in d:
         if k not in known:
             raise _error(path, f"{key}.{k}", f"unknown key; accepted: {', '.join(known)}")
@@ -293,11 +299,16 @@ def _cell(path: str, key: str, v: Any) -> Cell:
         raise _error(path, f"{key}.times", f"names {len(times_raw)} backends, over "
                      f"{MAX_BACKENDS}")
     times = {str(b): _timing(path, f"{key}.times.{b}", t) for b, t in times_raw.items()}
+    eager_raw = _mapping(path, f"{key}.eager", d.get("eager", {}))
+    if len(eager_raw) > MAX_BACKENDS or not set(eager_raw) <= set(times_raw):
+        raise _error(path, f"{key}.eager", "must give an eager time only to backends of "
+                     f"`times` (at most {MAX_BACKENDS})")
+    eager = {str(b): _timing(path, f"{key}.eager.{b}", t) for b, t in eager_raw.items()}
     skipped = _mapping(path, f"{key}.skipped", d.get("skipped", {}))
     if len(skipped) > MAX_BACKENDS or not all(isinstance(s, str) and len(s) <= 2000
                                               for s in skipped.values()):
         raise _error(path, f"{key}.skipped", "must map at most 64 backends to a short reason")
-    return Cell(layer.to_dict(), tokens, times, dict(skipped))
+    return Cell(layer.to_dict(), tokens, times, dict(skipped), eager)
 
 
 def parse(doc: Any, path: str) -> Profile:
