@@ -66,18 +66,27 @@ def import_table(cmd: List[str], env: Dict[str, str], top: int = 12) -> List[str
 
 
 def main(argv: List[str] | None = None) -> int:
+    global REPO
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--args", default="explain", help="the selector command line (default: "
                    "explain)")
     p.add_argument("--importtime", action="store_true")
     p.add_argument("--flashinfer", action="store_true")
+    p.add_argument("--repo", default=str(REPO), help="run from this checkout (its `selector` "
+                   "package first on the path: an older tree's figure beside this one's)")
     a = p.parse_args(argv)
+    REPO = Path(a.repo).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, SELECTOR_CACHE_DIR=str(Path(tmp) / "cache"),
                    PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         os.makedirs(env["SELECTOR_CACHE_DIR"], mode=0o700)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep)
+        where = subprocess.run([sys.executable, "-c", "import selector; print(selector.__file__)"],
+                               env=env, cwd=REPO, capture_output=True, text=True).stdout.strip()
+        print(f"selector from {where}")
         cmd = [sys.executable, "-m", "selector", *shlex.split(a.args)]
         timed_runs(cmd, env, 1)  # bytecode and the composed-config cache, as a second run has
         CPU.clear()
