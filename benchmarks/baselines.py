@@ -47,10 +47,10 @@ def cuda_time(fn: Callable[[], Any], min_iters: int = 10, budget_s: float = 0.2,
 def copies_past_l2(nbytes: int, cap: int = 8) -> int:
     """How many copies of an ``nbytes`` weight a run must cycle through so that no copy is
     still in the GPU's L2 when its turn comes again (the rest hold at least twice the L2):
-    an engine's next layer has other weights."""
-    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()),
-                     "L2_cache_size", 50 << 20))
-    return max(2, min(cap, -(-2 * l2 // max(1, nbytes)) + 1))
+    an engine's next layer has other weights. The one count `selector tune` uses too
+    (selector.backends.children.tune_child.copies_past_l2)."""
+    from selector.backends.children.tune_child import copies_past_l2 as count
+    return count(nbytes, cap)
 
 
 def graph_calls_ms(fns: List[Callable[[], Any]], calls: int = 24) -> float:

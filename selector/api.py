@@ -46,6 +46,7 @@ class Selector:
         self.run_config = run_config
         self.tree = tree
         self.probes = dict(probes or {})
+        self.profile = profile  # the `selector tune` profile it ranks by (policy.preference)
         self.resolver = Resolver(run_config, self.probes, verify,
                                  (lambda: stack_presets(tree)) if tree is not None else (),
                                  profile,

@@ -403,3 +403,23 @@ def test_a_child_python_gets_this_import_path_after_pythonpath(tmp_path, monkeyp
     monkeypatch.setattr(sys, "path", [str(extra), "", str(tmp_path / "missing"), str(first)])
     assert env_vars.child_env()["PYTHONPATH"].split(os.pathsep) == [str(first), str(first),
                                                                    str(extra)]
+
+
+def test_the_early_nvml_child_gives_the_answer_a_direct_one_gives(monkeypatch):
+    """start_gpu_probe (the CLI starts NVML's child before importing the API) changes when the
+    child runs, not what detection finds; a child started under another environment is not
+    taken (it is ended and NVML asked afresh)."""
+    from selector.inspect import environment as envmod
+    direct = envmod.detect_gpu()
+    envmod.start_gpu_probe()
+    assert "proc" in envmod._EARLY
+    early = envmod.detect_gpu()
+    assert "proc" not in envmod._EARLY
+    assert (early.name, early.capability, early.driver, early.method, early.notes) == \
+        (direct.name, direct.capability, direct.driver, direct.method, direct.notes)
+    envmod.start_gpu_probe()
+    stale = envmod._EARLY["proc"]
+    monkeypatch.setenv("SELECTOR_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+    again = envmod.detect_gpu()
+    assert stale.poll() is not None and "proc" not in envmod._EARLY  # ended, not read
+    assert again.method == envmod.detect_gpu().method

@@ -330,6 +330,78 @@ def test_the_measured_fastest_wins_and_the_static_order_decides_elsewhere(tmp_pa
     assert ex.select(num_tokens=128).selected == "emulation_twin"
 
 
+def test_a_linear_cell_is_found_whatever_the_moe_keys_of_the_default_layer(tmp_path, twin):
+    """An embedder's plain select(op="linear", ...) inherits the default (MoE) layer's
+    act_and_mul=True, top_k, num_experts: the linear cell, keyed on what a linear kernel's time
+    depends on, is found all the same (issue #46: 140 of 140 cells were missed)."""
+    static = selector.load([], config_dirs=[twin])
+    assert static.run_config.layer.op == "moe" and static.run_config.layer.act_and_mul is True
+    f = _write(tmp_path, tuning.machine_key(static.run_config),
+               [(128, {"emulation": _timing(0.278), "emulation_twin": _timing(0.363)})])
+    sel = selector.load([f"policy.profile={f}"], config_dirs=[twin])
+    d = sel.select(op="linear", quant="nvfp4", hidden_size=256, intermediate_size=256,
+                   num_tokens=100)
+    assert d.selected == "emulation" and d.notes_of("measured"), d
+    assert not d.notes_of("profile_unmeasured")
+    assert sel.select(op="linear", quant="nvfp4", hidden_size=256, intermediate_size=256,
+                      num_tokens=100, activation="gelu", tp_size=4).selected == "emulation"
+    # no cell: a warning naming the nearest one, and the static order
+    d = sel.select(op="linear", quant="nvfp4", hidden_size=512, intermediate_size=256,
+                   num_tokens=1000)
+    assert d.selected == "emulation_twin"
+    (n,) = d.notes_of("profile_unmeasured")
+    assert n.severity == "warning"
+    assert n.data["nearest"] == "linear nvfp4 bfloat16 K=256 N=256 at the 128-token bucket"
+    assert "no cell for linear nvfp4 bfloat16 K=512 N=256 at the 1024-token bucket" in str(n)
+    assert "nearest measured cell: linear nvfp4 bfloat16 K=256 N=256" in str(n)
+    # an op the profile has no cell of says so
+    m = sel.select(num_tokens=16, hidden_size=2048, intermediate_size=768, num_experts=128,
+                   top_k=8)
+    (n,) = m.notes_of("profile_unmeasured")
+    assert n.data["nearest"] is None and "the profile has no cell of this op" in str(n)
+
+
+def test_explain_model_reports_the_measurement_for_each_measured_shape(tmp_path, twin):
+    """explain --model (Selector.plan) decides each checkpoint layer through the same lookup: the
+    measured shape by the profile, the others with the warning."""
+    static = selector.load([], config_dirs=[twin])
+    cell = dict(LAYER, hidden_size=4096, intermediate_size=6144, num_tokens=64)
+    f = tmp_path / "p.json"
+    f.write_text(prof.Profile(tuning.machine_key(static.run_config), (prof.Cell(
+        cell, 64, {"emulation": _timing(1.0), "emulation_twin": _timing(2.0)}, {}),),
+        {}, "now").dumps())
+    sel = selector.load([f"policy.profile={f}", "layer.num_tokens=60"], config_dirs=[twin])
+    plan = sel.plan(REPO / "tests" / "checkpoint_corpus" / "llama-3.1-8b-fp4")
+    shapes = [s for k in plan.kinds if k.quant for s in k.shapes]
+    measured = [s for s in shapes if s.decision.notes_of("measured")]
+    assert [(s.fields["hidden_size"], s.fields["intermediate_size"]) for s in measured] == \
+        [(4096, 6144)]
+    assert measured[0].decision.selected == "emulation"
+    rest = [s for s in shapes if s not in measured]
+    assert rest and all(s.decision.notes_of("profile_unmeasured")[0].data["nearest"] ==
+                        "linear nvfp4 bfloat16 K=4096 N=6144 at the 64-token bucket"
+                        for s in rest)
+
+
+def test_a_version_1_profile_is_read_and_its_cells_re_keyed(tmp_path, twin):
+    """A profile written before the op's own keys (version 1, a linear cell keyed with the MoE
+    layer's act_and_mul) still loads: its cells are found by the op's keys, and a decision it
+    cannot serve says the file is of the old version."""
+    static = selector.load([], config_dirs=[twin])
+    doc = _profile(tuning.machine_key(static.run_config),
+                   [(128, {"emulation": _timing(0.2), "emulation_twin": _timing(0.3)})]).to_dict()
+    doc["version"] = 1
+    doc["cells"][0]["layer"].update(act_and_mul=True, top_k=8)
+    f = tmp_path / "v1.json"
+    f.write_text(json.dumps(doc))
+    assert prof.load(str(f)).migrated
+    sel = selector.load([f"policy.profile={f}"], config_dirs=[twin])
+    kw = dict(op="linear", quant="nvfp4", hidden_size=256, intermediate_size=256)
+    assert sel.select(**kw, num_tokens=128).notes_of("measured")
+    n = sel.select(**kw, num_tokens=4).notes_of("profile_unmeasured")[0]
+    assert "a version-1 profile" in str(n)
+
+
 def _another(key: dict, field: str, value: str) -> str:
     """``value``, or a second one where this machine has ``value`` (the H200 that ran these
     tests on 2026-12-06 has the first GPU name)."""

@@ -9,9 +9,12 @@ measured selects when they are usable), and its cost is CHECK's median of the pi
 fastest median. A cell with at least --min-tokens tokens passes when the cost is at most
 1 + --tolerance; a smaller one when the pick's CHECK median lies within the fastest backend's
 p10-p90 spread. With --resolver the pick is instead what selector itself selects for the cell
-(``selector.load([*overrides, "policy.preference=measured", "policy.profile=DECIDE"])``, the
-layer's keys and the bucket's token count): the resolver's whole path, rules and the profile's
-key check included. Prints every cell, the share that passes, the worst cell; exit 0 when at least
+(``selector.load([*overrides, "policy.preference=measured", "policy.profile=DECIDE"])``, then a
+plain ``select()`` with only the keys a user gives for that op: for a linear layer op, quant,
+dtype, hidden_size, intermediate_size and the bucket's token count, every other key the
+configured layer's default, as an embedder's call inherits them): the resolver's whole path, rules,
+the cell lookup and the profile's key check included. Prints every cell, the share that passes,
+the worst cell; exit 0 when at least
 --share (0.95) of the large cells and every small one pass, 1 otherwise, 2 on a bad file
 (issue #34's acceptance: "within 5% of the fastest measured backend in at least 95% of cells with
 128 or more tokens, and the worst cell is reported; at fewer tokens, within the measured spread").
@@ -42,7 +45,8 @@ def check(decide: prof.Profile, against: prof.Profile, tolerance: float = 0.05,
             continue
         pick = min(common, key=lambda b: (cell.times[b].median_ms, b))
         if select is not None:
-            pick = select({**cell.layer, "num_tokens": cell.tokens})
+            pick = select({**{k: cell.layer[k] for k in prof.keys_of(cell.layer["op"])},
+                           "num_tokens": cell.tokens})
             if pick not in other.times:
                 raise SystemExit(f"tune_check: the resolver picked {pick!r} for {cell.layer} at "
                                  f"{cell.tokens} tokens, which CHECK did not time")

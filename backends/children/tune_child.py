@@ -139,6 +139,69 @@ def build_moe(layer: Dict[str, Any], device, seed: int = 0):
     return x, quantize_moe(w13, w2, a13, a2), tw, ti
 
 
+#: copies of a weight at most (a small weight needs many to fill twice the L2)
+MAX_COPIES = 8
+
+
+def copies_past_l2(nbytes: int, cap: int = MAX_COPIES, device=None) -> int:
+    """How many copies of an ``nbytes`` weight a run must cycle through so that no copy is
+    still in the GPU's L2 when its turn comes again (the rest hold at least twice the L2): an
+    engine's next layer has other weights, so a kernel never finds its weight in the L2. The
+    project's benchmarks (benchmarks/baselines.py) and tune use this one count."""
+    import torch
+    dev = torch.cuda.current_device() if device is None else device
+    l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20))
+    return max(2, min(cap, -(-2 * l2 // max(1, nbytes)) + 1))
+
+
+def tensor_bytes(obj: Any, seen: Optional[set] = None) -> int:
+    """Bytes of the distinct tensor storages in a prepared weight (dicts, lists, tuples,
+    dataclasses and plain objects searched)."""
+    import torch
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        key = (obj.untyped_storage().data_ptr(), obj.device.type)
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(obj.untyped_storage().nbytes())
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v, seen) for v in obj)
+    if hasattr(obj, "__dict__"):
+        return sum(tensor_bytes(v, seen) for v in vars(obj).values())
+    return 0
+
+
+def clone_tensors(obj: Any) -> Any:
+    """A copy of a prepared weight with every tensor cloned into new memory (the structure, its
+    other values and its type kept): one more weight copy for the L2 rotation."""
+    import copy
+    import dataclasses
+
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return type(obj)((k, clone_tensors(v)) for k, v in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a NamedTuple
+        return type(obj)(*(clone_tensors(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(clone_tensors(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        new = copy.copy(obj)
+        for f in dataclasses.fields(obj):
+            object.__setattr__(new, f.name, clone_tensors(getattr(obj, f.name)))
+        return new
+    if hasattr(obj, "__dict__") and any(isinstance(v, torch.Tensor) for v in vars(obj).values()):
+        new = copy.copy(obj)
+        for k, v in vars(obj).items():
+            object.__setattr__(new, k, clone_tensors(v))
+        return new
+    return obj
+
+
 #: GPU time one timed graph replay should span at least (ms): short calls are captured several
 #: times into one graph so that the two events' resolution (~0.5 us) and the replay's own launch
 #: are small beside it
@@ -169,19 +232,21 @@ def _count(per_call_s: float, repeats: int, budget_s: float) -> int:
     return min(n, repeats)
 
 
-def _capture(fn, calls: int):
-    """A CUDA graph of `calls` back-to-back calls of `fn` (torch's recipe: a side stream warmed
-    first, then the capture on it)."""
+def _capture(fns, calls: int):
+    """A CUDA graph of `calls` back-to-back calls, the `fns` in turn (one call on each weight
+    copy; torch's recipe: a side stream warmed first, then the capture on it)."""
     import torch
+    fns = fns if isinstance(fns, (list, tuple)) else [fns]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        fn()
+        for fn in fns:
+            fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+        for i in range(calls):
+            fns[i % len(fns)]()
     return graph
 
 
@@ -200,17 +265,20 @@ def _replays(graph, n: int) -> List[float]:
 
 def time_graph(fn, device, warmup: int, repeats: int, budget_s: float) -> List[float]:
     """Milliseconds per call from CUDA-graph replays: the GPU's time without the host's (as an
-    engine runs decode). One call is captured and replayed to measure it; then as many calls as
-    make a replay span GRAPH_TARGET_MS (at most GRAPH_MAX_CALLS) are captured into one graph, and
-    each of the `repeats` replays, timed between two events, gives one sample (its time over the
-    calls it holds). Raises when `fn` cannot be captured (a host synchronisation, an allocation
-    the capture refuses): the caller falls back to eager events."""
-    _warm(fn, device, warmup)
-    one = _capture(fn, 1)
+    engine runs decode). `fn` is one call or a list of them (the same call on each weight copy,
+    run in turn: copies_past_l2). One round over the copies is captured and replayed to
+    measure a call; then as many calls as make a replay span GRAPH_TARGET_MS (at most
+    GRAPH_MAX_CALLS, at least one per copy) are captured into one graph, and each of the
+    `repeats` replays, timed between two events, gives one sample (its time over the calls it
+    holds). Raises when a call cannot be captured (a host synchronisation, an allocation the
+    capture refuses): the caller falls back to eager events."""
+    fns = list(fn) if isinstance(fn, (list, tuple)) else [fn]
+    _warm(fns[0], device, warmup)
+    one = _capture(fns, len(fns))
     probe = _replays(one, 3)
-    per_call_ms = max(min(probe), 1e-4)
-    calls = max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_TARGET_MS / per_call_ms)))
-    graph = one if calls == 1 else _capture(fn, calls)
+    per_call_ms = max(min(probe) / len(fns), 1e-4)
+    calls = max(len(fns), min(GRAPH_MAX_CALLS, math.ceil(GRAPH_TARGET_MS / per_call_ms)))
+    graph = one if calls == len(fns) else _capture(fns, calls)
     if graph is not one:
         del one
     n = _count(per_call_ms * calls / 1e3, repeats, budget_s)
@@ -221,22 +289,24 @@ def time_graph(fn, device, warmup: int, repeats: int, budget_s: float) -> List[f
 def time_calls(fn, device, warmup: int, repeats: int, budget_s: float) -> List[float]:
     """Milliseconds of each of `repeats` eager calls after `warmup` untimed ones, each alone
     between two CUDA events (on CUDA) or `time.perf_counter` (on the CPU); fewer (at least 3)
-    when the warm-up shows that `repeats` would not fit in `budget_s`."""
+    when the warm-up shows that `repeats` would not fit in `budget_s`. `fn`: one call or a
+    list of them, run in turn (the weight copies)."""
     import torch
-    n = _count(_warm(fn, device, warmup), repeats, budget_s)
+    fns = list(fn) if isinstance(fn, (list, tuple)) else [fn]
+    n = _count(_warm(fns[0], device, warmup), repeats, budget_s)
     if device.type == "cuda":
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                  for _ in range(n)]
-        for start, end in pairs:
+        for i, (start, end) in enumerate(pairs):
             start.record()
-            fn()
+            fns[i % len(fns)]()
             end.record()
         _sync(device)
         return [float(start.elapsed_time(end)) for start, end in pairs]
     out = []
-    for _ in range(n):
+    for i in range(n):
         t = time.perf_counter()
-        fn()
+        fns[i % len(fns)]()
         out.append((time.perf_counter() - t) * 1e3)
     return out
 
@@ -245,7 +315,7 @@ def timed(fn, device, spec: Dict[str, Any]) -> Tuple[List[float], str]:
     """(samples in ms, the timer's name) as `spec["timer"]` asks: "graph" (the default) times
     CUDA-graph replays on CUDA and falls back to eager CUDA events, naming why, when the call
     cannot be captured; "events" times each eager call between CUDA events. On the CPU both are
-    `time.perf_counter` around each call."""
+    `time.perf_counter` around each call. `fn`: one call or the list over the weight copies."""
     args = (int(spec.get("warmup", 5)), int(spec.get("repeats", 24)),
             float(spec.get("budget_s", 10.0)))
     if device.type != "cuda":
@@ -259,6 +329,26 @@ def timed(fn, device, spec: Dict[str, Any]) -> Tuple[List[float], str]:
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:120]
             return time_calls(fn, device, *args), f"cuda_events (graph capture failed: {why})"
     return time_calls(fn, device, *args), "cuda_events"
+
+
+def weight_copies(prepared: Any, device, spec: Dict[str, Any]) -> List[Any]:
+    """The prepared weight and as many clones as copies_past_l2 asks for on CUDA (one on the
+    CPU, where no L2 rotation is modelled); `spec["copies"]` (an int) overrides the count, 1
+    turns the rotation off. A clone that does not fit is not made: the copies made are timed,
+    and their number is reported."""
+    if device.type != "cuda":
+        return [prepared]
+    want = spec.get("copies")
+    n = int(want) if isinstance(want, int) and want > 0 else copies_past_l2(
+        tensor_bytes(prepared), device=device)
+    out = [prepared]
+    import torch
+    for _ in range(1, n):
+        try:
+            out.append(clone_tensors(prepared))
+        except torch.cuda.OutOfMemoryError:
+            break
+    return out
 
 
 def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, Any]:
@@ -279,19 +369,26 @@ def run_case(spec: Dict[str, Any], case: Dict[str, Any], cls=None) -> Dict[str, 
     if op == "moe":
         x, w, tw, ti = build_moe(layer, device)
         prepared = impl.prepare(w)
-
-        def call() -> Any:
-            return impl.apply(x, prepared, tw, ti)
+        del w
+        copies = weight_copies(prepared, device, spec)
+        calls = [(lambda p=p: impl.apply(x, p, tw, ti)) for p in copies]
     else:
         x, w = build_linear(layer, device)
         prepared = impl.prepare(w)
-
-        def call() -> Any:
-            return impl.apply(x, prepared)
-    if call() is None:
+        del w
+        copies = weight_copies(prepared, device, spec)
+        calls = [(lambda p=p: impl.apply(x, p)) for p in copies]
+    if calls[0]() is None:
         raise TypeError(f"{spec['entry_point']}.apply returned None, not a tensor")
-    samples, timer = timed(call, device, spec)
-    return {"samples_ms": samples, "device": device_text, "timer": timer}
+    samples, timer = timed(calls, device, spec)
+    out = {"samples_ms": samples, "device": device_text, "timer": timer, "copies": len(copies),
+           "weight_bytes": tensor_bytes(prepared)}
+    if device.type == "cuda" and timer == "cuda_graph" and spec.get("eager", True):
+        # the eager spread beside the graph's: what the host adds (docs/tuning.md)
+        out["eager_samples_ms"] = time_calls(calls, device, int(spec.get("warmup", 5)),
+                                             int(spec.get("repeats", 24)),
+                                             float(spec.get("budget_s", 10.0)))
+    return out
 
 
 def main() -> None:

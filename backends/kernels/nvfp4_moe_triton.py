@@ -30,7 +30,7 @@ top-k sum's): tests/test_emulation_fused.py compares them in Triton's interprete
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 #: activation codes of the kernels (``ACT``)
 _ACTS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3, "swigluoai_uninterleave": 3,
@@ -416,13 +416,88 @@ def _fc2_input(inter, s2, w4a4: bool, row_e_c, E: int, dtype):
     return a2, as2
 
 
+#: (device, tile config) -> why it did not compile there: a later call of any shape skips it
+TILE_FAILED: Dict[Tuple[str, Tuple[Tuple[str, int], ...]], str] = {}
+
+
+def compile_failure(exc: BaseException) -> bool:
+    """Whether `exc` is Triton failing to build a kernel for a tile config (its MLIR pass
+    pipeline, `RuntimeError: PassManager::run failed`, seen on an H100 at BLOCK_M 64 for
+    Qwen3-30B-A3B at 1,024 tokens and Mixtral-8x7B at 256 and 1,024 (issue #46); a front-end
+    CompilationError; too many resources for the tile), not a failure of the call's data."""
+    name = type(exc).__name__
+    text = str(exc)
+    return (name in ("CompilationError", "OutOfResources", "PTXASError")
+            or "PassManager::run failed" in text or "out of resource" in text.lower())
+
+
+def tile_ladder(cfg: Dict[str, int]) -> List[Dict[str, int]]:
+    """`cfg`, then the configs tried when it does not compile: two pipeline stages, then BLOCK_M
+    halved down to 16 (a block of fewer rows of one expert: the same values, more blocks)."""
+    out = [dict(cfg)]
+    c = dict(cfg)
+    if c["num_stages"] > 2:
+        c = dict(c, num_stages=2)
+        out.append(c)
+    while c["BLOCK_M"] > 16:
+        c = dict(c, BLOCK_M=c["BLOCK_M"] // 2)
+        out.append(c)
+    return out
+
+
+def _cfg_key(cfg: Dict[str, int]) -> Tuple[Tuple[str, int], ...]:
+    return tuple(sorted((k, int(v)) for k, v in cfg.items()))
+
+
 def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str,
               act_and_mul: bool, s1=None, s2=None, swiglu_limit=None, swiglu_alpha=None,
               swiglu_beta=None, w13_order: str = "gate_up", config: Optional[Dict[str, int]] = None):
     """``[T, H]`` float32: the emulation's MoE by the two fused kernels (arguments as
     ``emulate_moe``'s, checked by it; ``s1`` / ``s2`` the FC1 / FC2 input scales, 0-d, ``[E]`` or
     None = dynamic, used by W4A4 only). ``config`` overrides the tiles (BLOCK_M, BLOCK_N1,
-    BLOCK_N2, BLOCK_K, num_warps, num_stages, SPLIT: even/odd columns as two GEMMs)."""
+    BLOCK_N2, BLOCK_K, num_warps, num_stages, SPLIT: even/odd columns as two GEMMs) and is run
+    as given. Without it the default tiles for the shape are tried, and where Triton cannot
+    compile them (compile_failure) the next of tile_ladder: a RuntimeWarning names the config,
+    the reason and the config that runs instead, and the device skips that config from then
+    on (TILE_FAILED); RuntimeError when no config of the ladder compiles."""
+    if config is not None:
+        return _fused_moe(x, weights, topk_weights, topk_ids, activation, quant, act_and_mul,
+                          s1, s2, swiglu_limit, swiglu_alpha, swiglu_beta, w13_order, config)
+    E = weights.w13.packed.shape[0]
+    cfg = {"BLOCK_M": block_m(x.shape[0] * topk_ids.shape[1], E), **TILES}
+    dev = str(x.device)
+    failed: List[str] = []
+    fresh = False  # a config failed in this call (warned once; later calls skip it silently)
+    for c in tile_ladder(cfg):
+        key = (dev, _cfg_key(c))
+        if key in TILE_FAILED:
+            failed.append(f"{c}: {TILE_FAILED[key]}")
+            continue
+        try:
+            y = _fused_moe(x, weights, topk_weights, topk_ids, activation, quant, act_and_mul,
+                           s1, s2, swiglu_limit, swiglu_alpha, swiglu_beta, w13_order, c)
+        except Exception as exc:  # noqa: BLE001 - only a compile failure tries the next tile
+            if not compile_failure(exc):
+                raise
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            why = f"{type(exc).__name__}: {first}"
+            TILE_FAILED[key] = why
+            failed.append(f"{c}: {why}")
+            fresh = True
+            continue
+        if fresh:
+            import warnings
+            warnings.warn(f"emulation: the fused MoE tile config(s) {'; '.join(failed)} did not "
+                          f"compile on {dev}; this shape runs with {c}", RuntimeWarning,
+                          stacklevel=3)
+        return y
+    raise RuntimeError(f"no tile config of the fused MoE compiles on {dev} for this shape: "
+                       + "; ".join(failed))
+
+
+def _fused_moe(x, weights, topk_weights, topk_ids, activation, quant, act_and_mul, s1, s2,
+               swiglu_limit, swiglu_alpha, swiglu_beta, w13_order, config):
+    """One try of the fused kernels with tile config `config` (fused_moe's body)."""
     import torch
 
     ks = _kernels()
@@ -436,7 +511,7 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
     dev = x.device
     n = T * k
     cfg = {"BLOCK_M": block_m(n, E), **TILES}
-    cfg.update(config or {})
+    cfg.update(config)
     bm = cfg["BLOCK_M"]
     y = torch.zeros((n, H), dtype=torch.float32, device=dev)
     if n == 0 or T == 0:

@@ -113,7 +113,10 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     and block scales and expand them in registers (no weight is expanded in memory); the grouped
     path's values up to float32 accumulation order. ``fused=True`` runs them on any device Triton
     runs on (the CPU under ``TRITON_INTERPRET=1``: the tests) and raises if they fail; by default
-    a failure warns once (RuntimeWarning) and the device stays on the grouped path.
+    a tile config that does not compile is replaced by a smaller one (nvfp4_moe_triton.fused_moe),
+    and a failure of every one, or of the call, warns once (RuntimeWarning, with the reason) and
+    that **shape** (device, sizes, routing width, activation, scheme, tile rows: fused_shape)
+    stays on the grouped path; other shapes keep the fused kernels.
     """
     E, H, T, act_and_mul = _moe_inputs(x, weights, topk_weights, topk_ids, activation, quant,
                                        w13_order)
@@ -121,9 +124,11 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
     s1, s2 = _input_scales(weights, fc1_input_scale, fc2_input_scale, E, x.device)
     steps: Dict[str, Any] = dict(activation=activation, quant=quant, swiglu_limit=swiglu_limit,
                  swiglu_alpha=swiglu_alpha, swiglu_beta=swiglu_beta, w13_order=w13_order)
-    if fused if fused is not None else _fused_default(x, cd, quantizer):
+    shape = fused_shape(x, weights, topk_ids, activation, quant, act_and_mul)
+    if fused if fused is not None else (_fused_default(x, cd, quantizer)
+                                        and shape not in _FUSED_FAILED):
         y = _fused(x, weights, topk_weights, topk_ids, act_and_mul, cd, s1, s2, quantizer,
-                   auto=fused is None, steps=steps)
+                   auto=fused is None, steps=steps, shape=shape)
         if y is not None:
             return _write_out(y, out, x)
     run = _emulate_moe_grouped if (grouped if grouped is not None else x.is_cuda) else _emulate_moe_loop
@@ -132,9 +137,9 @@ def emulate_moe(x, weights: MoEWeights, topk_weights, topk_ids, *, activation: s
 
 
 def _fused(x, weights: MoEWeights, topk_weights, topk_ids, act_and_mul: bool, cd, s1, s2,
-           quantizer, *, auto: bool, steps: dict):
+           quantizer, *, auto: bool, steps: dict, shape: tuple):
     """The fused kernels' float32 output; None where they failed on a call that did not ask for
-    them (``auto``): that device then stays on the grouped path, with one RuntimeWarning."""
+    them (``auto``): that shape then stays on the grouped path, with one RuntimeWarning."""
     torch = _torch()
     from ..kernels.nvfp4_moe_triton import fused_moe
     if quantizer is not exact_quantizer or cd != torch.bfloat16 or x.dtype != torch.bfloat16:
@@ -145,11 +150,12 @@ def _fused(x, weights: MoEWeights, topk_weights, topk_ids, act_and_mul: bool, cd
     except Exception as exc:  # noqa: BLE001 - the last resort must run: the grouped path
         if not auto:
             raise
-        _FUSED_FAILED[str(x.device)] = f"{type(exc).__name__}: {exc}"
+        _FUSED_FAILED[shape] = f"{type(exc).__name__}: {exc}"
         import warnings
-        warnings.warn(f"emulation: the fused Triton MoE failed on {x.device} "
-                      f"({type(exc).__name__}: {str(exc)[:300]}); using the grouped path "
-                      "from now on (emulate_moe(..., fused=True) raises instead)",
+        warnings.warn(f"emulation: the fused Triton MoE failed on {x.device} for "
+                      f"{describe_shape(shape)} ({type(exc).__name__}: {str(exc)[:300]}); "
+                      "this shape uses the grouped path from now on, other shapes keep the "
+                      "fused kernels (emulate_moe(..., fused=True) raises instead)",
                       RuntimeWarning, stacklevel=3)
         return None
 
@@ -195,8 +201,31 @@ def _emulate_moe_loop(x, weights: MoEWeights, topk_weights, topk_ids, E: int, ac
     return y
 
 
-#: devices on which the fused kernels failed once (the default path then stays grouped there)
+#: shapes (fused_shape) on which the fused kernels failed once -> why (the default path then
+#: stays grouped for that shape only)
 _FUSED_FAILED: dict = {}
+
+
+def fused_shape(x, weights, topk_ids, activation: str, quant: str, act_and_mul: bool) -> tuple:
+    """What the fused kernels compile and run differently for: the device, H, the expert
+    count, I, top_k, the activation, the scheme, gating, and the block rows (BLOCK_M, from the
+    rows per expert: nvfp4_moe_triton.block_m) that the tile config follows."""
+    from ..kernels.nvfp4_moe_triton import block_m
+    E = int(weights.w13.packed.shape[0])
+    k = int(topk_ids.shape[1]) if topk_ids.dim() > 1 else 1
+    return (str(x.device), int(x.shape[-1]), E, int(weights.w2.packed.shape[2]) * 2, k,
+            activation, quant, bool(act_and_mul), block_m(int(x.shape[0]) * k, E))
+
+
+def describe_shape(shape: tuple) -> str:
+    dev, H, E, I, k, act, quant, gated, bm = shape
+    return (f"H={H} E={E} I={I} top_k={k} {act}{'' if gated else ' (no mul)'} {quant} "
+            f"BLOCK_M={bm}")
+
+
+def fused_failures() -> dict:
+    """The shapes that run grouped because the fused kernels failed there: {shape text: why}."""
+    return {f"{s[0]} {describe_shape(s)}": why for s, why in _FUSED_FAILED.items()}
 
 
 def _fused_default(x, cd, quantizer) -> bool:
@@ -215,10 +244,10 @@ def _fused_default(x, cd, quantizer) -> bool:
 
 
 def _fused_available(device) -> bool:
-    """The fused kernels by default: Triton imports, the GPU has bf16 tensor cores (SM 8.0 or
-    later: Triton's bf16 ``tl.dot``) and they have not failed on this device before."""
+    """The fused kernels by default: Triton imports and the GPU has bf16 tensor cores (SM 8.0 or
+    later: Triton's bf16 ``tl.dot``); a shape they failed on is left out by emulate_moe."""
     from ..kernels import nvfp4_moe_triton
-    if str(device) in _FUSED_FAILED or not nvfp4_moe_triton.available():
+    if not nvfp4_moe_triton.available():
         return False
     return tuple(_torch().cuda.get_device_capability(device)) >= (8, 0)
 

@@ -139,6 +139,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         build_parser().print_help(sys.stderr)
         return 2
+    if _detects(args):  # NVML's child runs while the API imports (inspect/environment.py)
+        from selector.inspect.environment import start_gpu_probe
+        start_gpu_probe()
     from selector.config import catalogues
     catalogues.WARN = _warning
     try:
@@ -152,6 +155,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if exc.errno not in _OUTPUT_ERRNOS:
             raise
         return _output_failed(exc.strerror or str(exc), exc.errno == errno.EPIPE)
+
+
+def _detects(args: argparse.Namespace) -> bool:
+    """Whether the command will detect this machine: explain, doctor and tune under
+    platform=auto (no `platform=` override naming a preset)."""
+    if args.command not in ("explain", "doctor", "tune"):
+        return False
+    for o in getattr(args, "overrides", None) or ():
+        key, _, value = str(o).lstrip("+~").partition("=")
+        if key.strip() == "platform" and value.strip() not in ("", "auto"):
+            return False
+    return True
 
 
 def _warning(message: str) -> None:

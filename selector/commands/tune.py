@@ -16,11 +16,13 @@ import argparse
 import json
 import os
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
-from selector.core import profile as prof
 from selector.core.errors import SelectorError, bad_input
 from selector.core.text import printable, shell_word
+
+if TYPE_CHECKING:  # pragma: no cover - the CLI builds its parser without the profile model
+    from selector.core import profile as prof
 
 DEFAULT_TOKENS = (1, 16, 128, 1024, 4096)
 DEFAULT_MAX_MEMORY_GIB = 16.0
@@ -85,6 +87,7 @@ def parse_layer_spec(spec: str) -> Dict[str, Any]:
 
 
 def parse_tokens(text: str) -> Tuple[int, ...]:
+    from selector.core import profile as prof
     vals: List[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -103,6 +106,7 @@ def _clean(overrides: Sequence[str]) -> List[str]:
 
 def run_tune(args: argparse.Namespace) -> int:
     from selector.api import Selector, load
+    from selector.core import profile as prof
     from selector.inspect import tuning
     from selector.inspect.verify import verify_once
     warmup = tuning.check_positive("--warmup", args.warmup)
@@ -167,7 +171,7 @@ def run_tune(args: argparse.Namespace) -> int:
                    for c in verified.candidates if str(c.status) not in USABLE
                    and str(static.candidate(c.backend).status) in USABLE}
         cells.append({"layer": layer, "tokens": t, "static": static.selected, "times": {},
-                      "skipped": skipped, "id": f"cell{i}"})
+                      "eager": {}, "copies": {}, "skipped": skipped, "id": f"cell{i}"})
         need = tuning.estimate_bytes(layer["op"], layer)
         for b in usable:
             if need > memory:
@@ -187,14 +191,19 @@ def run_tune(args: argparse.Namespace) -> int:
             cell = by_id[r.case]
             if r.timing is not None:
                 cell["times"][name] = r.timing
+                cell["copies"][name] = r.copies
+                if r.eager is not None:
+                    cell["eager"][name] = r.eager
                 devices.add((r.device, r.timer))
             else:
                 cell["skipped"][name] = r.why
     key = tuning.machine_key(run)
-    new = prof.Profile(key, tuple(prof.Cell(c["layer"], c["tokens"], c["times"], c["skipped"])
-                                  for c in cells),
+    new = prof.Profile(key, tuple(prof.Cell(c["layer"], c["tokens"], c["times"], c["skipped"],
+                                            c["eager"]) for c in cells),
                        {"warmup": warmup, "repeats": repeats, "budget_s": budget,
-                        "timer": args.timer, "devices": sorted(f"{d} ({t})" for d, t in devices)},
+                        "timer": args.timer, "devices": sorted(f"{d} ({t})" for d, t in devices),
+                        "weights": "on CUDA each call takes the next of several weight copies "
+                                   "that do not fit the L2 together (copies_past_l2)"},
                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     out = args.out or tuning.default_path(key)
     if out is None:
@@ -219,6 +228,7 @@ def run_tune(args: argparse.Namespace) -> int:
 def _not_a_profile(path: str) -> None:
     """Refuse `--out PATH` when a file there is not a selector profile (a profile of another
     version or a malformed one is replaced; anything else is never overwritten)."""
+    from selector.core import profile as prof
     if not os.path.lexists(path):
         return
     try:
@@ -241,6 +251,7 @@ def _merge(new: prof.Profile, path: str) -> Tuple[prof.Profile, int]:
     """`new` plus the cells of the profile already at `path` when it is one of this machine
     (the same key) that `new` does not measure again; (profile, cells kept). A file there that
     is not a profile is refused (SelectorError), never overwritten."""
+    from selector.core import profile as prof
     if not os.path.lexists(path):
         return new, 0
     _not_a_profile(path)
@@ -256,6 +267,7 @@ def _merge(new: prof.Profile, path: str) -> Tuple[prof.Profile, int]:
 
 
 def _cell_dict(c: Dict[str, Any]) -> Dict[str, Any]:
+    from selector.core import profile as prof
     times = sorted(c["times"].items(), key=lambda kv: kv[1].median_ms)
     fastest = times[0][0] if times else None
     ratio = None
@@ -263,6 +275,8 @@ def _cell_dict(c: Dict[str, Any]) -> Dict[str, Any]:
         ratio = round(c["times"][c["static"]].median_ms / times[0][1].median_ms, 3)
     return {"layer": c["layer"], "tokens": c["tokens"], "bucket": prof.bucket(c["tokens"]),
             "times": {b: t.to_dict() for b, t in times}, "skipped": c["skipped"],
+            "eager": {b: t.to_dict() for b, t in c.get("eager", {}).items()},
+            "copies": dict(c.get("copies", {})),
             "fastest": fastest, "static": c["static"], "static_over_fastest": ratio}
 
 
@@ -283,8 +297,13 @@ def render_text(s: Dict[str, Any]) -> List[str]:
         lines.append(f"  {_shape_text(c['layer'])} at {c['tokens']} tokens")
         for b, t in c["times"].items():
             mark = " <- fastest" if b == c["fastest"] else ""
+            e = c.get("eager", {}).get(b)
+            eager = (f"; eager {e['median_ms']:.4g} ms, p10-p90 {e['p10_ms']:.4g}-"
+                     f"{e['p90_ms']:.4g}" if e else "")
+            n = c.get("copies", {}).get(b, 1)
+            copies = f", {n} weight copies" if n > 1 else ""
             lines.append(f"    {b:<22} {t['median_ms']:.4g} ms  (p10-p90 {t['p10_ms']:.4g}-"
-                         f"{t['p90_ms']:.4g}, {t['n']} calls){mark}")
+                         f"{t['p90_ms']:.4g}, {t['n']} calls{copies}{eager}){mark}")
         for b, why in c["skipped"].items():
             lines.append(f"    {b:<22} not timed: {why}")
         if c["static"] and c["static_over_fastest"] is not None:

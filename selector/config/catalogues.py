@@ -304,8 +304,9 @@ def present(files: Iterable[Any]) -> Dict[str, Version]:
     that distribution is present whatever platform preset is chosen."""
     if not contributions():
         return {}
-    from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
+
+    from selector.core.versions import canonicalize_name
     paths = [Path(str(f)).resolve() for f in files]
     out: Dict[str, Version] = {}
     for c in contributions():

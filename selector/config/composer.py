@@ -9,8 +9,6 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, cast
 
-from packaging.utils import canonicalize_name
-
 from selector.config import cache
 from selector.config.dirs import PRESET_GROUPS, ConfigTree
 from selector.config.hydra_errors import schema_keys, translate, unknown_key
@@ -19,6 +17,7 @@ from selector.config.safe_yaml import MAX_INT, check_plain, load_yaml
 from selector.core import schema
 from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.locks import ForkSafeLock
+from selector.core.versions import canonicalize_name
 
 T = TypeVar("T")
 MAX_KEY = 200  # Hydra looks a key up as a file path: longer ones fail in the file system

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeGuard
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from selector.core import engines, schema
@@ -21,7 +20,7 @@ from selector.core.parallel import Parallel, make_parallel
 from selector.core.rules import Condition, Facts, Reason, Rule, compile_rule
 from selector.core.rules.facts import NVCC
 from selector.core.schema import Layer
-from selector.core.versions import format_capability, parse_capability, parse_version
+from selector.core.versions import canonicalize_name, format_capability, parse_capability, parse_version
 
 
 class DetectedEnvironment(Protocol):

@@ -161,7 +161,13 @@ def _measured(n: Note) -> str:  # selector.core.profile (policy.preference=measu
 
 
 def _profile_unmeasured(n: Note) -> str:
-    return f"profile {n.data['profile']}: {n.data['why']}; the static order decided"
+    d = n.data
+    near = d.get("nearest")
+    tail = (f"; nearest measured cell: {near}" if near else
+            "; the profile has no cell of this op") if "nearest" in d else ""
+    old = ("; a version-1 profile (tune before 2026-12-07: run `selector tune` again)"
+           if d.get("migrated") else "")
+    return f"profile {d['profile']}: {d['why']}{tail}{old}; the static order decided"
 
 
 def _profile_ignored(n: Note) -> str:
@@ -203,8 +209,9 @@ NOTE_KINDS: Dict[str, Tuple[str, Callable[[Note], str], str]] = {
     "platform": ("info", _platform, "how the platform was detected (`detail`)"),
     "measured": ("info", _measured, "the profile ranked the usable backends by their measured "
                  "medians (`profile`, `tokens`, `times`, `unmeasured`)"),
-    "profile_unmeasured": ("info", _profile_unmeasured, "the profile has no time for this "
-                           "layer's cell (`profile`, `bucket`, `why`): the static order decided"),
+    "profile_unmeasured": ("warning", _profile_unmeasured, "the profile has no time for this "
+                           "layer's cell (`profile`, `bucket`, `why`, `nearest`: the nearest "
+                           "cell it has): the static order decided"),
     "profile_ignored": ("warning", _profile_ignored, "the profile is missing or was measured on "
                         "another machine or stack (`profile`, `differences`): no decision uses it"),
     "agreement": ("info", lambda n: str(n.data["text"]), "a note of a decision agreed across "

@@ -27,7 +27,10 @@ from selector.core.notes import Note, note
 from selector.core.schema import Layer
 
 SCHEMA = "selector-profile"
-VERSION = 1
+#: 2: cells keyed by the op's own keys (OP_KEYS) and timed on weight copies past the L2 (tune
+#: since 2026-12-07); 1 (earlier): read, its cells re-keyed the same way (`migrated`)
+VERSION = 2
+READ_VERSIONS = (1, 2)
 MAX_BYTES = 8 << 20  # a profile of a few hundred layer kinds by ten buckets is ~1 MB
 MAX_CELLS = 20000
 MAX_BACKENDS = 64  # per cell
@@ -35,8 +38,24 @@ MAX_TOKENS = 1 << 24
 PREFERENCES = ("static", "measured")
 #: what a profile is valid for: a timing measured under other values says nothing here
 KEY_FIELDS = ("gpu", "capability", "driver", "cuda", "packages", "selector", "machine")
-#: a cell's layer: every layer key but num_tokens (the bucket stands for it)
+#: a cell's layer: every layer key but num_tokens (the bucket stands for it); what a cell is
+#: looked up by is narrower: OP_KEYS
 SHAPE_KEYS = tuple(k for k in LAYER_KEYS if k != "num_tokens")
+#: per op, the layer keys a kernel's time depends on, and so a cell's key (num_tokens aside: the
+#: bucket stands for it). A linear layer is timed at K = hidden_size, N = intermediate_size in its
+#: scheme and dtype; its activation, act_and_mul, experts or parallel sizes change nothing it runs
+#: (an embedder's default layer is an MoE one: a plain select(op="linear", ...) inherits its
+#: act_and_mul and must still find the linear cell). An MoE layer runs num_experts / ep_size
+#: local experts of intermediate_size / tp_size rows, top_k of them per token, with its
+#: activation fused; all2all is communication, not the kernel tune times.
+OP_KEYS: Dict[str, Tuple[str, ...]] = {
+    "linear": ("op", "quant", "dtype", "hidden_size", "intermediate_size"),
+    "moe": ("op", "quant", "activation", "act_and_mul", "ep_size", "tp_size", "swiglu_limit",
+            "dtype", "hidden_size", "intermediate_size", "num_experts", "top_k"),
+}
+#: short names of the size keys in a cell's description
+_SHORT = {"hidden_size": "K", "intermediate_size": "N", "num_experts": "E", "top_k": "top_k",
+          "ep_size": "ep", "tp_size": "tp"}
 STAT_KEYS = ("median_ms", "p10_ms", "p90_ms")
 
 
@@ -45,9 +64,32 @@ def bucket(num_tokens: int) -> int:
     return 1 << max(0, int(num_tokens) - 1).bit_length()
 
 
+def keys_of(op: Any) -> Tuple[str, ...]:
+    """The layer keys a cell of `op` is looked up by (OP_KEYS; every shape key for an op a
+    plugin adds)."""
+    return OP_KEYS.get(str(op), SHAPE_KEYS)
+
+
 def shape_of(layer: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
-    """A layer's shape part of a cell key: every layer key but num_tokens, sorted."""
-    return tuple((k, layer.get(k)) for k in SHAPE_KEYS)
+    """A layer's shape part of a cell key: the keys its op's kernel time depends on (OP_KEYS),
+    with their values; the same for a cell tune wrote and a layer being decided."""
+    return tuple((k, layer.get(k)) for k in keys_of(layer.get("op")))
+
+
+def describe(shape: Mapping[str, Any], bucket_: Optional[int] = None) -> str:
+    """A cell in words: `linear fp8_block bfloat16 K=7168 N=4096 at the 128-token bucket`."""
+    parts = [str(shape.get("op")), str(shape.get("quant"))]
+    for k in keys_of(shape.get("op")):
+        if k in ("op", "quant"):
+            continue
+        v = shape.get(k)
+        if k in _SHORT:
+            parts.append(f"{_SHORT[k]}={v}")
+        elif k == "act_and_mul":
+            parts.append("act_and_mul" if v else "no act_and_mul")
+        elif v is not None:
+            parts.append(f"{k}={v}" if k == "swiglu_limit" else str(v))
+    return " ".join(parts) + ("" if bucket_ is None else f" at the {bucket_}-token bucket")
 
 
 CellKey = Tuple[Tuple[Tuple[str, Any], ...], int]
@@ -81,15 +123,21 @@ class Cell:
     tokens: int
     times: Dict[str, Timing]
     skipped: Dict[str, str] = field(default_factory=dict)  # backend -> why it was not timed
+    #: beside a graph timing, each eager call between CUDA events (what the host adds); never
+    #: ranked by: `times` orders the backends
+    eager: Dict[str, Timing] = field(default_factory=dict)
 
     @property
     def key(self) -> CellKey:
         return shape_of(self.layer), bucket(self.tokens)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"layer": dict(self.layer), "tokens": self.tokens, "bucket": bucket(self.tokens),
-                "times": {b: t.to_dict() for b, t in sorted(self.times.items())},
-                "skipped": dict(sorted(self.skipped.items()))}
+        d = {"layer": dict(self.layer), "tokens": self.tokens, "bucket": bucket(self.tokens),
+             "times": {b: t.to_dict() for b, t in sorted(self.times.items())},
+             "skipped": dict(sorted(self.skipped.items()))}
+        if self.eager:
+            d["eager"] = {b: t.to_dict() for b, t in sorted(self.eager.items())}
+        return d
 
 
 @dataclass(frozen=True)
@@ -98,6 +146,13 @@ class Profile:
     cells: Tuple[Cell, ...]
     settings: Dict[str, Any] = field(default_factory=dict)
     created: str = ""
+    version: int = VERSION  # as read; a profile is written as VERSION (a v1 file is migrated)
+
+    @property
+    def migrated(self) -> bool:
+        """Read from a version-1 file: its cells were keyed on every layer key and timed on one
+        weight that may stay in the L2; they are re-keyed by OP_KEYS (docs/tuning.md)."""
+        return self.version < VERSION
 
     def to_dict(self) -> Dict[str, Any]:
         return {"schema": SCHEMA, "version": VERSION, "created": self.created,
@@ -223,7 +278,7 @@ def _timing(path: str, key: str, v: Any) -> Timing:
 
 def _cell(path: str, key: str, v: Any) -> Cell:
     d = _mapping(path, key, v)
-    known = ("layer", "tokens", "bucket", "times", "skipped")
+    known = ("layer", "tokens", "bucket", "times", "skipped", "eager")
     for k in d:
         if k not in known:
             raise _error(path, f"{key}.{k}", f"unknown key; accepted: {', '.join(known)}")
@@ -244,11 +299,16 @@ def _cell(path: str, key: str, v: Any) -> Cell:
         raise _error(path, f"{key}.times", f"names {len(times_raw)} backends, over "
                      f"{MAX_BACKENDS}")
     times = {str(b): _timing(path, f"{key}.times.{b}", t) for b, t in times_raw.items()}
+    eager_raw = _mapping(path, f"{key}.eager", d.get("eager", {}))
+    if len(eager_raw) > MAX_BACKENDS or not set(eager_raw) <= set(times_raw):
+        raise _error(path, f"{key}.eager", "must give an eager time only to backends of "
+                     f"`times` (at most {MAX_BACKENDS})")
+    eager = {str(b): _timing(path, f"{key}.eager.{b}", t) for b, t in eager_raw.items()}
     skipped = _mapping(path, f"{key}.skipped", d.get("skipped", {}))
     if len(skipped) > MAX_BACKENDS or not all(isinstance(s, str) and len(s) <= 2000
                                               for s in skipped.values()):
         raise _error(path, f"{key}.skipped", "must map at most 64 backends to a short reason")
-    return Cell(layer.to_dict(), tokens, times, dict(skipped))
+    return Cell(layer.to_dict(), tokens, times, dict(skipped), eager)
 
 
 def parse(doc: Any, path: str) -> Profile:
@@ -261,9 +321,10 @@ def parse(doc: Any, path: str) -> Profile:
     if d.get("schema") != SCHEMA:
         raise _error(path, "schema", f"{show(d.get('schema'))} is not {SCHEMA!r}: not a "
                      "selector profile (written by `selector tune`)")
-    if type(d.get("version")) is not int or d.get("version") != VERSION:  # not true, not 1.0
+    if type(d.get("version")) is not int or d.get("version") not in READ_VERSIONS:  # not true, not 1.0
         raise _error(path, "version", f"{show(d.get('version'))} is not a version this "
-                     f"selector reads ({VERSION}); run `selector tune` again")
+                     f"selector reads ({', '.join(map(str, READ_VERSIONS))}); run `selector "
+                     "tune` again")
     key = _mapping(path, "key", d.get("key"))
     for k in key:
         if k not in KEY_FIELDS:
@@ -282,7 +343,8 @@ def parse(doc: Any, path: str) -> Profile:
         raise _error(path, "cells", f"holds {len(cells)} cells, over {MAX_CELLS}")
     created = d.get("created", "")
     return Profile(dict(key), tuple(_cell(path, f"cells[{i}]", c) for i, c in enumerate(cells)),
-                   dict(settings), created if isinstance(created, str) else "")
+                   dict(settings), created if isinstance(created, str) else "",
+                   int(d["version"]))
 
 
 def load(path: str, *, private: bool = False) -> Profile:
@@ -343,6 +405,34 @@ class Measured:
             return ()
         return (note("profile_ignored", None, profile=self.path, differences=self.ignored),)
 
+    def nearest(self, layer: Layer, usable: Sequence[str] = ()) -> Optional[str]:
+        """The profile's cell nearest to `layer`'s, in words (None when it has no cell of the
+        layer's op): same op first, then the same quant scheme and dtype, then the fewest other
+        keys that differ, then the sizes' and the bucket's distance in powers of two; a cell
+        that timed one of the `usable` backends before one that did not."""
+        mine = dict(shape_of(layer.__dict__))
+        want = bucket(layer.num_tokens) if layer.num_tokens is not None else None
+        best: Optional[Tuple[Any, ...]] = None
+        for (shape, b), c in self._cells.items():
+            theirs = dict(shape)
+            if theirs.get("op") != layer.op:
+                continue
+            far = 0.0
+            other = 0
+            for k in keys_of(layer.op):
+                a, x = mine.get(k), theirs.get(k)
+                if isinstance(a, int) and isinstance(x, int) and not isinstance(a, bool) \
+                        and a > 0 and x > 0:
+                    far += abs(math.log2(a / x))
+                elif a != x and k not in ("quant", "dtype"):
+                    other += 1
+            far += 0.0 if want is None else abs(math.log2(want / b))
+            rank = (theirs.get("quant") != layer.quant, theirs.get("dtype") != layer.dtype,
+                    not any(n in c.times for n in usable), other, far, describe(theirs, b))
+            if best is None or rank < best:
+                best = rank
+        return None if best is None else str(best[-1])
+
     def memo_key(self, layer: Layer) -> Optional[CellKey]:
         """What a decision depends on besides the rules: the layer's cell (its order, or the
         note saying which bucket was not measured)."""
@@ -360,12 +450,14 @@ class Measured:
         cell = None if k is None else self._cells.get(k)
         times = {} if cell is None else {n: cell.times[n] for n in usable if n in cell.times}
         if not times:
+            near = self.nearest(layer, usable)
             return list(names), note(
                 "profile_unmeasured", None, profile=self.path, tokens=layer.num_tokens,
                 bucket=None if k is None else k[1],
                 why="the layer gives no layer.num_tokens" if k is None else
-                f"no cell for this layer shape at the {k[1]}-token bucket" if cell is None else
+                f"no cell for {describe(dict(k[0]), k[1])}" if cell is None else
                 "none of the usable backends was timed there",
+                nearest=near, migrated=self.profile is not None and self.profile.migrated,
                 skipped=dict(cell.skipped) if cell is not None else {})
         fast = sorted(times, key=lambda n: (times[n].median_ms, names.index(n)))
         order = fast + [n for n in names if n not in times]
@@ -377,5 +469,6 @@ class Measured:
 
 
 __all__ = ["Profile", "Cell", "Timing", "Measured", "parse", "load", "read_bytes", "bucket",
-           "cell_key", "check_backends", "key_difference", "SCHEMA", "VERSION", "KEY_FIELDS",
+           "cell_key", "shape_of", "describe", "keys_of", "OP_KEYS", "READ_VERSIONS",
+           "check_backends", "key_difference", "SCHEMA", "VERSION", "KEY_FIELDS",
            "PREFERENCES"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Protocol, Tuple
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.decision import Decision
     from selector.core.model import Catalogue, RunConfig
+    from selector.core.profile import Measured
     from selector.core.resolver import Resolver
     from selector.core.schema import Layer
 
@@ -24,6 +25,7 @@ class SelectorLike(Protocol):
     tree: Any  # selector.config.ConfigTree or None: handed back to the constructor only
     probes: Dict[str, Tuple[bool, str]]
     resolver: Resolver
+    profile: Optional[Measured]  # the `selector tune` profile it ranks by, if any
 
     def __init__(self, run_config: RunConfig, tree: Any = None,
                  probes: Optional[Mapping[str, Tuple[bool, str]]] = None) -> None: ...

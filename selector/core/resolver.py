@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from packaging.version import InvalidVersion, Version
 
@@ -24,7 +24,6 @@ from selector.core import engines
 from selector.core.decision import Candidate, Decision
 from selector.core.model import BackendSpec, Preference, RunConfig
 from selector.core.notes import Note, note
-from selector.core.profile import Measured
 from selector.core.rules import (
     Condition,
     EngineRule,
@@ -39,6 +38,9 @@ from selector.core.rules import (
     VerifyVerdict,
 )
 from selector.core.schema import Layer, Status
+
+if TYPE_CHECKING:  # pragma: no cover - only a profile's run imports the profile model
+    from selector.core.profile import Measured
 
 MEMO_SIZE = 4096  # verdicts kept; a full memo starts over (bounded memory)
 NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"

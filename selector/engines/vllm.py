@@ -155,9 +155,84 @@ def moe_layer(config: Any, weight_key: Any, activation_key: Any) -> Dict[str, An
             "all2all": _ALL2ALL.get(par.all2all_backend) if par.use_all2all_kernels else None}
 
 
-def linear_layer(use_a16: bool) -> Dict[str, Any]:
-    """What init_nvfp4_linear_kernel knows of its layer: W4A16 or W4A4."""
-    return {"op": "linear", "quant": "nvfp4_w4a16" if use_a16 else "nvfp4"}
+def linear_layer(use_a16: bool, sizes: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
+    """What init_nvfp4_linear_kernel knows of its layer: W4A16 or W4A4, and where its caller
+    has them (`sizes`, from linear_sizes), the layer's per-GPU K and N: a profile's linear cell
+    is keyed on them (selector.core.profile.OP_KEYS)."""
+    layer: Dict[str, Any] = {"op": "linear", "quant": "nvfp4_w4a16" if use_a16 else "nvfp4"}
+    if sizes is not None:
+        layer.update(hidden_size=sizes[0], intermediate_size=sizes[1])
+    return layer
+
+
+#: frames above init_nvfp4_linear_kernel searched for the layer being built
+_SIZE_FRAMES = 8
+
+
+def linear_sizes(frame: Any) -> Optional[Tuple[int, int]]:
+    """The per-GPU (K, N) of the linear layer whose kernel vLLM is choosing, from the callers'
+    frames: vLLM 0.32-0.34's ModelOpt path (modelopt.py create_weights -> select_linear_kernel
+    (spec, layer, ...) -> init_nvfp4_linear_kernel) sets `layer.input_size_per_partition` and
+    `layer.output_size_per_partition` just before it asks. vLLM passes the kernel chooser no
+    sizes, and compressed-tensors and Quark choose theirs in the scheme's __init__, before any
+    layer exists: None there (a profile then has no cell to look up, and says so)."""
+    for _ in range(_SIZE_FRAMES):
+        if frame is None:
+            return None
+        layer = frame.f_locals.get("layer")
+        k = getattr(layer, "input_size_per_partition", None)
+        n = getattr(layer, "output_size_per_partition", None)
+        if type(k) is int and type(n) is int and k > 0 and n > 0:
+            return k, n
+        frame = frame.f_back
+    return None
+
+
+def token_buckets() -> Tuple[int, ...]:
+    """The token buckets (powers of two, selector.core.profile.bucket) vLLM will run a layer at:
+    1 to max_num_batched_tokens (SchedulerConfig: the most tokens of one forward pass), with the
+    buckets of the CUDA-graph capture sizes (CompilationConfig.cudagraph_capture_sizes); () when
+    no vLLM config is being built (get_current_vllm_config_or_none)."""
+    from selector.core.profile import bucket
+    try:
+        from vllm.config import get_current_vllm_config_or_none
+    except ImportError:  # another vLLM: no range
+        return ()
+    cfg = get_current_vllm_config_or_none()
+    if cfg is None:
+        return ()
+    top = getattr(getattr(cfg, "scheduler_config", None), "max_num_batched_tokens", None)
+    sizes = getattr(getattr(cfg, "compilation_config", None), "cudagraph_capture_sizes", None)
+    out = {bucket(n) for n in (sizes or ()) if type(n) is int and n > 0}
+    if type(top) is int and top > 0:
+        out |= {1 << i for i in range(bucket(top).bit_length())}
+    return tuple(sorted(out))
+
+
+def over_range(decisions: Sequence[Decision]) -> Tuple[Decision, str]:
+    """One decision for a layer vLLM runs at every bucket of `decisions` (one per bucket, each
+    ranked by the profile): the backend with the smallest mean cost over the buckets where the
+    profile timed every bucket's winner (cost: its median over the bucket's fastest), its
+    decision at the largest bucket it won; and the words saying so. Where no bucket timed them
+    all, the largest bucket's decision."""
+    winners = sorted({d.selected for d in decisions if d.selected is not None})
+    times = []
+    for d in decisions:
+        got = d.notes_of("measured")
+        if got:
+            t = {x["backend"]: x["median_ms"] for x in got[0].data["times"]}
+            if all(w in t for w in winners):
+                times.append(t)
+    top = decisions[-1]
+    if len(winners) <= 1 or not times:
+        return top, f"at {len(decisions)} token buckets up to {top.layer.num_tokens}"
+    cost = {w: sum(t[w] / min(t.values()) for t in times) / len(times) for w in winners}
+    best = min(winners, key=lambda w: (cost[w], w))
+    won = [d for d in decisions if d.selected == best]
+    return won[-1], (f"over {len(decisions)} token buckets up to {top.layer.num_tokens}: "
+                     f"{best} {cost[best]:.3g}x the fastest on average over {len(times)} "
+                     "measured ones (" + ", ".join(f"{w} {cost[w]:.3g}x" for w in winners
+                                                   if w != best) + ")")
 
 
 def capability() -> Optional[str]:
@@ -225,7 +300,8 @@ class Chooser:
             mine = {n for v in exclude for n in requested_names(op, v, run.catalogue)}
             request["exclude"] = tuple(sorted(set(run.policy.exclude) | mine))
         policy = dataclasses.replace(run.policy, **request)
-        return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes)
+        return Selector(dataclasses.replace(run, policy=policy), base.tree, base.probes,
+                        profile=base.profile)
 
     def overrides(self) -> List[str]:
         from selector.core.env_vars import words
@@ -246,14 +322,21 @@ class Chooser:
                                     exclude)
             with self._lock:
                 sel = self._selectors.setdefault(key, sel)
-        d = sel.select(**layer)
+        span = ""
+        buckets = token_buckets() if sel.profile is not None and sel.profile.active and \
+            "num_tokens" not in layer else ()
+        if buckets:  # a profile ranks per token bucket: decide over the range vLLM runs
+            d, span = over_range([sel.select(**layer, num_tokens=t) for t in buckets])
+        else:
+            d = sel.select(**layer)
         first = (key, tuple(sorted(d.layer.items())))
         if first not in self._logged:
             with self._lock:
                 self._logged.add(first)
             flags = " ".join(d.engine["flags"]) if d.engine and d.engine["flags"] else "none"
             from selector.config.catalogues import marked_line  # a backend from a plugin says so
-            log.info("%s", marked_line(sel.catalogue, d, f"{d.log_line()} [vLLM: {flags}]"))
+            line = d.log_line() + (f" [{span}]" if span else "")
+            log.info("%s", marked_line(sel.catalogue, d, f"{line} [vLLM: {flags}]"))
         return d
 
 
@@ -428,7 +511,7 @@ def select_linear(original: Callable[..., Any], use_a16: bool = False,
     getter = getattr(mod._get_linear_backend, "__selector_original__", mod._get_linear_backend)
     requested: str = getter(quantization="nvfp4_w4a16" if use_a16 else "nvfp4_w4a4")
     try:
-        d = chooser.decide(linear_layer(use_a16), requested)
+        d = chooser.decide(linear_layer(use_a16, linear_sizes(sys._getframe(1))), requested)
     except NotExpressible as exc:
         log.info("selector: NVFP4 linear layer with %s: vLLM decides alone", exc)
         return original(use_a16)

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, TypeGuard
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from selector.core import env_vars
 from selector.core.rules.facts import NVCC
+from selector.core.versions import canonicalize_name
 
 _CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
 _RUNTIME_DISTS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
@@ -263,16 +263,91 @@ def detect_gpu() -> Gpu:
     return gpu_from_answer(raw)
 
 
+#: the NVML child started ahead of detection (start_gpu_probe): its process, the environment
+#: it was started with, the starting process's id and when it started
+_EARLY: Dict[str, Any] = {}
+
+
+def _nvml_command() -> List[str]:
+    return [sys.executable, "-S", str(Path(__file__).with_name("nvml_query.py"))]
+
+
+def start_gpu_probe() -> None:
+    """Start the NVML child now, so that it runs while selector imports its modules and composes
+    the config (the CLI calls this first; `selector.load` too); detect_gpu then takes its answer
+    when the child's environment is still this process's (else it asks afresh, and this child is
+    ended). Costs a wall-clock wait only where the answer is not ready by then; never an error
+    (detect_gpu reports those). An unused child is ended at exit."""
+    import atexit
+    import os
+    _drop_early()
+    try:
+        env = env_vars.child_env()
+        proc = subprocess.Popen(_nvml_command(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                env=env)
+    except Exception:  # noqa: BLE001 - detect_gpu asks again and says what is wrong
+        return
+    import time
+    _EARLY.update(proc=proc, env=env, pid=os.getpid(), started=time.monotonic())
+    if not _EARLY.get("atexit"):
+        atexit.register(_drop_early)
+        _EARLY["atexit"] = True
+
+
+def _drop_early() -> None:
+    """End and reap an early NVML child nobody took (a forked copy of this process leaves its
+    parent's alone)."""
+    import os
+    proc = _EARLY.pop("proc", None)
+    pid = _EARLY.pop("pid", None)
+    _EARLY.pop("env", None)
+    _EARLY.pop("started", None)
+    if proc is None or pid != os.getpid():
+        return
+    try:
+        proc.kill()
+        proc.communicate(timeout=5)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
+def _take_early(env: Dict[str, str]) -> Optional[Any]:
+    """The early child, when this process started it with this environment; else None (and a
+    stale one is ended)."""
+    import os
+    if "proc" not in _EARLY:
+        return None
+    if _EARLY.get("pid") != os.getpid() or _EARLY.get("env") != env:
+        _drop_early()
+        return None
+    proc = _EARLY.pop("proc")
+    for k in ("pid", "env", "started"):
+        _EARLY.pop(k, None)
+    return proc
+
+
 def _nvml_child(limit: float) -> Tuple[Dict[str, Any], Optional[str]]:
     """selector/inspect/nvml_query.py in a child process: (its answer, None) or ({}, why not).
 
     A crash inside NVML (a signal, an abort, an _exit) or a hang ends the child, not selector.
-    `-S` skips site initialisation (a third of the start-up); child_env passes sys.path on.
+    `-S` skips site initialisation (a third of the start-up); child_env passes sys.path on. The
+    child start_gpu_probe started early is used when its environment is this one.
     """
-    script = Path(__file__).with_name("nvml_query.py")
+    env = env_vars.child_env()
+    early = _take_early(env)
     try:
-        r = subprocess.run([sys.executable, "-S", str(script)], capture_output=True, text=True,
-                           timeout=limit, env=env_vars.child_env(), stdin=subprocess.DEVNULL)
+        if early is not None:
+            try:
+                out, err = early.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                early.kill()
+                early.communicate()
+                raise
+            r = subprocess.CompletedProcess(early.args, early.returncode, out, err)
+        else:
+            r = subprocess.run(_nvml_command(), capture_output=True, text=True,
+                               timeout=limit, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {}, (f"NVML did not answer within {limit:g} s (a hung driver?): no GPU "
                     "detected")

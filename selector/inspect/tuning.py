@@ -196,6 +196,8 @@ class CaseResult:
     why: str = ""
     device: str = ""
     timer: str = ""
+    eager: Optional[prof.Timing] = None  # each eager call between CUDA events, beside a graph's
+    copies: int = 1  # weight copies the calls cycled through (copies_past_l2)
 
 
 def _boot(function: str) -> str:
@@ -277,8 +279,13 @@ def _judge(backend: str, cid: str, ev: Mapping[str, Any]) -> CaseResult:
     if t is None:
         return CaseResult(backend, cid, None, "the child reported no valid times (each must be "
                           "a finite number of milliseconds > 0)")
+    copies = ev.get("copies")
     return CaseResult(backend, cid, t, device=str(ev.get("device") or "")[:200],
-                      timer=str(ev.get("timer") or "")[:160])
+                      timer=str(ev.get("timer") or "")[:160],
+                      eager=timing(ev.get("eager_samples_ms")) if "eager_samples_ms" in ev
+                      else None,
+                      copies=copies if isinstance(copies, int) and not isinstance(copies, bool)
+                      and 1 <= copies <= 64 else 1)
 
 
 def check_positive(name: str, value: Any, kind: type = int) -> Any:

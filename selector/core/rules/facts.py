@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from selector.core.schema import Status
+from selector.core.versions import canonicalize_name
 
 #: the `rule` of the reason an opt-in backend gives (opt-in is a backend field, not a kind)
 OPT_IN = "opt_in"

@@ -5,15 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, List, Optional, Tuple
 
-from packaging.utils import canonicalize_name
-
 from selector.core import schema
 from selector.core.errors import bad_input, bad_value
 from selector.core.rules.base import Rule, register
 from selector.core.rules.facts import OPT_IN, Facts, Reason
 from selector.core.rules.when import PackageSpec, _installed, _positive, check_values
 from selector.core.schema import Layer, Status
-from selector.core.versions import parse_specifier
+from selector.core.versions import canonicalize_name, parse_specifier
 
 
 @register

@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
 
 from selector.core import schema
 from selector.core.errors import bad_input, bad_value
 from selector.core.rules.facts import Facts
-from selector.core.versions import contains, format_capability, parse_specifier
+from selector.core.versions import canonicalize_name, contains, format_capability, parse_specifier
 
 
 @dataclass(frozen=True)
