@@ -380,7 +380,8 @@ def test_fp8_block_dense_launch_plan(tmp_path):
         assert lp.flags[lp.flags.index("--linear-backend") + 1] == block.engine_backend
     js = lp.to_dict()
     assert set(js) == {"engine", "label", "parallel", "topology", "groups", "flags", "env",
-                       "config", "files", "command", "conflicts", "notes", "ok"}
+                       "config", "files", "command", "conflicts", "notes", "ok", "automatic",
+                       "problems"}
     assert js["groups"][0]["scheme"] == "fp8_block"
 
 

@@ -220,7 +220,9 @@ def test_merging_keeps_only_the_old_cells_of_this_machine_not_measured_again(tmp
     f = tmp_path / "p.json"
     assert _merge(new, str(f)) == (new, 0)  # no file yet
     f.write_text("not json")
-    assert _merge(new, str(f)) == (new, 0)  # not a profile
+    with pytest.raises(SelectorError, match="not a selector profile"):  # never overwritten
+        _merge(new, str(f))
+    assert f.read_text() == "not json"
     f.write_text(_profile(dict(key, machine="aarch64"), [(64, {"emulation": _timing(2.0)})])
                  .dumps())
     assert _merge(new, str(f)) == (new, 0)  # another machine's

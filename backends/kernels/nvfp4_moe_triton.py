@@ -30,7 +30,9 @@ top-k sum's): tests/test_emulation_fused.py compares them in Triton's interprete
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
+
+from .nvfp4_moe_host import TILE_FAILED, cfg_key, compile_failure, gate_up_columns, swiglu_params, tile_ladder
 
 #: activation codes of the kernels (``ACT``)
 _ACTS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3, "swigluoai_uninterleave": 3,
@@ -381,30 +383,6 @@ def _fc1_input(x, s1, w4a4: bool, order, k: int, row_e_c, E: int):
     return a1, torch.arange(order.numel(), dtype=torch.int32, device=dev), as1
 
 
-def _gate_up_columns(activation: str, gated: bool, w13_order: str, I: int):
-    """Where FC1's output holds gate and up: ``(gate's first column, up's first column, step)``."""
-    from ..common.constants import INTERLEAVED_ACTIVATIONS
-    if gated and activation in INTERLEAVED_ACTIVATIONS:
-        return 0, 1, 2
-    if gated and w13_order == "up_gate":
-        return I, 0, 1
-    return 0, I, 1
-
-
-def _swiglu_params(activation: str, swiglu_limit, swiglu_alpha, swiglu_beta):
-    """``(limit, alpha, beta)`` as the kernel takes them: the SwiGLU-OAI / SwiGLU-step defaults
-    where not given, 0 where the activation has none."""
-    from ..common.constants import SWIGLUOAI_DEFAULTS, SWIGLUSTEP_DEFAULT_LIMIT
-    if activation in ("swigluoai", "swigluoai_uninterleave"):
-        d = SWIGLUOAI_DEFAULTS
-        return (d["limit"] if swiglu_limit is None else swiglu_limit,
-                d["alpha"] if swiglu_alpha is None else swiglu_alpha,
-                d["beta"] if swiglu_beta is None else swiglu_beta)
-    if activation == "swiglustep":
-        return SWIGLUSTEP_DEFAULT_LIMIT if swiglu_limit is None else swiglu_limit, 0.0, 0.0
-    return 0.0 if swiglu_limit is None else swiglu_limit, 0.0, 0.0
-
-
 def _fc2_input(inter, s2, w4a4: bool, row_e_c, E: int, dtype):
     """FC2's input ``(values, per-expert scales [E + 1])``: the activation in bf16 (W4A16) or its
     NVFP4 codes times block scales (W4A4), with each expert's (or a dynamic) scale."""
@@ -414,39 +392,6 @@ def _fc2_input(inter, s2, w4a4: bool, row_e_c, E: int, dtype):
     as2 = _per_expert(s2, E, inter.device) if s2 is not None else _dynamic_scale(inter, row_e_c, E)
     a2, _ = nvfp4_triton.quantize_unit_triton(inter, as2[row_e_c], dtype)
     return a2, as2
-
-
-#: (device, tile config) -> why it did not compile there: a later call of any shape skips it
-TILE_FAILED: Dict[Tuple[str, Tuple[Tuple[str, int], ...]], str] = {}
-
-
-def compile_failure(exc: BaseException) -> bool:
-    """Whether `exc` is Triton failing to build a kernel for a tile config (its MLIR pass
-    pipeline, `RuntimeError: PassManager::run failed`, seen on an H100 at BLOCK_M 64 for
-    Qwen3-30B-A3B at 1,024 tokens and Mixtral-8x7B at 256 and 1,024 (issue #46); a front-end
-    CompilationError; too many resources for the tile), not a failure of the call's data."""
-    name = type(exc).__name__
-    text = str(exc)
-    return (name in ("CompilationError", "OutOfResources", "PTXASError")
-            or "PassManager::run failed" in text or "out of resource" in text.lower())
-
-
-def tile_ladder(cfg: Dict[str, int]) -> List[Dict[str, int]]:
-    """`cfg`, then the configs tried when it does not compile: two pipeline stages, then BLOCK_M
-    halved down to 16 (a block of fewer rows of one expert: the same values, more blocks)."""
-    out = [dict(cfg)]
-    c = dict(cfg)
-    if c["num_stages"] > 2:
-        c = dict(c, num_stages=2)
-        out.append(c)
-    while c["BLOCK_M"] > 16:
-        c = dict(c, BLOCK_M=c["BLOCK_M"] // 2)
-        out.append(c)
-    return out
-
-
-def _cfg_key(cfg: Dict[str, int]) -> Tuple[Tuple[str, int], ...]:
-    return tuple(sorted((k, int(v)) for k, v in cfg.items()))
 
 
 def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str,
@@ -469,7 +414,7 @@ def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str
     failed: List[str] = []
     fresh = False  # a config failed in this call (warned once; later calls skip it silently)
     for c in tile_ladder(cfg):
-        key = (dev, _cfg_key(c))
+        key = (dev, cfg_key(c))
         if key in TILE_FAILED:
             failed.append(f"{c}: {TILE_FAILED[key]}")
             continue
@@ -522,8 +467,8 @@ def _fused_moe(x, weights, topk_weights, topk_ids, activation, quant, act_and_mu
     w4a4 = quant == "nvfp4"
     a1, arow, as1 = _fc1_input(x, s1, w4a4, order, k, row_e_c, E)
     gated = bool(act_and_mul)
-    gate_base, up_base, step = _gate_up_columns(activation, gated, w13_order, I)
-    limit, alpha, beta = _swiglu_params(activation, swiglu_limit, swiglu_alpha, swiglu_beta)
+    gate_base, up_base, step = gate_up_columns(activation, gated, w13_order, I)
+    limit, alpha, beta = swiglu_params(activation, swiglu_limit, swiglu_alpha, swiglu_beta)
     act = _ACTS[activation]
     inter = torch.empty((n, I), dtype=torch.float32 if w4a4 else x.dtype, device=dev)
     ws13 = _per_expert(w13.scale_2, E, dev)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from selector.core.engine_flags import vllm_name
 from selector.core.errors import SelectorError
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -79,23 +80,6 @@ TRTLLM_CLASSES = {"CutlassFusedMoE": "CUTLASS", "TRTLLMGenFusedMoE": "TRTLLM",
                   "CuteDslFusedMoE": "CUTEDSL", "DeepGemmFusedMoE": "DEEPGEMM",
                   "TritonFusedMoE": "TRITON", "VanillaMoE": "VANILLA", "WideEPMoE": "WIDEEP",
                   "DenseGEMMFusedMoE": "DENSEGEMM"}
-# vLLM's backend enum values whose --moe-backend name is not value.lower() (the inverse of
-# map_nvfp4_backend, map_fp8_backend, mxfp4's map_mxfp4_backend; batched variants are the same
-# backend in vLLM's batched activation format)
-_VLLM_NAMES = {"vllm_cutlass": "cutlass", "batched_vllm_cutlass": "cutlass",
-               "deepgemm": "deep_gemm", "batched_deepgemm": "deep_gemm",
-               "batched_triton": "triton", "flashinfer_cutedsl_batched": "flashinfer_cutedsl",
-               "batched_marlin": "marlin", "none": ""}
-_MXFP4_SUFFIX = re.compile(r"_(mxfp4_mxfp8|mxfp4_bf16|mxfp4_mxfp4|mxfp4|bf16)$")
-
-
-def vllm_name(value: str) -> str:
-    """vLLM's oracle enum value ('FLASHINFER_CUTLASS', 'VLLM_CUTLASS', 'DEEPGEMM_MXFP4') ->
-    its --moe-backend name ('flashinfer_cutlass', 'cutlass', 'deep_gemm'); '' for NONE."""
-    v = _MXFP4_SUFFIX.sub("", value.strip().lower())
-    return _VLLM_NAMES.get(v, v)
-
-
 @dataclass
 class Seen:
     """One choice an engine's log names."""

@@ -208,7 +208,7 @@ def _run(args: argparse.Namespace) -> int:
         return run_audit(args.log, args.model, args.overrides, args.config_dir, args.format)
     if args.command == "completion":
         from selector.commands.completion import run_completion
-        return run_completion(args.shell, args.config_dir)
+        return run_completion(args.shell, args.config_dir, build_parser())
     if args.command == "fleet":
         from selector.commands.fleet import run_fleet
         return run_fleet(args.fleet, args.format, args.what_if, args.fail_on, args.config_dir)

@@ -158,9 +158,9 @@ complete -F _selector_complete selector
 """
 
 
-def run_completion(shell: str, config_dirs: Sequence[str]) -> int:
+def run_completion(shell: str, config_dirs: Sequence[str], parser: argparse.ArgumentParser) -> int:
+    """Print `shell`'s completion script for `parser` (the CLI's own, passed by cli.py)."""
     import sys
 
-    from selector.commands.cli import build_parser
-    sys.stdout.write(bash(build_parser(), config_dirs))
+    sys.stdout.write(bash(parser, config_dirs))
     return 0

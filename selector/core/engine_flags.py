@@ -11,6 +11,7 @@ compares every table here with vLLM's own functions.
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, Optional, Tuple
 
 VLLM_SOURCE = "vLLM 0.32.0"
@@ -123,3 +124,20 @@ def vllm_kernels(op: str, quant: str, name: Optional[str]) -> Tuple[str, ...]:
 
 __all__ = ["VLLM_MOE_ACCEPTS", "VLLM_MOE_SOURCES", "VLLM_LINEAR_QUANT", "VLLM_KERNELS",
            "vllm_kernels"]
+
+
+# vLLM's backend enum values whose --moe-backend name is not value.lower() (the inverse of
+# map_nvfp4_backend, map_fp8_backend, mxfp4's map_mxfp4_backend; batched variants are the same
+# backend in vLLM's batched activation format)
+_VLLM_NAMES = {"vllm_cutlass": "cutlass", "batched_vllm_cutlass": "cutlass",
+               "deepgemm": "deep_gemm", "batched_deepgemm": "deep_gemm",
+               "batched_triton": "triton", "flashinfer_cutedsl_batched": "flashinfer_cutedsl",
+               "batched_marlin": "marlin", "none": ""}
+_MXFP4_SUFFIX = re.compile(r"_(mxfp4_mxfp8|mxfp4_bf16|mxfp4_mxfp4|mxfp4|bf16)$")
+
+
+def vllm_name(value: str) -> str:
+    """vLLM's oracle enum value ('FLASHINFER_CUTLASS', 'VLLM_CUTLASS', 'DEEPGEMM_MXFP4') ->
+    its --moe-backend name ('flashinfer_cutlass', 'cutlass', 'deep_gemm'); '' for NONE."""
+    v = _MXFP4_SUFFIX.sub("", value.strip().lower())
+    return _VLLM_NAMES.get(v, v)

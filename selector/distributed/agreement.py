@@ -230,6 +230,11 @@ class AgreedDecision:
         return str(self.as_decision().summary())
 
     @property
+    def guard(self) -> str:
+        """As Decision.guard: the unproven-release line, or ''."""
+        return str(self.as_decision().guard)
+
+    @property
     def note_data(self) -> Tuple[Any, ...]:
         """As Decision.note_data: the agreed notes as structured records ('agreement' notes, and
         the no-packages hint)."""

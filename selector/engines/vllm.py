@@ -608,13 +608,8 @@ def register() -> None:
     """vLLM general plugin: active only when SELECTOR_VLLM is true (1/true/yes/on). An
     unknown value of SELECTOR_VLLM, or an unbalanced quote in SELECTOR_VLLM_OVERRIDES, is a
     SelectorError naming the variable, raised here, before vLLM loads any layer.
-    SELECTOR_VLLM=observe: vLLM decides, selector's choice is logged beside its own
-    (selector/engines/vllm_observe.py)."""
+    (SELECTOR_VLLM=observe is dispatched before this by selector.engines.vllm_entry.)"""
     from selector.core.env_vars import flag, words
-    from selector.engines import vllm_observe
-    if vllm_observe.requested():
-        vllm_observe.register()
-        return
     if not flag(ENV_ENABLE):
         return
     words(ENV_OVERRIDES)

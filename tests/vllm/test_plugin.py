@@ -11,7 +11,7 @@ import sim
 
 from selector.engines import vllm as adapter
 
-PLUGIN = "selector.engines.vllm:register"
+PLUGIN = "selector.engines.vllm_entry:register"
 
 
 @pytest.fixture(scope="module")
