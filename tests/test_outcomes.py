@@ -74,7 +74,8 @@ def synthetic():
     d1 = Decision(moe, plat, "auto", "aa", cands, notes, "dgx_spark", (("aa", warn),), engine)
     lin = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=True, ep_size=1,
                tp_size=1, swiglu_limit=None, num_tokens=None, dtype="float16", hidden_size=4096,
-               intermediate_size=None, num_experts=None, top_k=None, all2all=None)
+               intermediate_size=None, num_experts=None, top_k=None, all2all=None,
+               act_scale=None, routing=None, quant_method=None, dp_size=None)
     bare = {"capability": None, "cuda": None, "source": "cpu",
             "packages": {"flashinfer-python": None}}
     lc = (Candidate("dd", S.REJECTED, cands[3].reasons), Candidate("gg", S.ELIGIBLE, ()))

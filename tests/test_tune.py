@@ -39,7 +39,8 @@ CONF, SITE = TUNE / "conf", TUNE / "site"
 SHAPE = ["layer=dense_linear", "layer.hidden_size=256", "layer.intermediate_size=256"]
 LAYER = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=False, ep_size=1,
              tp_size=1, dtype="bfloat16", hidden_size=256, intermediate_size=256,
-             swiglu_limit=None, num_experts=None, top_k=None, all2all=None)
+             swiglu_limit=None, num_experts=None, top_k=None, all2all=None,
+             act_scale=None, routing=None, quant_method=None, dp_size=None)
 
 
 # ---------------------------------------------------------------------------------------------

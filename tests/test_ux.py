@@ -206,7 +206,8 @@ def test_merging_keeps_only_the_old_cells_of_this_machine_not_measured_again(tmp
     from selector.core import profile as prof
     layer = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=False, ep_size=1,
                  tp_size=1, dtype="bfloat16", hidden_size=256, intermediate_size=256,
-                 swiglu_limit=None, num_experts=None, top_k=None, all2all=None)
+                 swiglu_limit=None, num_experts=None, top_k=None, all2all=None,
+                 act_scale=None, routing=None, quant_method=None, dp_size=None)
     key = {"gpu": None, "capability": None, "driver": None, "cuda": None,
            "packages": {"torch": "2.13.0"}, "selector": "0.1.0", "machine": "x86_64"}
 

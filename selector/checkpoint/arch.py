@@ -42,6 +42,7 @@ from selector.checkpoint.modules import _lm_head as _lm_head
 from selector.checkpoint.modules import _mlp as _mlp
 from selector.checkpoint.modules import _moe as _moe
 from selector.checkpoint.modules import _qkv as _qkv
+from selector.checkpoint.modules import n_group as n_group
 from selector.checkpoint.modules import routing_method as routing_method
 from selector.core.errors import bad_input, bad_value
 
@@ -115,7 +116,7 @@ def _deepseek(cfg: _Config, dsa: bool = False) -> Read:
     # (DeepseekV3Config's norm_topk_prob defaults to True, DeepseekV2Config's to False)
     routing = routing_method(cfg.text("scoring_func", "softmax"),
                              cfg.flag("norm_topk_prob", cfg.model_type != "deepseek_v2"),
-                             cfg._get("n_group"),
+                             n_group(cfg, None),
                              cfg.text("topk_method", "") == "noaux_tc")
     types, mods = [], []
     for i in range(n):
@@ -234,7 +235,7 @@ def _nemotron_h(cfg: _Config) -> Read:
                              # nemotron_h.py NemotronHMoE: sigmoid with a correction bias
                              # NemotronHConfig's n_group defaults to 1 (null stays None)
                              routing=routing_method("sigmoid", cfg.flag("norm_topk_prob", True),
-                                                    cfg.data.get("n_group", 1), True)))
+                                                    n_group(cfg, 1), True)))
             if cfg.integer("n_shared_experts", 1, minimum=0):
                 mods += _mlp(cfg, f"{p}.shared_experts", "shared experts", i, h,
                              cfg.integer("moe_shared_expert_intermediate_size"), gated=False,

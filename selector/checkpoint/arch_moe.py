@@ -25,6 +25,7 @@ from selector.checkpoint.modules import (
     _mlp,
     _moe,
     _qkv,
+    n_group,
     routing_method,
 )
 from selector.core.errors import bad_input
@@ -103,7 +104,7 @@ def glm4_moe(cfg: _Config) -> Read:
             # default 1; null stays None), norm_topk_prob
             mods.append(_moe(cfg, f"{p}.mlp.experts", i, h, moe_i, experts, top_k, act, True,
                              routing=routing_method("sigmoid", cfg.flag("norm_topk_prob", True),
-                                                    cfg.data.get("n_group", 1), True)))
+                                                    n_group(cfg, 1), True)))
             if shared:
                 mods += _mlp(cfg, f"{p}.mlp.shared_experts", "shared experts", i, h,
                              moe_i * shared, key="moe_intermediate_size")

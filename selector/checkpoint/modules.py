@@ -191,6 +191,15 @@ def _fields(**kw: Any) -> Tuple[Tuple[str, Any], ...]:
     return tuple(kw.items())
 
 
+def n_group(cfg: _Config, default: Optional[int]) -> Optional[int]:
+    """config.n_group as a model class reads it: an explicit null stays None, a missing key
+    takes the config class's default (HF_DEFAULTS, else `default`)."""
+    if "n_group" in cfg.data and cfg.data["n_group"] is None:
+        return None
+    got: Optional[int] = cfg.integer("n_group", default, minimum=0)
+    return got
+
+
 def routing_method(scoring: str, renormalize: bool, groups: Optional[int], bias: bool) -> str:
     """vLLM's routing method for a router (vLLM 0.32.0 fused_moe/config.py
     get_routing_method_type, which every router but a custom one advertises; router_factory.py

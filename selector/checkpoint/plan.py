@@ -182,7 +182,7 @@ def _selected_counts(items: Sequence[Tuple[Shape, int]]) -> OrderedDict[str, int
 CHECKPOINT_KEYS = {"op": "moe", "quant": "nvfp4", "activation": "silu", "act_and_mul": True,
                    "hidden_size": None, "intermediate_size": None, "num_experts": None,
                    "top_k": None, "swiglu_limit": None, "act_scale": None, "routing": None,
-                   "quant_method": None, "dp_size": 1}
+                   "quant_method": None, "dp_size": None}
 # Quantization.format -> the vLLM quantization method (layer.quant_method) of its MoE layers
 _METHODS = {"FP8": "fp8", "ModelOpt": "modelopt", "compressed-tensors": "compressed-tensors",
             "MXFP4": "mxfp4"}
@@ -261,7 +261,7 @@ def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
                         f"dtype {dtype} ({config_path}); drop the override")
     groups = _group_modules(arch, quant, topology.linear_tp if topology is not None
                             else defaults.tp_size,
-                            topology.dp if topology is not None else defaults.dp_size,
+                            topology.dp if topology is not None else defaults.dp_size or 1,
                             selector.run_config.engine.name)
     kinds = []
     for (component, scheme), g in groups.items():

@@ -194,7 +194,7 @@ class Layer:
     # TP > 1, DP > 1 makes the MoE sequence parallel: fused_moe/config.py
     # FusedMoEParallelConfig.is_sequence_parallel; without EP, DP > 1 still changes the
     # experts class, e.g. experts/trtllm_mxfp4_moe.py 173-180 dp_size <= 1)
-    dp_size: int = _int(1)
+    dp_size: Optional[int] = _int(None)  # null: 1 (no data parallelism)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash(tuple(self.__dict__.values())))

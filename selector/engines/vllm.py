@@ -141,7 +141,8 @@ def moe_layer(config: Any, weight_key: Any, activation_key: Any) -> Dict[str, An
     activation, gated = moe_activation(config.activation)
     quant = quant_scheme(weight_key, activation_key)
     extra = {"routing": routing(getattr(config, "routing_method", None)),
-             "dp_size": max(1, int(getattr(par, "dp_size", 1) or 1))}
+             "dp_size": getattr(par, "dp_size", 1) if (getattr(par, "dp_size", 1) or 1) > 1
+             else None}
     if quant == "fp8_tensor_dynamic":
         extra["act_scale"] = act_scale(activation_key)
     return {"op": "moe", "quant": quant, **extra,

@@ -278,6 +278,12 @@ def _vllm_modules(qc: Any, modules: List[Any]) -> Tuple[Dict[str, str], str]:
     out: Dict[str, str] = {}
     try:
         for m in modules:
+            if m.unquantized:
+                # the model class builds it with quant_config=None (Module.unquantized names
+                # the vLLM line): the quantization config is never asked; model_shapes.py's
+                # build of the class checks it (tests/vllm/test_launch_shapes.py)
+                out[m.name] = UNQUANTIZED
+                continue
             fields = dict(m.fields)
             layer = _layer(m.cls, m, _moe_config(fields) if m.cls == "RoutedExperts" else None)
             vc = VllmConfig()  # an unquantized MoE reads it, FP8 and MXFP4 its model config

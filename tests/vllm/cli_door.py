@@ -48,7 +48,9 @@ LAYOUTS = ((1, 1, False), (2, 1, False), (4, 1, False), (8, 1, False), (4, 1, Tr
            (8, 1, True), (2, 2, True), (2, 4, True), (2, 2, False))
 # architectures whose corpus checkpoints carry the layouts the formats are drawn over
 BASES = ("deepseek-v3-fp8", "qwen3-30b-a3b-fp8", "qwen3-8b-fp8", "llama-3.1-8b-fp8-static",
-         "gpt-oss-20b-mxfp4", "nemotron-h-8b-fp4", "qwen3-235b-a22b-fp4", "mistral-small-24b-ct-w4a4")
+         "gpt-oss-20b-mxfp4", "nemotron-h-8b-fp4", "qwen3-235b-a22b-fp4",
+         "mistral-small-24b-ct-w4a4", "nemotron-3-nano-30b-nvfp4", "kimi-k2-fp8",
+         "deepseek-v2-lite-ct-w4a4", "gpt-oss-120b-mxfp4")
 FORMATS = ("fp8", "fp8_block", "ct_fp8", "modelopt_fp8_legacy", "modelopt_nvfp4_flat",
            "modelopt_nvfp4_legacy", "mxfp4")
 

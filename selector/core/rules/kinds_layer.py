@@ -165,7 +165,7 @@ class DataParallelRule(Rule):
 
     def evaluate(self, layer: Layer, facts: Facts) -> Optional[Reason]:
         from selector.core.rules.when import sequence_parallel
-        if not self.dp and layer.dp_size > 1:
+        if not self.dp and (layer.dp_size or 1) > 1:
             return self.reason(f"does not run under data parallelism (dp_size "
                                f"{layer.dp_size})", "do not run under data parallelism")
         if not self.seq and sequence_parallel(layer):

@@ -131,7 +131,8 @@ def act_scale_of(layer: Any) -> Optional[str]:
 def sequence_parallel(layer: Any) -> bool:
     """vLLM's sequence-parallel MoE (config/parallel.py use_sequence_parallel_moe): expert
     parallelism over TP > 1 and DP > 1 ranks (the layer's EP = TP x DP exceeds its DP)."""
-    return bool(layer.dp_size > 1 and layer.ep_size > layer.dp_size)
+    dp = layer.dp_size or 1
+    return bool(dp > 1 and layer.ep_size > dp)
 
 
 WHEN: Dict[str, WhenTerm] = {
@@ -157,7 +158,7 @@ WHEN: Dict[str, WhenTerm] = {
                         "routing", lambda v: "/".join(sorted(v))),
     # data parallelism (layer.dp_size > 1), and the sequence-parallel MoE it makes with expert
     # parallelism over TP > 1 (EP = TP x DP > DP)
-    "dp": WhenTerm(_bool, lambda v, layer, f: (layer.dp_size > 1) == v, "dp_size"),
+    "dp": WhenTerm(_bool, lambda v, layer, f: ((layer.dp_size or 1) > 1) == v, "dp_size"),
     "sequence_parallel": WhenTerm(_bool, lambda v, layer, f: sequence_parallel(layer) == v,
                                   "dp_size"),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
