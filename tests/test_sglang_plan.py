@@ -149,7 +149,8 @@ def test_a_flag_is_printed_only_where_it_changes_sglangs_choice():
     (121, "GptOssForCausalLM", "mxfp4", "mxfp4", 1, "flashinfer_mxfp4"),
     (90, "GptOssForCausalLM", "mxfp4", "mxfp4", 1, "triton_kernel"),
     (90, "GptOssForCausalLM", "mxfp4", "mxfp4", 2, "triton"),
-    (100, "Qwen3MoeForCausalLM", "compressed-tensors", "nvfp4", 1, "flashinfer_cutlass")])
+    (100, "Qwen3MoeForCausalLM", "compressed-tensors", "nvfp4", 1, "flashinfer_cutlass"),
+    (90, "Qwen3MoeForCausalLM", "compressed-tensors", "nvfp4", 1, "marlin")])
 def test_sglang_auto_moe_runner(sm, arch, quantization, scheme, ep, want):
     assert auto_moe(sm, arch, quantization, scheme, ep)[0] == want
 
@@ -165,3 +166,16 @@ def test_sglang_auto_moe_runner(sm, arch, quantization, scheme, ep, want):
     (120, "nvfp4", {}, "flashinfer_cutlass")])
 def test_sglang_auto_gemms(sm, scheme, packages, want):
     assert auto_linear(sm, scheme, packages)[0] == want
+
+
+def test_a_plan_names_the_missing_cuda_key():
+    """A hardware preset carries no CUDA: where a backend is rejected for it, the plan names
+    platform.cuda (and the stack= presets that carry one) instead of only counting."""
+    rc, out, _ = run_main(["explain", "--model", str(CORPUS / "qwen3-30b-a3b-fp4"),
+                           "engine=sglang", "platform=b200",
+                           "platform.packages.sglang-kernel=0.4.10", "policy.exclude=[emulation]"])
+    flat = " ".join(out.split())
+    assert "platform.cuda is not set (flashinfer_cutlass needs a CUDA version" in flat
+    rc, out, _ = run_main(["explain", "--model", str(CORPUS / "qwen3-30b-a3b-fp4"), *SGL,
+                           "platform=b200"])
+    assert "platform.cuda is not set" not in out

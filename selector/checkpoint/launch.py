@@ -585,7 +585,27 @@ def _table(lp: LaunchPlan) -> List[str]:
         if g.planned and g.decision is not None and not g.decision.selected:
             lines.extend(textwrap.wrap(f"!! {g.kind}: {g.decision.summary()}", width=WRAP,
                                        initial_indent="  ", subsequent_indent="     "))
+            missing = _missing_cuda(g.decision)
+            if missing:
+                lines.extend(textwrap.wrap(f"!! {g.kind}: {missing}", width=WRAP,
+                                           initial_indent="  ", subsequent_indent="     "))
     return lines
+
+
+def _missing_cuda(d: Decision) -> str:
+    """The one key to set when a backend was rejected only for a CUDA the platform does not
+    give (a hardware preset carries none; a stack= preset does)."""
+    if d.platform.get("cuda") is not None:
+        return ""
+    by_cuda = [c.backend for c in d.candidates if str(c.status) == "rejected"
+               and any(r.rule == "cuda" for r in c.reasons)]
+    if not by_cuda:
+        return ""
+    return (f"platform.cuda is not set ({', '.join(by_cuda)} "
+            f"{'needs' if len(by_cuda) == 1 else 'need'} a CUDA version, among other "
+            "reasons): add a "
+            "stack= preset, which carries the CUDA its software ships with, or "
+            "platform.cuda=VERSION")
 
 
 def _conflicts(lp: LaunchPlan) -> List[str]:

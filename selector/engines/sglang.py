@@ -113,6 +113,8 @@ def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int) -> Tup
             SRC + "layers/quantization/modelopt_quant.py:3117-3123 "
             "(ModelOptNvFp4FusedMoEMethod.create_moe_runner: auto)")
     if quantization == "compressed-tensors" and scheme == "nvfp4":
+        if sm < 100:  # W4A4 needs SM >= 10.0: served weight-only by FP4 Marlin
+            return "marlin", CT_NVFP4_FALLBACK
         return "flashinfer_cutlass", FIXED_CT_NVFP4
     if scheme.startswith("fp8"):
         return "triton", (SRC + "layers/quantization/fp8.py:2961-2971 (Fp8MoEMethod."
@@ -155,6 +157,9 @@ def auto_linear(sm: int, scheme: str, packages: Dict[str, Any]) -> Optional[Tupl
 FIXED_CT_NVFP4 = (SRC + "layers/quantization/compressed_tensors/compressed_tensors.py:959-975 "
                   "(CompressedTensorsW4A4Nvfp4MoE runs FlashInfer's CUTLASS MoE whatever "
                   "--moe-runner-backend says)")
+CT_NVFP4_FALLBACK = (SRC + "layers/quantization/compressed_tensors/compressed_tensors.py:962-975 "
+                     "(below SM 10.0 an NVFP4 W4A4 MoE is served weight-only: "
+                     "CompressedTensorsW4A16Nvfp4MoE, FP4 Marlin)")
 FIXED_MODELOPT_FP8 = (SRC + "layers/quantization/modelopt_quant.py:1343-1363 "
                       "(ModelOptFp8MoEMethod.create_moe_runner: flashinfer_cutlass when asked, "
                       "else Triton)")
@@ -174,7 +179,7 @@ class SglangLauncher(Launcher):
         if group.op != "moe":
             return None
         q = _quantization(plan, group.scheme)
-        if q == "compressed-tensors" and group.scheme == "nvfp4":
+        if q == "compressed-tensors" and group.scheme == "nvfp4" and self._sm(sel) >= 100:
             return "flashinfer_cutlass", FIXED_CT_NVFP4
         if q == "modelopt_fp8" and group.engine_backend != "flashinfer_cutlass":
             return "triton", FIXED_MODELOPT_FP8
