@@ -26,8 +26,8 @@ import torch  # noqa: E402
 from baselines import cuda_time  # noqa: E402
 
 import selector.backends.kernels.nvfp4_moe_triton as F  # noqa: E402
-from selector.backends.formats import nvfp4 as nv  # noqa: E402
 from selector.backends import reference as R  # noqa: E402
+from selector.backends.formats import nvfp4 as nv  # noqa: E402
 
 #: (experts, top_k, hidden, intermediate): the routed experts of one layer at TP 1
 MODELS = {"qwen3": (128, 8, 2048, 768), "mixtral": (8, 2, 4096, 14336),
