@@ -1980,10 +1980,63 @@ V34_CASES = [
 ]
 
 
+_T8_MOE = {"quant": "fp8_tensor", "hidden_size": 2048, "intermediate_size": 768}
+_CUDNN_FE = {"nvidia-cudnn-frontend": "1.32.0"}
+# What decides an engine's choice that the scheme alone does not carry (issue 44): the
+# activation scales' granularity, the quantization method, the routing method, data parallelism.
+READER_CASES = [
+    # flashinfer-python 0.7.4 gemm/gemm_base.py (bmm_fp8: A_scale a scalar tensor)
+    C("act-scale-bmm-fp8-token", "10.0", "linear/flashinfer_bmm_fp8", {"act_scale"},
+      layer=_fl("fp8_tensor_dynamic", act_scale="token")),
+    C("act-scale-bmm-fp8-tensor", "10.0", "linear/flashinfer_bmm_fp8",
+      layer=_fl("fp8_tensor_dynamic", act_scale="tensor")),
+    C("act-scale-bmm-fp8-cudnn-token", "10.0", "linear/flashinfer_bmm_fp8_cudnn", {"act_scale"},
+      pk=_CUDNN_FE, layer=_fl("fp8_tensor_dynamic", act_scale="token")),
+    C("act-scale-bmm-fp8-cudnn-tensor", "10.0", "linear/flashinfer_bmm_fp8_cudnn", pk=_CUDNN_FE,
+      layer=_fl("fp8_tensor_dynamic", act_scale="tensor")),
+    # vLLM 0.32.0 kernels/linear/scaled_mm/flashinfer.py (per-tensor activation and weight
+    # scales); quantization/fp8.py 274-280 (dynamic activations quantized per token)
+    C("act-scale-fi-cutlass-fp8-token", "10.0", "linear/flashinfer_cutlass", {"act_scale"},
+      layer=_fl("fp8_tensor_dynamic", act_scale="token")),
+    C("act-scale-fi-cutlass-fp8-tensor", "10.0", "linear/flashinfer_cutlass",
+      layer=_fl("fp8_tensor_dynamic", act_scale="tensor")),
+    # vLLM 0.32.0 kernels/linear/scaled_mm/pytorch.py 84-92 (PerTensorTorch: per-tensor only)
+    C("act-scale-torch-per-tensor-token", "9.0", "linear/torch_per_tensor", {"act_scale"},
+      layer=_fl("fp8_tensor_dynamic", act_scale="token")),
+    C("act-scale-torch-per-tensor-tensor", "9.0", "linear/torch_per_tensor",
+      layer=_fl("fp8_tensor_dynamic", act_scale="tensor")),
+    # vLLM 0.32.0 fused_moe/oracle/fp8.py 463-473: vLLM's CUTLASS FP8 experts for
+    # compressed-tensors only (Fp8MoEMethod passes allow_vllm_cutlass=False, quantization/fp8.py:522)
+    C("quant-method-cutlass-fp8-moe-fp8", "9.0", "moe/cutlass", {"quant_method"},
+      layer={**_T8_MOE, "quant_method": "fp8"}),
+    C("quant-method-cutlass-fp8-moe-ct", "9.0", "moe/cutlass",
+      layer={**_T8_MOE, "quant_method": "compressed-tensors"}),
+    # compressed_tensors_moe_w8a8_fp8.py 94-105: per-tensor experts with dynamic activations are
+    # quantized per 1x128 group (kFp8Dynamic128Sym), which CUTLASS and Triton refuse
+    # (experts/cutlass_moe.py 318-328; experts/triton_moe.py 157-177)
+    C("act-scale-cutlass-fp8-moe-group", "9.0", "moe/cutlass", {"act_scale"},
+      layer={**_T8_MOE, "quant": "fp8_tensor_dynamic", "act_scale": "group_128"}),
+    C("act-scale-triton-fp8-moe-group", "9.0", "moe/triton", {"act_scale"},
+      layer={**_T8_MOE, "quant": "fp8_tensor_dynamic", "act_scale": "group_128"}),
+    C("act-scale-triton-fp8-moe-token", "9.0", "moe/triton",
+      layer={**_T8_MOE, "quant": "fp8_tensor_dynamic", "act_scale": "token"}),
+    # vLLM 0.32.0 experts/trtllm_fp8_moe.py 189-196 (no sequence-parallel MoE) and 398-434
+    # (the routing methods the monolithic per-tensor kernel lists)
+    C("dp-trtllm-fp8-sequence-parallel", "10.0", "moe/flashinfer_trtllm", {"data_parallel"},
+      pk=NO_CUBIN_WARN, layer={**_T8_MOE, "dp_size": 2, "ep_size": 4}),
+    C("dp-trtllm-fp8-ep-equals-dp", "10.0", "moe/flashinfer_trtllm", pk=NO_CUBIN_WARN,
+      layer={**_T8_MOE, "dp_size": 2, "ep_size": 2}),
+    C("routing-trtllm-fp8-default", "10.0", "moe/flashinfer_trtllm", {"routing"},
+      pk=NO_CUBIN_WARN, layer={**_T8_MOE, "routing": "default"}),
+    C("routing-trtllm-fp8-renormalize", "10.0", "moe/flashinfer_trtllm", pk=NO_CUBIN_WARN,
+      layer={**_T8_MOE, "routing": "renormalize"}),
+]
+
+
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
                      _fp8_scheme_boundaries() + FP8_TORCH + FI_DIRECT + FIC_VLLM + MX_CASES +
-                     LINEAR_SCHEME_CASES + PARALLEL_CASES + V34_CASES)
+                     LINEAR_SCHEME_CASES + PARALLEL_CASES + V34_CASES + READER_CASES)
 
 
 # ---------------------------------------------------------------------------------------------
