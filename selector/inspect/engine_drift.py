@@ -145,8 +145,8 @@ def _selector_answer(sel: Any, answer: Mapping[str, Any]) -> Tuple[Optional[str]
     return d.selected, kernel, "" if d.selected is not None else d.summary()
 
 
-def _describe(backend: Optional[str], kernel: Optional[str], error: str) -> str:
-    if backend is None and kernel is None:
+def _describe(backend: Optional[str], kernel: Optional[str], error: str, refused: bool) -> str:
+    if refused:
         return f"refuses ({error})" if error else "refuses"
     return f"{backend} ({kernel})" if kernel and kernel != backend else str(backend)
 
@@ -161,16 +161,16 @@ def compare(platform: Mapping[str, Any], answers: Sequence[Mapping[str, Any]],
     for a in answers:
         name = str(a.get("name"))
         sb, sk, swhy = ours.get(name, (None, None, "not asked"))
-        vk = a.get("kernel")
-        vb = a.get("backend")
-        same = (vk is None and sb is None) if vb is None or vk is None else vk == sk
+        vk, vb = a.get("kernel"), a.get("backend")
+        verror = str(a.get("error") or "") or (f"vLLM returned {vb}" if vb else "")
+        same = vk == sk if vk is not None and sb is not None else vk is None and sb is None
         status = "agrees" if same else "drift" if gpu else "explained"
         detail = (f"vLLM {version}'s own oracle ({a.get('oracle')}) on "
                   f"{platform.get('platform') or 'its platform'}"
                   + ("" if gpu else f"; {NO_GPU_SOURCE}"))
         items.append(DriftItem(f"vllm/{name}", "automatic choice",
-                               _describe(vb, vk, str(a.get("error") or "")), status, detail,
-                               _describe(sb, sk, swhy)))
+                               _describe(vb, vk, verror, vk is None), status, detail,
+                               _describe(sb, sk, swhy, sb is None)))
     return items
 
 
