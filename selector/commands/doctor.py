@@ -65,6 +65,7 @@ class Report:
     drift: Optional[List[DriftItem]] = None  # with --deep
     verify_report: Any = None  # verify.Report (--verify)
     guard: str = ""  # the version guard: an engine or library newer than selector has proven
+    engine: Any = None  # engine_drift.EngineDrift (with --deep): how the vLLM comparison ran
 
     @property
     def drifted(self) -> bool:
@@ -81,7 +82,8 @@ class Report:
             "verdicts_for": self.verdicts_for,
             "backends": [b.to_dict() for b in self.backends], "probes": None,
             "problems": list(self.problems), "exit_code": self.exit_code,
-            "drift": None if self.drift is None else [i.to_dict() for i in self.drift]}
+            "drift": None if self.drift is None else [i.to_dict() for i in self.drift],
+            "engine_drift": None if self.engine is None else self.engine.to_dict()}
         if self.guard:
             d["guard"] = self.guard
         if self.deep_report is not None:
@@ -190,6 +192,13 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
         from selector.inspect.drift import compare
         drift = compare(catalogue, model.platform.facts,
                         {n: dict(f.details) for n, f in findings.items() if f.status != "skipped"})
+    engine = None
+    if rep is not None and not probes:  # the installed engine's own oracles (engine_drift.py)
+        from selector.inspect.engine_drift import EngineDrift, check
+        engine = check(overrides, config_dirs, timeout) if model.platform.source == "detected" \
+            else EngineDrift("skipped", "the platform is a preset, not this machine: vLLM's "
+                             "oracles answer for this machine only")
+        drift = (drift or []) + engine.items
     vrep = None
     if verify or verify_ops or model.probe == "verify":  # selector.inspect.verify: kernels vs reference
         from selector.inspect.verify import default_timeout, run_verify, verify_once
@@ -210,7 +219,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     guard = unproven_note(p, (lambda: proven_releases(tree)) if tree is not None else ())
     return Report(deep, platform, packages, verdicts_for, verdicts, rep, declared, problems,
                   time.perf_counter() - t0, drift, vrep,
-                  note_text(guard) if guard is not None else "")
+                  note_text(guard) if guard is not None else "", engine)
 
 
 def _every_scheme_fails(resolver: Any, op: str, b: Any) -> Tuple[Any, ...]:
@@ -334,6 +343,8 @@ def render_text(r: Report) -> str:
                 add(f"  {'':<8} {'':<{nw}}  (declared by {', '.join(users)})")
     if r.drift is not None:
         _render_drift(r.drift, add)
+    if r.engine is not None:
+        add(f"  engine drift: {r.engine.message}")
     if r.verify_report is not None:
         from selector.inspect.verify import render_text as verify_text
         add("")

@@ -156,6 +156,53 @@ def moe_layer(config: Any, weight_key: Any, activation_key: Any) -> Dict[str, An
             "all2all": _ALL2ALL.get(par.all2all_backend) if par.use_all2all_kernels else None}
 
 
+def moe_config(layer: Mapping[str, Any], moe_backend: str = "auto") -> Any:
+    """vLLM's FusedMoEConfig for a selector MoE layer (`layer.*` keys; moe_layer's inverse):
+    what vLLM's MoE oracles take. Missing sizes get a mid-size MoE's (64 experts, top 8, hidden
+    2048, intermediate 1024); a layer with an all2all backend runs with DP 2. The tests' vLLM
+    simulation (tests/vllm/sim.py) and `doctor --deep`'s engine drift build theirs here."""
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (
+        FusedMoEConfig,
+        FusedMoEParallelConfig,
+        RoutingMethodType,
+    )
+    activation = str(layer.get("activation") or "silu")
+    gated = layer.get("act_and_mul", True) is not False
+    ep = int(layer.get("ep_size") or 1)
+    all2all = layer.get("all2all")
+    experts = int(layer.get("num_experts") or 64)
+    par = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=2 if all2all else 1,
+                                 ep_size=ep, tp_rank=0, pcp_rank=0, dp_rank=0, ep_rank=0,
+                                 sp_size=1, use_ep=ep > 1,
+                                 all2all_backend=all2all or "allgather_reducescatter",
+                                 enable_eplb=False)
+    # a SiTU layer carries its two scales; 4 and 25 are SiTU's published ones (FlashInfer #4460)
+    situ = {"activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0} \
+        if activation == "situ" else {}
+    return FusedMoEConfig(num_experts=experts, experts_per_token=int(layer.get("top_k") or 8),
+                          hidden_dim=int(layer.get("hidden_size") or 2048),
+                          intermediate_size=int(layer.get("intermediate_size") or 1024),
+                          num_local_experts=experts // ep, num_logical_experts=experts,
+                          activation=MoEActivation(activation if gated else
+                                                   f"{activation}_no_mul"),
+                          device="cuda", routing_method=RoutingMethodType.Renormalize,
+                          moe_parallel_config=par,
+                          in_dtype=getattr(torch, str(layer.get("dtype") or "bfloat16")),
+                          moe_backend=moe_backend, swiglu_limit=layer.get("swiglu_limit"),
+                          **situ)
+
+
+def quant_keys(quant: str) -> Tuple[Any, Any]:
+    """vLLM's (weight, activation) QuantKeys of a selector scheme (schema.QUANT_SCHEMES)."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils as q
+
+    from selector.core.schema import QUANT_SCHEMES
+    w, a = QUANT_SCHEMES[quant].vllm_keys
+    return getattr(q, str(w)), (None if a is None else getattr(q, a))
+
+
 def linear_layer(use_a16: bool, sizes: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
     """What init_nvfp4_linear_kernel knows of its layer: W4A16 or W4A4, and where its caller
     has them (`sizes`, from linear_sizes), the layer's per-GPU K and N: a profile's linear cell

@@ -486,37 +486,20 @@ class Simulation:
 
 # -- vLLM's objects for a scenario ------------------------------------------------------------------
 def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
-    import torch
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, FusedMoEParallelConfig, RoutingMethodType
-    act = MoEActivation(s.activation if s.act_and_mul else f"{s.activation}_no_mul")
-    par = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=2 if s.all2all else 1,
-                                 ep_size=s.ep_size, tp_rank=0, pcp_rank=0, dp_rank=0, ep_rank=0,
-                                 sp_size=1, use_ep=s.ep_size > 1,
-                                 all2all_backend=s.all2all or "allgather_reducescatter",
-                                 enable_eplb=False)
-    # a SiTU layer carries its two scales; 4 and 25 are SiTU's published ones (FlashInfer #4460)
-    situ = {"activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0} \
-        if s.activation == "situ" else {}
-    return FusedMoEConfig(num_experts=64, experts_per_token=8, hidden_dim=2048,
-                          intermediate_size=1024, num_local_experts=64 // s.ep_size,
-                          num_logical_experts=64, activation=act, device="cuda",
-                          routing_method=RoutingMethodType.Renormalize, moe_parallel_config=par,
-                          in_dtype=getattr(torch, s.dtype), moe_backend=moe_backend,
-                          swiglu_limit=s.swiglu_limit, **situ)
+    from selector.engines import vllm as adapter
+    return adapter.moe_config({"activation": s.activation, "act_and_mul": s.act_and_mul,
+                               "ep_size": s.ep_size, "all2all": s.all2all, "dtype": s.dtype,
+                               "swiglu_limit": s.swiglu_limit}, moe_backend)
 
 
 def quant_keys(s: Scenario) -> Tuple[Any, Any]:
     """vLLM's (weight, activation) QuantKeys for the scenario's scheme (schema.QUANT_SCHEMES), or
     the ones its quant method's code derives (methods.py)."""
-    from vllm.model_executor.layers.quantization.utils import quant_utils as q
-
-    from selector.core.schema import QUANT_SCHEMES
     if s.method is not None:
         import methods
         return methods.vllm_keys(s)
-    w, a = QUANT_SCHEMES[s.quant].vllm_keys
-    return getattr(q, str(w)), (None if a is None else getattr(q, a))
+    from selector.engines import vllm as adapter
+    return adapter.quant_keys(s.quant)
 
 
 # -- the sweep --------------------------------------------------------------------------------------
