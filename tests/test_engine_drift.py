@@ -1,4 +1,4 @@
-"""doctor --deep's engine drift (selector/inspect/engine_drift.py): the comparison of vLLM's
+"""doctor --deep's engine drift (selector/engines/vllm_drift.py): the comparison of vLLM's
 own answers with selector's, on canned vLLM answers and selector's real decisions; the check's
 failure paths (no traceback ever). The real vLLM run is tests/vllm/test_engine_drift.py."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import selector
-from selector.inspect import engine_drift
-from selector.inspect.engine_drift import LAYERS, compare
+from selector.engines import vllm_drift as engine_drift
+from selector.engines.vllm_drift import LAYERS, compare
 
 GPU = {"version": "0.32.0", "platform": "CudaPlatform", "cuda": True, "capability": "10.0"}
 CPU = {"version": "0.32.0", "platform": "CpuPlatform", "cuda": False, "capability": None}

@@ -65,7 +65,7 @@ class Report:
     drift: Optional[List[DriftItem]] = None  # with --deep
     verify_report: Any = None  # verify.Report (--verify)
     guard: str = ""  # the version guard: an engine or library newer than selector has proven
-    engine: Any = None  # engine_drift.EngineDrift (with --deep): how the vLLM comparison ran
+    engine: Any = None  # vllm_drift.EngineDrift (with --deep): how the vLLM comparison ran
 
     @property
     def drifted(self) -> bool:
@@ -193,8 +193,8 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
         drift = compare(catalogue, model.platform.facts,
                         {n: dict(f.details) for n, f in findings.items() if f.status != "skipped"})
     engine = None
-    if rep is not None and not probes:  # the installed engine's own oracles (engine_drift.py)
-        from selector.inspect.engine_drift import EngineDrift, check
+    if rep is not None and not probes:  # the installed engine's own oracles (selector/engines/vllm_drift.py)
+        from selector.engines.vllm_drift import EngineDrift, check
         engine = check(overrides, config_dirs, timeout) if model.platform.source == "detected" \
             else EngineDrift("skipped", "the platform is a preset, not this machine: vLLM's "
                              "oracles answer for this machine only")

@@ -14,8 +14,8 @@ import sys
 import vllm
 from packaging.version import Version
 
+from selector.engines.vllm_drift import LAYERS
 from selector.inspect.drift import STATUSES
-from selector.inspect.engine_drift import LAYERS
 
 
 def _doctor(*args: str) -> subprocess.CompletedProcess:

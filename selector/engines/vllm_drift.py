@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from selector.inspect.drift import DriftItem
 
 MARK = "@@selector-engine@@ "
-CHILD = "selector.inspect.engine_drift:child"
+CHILD = "selector.engines.vllm_drift:child"
 TIMEOUT = 120.0  # importing vLLM takes 10-30 s on a loaded machine
 
 # name -> (oracle, selector layer keys). MoE layers are turned into vLLM's FusedMoEConfig.
