@@ -24,8 +24,8 @@ from launch_fixtures import (  # noqa: E402
 )
 
 import selector  # noqa: E402
-from selector.core.errors import SelectorError  # noqa: E402
 from selector.core import engine_flags as tables  # noqa: E402
+from selector.core.errors import SelectorError  # noqa: E402
 
 EXAMPLES = sorted(p for p in (REPO / "examples").iterdir() if (p / "config.json").is_file())
 CASES = [  # (platform overrides, parallel overrides)
