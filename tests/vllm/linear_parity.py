@@ -141,9 +141,16 @@ def selector_layer(s: sim.Scenario) -> Dict[str, Any]:
     """The layer as selector describes it: its scheme from vLLM's keys where a quant method
     derives them (NotExpressible when no scheme names the pair, as in the plugin)."""
     n, k = s.shape
-    quant = s.quant if s.method is None else adapter.quant_scheme(*sim.quant_keys(s))
+    extra: Dict[str, Any] = {}
+    if s.method is None:
+        quant = s.quant
+    else:  # as the plugin's moe_layer: a per-token or per-group scale is the layer's act_scale
+        weight_key, activation_key = sim.quant_keys(s)
+        quant = adapter.quant_scheme(weight_key, activation_key)
+        if quant == "fp8_tensor_dynamic":
+            extra["act_scale"] = adapter.act_scale(activation_key)
     return {"op": "linear", "quant": quant, "dtype": s.dtype, "hidden_size": k,
-            "intermediate_size": n}
+            "intermediate_size": n, **extra}
 
 
 def selector_decision(s: sim.Scenario) -> Any:

@@ -64,12 +64,13 @@ def test_the_draws_follow_the_seed_and_reach_the_whole_space():
 def test_a_quant_methods_keys_are_its_own():
     """compressed-tensors FP8 MoE with per-tensor weights and dynamic activations passes vLLM's
     oracle a 1x128 activation key (ct2vllm_act); the `fp8` method passes per-tensor dynamic.
-    selector's vocabulary names only the second: the first is vLLM's alone (not described)."""
+    selector describes the first as fp8_tensor_dynamic with act_scale group_128, which only
+    Marlin runs (compressed_tensors_moe_w8a8_fp8.py 94-105), and agrees with vLLM on both."""
     base = sim.Scenario("9.0", "12.8", sim.FLASHINFER, None, "moe", "fp8_tensor_dynamic",
                         "silu", True)
     ct = parity.run([sim.Scenario(**{**base.__dict__, "method": "compressed-tensors"})]).rows[0]
-    assert isinstance(ct.decision, parity.Undescribed) and ct.vllm == "marlin", ct.vllm
-    assert "kFp8Dynamic128Sym" in ct.why[1][0][1]
+    assert ct.agrees and ct.vllm == "marlin", (ct.vllm, ct.selected)
+    assert ct.decision.layer.act_scale == "group_128"
     fp8 = parity.run([sim.Scenario(**{**base.__dict__, "method": "fp8",
                                       "allow_cutlass": False})]).rows[0]
     assert fp8.agrees and fp8.scheme == "fp8_tensor_dynamic", (fp8.vllm, fp8.selected)
@@ -78,12 +79,14 @@ def test_a_quant_methods_keys_are_its_own():
 def test_fp8_linear_dynamic_activations_are_per_token_where_cutlass_runs():
     """`quant_method: fp8` with dynamic activations: vLLM quantizes per token when
     cutlass_fp8_supported() (its own function, on the simulated CUDA build), so the layer is
-    not selector's fp8_tensor_dynamic there; on SM 8.0 it stays per-tensor."""
+    selector's fp8_tensor_dynamic with act_scale token there (quantization/fp8.py 274-280), and
+    the choice agrees; on SM 8.0 it stays per-tensor."""
     import methods
     s = sim.Scenario("9.0", "12.8", sim.FLASHINFER, None, "linear", "fp8_tensor_dynamic",
                      "silu", True, method="fp8", shape=lp.SHAPES[0])
     r = lp.run([s]).rows[0]
-    assert isinstance(r.decision, parity.Undescribed) and r.vllm == "cutlass", r.vllm
+    assert r.agrees and r.vllm == "cutlass", (r.vllm, r.selected)
+    assert r.decision.layer.act_scale == "token"
     simulation = sim.Simulation()
     try:
         with simulation.scenario(s):
