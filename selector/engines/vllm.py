@@ -358,10 +358,10 @@ class Chooser:
         return ["engine=vllm", "platform=auto",
                 "platform.capability=" + (cap if cap else "null"), *extra]
 
-    def decide(self, layer: Dict[str, Any], requested: str,
-               exclude: Tuple[str, ...] = ()) -> Decision:
-        """selector's decision for a vLLM layer; `requested` and `exclude` (what a vLLM switch
-        keeps out: fp8_moe_switches) in vLLM's names."""
+    def selector_for(self, layer: Mapping[str, Any], requested: str,
+                     exclude: Tuple[str, ...] = ()) -> Tuple[Tuple[Any, ...], Any]:
+        """(its cache key, the Selector) that decides `layer` for vLLM's request `requested`:
+        cached per overrides, op, request, scheme and exclusions."""
         base = tuple(self.overrides())
         key = base + (layer["op"], requested, str(layer.get("quant"))) + exclude
         sel = self._selectors.get(key)
@@ -370,6 +370,13 @@ class Chooser:
                                     exclude)
             with self._lock:
                 sel = self._selectors.setdefault(key, sel)
+        return key, sel
+
+    def decide(self, layer: Dict[str, Any], requested: str,
+               exclude: Tuple[str, ...] = ()) -> Decision:
+        """selector's decision for a vLLM layer; `requested` and `exclude` (what a vLLM switch
+        keeps out: fp8_moe_switches) in vLLM's names."""
+        key, sel = self.selector_for(layer, requested, exclude)
         span = ""
         buckets = token_buckets() if sel.profile is not None and sel.profile.active and \
             "num_tokens" not in layer else ()

@@ -155,15 +155,7 @@ class QuietChooser(plugin.Chooser):
 
     def decide(self, layer: Dict[str, Any], requested: str,
                exclude: Tuple[str, ...] = ()) -> Any:
-        base = tuple(self.overrides())
-        key = base + (layer["op"], requested, str(layer.get("quant"))) + exclude
-        sel = self._selectors.get(key)
-        if sel is None:
-            sel = self._with_policy(self._base(base), layer["op"], requested, layer.get("quant"),
-                                    exclude)
-            with self._lock:
-                sel = self._selectors.setdefault(key, sel)
-        return sel.select(**layer)
+        return self.selector_for(layer, requested, exclude)[1].select(**layer)
 
 
 OBSERVER = Observer()
