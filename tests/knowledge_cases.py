@@ -2089,8 +2089,8 @@ def problem(case: Case, catalogue=None) -> Optional[str]:
     """Why the case does not hold (None: it holds)."""
     op, name = case.backend.split("/")
     d = decide(case, catalogue)
-    if d.layer["op"] != op:
-        return f"the case's layer is a {d.layer['op']} layer, not {op}"
+    if d.layer.op != op:
+        return f"the case's layer is a {d.layer.op} layer, not {op}"
     cand = next((c for c in d.candidates if c.backend == name), None)
     if cand is None:
         return f"{case.backend} is not in the decision"
@@ -2105,8 +2105,7 @@ def problem(case: Case, catalogue=None) -> Optional[str]:
             return f"{case.backend}: {case.engine} names it {named!r}, expected " \
                    f"{case.name!r}"
     if case.kernel is not None:
-        view = d.engine or {}
-        got = (view.get("kernel"), view.get("scheme"))
+        got = (d.engine.kernel, d.engine.scheme) if d.engine is not None else (None, None)
         if d.selected != name or got != (case.kernel, case.scheme):
             return f"{case.backend}: {case.engine} runs {got} (selected {d.selected}), " \
                    f"expected {(case.kernel, case.scheme)}"

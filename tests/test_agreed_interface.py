@@ -12,7 +12,7 @@ from helpers import load
 
 import selector
 from selector.core.decision import Decision
-from selector.distributed import agreement
+from selector.distributed import agreement, fingerprint
 from selector.distributed.agreement import AgreedDecision, Group
 
 MOE = {"op": "moe", "quant": "nvfp4", "activation": "relu2", "act_and_mul": False,
@@ -26,8 +26,8 @@ CPU = ("platform=cpu",)
 def groups_of(per_rank):
     by = {}
     for r, decisions in enumerate(per_rank):
-        raw = agreement.encode(decisions)
-        by.setdefault(agreement.digest(raw), (raw, []))[1].append(r)
+        raw = fingerprint.encode(decisions)
+        by.setdefault(fingerprint.digest(raw), (raw, []))[1].append(r)
     return [Group(tuple(ranks), ("h",) * len(ranks), json.loads(raw))
             for raw, ranks in by.values()]
 

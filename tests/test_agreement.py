@@ -10,7 +10,7 @@ import pytest
 from helpers import load
 
 import selector
-from selector.distributed import agreement
+from selector.distributed import agreement, fingerprint
 from selector.distributed.agreement import Group
 
 MOE = {"op": "moe", "quant": "nvfp4", "activation": "relu2", "act_and_mul": False,
@@ -23,8 +23,8 @@ B200 = ("platform=b200", "stack=flashinfer_0_7_4")
 def groups_of(per_rank, hosts=None):
     by = {}
     for r, decisions in enumerate(per_rank):
-        raw = agreement.encode(decisions)
-        by.setdefault(agreement.digest(raw), (raw, []))[1].append(r)
+        raw = fingerprint.encode(decisions)
+        by.setdefault(fingerprint.digest(raw), (raw, []))[1].append(r)
     return [Group(tuple(ranks), tuple((hosts or {}).get(r, "h") for r in ranks), json.loads(raw))
             for raw, ranks in by.values()]
 
@@ -42,7 +42,7 @@ def body(candidates, requested="auto", strict=True, notes=(), layer=MOE, selecte
 
 def test_fingerprint_is_canonical_json():
     """Byte-identical fingerprints group ranks: keys sorted, no spaces."""
-    raw = agreement.encode([load(*SPARK).select(**MOE), load(*SPARK).select(**LINEAR)])
+    raw = fingerprint.encode([load(*SPARK).select(**MOE), load(*SPARK).select(**LINEAR)])
     assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -124,7 +124,7 @@ def test_text_wraps_notes_at_100_columns():
 
 def test_ranks_with_another_fingerprint_version_stop():
     other = body([("x", "eligible")])
-    other["v"] = agreement.VERSION + 1
+    other["v"] = fingerprint.VERSION + 1
     with pytest.raises(selector.SelectorError, match=r"rank 1 \(host b\) sent fingerprint "
                        r"version 2, this selector reads version 1"):
         agreement.agree([Group((0,), ("a",), body([("x", "eligible")])),
@@ -139,7 +139,7 @@ def test_spans():
 
 def test_digest_fills_the_exchange_record():
     from selector import distributed
-    d = agreement.digest(b"fingerprint")
+    d = fingerprint.digest(b"fingerprint")
     assert len(d) == 16
     assert distributed._RECORD.unpack(distributed._RECORD.pack(d, 1, 0, b"h"))[0] == d
 
@@ -157,7 +157,7 @@ def test_every_layer_keeps_its_own_fields():
           spark.select(**LINEAR)]
     out = agreement.agree(groups_of([ds, ds]), ds)
     assert groups_of([ds])[0].body["per_layer"] == [[0, 0], [1, 0], [2, 1]]
-    assert [a.layer for a in out] == [d.layer for d in ds]
+    assert [a.layer for a in out] == [d.layer.to_dict() for d in ds]  # the JSON object
     assert [a.local for a in out] == ds
 
 
@@ -184,10 +184,10 @@ def test_a_selected_opt_in_backend_reads_as_opt_in():
     """A rank that selected an opt-in backend (asked for it) contributes it as opt_in."""
     d = load(*SPARK, "policy.moe_backend=flashinfer_b12x").select(**MOE)
     assert d.selected == "flashinfer_b12x"
-    got = {c[0]: c[1] for c in agreement.read_decision(d)["verdict"]["candidates"]}
+    got = {c[0]: c[1] for c in fingerprint.read_decision(d)["verdict"]["candidates"]}
     assert got["flashinfer_b12x"] == "opt_in" and got["emulation"] == "eligible"
     e = load(*SPARK).select(**MOE)
-    got = {c[0]: c[1] for c in agreement.read_decision(e)["verdict"]["candidates"]}
+    got = {c[0]: c[1] for c in fingerprint.read_decision(e)["verdict"]["candidates"]}
     assert got[e.selected] == "eligible"
 
 

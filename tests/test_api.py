@@ -38,8 +38,8 @@ def test_load_once_select_per_layer():
     lin = sel.select(op="linear", quant="nvfp4", hidden_size=4096, intermediate_size=4096)
     fp8 = sel.select(op="linear", quant="int8")
     assert isinstance(moe, Decision)
-    assert moe.selected == "flashinfer_cutlass" and moe.layer["op"] == "moe"
-    assert lin.selected == "flashinfer_cutlass" and lin.layer["op"] == "linear"
+    assert moe.selected == "flashinfer_cutlass" and moe.layer.op == "moe"
+    assert lin.selected == "flashinfer_cutlass" and lin.layer.op == "linear"
     assert lin.entry_point != moe.entry_point
     assert fp8.selected is None and fp8.entry_point is None
     assert {c.status for c in fp8.candidates} == {"not_applicable"}
@@ -48,9 +48,9 @@ def test_load_once_select_per_layer():
 def test_unset_keys_come_from_config():
     sel = load(*DGX_NEMOTRON)
     d = sel.select(ep_size=2)
-    assert d.layer["activation"] == "relu2" and d.layer["act_and_mul"] is False
-    assert d.layer["num_experts"] == 128 and d.layer["ep_size"] == 2
-    assert sel.default().layer["ep_size"] == 1
+    assert d.layer.activation == "relu2" and d.layer.act_and_mul is False
+    assert d.layer.num_experts == 128 and d.layer.ep_size == 2
+    assert sel.default().layer.ep_size == 1
 
 
 def test_cache_returns_the_same_object():
@@ -136,7 +136,7 @@ def test_user_config_dir_presets(tmp_path):
         'packages:\n  flashinfer-python: "0.7.4"\n  nvidia-cutlass-dsl: "4.10"\n')
     sel = selector.load(["platform=my_rig", "layer=my_moe"], config_dirs=[tmp_path])
     d = sel.default()
-    assert d.layer["num_experts"] == 64 and d.layer["activation"] == "relu2"
+    assert d.layer.num_experts == 64 and d.layer.activation == "relu2"
     assert d.platform["source"] == "my_rig" and d.platform["capability"] == "12.0"
     assert d.platform["packages"]["nvidia-cutlass-dsl"] == "4.10"
     assert d.selected == "flashinfer_cutlass"

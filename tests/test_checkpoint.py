@@ -103,7 +103,7 @@ def test_qwen3_compressed_tensors_w4a4_and_w4a16(ckpts):
     w = load("platform=h100", "stack=vllm_0_32").plan(ckpts["qwen3_moe_w4a16"])
     assert {k.quant for k in w.kinds} == {"nvfp4_w4a16", None}
     for d in w.decisions():
-        assert d.layer["quant"] == "nvfp4_w4a16" and d.selected == "marlin"
+        assert d.layer.quant == "nvfp4_w4a16" and d.selected == "marlin"
 
 
 def test_nemotron_relu2_non_gated_mixed_precision(ckpts):
@@ -142,7 +142,7 @@ def test_deepseek_v4_style_swiglu_limit_reaches_the_layer(tmp_path):
 def test_config_keys_the_checkpoint_does_not_fix(ckpts):
     p = _plan(ckpts, "deepseek_v3", "layer.ep_size=8")
     (s,) = _kind(p, "routed experts").shapes
-    assert s.decision.layer["ep_size"] == 8
+    assert s.decision.layer.ep_size == 8
     assert s.decision.candidate("flashinfer_b12x").status == "rejected"
     req = _plan(ckpts, "llama", "policy.linear_backend=flashinfer_b12x")
     assert {d.selected for d in req.decisions()} == {"flashinfer_b12x"}

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import selector
-from selector.distributed import agreement
+from selector.distributed import agreement, fingerprint
 from selector.distributed.agreement import Group
 
 torch_dist = pytest.importorskip("torch.distributed", reason="torch is not installed")
@@ -191,8 +191,8 @@ def groups_of(per_rank, hosts=None):
     """Groups as _exchange builds them, from each rank's decisions (or exception)."""
     by_digest = {}
     for r, decisions in enumerate(per_rank):
-        raw = agreement.encode(decisions)
-        by_digest.setdefault(agreement.digest(raw), (raw, []))[1].append(r)
+        raw = fingerprint.encode(decisions)
+        by_digest.setdefault(fingerprint.digest(raw), (raw, []))[1].append(r)
     import json
     return [Group(tuple(ranks), tuple((hosts or {}).get(r, "h") for r in ranks),
                   json.loads(raw)) for raw, ranks in by_digest.values()]

@@ -127,7 +127,7 @@ def test_sglang_server_args():
     linear = sel.select(op="linear", quant="nvfp4")
     args = sglang.server_args(moe, linear)
     assert args[:2] == ["--moe-runner-backend", "flashinfer_cutlass"]
-    assert args[2] == "--fp4-gemm-backend" and args[3] == linear.engine["backend"]
+    assert args[2] == "--fp4-gemm-backend" and args[3] == linear.engine.backend
     assert sglang.server_kwargs(moe)["moe_runner_backend"] == "flashinfer_cutlass"
     with pytest.raises(SelectorError, match="engine=sglang"):
         sglang.server_args(load(*RTX).default())
@@ -347,10 +347,10 @@ def test_gpt_oss_mxfp4_under_sglang_names_a_runner_its_mxfp4_method_builds(sglan
     d = load("engine=sglang", f"platform={platform}", "stack=sglang_0_5_23", "layer=gpt_oss_moe",
              f"layer.quant={quant}").default()
     assert d.selected, d.summary()
-    assert d.engine["backend"] in accepted, (d.selected, d.engine)
-    assert d.engine["flags"] == ["--moe-runner-backend", d.engine["backend"]]
+    assert d.engine.backend in accepted, (d.selected, d.engine)
+    assert d.engine.flags == ("--moe-runner-backend", d.engine.backend)
     if platform == "b200":
-        assert d.engine["backend"] == "flashinfer_mxfp4"
+        assert d.engine.backend == "flashinfer_mxfp4"
 
 
 def _cli_names(read) -> set:
@@ -395,8 +395,8 @@ def test_fp8_and_mxfp8_linear_run_under_sglang_with_its_fp8_gemm_flag(sglang_rel
         assert d.selected is None
         return
     assert d.outcome != "unsupported_layer" and d.selected, d.summary()
-    assert d.engine["flags"] == ["--fp8-gemm-backend", d.engine["backend"]]
-    assert d.engine["backend"] in fp8
+    assert d.engine.flags == ("--fp8-gemm-backend", d.engine.backend)
+    assert d.engine.backend in fp8
 
 
 def test_every_sglang_flag_selector_prints_is_an_sglang_cli_name(sglang_release):
@@ -416,8 +416,8 @@ def test_sglang_server_kwargs_name_the_fp8_gemm_field():
     """--fp8-gemm-backend sets ServerArgs.fp8_gemm_runner_backend (fields/exec_.py)."""
     d = load("engine=sglang", "platform=h100", "stack=sglang_0_5_23", "layer=dense_linear",
              "layer.quant=fp8_block").default()
-    assert sglang.server_kwargs(d) == {"fp8_gemm_runner_backend": d.engine["backend"]}
-    assert d.engine["backend"] in {"cutlass", "triton", "deep_gemm"}
+    assert sglang.server_kwargs(d) == {"fp8_gemm_runner_backend": d.engine.backend}
+    assert d.engine.backend in {"cutlass", "triton", "deep_gemm"}
 
 
 def test_every_vllm_kernel_entry_is_keyed_by_op_scheme_and_backend():

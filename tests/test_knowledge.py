@@ -129,7 +129,7 @@ def test_the_engine_label_names_the_stacks_engine_version(stack, engine, label):
     """Issue 22 item 5: `stack=vllm_0_33` printed "vLLM 0.32.0 flags"."""
     from selector import load
     d = load([f"engine={engine}", f"stack={stack}", "platform=b200"]).default()
-    assert d.engine["label"] == label
+    assert d.engine.label == label
     text = str(d)
     assert f"{label} flags:" in text or d.selected is None
 

@@ -91,9 +91,9 @@ def _selector(preset: str, extra: tuple):
 def test_scenario(row):
     _, preset, quant, shape, dtype, extra, selected, kernel = row
     d = _selector(preset, tuple(extra)).select(op="linear", quant=quant, dtype=dtype, **shape)
-    assert (d.selected, (d.engine or {}).get("kernel")) == (selected, kernel), \
+    assert (d.selected, (d.engine.kernel if d.engine else None)) == (selected, kernel), \
         [(c.backend, c.status, [r.message for r in c.reasons][:2]) for c in d.candidates]
-    assert d.engine["scheme"] == quant
+    assert d.engine.scheme == quant
 
 
 def test_mxfp4_with_mxfp8_activations_has_no_linear_kernel():

@@ -59,8 +59,8 @@ def test_mx_scenario(row):
     _, platform, layer, quant, backend, kernel, scheme = row
     d = selector.load([*BASE, *platform, f"layer={layer}", f"layer.quant={quant}"]).default()
     assert d.selected == backend, d.summary()
-    assert (d.engine["kernel"], d.engine["scheme"]) == (kernel, scheme)
-    assert d.engine["flags"][-2:] == ["--moe-backend", d.engine["backend"]]  # vLLM's name
+    assert (d.engine.kernel, d.engine.scheme) == (kernel, scheme)
+    assert d.engine.flags[-2:] == ("--moe-backend", d.engine.backend)  # vLLM's name
 
 
 def test_triton_ranks_after_marlin_on_consumer_blackwell_and_says_why():

@@ -36,7 +36,7 @@ def test_deepseek_r1_on_b200_tp4_dp2_ep():
     experts = group(lp, "routed experts")
     assert experts.per_rank["ep_size"] == 8 and experts.per_rank["tp_size"] == 1
     assert experts.per_rank["intermediate_size"] == 2048 and experts.per_rank["num_experts"] == 256
-    assert experts.decision.layer["ep_size"] == 8  # decided with the per-rank fields
+    assert experts.decision.layer.ep_size == 8  # decided with the per-rank fields
     assert experts.backend == "flashinfer_trtllm"
     assert experts.kernels("vllm")[0] == "TrtLlmNvFp4ExpertsMonolithic"
     up = group(lp, "dense MLP", projection="gate_up_proj")

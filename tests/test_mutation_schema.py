@@ -13,7 +13,7 @@ import types
 import pytest
 from helpers import load
 
-from selector.core import model, probe_specs, schema, text
+from selector.core import model, probe_specs, schema, text, validation
 from selector.core.errors import SelectorError
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_a_layer_without_parallel_sizes_has_no_parallelism():
 ])
 def test_a_mapping_with_keys_of_the_wrong_type_is_refused(node, conf, key):
     with pytest.raises(SelectorError, match=key):
-        schema.validate(node, conf, "k")
+        validation.validate(node, conf, "k")
 
 
 def test_each_quant_scheme_is_found_back_from_its_vllm_quantkey_pair(monkeypatch):

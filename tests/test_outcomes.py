@@ -17,6 +17,7 @@ from selector.commands.why import why
 from selector.core import notes as notes_mod
 from selector.core import rules
 from selector.core.decision import OUTCOMES, Candidate, Decision, render_line
+from selector.core.engine_view import EngineView
 from selector.core.errors import SelectorError
 from selector.core.layer import make_layer
 from selector.core.notes import note
@@ -69,8 +70,8 @@ def synthetic():
              note("rule_warning", "aa", rule="known_issue", message=warn.message,
                   source=warn.source),
              note("platform", detail="capability from a preset"))
-    engine = {"name": "vllm", "label": "vLLM 0.32.0", "backend": "aa_v",
-              "flags": ["--moe-backend", "aa_v"], "env": {"VLLM_X": "1"}}
+    engine = EngineView("vllm", "vLLM 0.32.0", "aa_v", flags=("--moe-backend", "aa_v"),
+                        env={"VLLM_X": "1"})
     d1 = Decision(moe, plat, "auto", "aa", cands, notes, "dgx_spark", (("aa", warn),), engine)
     lin = dict(op="linear", quant="nvfp4", activation="silu", act_and_mul=True, ep_size=1,
                tp_size=1, swiglu_limit=None, num_tokens=None, dtype="float16", hidden_size=4096,
@@ -151,12 +152,12 @@ def test_json_of_synthetic_decisions():
     assert list(out) == ["layer", "platform", "requested", "selected", "candidates", "notes",
                          "notes_data", "summary", "entry_point", "outcome", "engine"]
     assert out["entry_point"] == "pkg.mod:AA" and out["outcome"] == "selected"
-    assert out["summary"] == d1.summary() and out["engine"] == d1.engine
+    assert out["summary"] == d1.summary() and out["engine"] == d1.engine.to_dict()
     assert out["candidates"][2] == {"backend": "cc", "status": "opt_in", "reasons": [
         {"rule": "opt_in", "message": "experimental", "source": "PR #2"}]}
     out["engine"]["flags"].append("x")  # a copy
     out["platform"]["packages"]["x"] = "1"
-    assert d1.engine["flags"] == ["--moe-backend", "aa_v"] and "x" not in d1.platform["packages"]
+    assert d1.engine.flags == ("--moe-backend", "aa_v") and "x" not in d1.platform["packages"]
     assert d1.to_json() == json.dumps(d1.to_dict(), indent=2)
     two = d2.to_dict()
     assert "engine" not in two and two["entry_point"] is None
@@ -536,7 +537,7 @@ def test_text_wraps_at_100_columns_and_the_linear_line_names_its_fields():
     assert len(str(n)) == 97
     d = Decision(d1.layer, d1.platform, "auto", "aa", d1.candidates, (n,), "x")
     assert str(d).splitlines()[-2:] == [f"  - aa: {msg}", "    (s)"]
-    lin = dict(d1.layer, op="linear", intermediate_size=512, tp_size=3, num_tokens=5)
+    lin = dict(d1.layer.to_dict(), op="linear", intermediate_size=512, tp_size=3, num_tokens=5)
     line = Decision(lin, d1.platform, "auto", "aa", d1.candidates, (), "x").log_line()
     assert line.startswith("selector: linear quant=nvfp4 dtype=bfloat16 hidden_size=7168 "
                            "intermediate_size=512 tp_size=3 num_tokens=5 -> aa [selected] (")
@@ -545,7 +546,7 @@ def test_text_wraps_at_100_columns_and_the_linear_line_names_its_fields():
 def test_tensor_parallel_alone_is_shown_in_the_text():
     d1, _ = synthetic()
     for ep, tp in ((1, 2), (2, 1)):
-        lay = dict(d1.layer, ep_size=ep, tp_size=tp, swiglu_limit=None)
+        lay = dict(d1.layer.to_dict(), ep_size=ep, tp_size=tp, swiglu_limit=None)
         first = str(Decision(lay, d1.platform, "auto", "aa", d1.candidates, (), "x")
                     ).splitlines()[0]
         assert first.startswith(f"moe layer: nvfp4, relu2, non-gated, bfloat16, ep {ep}, tp {tp} "
@@ -657,7 +658,7 @@ def test_backends_of_other_schemes_share_one_row_of_the_text():
                    "do not implement nvfp4", status=S.NOT_APPLICABLE, final=True)
     cands = d1.candidates + (Candidate("fp8_one", S.NOT_APPLICABLE, (na,)),
                              Candidate("fp8_two_longer", S.NOT_APPLICABLE, (na,)))
-    d = Decision(dict(d1.layer), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
+    d = Decision(d1.layer.to_dict(), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
     lines = str(d).splitlines()
     at = next(i for i, ln in enumerate(lines) if "not_applicable" in ln)
     assert lines[at:at + 3] == [
@@ -667,14 +668,14 @@ def test_backends_of_other_schemes_share_one_row_of_the_text():
         "aa", "bb_backend", "cc", "dd", "ee", "ff", "fp8_one", "fp8_two_longer"]
     # sources differ: none is shown on the shared row; the column widens for the row's label
     cands = cands[:-1] + (Candidate("mx", S.NOT_APPLICABLE, (mixed,)),)
-    d = Decision(dict(d1.layer), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
+    d = Decision(d1.layer.to_dict(), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
     rows = [ln for ln in str(d).splitlines() if "not_applicable" in ln]
     assert rows == ['  (3 others)  not_applicable  [quant] do not implement nvfp4: ee, fp8_one, mx; '
                     '--why NAME shows one']
     # a not-applicable backend with another reason beside the scheme keeps its own row
     other = Reason("device", "needs SM 10.x", "PR #3", "need SM 10.x", status=S.NOT_APPLICABLE)
     cands = cands[:-1] + (Candidate("both", S.NOT_APPLICABLE, (na, other)),)
-    d = Decision(dict(d1.layer), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
+    d = Decision(d1.layer.to_dict(), d1.platform, "auto", "aa", cands, (), "dgx_spark", ())
     text = str(d)
     assert "(2 others)  not_applicable  [quant] do not implement nvfp4: ee, fp8_one (vLLM #4)" \
         in text.replace("\n" + " " * 32, " ")

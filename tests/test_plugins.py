@@ -222,7 +222,7 @@ def test_vllm_log_line_names_a_plugins_backend(tmp_path, on_path, monkeypatch, c
     with caplog.at_level(logging.INFO, logger="vllm.selector"):
         d = chooser.decide({"op": "moe", "quant": "nvfp4", "activation": "silu",
                             "act_and_mul": True}, "auto")
-    assert d.selected == "fast_moe" and d.engine["flags"] == ["--moe-backend", "fast_moe"]
+    assert d.selected == "fast_moe" and d.engine.flags == ("--moe-backend", "fast_moe")
     (line,) = [r.getMessage() for r in caplog.records if r.name == "vllm.selector"]
     assert "-> fast_moe [selected]" in line and "[vLLM: --moe-backend fast_moe]" in line
     assert line.endswith("[fast_moe from fast-kernels 1.0 via entry point "

@@ -305,9 +305,9 @@ ADAPTER_PY = """
     def server_args(*decisions):
         out = []
         for d in decisions:
-            if d.engine is None or d.engine["name"] != "myengine":
+            if d.engine is None or d.engine.name != "myengine":
                 raise SelectorError("the decision was not made for MyEngine: engine=myengine")
-            out.extend(d.engine["flags"])
+            out.extend(d.engine.flags)
         return out
     """
 

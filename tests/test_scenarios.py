@@ -568,7 +568,7 @@ def _order_key(sel, layer):
 
 def check_invariants(s: Scenario, d) -> None:
     sel = load(*s.overrides)
-    op = d.layer["op"]
+    op = d.layer.op
     backends = sel.catalogue.backends[op]
     expected_order = [b.name for b in sorted(backends, key=_order_key(sel, d.layer))]
     assert [c.backend for c in d.candidates] == expected_order

@@ -1,24 +1,24 @@
 """One schema, one validation path (issue 23 item 2): every config node is checked by
-schema.validate against its dataclass, with one error shape (key, value, accepted, file)."""
+validation.validate against its dataclass, with one error shape (key, value, accepted, file)."""
 from __future__ import annotations
 
 import pytest
 from helpers import load
 
 from selector.commands.check import check_tree
-from selector.core import model, schema
+from selector.core import model, schema, validation
 from selector.core.errors import SelectorError
 
 
 def test_every_config_node_goes_through_schema_validate(monkeypatch):
     seen = set()
-    real = schema.validate
+    real = validation.validate
 
     def spy(node, conf, key, where=None):
         seen.add(node.__name__)
         return real(node, conf, key, where)
 
-    monkeypatch.setattr(schema, "validate", spy)
+    monkeypatch.setattr(validation, "validate", spy)
     load("platform=b200", "stack=vllm_0_32", "engine=vllm", "policy.allow_opt_in=[b12x]")
     check_tree([], [])
     assert {"BackendConf", "OptInConf", "PreferenceConf", "EngineEntryConf", "DeclarationsConf",
@@ -40,7 +40,7 @@ def test_every_config_node_goes_through_schema_validate(monkeypatch):
 ])
 def test_one_error_shape_for_an_unknown_key(node, conf, key, accepted):
     with pytest.raises(SelectorError) as e:
-        schema.validate(node, conf, key, "f.yaml")
+        validation.validate(node, conf, key, "f.yaml")
     err = e.value
     assert err.key == key and err.where == "f.yaml" and accepted in err.accepted
     assert str(err).startswith(f"f.yaml: {key}: unknown key ") and "accepted: " in str(err)
@@ -62,24 +62,24 @@ def test_one_error_shape_for_an_unknown_key(node, conf, key, accepted):
 ])
 def test_one_error_shape_for_a_bad_value(node, conf, key, text):
     with pytest.raises(SelectorError) as e:
-        schema.validate(node, conf, "k", "f.yaml")
+        validation.validate(node, conf, "k", "f.yaml")
     assert e.value.key == f"k.{key}" and e.value.where == "f.yaml"
     assert str(e.value).startswith(f"f.yaml: k.{key}: ") and text in str(e.value)
 
 
 def test_null_takes_the_default_and_nested_nodes_are_checked():
-    v = schema.validate(schema.BackendConf, {"rank": 1, "implements": None, "probes": None},
+    v = validation.validate(schema.BackendConf, {"rank": 1, "implements": None, "probes": None},
                         "k", "f.yaml")
     assert v["implements"] == list(schema.NVFP4_QUANTS) and v["probes"] == []
     with pytest.raises(SelectorError, match=r"k\.preference\[1\]\.rank"):
-        schema.validate(schema.BackendConf, {"rank": 1, "preference": [
+        validation.validate(schema.BackendConf, {"rank": 1, "preference": [
             {"rank": 1, "reason": "r", "source": "s"}, {"reason": "r", "source": "s"}]},
             "k", "f.yaml")
 
 
 def test_the_rule_params_use_the_same_type_rules():
     from selector.core import rules
-    assert rules._type_ok is schema.type_ok and rules._type_name is schema.type_name
+    assert rules._type_ok is validation.type_ok and rules._type_name is validation.type_name
 
 
 def test_model_only_converts_after_validate():

@@ -92,8 +92,8 @@ def test_nvfp4_fp8_mxfp4_layers_answer_with_trtllm_names_and_keys(over, platform
                                                                   config):
     d = load(*TRT, f"platform={platform}", *CUDA, *over).default()
     assert d.selected == backend, d.summary()
-    assert d.engine["backend"] == name and d.engine["config"] == config
-    assert d.engine["flags"] == []  # a config-file engine takes no flag
+    assert d.engine.backend == name and d.engine.config == config
+    assert d.engine.flags == ()  # a config-file engine takes no flag
 
 
 def test_a_backend_trtllm_does_not_name_is_not_applicable_once():
@@ -141,7 +141,7 @@ def test_gpt_oss_under_trtllm_on_hopper_and_blackwell():
             want, (want,), "moe_config.backend", False)
         assert g.kernels(lp.launch) == (kernel,)
         if platform == "rtx_pro_6000":
-            assert g.decision.engine["scheme"] == "mxfp4_w4a8"
+            assert g.decision.engine.scheme == "mxfp4_w4a8"
 
 
 def test_trtllm_has_no_data_parallel_size():
@@ -185,8 +185,8 @@ def test_block_fp8_under_cutlass_is_deepgemm_on_sm90_and_triton_on_sm120(platfor
     if kernel is None:  # SM 121: neither leaf's sm_support
         assert d.candidate("flashinfer_cutlass").status == "rejected"
         return
-    assert d.selected == "flashinfer_cutlass" and d.engine["backend"] == "CUTLASS"
-    assert d.engine["kernel"].startswith(kernel)
+    assert d.selected == "flashinfer_cutlass" and d.engine.backend == "CUTLASS"
+    assert d.engine.kernel.startswith(kernel)
 
 
 @pytest.mark.parametrize("stack,label,cuda", [("trtllm_1_2", "TensorRT-LLM 1.2.0", "13.0"),

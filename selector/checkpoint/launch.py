@@ -69,8 +69,7 @@ class Group:
         d = self.decision
         if d is None or d.engine is None:
             return None
-        name: Optional[str] = d.engine.get("backend")
-        return name
+        return d.engine.backend
 
     def kernels(self, launch: Launcher) -> Tuple[str, ...]:
         """The engine's kernel for the selected backend: the decision's own word when it names
@@ -78,9 +77,8 @@ class Group:
         d = self.decision
         if d is None or d.selected is None:
             return ()
-        if d.engine is not None and d.engine.get("kernel"):
-            k = d.engine["kernel"]
-            return tuple(k) if isinstance(k, (list, tuple)) else (str(k),)
+        if d.engine is not None and d.engine.kernel:
+            return (d.engine.kernel,)
         return launch.kernels(self.op, self.scheme, self.engine_backend)
 
     def to_dict(self, launch: Launcher) -> Dict[str, Any]:
@@ -325,7 +323,7 @@ def _options(sel: Selector, launch: Launcher, op: str, choice: Choice, nv: Seque
         ds = [with_c.select(**g.per_rank) for g in nv]
         if not all(d.selected == c.backend for d in ds):
             continue
-        names = {d.engine.get("backend") for d in ds if d.engine is not None}
+        names = {d.engine.backend for d in ds if d.engine is not None}
         if len(names) != 1 or None in names:
             continue
         name = str(next(iter(names)))
@@ -344,7 +342,7 @@ def _env_of(ds: Sequence[Any]) -> Dict[str, str]:
     env: Dict[str, str] = {}
     for d in ds:
         if d is not None and d.engine is not None:
-            env.update(d.engine.get("env") or {})
+            env.update(d.engine.env)
     return env
 
 

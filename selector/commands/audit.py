@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from selector.core.engine_flags import vllm_name
+from selector.core.engine_view import EngineView
 from selector.core.errors import SelectorError
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -259,10 +260,10 @@ def _clip(line: str, limit: int = 240) -> str:
 
 
 # -- judging the plan ----------------------------------------------------------------------------
-def _expected_kernels(engine: Dict[str, Any], op: str, quant: str) -> Tuple[str, ...]:
+def _expected_kernels(engine: Optional[EngineView], op: str, quant: str) -> Tuple[str, ...]:
     from selector.core.engine_flags import vllm_kernels
-    kernels = vllm_kernels(op, quant, engine.get("backend"))
-    own = engine.get("kernel")
+    kernels = vllm_kernels(op, quant, engine.backend if engine is not None else None)
+    own = engine.kernel if engine is not None else None
     return tuple(dict.fromkeys(([own] if own else []) + list(kernels)))
 
 
@@ -291,8 +292,8 @@ def judge(plan: Any, log: EngineLog, catalogue: Any) -> List[Dict[str, Any]]:
             d = shape.decision
             if not planned(d):
                 continue
-            eng = d.engine or {}
-            expected = eng.get("backend") if d.selected else ""
+            eng = d.engine
+            expected = (eng.backend if eng is not None else None) if d.selected else ""
             kernels = _expected_kernels(eng, k.op, k.quant) if d.selected else ()
             seen = [s for s in log.seen if s.op == k.op and k.quant in s.schemes]
             mods = [s for s in seen if s.module]

@@ -20,6 +20,7 @@ from selector.core.text import join_lines, printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.decision import Candidate
+    from selector.core.schema import Layer
 
 DEFAULT_LAYERS = {"moe": "default", "linear": "dense_linear"}  # layer presets per op
 FORMATS = ("text", "markdown", "html", "json")
@@ -43,14 +44,14 @@ class Cell:
 @dataclass(frozen=True)
 class Grid:
     op: str
-    layer: Dict[str, Any]
+    layer: Layer
     stack: str
     platforms: Tuple[Tuple[str, Optional[str]], ...]  # (preset, capability)
     backends: Tuple[str, ...]
     cells: Dict[Tuple[str, str], Cell]  # (backend, preset) -> cell
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"op": self.op, "layer": self.layer, "stack": self.stack,
+        return {"op": self.op, "layer": self.layer.to_dict(), "stack": self.stack,
                 "platforms": [{"preset": p, "capability": c} for p, c in self.platforms],
                 "backends": list(self.backends),
                 "cells": {b: {p: {"status": self.cells[b, p].status,
@@ -103,7 +104,7 @@ def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Seque
     assert probe.tree is not None  # load() always records the config tree
     presets = [p for p in probe.tree.group_options("platform") if p != "auto"]
     if layer_given:
-        op = probe.default().layer["op"]
+        op = probe.default().layer.op
         if ops and list(ops) != [op]:
             raise bad_value("--op", ops[0], [op], hint=f"the layer given is a {op} layer")
         ops = [op]
@@ -127,25 +128,27 @@ def build(ops: Sequence[str] = (), stack: Optional[str] = None, overrides: Seque
             cells = {(c.backend, p): _cell(c) for p, d in decisions.items()
                      for c in d.candidates}
             # a backend whose `implements:` leaves out the grid's scheme is left out
-            scheme = first.layer["quant"]
+            scheme = first.layer.quant
             mine = {b.name for b in sels[platforms[0][0]].catalogue.backends[op]
                     if scheme in b.implements}
             backends = tuple(c.backend for c in first.candidates if c.backend in mine) or \
                 tuple(c.backend for c in first.candidates)
-            grids.append(Grid(op, dict(first.layer), stack, tuple(platforms), backends, cells))
+            grids.append(Grid(op, first.layer, stack, tuple(platforms), backends, cells))
     return grids
 
 
 # ---------------------------------------------------------------------------------------------
 # Renderings
 
-def _layer_text(layer: Dict[str, Any]) -> str:
-    parts = [layer["op"], layer["quant"]]
-    if layer["op"] == "moe":
-        parts += [layer["activation"], "gated" if layer["act_and_mul"] else "non-gated"]
-    parts.append(layer["dtype"])
-    dims = [f"{k} {layer[k]}" for k in ("hidden_size", "intermediate_size", "num_experts",
-                                         "top_k") if layer.get(k)]
+def _layer_text(layer: Layer) -> str:
+    parts = [layer.op, layer.quant]
+    if layer.op == "moe":
+        parts += [layer.activation, "gated" if layer.act_and_mul else "non-gated"]
+    parts.append(layer.dtype)
+    dims = [f"{k} {v}" for k, v in (("hidden_size", layer.hidden_size),
+                                     ("intermediate_size", layer.intermediate_size),
+                                     ("num_experts", layer.num_experts), ("top_k", layer.top_k))
+            if v]
     return " ".join(parts) + (f" ({', '.join(dims)})" if dims else "")
 
 

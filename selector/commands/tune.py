@@ -135,8 +135,8 @@ def run_tune(args: argparse.Namespace) -> int:
                             value=run.platform.preset)
     if args.model is not None:
         plan = base.plan(args.model)
-        layers = list({json.dumps(d.layer, sort_keys=True): dict(d.layer)
-                       for d in plan.decisions() if d.layer.get("quant")}.values())
+        layers = list({json.dumps(d.layer.to_dict(), sort_keys=True): d.layer.to_dict()
+                       for d in plan.decisions() if d.layer.quant}.values())
         if not layers:
             raise SelectorError(f"--model {args.model}: no quantized layer kind to tune",
                                 key="--model", value=args.model)

@@ -16,7 +16,7 @@ def why(d: Decision, backend: str, fmt: str) -> Tuple[str, bool]:
     name = backend.strip().replace("-", "_").lower()
     names = [c.backend for c in d.candidates]
     if name not in names:
-        raise bad_value("--why", backend, names, what=f"{d.layer['op']} backend")
+        raise bad_value("--why", backend, names, what=f"{d.layer.op} backend")
     c = d.candidate(name)
     usable = c.status in USABLE
     if fmt == "json":

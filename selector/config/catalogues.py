@@ -323,7 +323,7 @@ def plugin_origin(catalogue: Catalogue, decision: Decision) -> Optional[str]:
     if decision.selected is None:
         return None
     try:
-        b = catalogue.get(decision.layer["op"], decision.selected)
+        b = catalogue.get(decision.layer.op, decision.selected)
     except KeyError:
         return None
     origin = origin_of(b.file)
@@ -339,7 +339,7 @@ def marked_line(catalogue: Catalogue, decision: Decision, line: str) -> str:
 def explained(catalogue: Catalogue, decision: Decision, fmt: str) -> Any:
     """`explain` output with each backend's origin, added when not every backend of the op is
     packaged (the packaged-only output stays as it was)."""
-    op = decision.layer["op"]
+    op = decision.layer.op
     found = origins((b.name, b.file) for b in catalogue.backends[op])
     foreign = {n: o for n, o in found.items() if o != packaged_origin()}
     if fmt == "json":

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from selector.config.dirs import ConfigTree
 from selector.config.safe_yaml import load_document
-from selector.core import schema
+from selector.core import schema, validation
 from selector.core.errors import SelectorError, bad_input
 
 # The package a preset of each group may write to (None: the group's own, Hydra's default).
@@ -210,7 +210,7 @@ def stack_presets(tree: ConfigTree) -> List[Tuple[str, Dict[str, Any]]]:
         _, data = load_document(path)
         meta = (data or {}).get("stack") if isinstance(data, dict) else None
         if meta is not None:
-            out.append((name, schema.validate(schema.StackConf, meta, f"stack={name}.stack",
+            out.append((name, validation.validate(schema.StackConf, meta, f"stack={name}.stack",
                                               str(path))))
     return out
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, TypeVar
 
+from selector.core.engine_view import EngineView
 from selector.core.layer import make_layer
 from selector.core.notes import Note, text
 from selector.core.rules import Reason
@@ -73,7 +74,7 @@ class Decision:
     note_data: Tuple[Note, ...]
     platform_label: str = ""
     warnings: Tuple[Tuple[str, Reason], ...] = ()  # (backend, reason) of warning-level rules
-    engine: Optional[Dict[str, Any]] = None  # engine=vllm|sglang: its name and flags
+    engine: Optional[EngineView] = None  # engine=vllm|sglang: its name, kernel and flags
 
     def __post_init__(self) -> None:
         if not isinstance(self.layer, Layer):  # a mapping (a test's, a JSON object's)
@@ -178,7 +179,7 @@ class Decision:
         if self.guard:
             out["guard"] = self.guard
         if self.engine is not None:
-            out["engine"] = json.loads(json.dumps(self.engine))
+            out["engine"] = self.engine.to_dict()
         return out
 
     def to_json(self) -> str:
@@ -275,10 +276,9 @@ def render_text(d: Decision) -> str:
     else:
         lines.append("selected: none")
     if d.engine is not None and d.selected:
-        from selector.core.engines import command_line
-        kernel = d.engine.get("kernel")
-        lines.append(f"{d.engine['label']} flags: {command_line(d.engine)}" +
-                     (f"; runs {kernel} ({d.engine['scheme']})" if kernel else ""))
+        kernel = d.engine.kernel
+        lines.append(f"{d.engine.label} flags: {d.engine.command_line()}" +
+                     (f"; runs {kernel} ({d.engine.scheme})" if kernel else ""))
     lines.append("")
     lines += candidate_table(d.candidates, "passes every rule")
     lines.append("")

@@ -26,7 +26,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from selector.core import schema
+from selector.core import schema, validation
+from selector.core.engine_view import EngineView
 from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.rules import KINDS, Condition, Facts, Reason, Rule, compile_rule
 from selector.core.schema import OPS, QUANTS
@@ -126,7 +127,7 @@ def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINE
                 file: str = "") -> Engine:
     """The chosen engine from its config file (`conf/engine/<name>.yaml`); `known`: the
     engine files of the config tree (their names are the engines backend files may name)."""
-    v = schema.validate(schema.EngineConf, conf or {}, "engine", file or None)
+    v = validation.validate(schema.EngineConf, conf or {}, "engine", file or None)
     name = v["name"]
     accepted = tuple(dict.fromkeys(("none",) + tuple(known)))
     if name not in accepted:
@@ -251,7 +252,7 @@ def _kernels(conf: Any, key: str, file: str) -> Tuple[Kernel, ...]:
 
 def _entry(raw: Any, where: str, file: str) -> EngineEntry:
     """One engine entry, validated against schema.EngineEntryConf."""
-    v = schema.validate(schema.EngineEntryConf, raw, where, file)
+    v = validation.validate(schema.EngineEntryConf, raw, where, file)
     if v["name"] is not None and not v["name"].strip():
         raise bad_input(f"{where}.name", v["name"], "is not a backend name (or null: the "
                         "engine has no such backend)", where=file)
@@ -369,45 +370,40 @@ def apply(catalogue: Any, engine: Engine) -> Any:
 
 
 def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str],
-         layer: Any = None, facts: Optional[Facts] = None) -> Optional[Dict[str, Any]]:
+         layer: Any = None, facts: Optional[Facts] = None) -> Optional[EngineView]:
     """What the decision means to the engine: its name for the backend, the kernel it runs and
     that kernel's quant scheme, and how to request it (flags, environment variables, config
     keys); None without an engine."""
     if engine.name == "none":
         return None
-    name, env, flags, kern, scheme = None, {}, [], None, None
+    if selected is None:
+        return EngineView(engine.name, engine.label)
+    b = catalogue.get(op, selected)
+    e = entry(b, engine.name)
+    if e is None or e.name is None:
+        return EngineView(engine.name, engine.label)
+    quant = layer.quant if layer is not None else None
+    name, env = e.name_for(quant) or e.name, dict(e.env)
+    flags: Tuple[str, ...] = ()
     config: Dict[str, Any] = {}
-    if selected is not None:
-        b = catalogue.get(op, selected)
-        e = entry(b, engine.name)
-        if e is not None and e.name is not None:
-            name, env = e.name_for(layer.quant if layer is not None else None) or e.name, \
-                dict(e.env)
-            c = engine.choice(op, layer.quant if layer is not None else None)
-            if c is not None and c.kind == "flag":
-                flags = [c.key, name]
-            elif c is not None and c.kind == "env":
-                env[c.key] = name
-            elif c is not None:
-                config[c.key] = [name] if c.list else name
-            k = kernel(engine, b, layer, facts) if layer is not None and facts is not None \
-                else None
-            if k is not None:
-                kern, scheme = k.kernel, k.scheme or layer.quant
-    return {"name": engine.name, "label": engine.label, "backend": name, "kernel": kern,
-            "scheme": scheme, "flags": flags, "env": env, "config": config}
+    c = engine.choice(op, quant)
+    if c is not None and c.kind == "flag":
+        flags = (c.key, name)
+    elif c is not None and c.kind == "env":
+        env[c.key] = name
+    elif c is not None:
+        config[c.key] = [name] if c.list else name
+    k = kernel(engine, b, layer, facts) if layer is not None and facts is not None else None
+    return EngineView(engine.name, engine.label, name, k.kernel if k is not None else None,
+                      (k.scheme or layer.quant) if k is not None else None, flags, env, config)
 
 
-def command_line(v: Mapping[str, Any]) -> str:
+def command_line(v: EngineView) -> str:
     """`VAR=1 --flag value` (and `config key: value` for an engine's config file): the text
     form of view()."""
-    from selector.core.text import shell_assignment, shell_word
-    parts = [shell_assignment(k, val) for k, val in v["env"].items()]
-    parts += [shell_word(f) for f in v["flags"]]
-    parts += [f"{k}: {val}" for k, val in (v.get("config") or {}).items()]
-    return " ".join(parts) if parts else "(none: automatic selection)"
+    return v.command_line()
 
 
-__all__ = ["Engine", "EngineEntry", "Kernel", "Choice", "NO_ENGINE", "ENGINES", "make_engine",
-           "parse_entries", "apply", "view", "command_line", "kernel", "runs_as", "versioned",
-           "own_entries"]
+__all__ = ["Engine", "EngineEntry", "EngineView", "Kernel", "Choice", "NO_ENGINE", "ENGINES",
+           "make_engine", "parse_entries", "apply", "view", "command_line", "kernel", "runs_as",
+           "versioned", "own_entries"]

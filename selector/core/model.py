@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Proto
 
 from packaging.version import Version
 
-from selector.core import engines, schema
+from selector.core import engines, schema, validation
 from selector.core.entry_points import allowed as entry_point_allowed
 from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.layer import LAYER_KEYS, make_layer
@@ -118,7 +118,7 @@ class Preference:
 
 
 def make_preference(conf: Any, key: str, file: str) -> Preference:
-    v = schema.validate(schema.PreferenceConf, conf, key, file)
+    v = validation.validate(schema.PreferenceConf, conf, key, file)
     if not _is_int(v["rank"]):
         raise bad_input(f"{key}.rank", v["rank"], "must be an integer (lower is preferred)",
                         where=file)
@@ -160,10 +160,10 @@ BACKEND_KEYS = tuple(f.name for f in fields(schema.BackendConf))
 
 def make_backend(op: str, name: str, conf: Mapping[str, Any], file: str,
                  known_engines: Sequence[str] = engines.ENGINES) -> BackendSpec:
-    """One backend file: its shape checked by schema.validate against schema.BackendConf,
+    """One backend file: its shape checked by validation.validate against schema.BackendConf,
     then its rules, preference and engine entries compiled."""
     key = f"catalogue.{op}.{name}"
-    v = schema.validate(schema.BackendConf, conf, key, file)
+    v = validation.validate(schema.BackendConf, conf, key, file)
     if not _is_int(v["rank"]):
         raise bad_input(f"{key}.rank", v["rank"], "must be an integer (lower is preferred)",
                         where=file)
@@ -194,7 +194,7 @@ def _probe(item: Any, key: str, file: str) -> str:
     if isinstance(item, str):
         return item
     from selector.core.probe_specs import declare
-    return declare(schema.validate(schema.ProbeConf, item, key, file), key, file).name
+    return declare(validation.validate(schema.ProbeConf, item, key, file), key, file).name
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ def normalize_backend(op: str, value: Any, catalogue: Catalogue) -> str:
 
 
 def make_policy(conf: Mapping[str, Any], catalogue: Catalogue) -> Policy:
-    v = schema.validate(schema.PolicyConf, conf, "policy")
+    v = validation.validate(schema.PolicyConf, conf, "policy")
     strict, allow, exclude = v["strict"], v["allow_opt_in"], v["exclude"]
     names = {n.strip().replace("-", "_").lower() for n in allow}
     opt_in = sorted({b.name for bs in catalogue.backends.values() for b in bs if b.opt_in})
@@ -327,7 +327,7 @@ def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[
     included. `present`: distributions known to be installed whatever the preset says (those
     whose catalogue is loaded), used where the platform gives no version of its own.
     """
-    conf = schema.validate(schema.PlatformConf, conf, "platform")
+    conf = validation.validate(schema.PlatformConf, conf, "platform")
     preset = conf.get("preset") or "auto"
     given_pkgs = conf.get("packages") or {}
     if not isinstance(given_pkgs, Mapping):

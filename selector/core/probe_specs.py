@@ -135,7 +135,7 @@ _FUNC = re.compile(r"^selector\.backends\.children\.probes\.[A-Za-z_]\w*:[A-Za-z
 
 
 def declare(conf: Dict[str, Any], key: str, where: str) -> ProbeSpec:
-    """The ProbeSpec of a probe declaration (schema.validate'd), registered under its name."""
+    """The ProbeSpec of a probe declaration (validation.validate'd), registered under its name."""
     from selector.core.errors import bad_input
     name, func, imports = conf["name"], conf["func"], tuple(conf["imports"])
     if name in PROBES or name.startswith("import:") or ":" in name:

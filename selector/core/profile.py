@@ -99,7 +99,7 @@ def cell_key(layer: Layer) -> Optional[CellKey]:
     """The cell a layer falls in; None when it gives no num_tokens (no bucket to look up)."""
     if layer.num_tokens is None:
         return None
-    return shape_of(layer.__dict__), bucket(layer.num_tokens)
+    return shape_of(layer.to_dict()), bucket(layer.num_tokens)
 
 
 @dataclass(frozen=True)
@@ -410,7 +410,7 @@ class Measured:
         layer's op): same op first, then the same quant scheme and dtype, then the fewest other
         keys that differ, then the sizes' and the bucket's distance in powers of two; a cell
         that timed one of the `usable` backends before one that did not."""
-        mine = dict(shape_of(layer.__dict__))
+        mine = dict(shape_of(layer.to_dict()))
         want = bucket(layer.num_tokens) if layer.num_tokens is not None else None
         best: Optional[Tuple[Any, ...]] = None
         for (shape, b), c in self._cells.items():

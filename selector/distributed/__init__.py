@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence, Union, cast
 
 from selector.core.errors import SelectorError
-from selector.distributed import agreement
+from selector.distributed import agreement, fingerprint
 from selector.distributed.agreement import AgreedDecision, Group
 
 __all__ = ["agree", "agree_all", "maybe_agree", "maybe_agree_all", "AgreedDecision"]
@@ -65,10 +65,10 @@ def agree_all(decisions: Decisions, group: Any = None) -> List[AgreedDecision]:
     # which every rank then raises as one SelectorError (no rank waits for a missing peer).
     decisions = validated(decisions)
     try:
-        raw = agreement.encode(decisions)
+        raw = fingerprint.encode(decisions)
     except Exception as e:  # noqa: BLE001 - a decision this rank cannot read is its error
         decisions = e
-        raw = agreement.encode(e)
+        raw = fingerprint.encode(e)
     groups = _exchange(dist, group, raw)
     return agreement.agree(groups, decisions)
 
@@ -145,7 +145,7 @@ def _exchange(dist: Any, group: Any, raw: bytes) -> List[Group]:
 
     wire = zlib.compress(raw)
     host = socket.gethostname().encode()[:64]
-    mine = _RECORD.pack(agreement.digest(raw), len(wire), dist.get_rank(), host)
+    mine = _RECORD.pack(fingerprint.digest(raw), len(wire), dist.get_rank(), host)
     try:
         records = [torch.empty(_RECORD.size, dtype=torch.uint8, device=device)
                    for _ in range(world)]
@@ -182,10 +182,10 @@ def _decode(wire: bytes, rank: int) -> Dict[str, Any]:
         body = json.loads(zlib.decompress(wire))
     except (zlib.error, ValueError) as e:
         return {"error": f"unreadable fingerprint from rank {rank} ({e})"}
-    if not isinstance(body, dict) or body.get("v") != agreement.VERSION:
+    if not isinstance(body, dict) or body.get("v") != fingerprint.VERSION:
         return {"error": f"rank {rank} runs a selector with another fingerprint format "
                          f"({body.get('v') if isinstance(body, dict) else '?'}, this rank "
-                         f"{agreement.VERSION})"}
+                         f"{fingerprint.VERSION})"}
     return body
 
 

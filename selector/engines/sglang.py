@@ -18,6 +18,7 @@ from selector.core.errors import SelectorError
 
 if TYPE_CHECKING:
     from selector.core.decision import Decision
+    from selector.core.engine_view import EngineView
 
 # The server_args fields the flags set (SGLang 0.5.23 srt/arg_groups/fields/exec_.py cli_name)
 FIELDS = {"--moe-runner-backend": "moe_runner_backend",
@@ -25,13 +26,13 @@ FIELDS = {"--moe-runner-backend": "moe_runner_backend",
           "--fp8-gemm-backend": "fp8_gemm_runner_backend"}
 
 
-def _checked(decision: Decision) -> Dict[str, Any]:
+def _checked(decision: Decision) -> EngineView:
     view = decision.engine
-    if view is None or view["name"] != "sglang":
+    if view is None or view.name != "sglang":
         raise SelectorError("the decision was not made for SGLang: load selector with "
                             "overrides=['engine=sglang', ...]")
     if decision.selected is None:
-        raise SelectorError(f"selector refuses this {decision.layer['op']} layer: "
+        raise SelectorError(f"selector refuses this {decision.layer.op} layer: "
                             f"{decision.summary()}\n{decision}")
     return view
 
@@ -40,7 +41,7 @@ def server_args(*decisions: Decision) -> List[str]:
     """The command-line arguments that make SGLang run each decision's backend."""
     out: List[str] = []
     for d in decisions:
-        out.extend(_checked(d)["flags"])
+        out.extend(_checked(d).flags)
     return out
 
 
@@ -54,7 +55,7 @@ def environment(*decisions: Decision) -> Dict[str, str]:
     """Environment variables the selected backends need (none for SGLang 0.5.23's names)."""
     env: Dict[str, str] = {}
     for d in decisions:
-        env.update(_checked(d)["env"])
+        env.update(_checked(d).env)
     return env
 
 

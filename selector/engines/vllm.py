@@ -384,11 +384,11 @@ class Chooser:
             d, span = over_range([sel.select(**layer, num_tokens=t) for t in buckets])
         else:
             d = sel.select(**layer)
-        first = (key, tuple(sorted(d.layer.items())))
+        first = (key, d.layer)
         if first not in self._logged:
             with self._lock:
                 self._logged.add(first)
-            flags = " ".join(d.engine["flags"]) if d.engine and d.engine["flags"] else "none"
+            flags = " ".join(d.engine.flags) if d.engine and d.engine.flags else "none"
             from selector.config.catalogues import marked_line  # a backend from a plugin says so
             line = d.log_line() + (f" [{span}]" if span else "")
             log.info("%s", marked_line(sel.catalogue, d, f"{line} [vLLM: {flags}]"))
@@ -438,7 +438,7 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
         raise error(why)
     assert d.engine is not None  # every Chooser decision is made with engine=vllm
     forced = copy.copy(config)
-    forced.moe_backend = d.engine["backend"]
+    forced.moe_backend = d.engine.backend
     try:
         return call(original, forced)
     except (ValueError, NotImplementedError) as exc:
@@ -575,7 +575,7 @@ def select_linear(original: Callable[..., Any], use_a16: bool = False,
                                  if requested == "auto" else
                                  f"--linear-backend={requested} for this layer"))
     assert d.engine is not None  # every Chooser decision is made with engine=vllm
-    name = d.engine["backend"]
+    name = d.engine.backend
     _forced.name = name
     try:
         kernel = original(use_a16)
@@ -767,7 +767,7 @@ class VllmLauncher(Launcher):
         from selector.checkpoint.launch import _with_policy
         from selector.checkpoint.launchers import Auto
         d = _with_policy(sel, group.op, ["auto"]).select(**group.per_rank)
-        name = d.engine.get("backend") if d.engine is not None else None
+        name = d.engine.backend if d.engine is not None else None
         if name is None:
             return None
         return Auto((str(name),), f"vLLM's oracle order for --{group.op}-backend auto, as the "

@@ -141,7 +141,7 @@ def _selector_answer(sel: Any, answer: Mapping[str, Any]) -> Tuple[Optional[str]
     s = Chooser._with_policy(sel, layer["op"], str(answer.get("requested") or "auto"),
                              layer.get("quant"), tuple(answer.get("exclude") or ()))
     d = s.select(**layer)
-    kernel = d.engine["kernel"] if d.selected is not None and d.engine else None
+    kernel = d.engine.kernel if d.selected is not None and d.engine else None
     return d.selected, kernel, "" if d.selected is not None else d.summary()
 
 

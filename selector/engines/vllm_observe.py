@@ -72,7 +72,7 @@ class Observer:
             entry["selector"] = None
             entry["verdict"] = "not_decided"
         else:
-            mine = d.engine.get("backend") if d.selected and d.engine else None
+            mine = d.engine.backend if d.selected and d.engine else None
             entry["selector"] = {"backend": d.selected, "engine_backend": mine,
                                  "outcome": d.outcome, "reason": d.log_line()}
             theirs = engine.get("backend")

@@ -204,7 +204,7 @@ def selector_name(d: Any) -> Optional[str]:
     """SGLang's name for selector's choice (None: selector refuses)."""
     if d.selected is None or d.engine is None:
         return None
-    return d.engine["backend"]
+    return d.engine.backend
 
 
 # -- the comparison --------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def run(n: Optional[int] = None, the_seed: Optional[int] = None, python: str = s
     rows = scenarios(n, random.Random(the_seed), sels.expressible)
     decisions = {s: sels.decide(s) for s in rows}
     # SGLang started with the flag selector prints (no flag: automatic selection)
-    follow = {s: dataclasses.replace(s, requested=name if decisions[s].engine["flags"]
+    follow = {s: dataclasses.replace(s, requested=name if decisions[s].engine.flags
                                      else "auto")
               for s in rows if (name := selector_name(decisions[s])) is not None}
     answers = sglang_answers(list(OrderedDict.fromkeys([*rows, *follow.values()])), python)

@@ -23,8 +23,8 @@ def _printed_flags():
     seen = set()
     for s in rows:
         d = sels.decide(s)
-        if d.engine and d.engine["flags"]:
-            seen.add(tuple(d.engine["flags"]))
+        if d.engine and d.engine.flags:
+            seen.add(tuple(d.engine.flags))
     return sorted(seen)
 
 

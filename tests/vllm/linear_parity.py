@@ -173,7 +173,7 @@ class Row(parity.Row):
     @property
     def engine_name(self) -> Optional[str]:
         view = self.decision.engine
-        return view["backend"] if view and self.selected else None
+        return view.backend if view and self.selected else None
 
     @property
     def agrees(self) -> bool:

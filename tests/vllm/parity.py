@@ -69,12 +69,12 @@ class Row:
     def kernel(self) -> Optional[str]:
         """The kernel selector says vLLM runs for its choice."""
         view = self.decision.engine
-        return view["kernel"] if view else None
+        return view.kernel if view else None
 
     @property
     def scheme(self) -> Optional[str]:
         view = self.decision.engine
-        return view["scheme"] if view else None
+        return view.scheme if view else None
 
     @property
     def agrees(self) -> bool:
@@ -442,7 +442,7 @@ def _why(c: Any) -> Tuple[Tuple[str, str], ...]:
 
 
 def _execution(d: Any, name: str) -> str:
-    return _base_selector().catalogue.get(d.layer["op"], name).execution
+    return _base_selector().catalogue.get(d.layer.op, name).execution
 
 
 def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
@@ -480,7 +480,7 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
 
 
 def _selected(d: Any) -> Tuple[Optional[str], Optional[str]]:
-    return d.selected, (d.engine["kernel"] if d.engine else None)
+    return d.selected, (d.engine.kernel if d.engine else None)
 
 
 def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:

@@ -55,7 +55,7 @@ def test_observe_records_vllms_choice_beside_selectors(monkeypatch, simulation):
         if kernel:
             assert e["vllm"]["backend"] == name, (s.label(), e["vllm"], plain)
             counts["kernels"].add(kernel)
-        mine = d.engine["backend"] if d.selected else None
+        mine = d.engine.backend if d.selected else None
         assert e["selector"]["engine_backend"] == mine, s.label()
         want = "agree" if (e["vllm"]["backend"] or None) == mine else "differ"
         assert e["verdict"] == want, (s.label(), e)

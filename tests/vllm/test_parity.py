@@ -110,7 +110,7 @@ def test_a_decision_names_the_kernel_vllm_runs():
         r = _row(sim.Scenario("12.0", cuda, FI, None, "linear", "nvfp4", "silu", True,
                               requested="flashinfer_cutedsl"))
         assert r.vllm_kernel == "FlashInferCuteDslNvFp4W4A16LinearKernel"
-        assert r.agrees and r.decision.engine["scheme"] == "nvfp4_w4a16"
+        assert r.agrees and r.decision.engine.scheme == "nvfp4_w4a16"
         assert any("W4A16" in n or "nvfp4_w4a16" in n for n in r.decision.notes)
     r = _row(sim.Scenario("10.0", "13.0", FI, None, "linear", "nvfp4", "silu", True,
                           requested="flashinfer_cutedsl"))

@@ -110,7 +110,7 @@ def test_vllm_builds_selectors_choice_over_the_sweep(entry_point, monkeypatch, s
             assert name is None and "selector refuses" in error, s.label()
             counts["refused"] += 1
         else:
-            assert (name, kernel) == (d.engine["backend"], d.engine["kernel"]), \
+            assert (name, kernel) == (d.engine.backend, d.engine.kernel), \
                 (s.label(), name, kernel, error)
             counts["built"] += 1
     print(f"plugin sweep: {sum(counts.values())} scenarios, {counts['built']} built as selector "
@@ -138,7 +138,7 @@ def sweep_through_plugin(monkeypatch, simulation, space, built, what):
             assert name is None and "selector refuses" in error, (s.label(), name, error)
             counts["refused"] += 1
         else:
-            assert (name, kernel) == (d.engine["backend"], d.engine["kernel"]), \
+            assert (name, kernel) == (d.engine.backend, d.engine.kernel), \
                 (s.label(), name, kernel, error)
             counts["built"] += 1
     print(f"plugin {what} sweep: {len(space)} scenarios, {counts['built']} built as selector "

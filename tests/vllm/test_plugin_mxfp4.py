@@ -65,10 +65,10 @@ def test_vllm_builds_selectors_choice_for_mxfp4_moe(entry_point, monkeypatch,  #
             counts["refused"] += 1
         else:
             # parity.vllm_mx names vLLM's pick in selector's names (mx_pick)
-            assert (name, kernel) == (d.selected, d.engine["kernel"]), \
+            assert (name, kernel) == (d.selected, d.engine.kernel), \
                 (s.label(), name, kernel, error, d.selected)
             counts["built"] += 1
-            counts["fallback"] += d.layer["quant"] != s.quant
+            counts["fallback"] += d.layer.quant != s.quant
     print(f"plugin MXFP4 sweep: {len(space)} scenarios, {counts['built']} built as selector "
           f"chose ({counts['fallback']} with bf16 activations after selector refused the "
           f"quantized ones), {counts['refused']} refused with selector's explanation, "
@@ -89,7 +89,7 @@ def test_the_bf16_fallback_loads_where_vllm_alone_loads(entry_point, monkeypatch
         assert parity.selector_decision(s).selected == "marlin"  # selector's W4A8 answer
         name, error, kernel, quant = parity.vllm_mx(s)
         d = expected(s)
-    assert (name, kernel, quant) == (d.selected, d.engine["kernel"], "mxfp4"), error
+    assert (name, kernel, quant) == (d.selected, d.engine.kernel, "mxfp4"), error
 
 
 @pytest.mark.parametrize("quant", ["mxfp4", "mxfp4_w4a8"])

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type
 
-from selector.core import schema
+from selector.core import schema, validation
 from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.rules.facts import OPT_IN, Facts, Reason
 from selector.core.rules.when import Condition, _explained
@@ -113,9 +113,9 @@ class Rule:
         return tuple(self.layer_fields) + self.when.layer_fields
 
 
-# A kind's Params are checked like every config node (schema.validate's type rules).
-_type_ok = schema.type_ok
-_type_name = schema.type_name
+# A kind's Params are checked like every config node (validation.validate's type rules).
+_type_ok = validation.type_ok
+_type_name = validation.type_name
 
 
 @functools.cache  # one entry per registered kind
