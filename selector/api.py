@@ -18,7 +18,7 @@ from selector.core.schema import Layer
 from selector.inspect import environment
 
 if TYPE_CHECKING:  # pragma: no cover
-    from selector.checkpoint.launch import LaunchPlan
+    from selector.checkpoint.launch_plan import LaunchPlan
     from selector.checkpoint.plan import Plan
     from selector.core.model import Catalogue, Detect, Platform
     from selector.core.profile import Measured

@@ -214,11 +214,11 @@ def test_vllm_log_line_names_a_plugins_backend(tmp_path, on_path, monkeypatch, c
     tests/vllm runs it inside the real vLLM.)"""
     import logging
 
-    from selector.engines import vllm as adapter
+    from selector.engines import vllm_choice
     on_path(make_site(tmp_path, {"backend/moe/fast_moe.yaml":
                                  FAST_MOE.format(vllm_name="fast_moe")}))
-    monkeypatch.setattr(adapter, "capability", lambda: "12.0")
-    chooser = adapter.Chooser(["stack=vllm_0_33"])
+    monkeypatch.setattr(vllm_choice, "capability", lambda: "12.0")
+    chooser = vllm_choice.Chooser(["stack=vllm_0_33"])
     with caplog.at_level(logging.INFO, logger="vllm.selector"):
         d = chooser.decide({"op": "moe", "quant": "nvfp4", "activation": "silu",
                             "act_and_mul": True}, "auto")
