@@ -89,6 +89,42 @@ def _indexer(cfg: _Config, n: int) -> Callable[[int], bool]:
     return lambda i: max(i - offset + 1, 0) % freq == 0
 
 
+def _mla_attention(cfg: _Config, a: str, i: int, h: int, dims: Tuple[int, Any, int, int, int, int],
+                   has_indexer: Optional[Callable[[int], bool]]) -> List[Module]:
+    """The linear modules of layer `i`'s MLA attention (vLLM deepseek_v2.py
+    DeepseekV2MLAAttention) at prefix `a`, with DeepSeek-V3.2's indexer where it has one;
+    `dims`: (heads, q_lora_rank or None, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim,
+    v_head_dim)."""
+    heads, q_lora, kv_lora, rope, nope, v = dims
+    mods: List[Module] = []
+    # vLLM deepseek_v2.py DeepseekV2MLAAttention: fused_qkv_a_proj (q_lora_rank) and
+    # kv_a_proj_with_mqa are built with disable_tp=True / ReplicatedLinear: whole on
+    # every GPU
+    if q_lora:
+        mods.append(dataclasses.replace(
+            _linear(cfg, a, "attention", i, "fused_qkv_a_proj", h, q_lora + kv_lora + rope,
+                    "merged_replicated", split=(q_lora, kv_lora + rope)),
+            cls="DeepSeekV2FusedQkvAProjLinear"))
+        cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
+        mods.append(_linear(cfg, a, "attention", i, "q_b_proj", q_lora,
+                            heads * (nope + rope), "column", "num_attention_heads"))
+    else:
+        cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
+        mods += [_linear(cfg, a, "attention", i, "q_proj", h, heads * (nope + rope),
+                         "column", "num_attention_heads"),
+                 _linear(cfg, a, "attention", i, "kv_a_proj_with_mqa", h, kv_lora + rope,
+                         "replicated")]
+    if has_indexer is not None and has_indexer(i):
+        idx_heads, idx_dim = cfg.integer("index_n_heads"), cfg.integer("index_head_dim")
+        mods.append(_linear(cfg, f"{a}.indexer", "attention", i, "wq_b", q_lora,
+                            idx_heads * idx_dim, "replicated"))
+    mods += [_linear(cfg, a, "attention", i, "kv_b_proj", kv_lora, heads * (nope + v),
+                     "column", "num_attention_heads"),
+             _linear(cfg, a, "attention", i, "o_proj", heads * v, h, "row",
+                     "num_attention_heads")]
+    return mods
+
+
 def _deepseek(cfg: _Config, dsa: bool = False) -> Read:
     """DeepSeek-V2/V3/R1 (vLLM deepseek_v2.py): layers from `first_k_dense_replace` on are MoE
     every `moe_layer_freq` layers, with `n_shared_experts` shared experts and MLA attention
@@ -121,32 +157,8 @@ def _deepseek(cfg: _Config, dsa: bool = False) -> Read:
     types, mods = [], []
     for i in range(n):
         p = f"model.layers.{i}"
-        a = f"{p}.self_attn"
-        # vLLM deepseek_v2.py DeepseekV2MLAAttention: fused_qkv_a_proj (q_lora_rank) and
-        # kv_a_proj_with_mqa are built with disable_tp=True / ReplicatedLinear: whole on
-        # every GPU
-        if q_lora:
-            mods.append(dataclasses.replace(
-                _linear(cfg, a, "attention", i, "fused_qkv_a_proj", h, q_lora + kv_lora + rope,
-                        "merged_replicated", split=(q_lora, kv_lora + rope)),
-                cls="DeepSeekV2FusedQkvAProjLinear"))
-            cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
-            mods.append(_linear(cfg, a, "attention", i, "q_b_proj", q_lora,
-                                heads * (nope + rope), "column", "num_attention_heads"))
-        else:
-            cfg.split(heads, cfg.tp, "num_attention_heads", "the tensor-parallel size", HEADS)
-            mods += [_linear(cfg, a, "attention", i, "q_proj", h, heads * (nope + rope),
-                             "column", "num_attention_heads"),
-                     _linear(cfg, a, "attention", i, "kv_a_proj_with_mqa", h, kv_lora + rope,
-                             "replicated")]
-        if has_indexer is not None and has_indexer(i):
-            idx_heads, idx_dim = cfg.integer("index_n_heads"), cfg.integer("index_head_dim")
-            mods.append(_linear(cfg, f"{a}.indexer", "attention", i, "wq_b", q_lora,
-                                idx_heads * idx_dim, "replicated"))
-        mods += [_linear(cfg, a, "attention", i, "kv_b_proj", kv_lora, heads * (nope + v),
-                         "column", "num_attention_heads"),
-                 _linear(cfg, a, "attention", i, "o_proj", heads * v, h, "row",
-                         "num_attention_heads")]
+        mods += _mla_attention(cfg, f"{p}.self_attn", i, h, (heads, q_lora, kv_lora, rope, nope, v),
+                               has_indexer)
         if i >= first_dense and i % freq == 0:
             types.append("MoE")
             if cfg._get("n_group") is None or cfg._get("topk_group") is None:
@@ -211,6 +223,37 @@ def _qwen3_moe(cfg: _Config) -> Read:
 _NEMOTRON_BLOCKS = {"M": "Mamba", "E": "MoE", "*": "attention", "-": "dense"}
 
 
+def _mamba_mixer(cfg: _Config, p: str, i: int, h: int) -> List[Module]:
+    """The linear modules of layer `i`'s Mamba-2 mixer (vLLM mamba_mixer2.py MambaMixer2) at
+    prefix `p`: in_proj and out_proj."""
+    heads, hd = cfg.integer("mamba_num_heads"), cfg.integer("mamba_head_dim")
+    groups, state = cfg.integer("n_groups"), cfg.integer("ssm_state_size")
+    inner = heads * hd
+    # vLLM mamba_mixer2.py MambaMixer2.__init__: in_proj outputs [z, x, B, C, dt]
+    # = 2 * inner + 2 * n_groups * ssm_state_size + heads, split by TP; n_groups
+    # divisible by TP, or 1 and then replicated on every GPU
+    src = ("vLLM 0.32.0 vllm/model_executor/layers/mamba/mamba_mixer2.py "
+           "(MambaMixer2.__init__)")
+    cfg.split(heads, cfg.tp, "mamba_num_heads", "the tensor-parallel size", src)
+    g_rank = groups if groups % cfg.tp and groups == 1 else \
+        cfg.split(groups, cfg.tp, "n_groups", "the tensor-parallel size (or be 1)",
+                  src)
+    in_n = (2 * inner + heads) // cfg.tp + 2 * g_rank * state
+    return [dataclasses.replace(
+        _linear(cfg, p, "Mamba", i, "in_proj", h, 2 * inner + 2 * groups * state + heads,
+                "replicated", "mamba_num_heads"),
+        fields=_fields(op="linear", activation="silu", act_and_mul=False, hidden_size=h,
+                       intermediate_size=in_n, num_experts=None, top_k=None,
+                       swiglu_limit=None, tp_size=cfg.tp),
+        cls="MergedColumnParallelLinear",
+        # mamba_mixer2.py 358-366: with n_groups divisible by TP, five outputs [z, x,
+        # B, C, dt] each split by TP (the block-FP8 check reads each partition); else
+        # one ColumnParallelLinear output
+        parts=(inner // cfg.tp, inner // cfg.tp, g_rank * state, g_rank * state,
+               heads // cfg.tp) if groups % cfg.tp == 0 else (in_n,)),
+            _linear(cfg, p, "Mamba", i, "out_proj", inner, h, "row", "mamba_num_heads")]
+
+
 def _nemotron_h(cfg: _Config) -> Read:
     """Nemotron-H (vLLM nemotron_h.py): `hybrid_override_pattern` gives each layer's block
     (M Mamba-2, E MoE, * attention, - MLP); MLPs and experts are non-gated with
@@ -247,32 +290,7 @@ def _nemotron_h(cfg: _Config) -> Read:
         elif block == "*":
             mods += _qkv(cfg, p, i, h)
         else:
-            heads, hd = cfg.integer("mamba_num_heads"), cfg.integer("mamba_head_dim")
-            groups, state = cfg.integer("n_groups"), cfg.integer("ssm_state_size")
-            inner = heads * hd
-            # vLLM mamba_mixer2.py MambaMixer2.__init__: in_proj outputs [z, x, B, C, dt]
-            # = 2 * inner + 2 * n_groups * ssm_state_size + heads, split by TP; n_groups
-            # divisible by TP, or 1 and then replicated on every GPU
-            src = ("vLLM 0.32.0 vllm/model_executor/layers/mamba/mamba_mixer2.py "
-                   "(MambaMixer2.__init__)")
-            cfg.split(heads, cfg.tp, "mamba_num_heads", "the tensor-parallel size", src)
-            g_rank = groups if groups % cfg.tp and groups == 1 else \
-                cfg.split(groups, cfg.tp, "n_groups", "the tensor-parallel size (or be 1)",
-                          src)
-            in_n = (2 * inner + heads) // cfg.tp + 2 * g_rank * state
-            mods += [dataclasses.replace(
-                _linear(cfg, p, "Mamba", i, "in_proj", h, 2 * inner + 2 * groups * state + heads,
-                        "replicated", "mamba_num_heads"),
-                fields=_fields(op="linear", activation="silu", act_and_mul=False, hidden_size=h,
-                               intermediate_size=in_n, num_experts=None, top_k=None,
-                               swiglu_limit=None, tp_size=cfg.tp),
-                cls="MergedColumnParallelLinear",
-                # mamba_mixer2.py 358-366: with n_groups divisible by TP, five outputs [z, x,
-                # B, C, dt] each split by TP (the block-FP8 check reads each partition); else
-                # one ColumnParallelLinear output
-                parts=(inner // cfg.tp, inner // cfg.tp, g_rank * state, g_rank * state,
-                       heads // cfg.tp) if groups % cfg.tp == 0 else (in_n,)),
-                     _linear(cfg, p, "Mamba", i, "out_proj", inner, h, "row", "mamba_num_heads")]
+            mods += _mamba_mixer(cfg, p, i, h)
     return Read(n, types, mods + [_lm_head(cfg, h)], [], dict(_QKV))
 
 

@@ -221,6 +221,27 @@ def _qwen3_next_layer_types(cfg: _Config, n: int) -> List[str]:
     return list(given)
 
 
+def _gdn_attention(cfg: _Config, a: str, i: int, h: int, nv: int, key_dim: int,
+                   value_dim: int) -> List[Module]:
+    """The quantized linear modules of layer `i`'s Gated DeltaNet attention at prefix `a`
+    (qwen_gdn_linear_attn.py QwenGatedDeltaNetAttention: in_proj_qkvz, in_proj_ba, out_proj),
+    after checking its TP splits."""
+    # conv1d: ColumnParallelLinear(conv_kernel, 2 * key_dim + value_dim), no quant
+    # config; A_log: divide(linear_num_value_heads, tp)
+    cfg.split(2 * key_dim + value_dim, cfg.tp, "the GDN conv dimension (2 * "
+              "linear_key_head_dim * linear_num_key_heads + linear_value_head_dim * "
+              "linear_num_value_heads)", "the tensor-parallel size")
+    cfg.split(nv, cfg.tp, "linear_num_value_heads", "the tensor-parallel size",
+              f"{_GDN} (QwenGatedDeltaNetAttention.__init__: A_log, {DIVIDE})")
+    return [_one_output(_linear(cfg, a, "attention", i, "in_proj_qkvz", h,
+                                2 * key_dim + 2 * value_dim, "merged",
+                                "linear_num_value_heads")),
+            _one_output(_linear(cfg, a, "attention", i, "in_proj_ba", h, 2 * nv,
+                                "merged", "linear_num_value_heads")),
+            _linear(cfg, a, "attention", i, "out_proj", value_dim, h, "row",
+                    "linear_value_head_dim * linear_num_value_heads")]
+
+
 def qwen3_next(cfg: _Config) -> Read:
     """Qwen3-Next (qwen3_next.py): each layer Gated DeltaNet linear attention (`linear_attn`:
     in_proj_qkvz, in_proj_ba, out_proj; qwen_gdn_linear_attn.py QwenGatedDeltaNetAttention) or
@@ -249,21 +270,7 @@ def qwen3_next(cfg: _Config) -> Read:
     for i, kind in enumerate(kinds):
         p = f"model.layers.{i}"
         if kind == "linear_attention":
-            a = f"{p}.linear_attn"
-            # conv1d: ColumnParallelLinear(conv_kernel, 2 * key_dim + value_dim), no quant
-            # config; A_log: divide(linear_num_value_heads, tp)
-            cfg.split(2 * key_dim + value_dim, cfg.tp, "the GDN conv dimension (2 * "
-                      "linear_key_head_dim * linear_num_key_heads + linear_value_head_dim * "
-                      "linear_num_value_heads)", "the tensor-parallel size")
-            cfg.split(nv, cfg.tp, "linear_num_value_heads", "the tensor-parallel size",
-                      f"{_GDN} (QwenGatedDeltaNetAttention.__init__: A_log, {DIVIDE})")
-            mods += [_one_output(_linear(cfg, a, "attention", i, "in_proj_qkvz", h,
-                                         2 * key_dim + 2 * value_dim, "merged",
-                                         "linear_num_value_heads")),
-                     _one_output(_linear(cfg, a, "attention", i, "in_proj_ba", h, 2 * nv,
-                                         "merged", "linear_num_value_heads")),
-                     _linear(cfg, a, "attention", i, "out_proj", value_dim, h, "row",
-                             "linear_value_head_dim * linear_num_value_heads")]
+            mods += _gdn_attention(cfg, f"{p}.linear_attn", i, h, nv, key_dim, value_dim)
         else:
             mods += _qkv(cfg, f"{p}.self_attn", i, h, 2 if gate else 1)
         if i not in only_mlp and experts > 0 and (i + 1) % step == 0:

@@ -41,18 +41,11 @@ def _never_detect(names: List[str]) -> Environment:
     raise AssertionError("check validates presets without detecting the platform")
 
 
-def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str, Any]:
-    problems: List[Dict[str, str]] = []
-    checked: List[str] = []
-    tree = discover_tree(config_dirs)
-    # installed distributions' catalogues that discovery left out: explain runs without them
-    problems.extend({"file": "", "problem": p} for p in tree.left_out)
-    try:
-        lint_tree(tree)
-    except SelectorError as exc:
-        problems.append({"file": exc.where or "", "problem": str(exc)})
+def _check_backends(tree: Any, known: Sequence[str], problems: List[Dict[str, str]],
+                    checked: List[str]) -> List[BackendSpec]:
+    """Every backend file of the tree read and built (its entry point and probes checked):
+    the backends that pass, their files added to `checked`, what fails to `problems`."""
     backends: List[BackendSpec] = []
-    known = tree.group_options("engine")  # the engines a backend file may (and should) name
     for (op, name), path in sorted(tree.backend_files.items()):
         checked.append(str(path))
         try:
@@ -71,18 +64,13 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
             backends.append(b)
         except SelectorError as exc:
             problems.append({"file": str(path), "problem": str(exc)})
-    warnings = [{"file": b.file, "warning": f"{b.file}: catalogue.{b.op}.{b.name} declares no "
-                 "activation or act_and_mul rule, so it claims to support every activation, "
-                 "gated and non-gated"}
-                for b in backends if b.op == "moe"
-                and not any(r.kind in _ACTIVATION_KINDS for r in b.rules)]
-    own: Dict[str, Set[Tuple[str, str]]] = {}
-    for name, path in sorted(tree.presets.get("engine", {}).items()):
-        found, own[name] = engine_problems(path, backends, known)
-        said = {q["problem"].split(" is ", 1)[0] for q in problems}  # the lint found it first
-        problems.extend({"file": str(path), "problem": p} for p in found
-                        if p.split(" is ", 1)[0] not in said)
-    warnings += unnamed_by_engines(backends, known, own)
+    return backends
+
+
+def _check_presets(tree: Any, problems: List[Dict[str, str]], warnings: List[Dict[str, str]],
+                   checked: List[str]) -> None:
+    """Every preset of every group validated (a platform or stack preset made into a platform
+    without looking at the machine, a layer preset into a layer)."""
     for group, options in tree.presets.items():
         for name, path in sorted(options.items()):
             checked.append(str(path))
@@ -100,18 +88,52 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
                     make_layer(conf, where=str(path))
             except SelectorError as exc:
                 problems.append({"file": str(path), "problem": str(exc)})
-    problems.extend({"file": p.partition(":")[0], "problem": p}
-                    for p in engine_name_clashes(backends))
+
+
+def _rank_clashes(backends: Sequence[BackendSpec]) -> List[Dict[str, str]]:
+    """Two backends of one op with the same rank: the preference order must be explicit."""
+    out: List[Dict[str, str]] = []
     for op in schema.OPS:
         ranks: Dict[int, Any] = {}
         for b in (b for b in backends if b.op == op):
             if b.rank in ranks:
                 other = ranks[b.rank]
-                problems.append({"file": b.file, "problem": f"{b.file}: "
-                                 f"catalogue.{op}.{b.name}.rank: "
-                                 f"{b.rank} is also the rank of {other.name} ({other.file}); "
-                                 "ranks must be distinct so the preference order is explicit"})
+                out.append({"file": b.file, "problem": f"{b.file}: "
+                            f"catalogue.{op}.{b.name}.rank: "
+                            f"{b.rank} is also the rank of {other.name} ({other.file}); "
+                            "ranks must be distinct so the preference order is explicit"})
             ranks[b.rank] = b
+    return out
+
+
+def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str, Any]:
+    problems: List[Dict[str, str]] = []
+    checked: List[str] = []
+    tree = discover_tree(config_dirs)
+    # installed distributions' catalogues that discovery left out: explain runs without them
+    problems.extend({"file": "", "problem": p} for p in tree.left_out)
+    try:
+        lint_tree(tree)
+    except SelectorError as exc:
+        problems.append({"file": exc.where or "", "problem": str(exc)})
+    known = tree.group_options("engine")  # the engines a backend file may (and should) name
+    backends = _check_backends(tree, known, problems, checked)
+    warnings = [{"file": b.file, "warning": f"{b.file}: catalogue.{b.op}.{b.name} declares no "
+                 "activation or act_and_mul rule, so it claims to support every activation, "
+                 "gated and non-gated"}
+                for b in backends if b.op == "moe"
+                and not any(r.kind in _ACTIVATION_KINDS for r in b.rules)]
+    own: Dict[str, Set[Tuple[str, str]]] = {}
+    for name, path in sorted(tree.presets.get("engine", {}).items()):
+        found, own[name] = engine_problems(path, backends, known)
+        said = {q["problem"].split(" is ", 1)[0] for q in problems}  # the lint found it first
+        problems.extend({"file": str(path), "problem": p} for p in found
+                        if p.split(" is ", 1)[0] not in said)
+    warnings += unnamed_by_engines(backends, known, own)
+    _check_presets(tree, problems, warnings, checked)
+    problems.extend({"file": p.partition(":")[0], "problem": p}
+                    for p in engine_name_clashes(backends))
+    problems.extend(_rank_clashes(backends))
     # the YAML lint and the per-file pass can find the same problem: keep its first report
     first: Dict[str, Dict[str, str]] = {}
     for p in problems:

@@ -11,10 +11,13 @@ import errno
 import json
 import os
 import sys
-from typing import Any, List, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, Any, List, NoReturn, Optional, Sequence
 
 from selector.core.errors import SelectorError
 from selector.core.text import printable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from selector.api import Selector
 
 COMMANDS = ("explain", "list", "check", "doctor")
 
@@ -35,43 +38,56 @@ def build_parser() -> argparse.ArgumentParser:
              "check": "validate a config tree (the packaged one and --config-dir ones)",
              "doctor": "detect this machine: GPU, CUDA, packages, what could run here"}
     for name in COMMANDS:
-        s = sub.add_parser(name, help=helps[name], description=helps[name])
-        s.add_argument("--format", choices=("text", "json", "line") if name == "explain"
-                       else ("text", "json"), default="text",
-                       help="line: one line per decision (explain only)" if name == "explain"
-                       else None)
-        s.add_argument("--config-dir", action="append", default=[], metavar="DIR",
-                       help="an extra config directory (backend/<op>/*.yaml, platform/, layer/...)")
-        s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                       help="Hydra overrides: key=value, group=option, +key=value, ~key")
-        if name == "explain":
-            s.add_argument("--model", metavar="DIR", help="a checkpoint directory: explain "
-                           "every quantized layer kind its config.json describes")
-            s.add_argument("--why", metavar="BACKEND", help="only this backend's verdict and "
-                           "every reason for it")
-            s.add_argument("--write-config", metavar="FILE", help="with --model and "
-                           "engine=trtllm: write the plan's extra_llm_api_options YAML to FILE")
-        if name == "list":
-            s.add_argument("--presets", action="store_true", help="every preset of every group "
-                           "(platform, stack with the versions it holds, layer, policy)")
-        if name == "doctor":
-            s.add_argument("--deep", action="store_true",
-                           help="import the kernel libraries in a child process and probe them")
-            s.add_argument("--timeout", default=None, metavar="SECONDS",
-                           help="seconds each deep probe process may take (default: "
-                           "SELECTOR_PROBE_TIMEOUT, else 120)")
-            s.add_argument("--probe", action="append", default=[], metavar="NAME",
-                           help="run only this deep probe (repeatable; implies --deep)")
-            s.add_argument("--verify", action="store_true",
-                           help="run each usable backend on small NVFP4 and FP8 problems (a child "
-                           "process each, --timeout) and compare it with the reference")
-            s.add_argument("--op", action="append", choices=("moe", "linear"), default=[],
-                           help="verify only this op (repeatable; implies --verify)")
-            s.add_argument("--no-cache", dest="verify_cache", action="store_false",
-                           help="verify again instead of reusing this machine's cached results")
+        _add_command(sub.add_parser(name, help=helps[name], description=helps[name]), name)
     from selector.commands.tune import add_arguments as tune_arguments  # docs/tuning.md
     tune_arguments(sub.add_parser("tune", help="time each verified backend here; write a profile",
                                   description="time each verified backend here; write a profile"))
+    _add_matrix(sub)
+    _add_audit(sub)
+    _add_fleet(sub)
+    _add_completion(sub)
+    return p
+
+
+def _add_command(s: argparse.ArgumentParser, name: str) -> None:
+    """explain, list, check and doctor: --format, --config-dir, the overrides, and each one's
+    own options."""
+    s.add_argument("--format", choices=("text", "json", "line") if name == "explain"
+                   else ("text", "json"), default="text",
+                   help="line: one line per decision (explain only)" if name == "explain"
+                   else None)
+    s.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="an extra config directory (backend/<op>/*.yaml, platform/, layer/...)")
+    s.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="Hydra overrides: key=value, group=option, +key=value, ~key")
+    if name == "explain":
+        s.add_argument("--model", metavar="DIR", help="a checkpoint directory: explain "
+                       "every quantized layer kind its config.json describes")
+        s.add_argument("--why", metavar="BACKEND", help="only this backend's verdict and "
+                       "every reason for it")
+        s.add_argument("--write-config", metavar="FILE", help="with --model and "
+                       "engine=trtllm: write the plan's extra_llm_api_options YAML to FILE")
+    if name == "list":
+        s.add_argument("--presets", action="store_true", help="every preset of every group "
+                       "(platform, stack with the versions it holds, layer, policy)")
+    if name == "doctor":
+        s.add_argument("--deep", action="store_true",
+                       help="import the kernel libraries in a child process and probe them")
+        s.add_argument("--timeout", default=None, metavar="SECONDS",
+                       help="seconds each deep probe process may take (default: "
+                       "SELECTOR_PROBE_TIMEOUT, else 120)")
+        s.add_argument("--probe", action="append", default=[], metavar="NAME",
+                       help="run only this deep probe (repeatable; implies --deep)")
+        s.add_argument("--verify", action="store_true",
+                       help="run each usable backend on small NVFP4 and FP8 problems (a child "
+                       "process each, --timeout) and compare it with the reference")
+        s.add_argument("--op", action="append", choices=("moe", "linear"), default=[],
+                       help="verify only this op (repeatable; implies --verify)")
+        s.add_argument("--no-cache", dest="verify_cache", action="store_false",
+                       help="verify again instead of reusing this machine's cached results")
+
+
+def _add_matrix(sub: Any) -> None:
     m = sub.add_parser("matrix", help="every backend on every platform preset, as a grid",
                        description="every backend on every platform preset, as a grid")
     m.add_argument("--op", choices=("moe", "linear"), action="append", default=[],
@@ -86,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra config directory")
     m.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                    help="layer and policy overrides (layer=nemotron_moe, layer.ep_size=8)")
+
+
+def _add_audit(sub: Any) -> None:
     a = sub.add_parser("audit", help="an engine's start-up log against the plan: agree, differ, "
                        "not in the log", description="compare what a running engine chose "
                        "(its start-up log) with the plan for the same checkpoint and platform")
@@ -97,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra config directory")
     a.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                    help="the overrides of explain --model (platform=..., stack=..., engine=...)")
+
+
+def _add_fleet(sub: Any) -> None:
     f = sub.add_parser("fleet", help="every model on every machine under every engine: one "
                        "table of plans", description="plan every checkpoint of a fleet file on "
                        "every machine under every engine (docs/interface.md)")
@@ -109,13 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 1 when a cell refuses (error, the default) or also warns")
     f.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                    help="an extra config directory")
+
+
+def _add_completion(sub: Any) -> None:
     c = sub.add_parser("completion", help="print a shell completion script",
                        description="print a completion script for the commands, their options "
                        "and the override keys: eval \"$(python -m selector completion bash)\"")
     c.add_argument("shell", choices=("bash",))
     c.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                    help="an extra config directory (its presets are completed too)")
-    return p
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -219,17 +243,8 @@ def _run(args: argparse.Namespace) -> int:
         from selector.commands.check import run_check
         return run_check(args.overrides, args.config_dir, fmt=args.format)
     sel = load(args.overrides, config_dirs=args.config_dir)
-    if args.command == "list" and args.presets:
-        from selector.commands.preset_list import presets_dict, presets_text
-        assert sel.tree is not None  # load() always records the tree it composed
-        _emit(presets_dict(sel.tree) if args.format == "json" else presets_text(sel.tree),
-              args.format)
-        return 0
     if args.command == "list":
-        from selector.commands.listing import catalogue_dict, catalogue_text
-        _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
-              catalogue_text(sel.catalogue), args.format)
-        return 0
+        return _list(sel, args)
     if getattr(args, "write_config", None) is not None and (
             args.model is None or not sel.run_config.engine.name == "trtllm"):
         raise SelectorError(f"--write-config: {args.write_config!r} needs --model DIR and "
@@ -237,48 +252,77 @@ def _run(args: argparse.Namespace) -> int:
                             "extra_llm_api_options YAML; vLLM and SGLang take flags, which "
                             "the plan prints)", key="--write-config")
     if args.model is not None and sel.run_config.engine.name != "none":
-        lp = sel.launch_plan(args.model)
-        if args.write_config is not None:
-            return _write_config(lp, args.write_config, args.format)
-        if args.why is not None:  # the verdicts of the per-GPU layers the launch plan decided
-            return _plan_why(lp.plan, args.why, args.format)
-        if args.format == "line":  # one line per per-GPU layer group, and why it won
-            from selector.checkpoint.beat import beat_text
-            from selector.config.catalogues import marked_line
-            _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) +
-                            (f" | why: {printable(w)}" if (w := beat_text(d)) else "")
-                            for d in lp.plan.decisions()), "line")
-            return 0 if lp.plan.ok and lp.ok else 1
-        if args.format == "json":
-            _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
-        else:
-            _emit(f"{lp.plan}\n\n{lp}", "text")
-        return 0 if lp.plan.ok and lp.ok else 1
+        return _explain_launch(sel, args)
     if args.model is not None:
-        from selector.checkpoint.plan import CHECKPOINT_KEYS
-        for o in args.overrides:  # what the checkpoint fixes is never silently overridden
-            key = o.lstrip("+~").split("=", 1)[0].strip()
-            if key == "layer" or key.removeprefix("layer.") in CHECKPOINT_KEYS and \
-                    key.startswith("layer."):
-                raise SelectorError(f"{key}: {o!r} cannot be combined with --model: the "
-                                    "checkpoint fixes each layer's op, quant, activation and "
-                                    "sizes (layer.ep_size, layer.tp_size, layer.num_tokens, "
-                                    "layer.all2all and layer.dtype apply)", key=key)
-        p = sel.plan(args.model)
-        if args.why is not None:
-            return _plan_why(p, args.why, args.format)
-        # the version guard once (each decision's JSON notes carry it too)
-        guard = next((d.guard for d in p.decisions() if d.guard), "")
-        if args.format == "line":
-            from selector.config.catalogues import marked_line
-            if guard:
-                print(f"selector: note: {guard}", file=sys.stderr)
-            _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) for d in p.decisions()),
-                  "line")
-        else:
-            _emit(p.to_dict() if args.format == "json" else
-                  (f"!! {guard}\n" if guard else "") + str(p), args.format)
-        return 0 if p.ok else 1
+        return _explain_model(sel, args)
+    return _explain_layer(sel, args)
+
+
+def _list(sel: Selector, args: argparse.Namespace) -> int:
+    """`list`: the catalogue, or with --presets every preset of every group."""
+    if args.presets:
+        from selector.commands.preset_list import presets_dict, presets_text
+        assert sel.tree is not None  # load() always records the tree it composed
+        _emit(presets_dict(sel.tree) if args.format == "json" else presets_text(sel.tree),
+              args.format)
+        return 0
+    from selector.commands.listing import catalogue_dict, catalogue_text
+    _emit(catalogue_dict(sel.catalogue) if args.format == "json" else
+          catalogue_text(sel.catalogue), args.format)
+    return 0
+
+
+def _explain_launch(sel: Selector, args: argparse.Namespace) -> int:
+    """`explain --model DIR engine=NAME`: the plan and the launch plan under the engine."""
+    lp = sel.launch_plan(args.model)
+    if args.write_config is not None:
+        return _write_config(lp, args.write_config, args.format)
+    if args.why is not None:  # the verdicts of the per-GPU layers the launch plan decided
+        return _plan_why(lp.plan, args.why, args.format)
+    if args.format == "line":  # one line per per-GPU layer group, and why it won
+        from selector.checkpoint.beat import beat_text
+        from selector.config.catalogues import marked_line
+        _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) +
+                        (f" | why: {printable(w)}" if (w := beat_text(d)) else "")
+                        for d in lp.plan.decisions()), "line")
+        return 0 if lp.plan.ok and lp.ok else 1
+    if args.format == "json":
+        _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
+    else:
+        _emit(f"{lp.plan}\n\n{lp}", "text")
+    return 0 if lp.plan.ok and lp.ok else 1
+
+
+def _explain_model(sel: Selector, args: argparse.Namespace) -> int:
+    """`explain --model DIR`: every quantized layer kind of the checkpoint, decided."""
+    from selector.checkpoint.plan import CHECKPOINT_KEYS
+    for o in args.overrides:  # what the checkpoint fixes is never silently overridden
+        key = o.lstrip("+~").split("=", 1)[0].strip()
+        if key == "layer" or key.removeprefix("layer.") in CHECKPOINT_KEYS and \
+                key.startswith("layer."):
+            raise SelectorError(f"{key}: {o!r} cannot be combined with --model: the "
+                                "checkpoint fixes each layer's op, quant, activation and "
+                                "sizes (layer.ep_size, layer.tp_size, layer.num_tokens, "
+                                "layer.all2all and layer.dtype apply)", key=key)
+    p = sel.plan(args.model)
+    if args.why is not None:
+        return _plan_why(p, args.why, args.format)
+    # the version guard once (each decision's JSON notes carry it too)
+    guard = next((d.guard for d in p.decisions() if d.guard), "")
+    if args.format == "line":
+        from selector.config.catalogues import marked_line
+        if guard:
+            print(f"selector: note: {guard}", file=sys.stderr)
+        _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) for d in p.decisions()),
+              "line")
+    else:
+        _emit(p.to_dict() if args.format == "json" else
+              (f"!! {guard}\n" if guard else "") + str(p), args.format)
+    return 0 if p.ok else 1
+
+
+def _explain_layer(sel: Selector, args: argparse.Namespace) -> int:
+    """`explain`: the one layer the overrides describe."""
     d = sel.default()
     if args.why is not None:
         from selector.commands.why import why

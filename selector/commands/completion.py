@@ -74,22 +74,9 @@ def override_words(config_dirs: Sequence[str] = ()) -> Dict[str, List[str]]:
     return words
 
 
-def bash(parser: argparse.ArgumentParser, config_dirs: Sequence[str] = ()) -> str:
-    opts = options(parser)
-    keys = override_words(config_dirs)
-    q = shlex.quote
-    cases = []
-    for cmd, o in sorted(opts.items()):
-        cases.append(f"    {cmd}) opts={q(' '.join(sorted(o)))} ;;")
-    choice_cases = []
-    for cmd, o in sorted(opts.items()):
-        for opt, choices in sorted(o.items()):
-            if choices and choices != ["-"]:
-                choice_cases.append(f"    {cmd}:{opt}) choices={q(' '.join(choices))} ;;")
-    value_cases = [f"    {k}) values={q(' '.join(v))} ;;" for k, v in sorted(keys.items()) if v]
-    key_words = " ".join(f"{k}=" for k in sorted(keys))
-    commands = " ".join(sorted(opts))
-    return f"""# bash completion for selector (python -m selector completion bash)
+# The script: filled in by bash() with the commands, each one's options and their choices, and
+# the override keys and their values (str.format fields; doubled braces are the script's own).
+_BASH = """# bash completion for selector (python -m selector completion bash)
 _selector_complete() {{
   local cur prev cmd i start opts choices values
   # the word under the cursor split on blanks only: bash also splits `key=value` at `=`
@@ -109,16 +96,16 @@ _selector_complete() {{
     python*) [ "$start" = 3 ] || {{ COMPREPLY=( $(compgen -f -- "$cur") ); return 0; }} ;;
   esac
   if [ -z "$cmd" ]; then
-    COMPREPLY=( $(compgen -W {q(commands + " --help")} -- "$cur") )
+    COMPREPLY=( $(compgen -W {commands} -- "$cur") )
     return 0
   fi
   opts=""
   case "$cmd" in
-{chr(10).join(cases)}
+{cases}
   esac
   choices=""
   case "$cmd:$prev" in
-{chr(10).join(choice_cases)}
+{choice_cases}
   esac
   if [ -n "$choices" ]; then
     COMPREPLY=( $(compgen -W "$choices" -- "$cur") )
@@ -135,7 +122,7 @@ _selector_complete() {{
     local key="${{cur%%=*}}" val="${{cur#*=}}"
     values=""
     case "${{key#+}}" in
-{chr(10).join(value_cases)}
+{value_cases}
     esac
     if [[ "$COMP_WORDBREAKS" == *=* ]]; then
       COMPREPLY=( $(compgen -W "$values" -- "$val") )
@@ -147,7 +134,7 @@ _selector_complete() {{
   case "$cmd" in
     explain|list|matrix|audit|tune|check|doctor|fleet)
       compopt -o nospace 2>/dev/null
-      COMPREPLY=( $(compgen -W {q(key_words)} -- "$cur") $(compgen -f -- "$cur") ) ;;
+      COMPREPLY=( $(compgen -W {key_words} -- "$cur") $(compgen -f -- "$cur") ) ;;
     *) COMPREPLY=( $(compgen -f -- "$cur") ) ;;
   esac
   return 0
@@ -156,6 +143,26 @@ complete -F _selector_complete selector
 # for `python -m selector ...` too (this replaces python's own completion in this shell):
 #   complete -F _selector_complete python
 """
+
+
+def bash(parser: argparse.ArgumentParser, config_dirs: Sequence[str] = ()) -> str:
+    opts = options(parser)
+    keys = override_words(config_dirs)
+    q = shlex.quote
+    cases = []
+    for cmd, o in sorted(opts.items()):
+        cases.append(f"    {cmd}) opts={q(' '.join(sorted(o)))} ;;")
+    choice_cases = []
+    for cmd, o in sorted(opts.items()):
+        for opt, choices in sorted(o.items()):
+            if choices and choices != ["-"]:
+                choice_cases.append(f"    {cmd}:{opt}) choices={q(' '.join(choices))} ;;")
+    value_cases = [f"    {k}) values={q(' '.join(v))} ;;" for k, v in sorted(keys.items()) if v]
+    key_words = " ".join(f"{k}=" for k in sorted(keys))
+    commands = " ".join(sorted(opts))
+    return _BASH.format(commands=q(commands + " --help"), cases="\n".join(cases),
+                        choice_cases="\n".join(choice_cases),
+                        value_cases="\n".join(value_cases), key_words=q(key_words))
 
 
 def run_completion(shell: str, config_dirs: Sequence[str], parser: argparse.ArgumentParser) -> int:

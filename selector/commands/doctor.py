@@ -132,7 +132,7 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     from selector.api import load
     from selector.core.resolver import Resolver
     from selector.inspect import environment
-    from selector.inspect.probing import catalogue_probe_names, declared_by, probe_once, validate_names
+    from selector.inspect.probing import declared_by, validate_names
 
     seen: Dict[str, Any] = {}
 
@@ -148,57 +148,16 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
                               for n, bs in declared.items()})
     names = [n for n, _ in model.platform.packages]
     env = seen.get("env") or environment.detect(names)
-    packages = {n: (None if v is None else str(v)) for n, v in sorted(env.packages.items())}
-    for n, v in environment.installed_versions(environment.EXTRA_PACKAGES).items():
-        if v is not None:
-            packages.setdefault(n, str(v))
-    packages = dict(sorted(packages.items()))
+    packages = _installed(env)
 
     deep = deep or bool(probes) or model.probe == "deep"
-    rep = None
-    findings: Dict[str, Any] = {}
-    if deep:
-        from selector.core.probe_specs import DOCTOR_PROBES
-        wanted = list(probes) if probes else list(DOCTOR_PROBES) + catalogue_probe_names(catalogue)
-        validate_names(wanted, {n: "--probe" for n in wanted})
-        nvml = {"capability": list(env.gpu.capability) if env.gpu.capability else None,
-                "name": env.gpu.name, "method": env.gpu.method}
-        rep = probe_once(wanted, timeout=timeout, ctx={"nvml": nvml})
-        findings = rep.findings
+    rep = _deep_probes(catalogue, env, probes, timeout) if deep else None
+    findings: Dict[str, Any] = rep.findings if rep is not None else {}
 
     resolver = Resolver(model, {n: (f.ok, f.message) for n, f in findings.items()})
-    verdicts: List[BackendVerdict] = []
     problems: List[str] = []
-    for op, backends in catalogue.backends.items():
-        for b in backends:
-            failures, opt_in, warnings = resolver.platform_reasons(op, b.name)
-            if not failures:
-                failures = _every_scheme_fails(resolver, op, b)
-            status = "rejected" if failures else "opt_in" if opt_in else "eligible"
-            plist = [(n, findings[n].status, findings[n].message) if n in findings else
-                     (n, "not run", "") for n in b.probes]
-            verdicts.append(BackendVerdict(op, b.name, VERDICTS[status], list(failures),
-                                           list(warnings), plist))
-            for r in failures:
-                if r.rule == "known_issue":
-                    text = f"known issue: {r.message} ({r.source})"
-                    if text not in problems:
-                        problems.append(text)
-    for n, f in findings.items():
-        if f.status == "failed":
-            problems.append(f"probe {n} failed: {f.message}")
-    drift = None
-    if rep is not None:
-        from selector.inspect.drift import compare
-        drift = compare(catalogue, model.platform.facts,
-                        {n: dict(f.details) for n, f in findings.items() if f.status != "skipped"})
-    engine = None
-    if rep is not None and not probes:  # the installed engine's own oracles (selector/engines/vllm_drift.py)
-        from selector.engines.vllm_drift import EngineDrift, check
-        engine = check(overrides, config_dirs, timeout) if model.platform.source == "detected" \
-            else EngineDrift("skipped", "the platform is a preset, not this machine: vLLM's "
-                             "oracles answer for this machine only")
-        drift = (drift or []) + engine.items
+    verdicts = _backend_verdicts(resolver, catalogue, findings, problems)
+    drift, engine = _drift(overrides, config_dirs, timeout, model, findings, rep, probes)
     vrep = None
     if verify or verify_ops or model.probe == "verify":  # selector.inspect.verify: kernels vs reference
         from selector.inspect.verify import default_timeout, run_verify, verify_once
@@ -220,6 +179,76 @@ def build_report(overrides: Sequence[str] = (), config_dirs: Sequence[Any] = (),
     return Report(deep, platform, packages, verdicts_for, verdicts, rep, declared, problems,
                   time.perf_counter() - t0, drift, vrep,
                   note_text(guard) if guard is not None else "", engine)
+
+
+def _deep_probes(catalogue: Any, env: Any, probes: Optional[Sequence[str]],
+                 timeout: Optional[float]) -> Any:
+    """The deep probes' report: `probes`, else doctor's own and every one the catalogue
+    declares, each in a child process (NVML's answer handed in)."""
+    from selector.core.probe_specs import DOCTOR_PROBES
+    from selector.inspect.probing import catalogue_probe_names, probe_once, validate_names
+    wanted = list(probes) if probes else list(DOCTOR_PROBES) + catalogue_probe_names(catalogue)
+    validate_names(wanted, {n: "--probe" for n in wanted})
+    nvml = {"capability": list(env.gpu.capability) if env.gpu.capability else None,
+            "name": env.gpu.name, "method": env.gpu.method}
+    return probe_once(wanted, timeout=timeout, ctx={"nvml": nvml})
+
+
+def _backend_verdicts(resolver: Any, catalogue: Any, findings: Dict[str, Any],
+                      problems: List[str]) -> List[BackendVerdict]:
+    """Each backend's verdict from the rules that read nothing of the layer (and the deep
+    probes' findings); a known issue or a failed probe is added to `problems`."""
+    verdicts: List[BackendVerdict] = []
+    for op, backends in catalogue.backends.items():
+        for b in backends:
+            failures, opt_in, warnings = resolver.platform_reasons(op, b.name)
+            if not failures:
+                failures = _every_scheme_fails(resolver, op, b)
+            status = "rejected" if failures else "opt_in" if opt_in else "eligible"
+            plist = [(n, findings[n].status, findings[n].message) if n in findings else
+                     (n, "not run", "") for n in b.probes]
+            verdicts.append(BackendVerdict(op, b.name, VERDICTS[status], list(failures),
+                                           list(warnings), plist))
+            for r in failures:
+                if r.rule == "known_issue":
+                    text = f"known issue: {r.message} ({r.source})"
+                    if text not in problems:
+                        problems.append(text)
+    for n, f in findings.items():
+        if f.status == "failed":
+            problems.append(f"probe {n} failed: {f.message}")
+    return verdicts
+
+
+def _installed(env: Any) -> Dict[str, Optional[str]]:
+    """The platform's distributions and doctor's extra ones, by name: their versions."""
+    from selector.inspect import environment
+    packages = {n: (None if v is None else str(v)) for n, v in sorted(env.packages.items())}
+    for n, v in environment.installed_versions(environment.EXTRA_PACKAGES).items():
+        if v is not None:
+            packages.setdefault(n, str(v))
+    return dict(sorted(packages.items()))
+
+
+def _drift(overrides: Sequence[str], config_dirs: Sequence[Any], timeout: Optional[float],
+           model: Any, findings: Dict[str, Any], rep: Any, probes: Optional[Sequence[str]]
+           ) -> Tuple[Optional[List[Any]], Any]:
+    """With deep probes: the catalogue against what the installed libraries declare, and
+    (every probe run) the installed engine's own oracles; (None, None) without."""
+    catalogue = model.catalogue
+    drift = None
+    if rep is not None:
+        from selector.inspect.drift import compare
+        drift = compare(catalogue, model.platform.facts,
+                        {n: dict(f.details) for n, f in findings.items() if f.status != "skipped"})
+    engine = None
+    if rep is not None and not probes:  # the installed engine's own oracles (selector/engines/vllm_drift.py)
+        from selector.engines.vllm_drift import EngineDrift, check
+        engine = check(overrides, config_dirs, timeout) if model.platform.source == "detected" \
+            else EngineDrift("skipped", "the platform is a preset, not this machine: vLLM's "
+                             "oracles answer for this machine only")
+        drift = (drift or []) + engine.items
+    return drift, engine
 
 
 def _every_scheme_fails(resolver: Any, op: str, b: Any) -> Tuple[Any, ...]:
@@ -279,68 +308,15 @@ def render_text(r: Report) -> str:
     if r.guard:
         add(f"!! {r.guard}")
     add("")
-    p = r.platform
-    how = p["how"]
-    add("platform (detected)")
-    gpu = p["gpu"] or "none"
-    if p["gpu_count"] and p["gpu_count"] > 1:
-        gpu += f" (GPU 0 of {p['gpu_count']})"
-    add(f"  GPU            {gpu}    [detection: {how['gpu']}]")
-    add(f"  capability     {p['capability'] or 'none'}")
-    add(f"  driver         {p['driver'] or 'none'}"
-        + (f" (supports CUDA {p['driver_cuda']})" if p["driver_cuda"] else ""))
-    add(f"  CUDA runtime   {p['cuda'] or 'none'}    [detection: {how['cuda']}]")
-    t = p.get("torch")
-    if t:
-        add(f"  torch (deep)   {t['message']}")
-    for n in p["notes"]:
-        add(f"  note           {n}")
-    add("")
+    _render_platform(r.platform, add)
     add("packages (importlib.metadata; nothing imported)")
     width = max([len(n) for n in r.packages] + [10])
     for n, v in r.packages.items():
         add(f"  {n:<{width}}  {v or 'not installed'}")
     add("")
-    add(f"backends: could this machine run them? (rules that do not depend on the layer: device, "
-        f"CUDA, packages, known issues{', deep probes' if r.deep else ''}; layer rules are "
-        f"explain's)")
-    if not r.verdicts_for.startswith("this machine"):
-        add(f"  verdicts for {r.verdicts_for}")
-    for op in dict.fromkeys(b.op for b in r.backends):
-        add(f"  {op}")
-        bw = max(len(b.backend) for b in r.backends if b.op == op)
-        for b in (x for x in r.backends if x.op == op):
-            add(f"    {b.backend:<{bw}}  {b.verdict}")
-            for reason in b.reasons:
-                add(f"      [{reason.rule}] {reason.message} ({reason.source})")
-            for w in b.warnings:
-                add(f"      [warning] {w.message} ({w.source})")
-            if r.deep:
-                for name, status, msg in b.probes:  # a failed one is a [feature] reason above
-                    if status in ("warning", "skipped"):
-                        text = msg if msg.startswith(f"{status}:") else f"{status}: {msg}"
-                        add(f"      probe {name}: {text}" if msg else f"      probe {name}: {status}")
+    _render_backends(r, add)
     if r.deep_report is not None:
-        rep = r.deep_report
-        add("")
-        procs = sum(g.processes for g in rep.groups)
-        add(f"deep probes ({len(rep.findings)} probes, {procs} child process"
-            f"{'es' if procs != 1 else ''}, {rep.seconds:.2f} s wall; cached for this process)")
-        from selector.core.probe_specs import group_label
-        for g in rep.groups:
-            imports = ", ".join(i.describe() for i in g.imports)
-            if g.group == "metadata":
-                add(f"  {group_label(g.group)}: no import, {_fmt_s(g.seconds)}")
-            else:
-                add(f"  {group_label(g.group)}: {g.processes} process"
-                    f"{'es' if g.processes != 1 else ''}, {_fmt_s(g.seconds)}; import "
-                    f"{imports or 'nothing'}")
-        nw = max([len(n) for n in rep.findings] + [10])
-        for n, f in rep.findings.items():
-            users = r.declared.get(n)
-            add(f"  {f.status.upper():<8} {n:<{nw}}  {f.message}")
-            if users:
-                add(f"  {'':<8} {'':<{nw}}  (declared by {', '.join(users)})")
+        _render_deep(r, r.deep_report, add)
     if r.drift is not None:
         _render_drift(r.drift, add)
     if r.engine is not None:
@@ -361,6 +337,73 @@ def render_text(r: Report) -> str:
         add("exit status 0: nothing wrong found" + ("" if r.deep else
                                                     " (metadata only: --deep looks further)"))
     return join_lines(lines)
+
+
+def _render_platform(p: Dict[str, Any], add: Callable[[str], None]) -> None:
+    """The detected platform: GPU, capability, driver, CUDA runtime, torch (deep), notes."""
+    how = p["how"]
+    add("platform (detected)")
+    gpu = p["gpu"] or "none"
+    if p["gpu_count"] and p["gpu_count"] > 1:
+        gpu += f" (GPU 0 of {p['gpu_count']})"
+    add(f"  GPU            {gpu}    [detection: {how['gpu']}]")
+    add(f"  capability     {p['capability'] or 'none'}")
+    add(f"  driver         {p['driver'] or 'none'}"
+        + (f" (supports CUDA {p['driver_cuda']})" if p["driver_cuda"] else ""))
+    add(f"  CUDA runtime   {p['cuda'] or 'none'}    [detection: {how['cuda']}]")
+    t = p.get("torch")
+    if t:
+        add(f"  torch (deep)   {t['message']}")
+    for n in p["notes"]:
+        add(f"  note           {n}")
+    add("")
+
+
+def _render_backends(r: Report, add: Callable[[str], None]) -> None:
+    """Each backend's verdict from the rules that read nothing of the layer, with its reasons,
+    warnings and (deep) probes."""
+    add(f"backends: could this machine run them? (rules that do not depend on the layer: device, "
+        f"CUDA, packages, known issues{', deep probes' if r.deep else ''}; layer rules are "
+        f"explain's)")
+    if not r.verdicts_for.startswith("this machine"):
+        add(f"  verdicts for {r.verdicts_for}")
+    for op in dict.fromkeys(b.op for b in r.backends):
+        add(f"  {op}")
+        bw = max(len(b.backend) for b in r.backends if b.op == op)
+        for b in (x for x in r.backends if x.op == op):
+            add(f"    {b.backend:<{bw}}  {b.verdict}")
+            for reason in b.reasons:
+                add(f"      [{reason.rule}] {reason.message} ({reason.source})")
+            for w in b.warnings:
+                add(f"      [warning] {w.message} ({w.source})")
+            if r.deep:
+                for name, status, msg in b.probes:  # a failed one is a [feature] reason above
+                    if status in ("warning", "skipped"):
+                        text = msg if msg.startswith(f"{status}:") else f"{status}: {msg}"
+                        add(f"      probe {name}: {text}" if msg else f"      probe {name}: {status}")
+
+
+def _render_deep(r: Report, rep: Any, add: Callable[[str], None]) -> None:
+    """The deep probes: each group's child processes and imports, each probe's finding."""
+    add("")
+    procs = sum(g.processes for g in rep.groups)
+    add(f"deep probes ({len(rep.findings)} probes, {procs} child process"
+        f"{'es' if procs != 1 else ''}, {rep.seconds:.2f} s wall; cached for this process)")
+    from selector.core.probe_specs import group_label
+    for g in rep.groups:
+        imports = ", ".join(i.describe() for i in g.imports)
+        if g.group == "metadata":
+            add(f"  {group_label(g.group)}: no import, {_fmt_s(g.seconds)}")
+        else:
+            add(f"  {group_label(g.group)}: {g.processes} process"
+                f"{'es' if g.processes != 1 else ''}, {_fmt_s(g.seconds)}; import "
+                f"{imports or 'nothing'}")
+    nw = max([len(n) for n in rep.findings] + [10])
+    for n, f in rep.findings.items():
+        users = r.declared.get(n)
+        add(f"  {f.status.upper():<8} {n:<{nw}}  {f.message}")
+        if users:
+            add(f"  {'':<8} {'':<{nw}}  (declared by {', '.join(users)})")
 
 
 def _render_drift(items: Sequence[DriftItem], add: Callable[[str], None]) -> None:

@@ -133,22 +133,10 @@ def capture_overrides(path: Path, key: str) -> Tuple[List[str], str]:
     return out, f"{gpu}{f' (SM {cap})' if cap else ''}, captured"
 
 
-def read_fleet(path: str) -> Fleet:
-    from selector.config.safe_yaml import load_yaml
-    p = Path(path)
-    if not p.is_file():
-        raise SelectorError(f"FLEET: {path!r} is not a file (a fleet YAML: machines, models, "
-                            "engines)", key="FLEET", value=path)
-    data = load_yaml(p)
-    if not isinstance(data, dict):
-        raise SelectorError(f"{path}: a fleet file is a mapping with machines, models and "
-                            "engines", where=path)
-    for k in data:
-        if k not in _KEYS:
-            raise bad_value(str(k), k, _KEYS, what="fleet key", where=path)
-    root = p.parent
+def _machines(raw: Any, path: str, root: Path) -> List[Machine]:
+    """The fleet's `machines:`: each a preset (`platform:`, a name alone) or a capture
+    (`auto: CAPTURE.json`, relative to the fleet file), with its stack and overrides."""
     machines: List[Machine] = []
-    raw = data.get("machines")
     if not isinstance(raw, list) or not raw:
         raise SelectorError(f"{_where(path, 'machines')}: a non-empty list of machines "
                             "({name, platform, stack} or {name, auto: CAPTURE.json})",
@@ -179,8 +167,12 @@ def read_fleet(path: str) -> Fleet:
             raise SelectorError(f"{_where(path, key)}.name: {name!r} names two machines",
                                 where=path)
         machines.append(Machine(name, ov + extra, label))
+    return machines
+
+
+def _models(raw: Any, path: str, root: Path) -> List[Model]:
+    """The fleet's `models:`: checkpoint directories (relative to the fleet file), named."""
     models: List[Model] = []
-    raw = data.get("models")
     if not isinstance(raw, list) or not raw:
         raise SelectorError(f"{_where(path, 'models')}: a non-empty list of checkpoint "
                             "directories (relative to the fleet file)", key="models", where=path)
@@ -195,6 +187,25 @@ def read_fleet(path: str) -> Fleet:
             raise SelectorError(f"{_where(path, f'models[{i}]')}: {m['path']!r} is not a "
                                 f"directory (resolved: {d})", where=path)
         models.append(Model(str(m.get("name") or Path(m["path"]).name), str(d)))
+    return models
+
+
+def read_fleet(path: str) -> Fleet:
+    from selector.config.safe_yaml import load_yaml
+    p = Path(path)
+    if not p.is_file():
+        raise SelectorError(f"FLEET: {path!r} is not a file (a fleet YAML: machines, models, "
+                            "engines)", key="FLEET", value=path)
+    data = load_yaml(p)
+    if not isinstance(data, dict):
+        raise SelectorError(f"{path}: a fleet file is a mapping with machines, models and "
+                            "engines", where=path)
+    for k in data:
+        if k not in _KEYS:
+            raise bad_value(str(k), k, _KEYS, what="fleet key", where=path)
+    root = p.parent
+    machines = _machines(data.get("machines"), path, root)
+    models = _models(data.get("models"), path, root)
     engines = _str_list(data.get("engines", ["vllm"]), path, "engines")
     for e in engines:
         if e not in ENGINES:

@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from selector.core.errors import SelectorError, bad_input
 from selector.core.text import printable, shell_word
@@ -106,9 +106,51 @@ def _clean(overrides: Sequence[str]) -> List[str]:
 
 def run_tune(args: argparse.Namespace) -> int:
     from selector.api import Selector, load
-    from selector.core import profile as prof
-    from selector.inspect import tuning
     from selector.inspect.verify import verify_once
+    st = _settings(args)
+    specs = [parse_layer_spec(s) for s in args.layer]
+    if args.model is not None and specs:
+        raise SelectorError("--layer cannot be combined with --model (the checkpoint gives the "
+                            "layers)", key="--layer")
+    overrides = _clean(args.overrides)
+    base = load(overrides, config_dirs=args.config_dir)
+    run = base.run_config
+    if run.platform.source != "detected":
+        raise SelectorError(f"platform={run.platform.preset}: tune times kernels on this machine; "
+                            "use platform=auto (the default)", key="platform",
+                            value=run.platform.preset)
+    layers = _layers(args, base, specs)
+    tokens = parse_tokens(args.tokens) if args.tokens else None
+    t0 = time.perf_counter()
+    grid = _grid(base, layers, tokens, args.model is None)
+    ops = sorted({layer["op"] for layer, _ in grid})
+    rep = verify_once(base, overrides, args.config_dir, ops=ops, use_cache=args.verify_cache)
+    sel = Selector(run, base.tree, base.probes, rep.rejections())
+    cells, todo = _cells(base, sel, grid, st.max_gib)
+    devices = _time(run, cells, todo, overrides, args, st)
+    path, key, kept = _write(run, cells, devices, args, st)
+    timed = sum(len(c["times"]) for c in cells)
+    summary = {"profile": path, "key": key, "seconds": round(time.perf_counter() - t0, 2),
+               "kept_cells": kept, "verify_cache": rep.cache_path,
+               "cells": [_cell_dict(c) for c in cells]}
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print("\n".join(render_text(summary)))
+    return 0 if timed else 1
+
+
+class _Settings(NamedTuple):
+    warmup: int
+    repeats: int
+    budget: float
+    max_gib: float
+    timeout: float
+
+
+def _settings(args: argparse.Namespace) -> _Settings:
+    """The timing options checked (and --out, before anything is timed)."""
+    from selector.inspect import tuning
     warmup = tuning.check_positive("--warmup", args.warmup)
     repeats = tuning.check_positive("--repeats", args.repeats)
     budget = tuning.check_positive("--budget", args.budget, float)
@@ -122,17 +164,14 @@ def run_tune(args: argparse.Namespace) -> int:
         raise SelectorError("--repeats, --warmup: at most 10000 calls each", key="--repeats")
     if args.out is not None:  # before anything is timed; checked again under the lock
         _not_a_profile(os.path.expanduser(args.out))
-    specs = [parse_layer_spec(s) for s in args.layer]
-    if args.model is not None and specs:
-        raise SelectorError("--layer cannot be combined with --model (the checkpoint gives the "
-                            "layers)", key="--layer")
-    overrides = _clean(args.overrides)
-    base = load(overrides, config_dirs=args.config_dir)
+    return _Settings(warmup, repeats, budget, max_gib, timeout)
+
+
+def _layers(args: argparse.Namespace, base: Any, specs: List[Dict[str, Any]]
+            ) -> List[Dict[str, Any]]:
+    """The layers to time: each quantized layer kind of --model, else the run's layer with
+    each --layer spec applied."""
     run = base.run_config
-    if run.platform.source != "detected":
-        raise SelectorError(f"platform={run.platform.preset}: tune times kernels on this machine; "
-                            "use platform=auto (the default)", key="platform",
-                            value=run.platform.preset)
     if args.model is not None:
         plan = base.plan(args.model)
         layers = list({json.dumps(d.layer.to_dict(), sort_keys=True): d.layer.to_dict()
@@ -143,11 +182,17 @@ def run_tune(args: argparse.Namespace) -> int:
     else:
         default = run.layer.to_dict()
         layers = [dict(default, **s) for s in specs] if specs else [default]
-    tokens = parse_tokens(args.tokens) if args.tokens else None
-    t0 = time.perf_counter()
+    return layers
+
+
+def _grid(base: Any, layers: List[Dict[str, Any]], tokens: Optional[Tuple[int, ...]],
+          own_tokens: bool) -> List[Tuple[Dict[str, Any], int]]:
+    """(layer, tokens) for each layer at each token count (--tokens, else the layer's own
+    num_tokens when `own_tokens`, else DEFAULT_TOKENS), each validated and given its sizes."""
+    from selector.inspect import tuning
     grid: List[Tuple[Dict[str, Any], int]] = []
     for layer in layers:
-        ts = tokens or ((layer["num_tokens"],) if layer.get("num_tokens") and args.model is None
+        ts = tokens or ((layer["num_tokens"],) if layer.get("num_tokens") and own_tokens
                         else DEFAULT_TOKENS)
         for t in ts:
             made = base.layer(**dict(layer, num_tokens=t))  # validated: bad keys exit 2
@@ -157,9 +202,14 @@ def run_tune(args: argparse.Namespace) -> int:
                                     f"(missing: {', '.join('layer.' + m for m in missing)})",
                                     key=f"layer.{missing[0]}")
             grid.append((made.to_dict(), t))
-    ops = sorted({layer["op"] for layer, _ in grid})
-    rep = verify_once(base, overrides, args.config_dir, ops=ops, use_cache=args.verify_cache)
-    sel = Selector(run, base.tree, base.probes, rep.rejections())
+    return grid
+
+
+def _cells(base: Any, sel: Any, grid: List[Tuple[Dict[str, Any], int]], max_gib: float
+           ) -> Tuple[List[Dict[str, Any]], Dict[str, List[Tuple[str, Dict[str, Any]]]]]:
+    """One cell per grid point (what the static order selects, what verification or memory
+    keeps from timing) and the cases to time per `op/backend`."""
+    from selector.inspect import tuning
     cells: List[Dict[str, Any]] = []
     todo: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
     memory = int(max_gib * 2 ** 30)
@@ -179,7 +229,17 @@ def run_tune(args: argparse.Namespace) -> int:
                               f"--max-memory {max_gib:g}")
                 continue
             todo.setdefault(f"{layer['op']}/{b}", []).append((f"cell{i}", layer))
-    devices = set()
+    return cells, todo
+
+
+def _time(run: Any, cells: List[Dict[str, Any]], todo: Dict[str, List[Tuple[str, Any]]],
+          overrides: Sequence[str], args: argparse.Namespace, st: _Settings) -> Set[Any]:
+    """Each backend timed on its cases, in a child process; the cells filled in. Returns the
+    (device, timer) pairs that timed."""
+    from selector.inspect import tuning
+    warmup, repeats, budget, timeout = st.warmup, st.repeats, st.budget, st.timeout
+    memory = int(st.max_gib * 2 ** 30)
+    devices: Set[Any] = set()
     by_id = {c["id"]: c for c in cells}
     specs_by = {(b.op, b.name): b for bs in run.catalogue.backends.values() for b in bs}
     for opb, cases in todo.items():
@@ -197,6 +257,16 @@ def run_tune(args: argparse.Namespace) -> int:
                 devices.add((r.device, r.timer))
             else:
                 cell["skipped"][name] = r.why
+    return devices
+
+
+def _write(run: Any, cells: List[Dict[str, Any]], devices: Set[Any], args: argparse.Namespace,
+           st: _Settings) -> Tuple[str, Any, int]:
+    """The profile written (merged with the one at --out under its lock): (path, machine key,
+    cells kept from before)."""
+    from selector.core import profile as prof
+    from selector.inspect import tuning
+    warmup, repeats, budget = st.warmup, st.repeats, st.budget
     key = tuning.machine_key(run)
     new = prof.Profile(key, tuple(prof.Cell(c["layer"], c["tokens"], c["times"], c["skipped"],
                                             c["eager"]) for c in cells),
@@ -214,15 +284,7 @@ def run_tune(args: argparse.Namespace) -> int:
     except OSError as e:
         raise SelectorError(f"--out: cannot write {out}: {e.strerror or e}", key="--out",
                             value=str(out)) from None
-    timed = sum(len(c["times"]) for c in cells)
-    summary = {"profile": path, "key": key, "seconds": round(time.perf_counter() - t0, 2),
-               "kept_cells": kept, "verify_cache": rep.cache_path,
-               "cells": [_cell_dict(c) for c in cells]}
-    if args.format == "json":
-        print(json.dumps(summary, indent=2))
-    else:
-        print("\n".join(render_text(summary)))
-    return 0 if timed else 1
+    return path, key, kept
 
 
 def _not_a_profile(path: str) -> None:

@@ -334,22 +334,8 @@ def _merge(verdicts: List[Tuple[Group, Dict[str, Any]]], layer: Dict[str, Any],
     auto = next((n for n, m in merged.items() if m[0] == "eligible"), None)
     selected, refuse = auto, False
     if requested != "auto":
-        key = f"policy.{op}_backend={requested}"
-        status, _, bad = merged[requested]
-        if status in USABLE:
-            selected = requested
-        elif status == "not_applicable":
-            notes.append(f"{key} does not implement this layer on {where(bad, hosts)}; "
-                         f"automatic selection chose {auto or 'nothing'} for every rank")
-        elif any(v["strict"] for (_, v), table in zip(verdicts, by_name)
-                 if table[requested][1] == "rejected"):
-            selected, refuse = None, True
-            notes.append(f"{key} was requested but fails on {where(bad, hosts)}; "
-                         "policy.strict=true refuses to fall back on every rank"
-                         + (f" (with policy.strict=false: {auto})" if auto else ""))
-        else:
-            notes.append(f"{key} was requested but fails on {where(bad, hosts)}; "
-                         f"policy.strict=false: every rank fell back to {auto or 'nothing'}")
+        selected, refuse = _requested(verdicts, by_name, merged, str(op), requested, auto,
+                                      hosts, notes)
     own = [(g, v["selected"]) for g, v in verdicts if v["selected"] != selected]
     notes.extend(f"{where(g.ranks, hosts)} alone would have chosen {sel or 'nothing'}; "
                  f"every rank runs {selected or 'nothing'}" for g, sel in own)
@@ -365,6 +351,32 @@ def _merge(verdicts: List[Tuple[Group, Dict[str, Any]]], layer: Dict[str, Any],
     warnings = tuple((b, r) for b, items in warned.items()
                      for r in _with_ranks(items, hosts, world))
     return requested, selected, candidates, tuple(notes), refuse, warnings
+
+
+def _requested(verdicts: List[Tuple[Group, Dict[str, Any]]], by_name: List[Dict[str, Any]],
+               merged: Dict[str, Tuple[str, Tuple[Reason, ...], Tuple[int, ...]]], op: str,
+               requested: str, auto: Optional[str], hosts: Dict[int, str], notes: List[str]
+               ) -> Tuple[Optional[str], bool]:
+    """(selected, strict refusal) for an explicit request over all groups, its note added to
+    `notes`: the requested backend where it is usable everywhere, else automatic selection's
+    (`auto`), or nothing where policy.strict=true refuses on a rank it fails on."""
+    key = f"policy.{op}_backend={requested}"
+    status, _, bad = merged[requested]
+    if status in USABLE:
+        return requested, False
+    if status == "not_applicable":
+        notes.append(f"{key} does not implement this layer on {where(bad, hosts)}; "
+                     f"automatic selection chose {auto or 'nothing'} for every rank")
+        return auto, False
+    if any(v["strict"] for (_, v), table in zip(verdicts, by_name)
+           if table[requested][1] == "rejected"):
+        notes.append(f"{key} was requested but fails on {where(bad, hosts)}; "
+                     "policy.strict=true refuses to fall back on every rank"
+                     + (f" (with policy.strict=false: {auto})" if auto else ""))
+        return None, True
+    notes.append(f"{key} was requested but fails on {where(bad, hosts)}; "
+                 f"policy.strict=false: every rank fell back to {auto or 'nothing'}")
+    return auto, False
 
 
 def _reasons(failing: List[Tuple[Group, Any]], hosts: Dict[int, str], world: int

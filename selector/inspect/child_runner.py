@@ -152,15 +152,21 @@ def _communicate(proc: subprocess.Popen[bytes], data: bytes, timeout: float
                 buf += chunk[:MAX_OUTPUT - len(buf)]
             if over:
                 break
-    if timed_out or over:
+    _finish(proc, stop=timed_out or bool(over))
+    return bytes(bufs[ofd]), bytes(bufs[efd]), timed_out, over
+
+
+def _finish(proc: subprocess.Popen[bytes], stop: bool) -> None:
+    """The child stopped (`stop`: killed with its process group), its pipes closed and the
+    child reaped."""
+    if stop:
         kill(proc)
     for f in (proc.stdin, proc.stdout, proc.stderr):
         try:
-            f.close()
+            f.close()  # type: ignore[union-attr]
         except OSError:
             pass
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # unkillable (D state): leave it to the system
         pass
-    return bytes(bufs[ofd]), bytes(bufs[efd]), timed_out, over

@@ -233,6 +233,41 @@ def _findable(module: str) -> bool:
         return False
 
 
+def _read_events(events: List[Dict[str, Any]], group: str, run: GroupRun,
+                 findings: Dict[str, Finding]) -> Tuple[Optional[Tuple[str, str]], bool, List[str]]:
+    """One child's events read into `run` (import timings, first process's only) and
+    `findings`: (the step it was in when it stopped, or None; whether it finished; the probes
+    it ran)."""
+    current: Optional[Tuple[str, str]] = None
+    finished = False
+    ran_here: List[str] = []
+    for ev in events:
+        kind, phase = ev.get("event"), ev.get("phase")
+        if kind == "import":
+            library = cast(str, ev.get("library"))  # probe_child sends it with each import
+            if phase == "start":
+                current = ("import", library)
+            else:
+                current = None
+                if all(i.library != library for i in run.imports):  # 1st process
+                    run.imports.append(ImportTiming(
+                        group, library, ev.get("seconds"), bool(ev.get("ok")),
+                        ev.get("version"), ev.get("path"), ev.get("error")))
+        elif kind == "probe":
+            name = cast(str, ev.get("name"))  # probe_child sends it with each probe event
+            if phase == "start":
+                current = ("probe", name)
+            else:
+                current = None
+                ran_here.append(name)
+                findings[name] = Finding(name, ev.get("status", "failed"),
+                                         str(ev.get("message", "")), group,
+                                         ev.get("seconds"), ev.get("details") or {})
+        elif kind == "done":
+            finished = True
+    return current, finished, ran_here
+
+
 def _run_group(group: str, specs: List[ProbeSpec], ctx: Dict[str, Any], timeout: float
                ) -> Tuple[Dict[str, Finding], GroupRun]:
     run = GroupRun(group, tuple(s.name for s in specs))
@@ -251,33 +286,7 @@ def _run_group(group: str, specs: List[ProbeSpec], ctx: Dict[str, Any], timeout:
         events, rc, timed_out, err, seconds = _run_child(group, steps, ctx, timeout, root)
         run.processes += 1
         run.seconds += seconds
-        current: Optional[Tuple[str, str]] = None
-        finished = False
-        ran_here: List[str] = []
-        for ev in events:
-            kind, phase = ev.get("event"), ev.get("phase")
-            if kind == "import":
-                library = cast(str, ev.get("library"))  # probe_child sends it with each import
-                if phase == "start":
-                    current = ("import", library)
-                else:
-                    current = None
-                    if all(i.library != library for i in run.imports):  # 1st process
-                        run.imports.append(ImportTiming(
-                            group, library, ev.get("seconds"), bool(ev.get("ok")),
-                            ev.get("version"), ev.get("path"), ev.get("error")))
-            elif kind == "probe":
-                name = cast(str, ev.get("name"))  # probe_child sends it with each probe event
-                if phase == "start":
-                    current = ("probe", name)
-                else:
-                    current = None
-                    ran_here.append(name)
-                    findings[name] = Finding(name, ev.get("status", "failed"),
-                                             str(ev.get("message", "")), group,
-                                             ev.get("seconds"), ev.get("details") or {})
-            elif kind == "done":
-                finished = True
+        current, finished, ran_here = _read_events(events, group, run, findings)
         flooded = truncated(err)  # stopped for its output: no verdict of this child stands
         pending = [s for s in pending if s.name not in findings]
         if finished and not pending and not flooded:
