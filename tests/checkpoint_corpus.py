@@ -44,7 +44,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from checkpoint_fixtures import (
     DEEPSEEK_V3,
@@ -345,6 +345,80 @@ def _qcfg(entry: Entry) -> Tuple[Dict[str, Any], str]:
     return quant, "hf"
 
 
+Put = Callable[[Dict[str, Any]], Entry]
+
+
+def _fp8_mxfp4_variants(name: str, q: Dict[str, Any], put: Put) -> Iterator[Tuple[str, Entry]]:
+    """An fp8 or mxfp4 description: exclusion styles, and for fp8 its block and activation
+    keys."""
+    key = "ignored_layers" if "ignored_layers" in q else "modules_to_not_convert"
+    for label, names in (("skip-fused-qkv", ["model.layers.1.self_attn.qkv_proj"]),
+                         ("skip-q-proj-only", ["model.layers.1.self_attn.q_proj"]),
+                         ("skip-qkv-shards", [f"model.layers.1.self_attn.{p}_proj"
+                                              for p in "qkv"]),
+                         ("skip-experts", ["model.layers.1.mlp.experts"]),
+                         ("skip-expert-0-down", ["model.layers.1.mlp.experts.0.down_proj"]),
+                         ("skip-down-proj-glob", ["*down_proj"]),
+                         ("skip-layer-1-mlp", ["model.layers.1.mlp"])):
+        yield f"{name}+{label}", put({**q, key: list(q.get(key) or []) + names})
+    if q.get("quant_method") == "fp8":
+        yield f"{name}+static-block", put({**q, "activation_scheme": "static"})
+        yield f"{name}+block-64", put({**q, "weight_block_size": [64, 64],
+                                       "activation_scheme": "dynamic"})
+        yield f"{name}+block-3d", put({**q, "weight_block_size": [128, 128, 1]})
+        yield f"{name}+no-block", put({k: v for k, v in q.items()
+                                       if k != "weight_block_size"})
+        yield f"{name}+unknown-activation", put({**q, "activation_scheme": "per_token"})
+        yield f"{name}+mxfp4-experts", put({**q, "store_dtype": "mxfp4"})
+
+
+def _ct_variants(name: str, q: Dict[str, Any], groups: Dict[str, Any],
+                 put: Put) -> Iterator[Tuple[str, Entry]]:
+    """A compressed-tensors description: group order, an attention group first or last,
+    class and name targets, ignore patterns."""
+    items = list(groups.items())
+    if len(items) > 1:
+        yield f"{name}+reversed-groups", put({**q, "config_groups": dict(reversed(items))})
+    w4a16 = {"targets": ["re:.*self_attn.*"], "weights": dict(NVFP4_ARGS),
+             "input_activations": None}
+    for label, order in (("attn-group-last", items + [("group_attn", w4a16)]),
+                         ("attn-group-first", [("group_attn", w4a16)] + items)):
+        yield f"{name}+{label}", put({**q, "config_groups": dict(order)})
+    yield f"{name}+class-and-name", put({**q, "config_groups": {
+        "group_0": {**items[0][1], "targets": ["Linear"]},
+        "group_1": {**items[0][1], "input_activations": None,
+                    "targets": ["re:.*down_proj$", "re:.*o_proj$"]}}})
+    for label, ign in (("ignore-experts-regex", r"re:.*mlp\.experts$"),
+                       ("ignore-experts-proj", r"re:.*experts\.\d+\.down_proj$"),
+                       ("ignore-all-experts", r"re:.*experts.*"),
+                       ("ignore-q-proj", r"re:.*q_proj$"),
+                       ("ignore-attn-fused", r"re:.*self_attn\.qkv_proj$"),
+                       ("ignore-unfused-qkv", r"re:.*(q|k|v)_proj$")):
+        yield f"{name}+{label}", put({**q, "ignore": list(q.get("ignore", [])) + [ign]})
+
+
+def _modelopt_variants(name: str, q: Dict[str, Any], where: str,
+                       put: Put) -> Iterator[Tuple[str, Entry]]:
+    """A ModelOpt description (hf_quant_config.json's `quantization`, or the config's own):
+    exclusion globs and, in config.json, W4A16 NVFP4."""
+    key = "exclude_modules" if "quantization" in q else "ignore"
+    inner = q["quantization"] if "quantization" in q else q
+    for label, pats in (("exclude-down-proj", ["*down_proj"]),
+                        ("exclude-fused-experts", ["*mlp.experts*"]),
+                        ("exclude-expert-0-names", ["*experts.0.down_proj"]),
+                        ("exclude-layer-1-prefix", ["model.layers.1.self_attn"]),
+                        ("exclude-fused-qkv", ["*qkv_proj"]),
+                        ("exclude-q-proj", ["*q_proj"]),
+                        ("exclude-gate-up", ["*gate_up_proj*"]),
+                        ("exclude-shared", ["*shared_experts*"]),
+                        ("exclude-mlp-star", ["model.layers.*.mlp*"])):
+        newinner = {**inner, key: list(inner.get(key) or []) + pats}
+        yield f"{name}+{label}", put({**q, "quantization": newinner}
+                                     if "quantization" in q else newinner)
+    if inner.get("quant_algo") == "NVFP4" and where == "config":
+        yield f"{name}+w4a16", put({**q, "quant_algo": "W4A16_NVFP4"})
+
+
 def variants(name: str, entry: Entry) -> Iterator[Tuple[str, Entry]]:
     """Group order, exclusion styles (globs, `re:`, fused and unfused names), mixed precision,
     both files present and contradicting, keys left to Hugging Face defaults."""
@@ -361,62 +435,11 @@ def variants(name: str, entry: Entry) -> Iterator[Tuple[str, Entry]]:
 
     groups = q.get("config_groups")
     if q.get("quant_method") in ("fp8", "mxfp4"):
-        key = "ignored_layers" if "ignored_layers" in q else "modules_to_not_convert"
-        for label, names in (("skip-fused-qkv", ["model.layers.1.self_attn.qkv_proj"]),
-                             ("skip-q-proj-only", ["model.layers.1.self_attn.q_proj"]),
-                             ("skip-qkv-shards", [f"model.layers.1.self_attn.{p}_proj"
-                                                  for p in "qkv"]),
-                             ("skip-experts", ["model.layers.1.mlp.experts"]),
-                             ("skip-expert-0-down", ["model.layers.1.mlp.experts.0.down_proj"]),
-                             ("skip-down-proj-glob", ["*down_proj"]),
-                             ("skip-layer-1-mlp", ["model.layers.1.mlp"])):
-            yield f"{name}+{label}", put({**q, key: list(q.get(key) or []) + names})
-        if q.get("quant_method") == "fp8":
-            yield f"{name}+static-block", put({**q, "activation_scheme": "static"})
-            yield f"{name}+block-64", put({**q, "weight_block_size": [64, 64],
-                                           "activation_scheme": "dynamic"})
-            yield f"{name}+block-3d", put({**q, "weight_block_size": [128, 128, 1]})
-            yield f"{name}+no-block", put({k: v for k, v in q.items()
-                                           if k != "weight_block_size"})
-            yield f"{name}+unknown-activation", put({**q, "activation_scheme": "per_token"})
-            yield f"{name}+mxfp4-experts", put({**q, "store_dtype": "mxfp4"})
+        yield from _fp8_mxfp4_variants(name, q, put)
     elif q.get("quant_method") == "compressed-tensors" and isinstance(groups, dict):
-        items = list(groups.items())
-        if len(items) > 1:
-            yield f"{name}+reversed-groups", put({**q, "config_groups": dict(reversed(items))})
-        w4a16 = {"targets": ["re:.*self_attn.*"], "weights": dict(NVFP4_ARGS),
-                 "input_activations": None}
-        for label, order in (("attn-group-last", items + [("group_attn", w4a16)]),
-                             ("attn-group-first", [("group_attn", w4a16)] + items)):
-            yield f"{name}+{label}", put({**q, "config_groups": dict(order)})
-        yield f"{name}+class-and-name", put({**q, "config_groups": {
-            "group_0": {**items[0][1], "targets": ["Linear"]},
-            "group_1": {**items[0][1], "input_activations": None,
-                        "targets": ["re:.*down_proj$", "re:.*o_proj$"]}}})
-        for label, ign in (("ignore-experts-regex", r"re:.*mlp\.experts$"),
-                           ("ignore-experts-proj", r"re:.*experts\.\d+\.down_proj$"),
-                           ("ignore-all-experts", r"re:.*experts.*"),
-                           ("ignore-q-proj", r"re:.*q_proj$"),
-                           ("ignore-attn-fused", r"re:.*self_attn\.qkv_proj$"),
-                           ("ignore-unfused-qkv", r"re:.*(q|k|v)_proj$")):
-            yield f"{name}+{label}", put({**q, "ignore": list(q.get("ignore", [])) + [ign]})
+        yield from _ct_variants(name, q, groups, put)
     else:
-        key = "exclude_modules" if "quantization" in q else "ignore"
-        inner = q["quantization"] if "quantization" in q else q
-        for label, pats in (("exclude-down-proj", ["*down_proj"]),
-                            ("exclude-fused-experts", ["*mlp.experts*"]),
-                            ("exclude-expert-0-names", ["*experts.0.down_proj"]),
-                            ("exclude-layer-1-prefix", ["model.layers.1.self_attn"]),
-                            ("exclude-fused-qkv", ["*qkv_proj"]),
-                            ("exclude-q-proj", ["*q_proj"]),
-                            ("exclude-gate-up", ["*gate_up_proj*"]),
-                            ("exclude-shared", ["*shared_experts*"]),
-                            ("exclude-mlp-star", ["model.layers.*.mlp*"])):
-            newinner = {**inner, key: list(inner.get(key) or []) + pats}
-            yield f"{name}+{label}", put({**q, "quantization": newinner}
-                                         if "quantization" in q else newinner)
-        if inner.get("quant_algo") == "NVFP4" and where == "config":
-            yield f"{name}+w4a16", put({**q, "quant_algo": "W4A16_NVFP4"})
+        yield from _modelopt_variants(name, q, where, put)
     # both files, contradicting: the other one stale
     if where == "config":
         yield f"{name}+stale-hf-file", (copy.deepcopy(config), legacy(["lm_head", "*"]))

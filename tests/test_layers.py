@@ -290,3 +290,39 @@ def test_an_oversized_module_and_function_are_found(tmp_path: Path) -> None:
         f"tests.big.long (line 1): {MAX_FUNCTION_LINES + 1} lines"]
     fake.write_text(f"def short():\n{body[:body.rindex(chr(10))]}\n")
     assert too_big({"selector.big": fake}) == []
+
+
+def json_read_backs(mods: dict[str, Path]) -> list[str]:
+    """Each place in `mods` that reads a typed object back through its own JSON
+    (``x.to_dict()["key"]``, ``x.to_dict().get("key")``): the object's attribute is the read, its
+    to_dict() (the serializer) the one place its keys are spelled as strings."""
+    bad = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = None
+            if isinstance(node, ast.Subscript):
+                target = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "get":
+                target = node.func.value
+            if isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) \
+                    and target.func.attr == "to_dict":
+                bad.append(f"{name} line {node.lineno}: {ast.unparse(node)}")
+    return bad
+
+
+@pytest.mark.parametrize("mods", [MODULES, BACKEND_MODULES], ids=["selector", "backends"])
+def test_typed_objects_are_read_by_attribute(mods: dict[str, Path]) -> None:
+    """selector's typed objects (Decision, its EngineView and Layer, a Plan) are read by
+    attribute; string keys appear only where their JSON is written (docs/architecture.md)."""
+    bad = json_read_backs(mods)
+    assert not bad, "\n".join(bad)
+
+
+def test_a_json_read_back_is_found(tmp_path: Path) -> None:
+    fake = tmp_path / "plan.py"
+    fake.write_text("def f(plan, d):\n    return plan.to_dict()['platform'], "
+                    "d.engine.to_dict().get('backend'), d.to_dict\n")
+    assert json_read_backs({"selector.plan": fake}) == [
+        "selector.plan line 2: plan.to_dict()['platform']",
+        "selector.plan line 2: d.engine.to_dict().get('backend')"]

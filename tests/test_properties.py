@@ -38,6 +38,7 @@ import selector
 from selector.config import read_catalogue
 from selector.config.catalogues import discover as discover_tree
 from selector.core import schema
+from selector.core.decision import Decision
 from selector.core.model import Catalogue, Layer, Platform, Policy, RunConfig, make_catalogue, make_layer, make_platform
 from selector.core.resolver import Resolver, Verdict
 from selector.core.rules import reason_rules
@@ -230,22 +231,9 @@ def expected_status(b, layer: Layer, facts, probes) -> Tuple[str, List[dict]]:
     return "eligible", []
 
 
-def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True) -> dict:
-    cat, facts, policy = model.catalogue, model.platform.facts, model.policy
-    d = Resolver(model, probes).decide(layer)
-    out = d.to_dict()
-    json.dumps(out)  # serialisable
-    if render:
-        str(d)
-
-    names = [c.backend for c in d.candidates]
-    assert names == expected_order(cat, layer, facts), "candidates: every backend, in order"
-
-    expected = {b.name: expected_status(b, layer, facts, probes) for b in cat.backends[layer.op]}
-    auto = next((n for n in names if expected[n][0] == "eligible"), None)
-    requested = ",".join(policy.requested(layer.op))  # a list is joined by ","
-    assert d.requested == requested
-
+def _check_candidates(d: Decision, expected: dict) -> None:
+    """Each candidate's status and reasons are the expected ones (every failed rule, not the
+    first), each reason names a known rule, a message and a source."""
     for c in d.candidates:
         status, reasons = expected[c.backend]
         got = [r.to_dict() for r in c.reasons]
@@ -265,45 +253,75 @@ def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True
         for r in got:
             assert r["rule"] in reason_rules() and r["message"] and r["source"]
 
+
+def _check_selected(model: RunConfig, layer: Layer, probes, d: Decision, requested: str) -> None:
+    """The selected backend breaks none of its own rules, is no opt-in chosen automatically,
+    and failed no probe."""
+    cat, facts, policy = model.catalogue, model.platform.facts, model.policy
+    b = cat.get(layer.op, d.selected)
+    assert layer.quant in b.implements
+    for rule in b.rules:
+        r = rule.evaluate(layer, facts) if rule.when.holds(layer, facts) else None
+        assert r is None or r.severity == "warning" or (
+            r.rule == "opt_in" and requested == d.selected), \
+            f"{d.selected} selected although rule {rule.key} fails: {r.message}"
+    assert b.opt_in is None or requested == d.selected or \
+        d.selected in policy.allow_opt_in, f"opt-in {d.selected} chosen automatically"
+    for name in b.probes:
+        assert not (probes and name in probes and not probes[name][0])
+
+
+def _check_request(d: Decision, expected: dict, auto, requested: str, strict: bool) -> None:
+    """What was requested is what was selected, or the first eligible backend with the note
+    that says why (never silently replaced under a strict policy)."""
+    if requested == "auto":
+        assert d.selected == auto
+        return
+    status = expected[requested][0]
+    if status == "not_applicable":
+        assert d.selected == auto
+        assert [n.data["requested"] for n in d.notes_of("request_not_applicable")] == [
+            (requested,)]
+    elif status in ("eligible", "opt_in"):
+        assert d.selected == requested
+    elif strict:  # never silently replaced
+        assert d.selected is None
+        assert d.candidate(requested).status == "rejected" and d.candidate(requested).reasons
+        assert [(n.backend, n.severity) for n in d.notes_of("request_refused")] == [
+            (requested, "error")]
+    else:
+        assert d.selected == auto
+        assert [(n.backend, n.data["chose"]) for n in d.notes_of("fallback")] == [
+            (requested, auto)]
+        assert "fallback" in d.marks
+
+
+def check_invariants(model: RunConfig, layer: Layer, probes, render: bool = True) -> dict:
+    cat, facts, policy = model.catalogue, model.platform.facts, model.policy
+    d = Resolver(model, probes).decide(layer)
+    out = d.to_dict()
+    json.dumps(out)  # serialisable
+    if render:
+        str(d)
+
+    names = [c.backend for c in d.candidates]
+    assert names == expected_order(cat, layer, facts), "candidates: every backend, in order"
+
+    expected = {b.name: expected_status(b, layer, facts, probes) for b in cat.backends[layer.op]}
+    auto = next((n for n in names if expected[n][0] == "eligible"), None)
+    requested = ",".join(policy.requested(layer.op))  # a list is joined by ","
+    assert d.requested == requested
+    _check_candidates(d, expected)
+
     selected = [c.backend for c in d.candidates if c.status == "selected"]
     assert selected == ([d.selected] if d.selected else [])
-
-    if d.selected is not None:  # the selected backend breaks none of its own rules
-        b = cat.get(layer.op, d.selected)
-        assert layer.quant in b.implements
-        for rule in b.rules:
-            r = rule.evaluate(layer, facts) if rule.when.holds(layer, facts) else None
-            assert r is None or r.severity == "warning" or (
-                r.rule == "opt_in" and requested == d.selected), \
-                f"{d.selected} selected although rule {rule.key} fails: {r.message}"
-        assert b.opt_in is None or requested == d.selected or \
-            d.selected in policy.allow_opt_in, f"opt-in {d.selected} chosen automatically"
-        for name in b.probes:
-            assert not (probes and name in probes and not probes[name][0])
+    if d.selected is not None:
+        _check_selected(model, layer, probes, d, requested)
 
     OUTCOMES["properties (decisions checked)",
              ("requested " if requested != "auto" else "auto, ") +
              ("selected" if d.selected else "nothing selected")] += 1
-    if requested == "auto":
-        assert d.selected == auto
-    else:
-        status = expected[requested][0]
-        if status == "not_applicable":
-            assert d.selected == auto
-            assert [n.data["requested"] for n in d.notes_of("request_not_applicable")] == [
-                (requested,)]
-        elif status in ("eligible", "opt_in"):
-            assert d.selected == requested
-        elif policy.strict:  # never silently replaced
-            assert d.selected is None
-            assert d.candidate(requested).status == "rejected" and d.candidate(requested).reasons
-            assert [(n.backend, n.severity) for n in d.notes_of("request_refused")] == [
-                (requested, "error")]
-        else:
-            assert d.selected == auto
-            assert [(n.backend, n.data["chose"]) for n in d.notes_of("fallback")] == [
-                (requested, auto)]
-            assert "fallback" in d.marks
+    _check_request(d, expected, auto, requested, policy.strict)
     return out
 
 

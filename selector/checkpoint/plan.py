@@ -91,6 +91,11 @@ class Plan:
     def decisions(self) -> List[Any]:
         return [s.decision for k in self.kinds if k.quant for s in k.shapes]
 
+    def platform_json(self) -> Optional[Dict[str, Any]]:
+        """The platform the plan's layers were decided on (JSON), None without a decision."""
+        ds = self.decisions()
+        return ds[0].platform_json() if ds else None
+
     def summary(self) -> str:
         """'61 layers: 58 MoE -> flashinfer_cutlass, 3 dense; 189 linear -> ...; ...'."""
         arch = self.architecture
@@ -142,7 +147,7 @@ class Plan:
                                                 "excluded": list(q.excluded),
                                                 "warnings": list(q.warnings)},
                                "notes": list(arch.notes)},
-                "platform": ds[0].to_dict()["platform"] if ds else None,
+                "platform": ds[0].platform_json() if ds else None,
                 "kinds": [k.to_dict() for k in self.kinds],
                 "problems": self.problems(), "ok": self.ok, "summary": self.summary()}
 

@@ -366,7 +366,7 @@ def audit(log_path: str, model: str, overrides: Sequence[str],
     rows = judge(plan, log, sel.catalogue)
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("agree", "differ", "not_in_log")}
     return {"log": str(path), "engine": engine, "log_engine": log.engine, "debug": log.debug,
-            "model": str(model), "platform": plan.to_dict()["platform"], "kinds": rows,
+            "model": str(model), "platform": plan.platform_json(), "kinds": rows,
             "counts": counts, "ok": counts["differ"] == 0 and counts["agree"] > 0}
 
 

@@ -168,8 +168,13 @@ class Decision:
         return cls(decision=self, layer=layer, **rest)
 
     # -- JSON ------------------------------------------------------------------------------------
+    def platform_json(self) -> Dict[str, Any]:
+        """The `platform` object of the decision's JSON (a copy)."""
+        out: Dict[str, Any] = json.loads(json.dumps(self.platform))
+        return out
+
     def to_dict(self) -> Dict[str, Any]:
-        out = {"layer": self.layer.to_dict(), "platform": json.loads(json.dumps(self.platform)),
+        out = {"layer": self.layer.to_dict(), "platform": self.platform_json(),
                "requested": self.requested, "selected": self.selected,
                "candidates": [c.to_dict() for c in self.candidates],
                "notes": [text(n) for n in self.note_data],
