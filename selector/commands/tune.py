@@ -23,6 +23,7 @@ from selector.core.text import printable, shell_word
 
 if TYPE_CHECKING:  # pragma: no cover - the CLI builds its parser without the profile model
     from selector.core import profile as prof
+    from selector.core.schema import Layer
 
 DEFAULT_TOKENS = (1, 16, 128, 1024, 4096)
 DEFAULT_MAX_MEMORY_GIB = 16.0
@@ -123,7 +124,7 @@ def run_tune(args: argparse.Namespace) -> int:
     tokens = parse_tokens(args.tokens) if args.tokens else None
     t0 = time.perf_counter()
     grid = _grid(base, layers, tokens, args.model is None)
-    ops = sorted({layer["op"] for layer, _ in grid})
+    ops = sorted({layer.op for layer, _ in grid})
     rep = verify_once(base, overrides, args.config_dir, ops=ops, use_cache=args.verify_cache)
     sel = Selector(run, base.tree, base.probes, rep.rejections())
     cells, todo = _cells(base, sel, grid, st.max_gib)
@@ -186,11 +187,11 @@ def _layers(args: argparse.Namespace, base: Any, specs: List[Dict[str, Any]]
 
 
 def _grid(base: Any, layers: List[Dict[str, Any]], tokens: Optional[Tuple[int, ...]],
-          own_tokens: bool) -> List[Tuple[Dict[str, Any], int]]:
+          own_tokens: bool) -> List[Tuple[Layer, int]]:
     """(layer, tokens) for each layer at each token count (--tokens, else the layer's own
     num_tokens when `own_tokens`, else DEFAULT_TOKENS), each validated and given its sizes."""
     from selector.inspect import tuning
-    grid: List[Tuple[Dict[str, Any], int]] = []
+    grid: List[Tuple[Layer, int]] = []
     for layer in layers:
         ts = tokens or ((layer["num_tokens"],) if layer.get("num_tokens") and own_tokens
                         else DEFAULT_TOKENS)
@@ -201,11 +202,11 @@ def _grid(base: Any, layers: List[Dict[str, Any]], tokens: Optional[Tuple[int, .
                 raise SelectorError(f"layer.{missing[0]}: tune needs the layer's sizes to time it "
                                     f"(missing: {', '.join('layer.' + m for m in missing)})",
                                     key=f"layer.{missing[0]}")
-            grid.append((made.to_dict(), t))
+            grid.append((made, t))
     return grid
 
 
-def _cells(base: Any, sel: Any, grid: List[Tuple[Dict[str, Any], int]], max_gib: float
+def _cells(base: Any, sel: Any, grid: List[Tuple[Layer, int]], max_gib: float
            ) -> Tuple[List[Dict[str, Any]], Dict[str, List[Tuple[str, Dict[str, Any]]]]]:
     """One cell per grid point (what the static order selects, what verification or memory
     keeps from timing) and the cases to time per `op/backend`."""
@@ -214,21 +215,20 @@ def _cells(base: Any, sel: Any, grid: List[Tuple[Dict[str, Any], int]], max_gib:
     todo: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
     memory = int(max_gib * 2 ** 30)
     for i, (layer, t) in enumerate(grid):
-        static = base.decide(base.layer(**layer))
-        verified = sel.decide(sel.layer(**layer))
+        static, verified = base.decide(layer), sel.decide(layer)
         usable = [c.backend for c in verified.candidates if str(c.status) in USABLE]
         skipped = {c.backend: "; ".join(f"[{r.rule}] {r.message}" for r in c.reasons)[:500]
                    for c in verified.candidates if str(c.status) not in USABLE
                    and str(static.candidate(c.backend).status) in USABLE}
-        cells.append({"layer": layer, "tokens": t, "static": static.selected, "times": {},
+        cells.append({"layer": layer.to_dict(), "tokens": t, "static": static.selected, "times": {},
                       "eager": {}, "copies": {}, "skipped": skipped, "id": f"cell{i}"})
-        need = tuning.estimate_bytes(layer["op"], layer)
+        need = tuning.estimate_bytes(layer.op, layer.to_dict())
         for b in usable:
             if need > memory:
                 skipped[b] = (f"too large here: needs about {need / 2**30:.1f} GiB, over "
                               f"--max-memory {max_gib:g}")
                 continue
-            todo.setdefault(f"{layer['op']}/{b}", []).append((f"cell{i}", layer))
+            todo.setdefault(f"{layer.op}/{b}", []).append((f"cell{i}", layer.to_dict()))
     return cells, todo
 
 
