@@ -11,8 +11,7 @@
 from __future__ import annotations
 
 from selector.config.catalogues import discover
-from selector.config.composer import (compose, normalize_overrides, read_backend, read_catalogue,
-                                      read_engine_backends)
+from selector.config.composer import compose, normalize_overrides, read_backend, read_catalogue, read_engine_backends
 from selector.config.dirs import ConfigTree
 from selector.config.hydra_errors import schema_keys, translate
 from selector.config.presets import lint_tree, validate_preset, validate_presets

@@ -6,8 +6,8 @@ backend choice is passed to it (`choices`: a command-line flag, an environment v
 of a config file, per op and optionally per quant scheme), its backend names (the engine file's
 `backends.<op>.<backend>` map, its home: a new engine needs no edit to the backend files, and a
 new backend an engine offers is one entry there; a catalogue from another distribution may
-name an engine in its own backend file's `engines.<engine>` entry instead), the backends it has that the catalogue does not
-model (`outside`), its launch command and parallel rules (`launch`, read by
+name an engine in its own backend file's `engines.<engine>` entry instead), the backends it has
+that the catalogue does not model (`outside`), its launch command and parallel rules (`launch`, read by
 selector/checkpoint/launchers.py), and where its proof lives (`proof`). Nothing else in selector
 branches on an engine's name: docs/engines.md is the recipe.
 
