@@ -357,8 +357,10 @@ class BackendConf:
 
 @dataclass
 class EngineEntryConf:
-    """`engines.<engine>:` of a backend file: the engine's name for the backend (null: the
-    engine has none), the public source, environment variables and engine-only rules."""
+    """One backend as one engine offers it: `backends.<op>.<backend>` of the engine's home
+    (conf/engine/<engine>.yaml), or `engines.<engine>` of a config dir's backend file. The
+    engine's name for the backend (null: the engine has none), the public source, environment
+    variables, engine-only rules and the kernels it runs."""
     name: Optional[str] = field(default=None, metadata={
         "problem": "is not a backend name (or null: the engine has no such backend)"})
     source: str = _required("is required: cite the engine file or release that names this "
