@@ -454,7 +454,7 @@ def test_sglang_server_kwargs_name_the_fp8_gemm_field():
 
 def test_every_vllm_kernel_entry_is_keyed_by_op_scheme_and_backend():
     from selector.core import schema
-    from selector.core.engine_flags import VLLM_KERNELS, vllm_kernels
+    from selector.engines.vllm_flags import VLLM_KERNELS, vllm_kernels
     for key, classes in VLLM_KERNELS.items():
         assert len(key) == 3 and key[0] in schema.OPS and key[1] in schema.QUANTS, key
         assert classes and all(isinstance(c, str) and c for c in classes), key

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from selector.core.engine_flags import vllm_name
 from selector.core.errors import SelectorError
+from selector.engines.vllm_flags import vllm_name
 
 ENGINES = ("vllm", "sglang", "trtllm")
 NVFP4 = ("nvfp4", "nvfp4_w4a16")
@@ -260,7 +260,7 @@ def _clip(line: str, limit: int = 240) -> str:
 
 # -- judging the plan ----------------------------------------------------------------------------
 def _expected_kernels(engine: Dict[str, Any], op: str, quant: str) -> Tuple[str, ...]:
-    from selector.core.engine_flags import vllm_kernels
+    from selector.engines.vllm_flags import vllm_kernels
     kernels = vllm_kernels(op, quant, engine.get("backend"))
     own = engine.get("kernel")
     return tuple(dict.fromkeys(([own] if own else []) + list(kernels)))

@@ -50,6 +50,11 @@ ENTRY_KEYS = tuple(f.name for f in dataclasses.fields(schema.EngineEntryConf))
 KERNEL_KEYS = ("kernel", "scheme", "when", "source")
 CHOICE_KINDS = ("flag", "env", "config")
 CHOICE_KEYS = ("op", "schemes", "source", "list") + CHOICE_KINDS
+# selector behaviours an engine's own issues motivate (`cites:` in its file): under that engine
+# the resolver cites them (vLLM's issues under engine=vllm only): `implements`, a requested
+# backend that does not implement the layer's scheme leaves it to automatic selection;
+# `weight_only`, a weight-only backend serves a W4A4 checkpoint as W4A16
+CITE_KEYS = ("implements", "weight_only")
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,15 @@ class Engine:
     proof: str = ""  # the test that runs the engine's own code against selector
     entries: Tuple[Tuple[str, str, Any], ...] = ()  # (op, backend, EngineEntry): the file's own
     launch: Tuple[Tuple[str, Any], ...] = ()  # `launch:` as given (checkpoint/launchers.py)
+    cites: Tuple[Tuple[str, str], ...] = ()  # (CITE_KEYS key, the engine's source for it)
 
     def choice(self, op: str, scheme: Optional[str] = None) -> Optional[Choice]:
         """The choice that requests `op`'s backend for a layer of `scheme` (None: any)."""
         return next((c for c in self.choices if c.serves(op, scheme)), None)
+
+    def cite(self, key: str, default: str) -> str:
+        """The engine's source for one of selector's behaviours (CITE_KEYS), else `default`."""
+        return dict(self.cites).get(key, default)
 
     def flag(self, op: str, scheme: Optional[str] = None) -> Optional[str]:
         """The command-line flag of that choice (None: no flag, or not a flag)."""
@@ -140,7 +150,18 @@ def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINE
                   str(v["package"] or ""), tuple(str(d) for d in v["distributions"]),
                   str(v["proof"] or ""), _own_entries(v["backends"], file),
                   tuple(sorted((str(k), json.dumps(x, sort_keys=True, default=str))
-                               for k, x in v["launch"].items())))
+                               for k, x in v["launch"].items())), _cites(v["cites"], file))
+
+
+def _cites(conf: Mapping[str, Any], file: str) -> Tuple[Tuple[str, str], ...]:
+    """`cites:`, each key one of CITE_KEYS and each value a non-empty source."""
+    for k, x in conf.items():
+        if k not in CITE_KEYS:
+            raise bad_value("engine.cites", k, CITE_KEYS, what="key", where=file or None)
+        if not isinstance(x, str) or not x.strip():
+            raise bad_input(f"engine.cites.{k}", x, "is not a source (a non-empty string)",
+                            where=file or None)
+    return tuple(sorted((str(k), str(x)) for k, x in conf.items()))
 
 
 def _choices(v: Mapping[str, Any], file: str) -> Tuple[Choice, ...]:

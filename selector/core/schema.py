@@ -396,6 +396,9 @@ class EngineConf:
         "problem": "is not a mapping of op to {catalogue backend: engine entry}"})
     launch: Dict[str, Any] = field(default_factory=dict, metadata={
         "problem": "is not a mapping (command, parallel, hooks, config_file)"})
+    cites: Dict[str, str] = field(default_factory=dict, metadata={  # engines.CITE_KEYS
+        "problem": "is not a mapping of a selector behaviour (implements, weight_only) to the "
+                   "engine's source for it"})
 
 
 @dataclass
