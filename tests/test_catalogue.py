@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import REPO, load
 
 from selector.core import schema
@@ -74,18 +75,15 @@ def test_backend_fields(cat):
             assert Path(b.file).name == f"{b.name}.yaml"
 
 
-# The opt-in backends, with their reasons: tools/regen.py writes this set from the catalogue
-# (--check fails while it is stale), so a change of the set shows in the diff that makes it.
-# regen:opt-in
-OPT_IN = {
-    ("linear", "b12x"),  # never chosen automatically; request it with policy.linear_backend=b12x
-    ("linear", "flashinfer_trtllm"),  # never chosen automatically: it needs differently prepared (shuffled) ...
-    ("moe", "b12x"),  # never chosen automatically; request it with policy.moe_backend=b12x
-    ("moe", "flashinfer_b12x"),  # never chosen automatically: vLLM keeps b12x MoE opt-in until the CUTLASS SM121 ...
-    ("moe", "flashinfer_cutlass_fp8_sm90"),  # not yet run on hardware: its SM90 JIT module (every TensorRT-LLM ...
-    ("moe", "triton_unfused"),  # vLLM leaves TRITON_UNFUSED out of its automatic MXFP4 lists ("TRITON_UNFUSED ...
-}
-# /regen:opt-in
+def _opt_in_files():
+    """The opt-in backends as their files declare them (`opt_in:`), read with PyYAML alone: the
+    set is derived from the catalogue's files, never written in a test."""
+    out = {}
+    for f in sorted((REPO / "conf" / "backend").glob("*/*.yaml")):
+        opt_in = (yaml.safe_load(f.read_text()) or {}).get("opt_in")
+        if opt_in:
+            out[f.parent.name, f.stem] = opt_in
+    return out
 
 
 def test_execution_kinds_and_opt_in(cat):
@@ -94,8 +92,12 @@ def test_execution_kinds_and_opt_in(cat):
                                                                        ("linear", "marlin")}
     assert {k for k, v in execution.items() if v == "reference"} == {("moe", "emulation"),
                                                                      ("linear", "emulation")}
-    opt_in = {(op, b.name) for op, bs in cat.backends.items() for b in bs if b.opt_in}
-    assert opt_in == OPT_IN, "the catalogue's opt-in set changed: python tools/regen.py"
+    opt_in = {(op, b.name): b.opt_in for op, bs in cat.backends.items() for b in bs if b.opt_in}
+    declared = _opt_in_files()
+    assert set(opt_in) == set(declared) and opt_in, (set(opt_in), set(declared))
+    for key, o in opt_in.items():  # each with its reason and public source, as its file says
+        assert (o.reason, o.source) == (declared[key]["reason"], declared[key]["source"]), key
+        assert o.reason.strip() and o.source.strip(), key
     # vLLM's automatic order (vLLM 0.32.0 fused_moe/oracle/nvfp4.py and
     # kernels/linear/nvfp4): the catalogue's rank order, among the backends vLLM names, keeps
     # it. A new backend (any rank) leaves this test alone.

@@ -17,7 +17,7 @@ from launch_fixtures import fp8_block_dense, mixed_block_moe
 from selector import SelectorError
 from selector.checkpoint import arch as A
 from selector.checkpoint import quant as Q
-from selector.core.engine_flags import VLLM_LINEAR_QUANT, VLLM_MOE_ACCEPTS
+from selector.engines.vllm_flags import VLLM_LINEAR_QUANT, VLLM_MOE_ACCEPTS
 
 SPARK = ("platform=dgx_spark", "stack=flashinfer_0_7_4")
 PRO = ("engine=vllm", "platform=rtx_pro_6000", "stack=vllm_0_33")

@@ -214,3 +214,31 @@ def test_model_inside_a_longer_word_is_substituted(tmp_path):
     assert rc in (0, 1) and "Traceback" not in err, err
     assert f"text-generation-launcher --model-id={model} " in out
     assert "{model}" not in out
+
+
+@pytest.mark.parametrize("cites, key", [
+    ("cites: {implemnts: 'TGI #1'}", "engine.cites"),
+    ("cites: {implements: ''}", "engine.cites.implements"),
+])
+def test_a_broken_cites_exits_2_naming_file_and_key(tmp_path, cites, key):
+    root = engines_dir(tmp_path, TGI + cites + "\n")
+    refused(["check", "--config-dir", str(root)], str(root / "engine" / "tgi.yaml"), key)
+
+
+def test_an_engine_cites_its_own_issues_only_under_itself(tmp_path):
+    """`cites:` replaces the source of selector's own behaviour under that engine only: a
+    requested backend that does not implement the layer (vLLM's issues under engine=vllm)."""
+    root = engines_dir(tmp_path, TGI + "cites: {implements: 'TGI #77 (no crash on other layers)'}\n")
+    argv = ["--config-dir", str(root), *PLATFORM, "layer=dense_linear", "layer.quant=fp8_channel",
+            "policy.linear_backend=flashinfer_cutlass", "--format", "json"]
+
+    def source(*more):
+        rc, out, err = run_main(["explain", *argv, *more])
+        assert rc in (0, 1) and out, err  # 1: no backend fits the layer (under tgi, none)
+        out = json.loads(out)
+        return " ".join(r["source"] for c in out["candidates"] if c["backend"] == "flashinfer_cutlass"
+                        for r in c["reasons"] if r["rule"] == "quant")
+    assert "TGI #77" in source("engine=tgi")
+    for engine in ("engine=none", "engine=sglang"):
+        assert "TGI #77" not in source(engine) and "vLLM #" not in source(engine)
+    assert "vLLM #49076" in source("engine=vllm")

@@ -100,25 +100,57 @@ SELECTOR_ONLY = {"torch_row_wise", "triton_scaled_fp8", "torch_grouped_fp8",
                  "flashinfer_cutlass_fp8_sm90"}
 
 
-def test_every_backend_is_named_once_by_every_engine():
-    """Each engine names each backend in one place: the backend's `engines.<engine>` entry, or
-    the engine file's own `backends:` map (a new engine edits no backend file)."""
+def test_each_engine_names_the_backends_in_its_home_only():
+    """Each engine's names for the catalogue's backends live in its own file, `backends:` of
+    conf/engine/<engine>.yaml (its home); no packaged backend file names an engine, and every
+    backend's entries are exactly those its engines' homes hold. vLLM and SGLang name every
+    backend, null (with the source) where they have none; TensorRT-LLM the ones it offers."""
     files = _engine_files()
+    for f in sorted((REPO / "conf" / "backend").glob("*/*.yaml")):
+        assert "engines" not in (yaml.safe_load(f.read_text()) or {}), (
+            f"{f.relative_to(REPO)}: an engines: entry; it belongs in conf/engine/<engine>.yaml "
+            f"under backends.{f.parent.name}.{f.stem}")
     sel = load("engine=none", "platform=cpu")
     for op, backends in sel.catalogue.backends.items():
         for b in backends:
             entries = dict(b.engines)
-            in_engine_file = {e for e, conf in files.items()
-                              if b.name in (conf.get("backends") or {}).get(op, {})}
-            assert not set(entries) & in_engine_file, b.file
-            by_file = {e for e, conf in files.items() if not conf.get("backends")}
-            assert by_file <= set(entries), (b.file, by_file - set(entries))
+            in_home = {e for e, conf in files.items()
+                       if b.name in (conf.get("backends") or {}).get(op, {})}
+            assert set(entries) == in_home, b.file
+            assert {"vllm", "sglang"} <= in_home, (op, b.name)
             assert all(e.source for e in entries.values())
             # vLLM offers every catalogue backend but selector's own FP8 paths: torch's row-wise
             # _scaled_mm (vLLM's RowWise kernel is ROCm-only), the grouped FP8 MoE and the direct
             # calls of FlashInfer's SM90 FP8 kernels (backends/wrappers/flashinfer_fp8.py)
             assert (entries["vllm"].name is None) == (b.name in SELECTOR_ONLY), b.name
-            assert all(e.source for e in entries.values())
+
+
+def test_a_backend_named_in_two_places_or_a_home_naming_no_backend_is_refused(tmp_path):
+    """A backend named for one engine both in its file and in the engine's home, or a home
+    naming a backend the catalogue lacks, is refused naming the engine file and the key."""
+    import selector
+    from selector.commands.check import check_tree
+    d = tmp_path / "backend" / "moe"
+    d.mkdir(parents=True)
+    (d / "two_homes.yaml").write_text(
+        'description: "named twice"\nrank: 997\nrules: []\n'
+        'engines:\n  twice: {name: two_homes, source: "test"}\n')
+    e = tmp_path / "engine"
+    e.mkdir()
+    home = e / "twice.yaml"
+    home.write_text('name: twice\nsource: "test"\nbackends:\n  moe:\n'
+                    '    two_homes: {name: th, source: "test"}\n')
+    problems = " | ".join(p["problem"] for p in check_tree([], [str(tmp_path)])["problems"])
+    assert "engine.backends.moe.two_homes: is also named in" in problems, problems
+    with pytest.raises(SelectorError) as err:
+        selector.load(["platform=cpu"], config_dirs=[tmp_path])
+    assert str(home) in str(err.value) and "name a backend in one place" in str(err.value)
+    home.write_text('name: twice\nsource: "test"\nbackends:\n  moe:\n'
+                    '    no_such_moe: {name: x, source: "test"}\n')
+    with pytest.raises(SelectorError) as err:
+        selector.load(["platform=cpu"], config_dirs=[tmp_path])
+    assert str(home) in str(err.value)
+    assert "engine.backends.moe" in str(err.value) and "no_such_moe" in str(err.value)
 
 
 def test_sglang_server_args():
@@ -422,7 +454,7 @@ def test_sglang_server_kwargs_name_the_fp8_gemm_field():
 
 def test_every_vllm_kernel_entry_is_keyed_by_op_scheme_and_backend():
     from selector.core import schema
-    from selector.core.engine_flags import VLLM_KERNELS, vllm_kernels
+    from selector.engines.vllm_flags import VLLM_KERNELS, vllm_kernels
     for key, classes in VLLM_KERNELS.items():
         assert len(key) == 3 and key[0] in schema.OPS and key[1] in schema.QUANTS, key
         assert classes and all(isinstance(c, str) and c for c in classes), key

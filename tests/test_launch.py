@@ -11,7 +11,7 @@ from helpers import REPO, load, run_main
 from launch_fixtures import mixed_linear, mixed_moe
 
 import selector
-from selector.core.engine_flags import VLLM_MOE_ACCEPTS
+from selector.engines.vllm_flags import VLLM_MOE_ACCEPTS
 
 R1 = str(REPO / "examples" / "deepseek-r1-nvfp4")
 B200 = ("engine=vllm", "platform=b200", "stack=vllm_0_32")

@@ -66,9 +66,10 @@ def test_check_warns_of_a_moe_backend_without_an_activation_rule_of_either_kind(
 
 
 def test_check_names_only_the_engines_a_backend_file_leaves_out(tmp_path):
-    """An engine whose file does not list its backends has the backends that name it: a backend
-    file without that engine's entry is warned about, naming that engine only (not the ones it
-    names, not `none`, not an engine whose file lists its own backends)."""
+    """An engine whose file does not list its backends (no home `backends:`) has the backends
+    that name it: a backend file without that engine's entry is warned about, naming that
+    engine only (not the ones it names, not `none`, not an engine whose file lists its own
+    backends: vLLM, SGLang and TensorRT-LLM do)."""
     from selector.core.engines import ENGINES
     b = _backend(tmp_path, "linear", "half_named", """\
         description: "names vLLM only"
@@ -79,13 +80,15 @@ def test_check_names_only_the_engines_a_backend_file_leaves_out(tmp_path):
         rules:
           - {kind: package, package: torch, source: "test"}
         """)
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "bare.yaml").write_text('name: bare\nsource: "test"\n')
     report = check.check_tree([], [str(tmp_path)])
     assert report["ok"], report["problems"]
     mine = _warnings_of(report, b)
-    assert len(mine) == 1 and "has no engines.sglang entry" in mine[0], mine
-    assert "engine=sglang" in mine[0] and "vllm" not in mine[0] and "none" not in mine[0]
+    assert len(mine) == 1 and "has no engines.bare entry" in mine[0], mine
+    assert "engine=bare" in mine[0] and "vllm" not in mine[0] and "sglang" not in mine[0]
     assert "none" in ENGINES  # the no-engine option, which no backend file names
-    # the packaged files name every engine that does not list its own backends
+    # the packaged engines list their own backends: no packaged file is warned about
     assert [w for w in check.check_tree([], [])["warnings"] if "has no engines." in w["warning"]] == []
 
 

@@ -53,14 +53,14 @@ def test_sglang_server_kwargs_of_several_decisions_pair_each_flag_with_its_value
 
 
 # ---------------------------------------------------------------------------------------------
-# the vLLM MoE oracle tables (core/engine_flags.py) against the catalogue
+# the vLLM MoE oracle tables (engines/vllm_flags.py) against the catalogue
 
 def test_the_catalogues_vllm_moe_names_are_ones_vllms_oracles_take():
     """Each MoE backend's vLLM name, for each scheme it implements that a vLLM oracle table
     covers, is a `--moe-backend` value that oracle maps; the one exception is documented in
     conf/backend/moe/cutlass.yaml: vLLM runs CUTLASS MXFP4 W4A4 from its automatic list only
     (the launch plan says so and offers the plugin)."""
-    from selector.core.engine_flags import VLLM_MOE_ACCEPTS
+    from selector.engines.vllm_flags import VLLM_MOE_ACCEPTS
     launcher = vllm.VllmLauncher.__new__(vllm.VllmLauncher)  # refuses() reads the tables only
     refused, checked = set(), 0
     for b in load("platform=b200").catalogue.backends["moe"]:

@@ -38,6 +38,7 @@ FI_0611 = "stack=flashinfer_0_6_11"  # flashinfer 0.6.11 + cutlass-dsl 4.5.0
 FI_0615 = "stack=flashinfer_0_6_15"  # flashinfer 0.6.15 + cutlass-dsl 4.6.0
 FI_074 = "stack=flashinfer_0_7_4"    # flashinfer 0.7.4 + cutlass-dsl 4.8.1 + triton + torch
 VLLM = "stack=vllm_0_32"             # vllm 0.32.0 + the 0.7.4 stack
+TRTLLM = "engine=trtllm"             # TensorRT-LLM: its names and its own rules
 
 REQ_FI_B12X = "policy.moe_backend=flashinfer_b12x"
 REQ_B12X = "policy.moe_backend=b12x"
@@ -147,6 +148,14 @@ MOE = [
       None, layer={"quant": "int8"},
       status={"flashinfer_b12x": "not_applicable", "flashinfer_cutlass": "not_applicable"},
       kinds={"flashinfer_b12x": {"quant"}},
+      notes=(N("request_not_applicable", key="policy.moe_backend", requested=("flashinfer_b12x",),
+               chose=None, reason=Sub(rule="quant")),),
+      cites={"flashinfer_b12x": ("policy.*_backend (a requested backend",)}),
+    # under engine=vllm the same refusal cites vLLM's issues (conf/engine/vllm.yaml cites:)
+    S("moe-dgx-074-fp8-layer-explicit-backend-under-vllm",
+      [DGX, FI_074, REQ_FI_B12X, VLLM, "engine=vllm"],
+      None, layer={"quant": "int8"},
+      status={"flashinfer_b12x": "not_applicable", "flashinfer_cutlass": "not_applicable"},
       notes=(N("request_not_applicable", key="policy.moe_backend", requested=("flashinfer_b12x",),
                chose=None, reason=Sub(rule="quant")),),
       cites={"flashinfer_b12x": ("vLLM #49076",)}),
@@ -368,6 +377,8 @@ MOE = [
              "flashinfer_b12x": {"device"}, "flashinfer_cutlass": {"device"},
              "cutlass": {"device"}, "b12x": {"device", "package"}},
       status={"flashinfer_b12x": "rejected", "emulation": "eligible"},
+      notes=(N("weight_only", "marlin", source=Has("execution: weight_only")),)),
+    S("moe-h200-engine-vllm-marlin-cites-vllm", [H200, VLLM, "engine=vllm"], "marlin",
       notes=(N("weight_only", "marlin", source=Has("vLLM #55397")),)),
     S("moe-h200-flashinfer-only-emulation", [H200, FI_074], "emulation",
       kinds={"marlin": {"package"}}, notes=(N("reference", "emulation"),)),
@@ -394,6 +405,27 @@ MOE = [
       kinds={"flashinfer_cutlass": {"quant"}, "cutlass": {"quant"},
              "flashinfer_b12x": {"opt_in"}},
       no_notes=(N("weight_only"),)),
+    # --- TensorRT-LLM's own rules (its home, conf/engine/trtllm.yaml, joins every run) --------
+    S("moe-b200-trtllm-mxfp8-deepgemm-is-block-fp8-only", [B200, FI_074, TRTLLM,
+                                                          "layer.quant=mxfp8"], None,
+      status={"deep_gemm": "not_applicable"},
+      cites={"deep_gemm": ("fused_moe_deepgemm.py",)}),
+    S("moe-h200-trtllm-fp8-block-deepgemm-needs-sm100", [H200, FI_074, TRTLLM,
+                                                         "layer.quant=fp8_block"],
+      "flashinfer_cutlass", status={"deep_gemm": "rejected"},
+      cites={"deep_gemm": ("fused_moe_deepgemm.py",)}),
+    S("moe-b200-trtllm-gpt-oss-cutlass-runs-w4a8", [B200, FI_074, TRTLLM, "layer=gpt_oss_moe",
+                                                    "layer.quant=mxfp4"], "flashinfer_trtllm",
+      status={"triton_kernels": "rejected"}, warned=("flashinfer_cutlass",),
+      cites={"triton_kernels": ("resolve_moe_backend",)}),
+    S("moe-h100-trtllm-1-3-triton-deprecated", [H100, FI_074, TRTLLM, "layer=gpt_oss_moe",
+                                                "layer.quant=mxfp4",
+                                                "platform.packages.tensorrt-llm=1.3.0"],
+      "triton_kernels", warned=("triton_kernels",)),
+    S("moe-h100-trtllm-w4a8-cutlass-needs-sm100", [H100, FI_074, TRTLLM, "layer=gpt_oss_moe",
+                                                   "layer.quant=mxfp4_w4a8"], None,
+      status={"flashinfer_cutlass": "rejected"},
+      cites={"flashinfer_cutlass": ("w4a8_mxfp4_mxfp8.py",)}),
 ]
 
 # --- FP8 MoE under vLLM 0.32.0 (fused_moe/oracle/fp8.py _get_priority_backends and the experts

@@ -1,6 +1,8 @@
 """Mutation run over the catalogue: does a scenario test catch each small change to a rule?
 
-Mutations of conf/backend/<op>/<name>.yaml, applied in memory one at a time:
+Mutations of conf/backend/<op>/<name>.yaml and of the entry for that backend in the home of each
+engine the cases decide under (conf/engine/<engine>.yaml `backends.<op>.<name>`: vLLM, SGLang),
+applied in memory one at a time:
 - delete one rule;
 - move one version boundary by one release (the last component of a version in a specifier,
   `when.packages` or `any_of` entry, up or down by one: `>=0.6.9` -> `>=0.6.8`, `<4.8.0` ->
@@ -144,13 +146,22 @@ def mutations(conf: Dict[str, Any], name: str = "") -> List[Mutation]:
 def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
     import knowledge_cases as kc
 
-    from selector.config import read_catalogue
+    from selector.config import read_catalogue, read_engine_backends
     from selector.config.catalogues import discover as discover_tree
     from selector.core.errors import SelectorError
     from selector.core.model import make_catalogue
 
     tree = discover_tree()
     data = read_catalogue(tree)
+    # each engine's entry joins its backend's conf, for the engines the cases decide under (in
+    # the order the cases first name them); TensorRT-LLM's entries, which no case decides (it
+    # does not install here), are held to its cited files by tests/test_trtllm.py instead
+    decided = list(dict.fromkeys(c.engine for c in kc.CASES if c.engine not in (None, "none")))
+    homes = {engine: home for engine, _, home in read_engine_backends(tree)}
+    for engine in (e for e in decided if e in homes):
+        for op, entries in homes[engine].items():
+            for name, entry in entries.items():
+                data[op][name].setdefault("engines", {})[engine] = entry
     todo = [(op, name, desc, apply) for op, backends in data.items()
             for name, conf in backends.items() for desc, apply in mutations(conf, name)]
     total = len(todo)

@@ -14,11 +14,9 @@ The generated files:
   (`rules.WHEN`) and the floors of backends/ (`backends.FLOORS`);
 - docs/backends.md, its floors table (each floor's package docstring); docs/engines.md, its
   engine table, and README.md, its engine list (conf/engine/, as `engine=NAME` loads it);
-- tests/test_catalogue.py, its `OPT_IN` set: the catalogue's opt-in backends with their reasons;
 - README.md, docs/examples.md and docs/integration.md, each ```console block: the output of
   its `$ python -m selector ...` command (tests/readme_examples.py).
-A generated block in a page is `<!-- regen:NAME -->` ... `<!-- /regen:NAME -->`, in a Python
-file `# regen:NAME` ... `# /regen:NAME`.
+A generated block in a page is `<!-- regen:NAME -->` ... `<!-- /regen:NAME -->`.
 docs/matrix.png (a headless-Chromium screenshot of `matrix --format html`) is written with
 --png only: a screenshot is not byte-reproducible, so --check does not compare it.
 docs/vllm-parity.md is not written here: every section of it is vLLM's own choice beside
@@ -46,7 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 BLOCK = re.compile(r"(<!-- regen:(?P<name>[a-z-]+) -->\n).*?(<!-- /regen:(?P=name) -->)", re.S)
-PY_BLOCK = re.compile(r"(# regen:(?P<name>[a-z-]+)\n).*?(# /regen:(?P=name)\n)", re.S)
 
 
 def _cli(*args: str) -> str:
@@ -163,26 +160,6 @@ def engine_names() -> str:
     return ", ".join(f"`{e.name}` ({e.label})" for e in _engines()) + ".\n"
 
 
-def _clip(text: str, width: int) -> str:
-    """``text`` on one line, cut at a word to at most ``width`` characters."""
-    words, out = text.split(), ""
-    for w in words:
-        if len(out) + len(w) + 1 > width - 4:
-            return out + " ..."
-        out = f"{out} {w}" if out else w
-    return out
-
-
-def opt_in_set() -> str:
-    """tests/test_catalogue.py's OPT_IN: every opt-in backend of the catalogue, with its reason."""
-    cat = _catalogue()
-    items = sorted((op, b.name, b.opt_in.reason) for op, bs in cat.backends.items() for b in bs
-                   if b.opt_in)
-    lines = [f"    ({op!r}, {name!r}),  # {_clip(reason, 100 - len(op) - len(name))}"
-             for op, name, reason in items]
-    return "OPT_IN = {\n" + "\n".join(lines).replace("'", '"') + "\n}\n"
-
-
 BLOCKS: Dict[str, Callable[[], str]] = {
     "backend-names": backend_names, "key-values": key_values, "scheme-names": scheme_names,
     "when-keys": when_keys, "backend-floors": backend_floors,
@@ -215,12 +192,6 @@ def _blocks(path: Path) -> Callable[[], str]:
     return render
 
 
-def _py_blocks(path: Path) -> Callable[[], str]:
-    def render() -> str:
-        return fill_blocks(path.read_text(), {"opt-in": opt_in_set}, PY_BLOCK)
-    return render
-
-
 def _examples(path: Path) -> Callable[[], str]:
     def render() -> str:
         import readme_examples
@@ -237,7 +208,6 @@ GENERATED: Dict[str, Callable[[], str]] = {
     "docs/architecture.md": _blocks(ROOT / "docs" / "architecture.md"),
     "docs/backends.md": _blocks(ROOT / "docs" / "backends.md"),
     "docs/engines.md": _blocks(ROOT / "docs" / "engines.md"),
-    "tests/test_catalogue.py": _py_blocks(ROOT / "tests" / "test_catalogue.py"),
     "README.md": _examples(ROOT / "README.md"),
     "docs/examples.md": _examples(ROOT / "docs" / "examples.md"),
     "docs/integration.md": _examples(ROOT / "docs" / "integration.md"),

@@ -237,7 +237,7 @@ def stack_vllm(selector: SelectorLike) -> Optional[Any]:
 
 def plan(selector: SelectorLike, model_dir: os.PathLike[str] | str,
          topology: Optional[Any] = None) -> Plan:
-    """Every distinct NVFP4 layer kind of a checkpoint, decided by `selector` (a Selector).
+    """Every distinct quantized layer kind of a checkpoint, decided by `selector` (a Selector).
 
     Layer fields the checkpoint does not fix (ep_size, tp_size, num_tokens, all2all) come from
     the selector's config and overrides; the sizes are per GPU under its tp_size and ep_size.

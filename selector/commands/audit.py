@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from selector.core.engine_flags import vllm_name
 from selector.core.engine_view import EngineView
 from selector.core.errors import SelectorError
+from selector.engines.vllm_flags import vllm_name
 
 ENGINES = ("vllm", "sglang", "trtllm")
 NVFP4 = ("nvfp4", "nvfp4_w4a16")
@@ -261,7 +261,7 @@ def _clip(line: str, limit: int = 240) -> str:
 
 # -- judging the plan ----------------------------------------------------------------------------
 def _expected_kernels(engine: Optional[EngineView], op: str, quant: str) -> Tuple[str, ...]:
-    from selector.core.engine_flags import vllm_kernels
+    from selector.engines.vllm_flags import vllm_kernels
     kernels = vllm_kernels(op, quant, engine.backend if engine is not None else None)
     own = engine.kernel if engine is not None else None
     return tuple(dict.fromkeys(([own] if own else []) + list(kernels)))

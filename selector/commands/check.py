@@ -154,10 +154,11 @@ def check_tree(overrides: Sequence[str], config_dirs: Sequence[str]) -> Dict[str
 def unnamed_by_engines(backends: Sequence[BackendSpec], known: Sequence[str],
                        own: Optional[Dict[str, Set[Tuple[str, str]]]] = None
                        ) -> List[Dict[str, str]]:
-    """An engine has the backends it names. One whose file lists its names (`backends:`) has
-    said which it has: the rest are not_applicable under it, said by its file once. For an
-    engine the backend files name, a backend without its entry is named here (an oversight of
-    the backend's author, most likely)."""
+    """An engine has the backends it names. One whose file lists its names (`backends:`, its
+    home) has said which it has: the rest are not_applicable under it, said by its file once;
+    a backend that no engine names at all is named here (the backend recipe's engine step left
+    out, most likely). For an engine the backend files name, a backend without its entry is
+    named here (an oversight of the backend's author, most likely)."""
     listed = {e for e, named in (own or {}).items() if named}
     out = []
     for b in backends:
@@ -169,6 +170,15 @@ def unnamed_by_engines(backends: Sequence[BackendSpec], known: Sequence[str],
                         + " or ".join(f"engine={e}" for e in missing) + " it is not_applicable; "
                         "write engines.<engine>.name (null: the engine has no such backend) "
                         "and its source"})
+        elif listed and not dict(b.engines) and not any(
+                (b.op, b.name) in named for named in (own or {}).values()):
+            homes = sorted(listed)
+            out.append({"file": b.file, "warning": f"{b.file}: catalogue.{b.op}.{b.name} is "
+                        "named by no engine, so under " + " or ".join(
+                            f"engine={e}" for e in homes) + " it is not_applicable; an engine "
+                        "that offers it names it in its file, conf/engine/<engine>.yaml "
+                        f"backends.{b.op}.{b.name} (name: null, with the source, where the "
+                        "engine has none)"})
     return out
 
 

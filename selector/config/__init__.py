@@ -11,15 +11,15 @@
 from __future__ import annotations
 
 from selector.config.catalogues import discover
-from selector.config.composer import compose, normalize_overrides, read_backend, read_catalogue
+from selector.config.composer import compose, normalize_overrides, read_backend, read_catalogue, read_engine_backends
 from selector.config.dirs import ConfigTree
 from selector.config.hydra_errors import schema_keys, translate
 from selector.config.presets import lint_tree, validate_preset, validate_presets
 from selector.config.safe_yaml import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_NODES, load_yaml
 from selector.core.packaged import packaged_conf_dir
 
-__all__ = ["ConfigTree", "discover", "compose", "normalize_overrides", "read_catalogue", "read_backend",
-           "translate",
+__all__ = ["ConfigTree", "discover", "compose", "normalize_overrides", "read_catalogue",
+           "read_engine_backends", "read_backend", "translate",
            "packaged_conf_dir", "schema_keys", "lint_tree", "validate_preset",
            "validate_presets", "load_yaml", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH",
            "MAX_CONFIG_NODES"]

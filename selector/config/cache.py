@@ -21,11 +21,11 @@ from selector.config.safe_yaml import check_plain, read_config_bytes
 from selector.core import env_vars, schema
 from selector.core.errors import SelectorError
 
-CACHE_FORMAT = 3  # 3: the tree's engine names (data["engines"])
+CACHE_FORMAT = 4  # 3: the tree's engine names (data["engines"]); 4: their homes' entries
 MAX_ENTRIES = 256  # about 60 KB each: at most ~15 MB on disk
 MAX_ENTRY_BYTES = 8 * 1024 * 1024
-_TOP_KEYS = frozenset(f for f in schema.SelectorConf.__dataclass_fields__) | {"catalogue",
-                                                                             "explicit", "engines"}
+_TOP_KEYS = frozenset(f for f in schema.SelectorConf.__dataclass_fields__) | {
+    "catalogue", "explicit", "engines", "engine_backends"}
 
 
 def fingerprint(tree: ConfigTree, overrides: Sequence[str]) -> str:

@@ -264,13 +264,15 @@ def _check_contribution(c: Contribution, packaged: Path, accepted: List[Path],
         mine[key] = (c.origin, f)
     tree = ConfigTree.from_dirs([packaged, *accepted, c.path])
     lint_tree(tree, only=c.path)
-    from selector.config.composer import read_backend
+    from selector.config.composer import read_backend, read_engine_backends
+    from selector.core.engines import join_homes
     from selector.core.model import engine_name_clashes, make_backend
-    backends = []
+    backends: Dict[str, List[Any]] = {}
     for (op, name), path in sorted(tree.backend_files.items()):
-        backends.append(make_backend(op, name, read_backend(path, f"catalogue.{op}.{name}"),
-                                     str(path)))
-    clash = engine_name_clashes(backends, c.path)
+        backends.setdefault(op, []).append(make_backend(
+            op, name, read_backend(path, f"catalogue.{op}.{name}"), str(path)))
+    joined = join_homes(backends, read_engine_backends(tree))  # with the engines' own names
+    clash = engine_name_clashes([b for bs in joined.values() for b in bs], c.path)
     if clash:
         raise SelectorError(clash[0])
     return mine

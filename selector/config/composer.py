@@ -125,6 +125,7 @@ def compose(tree: ConfigTree, overrides: Sequence[object],
     data = _compose_with_hydra(tree, overrides)
     data["catalogue"] = read_catalogue(tree)
     data["engines"] = tree.group_options("engine")  # the engines backend files may name
+    data["engine_backends"] = read_engine_backends(tree)  # each engine's names (its home)
     data["explicit"] = sorted({o.partition("=")[0].lstrip("+") for o in overrides
                                if o.partition("=")[0].lstrip("+") in _DETECTED_KEYS})
     check_plain(data, "")
@@ -139,6 +140,19 @@ def read_catalogue(tree: ConfigTree) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {op: {} for op in schema.OPS}
     for (op, name), path in sorted(tree.backend_files.items()):
         out[op][name] = read_backend(path, f"catalogue.{op}.{name}")
+    return out
+
+
+def read_engine_backends(tree: ConfigTree) -> List[List[Any]]:
+    """Each engine file's `backends:` (the engine's names, kernels and rules for catalogue
+    backends: its home, conf/engine/<engine>.yaml) as plain data, validated in
+    core/engines.py: [[engine, file, {op: {backend: entry}}], ...] by engine name. A file that
+    is not a mapping is left to the engine's own validation (`engine=` and `check`)."""
+    out: List[List[Any]] = []
+    for name, path in sorted(tree.presets.get("engine", {}).items()):
+        data = load_yaml(path, key=f"engine={name}")
+        if isinstance(data, dict) and data.get("backends") is not None:
+            out.append([name, str(path), data["backends"]])
     return out
 
 

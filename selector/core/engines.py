@@ -3,10 +3,11 @@ engine offers it.
 
 An engine is one object (`Engine`) made from one file: its label and distributions, how a
 backend choice is passed to it (`choices`: a command-line flag, an environment variable or a key
-of a config file, per op and optionally per quant scheme), its backend names (in each backend
-file's `engines.<engine>` entry, or in the engine file's own `backends.<op>.<backend>` map, so a
-new engine needs no edit to the backend files), the backends it has that the catalogue does not
-model (`outside`), its launch command and parallel rules (`launch`, read by
+of a config file, per op and optionally per quant scheme), its backend names (the engine file's
+`backends.<op>.<backend>` map, its home: a new engine needs no edit to the backend files, and a
+new backend an engine offers is one entry there; a catalogue from another distribution may
+name an engine in its own backend file's `engines.<engine>` entry instead), the backends it has
+that the catalogue does not model (`outside`), its launch command and parallel rules (`launch`, read by
 selector/checkpoint/launchers.py), and where its proof lives (`proof`). Nothing else in selector
 branches on an engine's name: docs/engines.md is the recipe.
 
@@ -50,6 +51,11 @@ ENTRY_KEYS = tuple(f.name for f in dataclasses.fields(schema.EngineEntryConf))
 KERNEL_KEYS = ("kernel", "scheme", "when", "source")
 CHOICE_KINDS = ("flag", "env", "config")
 CHOICE_KEYS = ("op", "schemes", "source", "list") + CHOICE_KINDS
+# selector behaviours an engine's own issues motivate (`cites:` in its file): under that engine
+# the resolver cites them (vLLM's issues under engine=vllm only): `implements`, a requested
+# backend that does not implement the layer's scheme leaves it to automatic selection;
+# `weight_only`, a weight-only backend serves a W4A4 checkpoint as W4A16
+CITE_KEYS = ("implements", "weight_only")
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,15 @@ class Engine:
     proof: str = ""  # the test that runs the engine's own code against selector
     entries: Tuple[Tuple[str, str, Any], ...] = ()  # (op, backend, EngineEntry): the file's own
     launch: Tuple[Tuple[str, Any], ...] = ()  # `launch:` as given (checkpoint/launchers.py)
+    cites: Tuple[Tuple[str, str], ...] = ()  # (CITE_KEYS key, the engine's source for it)
 
     def choice(self, op: str, scheme: Optional[str] = None) -> Optional[Choice]:
         """The choice that requests `op`'s backend for a layer of `scheme` (None: any)."""
         return next((c for c in self.choices if c.serves(op, scheme)), None)
+
+    def cite(self, key: str, default: str) -> str:
+        """The engine's source for one of selector's behaviours (CITE_KEYS), else `default`."""
+        return dict(self.cites).get(key, default)
 
     def flag(self, op: str, scheme: Optional[str] = None) -> Optional[str]:
         """The command-line flag of that choice (None: no flag, or not a flag)."""
@@ -140,7 +151,18 @@ def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINE
                   str(v["package"] or ""), tuple(str(d) for d in v["distributions"]),
                   str(v["proof"] or ""), _own_entries(v["backends"], file),
                   tuple(sorted((str(k), json.dumps(x, sort_keys=True, default=str))
-                               for k, x in v["launch"].items())))
+                               for k, x in v["launch"].items())), _cites(v["cites"], file))
+
+
+def _cites(conf: Mapping[str, Any], file: str) -> Tuple[Tuple[str, str], ...]:
+    """`cites:`, each key one of CITE_KEYS and each value a non-empty source."""
+    for k, x in conf.items():
+        if k not in CITE_KEYS:
+            raise bad_value("engine.cites", k, CITE_KEYS, what="key", where=file or None)
+        if not isinstance(x, str) or not x.strip():
+            raise bad_input(f"engine.cites.{k}", x, "is not a source (a non-empty string)",
+                            where=file or None)
+    return tuple(sorted((str(k), str(x)) for k, x in conf.items()))
 
 
 def _choices(v: Mapping[str, Any], file: str) -> Tuple[Choice, ...]:
@@ -200,6 +222,9 @@ def _config_key(key: str, dotted: str, others: Sequence[str], file: str) -> None
 def _own_entries(conf: Any, file: str) -> Tuple[Tuple[str, str, Any], ...]:
     """The engine file's `backends.<op>.<backend>` entries (its names for catalogue backends
     whose files do not name it)."""
+    if not isinstance(conf, Mapping):
+        raise bad_input("engine.backends", conf, "is not a mapping of op to {catalogue backend: "
+                        "engine entry}", where=file or None)
     out = []
     for op, entries in conf.items():
         if op not in OPS:
@@ -323,36 +348,41 @@ def runs_as(engine: Engine, backend: Any, layer: Any, facts: Facts
         f"run as {k.scheme}", "warning", k.key)
 
 
-def own_entries(catalogue: Any, engine: Engine) -> Dict[Tuple[str, str], EngineEntry]:
-    """The engine file's entries, each naming a backend of the catalogue that its own file does
-    not name for this engine: {(op, backend): entry}."""
-    out: Dict[Tuple[str, str], EngineEntry] = {}
-    for op, name, e in engine.entries:
-        names = tuple(b.name for b in catalogue.backends.get(op, ()))
-        key = f"engine.backends.{op}.{name}"
-        if name not in names:
-            raise bad_value(f"engine.backends.{op}", name, names, what=f"{op} backend "
-                            f"(engine={engine.name} names a backend the catalogue lacks)")
-        b = catalogue.get(op, name)
-        if entry(b, engine.name) is not None:
-            raise bad_input(key, e.name, f"is also named in {b.file} (engines.{engine.name}): "
-                            "name a backend in one place")
-        out[op, name] = e
-    return out
+def join_homes(backends: Mapping[str, Sequence[Any]], homes: Sequence[Sequence[Any]]
+               ) -> Dict[str, Tuple[Any, ...]]:
+    """Each engine's home entries (`homes`: [[engine, file, {op: {backend: entry}}], ...], the
+    engine files' `backends:`) joined to the backends they name, beside the entries of the
+    backend files themselves (a catalogue from another distribution names the engines in its
+    own files): every run sees every engine's names, whichever engine it answers for. A name
+    the catalogue lacks, or a backend named in both places, is refused naming the file."""
+    out = {op: list(bs) for op, bs in backends.items()}
+    for engine, file, conf in homes:
+        for op, name, e in _own_entries(conf or {}, file):
+            names = [b.name for b in out.get(op, ())]
+            key = f"engine.backends.{op}.{name}"
+            if name not in names:
+                raise bad_value(f"engine.backends.{op}", name, names, what=f"{op} backend",
+                                where=file, hint=f"engine={engine} names a backend the "
+                                "catalogue lacks")
+            i = names.index(name)
+            b = out[op][i]
+            if entry(b, engine) is not None:
+                raise bad_input(key, e.name, f"is also named in {b.file} (engines.{engine}): "
+                                "name a backend in one place", where=file)
+            out[op][i] = dataclasses.replace(b, engines=b.engines + ((engine, e),))
+    return {op: tuple(bs) for op, bs in out.items()}
 
 
 def apply(catalogue: Any, engine: Engine) -> Any:
     """The catalogue as `engine` offers it: backends it does not name carry their
-    not_applicable reason, named ones gain the engine's entry and rules."""
+    not_applicable reason, named ones gain the engine's rules (its entries are joined to the
+    backends when the catalogue is made: join_homes)."""
     if engine.name == "none":
         return catalogue
-    own = own_entries(catalogue, engine)
     out: Dict[str, Tuple[Any, ...]] = {}
     for op, backends in catalogue.backends.items():
         changed = []
         for b in backends:
-            if (op, b.name) in own:
-                b = dataclasses.replace(b, engines=b.engines + ((engine.name, own[op, b.name]),))
             e = entry(b, engine.name)
             if e is None or e.name is None:
                 source = e.source if e is not None else (engine.source or b.file)
@@ -406,4 +436,4 @@ def command_line(v: EngineView) -> str:
 
 __all__ = ["Engine", "EngineEntry", "EngineView", "Kernel", "Choice", "NO_ENGINE", "ENGINES",
            "make_engine", "parse_entries", "apply", "view", "command_line", "kernel", "runs_as",
-           "versioned", "own_entries"]
+           "versioned", "join_homes"]

@@ -257,13 +257,17 @@ def engine_name_clashes(backends: Sequence[BackendSpec], within: Optional[Any] =
 
 
 def make_catalogue(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any],
-                   known_engines: Sequence[str] = engines.ENGINES) -> Catalogue:
+                   known_engines: Sequence[str] = engines.ENGINES,
+                   homes: Sequence[Sequence[Any]] = ()) -> Catalogue:
+    """The backend files (`data`: {op: {name: conf}}), each joined by the entries the engines'
+    homes (`homes`: composer.read_engine_backends) hold for it."""
     out = {}
     for op in schema.OPS:
         confs = (data or {}).get(op) or {}
         bs = [make_backend(op, n, c, str(files.get((op, n), f"backend/{op}/{n}.yaml")),
                            known_engines) for n, c in confs.items()]
         out[op] = tuple(sorted(bs, key=lambda b: (b.rank, b.name)))
+    out = engines.join_homes(out, homes)
     clashes = engine_name_clashes([b for bs in out.values() for b in bs])
     if clashes:
         first = clashes[0]
@@ -394,8 +398,8 @@ def _known_keys(data: Mapping[str, Any], node: type[Any], key: str) -> None:
     """`+key=value` adds keys that Hydra's struct mode lets through: refuse unknown ones."""
     names = tuple(f.name for f in fields(node))
     for k in data:
-        if k not in names and not (node is schema.SelectorConf and k in ("catalogue",
-                                                                         "explicit", "engines")):
+        if k not in names and not (node is schema.SelectorConf and k in (
+                "catalogue", "explicit", "engines", "engine_backends")):
             raise bad_value(key or "config", k, names, what="key")
 
 
@@ -409,7 +413,8 @@ def make_run_config(data: Mapping[str, Any], files: Mapping[Tuple[str, str], Any
             _known_keys(data[k], node, k)
     known = tuple(data.get("engines") or engines.ENGINES)  # the tree's engine files
     engine = engines.make_engine(data.get("engine"), known)
-    raw = make_catalogue(data.get("catalogue") or {}, files, known)
+    raw = make_catalogue(data.get("catalogue") or {}, files, known,
+                         data.get("engine_backends") or ())
     catalogue = engines.apply(raw, engine)
     probe = data.get("probe", "none")
     if probe not in schema.PROBE_MODES:

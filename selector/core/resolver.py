@@ -43,8 +43,10 @@ if TYPE_CHECKING:  # pragma: no cover - only a profile's run imports the profile
     from selector.core.profile import Measured
 
 MEMO_SIZE = 4096  # verdicts kept; a full memo starts over (bounded memory)
-NOT_IMPLEMENTED_SOURCE = "vLLM #49076, #56832 (a global backend flag must not crash other layers)"
-WEIGHT_ONLY_SOURCE = "vLLM #55397 (fixed by #55170)"
+# selector's own behaviours; an engine whose issues motivate them cites those under it instead
+# (its file's `cites:`, core/engines.CITE_KEYS: vLLM's issues under engine=vllm only)
+NOT_IMPLEMENTED_SOURCE = "policy.*_backend (a requested backend serves the layers it implements)"
+WEIGHT_ONLY_SOURCE = "the backend's execution: weight_only (activation scales dropped)"
 
 
 EXCLUDE_SOURCE = "policy.exclude (this run's configuration)"
@@ -159,8 +161,9 @@ def planned_rules(b: BackendSpec, run: RunConfig,
         u = b.unavailable
         return (EngineRule.planned(f"{key}.engines", b.file, u.source, why=u.message,
                                    need=u.need),)
-    out: List[Rule] = [ImplementsRule.planned(f"{key}.implements", b.file,
-                                              NOT_IMPLEMENTED_SOURCE, values=b.implements)]
+    out: List[Rule] = [ImplementsRule.planned(
+        f"{key}.implements", b.file, run.engine.cite("implements", NOT_IMPLEMENTED_SOURCE),
+        values=b.implements)]
     policy = run.policy
     if b.name in policy.exclude:
         out.append(ExcludeRule.planned("policy.exclude", "policy", EXCLUDE_SOURCE))
@@ -420,7 +423,8 @@ class Resolver:
             return []
         chosen = self._specs[layer.op, selected]
         if chosen.execution == "weight_only" and layer.quant == "nvfp4":
-            return [note("weight_only", selected, source=WEIGHT_ONLY_SOURCE)]
+            return [note("weight_only", selected,
+                         source=self.run.engine.cite("weight_only", WEIGHT_ONLY_SOURCE))]
         if chosen.execution == "reference":
             return [note("reference", selected)]
         return []

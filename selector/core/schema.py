@@ -323,8 +323,10 @@ class BackendConf:
 
 @dataclass
 class EngineEntryConf:
-    """`engines.<engine>:` of a backend file: the engine's name for the backend (null: the
-    engine has none), the public source, environment variables and engine-only rules."""
+    """One backend as one engine offers it: `backends.<op>.<backend>` of the engine's home
+    (conf/engine/<engine>.yaml), or `engines.<engine>` of a config dir's backend file. The
+    engine's name for the backend (null: the engine has none), the public source, environment
+    variables, engine-only rules and the kernels it runs."""
     name: Optional[str] = field(default=None, metadata={
         "problem": "is not a backend name (or null: the engine has no such backend)"})
     source: str = _required("is required: cite the engine file or release that names this "
@@ -360,6 +362,9 @@ class EngineConf:
         "problem": "is not a mapping of op to {catalogue backend: engine entry}"})
     launch: Dict[str, Any] = field(default_factory=dict, metadata={
         "problem": "is not a mapping (command, parallel, hooks, config_file)"})
+    cites: Dict[str, str] = field(default_factory=dict, metadata={  # engines.CITE_KEYS
+        "problem": "is not a mapping of a selector behaviour (implements, weight_only) to the "
+                   "engine's source for it"})
 
 
 @dataclass

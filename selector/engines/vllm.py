@@ -354,14 +354,14 @@ def iter_rebound() -> Iterator[str]:
 
 # ---------------------------------------------------------------------------------------------
 # The launch plan's vLLM rules (conf/engine/vllm.yaml `launch.hooks`): the tables of
-# core/engine_flags.py, each compared with vLLM's own functions by tests/vllm/.
+# engines/vllm_flags.py, each compared with vLLM's own functions by tests/vllm/.
 
 class VllmLauncher(Launcher):
     """vLLM's per-scheme MoE oracles, its kernel classes, `linear_backend_per_quant` and
     selector's own plugin as an answer to a flag conflict."""
 
     def refuses(self, op: str, scheme: str, value: str) -> Optional[Tuple[str, str]]:
-        from selector.core.engine_flags import VLLM_MOE_ACCEPTS, VLLM_MOE_SOURCES
+        from selector.engines.vllm_flags import VLLM_MOE_ACCEPTS, VLLM_MOE_SOURCES
         accepted = VLLM_MOE_ACCEPTS.get(scheme) if op == "moe" else None
         if accepted is None or value in accepted:
             return None
@@ -370,13 +370,13 @@ class VllmLauncher(Launcher):
                 "built", VLLM_MOE_SOURCES[scheme])
 
     def unchecked(self, op: str, schemes: Sequence[str]) -> List[str]:
-        from selector.core.engine_flags import VLLM_MOE_ACCEPTS
+        from selector.engines.vllm_flags import VLLM_MOE_ACCEPTS
         return [f"{s}: selector has no table of what vLLM's {s} MoE oracle accepts; check "
                 "--moe-backend against it yourself" for s in dict.fromkeys(schemes)
                 if op == "moe" and s not in VLLM_MOE_ACCEPTS]
 
     def kernels(self, op: str, scheme: str, name: Optional[str]) -> Tuple[str, ...]:
-        from selector.core.engine_flags import vllm_kernels
+        from selector.engines.vllm_flags import vllm_kernels
         return vllm_kernels(op, scheme, name)
 
     def linear(self, names: Mapping[str, str], others: Sequence[str], notes: List[str]
@@ -385,7 +385,7 @@ class VllmLauncher(Launcher):
         `--kernel-config {"linear_backend_per_quant": ...}` scopes each backend to its key."""
         import json
 
-        from selector.core.engine_flags import VLLM_LINEAR_QUANT
+        from selector.engines.vllm_flags import VLLM_LINEAR_QUANT
         if len(set(names.values())) <= 1 and not others:
             return None
         per_key: Dict[str, Dict[str, str]] = {}  # vLLM's key -> {scheme: backend}

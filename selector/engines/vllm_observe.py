@@ -171,7 +171,7 @@ def _run(original: Callable[..., Any], *args: Any, **kwargs: Any
 
 
 def _moe_answer(result: Any, error: Optional[BaseException]) -> Dict[str, Any]:
-    from selector.core.engine_flags import vllm_name
+    from selector.engines.vllm_flags import vllm_name
     if error is not None:
         return {"backend": None, "value": None, "kernel": None,
                 "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}

@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import parity
 import sim
 
-from selector.core.engine_flags import VLLM_LINEAR_QUANT
 from selector.engines import vllm as adapter
+from selector.engines.vllm_flags import VLLM_LINEAR_QUANT
 
 FP8 = ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")
 MX = ("mxfp8", "mxfp4", "mxfp4_w4a8", "mxfp4_w4a4")

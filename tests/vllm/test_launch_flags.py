@@ -3,7 +3,7 @@ repository's example checkpoints (and the mixed ones of tests/launch_fixtures.py
 platforms and parallel sizes, `EngineArgs.add_cli_args` parses the flags `explain --model ...
 engine=vllm` prints, and `EngineArgs.create_engine_config()` builds a VllmConfig from them (no
 weights are loaded) holding exactly the backends and sizes the plan asked for. Also: the tables
-of selector/core/engine_flags.py equal what vLLM's own functions answer."""
+of selector/engines/vllm_flags.py equal what vLLM's own functions answer."""
 from __future__ import annotations
 
 import json
@@ -24,8 +24,8 @@ from launch_fixtures import (  # noqa: E402
 )
 
 import selector  # noqa: E402
-from selector.core import engine_flags as tables  # noqa: E402
 from selector.core.errors import SelectorError  # noqa: E402
+from selector.engines import vllm_flags as tables  # noqa: E402
 
 EXAMPLES = sorted(p for p in (REPO / "examples").iterdir() if (p / "config.json").is_file())
 CASES = [  # (platform overrides, parallel overrides)

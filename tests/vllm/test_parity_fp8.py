@@ -12,7 +12,7 @@ import parity
 import pytest
 import sim
 
-from selector.core.engine_flags import VLLM_MOE_ACCEPTS
+from selector.engines.vllm_flags import VLLM_MOE_ACCEPTS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / sim.DOC_NAME  # the installed release's
 FI = sim.FLASHINFER

@@ -1,5 +1,8 @@
-"""What an engine's launch flags do to every layer of a model: the tables the launch plan
-(selector/checkpoint/launch.py) checks flags against, each from the engine's own source.
+"""vLLM's tables, in vLLM's home beside its launcher (`selector.engines.vllm.VllmLauncher`) and
+its file (conf/engine/vllm.yaml): what vLLM's launch flags do to every layer of a model, the
+kernel classes it builds under each backend name, and its oracle's enum names. The launch plan
+(selector/checkpoint/launch.py) reads them only through the launcher's hooks; `selector audit`
+reads vLLM's log with them.
 
 vLLM's `--moe-backend` is one value for every MoE layer of the model, whatever its quant scheme:
 each scheme's oracle maps the value to one of its backends or raises (`map_fp8_backend`, ...), so
@@ -13,8 +16,6 @@ from __future__ import annotations
 
 import re
 from typing import Dict, Optional, Tuple
-
-VLLM_SOURCE = "vLLM 0.32.0"
 
 # MoE quant scheme -> the --moe-backend values its oracle accepts (any other value raises
 # ValueError when the layer is built). "unquantized" also lets "humming" through to automatic
@@ -107,23 +108,14 @@ VLLM_KERNEL_SOURCE = ("vLLM 0.32.0 kernels/linear/__init__.py (_POSSIBLE_NVFP4_K
                       "_LINEAR_BACKEND_KERNEL_MAP); fused_moe/oracle/nvfp4.py "
                       "(backend_to_kernel_cls)")
 
-# Parallelism as each engine spells it
-VLLM_PARALLEL_SOURCE = ("vLLM 0.32.0 engine/arg_utils.py (--tensor-parallel-size, "
-                        "--data-parallel-size, --enable-expert-parallel); fused_moe/config.py "
-                        "(FusedMoEParallelConfig.make: with expert parallelism the MoE layers "
-                        "run EP = TP x DP and TP 1; without, TP x DP)")
-SGLANG_PARALLEL_SOURCE = ("SGLang 0.5.23 srt/server_args.py (--tp-size, --ep-size, --dp-size); "
-                          "entrypoints/engine.py (moe_ep_rank = tp_rank // (tp_size // "
-                          "ep_size): the MoE layers run TP = tp_size / ep_size)")
-
 
 def vllm_kernels(op: str, quant: str, name: Optional[str]) -> Tuple[str, ...]:
     """The kernel classes vLLM may build for a backend name, in its order (empty: unknown)."""
     return VLLM_KERNELS.get((op, quant, name or ""), ())
 
 
-__all__ = ["VLLM_MOE_ACCEPTS", "VLLM_MOE_SOURCES", "VLLM_LINEAR_QUANT", "VLLM_KERNELS",
-           "vllm_kernels"]
+__all__ = ["VLLM_MOE_ACCEPTS", "VLLM_MOE_SOURCES", "VLLM_LINEAR_QUANT", "VLLM_LINEAR_SOURCE",
+           "VLLM_KERNELS", "VLLM_KERNEL_SOURCE", "vllm_kernels", "vllm_name"]
 
 
 # vLLM's backend enum values whose --moe-backend name is not value.lower() (the inverse of
