@@ -33,6 +33,7 @@ from typing import (
 )
 
 from selector.checkpoint.launchers import Launcher
+from selector.core import env_vars
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.decision import Decision
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("vllm.selector")  # vLLM's handlers print it beside vLLM's own lines
 
-ENV_ENABLE = "SELECTOR_VLLM"
+ENV_ENABLE = env_vars.VLLM
 ENV_OVERRIDES = "SELECTOR_VLLM_OVERRIDES"
 MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
 FP8_MOE_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.fp8"
@@ -664,8 +665,8 @@ def register() -> None:
     unknown value of SELECTOR_VLLM, or an unbalanced quote in SELECTOR_VLLM_OVERRIDES, is a
     SelectorError naming the variable, raised here, before vLLM loads any layer.
     (SELECTOR_VLLM=observe is dispatched before this by selector.engines.vllm_entry.)"""
-    from selector.core.env_vars import flag, words
-    if not flag(ENV_ENABLE):
+    from selector.core.env_vars import vllm_mode, words
+    if vllm_mode() != "on":  # "observe" is dispatched before this (vllm_entry.register)
         return
     words(ENV_OVERRIDES)
     install()
