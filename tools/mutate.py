@@ -157,15 +157,44 @@ GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
                 "core/profile.py"), ("test_probes", "test_doctor", "test_tune")),
     "distributed": (("distributed/",), ("test_agreement", "test_distributed",
                                         "test_agreed_interface")),
+    # backends/ (installed as selector.backends), by floor and the tests that exercise it
+    "backends-prepare": (("backends/prepare/",), ("test_prepare",)),
+    "backends-nvfp4": (("backends/formats/nvfp4/", "backends/kernels/nvfp4_moe_host.py",
+                        "backends/wrappers/_flashinfer.py"), ("test_nvfp4",)),
+    "backends-reference": (("backends/reference/",),
+                           ("test_reference", "test_activations", "test_emulation_grouped",
+                            "test_env_vars_all")),
+    "backends-common": (("backends/common/", "backends/__init__.py"),
+                        ("test_validate_once", "test_kernel_inputs", "test_layers")),
+    "backends-fp8": (("backends/formats/fp8.py", "backends/wrappers/torch_scaled_mm.py",
+                      "backends/wrappers/torch_grouped_fp8.py",
+                      "backends/wrappers/flashinfer_fp8.py"),
+                     ("test_fp8_backends", "test_kernel_inputs", "test_flashinfer_fp8",
+                      "test_env_vars_all")),
+    "backends-wrappers": (("backends/wrappers/_base.py", "backends/wrappers/flashinfer_b12x.py",
+                           "backends/wrappers/flashinfer_cutedsl.py",
+                           "backends/wrappers/flashinfer_cutlass.py",
+                           "backends/wrappers/flashinfer_trtllm.py",
+                           "backends/wrappers/marlin.py", "backends/wrappers/vllm_cutlass.py",
+                           "backends/wrappers/b12x_native.py", "backends/wrappers/emulation.py"),
+                          ("test_backend_apply", "test_flashinfer_fp8", "test_untrusted",
+                           "test_vllm_env", "test_recipes")),
+    "backends-probes": (("backends/children/probes/",), ("test_probes",)),
+    "backends-children": (("backends/children/verify_", "backends/children/tune_child.py"),
+                          ("test_verify", "test_verify_inputs", "test_tune", "test_tune_inputs")),
+    "backends-kernels": (("backends/kernels/nvfp4_moe_triton.py", "backends/kernels/nvfp4_triton.py",
+                          "backends/kernels/fp8_act_quant.py", "backends/wrappers/triton_fp8.py"),
+                         ("test_emulation_fused", "test_nvfp4", "test_fp8_act_quant",
+                          "test_triton_fp8_host", "test_fp8_backends")),
 }
 
 
 def group_modules(name: str) -> Tuple[List[str], List[str]]:
     """The modules (with a mutation site) and the test files of shard `name`."""
     prefixes, tests = GROUPS[name]
-    mods = [m for m in all_modules() if any(
-        m == "selector/" + p if p.endswith(".py") else m.startswith("selector/" + p)
-        for p in prefixes)]
+    full = [p if p.startswith("backends/") else "selector/" + p for p in prefixes]
+    mods = [m for m in all_modules() + all_modules("backends") if any(
+        m == p if p.endswith(".py") else m.startswith(p) for p in full)]
     return ([m for m in mods if any(True for _ in sites(ast.parse(Path(ROOT / m).read_text())))],
             [f"tests/{t}.py" for t in tests])
 
@@ -173,15 +202,23 @@ def group_modules(name: str) -> Tuple[List[str], List[str]]:
 FALLBACK_TESTS = ("tests/test_decision_edges.py", "tests/test_api.py", "tests/test_cli.py")
 
 
-def all_modules() -> List[str]:
-    """Every module of selector/ (relative paths, sorted), faces with code included."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "selector").rglob("*.py"))
+def all_modules(package: str = "selector") -> List[str]:
+    """Every module of selector/ (or of `package`: backends/), relative paths, sorted, faces
+    with code included."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py"))
+
+
+def _label(module: str) -> str:
+    """A module's name in the table: selector's without the package, backends' whole."""
+    return module.removeprefix("selector/")
 
 
 def tests_for(module: str) -> List[str]:
     """The top-level test files that name `module` (a path such as selector/core/rules.py)."""
     import re
     dotted = module[:-3].replace("/", ".").removesuffix(".__init__")
+    if dotted.split(".")[0] == "backends":  # installed as selector.backends
+        dotted = "selector." + dotted
     pkg, _, leaf = dotted.rpartition(".")
     pats = [re.compile(rf"(?<![\w.]){re.escape(dotted)}(?![\w])")]
     if pkg:
@@ -316,7 +353,7 @@ def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
             os.environ[MARKER] = token  # what it starts carries this: killed after it
             if cache:
                 os.environ["SELECTOR_TEST_CACHE_DIR"] = cache
-            for name in [m for m in sys.modules if m == "selector" or m.startswith("selector.")]:
+            for name in [m for m in sys.modules if m.split(".")[0] in ("selector", "backends")]:
                 del sys.modules[name]
             sys.dont_write_bytecode = True
             import pytest
@@ -409,6 +446,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     # one composed-config cache for every child (tests/conftest.py honours it)
     os.environ.setdefault("SELECTOR_TEST_CACHE_DIR", str(ROOT / ".mutate-cache"))
     import hydra  # noqa: F401 - warm in the parent, shared by every child
+    if any(m.startswith("backends/") for m in args.modules):
+        import torch  # noqa: F401 - backends/' tests import it: warm too (no CUDA is started)
     import packaging.specifiers  # noqa: F401
     import pytest  # noqa: F401
 
@@ -646,22 +685,33 @@ def render(path: Path) -> str:
     lines = ["| module | killed / run | non-equivalent killed | sites | survivors: why each is "
              "equivalent or acceptable |", "|---|---|---|---|---|"]
     k = r = e = 0
-    for mod in all_modules():
+    sub = {"backends": [0, 0, 0, 0, 0]}  # killed, run, equivalent, modules run, modules
+    for mod in all_modules() + all_modules("backends"):
         n = sum(1 for _ in sites(ast.parse((ROOT / mod).read_text())))
         if not n:
             continue
         row = rows.get(mod)
+        part = sub.get(mod.split("/")[0])
+        if part:
+            part[4] += 1
         if not row:
-            lines.append(f"| `{mod[9:]}` | not run yet | | {n} | |")
+            lines.append(f"| `{_label(mod)}` | not run yet | | {n} | |")
             continue
         why = [(s, equivalent.get(f"{mod}:{s}")) for s in row["survivors"]]
         eq = sum(1 for _, w in why if w)
         k, r, e = k + row["killed"], r + row["ran"], e + eq
+        if part:
+            part[:4] = [part[0] + row["killed"], part[1] + row["ran"], part[2] + eq, part[3] + 1]
         rate = f"{100.0 * row['killed'] / max(row['ran'] - eq, 1):.0f}%"
         text = "; ".join(f"{s}: {w or 'not explained yet'}" for s, w in why) or "-"
-        lines.append(f"| `{mod[9:]}` | {row['killed']} / {row['ran']} | {rate} | {n} | {text} |")
+        lines.append(f"| `{_label(mod)}` | {row['killed']} / {row['ran']} | {rate} | {n} | {text} |")
     head = (f"Recorded: **{k} of {r} killed; {k} of {r - e} non-equivalent "
             f"({100.0 * k / max(r - e, 1):.1f}%)** ({e} equivalent).\n\n")
+    bk, br, be, bm, bn = sub["backends"]
+    if br:
+        head += (f"Of these, `backends/`: **{bk} of {br} killed; {bk} of {br - be} "
+                 f"non-equivalent ({100.0 * bk / max(br - be, 1):.1f}%)** ({be} equivalent), "
+                 f"{bm} of its {bn} modules with a mutation site run.\n\n")
     return head + "\n".join(lines) + "\n"
 
 
