@@ -163,6 +163,16 @@ def test_a_bad_tune_timeout_variable_does_not_break_explain(monkeypatch):
     assert rc == 0 and "Traceback" not in err, err
 
 
+def test_a_bad_tune_timeout_variable_does_not_break_explain_in_a_fresh_process():
+    """issue 48 (5): the variable was parsed when selector.inspect.tuning was imported, so a
+    fresh process's `explain policy.preference=measured` raised there (in-process, the module
+    was already imported and the test above could not see it)."""
+    from helpers import cli_env, run_cli
+    r = run_cli("explain", *SHAPE, "policy.preference=measured",
+                env=cli_env(SELECTOR_TUNE_TIMEOUT="abc"))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("value", ["abc", "nan", "-5"])
 def test_a_bad_verify_timeout_variable_is_exit_2_naming_it(monkeypatch, value):
     """`explain probe=verify` reads it (`doctor --verify` takes --timeout, else
