@@ -12,7 +12,9 @@ line, or one that runs only in a subprocess: every test that runs any line of th
 --no-targeted runs the whole set each time. Each mutant gets a fresh copy of the composed-
 config cache. --record merges the per-module rows into docs/mutation.json, which
 docs/guarantees.md renders (tools/regen.py); `--only survivors.txt --record ...` reruns
-survivors after new tests and moves those now killed.
+survivors after new tests and moves those now killed. backends/ (installed as
+selector.backends) is sharded by what is on disk (`backends-<floor>`, backends_groups): no list
+of its modules to keep up to date when one moves; `--list-groups` prints every shard.
 
 Without --tests, each module is run against the test files that name it (its dotted name, or
 `from <package> import <module>`), falling back to the decision and API suites; --all takes
@@ -157,46 +159,54 @@ GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
                 "core/profile.py"), ("test_probes", "test_doctor", "test_tune")),
     "distributed": (("distributed/",), ("test_agreement", "test_distributed",
                                         "test_agreed_interface")),
-    # backends/ (installed as selector.backends), by floor and the tests that exercise it
-    "backends-prepare": (("backends/prepare/",), ("test_prepare",)),
-    "backends-nvfp4": (("backends/formats/nvfp4/", "backends/kernels/nvfp4_moe_host.py",
-                        "backends/wrappers/_flashinfer.py"), ("test_nvfp4",)),
-    "backends-reference": (("backends/reference/",),
-                           ("test_reference", "test_activations", "test_emulation_grouped",
-                            "test_env_vars_all")),
-    "backends-common": (("backends/common/", "backends/__init__.py"),
-                        ("test_validate_once", "test_kernel_inputs", "test_layers")),
-    "backends-fp8": (("backends/formats/fp8.py", "backends/wrappers/torch_scaled_mm.py",
-                      "backends/wrappers/torch_grouped_fp8.py",
-                      "backends/wrappers/flashinfer_fp8.py"),
-                     ("test_fp8_backends", "test_kernel_inputs", "test_flashinfer_fp8",
-                      "test_env_vars_all")),
-    "backends-wrappers": (("backends/wrappers/_base.py", "backends/wrappers/flashinfer_b12x.py",
-                           "backends/wrappers/flashinfer_cutedsl.py",
-                           "backends/wrappers/flashinfer_cutlass.py",
-                           "backends/wrappers/flashinfer_trtllm.py",
-                           "backends/wrappers/marlin.py", "backends/wrappers/vllm_cutlass.py",
-                           "backends/wrappers/b12x_native.py", "backends/wrappers/emulation.py"),
-                          ("test_backend_apply", "test_flashinfer_fp8", "test_untrusted",
-                           "test_vllm_env", "test_recipes")),
-    "backends-probes": (("backends/children/probes/",), ("test_probes",)),
-    "backends-children": (("backends/children/verify_", "backends/children/tune_child.py"),
-                          ("test_verify", "test_verify_inputs", "test_tune", "test_tune_inputs")),
-    "backends-kernels": (("backends/kernels/nvfp4_moe_triton.py", "backends/kernels/nvfp4_triton.py",
-                          "backends/kernels/fp8_act_quant.py", "backends/wrappers/triton_fp8.py"),
-                         ("test_emulation_fused", "test_nvfp4", "test_fp8_act_quant",
-                          "test_triton_fp8_host", "test_fp8_backends")),
 }
+
+
+#: backends/ (installed as selector.backends) is sharded by what is on disk, not by a list: one
+#: shard per sub-package (a floor: `backends-prepare`), or `backends-<floor>-<k>` parts of at
+#: most BACKENDS_SHARD modules where a floor has more, `backends-package` for the modules at its
+#: top; a shard's tests are the files that name any of its modules (tests_for). A module moved
+#: into a sub-package of its floor stays in that floor's shard, one moved to a new floor gets a
+#: shard of its own; nothing here names a module.
+BACKENDS = "backends"
+BACKENDS_SHARD = 8
+
+
+def backends_groups() -> dict[str, List[str]]:
+    """{shard name: its modules with a mutation site}, discovered under backends/."""
+    floors: dict[str, List[str]] = {}
+    for m in all_modules(BACKENDS):
+        if has_sites(m):
+            parts = Path(m).parts
+            floors.setdefault(parts[1] if len(parts) > 2 else "package", []).append(m)
+    out: dict[str, List[str]] = {}
+    for floor, mods in sorted(floors.items()):
+        n = -(-len(mods) // BACKENDS_SHARD)  # parts of at most BACKENDS_SHARD, sizes even
+        for k in range(n):
+            out[f"{BACKENDS}-{floor}" + (f"-{k + 1}" if n > 1 else "")] = mods[k::n]
+    return out
+
+
+def has_sites(module: str) -> bool:
+    """Whether the module has a mutation site."""
+    return any(True for _ in sites(ast.parse((ROOT / module).read_text())))
+
+
+def group_names() -> List[str]:
+    """Every shard's name: GROUPS' and backends/' (discovered)."""
+    return sorted([*GROUPS, *backends_groups()])
 
 
 def group_modules(name: str) -> Tuple[List[str], List[str]]:
     """The modules (with a mutation site) and the test files of shard `name`."""
+    if name not in GROUPS:  # a backends/ shard: its test files are those naming its modules
+        mods = backends_groups()[name]
+        return mods, list(dict.fromkeys(t for m in mods for t in tests_for(m)))
     prefixes, tests = GROUPS[name]
-    full = [p if p.startswith("backends/") else "selector/" + p for p in prefixes]
-    mods = [m for m in all_modules() + all_modules("backends") if any(
+    full = ["selector/" + p for p in prefixes]
+    mods = [m for m in all_modules() if any(
         m == p if p.endswith(".py") else m.startswith(p) for p in full)]
-    return ([m for m in mods if any(True for _ in sites(ast.parse(Path(ROOT / m).read_text())))],
-            [f"tests/{t}.py" for t in tests])
+    return [m for m in mods if has_sites(m)], [f"tests/{t}.py" for t in tests]
 
 
 FALLBACK_TESTS = ("tests/test_decision_edges.py", "tests/test_api.py", "tests/test_cli.py")
@@ -220,7 +230,9 @@ def tests_for(module: str) -> List[str]:
     if dotted.split(".")[0] == "backends":  # installed as selector.backends
         dotted = "selector." + dotted
     pkg, _, leaf = dotted.rpartition(".")
-    pats = [re.compile(rf"(?<![\w.]){re.escape(dotted)}(?![\w])")]
+    # a package (its __init__) is named by its dotted name alone, not by its submodules' names
+    tail = r"(?![\w.])" if module.endswith("__init__.py") else r"(?![\w])"
+    pats = [re.compile(rf"(?<![\w.]){re.escape(dotted)}{tail}")]
     if pkg:
         pats.append(re.compile(rf"from {re.escape(pkg)} import [^\n]*\b{re.escape(leaf)}\b"))
     stems = {leaf.split("_")[0], pkg.rpartition(".")[2]} - {"", "selector", "__init__"}
@@ -429,9 +441,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-targeted", dest="targeted", action="store_false",
                     help="run each mutant against its module's whole test set, not just the "
                     "tests whose run covered the mutated line")
-    ap.add_argument("--group", choices=sorted(GROUPS),
-                    help="one shard: its modules against its test files (see GROUPS)")
+    ap.add_argument("--group", choices=group_names(),
+                    help="one shard: its modules against its test files (see GROUPS, and "
+                    "backends_groups for backends/)")
+    ap.add_argument("--list-groups", action="store_true",
+                    help="print each shard, its modules and its test files, and exit")
     args = ap.parse_args(argv)
+    if args.list_groups:
+        for name in group_names():
+            mods, tests = group_modules(name)
+            print(f"{name}: {' '.join(mods)}\n    tests: {' '.join(tests)}")
+        return 0
     if args.group:
         args.modules, args.tests = group_modules(args.group)
     if args.all:
