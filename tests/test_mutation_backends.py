@@ -231,3 +231,18 @@ def test_grouped_fp8_prepare_refuses_weights_of_another_scheme():
                               selector_overrides=["platform=h200", "stack=vllm_0_32"])
     with pytest.raises(ValueError, match="the weights are fp8_channel, the layer fp8_tensor"):
         impl.prepare(_fp8_moe("fp8_channel", None))
+
+
+@pytest.mark.parametrize("path", ["torch_grouped_fp8:GroupedFp8Prepared",
+                                  "flashinfer_fp8:CutlassFp8MoEPrepared"])
+def test_prepared_fp8_moe_weights_are_frozen(path):
+    """A prepared layer is shared by every call (and across threads): it cannot be changed."""
+    import dataclasses
+    import importlib
+    mod, _, cls = path.partition(":")
+    klass = getattr(importlib.import_module(f"selector.backends.wrappers.{mod}"), cls)
+    fields = [f.name for f in dataclasses.fields(klass) if f.default is dataclasses.MISSING
+              and f.default_factory is dataclasses.MISSING]
+    p = klass(**{f: None for f in fields})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.quant = "fp8_block"
