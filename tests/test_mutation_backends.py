@@ -246,3 +246,50 @@ def test_prepared_fp8_moe_weights_are_frozen(path):
     p = klass(**{f: None for f in fields})
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.quant = "fp8_block"
+
+
+# ---------------------------------------------------------------------------------------------
+# wrappers/_base.py, wrappers/emulation.py: requirements, the layer spec, which computation runs
+
+
+def test_a_requirement_out_of_range_is_not_satisfied():
+    from selector.backends.wrappers._base import _satisfied
+    assert _satisfied("torch") and _satisfied("torch>=0.1")
+    assert _satisfied("torch<0.1") is False
+    assert _satisfied("no-such-distribution-here") is False
+
+
+def test_a_linear_layers_spec_carries_its_hidden_size():
+    from selector.backends.wrappers.emulation import EmulationLinear
+    spec = EmulationLinear(quant="nvfp4").layer_spec({"hidden_size": 64, "intermediate_size": 32})
+    assert spec["hidden_size"] == 64
+
+
+def test_the_emulation_linear_runs_the_kernels_computation_unless_given_a_dtype():
+    from selector.backends.reference import emulate_linear, reference_linear
+    from selector.backends.wrappers.emulation import EmulationLinear
+    w = nv.quantize_linear(torch.randn(32, 128), input_scale=torch.tensor(0.01))
+    x = torch.randn(4, 128).bfloat16()
+    impl = EmulationLinear(quant="nvfp4")
+    assert torch.equal(impl.apply(x, impl.prepare(w)), emulate_linear(x, w, quant="nvfp4"))
+    ref = EmulationLinear(quant="nvfp4", compute_dtype=torch.float64)
+    got = ref.apply(x.double(), ref.prepare(w))
+    assert torch.equal(got, reference_linear(x.double(), w, quant="nvfp4",
+                                             compute_dtype=torch.float64))
+
+
+def test_the_emulation_moe_runs_the_kernels_computation_unless_given_a_dtype():
+    from selector.backends.reference import emulate_moe, reference_moe
+    from selector.backends.wrappers.emulation import EmulationMoE
+    E, H, I, T = 4, 128, 64, 6
+    w = nv.quantize_moe(torch.randn(E, 2 * I, H), torch.randn(E, H, I) / 8, torch.tensor(1e-3),
+                        torch.tensor(1e-2))
+    x = torch.randn(T, H).bfloat16()
+    tw = torch.full((T, 2), 0.5)
+    ti = torch.tensor([[0, 1], [2, 3], [1, 2], [3, 0], [0, 2], [1, 3]])
+    impl = EmulationMoE(quant="nvfp4", activation="silu", act_and_mul=True)
+    assert torch.equal(impl.apply(x, impl.prepare(w), tw, ti), emulate_moe(x, w, tw, ti))
+    ref = EmulationMoE(quant="nvfp4", activation="silu", act_and_mul=True,
+                       compute_dtype=torch.float64)
+    assert torch.equal(ref.apply(x.double(), ref.prepare(w), tw, ti),
+                       reference_moe(x.double(), w, tw, ti, compute_dtype=torch.float64))
