@@ -293,3 +293,22 @@ def test_the_emulation_moe_runs_the_kernels_computation_unless_given_a_dtype():
                        compute_dtype=torch.float64)
     assert torch.equal(ref.apply(x.double(), ref.prepare(w), tw, ti),
                        reference_moe(x.double(), w, tw, ti, compute_dtype=torch.float64))
+
+
+def test_accepted_options_stop_at_an_init_without_var_keywords():
+    from selector.backends.common.validate import accepted_options
+
+    class Base:
+        def __init__(self, *, b=1, **kw):
+            pass
+
+    class Mid(Base):
+        def __init__(self, *, m=1):  # takes no **kw: Base's options are not reachable
+            super().__init__()
+
+    class Top(Mid):
+        def __init__(self, *, t=1, **kw):
+            super().__init__(**kw)
+
+    assert accepted_options(Top) == ("t", "m")
+    assert accepted_options(Base) == ("b",)
