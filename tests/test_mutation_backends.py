@@ -192,8 +192,11 @@ def test_the_reference_implements_the_activations_its_catalogue_file_lists():
 
 @pytest.mark.parametrize("path", ["b12x_native:B12xNativeMoE", "flashinfer_cutlass:CutlassMoE",
                                   "flashinfer_trtllm:TrtllmMoE", "marlin:MarlinMoE",
-                                  "vllm_cutlass:VllmCutlassMoE"])
-def test_the_nvfp4_moe_wrappers_compute_w4a16_layers_too(path):
+                                  "vllm_cutlass:VllmCutlassMoE", "b12x_native:B12xNativeLinear",
+                                  "flashinfer_cutlass:CutlassLinear",
+                                  "flashinfer_trtllm:TrtllmLinear", "marlin:MarlinLinear",
+                                  "vllm_cutlass:VllmCutlassLinear"])
+def test_the_nvfp4_wrappers_compute_w4a16_layers_too(path):
     """Their catalogue files implement nvfp4_w4a16 and the classes compute it (the weight-only
     ModelOpt checkpoints); built for it, none refuses the scheme."""
     import importlib
