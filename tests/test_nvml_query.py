@@ -170,12 +170,8 @@ def test_query_without_nvml_says_whether_a_driver_is_there(monkeypatch, cuda_fou
             return object()
         raise OSError(name)
     monkeypatch.setattr(nq.ctypes, "CDLL", cdll)
-    monkeypatch.setenv("SELECTOR_NVML_LIBRARY", "libnvml-test.so")
-    monkeypatch.setenv("SELECTOR_CUDA_LIBRARY", "libcuda-test.so")
-    assert nq.query() == {"via": None, "driver_present": want}
+    assert nq.query("libnvml-test.so", "libcuda-test.so") == {"via": None, "driver_present": want}
     assert tried == ["libnvml-test.so", "libcuda-test.so"]
-    monkeypatch.delenv("SELECTOR_NVML_LIBRARY")
-    monkeypatch.delenv("SELECTOR_CUDA_LIBRARY")
     tried.clear()
     nq.query()
     assert tried == [nq.NVML_LIBRARY, nq.CUDA_LIBRARY] == ["libnvidia-ml.so.1", "libcuda.so.1"]

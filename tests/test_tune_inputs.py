@@ -83,6 +83,65 @@ def test_concurrent_tune_runs_on_one_profile_keep_every_cell(tmp_path):
     assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
 
 
+
+# The same through the command: `selector tune` runs ending together on one --out. Only the
+# timing child is replaced (a fixed timing per cell); the verify step, the merge and the write
+# are the command's own. All reach the save at once (a barrier in machine_key, called just
+# before it), and the merge is slowed, so that unlocked read-merge-writes would overlap.
+TUNE_RUN = r"""
+import os, sys, time
+from selector.commands import cli, tune
+from selector.core import profile as prof
+from selector.inspect import tuning
+out, tokens, ready, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def time_backend(spec, cases, *a, **k):
+    return [tuning.CaseResult(spec.name, case, prof.Timing(1.0, 0.9, 1.1, 1), device="cpu",
+                              timer="perf_counter") for case, _ in cases]
+tuning.time_backend = time_backend
+key = tuning.machine_key
+def machine_key(run):
+    open(os.path.join(ready, str(os.getpid())), "w").close()
+    end = time.monotonic() + 600  # a hang guard: each run reaches here within seconds
+    while len(os.listdir(ready)) < n and time.monotonic() < end:
+        time.sleep(0.01)
+    return key(run)
+tuning.machine_key = machine_key
+merge = tune._merge
+def slow_merge(new, path):
+    got = merge(new, path)
+    time.sleep(0.5)
+    return got
+tune._merge = slow_merge
+sys.exit(cli.main(["tune", "layer=dense_linear", "layer.hidden_size=256",
+                   "layer.intermediate_size=256", "--tokens", tokens, "--out", out]))
+"""
+
+
+def test_concurrent_tune_commands_on_one_out_keep_every_cell(tmp_path):
+    """Before the lock, 6 runs ending together kept 1 of 6 cells here, each reporting success."""
+    import sys
+
+    from helpers import cli_env
+
+    from selector.core import profile as prof
+    out, ready = tmp_path / "p.json", tmp_path / "ready"
+    ready.mkdir()
+    env = cli_env(SELECTOR_CACHE_DIR=str(tmp_path / "cache"))
+    # one run first fills the verify cache, so that the six below verify nothing again
+    first = subprocess.run([sys.executable, "-c", TUNE_RUN, str(tmp_path / "warm.json"), "2",
+                            str(tmp_path), "0"], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr
+    tokens = [1 << i for i in range(6)]
+    procs = [subprocess.Popen([sys.executable, "-c", TUNE_RUN, str(out), str(t), str(ready),
+                               str(len(tokens))], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for t in tokens]
+    for p in procs:
+        o, e = p.communicate(timeout=600)
+        assert p.returncode == 0, e
+    assert sorted(c.tokens for c in prof.load(str(out)).cells) == tokens
+
+
 # ---------------------------------------------------------------------------------------------
 # Environment variables, profile fields, --out (issue 48, defects 5 and 6)
 
@@ -102,6 +161,16 @@ def test_a_bad_tune_timeout_variable_does_not_break_explain(monkeypatch):
     monkeypatch.setenv("SELECTOR_TUNE_TIMEOUT", "abc")
     rc, out, err = run_main(["explain", *SHAPE, "policy.preference=measured"])
     assert rc == 0 and "Traceback" not in err, err
+
+
+def test_a_bad_tune_timeout_variable_does_not_break_explain_in_a_fresh_process():
+    """issue 48 (5): the variable was parsed when selector.inspect.tuning was imported, so a
+    fresh process's `explain policy.preference=measured` raised there (in-process, the module
+    was already imported and the test above could not see it)."""
+    from helpers import cli_env, run_cli
+    r = run_cli("explain", *SHAPE, "policy.preference=measured",
+                env=cli_env(SELECTOR_TUNE_TIMEOUT="abc"))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("value", ["abc", "nan", "-5"])

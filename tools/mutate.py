@@ -12,7 +12,9 @@ line, or one that runs only in a subprocess: every test that runs any line of th
 --no-targeted runs the whole set each time. Each mutant gets a fresh copy of the composed-
 config cache. --record merges the per-module rows into docs/mutation.json, which
 docs/guarantees.md renders (tools/regen.py); `--only survivors.txt --record ...` reruns
-survivors after new tests and moves those now killed.
+survivors after new tests and moves those now killed. backends/ (installed as
+selector.backends) is sharded by what is on disk (`backends-<floor>`, backends_groups): no list
+of its modules to keep up to date when one moves; `--list-groups` prints every shard.
 
 Without --tests, each module is run against the test files that name it (its dotted name, or
 `from <package> import <module>`), falling back to the decision and API suites; --all takes
@@ -161,30 +163,77 @@ GROUPS: dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
 }
 
 
+#: backends/ (installed as selector.backends) is sharded by what is on disk, not by a list: one
+#: shard per sub-package (a floor: `backends-prepare`), or `backends-<floor>-<k>` parts of at
+#: most BACKENDS_SHARD modules where a floor has more, `backends-package` for the modules at its
+#: top; a shard's tests are the files that name any of its modules (tests_for). A module moved
+#: into a sub-package of its floor stays in that floor's shard, one moved to a new floor gets a
+#: shard of its own; nothing here names a module.
+BACKENDS = "backends"
+BACKENDS_SHARD = 8
+
+
+def backends_groups() -> dict[str, List[str]]:
+    """{shard name: its modules with a mutation site}, discovered under backends/."""
+    floors: dict[str, List[str]] = {}
+    for m in all_modules(BACKENDS):
+        if has_sites(m):
+            parts = Path(m).parts
+            floors.setdefault(parts[1] if len(parts) > 2 else "package", []).append(m)
+    out: dict[str, List[str]] = {}
+    for floor, mods in sorted(floors.items()):
+        n = -(-len(mods) // BACKENDS_SHARD)  # parts of at most BACKENDS_SHARD, sizes even
+        for k in range(n):
+            out[f"{BACKENDS}-{floor}" + (f"-{k + 1}" if n > 1 else "")] = mods[k::n]
+    return out
+
+
+def has_sites(module: str) -> bool:
+    """Whether the module has a mutation site."""
+    return any(True for _ in sites(ast.parse((ROOT / module).read_text())))
+
+
+def group_names() -> List[str]:
+    """Every shard's name: GROUPS' and backends/' (discovered)."""
+    return sorted([*GROUPS, *backends_groups()])
+
+
 def group_modules(name: str) -> Tuple[List[str], List[str]]:
     """The modules (with a mutation site) and the test files of shard `name`."""
+    if name not in GROUPS:  # a backends/ shard: its test files are those naming its modules
+        mods = backends_groups()[name]
+        return mods, list(dict.fromkeys(t for m in mods for t in tests_for(m)))
     prefixes, tests = GROUPS[name]
+    full = ["selector/" + p for p in prefixes]
     mods = [m for m in all_modules() if any(
-        m == "selector/" + p if p.endswith(".py") else m.startswith("selector/" + p)
-        for p in prefixes)]
-    return ([m for m in mods if any(True for _ in sites(ast.parse(Path(ROOT / m).read_text())))],
-            [f"tests/{t}.py" for t in tests])
+        m == p if p.endswith(".py") else m.startswith(p) for p in full)]
+    return [m for m in mods if has_sites(m)], [f"tests/{t}.py" for t in tests]
 
 
 FALLBACK_TESTS = ("tests/test_decision_edges.py", "tests/test_api.py", "tests/test_cli.py")
 
 
-def all_modules() -> List[str]:
-    """Every module of selector/ (relative paths, sorted), faces with code included."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "selector").rglob("*.py"))
+def all_modules(package: str = "selector") -> List[str]:
+    """Every module of selector/ (or of `package`: backends/), relative paths, sorted, faces
+    with code included."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py"))
+
+
+def _label(module: str) -> str:
+    """A module's name in the table: selector's without the package, backends' whole."""
+    return module.removeprefix("selector/")
 
 
 def tests_for(module: str) -> List[str]:
     """The top-level test files that name `module` (a path such as selector/core/rules.py)."""
     import re
     dotted = module[:-3].replace("/", ".").removesuffix(".__init__")
+    if dotted.split(".")[0] == "backends":  # installed as selector.backends
+        dotted = "selector." + dotted
     pkg, _, leaf = dotted.rpartition(".")
-    pats = [re.compile(rf"(?<![\w.]){re.escape(dotted)}(?![\w])")]
+    # a package (its __init__) is named by its dotted name alone, not by its submodules' names
+    tail = r"(?![\w.])" if module.endswith("__init__.py") else r"(?![\w])"
+    pats = [re.compile(rf"(?<![\w.]){re.escape(dotted)}{tail}")]
     if pkg:
         pats.append(re.compile(rf"from {re.escape(pkg)} import [^\n]*\b{re.escape(leaf)}\b"))
     stems = {leaf.split("_")[0], pkg.rpartition(".")[2]} - {"", "selector", "__init__"}
@@ -317,7 +366,7 @@ def run_tests(tests: List[str], timeout: float, marks: str = "not slow",
             os.environ[MARKER] = token  # what it starts carries this: killed after it
             if cache:
                 os.environ["SELECTOR_TEST_CACHE_DIR"] = cache
-            for name in [m for m in sys.modules if m == "selector" or m.startswith("selector.")]:
+            for name in [m for m in sys.modules if m.split(".")[0] in ("selector", "backends")]:
                 del sys.modules[name]
             sys.dont_write_bytecode = True
             import pytest
@@ -393,9 +442,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-targeted", dest="targeted", action="store_false",
                     help="run each mutant against its module's whole test set, not just the "
                     "tests whose run covered the mutated line")
-    ap.add_argument("--group", choices=sorted(GROUPS),
-                    help="one shard: its modules against its test files (see GROUPS)")
+    ap.add_argument("--group", choices=group_names(),
+                    help="one shard: its modules against its test files (see GROUPS, and "
+                    "backends_groups for backends/)")
+    ap.add_argument("--list-groups", action="store_true",
+                    help="print each shard, its modules and its test files, and exit")
     args = ap.parse_args(argv)
+    if args.list_groups:
+        for name in group_names():
+            mods, tests = group_modules(name)
+            print(f"{name}: {' '.join(mods)}\n    tests: {' '.join(tests)}")
+        return 0
     if args.group:
         args.modules, args.tests = group_modules(args.group)
     if args.all:
@@ -410,6 +467,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     # one composed-config cache for every child (tests/conftest.py honours it)
     os.environ.setdefault("SELECTOR_TEST_CACHE_DIR", str(ROOT / ".mutate-cache"))
     import hydra  # noqa: F401 - warm in the parent, shared by every child
+    if any(m.startswith("backends/") for m in args.modules):
+        import torch  # noqa: F401 - backends/' tests import it: warm too (no CUDA is started)
     import packaging.specifiers  # noqa: F401
     import pytest  # noqa: F401
 
@@ -647,24 +706,36 @@ def render(path: Path) -> str:
     lines = ["| module | killed / run | non-equivalent killed | sites when run | survivors: why "
              "each is equivalent or acceptable |", "|---|---|---|---|---|"]
     k = r = e = 0
-    for mod in all_modules():  # the counts are the record's: an edit to a module changes none
+    sub = {"backends": [0, 0, 0, 0, 0]}  # killed, run, equivalent, modules run, modules
+    for mod in all_modules() + all_modules("backends"):  # the counts are the record's
+        if not any(True for _ in sites(ast.parse((ROOT / mod).read_text()))):
+            continue
         row = rows.get(mod)
+        part = sub.get(mod.split("/")[0])
+        if part:
+            part[4] += 1
         if not row:
-            if any(True for _ in sites(ast.parse((ROOT / mod).read_text()))):
-                lines.append(f"| `{mod[9:]}` | not run yet | | | |")
+            lines.append(f"| `{_label(mod)}` | not run yet | | | |")
             continue
         n = row["total"]
         why = [(s, equivalent.get(f"{mod}:{s}")) for s in row["survivors"]]
         eq = sum(1 for _, w in why if w)
         k, r, e = k + row["killed"], r + row["ran"], e + eq
+        if part:
+            part[:4] = [part[0] + row["killed"], part[1] + row["ran"], part[2] + eq, part[3] + 1]
         rate = f"{100.0 * row['killed'] / max(row['ran'] - eq, 1):.0f}%"
         text = "; ".join(f"{s}: {w or 'not explained yet'}" for s, w in why) or "-"
-        lines.append(f"| `{mod[9:]}` | {row['killed']} / {row['ran']} | {rate} | {n} | {text} |")
+        lines.append(f"| `{_label(mod)}` | {row['killed']} / {row['ran']} | {rate} | {n} | {text} |")
     head = (f"Recorded: **{k} of {r} killed; {k} of {r - e} non-equivalent "
             f"({100.0 * k / max(r - e, 1):.1f}%)** ({e} equivalent). Every figure is the "
             "record's (docs/mutation.json, `sites when run`: the module's mutation sites at the "
             "run's commit): editing a module leaves its row as it is until the module is run "
             "again.\n\n")
+    bk, br, be, bm, bn = sub["backends"]
+    if br:
+        head += (f"Of these, `backends/`: **{bk} of {br} killed; {bk} of {br - be} "
+                 f"non-equivalent ({100.0 * bk / max(br - be, 1):.1f}%)** ({be} equivalent), "
+                 f"{bm} of its {bn} modules with a mutation site run.\n\n")
     return head + "\n".join(lines) + "\n"
 
 

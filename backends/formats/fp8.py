@@ -306,9 +306,10 @@ def linear_input(x, in_features: int, device: Any = None):
 def fused_act_quant(x) -> bool:
     """Whether ``quantize_activation`` runs ``backends.kernels.fp8_act_quant`` (Triton, one launch) for
     this CUDA tensor: triton imports, the GPU converts to E4M3 (SM >= 8.9), and
-    ``SELECTOR_FP8_ACT_QUANT`` is not ``torch`` (the torch form, for comparisons)."""
-    import os
-    if os.environ.get("SELECTOR_FP8_ACT_QUANT", "") == "torch":
+    ``SELECTOR_FP8_ACT_QUANT`` is not ``torch`` (the torch form, for comparisons; ``triton``,
+    empty or unset: the kernel where it runs; anything else is refused naming the variable)."""
+    from selector.core.env_vars import fp8_act_quant
+    if fp8_act_quant() == "torch":
         return False
     return _fused_device_ok(x.device.index if x.device.index is not None else
                             _torch().cuda.current_device())

@@ -146,8 +146,8 @@ def _tensor_kernels() -> Any:
 def _interpreted() -> bool:
     """Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``): CPU tensors then
     (tests/test_fp8_act_quant.py checks the kernels there against the torch form)."""
-    import os
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    from selector.core.env_vars import triton_interpret
+    return triton_interpret()
 
 
 def _next_pow2(n: int) -> int:

@@ -29,8 +29,9 @@ top-k sum's): tests/test_emulation_fused.py compares them in Triton's interprete
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional
+
+from selector.core.env_vars import triton_interpret
 
 from .nvfp4_moe_host import TILE_FAILED, cfg_key, compile_failure, gate_up_columns, swiglu_params, tile_ladder
 
@@ -311,7 +312,7 @@ def route_blocks(topk_ids, num_experts: int, bm: int, kernel: Optional[bool] = N
     row_e, order = torch.sort(ids, stable=True)
     max_blocks = -(-n // bm) + min(E, n)
     if kernel is None:  # the kernel on a GPU, or on the CPU under Triton's interpreter
-        kernel = triton is not None and (ids.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+        kernel = triton is not None and (ids.is_cuda or triton_interpret())
     if kernel:
         bounds = torch.searchsorted(row_e, torch.arange(E + 1, device=ids.device)).int()
         table = torch.empty((3, max_blocks), dtype=torch.int32, device=ids.device)
@@ -476,7 +477,7 @@ def _fused_moe(x, weights, topk_weights, topk_ids, activation, quant, act_and_mu
     bn1, bn2, bk = cfg["BLOCK_N1"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
             "SPLIT": bool(cfg["SPLIT"]),
-            "F32_DOT": os.environ.get("TRITON_INTERPRET") == "1"}
+            "F32_DOT": triton_interpret()}
     p13, b13 = w13.packed, w13.block_scale
     ks["fc1"][(-(-I // bn1), nb)](
         a1, a1.stride(0), arow, be, bstart, bend, p13, b13, ws13, as1, inter, inter.stride(0),

@@ -235,9 +235,9 @@ def _fused_default(x, cd, quantizer) -> bool:
     (``benchmarks/emulation_bench.py``'s check cases: worst 1.35e-3 of max |y|, float32
     accumulation order) at 0.84-1.27x a grouped bf16 MoE's time (eager, 1-256 tokens) where the
     grouped emulation took 3.1-8.3x (docs/records/h200.md, "Round five")."""
-    import os
+    from selector.core.env_vars import emulation_fused
     torch = _torch()
-    if os.environ.get("SELECTOR_EMULATION_FUSED", "") == "0":
+    if not emulation_fused():
         return False
     return bool(x.is_cuda and x.dtype == torch.bfloat16 and cd == torch.bfloat16
                 and quantizer is exact_quantizer and _fused_available(x.device))

@@ -97,3 +97,130 @@ def child_env() -> Dict[str, str]:
             parts.append(p)
     env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
+
+
+def switch(name: str, default: bool) -> bool:
+    """A boolean variable with a default: unset or empty gives `default`; otherwise as `flag`
+    (1/true/yes/on, 0/false/no/off, anything else bad input naming the variable)."""
+    text = os.environ.get(name)
+    return default if text is None or not text.strip() else flag(name)
+
+
+def choice(name: str, accepted: tuple[str, ...], default: str) -> str:
+    """A variable naming one of `accepted` (any case, surrounding space ignored); unset or empty
+    gives `default`; anything else is bad input naming the variable and the accepted values."""
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    if text.strip().lower() in accepted:
+        return text.strip().lower()
+    raise bad_input(name, text, f"is not accepted: use one of {', '.join(accepted)} (or leave "
+                    "it unset)", accepted=accepted)
+
+
+PATH_MAX = 4096  # Linux's longest path: dlopen and open refuse a longer one
+_CONTROL = frozenset(chr(c) for c in (*range(32), 127))
+
+
+def path_text(name: str) -> Optional[str]:
+    """A variable naming a file (a library, an output file): None when unset or empty; a value
+    over PATH_MAX characters or holding a control character (a newline, an ESC) is bad input.
+    The file need not exist (the caller says what a missing one means)."""
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return None
+    if len(text) > PATH_MAX or any(ch in _CONTROL for ch in text):
+        raise bad_input(name, text, f"is not accepted: a file name or path of at most {PATH_MAX} "
+                        "characters, without control characters")
+    return text
+
+
+#: the shared libraries NVML's child loads when pynvml is not there (inspect/nvml_query.py);
+#: a variable may name another file or a path (the test suite points them nowhere)
+LIBRARIES = {"SELECTOR_NVML_LIBRARY": "libnvidia-ml.so.1",
+             "SELECTOR_CUDA_LIBRARY": "libcuda.so.1"}
+
+
+def library(name: str) -> str:
+    """The library `name` (a key of LIBRARIES) names, else its default."""
+    return path_text(name) or LIBRARIES[name]
+
+
+# Variables of other programs, read as they read them ---------------------------------------
+
+_TRITON_TRUE = ("1", "true", "on", "yes")
+
+
+def triton_interpret() -> bool:
+    """TRITON_INTERPRET as Triton itself reads it (triton 3.x `knobs.env_bool` ->
+    `getenv_bool`: 1, true, on or yes in any case, without surrounding space, is true;
+    anything else false). Triton's variable, so never refused here: selector's kernels run
+    under the interpreter exactly when Triton interprets them."""
+    return os.environ.get("TRITON_INTERPRET", "").lower() in _TRITON_TRUE
+
+
+def cuda_home() -> tuple[Optional[str], str]:
+    """(the CUDA toolkit CUDA_HOME, else CUDA_PATH, names, or None; which variable): as vLLM
+    reads them (utils/deep_gemm.py `_deep_gemm_nvcc_path`, 0.34.0 lines 118-135): an empty
+    value counts as unset."""
+    home = os.environ.get("CUDA_HOME")
+    if home:
+        return home, "CUDA_HOME"
+    return os.environ.get("CUDA_PATH") or None, "CUDA_PATH"
+
+
+def nvcc_compiler() -> Optional[str]:
+    """The nvcc DeepGEMM's JIT is told to use: DG_JIT_NVCC_COMPILER, else the older
+    DJ_JIT_NVCC_COMPILER (vLLM and DeepGEMM read both; empty counts as unset)."""
+    return os.environ.get("DG_JIT_NVCC_COMPILER") or os.environ.get("DJ_JIT_NVCC_COMPILER") \
+        or None
+
+
+def visible_devices() -> Optional[str]:
+    """CUDA_VISIBLE_DEVICES as given (None when unset): a field of the verify cache's
+    fingerprint, compared as text; CUDA parses it, selector does not."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+# The vLLM plugin's variables ----------------------------------------------------------------
+
+VLLM = "SELECTOR_VLLM"  # 1/true/yes/on: the plugin decides; observe: shadow mode; else off
+VLLM_OBSERVE_JSON = "SELECTOR_VLLM_OBSERVE_JSON"  # shadow mode's JSON report file
+
+
+def vllm_mode() -> str:
+    """SELECTOR_VLLM: "observe" (any case, surrounding space ignored), "on" (1/true/yes/on)
+    or "off" (0/false/no/off, empty, unset); anything else bad input naming the variable."""
+    text = os.environ.get(VLLM)
+    if text is not None and text.strip().lower() == "observe":
+        return "observe"
+    if text is None or text.strip().lower() in _FALSE:
+        return "off"
+    if text.strip().lower() in _TRUE:
+        return "on"
+    raise bad_input(VLLM, text, "is not accepted: use 1/true/yes/on, observe, or "
+                    "0/false/no/off")
+
+
+def observe_json() -> Optional[Path]:
+    """The file SELECTOR_VLLM_OBSERVE_JSON names (surrounding space dropped), else None."""
+    text = path_text(VLLM_OBSERVE_JSON)
+    return Path(text.strip()) if text else None
+
+
+# backends/' switches -------------------------------------------------------------------------
+
+def emulation_fused() -> bool:
+    """SELECTOR_EMULATION_FUSED: whether the emulation MoE may take its fused Triton kernels by
+    default on CUDA (unset or empty: yes; 0/false/no/off: the grouped path)."""
+    return switch("SELECTOR_EMULATION_FUSED", True)
+
+
+FP8_ACT_QUANT = ("triton", "torch")
+
+
+def fp8_act_quant() -> str:
+    """SELECTOR_FP8_ACT_QUANT: how the FP8 backends quantize activations on CUDA: `triton` (the
+    one-launch kernel where it runs; also unset or empty) or `torch` (the torch form, for
+    comparisons)."""
+    return choice("SELECTOR_FP8_ACT_QUANT", FP8_ACT_QUANT, "triton")

@@ -75,9 +75,36 @@ def _release_dead_imports() -> None:
             if getattr(getattr(module, "__spec__", None), "_initializing", False):
                 roots.add(".".join(parts[:i]))
                 break
-    for name in list(sys.modules):
-        if any(name == r or name.startswith(r + ".") for r in roots):
-            del sys.modules[name]
+    doomed = [name for name in list(sys.modules)
+              if any(name == r or name.startswith(r + ".") for r in roots)]
+    blocked = [name for name in doomed if _not_reloadable(sys.modules.get(name))]
+    for name in doomed:
+        del sys.modules[name]
+    for name in blocked:  # `import` of it now raises ImportError: its package's fallback runs
+        sys.modules[name] = None  # type: ignore[assignment]
+
+
+_STDLIB = os.path.dirname(os.__file__)
+
+
+def _not_reloadable(module: object) -> bool:
+    """Whether `module` is a compiled extension from outside the standard library. Such a
+    module cannot be imported afresh in this process: a Cython module keeps its state in C
+    statics, so a second import gives back the module object it already made, bound to the
+    dropped package's classes, or, where the import was cut short by the fork, one that never
+    finishes (PyYAML's `yaml._yaml` without `MappingNode`: its CParser fails with a NameError
+    on the first mapping; issue 48, 1 of 50 fork trials). Its package is imported again
+    without it: PyYAML falls back to its pure-Python loader; a package without a fallback
+    raises ImportError, a clear error instead of a wrong answer. The standard library's own
+    extensions are re-initialisable and are imported afresh."""
+    external = sys.modules.get("_frozen_importlib_external")
+    loader = getattr(getattr(module, "__spec__", None), "loader", None)
+    if external is None or not isinstance(loader, external.ExtensionFileLoader):
+        return False
+    path = os.path.realpath(str(getattr(loader, "path", "")))
+    parts = path.split(os.sep)
+    return not path.startswith(os.path.realpath(_STDLIB) + os.sep) or \
+        "site-packages" in parts or "dist-packages" in parts
 
 
 os.register_at_fork(after_in_child=_renew_all)

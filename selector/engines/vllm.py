@@ -332,8 +332,8 @@ def register() -> None:
     unknown value of SELECTOR_VLLM, or an unbalanced quote in SELECTOR_VLLM_OVERRIDES, is a
     SelectorError naming the variable, raised here, before vLLM loads any layer.
     (SELECTOR_VLLM=observe is dispatched before this by selector.engines.vllm_entry.)"""
-    from selector.core.env_vars import flag, words
-    if not flag(ENV_ENABLE):
+    from selector.core.env_vars import vllm_mode, words
+    if vllm_mode() != "on":  # "observe" is dispatched before this (vllm_entry.register)
         return
     words(ENV_OVERRIDES)
     install()

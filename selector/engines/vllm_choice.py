@@ -11,6 +11,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from selector.core import env_vars
+
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.decision import Decision
     from selector.core.model import Catalogue
@@ -18,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("vllm.selector")  # vLLM's handlers print it beside vLLM's own lines
 
-ENV_ENABLE = "SELECTOR_VLLM"
+ENV_ENABLE = env_vars.VLLM
 ENV_OVERRIDES = "SELECTOR_VLLM_OVERRIDES"
 _DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float32": "float32"}
 # vLLM all2all backend -> selector's layer.all2all vocabulary

@@ -24,23 +24,23 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from selector.core import env_vars
 from selector.engines import vllm as plugin
 
 log = logging.getLogger("vllm.selector")
 
 MODE = "observe"
-ENV_JSON = "SELECTOR_VLLM_OBSERVE_JSON"
+ENV_JSON = env_vars.VLLM_OBSERVE_JSON
 LOADER = "vllm.model_executor.model_loader.base_loader"
 
 
 def requested() -> bool:
     """SELECTOR_VLLM=observe (any case, surrounding space ignored)."""
-    return os.environ.get(plugin.ENV_ENABLE, "").strip().lower() == MODE
+    return env_vars.vllm_mode() == MODE
 
 
 class Observer:
@@ -104,7 +104,7 @@ class Observer:
         """The summary line, and the JSON file when SELECTOR_VLLM_OBSERVE_JSON names one."""
         rep = self.report()
         log.info("%s", rep["summary"])
-        path = os.environ.get(ENV_JSON, "").strip()
+        path = env_vars.observe_json()  # checked when the plugin registered
         if path:
             try:
                 with open(path, "w", encoding="utf-8") as f:
@@ -323,8 +323,9 @@ def uninstall() -> None:
 
 def register() -> None:
     """Called by the plugin's register() when SELECTOR_VLLM=observe."""
-    from selector.core.env_vars import words
+    from selector.core.env_vars import observe_json, words
     words(plugin.ENV_OVERRIDES)  # an unbalanced quote is refused before vLLM loads a layer
+    observe_json()  # so is a report path with a control character
     install()
     log.info("selector: observing vLLM's NVFP4 MoE and linear, FP8, MXFP8 and MXFP4 MoE "
              "choices (%s=%s): vLLM decides; selector's choice is logged beside it",

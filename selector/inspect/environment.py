@@ -62,15 +62,14 @@ def nvcc_path() -> Tuple[Optional[str], str]:
     itself (vLLM 0.34.0 utils/deep_gemm.py _deep_gemm_nvcc_path, lines 118-135)."""
     import os
     import shutil
-    how = "CUDA_HOME" if os.environ.get("CUDA_HOME") else "CUDA_PATH"
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    home, how = env_vars.cuda_home()
     if not home:
         found = shutil.which("nvcc")
         home = os.path.dirname(os.path.dirname(found)) if found else _DEFAULT_CUDA_HOME
         how = "PATH" if found else _DEFAULT_CUDA_HOME
     if not os.path.exists(home):
         return None, f"no CUDA toolkit ({how}: {home} does not exist)"
-    named = os.environ.get("DG_JIT_NVCC_COMPILER") or os.environ.get("DJ_JIT_NVCC_COMPILER")
+    named = env_vars.nvcc_compiler()
     nvcc = shutil.which(named or os.path.join(home, "bin", "nvcc"))
     if nvcc is None:
         return None, f"no nvcc in {named or os.path.join(home, 'bin')} ({how})"
@@ -253,6 +252,8 @@ def detect_gpu() -> Gpu:
     """GPU 0 through NVML (pynvml, else libnvidia-ml), else torch, each in a child process."""
     limit = env_vars.timeout("SELECTOR_NVML_TIMEOUT")
     env_vars.timeout("SELECTOR_TORCH_PROBE_TIMEOUT")  # bad input whatever this machine has
+    for name in env_vars.LIBRARIES:  # so are the libraries (an early child may have run)
+        env_vars.library(name)
     raw, problem = _nvml_child(limit)
     if problem is not None:
         return Gpu(method="nvml", notes=[problem])
@@ -269,7 +270,10 @@ _EARLY: Dict[str, Any] = {}
 
 
 def _nvml_command() -> List[str]:
-    return [sys.executable, "-S", str(Path(__file__).with_name("nvml_query.py"))]
+    """The NVML child's command line: the libraries it loads without pynvml are its
+    arguments (SELECTOR_NVML_LIBRARY, SELECTOR_CUDA_LIBRARY, parsed by env_vars.library)."""
+    return [sys.executable, "-S", str(Path(__file__).with_name("nvml_query.py")),
+            env_vars.library("SELECTOR_NVML_LIBRARY"), env_vars.library("SELECTOR_CUDA_LIBRARY")]
 
 
 def start_gpu_probe() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 from typing import Any, Callable, Dict, List, Optional
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
@@ -118,23 +117,26 @@ def query_ctypes(lib: Any) -> Dict[str, Any]:
     return out
 
 
-def query() -> Dict[str, Any]:
-    """pynvml, else libnvidia-ml, else whether a CUDA driver (libcuda) is there at all."""
+def query(nvml_library: str = NVML_LIBRARY, cuda_library: str = CUDA_LIBRARY) -> Dict[str, Any]:
+    """pynvml, else libnvidia-ml, else whether a CUDA driver (libcuda) is there at all. The
+    parent passes the libraries as this script's arguments (SELECTOR_NVML_LIBRARY and
+    SELECTOR_CUDA_LIBRARY, parsed there by selector/core/env_vars.py)."""
     found = query_pynvml()
     if found is not None:
         return found
     try:
-        lib = ctypes.CDLL(os.environ.get("SELECTOR_NVML_LIBRARY") or NVML_LIBRARY)
+        lib = ctypes.CDLL(nvml_library)
     except OSError:
         lib = None
     if lib is not None:
         return query_ctypes(lib)
     try:
-        ctypes.CDLL(os.environ.get("SELECTOR_CUDA_LIBRARY") or CUDA_LIBRARY)
+        ctypes.CDLL(cuda_library)
         return {"via": None, "driver_present": True}
     except OSError:
         return {"via": None, "driver_present": False}
 
 
 if __name__ == "__main__":
-    print("\n" + json.dumps(query()))
+    import sys
+    print("\n" + json.dumps(query(*sys.argv[1:3])))

@@ -44,6 +44,7 @@ def fingerprint(run: RunConfig) -> Tuple[str, Dict[str, Any]]:
     """A key for this machine and stack: what a kernel's behaviour can depend on."""
     import importlib.metadata as md
 
+    from selector.core import env_vars
     from selector.inspect import environment
     from selector.inspect.environment import EXTRA_PACKAGES
     gpu = environment.detect_gpu()
@@ -59,7 +60,7 @@ def fingerprint(run: RunConfig) -> Tuple[str, Dict[str, Any]]:
             "gpu_count": gpu.count, "driver": gpu.driver,
             "cuda": None if p.cuda is None else str(p.cuda), "packages": dict(sorted(pkgs.items())),
             "python": sys.version.split()[0], "machine": _platform.machine(),
-            "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "selector": own,
+            "visible_devices": env_vars.visible_devices(), "selector": own,
             "version": VERSION}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
     return digest, data
