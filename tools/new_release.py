@@ -2,10 +2,11 @@
 changed in the answers selector models, proven by the release's own code. One command:
 
     python tools/new_release.py vllm 0.35.0 [--previous 0.34.0] [--capabilities 9.0,11.0]
-        [--families nvfp4,fp8,mx,linear] [--venv DIR] [--previous-venv DIR]
+        [--families nvfp4,fp8,mx,linear] [--venv DIR] [--previous-venv DIR] [--no-build]
 
 1. builds both releases' environments (tools/vllm_env.sh VENV VERSION; an existing one is reused,
-   .venv-vllm-035 for 0.35.0, .venv-vllm for the 0.32.0 CPU wheel);
+   .venv-vllm-035 for 0.35.0, .venv-vllm for the 0.32.0 CPU wheel; --no-build: use them as
+   they are);
 2. prints every changed hunk of vLLM's selection files between the two, at the new release's
    file and line numbers (the lines a catalogue rule then cites);
 3. runs the parity grids of tests/vllm (NVFP4, FP8 MoE, MXFP4/MXFP8 MoE, FP8/MX linear;
@@ -22,6 +23,7 @@ Exit 0; 2 on bad input or a release whose environment cannot be built (one line 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import json
 import os
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -113,12 +115,46 @@ def requires(site: Path) -> Dict[str, str]:
 
 
 Hunk = Tuple[str, int, int, List[str], List[int]]
+STATEMENT_LINES = 15
+
+
+def statements(source: List[str], touched: Iterable[int]) -> Set[int]:
+    """The lines of the new release's code a change touches, for tracing what ran: each touched
+    line, and every line of the innermost simple statement around it (a removed `or` clause
+    leaves only a comment behind, inside the `return` that now decides differently:
+    experts/cutlass_moe.py 726-730 in 0.34.0), or a compound statement's header lines (an `if`
+    whose condition changed). Unparsable code: the touched lines only."""
+    lines = set(touched)
+    try:
+        tree = ast.parse("\n".join(source))
+    except (SyntaxError, ValueError):
+        return lines
+    spans: List[Tuple[int, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or node.end_lineno is None:
+            continue
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            first = min([body[0].lineno] + [d.lineno for d in
+                                            getattr(node, "decorator_list", [])])
+            spans.append((node.lineno, max(node.lineno, first - 1)))  # the header
+        else:
+            spans.append((node.lineno, node.end_lineno))
+    for line in list(lines):
+        # a statement longer than STATEMENT_LINES (envs.py's table of every variable) is a
+        # container, not one decision: its touched lines only
+        around = [(lo, hi) for lo, hi in spans if lo <= line <= hi and hi - lo < STATEMENT_LINES]
+        if around:
+            lo, hi = min(around, key=lambda span: span[1] - span[0])
+            lines.update(range(lo, hi + 1))
+    return lines
 
 
 def hunks(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> Iterator[Hunk]:
     """(file, first, last line in the new release, the diff's lines, the new release's changed
-    lines: its added ones, or the hunk's lines where it only removed) of each changed hunk; a
-    file only the new release has is one hunk, one the old has only is reported removed."""
+    lines: its added ones and the statements a change falls in (statements()), or the hunk's
+    lines where it only removed) of each changed hunk; a file only the new release has is one
+    hunk, one the old has only is reported removed."""
     for name in sorted(set(old) | set(new)):
         a, b = old.get(name), new.get(name)
         if a == b:
@@ -137,9 +173,11 @@ def hunks(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> Iterator[Hunk
                 if tag == "equal":
                     continue
                 lines += [f"- {x}" for x in a[i1:i2]] + [f"+ {x}" for x in b[j1:j2]]
-                added += list(range(j1 + 1, j2 + 1))
+                # added lines, or for a removal the two lines it sat between
+                added += list(range(j1 + 1, j2 + 1)) if j2 > j1 else [j1, j1 + 1]
+            touched = statements(b, [x for x in added if first <= x <= max(first, last)])
             yield name, first, max(first, last), lines, \
-                added or list(range(first, max(first, last) + 1))
+                sorted(touched) or list(range(first, max(first, last) + 1))
 
 
 def on_index(dist: str, version: str) -> Optional[bool]:
@@ -156,6 +194,7 @@ def newest_proven() -> str:
     from selector import load
     from selector.config.presets import proven_releases
     tree = load(["platform=cpu"]).tree
+    assert tree is not None
     return next(v for d, _, v in proven_releases(tree) if d == "vllm")
 
 
@@ -207,6 +246,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--capabilities", help="sweep only these devices, e.g. 9.0,11.0,none "
                     "(default: every device of the grids)")
     ap.add_argument("--max-lines", type=int, default=12, help="diff lines shown per hunk")
+    ap.add_argument("--work", type=Path, help="a directory for the sweeps' answers (default: a "
+                    "temporary one); answers already there are reused")
+    ap.add_argument("--no-build", action="store_true", help="use both environments as they are "
+                    "(built by tools/vllm_env.sh; nothing is installed or written there)")
     args = ap.parse_args(argv)
     if args.engine != "vllm":
         fail(f"engine: {args.engine}: only vllm has released wheels to read; accepted: vllm")
@@ -225,8 +268,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         fail(f"previous: {previous}: is the new release itself; name an older one")
     new_venv = args.venv or venv_for(args.version)
     old_venv = args.previous_venv or venv_for(previous)
-    build(new_venv, args.version)
-    build(old_venv, previous)
+    if not args.no_build:
+        build(new_venv, args.version)
+        build(old_venv, previous)
     new_site, old_site = site_packages(new_venv), site_packages(old_venv)
 
     # -- the changed selection code ----------------------------------------------------------
@@ -247,9 +291,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     sweep = ["--families", args.families] + \
         (["--capabilities", args.capabilities] if args.capabilities else [])
     with tempfile.TemporaryDirectory() as tmp:
-        t = Path(tmp)
-        child(old_venv, ["answers", str(t / "old.json"), *sweep])
-        child(new_venv, ["answers", str(t / "new.json"), *sweep])
+        t = args.work or Path(tmp)
+        t.mkdir(parents=True, exist_ok=True)
+        for venv, name in ((old_venv, "old.json"), (new_venv, "new.json")):
+            if not (t / name).exists():
+                child(venv, ["answers", str(t / name), *sweep])
         a = json.loads((t / "old.json").read_text())["rows"]
         b = json.loads((t / "new.json").read_text())["rows"]
         keys = [k for k in b if k in a and answer(a[k]) != answer(b[k])]
@@ -266,36 +312,47 @@ def main(argv: Optional[List[str]] = None) -> int:
               {"SELECTOR_VLLM_STACK": stack})
         detail = json.loads((t / "detail.json").read_text())
 
-    where = {name: (first, last) for name, first, last, _, _ in found}
+    def hunk_lines(example: str) -> Dict[Tuple[str, int, int], List[int]]:
+        """The changed hunks whose lines the example's decision executed, with those lines."""
+        out: Dict[Tuple[str, int, int], List[int]] = {}
+        for name, line in (detail["lines"].get(example) or {}).get("executed", []):
+            for h in found:
+                if h[0] == name and line in h[4]:
+                    out.setdefault((name, h[1], h[2]), []).append(line)
+        return out
+
+    # each example's hunks, the ones fewest examples ran first (a refactor on every path,
+    # oracle/base.py in 0.34.0, last), each with how many examples ran it
+    ran: Dict[Tuple[str, int, int], int] = {}
+    for _, ks in ordered:
+        for h in hunk_lines(ks[0]):
+            ran[h] = ran.get(h, 0) + 1
     print(f"\nvLLM {previous} -> {args.version}: {len(keys)} of {len(b)} answers changed "
           f"({args.families}; {args.capabilities or 'every device'}), {len(ordered)} clusters; "
           f"selector answers under stack={stack}")
     for i, (_, ks) in enumerate(ordered, 1):
-        first = ks[0]
+        example = ks[0]
         mine = [detail["selector"].get(k) for k in ks]
         agree = sum(1 for m in mine if m and m[2])
         old_kept = sum(1 for k, m in zip(ks, mine) if m and m[0] == a[k][2])
-        print(f"\n[{i}] {b[first][0]}: vLLM {previous}: {shown(a[first])} -> vLLM "
-              f"{args.version}: {shown(b[first])} ({len(ks)} scenarios)")
-        print(f"    e.g. {b[first][1]}")
+        print(f"\n[{i}] {b[example][0]}: vLLM {previous}: {shown(a[example])} -> vLLM "
+              f"{args.version}: {shown(b[example])} ({len(ks)} scenarios)")
+        print(f"    e.g. {b[example][1]}")
         m = mine[0]
         if m:
             print(f"    selector (stack={stack}): {m[0] or 'refusal'} ({m[1] or '-'}); agrees with "
                   f"{args.version} in {agree} of {len(ks)}, keeps {previous}'s answer in "
                   f"{old_kept}" + (f"; explained: {m[3]}" if m[3] and not m[2] else ""))
-        traced = detail["lines"].get(first) or {}
-        per_hunk: Dict[Tuple[str, int, int], List[int]] = {}
-        for name, line in traced.get("executed", []):
-            for h in found:
-                if h[0] == name and h[1] <= line <= h[2]:
-                    per_hunk.setdefault((name, h[1], h[2]), []).append(line)
-        for (name, lo, hi), ls in sorted(per_hunk.items()):
-            print(f"    engine: {short(name)} lines {lo}-{hi} (executed {', '.join(map(str, ls))})")
+        traced = detail["lines"].get(example) or {}
+        per_hunk = hunk_lines(example)
+        for h, ls in sorted(per_hunk.items(), key=lambda kv: (ran[kv[0]], kv[0])):
+            print(f"    engine: {short(h[0])} lines {h[1]}-{h[2]} (executed "
+                  f"{', '.join(map(str, ls))}; {ran[h]} of {len(ordered)} examples ran it)")
         if traced.get("raised"):
             name, line = traced["raised"]
             print(f"    engine: raised at {short(name)} line {line}"
-                  + (" (a changed hunk)" if any(lo <= line <= hi for f, (lo, hi) in where.items()
-                                                if f == name) else ""))
+                  + (" (a changed hunk)" if any(h[0] == name and h[1] <= line <= h[2]
+                                                for h in found) else ""))
         if not per_hunk and not traced.get("raised"):
             print("    engine: no changed line of the selection files ran for it (a change "
                   "outside SELECTION_FILES, or in what the simulation answers)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import re
 import sys
@@ -68,9 +69,18 @@ def _linear_config() -> None:
 def current_config() -> Iterator[None]:
     """vLLM 0.34.0's FP8 MoE oracle reads the current VllmConfig's model config
     (fused_moe/oracle/fp8.py select_fp8_moe_backend): one without a model, as the parity
-    harness gives the MXFP4 oracle (made once the simulated CUDA platform is installed)."""
+    harness gives the MXFP4 oracle (made on a simulated CUDA platform: vLLM's CPU build infers
+    no device for it otherwise)."""
+    import sim
     from vllm.config import VllmConfig, set_current_vllm_config
-    with set_current_vllm_config(VllmConfig()):
+    simulation = sim.Simulation()
+    try:
+        with simulation.scenario(sim.Scenario("10.0", "12.8", None, None, "moe", "nvfp4",
+                                              "silu", True)):
+            config = VllmConfig()
+    finally:
+        simulation.close()
+    with set_current_vllm_config(config):
         yield
 
 
@@ -92,9 +102,9 @@ def answers(out: Path, families: List[str], capabilities: Optional[Set[Optional[
     import sim
     _linear_config()
     rows: Dict[str, List[Any]] = {}
-    simulation = sim.Simulation()
-    try:
-        with current_config():
+    with current_config():
+        simulation = sim.Simulation()
+        try:
             for family in families:
                 todo = [s for s in grid(family)
                         if capabilities is None or s.capability in capabilities]
@@ -102,8 +112,8 @@ def answers(out: Path, families: List[str], capabilities: Optional[Set[Optional[
                     with simulation.scenario(s):
                         v, kern, quant, err = vllm_answer(family, s)
                     rows[key(s.label())] = [family, s.label(), v, kern, quant, err]
-    finally:
-        simulation.close()
+        finally:
+            simulation.close()
     out.write_text(json.dumps({"vllm": sim.VLLM, "rows": rows}))
 
 
@@ -163,7 +173,7 @@ def detail(inp: Path, out: Path) -> None:
         simulation = sim.Simulation()  # a fresh machine: vLLM's cached probes recomputed
         try:
             with current_config(), simulation.scenario(s):
-                hits, raised = traced(lambda f=family, x=s: vllm_answer(f, x), changed, root)
+                hits, raised = traced(functools.partial(vllm_answer, family, s), changed, root)
         finally:
             simulation.close()
         lines[key(label)] = {"executed": hits, "raised": raised}
