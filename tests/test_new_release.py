@@ -151,3 +151,23 @@ def test_statements_widen_a_removed_clause_to_its_return():
 def test_bad_input_is_one_line_and_exit_2(args, line):
     r = _run(*args)
     assert r.returncode == 2 and r.stderr.strip() == line
+
+
+def test_an_unpublished_release_is_one_line_before_any_building(tmp_path):
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import new_release
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    published = new_release.index_versions("vllm")
+    if published is None:
+        pytest.skip("the package index did not answer `pip index versions vllm`")
+    assert "0.34.0" in published
+    venv = tmp_path / "venv-99"
+    r = _run("vllm", "99.0.0", "--previous", "0.34.0", "--venv", str(venv))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"new_release.py: version: 99.0.0: the package index has no vllm "
+                                f"99.0.0 (newest: {published[0]}); run the recipe once it is "
+                                "published")
+    assert not venv.exists()  # nothing was built
+

