@@ -128,3 +128,26 @@ def test_tensorrt_llm_guard_under_its_engine():
               "platform.packages.tensorrt-llm=1.3.1"]).default()
     assert d.guard == "answers proven up to TensorRT-LLM 1.3.0rc24; tensorrt-llm 1.3.1 is installed"
     assert [n.kind for n in d.note_data].count("unproven_release") == 1
+
+
+def test_the_vllm_plugin_warns_the_guard_once(monkeypatch, caplog):
+    """A vLLM newer than the newest proven stack, with selector's plugin deciding its layers:
+    one warning with the guard's line for the process, not one per layer. (The Chooser asks
+    vLLM's platform only for the capability: given here; tests/vllm runs it inside vLLM.)"""
+    import logging
+
+    from selector.engines import vllm as adapter
+    monkeypatch.setattr(adapter, "capability", lambda: "11.0")
+    layers = [{"op": "moe", "quant": "nvfp4", "activation": a, "act_and_mul": True}
+              for a in ("silu", "gelu")]
+    for given, want in ((["platform.packages.vllm=0.35.0"], [f"selector: note: {LINE}"]),
+                        ([], [])):
+        chooser = adapter.Chooser(["stack=vllm_0_34", *given])
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="vllm.selector"):
+            got = [chooser.decide(layer, "auto") for layer in layers * 2]
+        assert {d.selected for d in got} == {"marlin"}  # 0.34.0's answer on SM 11.0
+        warned = [r.getMessage() for r in caplog.records
+                  if r.name == "vllm.selector" and r.levelno == logging.WARNING]
+        assert warned == want, given
+
