@@ -1984,6 +1984,23 @@ _T8_MOE = {"quant": "fp8_tensor", "hidden_size": 2048, "intermediate_size": 768}
 _CUDNN_FE = {"nvidia-cudnn-frontend": "1.32.0"}
 # What decides an engine's choice that the scheme alone does not carry (issue 44): the
 # activation scales' granularity, the quantization method, the routing method, data parallelism.
+# vLLM 0.32.0-0.34.0 kernels/linear/__init__.py: every b12x linear kernel is on vLLM's automatic
+# lists (0.34.0 lines 463, 502, 574, 605-606, 631): under engine=vllm b12x is not opt-in, and it
+# comes where vLLM tries it: FP8 right after CUTLASS (before Marlin), MXFP4 W4A4 after Marlin
+_B12X_FP16_BLOCK = _fl("fp8_block", dtype="float16")  # DeepGEMM: bf16 only; CUTLASS: CUDA 12.8
+B12X_VLLM_CASES = [
+    C("vllm-b12x-lin-fp8-block-auto", "12.0", "linear/b12x", layer=_B12X_FP16_BLOCK, engine=V,
+      cuda="12.6", status="selected", kernel="B12xFp8BlockScaledMMKernel", scheme="fp8_block"),
+    C("none-b12x-lin-fp8-block-opt-in", "12.0", "linear/b12x", layer=_B12X_FP16_BLOCK,
+      cuda="12.6", status="opt_in"),
+    C("vllm-b12x-lin-fp8-block-cutlass-first", "12.0", "linear/cutlass", layer=_B12X_FP16_BLOCK,
+      engine=V, cuda="12.8", status="selected"),
+    C("vllm-b12x-lin-mxfp4-w4a4-after-marlin", "12.0", "linear/marlin",
+      layer=_fl("mxfp4_w4a4"), engine=V, pk={"flashinfer-python": None}, status="selected"),
+    C("vllm-b12x-lin-mxfp4-w4a4-eligible", "12.0", "linear/b12x", layer=_fl("mxfp4_w4a4"),
+      engine=V, pk={"flashinfer-python": None}, status="eligible"),
+]
+
 READER_CASES = [
     # flashinfer-python 0.7.4 gemm/gemm_base.py (bmm_fp8: A_scale a scalar tensor)
     C("act-scale-bmm-fp8-token", "10.0", "linear/flashinfer_bmm_fp8", {"act_scale"},
@@ -2036,7 +2053,8 @@ READER_CASES = [
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
                      _fp8_scheme_boundaries() + FP8_TORCH + FI_DIRECT + FIC_VLLM + MX_CASES +
-                     LINEAR_SCHEME_CASES + PARALLEL_CASES + V34_CASES + READER_CASES)
+                     LINEAR_SCHEME_CASES + PARALLEL_CASES + V34_CASES + B12X_VLLM_CASES +
+                     READER_CASES)
 
 
 # ---------------------------------------------------------------------------------------------

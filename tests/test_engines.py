@@ -325,12 +325,29 @@ def test_vllm_refuses_ep_for_flashinfer_b12x_w4a16():
      "engines.vllm.kernels[0]"),
     ({"name": "x", "source": "s", "replaces": ["activations"]}, "engines.vllm.replaces"),
     ({"name": "x", "source": "s", "replaces": "activation"}, "engines.vllm.replaces"),
+    ({"name": "x", "source": "s", "automatic": " "}, "engines.vllm.automatic"),
+    ({"name": "x", "source": "s", "automatic": ["a"]}, "engines.vllm.automatic"),
+    ({"name": "x", "source": "s", "preference": [{"rank": 1, "reason": "r"}]},
+     "engines.vllm.preference[0]"),
 ])
 def test_bad_engine_kernels_and_replaces_name_the_key(entry, key):
     from selector.core.engines import parse_entries
     with pytest.raises(SelectorError) as exc:
         parse_entries({"vllm": entry}, "engines", "conf/backend/moe/x.yaml")
     assert key in str(exc.value) and "x.yaml" in str(exc.value)
+
+
+def test_an_engine_that_reaches_an_opt_in_backend_automatically_orders_it_its_way():
+    """vLLM 0.32-0.34's automatic block-FP8 list tries B12xFp8BlockScaledMMKernel after CUTLASS
+    and before Marlin (0.34.0 kernels/linear/__init__.py 501-503): under engine=vllm b12x is
+    usable without the opt-in and outranks Marlin; selector's own order keeps it opt-in."""
+    over = ("platform=rtx_pro_6000", "stack=vllm_0_34", "layer=dense_linear",
+            "layer.quant=fp8_block", "layer.dtype=float16", "platform.packages.b12x=1.5.1",
+            "platform.cuda=12.6")
+    d = load("engine=vllm", *over).default()
+    assert d.selected == "b12x" and d.engine["kernel"] == "B12xFp8BlockScaledMMKernel"
+    own = load(*over).default()
+    assert own.selected == "marlin" and own.candidate("b12x").status == "opt_in"
 
 
 def test_an_engine_replaces_the_backends_own_rule_kind():

@@ -2,7 +2,6 @@
 changes issue 43 lists, each at its 0.34.0 file and line, and the pin the index lacks."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -27,18 +26,45 @@ def _hunks(out: str):
     return found
 
 
+def _clusters(out: str):
+    """Each printed changed answer: {family, old, new, example, engine: [(file, first, last,
+    executed lines)], raised: (file, line) or None}."""
+    found = []
+    for m in re.finditer(r"^\[\d+\] (\w+): vLLM 0\.33\.0: (.*) -> vLLM 0\.34\.0: (.*) \((\d+) "
+                         r"scenarios\)\n    e\.g\. (.*)\n((?:    .*\n)*)", out, re.M):
+        engine = [(f, int(a), int(b), {int(x) for x in ls.split(", ")}) for f, a, b, ls in
+                  re.findall(r"engine: (\S+) lines (\d+)-(\d+) \(executed ([\d, ]+);", m[6])]
+        raised = re.search(r"engine: raised at (\S+) line (\d+)", m[6])
+        found.append({"family": m[1], "old": m[2], "new": m[3], "n": int(m[4]), "example": m[5],
+                      "engine": engine, "raised": raised and (raised[1], int(raised[2])),
+                      "body": m[6]})
+    return found
+
+
+def _ran(cluster, file: str, lo: int, hi: int) -> bool:
+    """Whether the example's decision executed a changed line of `file` within lo..hi."""
+    return any(f.endswith(file) and any(lo <= x <= hi for x in ls)
+               for f, _, _, ls in cluster["engine"])
+
+
+VENVS = {v: REPO / f".venv-vllm-0{v.split('.')[1]}" for v in ("0.33.0", "0.34.0")}
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not all((p / "bin" / "python").exists() for p in VENVS.values()),
+                    reason="needs both releases' environments: tools/vllm_env.sh "
+                    ".venv-vllm-033 0.33.0 and tools/vllm_env.sh .venv-vllm-034 0.34.0")
 def test_replays_0_33_to_0_34_and_finds_each_change(tmp_path):
-    # SELECTOR_RELEASE_WHEELS: a directory already holding both wheels (else downloaded here)
-    wheels = Path(os.environ.get("SELECTOR_RELEASE_WHEELS") or tmp_path)
-    r = _run("vllm", "0.34.0", "--previous", "0.33.0", "--wheels", str(wheels),
-             "--max-lines", "400")
+    # both releases' own code on SM 10.0 and 11.0 (the devices of issue 43's changes)
+    r = _run("vllm", "0.34.0", "--previous", "0.33.0", "--no-build", "--capabilities",
+             "10.0,11.0", "--max-lines", "400", "--work", str(tmp_path))
     assert r.returncode == 0, r.stderr
     hunks = _hunks(r.stdout)
 
     def where(file: str, text: str):
         return [(a, b) for f, a, b, body in hunks if f.endswith(file) and text in body]
 
+    # -- the changed selection code, at 0.34.0's lines -----------------------------------------
     # SM 11.x out of vLLM's CUTLASS NVFP4 MoE (experts/cutlass_moe.py 724-730)
     assert any(a <= 728 <= b for a, b in where("experts/cutlass_moe.py", "SM110 excluded"))
     # TRT-LLM NVFP4 MoE takes swiglustep (253-265) with per-tensor scales (56-70)
@@ -54,10 +80,66 @@ def test_replays_0_33_to_0_34_and_finds_each_change(tmp_path):
     assert any(a <= 168 <= b for a, b in where("utils/deep_gemm.py", "version < (12, 9)"))
     # VLLM_MARLIN_INPUT_DTYPE removed (envs.py)
     assert where("envs.py", "VLLM_MARLIN_INPUT_DTYPE")
-    # the draft preset and the pin the index lacks
+
+    # -- the changed answers, each with the 0.34.0 lines its decision ran ---------------------
+    clusters = _clusters(r.stdout)
+    m = re.search(r"^vLLM 0\.33\.0 -> 0\.34\.0: (\d+) of (\d+) answers changed", r.stdout, re.M)
+    assert m and int(m[1]) == sum(c["n"] for c in clusters) > 0, r.stdout[-3000:]
+
+    def one(family, old, new, example):
+        """The largest printed cluster of that change whose example matches."""
+        found = [c for c in clusters if c["family"] == family and c["old"].startswith(old)
+                 and c["new"].startswith(new) and example in c["example"]]
+        assert found, (family, old, new, [(c["old"], c["new"]) for c in clusters])
+        return found[0]
+
+    # SM 11.0 NVFP4 MoE: automatic cutlass -> Marlin; an explicit cutlass now raises
+    auto = one("nvfp4", "cutlass", "marlin", "SM 11.0")
+    assert _ran(auto, "experts/cutlass_moe.py", 726, 730)
+    explicit = one("nvfp4", "cutlass", "error", "requested cutlass")
+    assert "SM 11.0" in explicit["example"] and explicit["raised"]
+    assert _ran(explicit, "experts/cutlass_moe.py", 726, 730)
+    # SM 10.0 swiglustep: the TRT-LLM NVFP4 MoE, automatic and explicit
+    for old in ("cutlass", "error"):
+        c = one("nvfp4", old, "flashinfer_trtllm", "nvfp4 swiglustep")
+        assert "SM 10.0" in c["example"] and _ran(c, "experts/trtllm_nvfp4_moe.py", 253, 265)
+    # gpt-oss MXFP4 on SM 11.0: Triton -> Marlin
+    gpt = one("mx", "triton_kernels", "marlin", "SM 11.0")
+    assert "mxfp4 swigluoai [mxfp4 oracle]" in gpt["example"]
+    assert _ran(gpt, "oracle/mxfp4.py", 445, 457)
+    # DeepGEMM off below nvcc 12.9: FP8 MoE (automatic and explicit) and FP8 block linear
+    deep = [c for c in clusters if c["old"].startswith("deep_gemm")]
+    assert {c["family"] for c in deep} >= {"fp8", "linear", "mx"}
+    for c in deep:
+        assert re.search(r"CUDA 12\.[0-8]\b", c["example"]), c["example"]  # a toolkit < 12.9
+        assert _ran(c, "utils/deep_gemm.py", 118, 177), c["body"]
+    one("fp8", "deep_gemm", "error", "requested deep_gemm")
+    one("linear", "deep_gemm", "cutlass", "fp8_block")
+    # selector's answer under the previous release's stack is printed for each
+    assert r.stdout.count("selector (stack=vllm_0_33): ") == len(clusters)
+
+    # -- the draft preset and the pin the index lacks ------------------------------------------
     assert 'stack: {family: vllm, version: "0.34"}' in r.stdout
     assert 'flashinfer-python: "0.7.3"' in r.stdout
     assert "the index lacks flashinfer-python==0.7.3" in r.stdout
+
+
+def test_statements_widen_a_removed_clause_to_its_return():
+    """A removed `or` clause leaves a comment inside the `return` that now decides otherwise:
+    the lines traced are that statement's (0.34.0 experts/cutlass_moe.py 726-730)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import new_release
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    old = ["def f(p):", "    return p.is_cuda() and (", "        p.family(100)",
+           "        or p.family(110)", "        or p.family(120)", "    )", "", "TABLE = {"] + \
+        [f"    'k{i}': {i}," for i in range(30)] + ["}"]
+    new = old[:3] + ["        # 110 excluded"] + old[4:8] + old[8:20] + ["    'new': 1,"] + \
+        old[20:]
+    found = list(new_release.hunks({"f.py": old}, {"f.py": new}))
+    assert [h[4] for h in found][0] == [2, 3, 4, 5, 6]  # the whole `return`
+    assert found[-1][4] == [21]  # a line of a 30-line table: its own line only
 
 
 @pytest.mark.parametrize("args, line", [
@@ -69,3 +151,23 @@ def test_replays_0_33_to_0_34_and_finds_each_change(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(args, line):
     r = _run(*args)
     assert r.returncode == 2 and r.stderr.strip() == line
+
+
+def test_an_unpublished_release_is_one_line_before_any_building(tmp_path):
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import new_release
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    published = new_release.index_versions("vllm")
+    if published is None:
+        pytest.skip("the package index did not answer `pip index versions vllm`")
+    assert "0.34.0" in published
+    venv = tmp_path / "venv-99"
+    r = _run("vllm", "99.0.0", "--previous", "0.34.0", "--venv", str(venv))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"new_release.py: version: 99.0.0: the package index has no vllm "
+                                f"99.0.0 (newest: {published[0]}); run the recipe once it is "
+                                "published")
+    assert not venv.exists()  # nothing was built
+

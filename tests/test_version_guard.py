@@ -81,6 +81,11 @@ def test_api_decision_guard_and_the_answer_of_the_newest_proven_release():
     ("flashinfer-python", "0.7.5",
      "answers proven up to FlashInfer 0.7.4; flashinfer-python 0.7.5 is installed"),
     ("vllm", "0.35.0rc1", "answers proven up to vLLM 0.34.0; vllm 0.35.0rc1 is installed"),
+    # TensorRT-LLM: its main branch's pre-release is the newest proven (conf/stack/trtllm_main)
+    ("tensorrt-llm", "1.3.0",
+     "answers proven up to TensorRT-LLM 1.3.0rc24; tensorrt-llm 1.3.0 is installed"),
+    ("tensorrt-llm", "1.3.0rc25",
+     "answers proven up to TensorRT-LLM 1.3.0rc24; tensorrt-llm 1.3.0rc25 is installed"),
 ])
 def test_every_family_with_release_data_is_guarded(key, value, line):
     from selector import load
@@ -102,4 +107,47 @@ def test_proven_releases_come_from_the_stack_presets():
     from selector.config.presets import proven_releases
     tree = load(["platform=b200"]).tree
     got = {d: v for d, _, v in proven_releases(tree)}
-    assert got == {"vllm": "0.34.0", "sglang": "0.5.23", "flashinfer-python": "0.7.4"}
+    assert got == {"vllm": "0.34.0", "sglang": "0.5.23", "flashinfer-python": "0.7.4",
+                   "tensorrt-llm": "1.3.0rc24"}
+
+
+@pytest.mark.parametrize("stack, given", [
+    ("trtllm_main", ()), ("trtllm_1_2", ()),  # the proven pre-release and the older release
+    ("trtllm_main", ("platform.packages.tensorrt-llm=1.3.0rc24+local",)),
+    ("trtllm_main", ("platform.packages.tensorrt-llm=1.3.0rc24.post1",)),
+])
+def test_proven_tensorrt_llm_releases_get_no_guard(stack, given):
+    from selector import load
+    d = load(["platform=b200", "engine=trtllm", f"stack={stack}", *given]).default()
+    assert d.guard == ""
+
+
+def test_tensorrt_llm_guard_under_its_engine():
+    from selector import load
+    d = load(["platform=b200", "engine=trtllm", "stack=trtllm_main",
+              "platform.packages.tensorrt-llm=1.3.1"]).default()
+    assert d.guard == "answers proven up to TensorRT-LLM 1.3.0rc24; tensorrt-llm 1.3.1 is installed"
+    assert [n.kind for n in d.note_data].count("unproven_release") == 1
+
+
+def test_the_vllm_plugin_warns_the_guard_once(monkeypatch, caplog):
+    """A vLLM newer than the newest proven stack, with selector's plugin deciding its layers:
+    one warning with the guard's line for the process, not one per layer. (The Chooser asks
+    vLLM's platform only for the capability: given here; tests/vllm runs it inside vLLM.)"""
+    import logging
+
+    from selector.engines import vllm as adapter
+    monkeypatch.setattr(adapter, "capability", lambda: "11.0")
+    layers = [{"op": "moe", "quant": "nvfp4", "activation": a, "act_and_mul": True}
+              for a in ("silu", "gelu")]
+    for given, want in ((["platform.packages.vllm=0.35.0"], [f"selector: note: {LINE}"]),
+                        ([], [])):
+        chooser = adapter.Chooser(["stack=vllm_0_34", *given])
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="vllm.selector"):
+            got = [chooser.decide(layer, "auto") for layer in layers * 2]
+        assert {d.selected for d in got} == {"marlin"}  # 0.34.0's answer on SM 11.0
+        warned = [r.getMessage() for r in caplog.records
+                  if r.name == "vllm.selector" and r.levelno == logging.WARNING]
+        assert warned == want, given
+

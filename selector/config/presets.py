@@ -216,9 +216,11 @@ def stack_presets(tree: ConfigTree) -> List[Tuple[str, Dict[str, Any]]]:
 
 
 #: release families selector has release data for: stack family -> (distribution, name shown).
-#: TensorRT-LLM has none (conf/engine/trtllm.yaml models its main branch; no stack preset).
+#: TensorRT-LLM's are its 1.2 release and its main branch (conf/stack/trtllm_1_2.yaml,
+#: trtllm_main.yaml: tensorrt-llm 1.3.0rc24, the pre-release its cited files are read from).
 RELEASE_FAMILIES = {"vllm": ("vllm", "vLLM"), "sglang": ("sglang", "SGLang"),
-                    "flashinfer": ("flashinfer-python", "FlashInfer")}
+                    "flashinfer": ("flashinfer-python", "FlashInfer"),
+                    "trtllm": ("tensorrt-llm", "TensorRT-LLM")}
 
 
 def proven_releases(tree: ConfigTree) -> List[Tuple[str, str, str]]:

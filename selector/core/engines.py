@@ -127,6 +127,8 @@ class EngineEntry:
     kernels: Tuple[Kernel, ...] = ()
     replaces: Tuple[str, ...] = ()  # rule kinds of the backend's own that the engine's replace
     names: Tuple[Tuple[str, str], ...] = ()  # (scheme, name): the engine's name for one scheme
+    automatic: str = ""  # source: the engine's automatic path reaches an opt-in backend
+    preference: Tuple[Any, ...] = ()  # model.Preference entries of the engine's own order
 
     def name_for(self, scheme: Optional[str]) -> Optional[str]:
         """The engine's name for a layer of `scheme` (SGLang runs gpt-oss MXFP4 under
@@ -295,9 +297,17 @@ def _entry(raw: Any, where: str, file: str) -> EngineEntry:
             raise bad_value(f"{where}.names", scheme, QUANTS, what="quant scheme", where=file)
         if not isinstance(n, str) or not n.strip():
             raise bad_input(f"{where}.names.{scheme}", n, "is not a backend name", where=file)
+    automatic = v["automatic"]
+    if automatic is not None and (not isinstance(automatic, str) or not automatic.strip()):
+        raise bad_input(f"{where}.automatic", automatic, "is not a source (the engine file "
+                        "whose automatic path reaches the backend)", where=file)
+    from selector.core.model import make_preference  # (model imports this module)
+    preference = tuple(make_preference(p, f"{where}.preference[{i}]", file)
+                       for i, p in enumerate(v["preference"]))
     return EngineEntry(v["name"], v["source"], tuple(
         (k, str(x)) for k, x in sorted(v["env"].items())), compiled, kernels,
-        tuple(v["replaces"]), tuple(sorted((str(k), str(x)) for k, x in v["names"].items())))
+        tuple(v["replaces"]), tuple(sorted((str(k), str(x)) for k, x in v["names"].items())),
+        automatic or "", preference)
 
 
 def parse_entries(conf: Any, key: str, file: str, known: Sequence[str] = ENGINES
@@ -394,7 +404,11 @@ def apply(catalogue: Any, engine: Engine) -> Any:
                     "engine", why, source, f"not offered by {engine.label}")))
             else:  # the engine's kernel checks its own `replaces` kinds instead of the backend's
                 kept = tuple(r for r in b.rules if r.kind not in e.replaces)
-                changed.append(dataclasses.replace(b, rules=kept + e.rules))
+                # an opt-in backend the engine reaches automatically is not opt-in under it, and
+                # the engine's own order comes before the backend's
+                changed.append(dataclasses.replace(
+                    b, rules=kept + e.rules, preference=e.preference + b.preference,
+                    opt_in=None if e.automatic else b.opt_in))
         out[op] = tuple(changed)
     return dataclasses.replace(catalogue, backends=out)
 

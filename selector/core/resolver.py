@@ -136,10 +136,18 @@ def unproven_note(platform: Any, proven: Any) -> Optional[Note]:
     newer = []
     for dist, name, version in (proven() if callable(proven) else proven):
         have = pkgs.get(dist)
-        if have is not None and Version(have.base_version) > Version(version):
+        if have is not None and _release(have) > _release(Version(version)):
             newer.append({"package": dist, "name": name, "proven": version,
                           "installed": str(have)})
     return note("unproven_release", releases=tuple(newer)) if newer else None
+
+
+def _release(v: Version) -> Version:
+    """The release a version names, for the guard: its pre-release kept (TensorRT-LLM's proven
+    main is 1.3.0rc24: rc24 itself is proven, rc25 and 1.3.0 are newer), a local build tag
+    (0.34.0+cpu), a post-release and a development build of a release counted as that release."""
+    pre = "".join(str(x) for x in v.pre) if v.pre and not v.dev else ""
+    return Version(v.base_version + pre)
 
 
 def _reason(r: Reason) -> Dict[str, str]:

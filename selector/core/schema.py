@@ -340,6 +340,13 @@ class EngineEntryConf:
         "problem": "is not a list of rule kinds"})
     names: Dict[str, str] = field(default_factory=dict, metadata={  # scheme -> its own name
         "problem": "is not a mapping of quant scheme to the engine's name for it"})
+    # the engine reaches the backend on its automatic path although the backend file marks it
+    # opt-in: the public source that says so (under this engine the opt-in does not hold)
+    automatic: Optional[str] = field(default=None, metadata={
+        "problem": "is not a source (the engine file whose automatic path reaches the backend)"})
+    # the engine's own order for the backend (the backend file's `preference:` entries, first)
+    preference: List[Any] = field(default_factory=list, metadata={
+        "problem": "is not a list of {when, rank, reason, source}"})
 
 
 @dataclass

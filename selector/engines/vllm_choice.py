@@ -296,6 +296,7 @@ class Chooser:
         self.extra = extra
         self._selectors: Dict[Tuple[str, ...], Selector] = {}
         self._logged: Set[Tuple[Any, ...]] = set()
+        self._guards: Set[str] = set()  # the version guard's lines already warned
         self._lock = threading.Lock()
 
     def _base(self, overrides: Tuple[str, ...]) -> Selector:
@@ -366,6 +367,12 @@ class Chooser:
             from selector.config.catalogues import marked_line  # a backend from a plugin says so
             line = d.log_line() + (f" [{span}]" if span else "")
             log.info("%s", marked_line(sel.catalogue, d, f"{line} [vLLM: {flags}]"))
+        if d.guard and d.guard not in self._guards:
+            # the version guard (a vLLM newer than selector has proven): once per process, as
+            # a warning a user sees beside vLLM's own, not among the per-layer info lines
+            with self._lock:
+                self._guards.add(d.guard)
+            log.warning("selector: note: %s", d.guard)
         return d
 
 

