@@ -74,6 +74,12 @@ def _patched_lines() -> list:
     ]
 
 
+def _venv() -> str:
+    """The environment tools/vllm_env.sh builds for the installed release."""
+    import sim
+    return ".venv-vllm" if sim.RELEASE == "0.32" else f".venv-vllm-{sim.RELEASE.replace('.', '')}"
+
+
 def _stack() -> str:
     import sim
     return sim.STACK_PRESET
@@ -170,7 +176,7 @@ def render_fp8(report) -> str:
         "`scaled_mm_entry.cu` compiles it: SM 9.x with CUDA >= 12.3, SM 10.x with CUDA >= 12.8; "
         "`is_deep_gemm_supported` reads the platform's `support_deep_gemm`, `VLLM_USE_DEEP_GEMM` "
         "and whether the DeepGEMM module is there, bundled in vLLM's CUDA wheel). selector "
-        "decides through the plugin's Chooser with `engine=vllm stack=vllm_0_32` and the "
+        f"decides through the plugin's Chooser with `engine=vllm stack={_stack()}` and the "
         "plugin's `fp8_moe_switches`: `allow_vllm_cutlass=False` is `policy.exclude=[cutlass]`, "
         "`VLLM_MOE_USE_DEEP_GEMM=0` is `policy.exclude=[deep_gemm]`, `=1` requests `deep_gemm`.",
         "",
@@ -219,12 +225,16 @@ def render_mx(report) -> str:
     """The MXFP4/MXFP8 section: vLLM's select_mxfp4_moe_backend, its DeepSeek V4 path and
     select_mxfp8_moe_backend against selector, with the differences one entry per cluster."""
     import sim
+    import vllm
     rows, differ = report.rows, report.differ
     caps = ", ".join(c for c in sim.MX_CAPABILITIES if c)
+    # vLLM 0.34.0 fused_moe/oracle/mxfp4.py 445-457 orders Triton after Marlin on SM 11.x too
+    triton = "SM 9.0 and 11.0, Marlin on SM 12.x" if sim.RELEASE in ("0.32", "0.33") else \
+        "SM 9.0, Marlin on SM 11.0 and 12.x"
     lines = [
         "## MXFP4 and MXFP8 MoE",
         "",
-        "vLLM 0.32.0 has three MX oracles, all run untouched here: `select_mxfp4_moe_backend` "
+        f"vLLM {vllm.__version__} has three MX oracles, all run untouched here: `select_mxfp4_moe_backend` "
         "(gpt-oss, and every MXFP4 checkpoint that declares its activation key: "
         "compressed-tensors, Quark, INC), `select_deepseek_v4_mxfp4_moe_backend` (the "
         "`quant_method: mxfp4` checkpoints that are not gpt-oss: DeepSeek V4 and others) and "
@@ -236,9 +246,9 @@ def render_mx(report) -> str:
         "the same kernel class and the same scheme (selector's `engine.scheme`, vLLM's "
         "`_backend_activation_key` of its pick), or both refuse.",
         "",
-        "How a gpt-oss user sees both: vLLM 0.32.0 builds gpt-oss' MoE with no activation key, "
-        "so it runs the `_BF16` variants (`layer.quant=mxfp4`): FlashInfer TRT-LLM on SM 10.x, "
-        "OpenAI's Triton kernels on SM 9.0 and 11.0, Marlin on SM 12.x (vLLM orders Triton after "
+        f"How a gpt-oss user sees both: vLLM {vllm.__version__} builds gpt-oss' MoE with no "
+        "activation key, so it runs the `_BF16` variants (`layer.quant=mxfp4`): FlashInfer "
+        f"TRT-LLM on SM 10.x, OpenAI's Triton kernels on {triton} (vLLM orders Triton after "
         "Marlin there). Asking vLLM for MXFP8 activations, `--quantization-config "
         "'{\"moe\": {\"activation\": \"mxfp8\"}}'` (or `--moe-backend "
         "flashinfer_trtllm_afp8` / `flashinfer_cutlass_afp8`), is `layer.quant=mxfp4_w4a8` in "
@@ -317,7 +327,7 @@ def render_linear(report) -> str:
         "set as vLLM's `KernelConfig.linear_backend_per_quant` under the quantization key "
         "selector's `VLLM_LINEAR_QUANT` names, which vLLM's own `_get_linear_backend` reads), "
         "against selector's plugin Chooser with "
-        "`engine=vllm stack=vllm_0_32`. vLLM names its linear backends per kernel family "
+        f"`engine=vllm stack={_stack()}`. vLLM names its linear backends per kernel family "
         "(`torch` holds one kernel per FP8 scheme): a scenario agrees when both name the same vLLM "
         "backend and the same kernel class, or both refuse; vLLM's name maps to the selector "
         "backend of that name that implements the layer's scheme. selector's `emulation` is its "
@@ -437,7 +447,7 @@ def render_random(report) -> str:
         " scaled_mm/flashinfer.py:165-170, scaled_mm/deep_gemm.py:47-52) and with DeepGEMM"
         " builds the dynamic kernel selector names.",
         "",
-        f"This report: `SELECTOR_PARITY_SEED={report.seed} .venv-vllm/bin/python "
+        f"This report: `SELECTOR_PARITY_SEED={report.seed} {_venv()}/bin/python "
         "tools/vllm_parity.py --only random`.",
         "",
         "| random family | total | agree | differ | not described | differ without an "
@@ -509,15 +519,27 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="only report unexplained differences")
     ap.add_argument("--only", action="append", choices=SECTIONS,
                     help="run this sweep only (repeatable); keep the file's other sections")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="write here instead of the release's report (its other sections are "
+                    "the report's): two sweeps run side by side, then merged with --merge")
+    ap.add_argument("--merge", type=Path, action="append", default=[],
+                    help="take the --only sections from this file (written by --out) instead of "
+                    "running their sweeps")
     args = ap.parse_args(argv)
     import logging
     logging.disable(logging.WARNING)
-    out = _out()
-    old = out.read_text() if out.exists() else ""
+    report_path = _out()
+    out = args.out or report_path
+    old = report_path.read_text() if report_path.exists() else ""
     parts = split(old)
     bad = 0
+    for path in args.merge:
+        done = split(path.read_text())
+        for name in args.only or SECTIONS:
+            if done.get(name):
+                parts[name] = done[name]
     for name in SECTIONS:
-        if args.only and name not in args.only:
+        if args.only and name not in args.only or args.merge:
             continue
         report = run_sweep(name)
         _summary(name, report)
@@ -525,7 +547,7 @@ def main(argv=None) -> int:
         bad += len(report.unexplained)
     if not args.check:
         out.write_text("\n".join(parts[n] for n in SECTIONS if parts.get(n)))
-        print(f"wrote {out.relative_to(ROOT)}")
+        print(f"wrote {out}")
     return 1 if bad else 0
 
 

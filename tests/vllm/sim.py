@@ -485,6 +485,27 @@ class Simulation:
 
 
 # -- vLLM's objects for a scenario ------------------------------------------------------------------
+_VLLM_CONFIG: List[Any] = []
+
+
+def vllm_config(model_type: Optional[str] = None) -> Any:
+    """vLLM's current config for an oracle call: no --quantization-config (the checkpoint's
+    activation key decides: vLLM 0.34.0 config/quantization.py user_activation_override reads
+    model_config.quantization_config), and a model config naming `model_type` (vLLM 0.34.0
+    fused_moe/oracle/fp8.py 472-478 drops DeepGEMM for the model types
+    should_auto_disable_deep_gemm lists; None: a model it keeps DeepGEMM for)."""
+    import types
+
+    from vllm.config import VllmConfig
+    if not _VLLM_CONFIG:
+        _VLLM_CONFIG.append(VllmConfig())
+    cfg = _VLLM_CONFIG[0]
+    object.__setattr__(cfg, "model_config", types.SimpleNamespace(
+        quantization_config=None,
+        hf_text_config=types.SimpleNamespace(model_type=model_type)))
+    return cfg
+
+
 def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
     from selector.engines import vllm as adapter
     return adapter.moe_config({"activation": s.activation, "act_and_mul": s.act_and_mul,
