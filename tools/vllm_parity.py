@@ -24,15 +24,24 @@ def _out() -> Path:
     return ROOT / "docs" / sim.DOC_NAME
 
 
-def why_lines(text: str, pairs, reasons) -> list:
+MAX_LINES = 6  # the engine lines a cluster lists (its members' own, each once)
+
+
+def why_lines(text: str, pairs, reasons, members=()) -> list:
     """A cluster's "Why:" line and its rules: every failed rule of selector's answer, then the
-    engine-side sources the explanation adds."""
+    engine-side sources the explanation adds, then the lines of vLLM that decide its members
+    (parity.LINE: where vLLM raised, the kernel class it built, the order it tried)."""
+    import parity
     lines = [f"Why: {text}.", ""]
     shown = set()
     for x in reasons:
         lines.append(f"- [{x.rule}] {x.message} ({x.source})")
         shown.add((x.rule, x.source))
     lines += [f"- [{rule}] {source}" for rule, source in pairs if (rule, source) not in shown]
+    engine = parity.lines_of(list(members))
+    lines += [f"- [{parity.LINE}] {src}" for src in engine[:MAX_LINES]]
+    if len(engine) > MAX_LINES:
+        lines.append(f"- [{parity.LINE}] and {len(engine) - MAX_LINES} more lines of vLLM")
     return lines + [""]
 
 
@@ -144,7 +153,7 @@ def cluster_lines(report, heading: str) -> list:
         text, pairs = why
         lines.append(heading.format(i=i) + f"vLLM: {v}; selector: {s} ({len(members)} scenarios)")
         lines.append("")
-        lines += why_lines(text, pairs, _reasons(members[0]))
+        lines += why_lines(text, pairs, _reasons(members[0]), members)
         kern = members[0]
         lines.append(f"Kernels: vLLM {kern.vllm_kernel or '-'}; selector {kern.kernel or '-'}.")
         lines.append("")
@@ -295,7 +304,7 @@ def render_mx(report) -> str:
         m = members[0]
         lines.append(f"### MX-{i}. vLLM: {v}; selector: {s} ({len(members)} scenarios)")
         lines.append("")
-        lines += why_lines(text, pairs, _reasons(m))
+        lines += why_lines(text, pairs, _reasons(m), members)
         lines.append(f"Kernels: vLLM {m.vllm_kernel or '-'} ({m.vllm_quant or '-'}); selector "
                      f"{m.kernel or '-'} ({m.scheme or '-'}).")
         lines.append("")
@@ -357,7 +366,7 @@ def render_linear(report) -> str:
         lines.append(f"#### L{i}. vLLM: {v}; selector: {first.engine_name or s} "
                      f"({len(members)} scenarios)")
         lines.append("")
-        lines += why_lines(text, pairs, _reasons_linear(first))
+        lines += why_lines(text, pairs, _reasons_linear(first), members)
         lines.append(f"Kernels: vLLM {first.vllm_kernel or '-'}; selector {first.kernel or '-'}.")
         lines.append("")
         lines.append("Examples: " + "; ".join(f"`{m.scenario.label()}`" for m in members[:3])
@@ -462,7 +471,8 @@ def render_random(report) -> str:
               ""]
     for i, ((family, v, s, why), members) in enumerate(report.clusters().items(), 1):
         text = why[0] if why else "UNEXPLAINED"
-        srcs = "; ".join(dict.fromkeys(src for _, src in (why[1] if why else ())))
+        srcs = "; ".join(dict.fromkeys([src for _, src in (why[1] if why else ())] +
+                                       parity.lines_of(members[:1])))
         lines.append(f"- R{i} ({family}, {len(members)}): vLLM {v}; selector {s}: {text}"
                      + (f" ({srcs[:300]})" if srcs else "") + f". Example: "
                      f"`{members[0].scenario.label()}`")
@@ -507,8 +517,10 @@ def split(text: str) -> dict:
 
 def _summary(name: str, rep) -> None:
     for r in rep.unexplained:
+        generic = f" [refused: generic rules only: {r.generic}]" if r.generic else ""
         print(f"UNEXPLAINED: {r.scenario.label()}: vLLM {r.vllm or 'error'} "
-              f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}", file=sys.stderr)
+              f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}{generic}",
+              file=sys.stderr)
     print(f"{name}: {len(rep.rows)} scenarios: {len(rep.rows) - len(rep.differ)} agree, "
           f"{len(rep.differ)} differ in {len(rep.clusters())} clusters, "
           f"{len(rep.unexplained)} unexplained")

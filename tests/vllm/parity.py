@@ -161,9 +161,11 @@ def _vllm_file(path: str) -> str:
     return path.replace("\\", "/").split("site-packages/vllm/", 1)[-1]
 
 
-def vllm_line(path: Optional[str], line: int, what: str) -> str:
+def vllm_line(path: Optional[str], line: int, what: str, last: int = 0) -> str:
+    """A line (or lines line-last) of the installed vLLM's file `path`, and what it does."""
     import vllm
-    return f"vLLM {vllm.__version__} {_vllm_file(path or '?')} line {line} ({what})"
+    at = f"lines {line}-{last}" if last > line else f"line {line}"
+    return f"vLLM {vllm.__version__} {_vllm_file(path or '?')} {at} ({what})"
 
 
 class Refusal(str):
@@ -187,9 +189,46 @@ def refusal(exc: BaseException) -> Refusal:
             frame = tb
         tb = tb.tb_next
     if frame is not None:
-        r.site = vllm_line(frame.tb_frame.f_code.co_filename, frame.tb_lineno,
-                           f"{frame.tb_frame.f_code.co_name} raises")
+        r.site = _rejecting_check(frame.tb_frame.f_locals.get("rejected")) or \
+            vllm_line(frame.tb_frame.f_code.co_filename, frame.tb_lineno,
+                      f"{frame.tb_frame.f_code.co_name} raises")
     return r
+
+
+# vLLM's FusedMoEExperts.is_supported_config: the reason it words -> the check that refused
+_CHECKS = (("current device", "_supports_current_device"),
+           ("no act_and_mul", "_supports_no_act_and_mul"),
+           ("activation format", "activation_format"),
+           ("quantization scheme", "_supports_quant_scheme"),
+           ("parallel", "_supports_parallel_config"),
+           ("hash routing", "_supports_hash_routing"),
+           ("routing method", "_supports_routing_method"),
+           ("router logits", "_supports_router_logits_dtype"),
+           ("shape", "_supports_shape"), ("hidden", "_supports_shape"),
+           ("batch invariance", "_supports_batch_invariance"),
+           ("activation", "_supports_activation"))
+
+
+def _rejecting_check(rejected: Any) -> str:
+    """Where an oracle's return_or_raise raised (vLLM's fused_moe/oracle/base.py): the line of the
+    kernel class's own check that refused (`rejected`: its (kernel class, reason) list, the last
+    the one it reports), e.g. CutlassExpertsFp4._supports_current_device for SM 11.0 on 0.34."""
+    import inspect
+    if not rejected:
+        return ""
+    cls, reason = rejected[-1]
+    name = next((m for words, m in _CHECKS if words in (reason or "")), None)
+    fn = getattr(cls, name, None) if name else None
+    if fn is None or not callable(fn):
+        return ""
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
+    try:
+        path, (src, start) = inspect.getsourcefile(fn), inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return ""
+    first = start + next((i for i, x in enumerate(src) if x.lstrip().startswith("def ")), 0)
+    return vllm_line(path, first, f"{fn.__qualname__} refuses {cls.__name__}: {reason}",
+                     last=start + len(src) - 1)
 
 
 #: kernel class name -> the line of vLLM that defines it (filled as vLLM builds them)
