@@ -1,12 +1,17 @@
-"""Write docs/vllm-parity.md: vLLM 0.32.0's untouched NVFP4, MXFP4 and MXFP8 MoE choices (and
-NVFP4 linear) against selector's (engine=vllm) over the simulated sweeps of tests/vllm/sim.py,
-every difference once per cluster with the rules and sources that make selector differ.
+"""Write the installed vLLM release's parity report (docs/vllm-parity.md for 0.32.0,
+docs/vllm-parity-<release>.md after): vLLM's untouched NVFP4, FP8, MXFP4 and MXFP8 MoE choices and
+its NVFP4/FP8/MX linear kernel choice against selector's (engine=vllm) over the simulated sweeps of
+tests/vllm/sim.py and a seeded random sample, every difference once per cluster with the rules and
+sources that make selector differ and the lines of vLLM that decide it (tests/vllm/parity.py: a
+generic rule alone explains nothing).
 
-Run in the vLLM environment (tools/vllm_env.sh):
-    .venv-vllm/bin/python tools/vllm_parity.py [--check] [--only nvfp4|fp8|mx|linear ...]
+Run in the release's vLLM environment (tools/vllm_env.sh VENV VERSION):
+    .venv-vllm-034/bin/python tools/vllm_parity.py [--check] [--only nvfp4|fp8|mx|linear|random]
 --check exits 1 when a difference has no explanation, without writing the file; --only runs those
 sweeps (NVFP4; FP8 MoE, sim.fp8_sweep; MXFP4/MXFP8 MoE, sim.sweep_mx; FP8/MXFP8/MXFP4 linear,
-tests/vllm/linear_parity.py) and rewrites their sections, keeping the file's others.
+tests/vllm/linear_parity.py; random: SELECTOR_PARITY_SEED, drawn and printed when unset) and
+rewrites their sections, keeping the file's others. Two sweeps side by side: each with
+`--out FILE`, then `--only A --only B --merge FILE1 --merge FILE2` writes the report.
 """
 from __future__ import annotations
 
@@ -554,6 +559,8 @@ def main(argv=None) -> int:
         if args.only and name not in args.only or args.merge:
             continue
         report = run_sweep(name)
+        if name == "random":  # drawn when unset: printed, so that the run can be replayed
+            print(f"random: SELECTOR_PARITY_SEED={report.seed}")
         _summary(name, report)
         parts[name] = RENDER[name](report).strip("\n") + "\n"
         bad += len(report.unexplained)
