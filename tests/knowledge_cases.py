@@ -1951,6 +1951,16 @@ V34_CASES = [
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep"}),
     C("v34-trtllm-swigluoai", "10.0", "moe/flashinfer_trtllm", {"activation"},
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swigluoai"}, engine=V),
+    # vLLM 0.34.0 oracle/mxfp4.py 231-246, experts/trtllm_mxfp4_moe.py 502-515: the modular
+    # TRT-LLM MXFP4 kernel of MXFP8 activations is a class of its own (0.33: one modular class)
+    *[_vk(f"v34-trtllm-mxfp4-w4a8-{x}", "10.0", TRT, {**MX4S, "quant": "mxfp4_w4a8", **_a2a(x)},
+          "TrtLlmMxfp4Mxfp8ExpertsModular", "mxfp4_w4a8", pk={**T613, **V34})
+      for x in ("naive", "deepep_high_throughput")],
+    _vk("v33-trtllm-mxfp4-w4a8-naive", "10.0", TRT, {**MX4S, "quant": "mxfp4_w4a8",
+                                                    **_a2a("naive")},
+        "TrtLlmMxfp4ExpertsModular", "mxfp4_w4a8", pk={**T613, **V33}),
+    _vk("v34-trtllm-mxfp4-naive", "10.0", TRT, {**MX4S, "quant": "mxfp4", **_a2a("naive")},
+        "TrtLlmMxfp4ExpertsModular", "mxfp4", pk={**T613, **V34}),
     # vLLM 0.34.0 oracle/mxfp4.py 445-457: gpt-oss MXFP4 on SM 11.x runs Marlin before Triton
     C("v34-gpt-oss-sm110-triton", "11.0", "moe/triton_kernels", pk=V34, layer=GPT_OSS,
       engine=V, status="eligible"),

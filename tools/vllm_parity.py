@@ -94,6 +94,11 @@ def _venv() -> str:
     return ".venv-vllm" if sim.RELEASE == "0.32" else f".venv-vllm-{sim.RELEASE.replace('.', '')}"
 
 
+def _vllm_version() -> str:
+    import sim
+    return sim.VLLM
+
+
 def _stack() -> str:
     import sim
     return sim.STACK_PRESET
@@ -558,9 +563,11 @@ def main(argv=None) -> int:
     for name in SECTIONS:
         if args.only and name not in args.only or args.merge:
             continue
+        if name == "random":  # drawn when unset: printed before the sweep, so that the run
+            import random_sweep as rs  # can be replayed (even one cut short)
+            print(f"random: SELECTOR_PARITY_SEED={rs.seed()} (vLLM {_vllm_version()})",
+                  flush=True)
         report = run_sweep(name)
-        if name == "random":  # drawn when unset: printed, so that the run can be replayed
-            print(f"random: SELECTOR_PARITY_SEED={report.seed}")
         _summary(name, report)
         parts[name] = RENDER[name](report).strip("\n") + "\n"
         bad += len(report.unexplained)

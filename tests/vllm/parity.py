@@ -489,7 +489,7 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
         return (f"--linear-backend={req} has no kernel for this layer: vLLM's fallback walks its "
                 f"unfiltered kernel list and lands on {r.vllm_kernel}, where its automatic path "
                 f"picks {r.kernel}; selector decides the layer as vLLM's automatic path does",
-                _why(d.candidate(req)) + (("engine", FALLBACK_SOURCE),))
+                _why(d.candidate(req)) + (("engine", FALLBACK_SOURCE),) + _built(r))
     if r.vllm is not None and r.vllm not in names:
         src = outside_names.get(r.vllm)
         return None if src is None else \
@@ -501,10 +501,9 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
     if r.vllm is not None:
         c = d.candidate(r.vllm)
         if c.status in ("rejected", "not_applicable", "opt_in"):
-            why = _why(c)  # where selector's rules are generic, vLLM's kernel names the line
-            site = KERNELS.get(r.vllm_kernel or "")
-            return (f"selector: {r.vllm} {c.status}", why + (
-                ((LINE, site),) if site and not specific(("", why)) else ()))
+            # the line of vLLM that decides: the kernel class it built, which selector's rule
+            # (its source: the library's own check vLLM does not repeat) refuses
+            return (f"selector: {r.vllm} {c.status}", _why(c) + _built(r))
         if r.selected is not None and c.status == "eligible" and \
                 r.scenario.quant == "nvfp4" and _execution(d, r.vllm) == "weight_only" and \
                 _execution(d, r.selected) == "native" and _vllm_runs(r.scenario, r.selected):
@@ -530,8 +529,15 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
         c = d.candidate("deep_gemm")
         return ("VLLM_MOE_USE_DEEP_GEMM=1 forces deep_gemm, which does not implement the layer: "
                 "selector decides it automatically", _why(c) + (
-                    ("engine", DEEP_GEMM_ENV_SOURCE), ("policy", POLICY_SOURCE)))
+                    ("engine", DEEP_GEMM_ENV_SOURCE), ("policy", POLICY_SOURCE)) + (
+                    ((LINE, r.vllm_error.site),) if getattr(r.vllm_error, "site", "") else ()))
     return None
+
+
+def _built(r: Row) -> Tuple[Tuple[str, str], ...]:
+    """The LINE pair of the kernel class vLLM built for the row (none where it built none)."""
+    site = KERNELS.get(r.vllm_kernel or "")
+    return ((LINE, site),) if site else ()
 
 
 #: explanations that name no line of the engine: a preference of selector's (the weight-only

@@ -497,9 +497,14 @@ def vllm_config(model_type: Optional[str] = None) -> Any:
     should_auto_disable_deep_gemm lists; None: a model it keeps DeepGEMM for)."""
     import types
 
-    from vllm.config import VllmConfig
+    from vllm.config import DeviceConfig, VllmConfig
+    from vllm.platforms import current_platform
     if not _VLLM_CONFIG:
-        _VLLM_CONFIG.append(VllmConfig())
+        # a released CUDA wheel on this CPU host resolves no platform (UnspecifiedPlatform, no
+        # device type: VllmConfig() raises "Failed to infer device type") when the first
+        # scenario has no GPU: the device is then named (it decides no oracle)
+        _VLLM_CONFIG.append(VllmConfig() if current_platform.device_type else
+                            VllmConfig(device_config=DeviceConfig(device="cpu")))
     cfg = _VLLM_CONFIG[0]
     object.__setattr__(cfg, "model_config", types.SimpleNamespace(
         quantization_config=None,
