@@ -118,3 +118,23 @@ def test_sm110_explicit_cutlass_is_the_gate_not_the_preference(monkeypatch):
             assert not parity._vllm_runs(auto, "cutlass")
     finally:
         simulation.close()
+
+
+def test_a_vllm_pick_selector_rejects_names_the_kernel_class_vllm_built():
+    """vLLM builds its CUTLASS NVFP4 MoE on CUDA 12.6, where the kernel is not compiled (selector's
+    CUDA 12.8 floor rejects it): the explanation names the class vLLM built, read from the file."""
+    r = _row(dataclasses.replace(SM110_MOE, capability="10.0", cuda="12.6", requested="cutlass"))
+    assert r.vllm == "cutlass" and r.selected is None and r.why is not None
+    assert any(f"class {r.vllm_kernel}," in x and re.search(r" lines? \d+", x)
+               for x in _lines(r)), _lines(r)
+
+
+def test_vllm_moe_use_deep_gemm_names_the_line_that_raised():
+    """VLLM_MOE_USE_DEEP_GEMM=1 on a per-tensor FP8 layer: vLLM's oracle raises (DeepGEMM takes
+    block FP8 only), selector decides the layer automatically; the global-flag policy alone would
+    be generic, the line of vLLM that raised is the specific part."""
+    r = _row(sim.Scenario("10.0", "12.6", FI, None, "moe", "fp8_tensor", "gelu", True,
+                          deep_gemm_env="1"))
+    assert r.vllm is None and r.selected is not None and r.why is not None
+    assert r.why[0].startswith("VLLM_MOE_USE_DEEP_GEMM=1 forces deep_gemm")
+    assert any(re.search(r"\.py lines? \d+", x) for x in _lines(r)), _lines(r)
