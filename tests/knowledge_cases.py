@@ -1951,6 +1951,16 @@ V34_CASES = [
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep"}),
     C("v34-trtllm-swigluoai", "10.0", "moe/flashinfer_trtllm", {"activation"},
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swigluoai"}, engine=V),
+    # vLLM 0.34.0 oracle/mxfp4.py 231-246, experts/trtllm_mxfp4_moe.py 502-515: the modular
+    # TRT-LLM MXFP4 kernel of MXFP8 activations is a class of its own (0.33: one modular class)
+    *[_vk(f"v34-trtllm-mxfp4-w4a8-{x}", "10.0", TRT, {**MX4S, "quant": "mxfp4_w4a8", **_a2a(x)},
+          "TrtLlmMxfp4Mxfp8ExpertsModular", "mxfp4_w4a8", pk={**T613, **V34})
+      for x in ("naive", "deepep_high_throughput")],
+    _vk("v33-trtllm-mxfp4-w4a8-naive", "10.0", TRT, {**MX4S, "quant": "mxfp4_w4a8",
+                                                    **_a2a("naive")},
+        "TrtLlmMxfp4ExpertsModular", "mxfp4_w4a8", pk={**T613, **V33}),
+    _vk("v34-trtllm-mxfp4-naive", "10.0", TRT, {**MX4S, "quant": "mxfp4", **_a2a("naive")},
+        "TrtLlmMxfp4ExpertsModular", "mxfp4", pk={**T613, **V34}),
     # vLLM 0.34.0 oracle/mxfp4.py 445-457: gpt-oss MXFP4 on SM 11.x runs Marlin before Triton
     C("v34-gpt-oss-sm110-triton", "11.0", "moe/triton_kernels", pk=V34, layer=GPT_OSS,
       engine=V, status="eligible"),
@@ -1961,16 +1971,36 @@ V34_CASES = [
     C("v34-gpt-oss-sm90-marlin", "9.0", "moe/marlin", pk=V34, layer=GPT_OSS, engine=V,
       status="eligible"),
     # vLLM 0.34.0 utils/deep_gemm.py 118-177: DeepGEMM needs nvcc >= 12.9 at run time
+    # (vLLM's own gate: engines.vllm.rules, so under engine=vllm only)
     C("v34-deepgemm-moe-nvcc-12.8", "9.0", "moe/deep_gemm", {"nvcc"},
-      pk={**V34, "nvcc": "12.8"}, layer=_FP8B_MOE),
+      pk={**V34, "nvcc": "12.8"}, layer=_FP8B_MOE, engine=V),
     C("v34-deepgemm-moe-nvcc-12.9", "9.0", "moe/deep_gemm", pk={**V34, "nvcc": "12.9"},
-      layer=_FP8B_MOE),
+      layer=_FP8B_MOE, engine=V),
     C("v34-deepgemm-moe-no-nvcc", "9.0", "moe/deep_gemm", {"nvcc"}, pk={**V34, "nvcc": None},
+      layer=_FP8B_MOE, engine=V),
+    # SGLang and TensorRT-LLM run DeepGEMM through their own integration: vllm 0.34.0 installed
+    # beside them puts no nvcc rule (nor its unknown-version warning) on their answer
+    C("v34-deepgemm-moe-nvcc-sglang", "9.0", "moe/deep_gemm",
+      pk={**V34, "nvcc": None, "sgl-deep-gemm": "0.2.3.post2"}, layer=_FP8B_MOE,
+      engine="sglang"),
+    C("v34-deepgemm-moe-nvcc-unknown-sglang", "9.0", "moe/deep_gemm",
+      pk={**V34, "sgl-deep-gemm": "0.2.3.post2"}, layer=_FP8B_MOE, engine="sglang"),
+    C("v34-deepgemm-moe-nvcc-none", "9.0", "moe/deep_gemm", pk={**V34, "nvcc": None},
       layer=_FP8B_MOE),
+    C("v34-deepgemm-lin-nvcc-sglang", "9.0", "linear/deep_gemm",
+      pk={**V34, "nvcc": "12.8", "sgl-deep-gemm": "0.2.3.post2"},
+      layer={**DENSE, "quant": "fp8_block"}, engine="sglang"),
+    # vLLM 0.34.0 scaled_mm/flashinfer.py 151-172: the dynamic block-FP8 kernel needs DeepGEMM
+    C("v34-fi-blockfp8-lin-nvcc-12.8", "9.0", "linear/flashinfer_cutlass", {"nvcc"},
+      pk={**V34, "nvcc": "12.8"}, layer={**DENSE, "quant": "fp8_block"}, engine=V),
+    C("v34-fi-blockfp8-lin-nvcc-12.9", "9.0", "linear/flashinfer_cutlass",
+      pk={**V34, "nvcc": "12.9"}, layer={**DENSE, "quant": "fp8_block"}, engine=V),
+    C("v33-fi-blockfp8-lin-nvcc-12.8", "9.0", "linear/flashinfer_cutlass",
+      pk={**V33, "nvcc": "12.8"}, layer={**DENSE, "quant": "fp8_block"}, engine=V),
     C("v34-deepgemm-moe-nvcc-unknown", "9.0", "moe/deep_gemm", warns={"nvcc"}, pk=V34,
       layer=_FP8B_MOE, engine=V, status="selected"),
     C("v33-deepgemm-moe-nvcc-12.8", "9.0", "moe/deep_gemm", pk={**V33, "nvcc": "12.8"},
-      layer=_FP8B_MOE),
+      layer=_FP8B_MOE, engine=V),
     C("v34-deepgemm-lin-nvcc-12.8", "9.0", "linear/deep_gemm", {"nvcc"},
       pk={**V34, "nvcc": "12.8"}, layer={**DENSE, "quant": "fp8_block"}, engine=V),
     C("v34-deepgemm-lin-nvcc-13.0", "9.0", "linear/deep_gemm", pk={**V34, "nvcc": "13.0"},

@@ -121,3 +121,15 @@ def test_this_machines_nvcc_as_vllm_would_find_it(clean_env):
     v, path, how = environment.nvcc_version()
     out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
     assert v is not None and f"release {v.major}.{v.minor}" in out
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_the_nvcc_rule_and_warning_are_vllms_own(engine):
+    """vLLM's DeepGEMM gate (is_deep_gemm_supported, vLLM 0.34.0 utils/deep_gemm.py 118-177) is
+    an engines.vllm rule: with vllm 0.34.0 installed beside SGLang or TensorRT-LLM, their answer
+    carries neither the nvcc rule nor its unknown-version warning; under engine=vllm it does."""
+    args = ["platform=h100", "layer.quant=fp8_block", "platform.packages.vllm=0.34.0"]
+    r = _explain(f"engine={engine}", *args)
+    assert r.returncode in (0, 1) and "nvcc" not in r.stdout + r.stderr, r.stdout[-2000:]
+    r = _explain("engine=vllm", *args)
+    assert "needs nvcc >=12.9 at run time; this platform's nvcc version is unknown" in r.stdout

@@ -1,12 +1,17 @@
-"""Write docs/vllm-parity.md: vLLM 0.32.0's untouched NVFP4, MXFP4 and MXFP8 MoE choices (and
-NVFP4 linear) against selector's (engine=vllm) over the simulated sweeps of tests/vllm/sim.py,
-every difference once per cluster with the rules and sources that make selector differ.
+"""Write the installed vLLM release's parity report (docs/vllm-parity.md for 0.32.0,
+docs/vllm-parity-<release>.md after): vLLM's untouched NVFP4, FP8, MXFP4 and MXFP8 MoE choices and
+its NVFP4/FP8/MX linear kernel choice against selector's (engine=vllm) over the simulated sweeps of
+tests/vllm/sim.py and a seeded random sample, every difference once per cluster with the rules and
+sources that make selector differ and the lines of vLLM that decide it (tests/vllm/parity.py: a
+generic rule alone explains nothing).
 
-Run in the vLLM environment (tools/vllm_env.sh):
-    .venv-vllm/bin/python tools/vllm_parity.py [--check] [--only nvfp4|fp8|mx|linear ...]
+Run in the release's vLLM environment (tools/vllm_env.sh VENV VERSION):
+    .venv-vllm-034/bin/python tools/vllm_parity.py [--check] [--only nvfp4|fp8|mx|linear|random]
 --check exits 1 when a difference has no explanation, without writing the file; --only runs those
 sweeps (NVFP4; FP8 MoE, sim.fp8_sweep; MXFP4/MXFP8 MoE, sim.sweep_mx; FP8/MXFP8/MXFP4 linear,
-tests/vllm/linear_parity.py) and rewrites their sections, keeping the file's others.
+tests/vllm/linear_parity.py; random: SELECTOR_PARITY_SEED, drawn and printed when unset) and
+rewrites their sections, keeping the file's others. Two sweeps side by side: each with
+`--out FILE`, then `--only A --only B --merge FILE1 --merge FILE2` writes the report.
 """
 from __future__ import annotations
 
@@ -24,15 +29,24 @@ def _out() -> Path:
     return ROOT / "docs" / sim.DOC_NAME
 
 
-def why_lines(text: str, pairs, reasons) -> list:
+MAX_LINES = 6  # the engine lines a cluster lists (its members' own, each once)
+
+
+def why_lines(text: str, pairs, reasons, members=()) -> list:
     """A cluster's "Why:" line and its rules: every failed rule of selector's answer, then the
-    engine-side sources the explanation adds."""
+    engine-side sources the explanation adds, then the lines of vLLM that decide its members
+    (parity.LINE: where vLLM raised, the kernel class it built, the order it tried)."""
+    import parity
     lines = [f"Why: {text}.", ""]
     shown = set()
     for x in reasons:
         lines.append(f"- [{x.rule}] {x.message} ({x.source})")
         shown.add((x.rule, x.source))
     lines += [f"- [{rule}] {source}" for rule, source in pairs if (rule, source) not in shown]
+    engine = parity.lines_of(list(members))
+    lines += [f"- [{parity.LINE}] {src}" for src in engine[:MAX_LINES]]
+    if len(engine) > MAX_LINES:
+        lines.append(f"- [{parity.LINE}] and {len(engine) - MAX_LINES} more lines of vLLM")
     return lines + [""]
 
 
@@ -72,6 +86,17 @@ def _patched_lines() -> list:
         "host; an AVX2-only host's build has not).",
         "",
     ]
+
+
+def _venv() -> str:
+    """The environment tools/vllm_env.sh builds for the installed release."""
+    import sim
+    return ".venv-vllm" if sim.RELEASE == "0.32" else f".venv-vllm-{sim.RELEASE.replace('.', '')}"
+
+
+def _vllm_version() -> str:
+    import sim
+    return sim.VLLM
 
 
 def _stack() -> str:
@@ -138,7 +163,7 @@ def cluster_lines(report, heading: str) -> list:
         text, pairs = why
         lines.append(heading.format(i=i) + f"vLLM: {v}; selector: {s} ({len(members)} scenarios)")
         lines.append("")
-        lines += why_lines(text, pairs, _reasons(members[0]))
+        lines += why_lines(text, pairs, _reasons(members[0]), members)
         kern = members[0]
         lines.append(f"Kernels: vLLM {kern.vllm_kernel or '-'}; selector {kern.kernel or '-'}.")
         lines.append("")
@@ -170,7 +195,7 @@ def render_fp8(report) -> str:
         "`scaled_mm_entry.cu` compiles it: SM 9.x with CUDA >= 12.3, SM 10.x with CUDA >= 12.8; "
         "`is_deep_gemm_supported` reads the platform's `support_deep_gemm`, `VLLM_USE_DEEP_GEMM` "
         "and whether the DeepGEMM module is there, bundled in vLLM's CUDA wheel). selector "
-        "decides through the plugin's Chooser with `engine=vllm stack=vllm_0_32` and the "
+        f"decides through the plugin's Chooser with `engine=vllm stack={_stack()}` and the "
         "plugin's `fp8_moe_switches`: `allow_vllm_cutlass=False` is `policy.exclude=[cutlass]`, "
         "`VLLM_MOE_USE_DEEP_GEMM=0` is `policy.exclude=[deep_gemm]`, `=1` requests `deep_gemm`.",
         "",
@@ -219,12 +244,16 @@ def render_mx(report) -> str:
     """The MXFP4/MXFP8 section: vLLM's select_mxfp4_moe_backend, its DeepSeek V4 path and
     select_mxfp8_moe_backend against selector, with the differences one entry per cluster."""
     import sim
+    import vllm
     rows, differ = report.rows, report.differ
     caps = ", ".join(c for c in sim.MX_CAPABILITIES if c)
+    # vLLM 0.34.0 fused_moe/oracle/mxfp4.py 445-457 orders Triton after Marlin on SM 11.x too
+    triton = "SM 9.0 and 11.0, Marlin on SM 12.x" if sim.RELEASE in ("0.32", "0.33") else \
+        "SM 9.0, Marlin on SM 11.0 and 12.x"
     lines = [
         "## MXFP4 and MXFP8 MoE",
         "",
-        "vLLM 0.32.0 has three MX oracles, all run untouched here: `select_mxfp4_moe_backend` "
+        f"vLLM {vllm.__version__} has three MX oracles, all run untouched here: `select_mxfp4_moe_backend` "
         "(gpt-oss, and every MXFP4 checkpoint that declares its activation key: "
         "compressed-tensors, Quark, INC), `select_deepseek_v4_mxfp4_moe_backend` (the "
         "`quant_method: mxfp4` checkpoints that are not gpt-oss: DeepSeek V4 and others) and "
@@ -236,9 +265,9 @@ def render_mx(report) -> str:
         "the same kernel class and the same scheme (selector's `engine.scheme`, vLLM's "
         "`_backend_activation_key` of its pick), or both refuse.",
         "",
-        "How a gpt-oss user sees both: vLLM 0.32.0 builds gpt-oss' MoE with no activation key, "
-        "so it runs the `_BF16` variants (`layer.quant=mxfp4`): FlashInfer TRT-LLM on SM 10.x, "
-        "OpenAI's Triton kernels on SM 9.0 and 11.0, Marlin on SM 12.x (vLLM orders Triton after "
+        f"How a gpt-oss user sees both: vLLM {vllm.__version__} builds gpt-oss' MoE with no "
+        "activation key, so it runs the `_BF16` variants (`layer.quant=mxfp4`): FlashInfer "
+        f"TRT-LLM on SM 10.x, OpenAI's Triton kernels on {triton} (vLLM orders Triton after "
         "Marlin there). Asking vLLM for MXFP8 activations, `--quantization-config "
         "'{\"moe\": {\"activation\": \"mxfp8\"}}'` (or `--moe-backend "
         "flashinfer_trtllm_afp8` / `flashinfer_cutlass_afp8`), is `layer.quant=mxfp4_w4a8` in "
@@ -285,7 +314,7 @@ def render_mx(report) -> str:
         m = members[0]
         lines.append(f"### MX-{i}. vLLM: {v}; selector: {s} ({len(members)} scenarios)")
         lines.append("")
-        lines += why_lines(text, pairs, _reasons(m))
+        lines += why_lines(text, pairs, _reasons(m), members)
         lines.append(f"Kernels: vLLM {m.vllm_kernel or '-'} ({m.vllm_quant or '-'}); selector "
                      f"{m.kernel or '-'} ({m.scheme or '-'}).")
         lines.append("")
@@ -317,7 +346,7 @@ def render_linear(report) -> str:
         "set as vLLM's `KernelConfig.linear_backend_per_quant` under the quantization key "
         "selector's `VLLM_LINEAR_QUANT` names, which vLLM's own `_get_linear_backend` reads), "
         "against selector's plugin Chooser with "
-        "`engine=vllm stack=vllm_0_32`. vLLM names its linear backends per kernel family "
+        f"`engine=vllm stack={_stack()}`. vLLM names its linear backends per kernel family "
         "(`torch` holds one kernel per FP8 scheme): a scenario agrees when both name the same vLLM "
         "backend and the same kernel class, or both refuse; vLLM's name maps to the selector "
         "backend of that name that implements the layer's scheme. selector's `emulation` is its "
@@ -347,7 +376,7 @@ def render_linear(report) -> str:
         lines.append(f"#### L{i}. vLLM: {v}; selector: {first.engine_name or s} "
                      f"({len(members)} scenarios)")
         lines.append("")
-        lines += why_lines(text, pairs, _reasons_linear(first))
+        lines += why_lines(text, pairs, _reasons_linear(first), members)
         lines.append(f"Kernels: vLLM {first.vllm_kernel or '-'}; selector {first.kernel or '-'}.")
         lines.append("")
         lines.append("Examples: " + "; ".join(f"`{m.scenario.label()}`" for m in members[:3])
@@ -437,7 +466,7 @@ def render_random(report) -> str:
         " scaled_mm/flashinfer.py:165-170, scaled_mm/deep_gemm.py:47-52) and with DeepGEMM"
         " builds the dynamic kernel selector names.",
         "",
-        f"This report: `SELECTOR_PARITY_SEED={report.seed} .venv-vllm/bin/python "
+        f"This report: `SELECTOR_PARITY_SEED={report.seed} {_venv()}/bin/python "
         "tools/vllm_parity.py --only random`.",
         "",
         "| random family | total | agree | differ | not described | differ without an "
@@ -452,7 +481,8 @@ def render_random(report) -> str:
               ""]
     for i, ((family, v, s, why), members) in enumerate(report.clusters().items(), 1):
         text = why[0] if why else "UNEXPLAINED"
-        srcs = "; ".join(dict.fromkeys(src for _, src in (why[1] if why else ())))
+        srcs = "; ".join(dict.fromkeys([src for _, src in (why[1] if why else ())] +
+                                       parity.lines_of(members[:1])))
         lines.append(f"- R{i} ({family}, {len(members)}): vLLM {v}; selector {s}: {text}"
                      + (f" ({srcs[:300]})" if srcs else "") + f". Example: "
                      f"`{members[0].scenario.label()}`")
@@ -497,8 +527,10 @@ def split(text: str) -> dict:
 
 def _summary(name: str, rep) -> None:
     for r in rep.unexplained:
+        generic = f" [refused: generic rules only: {r.generic}]" if r.generic else ""
         print(f"UNEXPLAINED: {r.scenario.label()}: vLLM {r.vllm or 'error'} "
-              f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}", file=sys.stderr)
+              f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}{generic}",
+              file=sys.stderr)
     print(f"{name}: {len(rep.rows)} scenarios: {len(rep.rows) - len(rep.differ)} agree, "
           f"{len(rep.differ)} differ in {len(rep.clusters())} clusters, "
           f"{len(rep.unexplained)} unexplained")
@@ -509,23 +541,39 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="only report unexplained differences")
     ap.add_argument("--only", action="append", choices=SECTIONS,
                     help="run this sweep only (repeatable); keep the file's other sections")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="write here instead of the release's report (its other sections are "
+                    "the report's): two sweeps run side by side, then merged with --merge")
+    ap.add_argument("--merge", type=Path, action="append", default=[],
+                    help="take the --only sections from this file (written by --out) instead of "
+                    "running their sweeps")
     args = ap.parse_args(argv)
     import logging
     logging.disable(logging.WARNING)
-    out = _out()
-    old = out.read_text() if out.exists() else ""
+    report_path = _out()
+    out = args.out or report_path
+    old = report_path.read_text() if report_path.exists() else ""
     parts = split(old)
     bad = 0
+    for path in args.merge:
+        done = split(path.read_text())
+        for name in args.only or SECTIONS:
+            if done.get(name):
+                parts[name] = done[name]
     for name in SECTIONS:
-        if args.only and name not in args.only:
+        if args.only and name not in args.only or args.merge:
             continue
+        if name == "random":  # drawn when unset: printed before the sweep, so that the run
+            import random_sweep as rs  # can be replayed (even one cut short)
+            print(f"random: SELECTOR_PARITY_SEED={rs.seed()} (vLLM {_vllm_version()})",
+                  flush=True)
         report = run_sweep(name)
         _summary(name, report)
         parts[name] = RENDER[name](report).strip("\n") + "\n"
         bad += len(report.unexplained)
     if not args.check:
         out.write_text("\n".join(parts[n] for n in SECTIONS if parts.get(n)))
-        print(f"wrote {out.relative_to(ROOT)}")
+        print(f"wrote {out}")
     return 1 if bad else 0
 
 

@@ -43,3 +43,22 @@ def pytest_report_header(config):
         lines.append(f"vLLM release under test: {sim.VLLM} (stack={sim.STACK_PRESET}, "
                      f"flashinfer {sim.FLASHINFER}, docs/{sim.DOC_NAME})")
     return lines
+
+
+#: the fixtures that run a whole fixed grid (sim.sweep, sim.fp8_sweep, sim.sweep_mx,
+#: linear_parity.sweep): a test reading one is marked `grid`. CI runs the grids on the newest
+#: release and `-m "not grid"` (with a smaller random sample, SELECTOR_PARITY_SCALE) on the older
+#: ones (.ci/run)
+GRID_FIXTURES = frozenset({"report", "mx_report"})
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "grid: reads a whole fixed parity grid of tests/vllm/sim.py "
+                            "or linear_parity.py (CI: the newest release only)")
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+    for item in items:
+        if GRID_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.grid)

@@ -108,6 +108,7 @@ def vllm_config(s: sim.Scenario) -> Any:
         _CONFIG.append(VllmConfig())
     cfg = _CONFIG[0]
     object.__setattr__(cfg, "model_config", types.SimpleNamespace(
+        quantization_config=None,  # no --quantization-config (vLLM 0.34.0 reads it)
         hf_text_config=types.SimpleNamespace(model_type=s.model_type or MODEL_TYPE)))
     per = None if s.requested == "auto" else {VLLM_LINEAR_QUANT[s.quant]: s.requested}
     object.__setattr__(cfg.kernel_config, "linear_backend_per_quant", per)
@@ -132,8 +133,8 @@ def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str]]:
             else:
                 kernel = linear.init_mxfp4_linear_kernel(activation_quant_key=akey)
     except (ValueError, NotImplementedError) as exc:
-        return None, str(exc).splitlines()[0], None
-    return parity.linear_kernel_name(kernel), "", type(kernel).__name__
+        return None, parity.refusal(exc), None
+    return parity.linear_kernel_name(kernel), "", parity.built(type(kernel))
 
 
 # -- selector --------------------------------------------------------------------------------------
@@ -252,8 +253,10 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> parity.Report:
                     dg_v, _, dg_k = vllm_choice(with_dg)
                 row.vllm_with_deep_gemm = (dg_v, dg_k)
             if not row.agrees:
-                row.why = row.decision.why if isinstance(row.decision, parity.Undescribed) \
+                why = row.decision.why if isinstance(row.decision, parity.Undescribed) \
                     else explain(row, names)
+                row.why = why if parity.specific(why) else None  # generic rules explain nothing
+                row.generic = None if parity.specific(why) or why is None else why[0]
             report.rows.append(row)
     finally:
         simulation.close()

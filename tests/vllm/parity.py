@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -60,6 +61,7 @@ class Row:
     vllm_quant: Optional[str] = None
     selector_mxfp4: Optional[Tuple[Optional[str], Optional[str]]] = None  # asked about mxfp4
     mxfp4_decision: Any = None  # selector's decision asked about mxfp4
+    generic: Optional[str] = None  # an explanation refused: it names generic rules only
 
     @property
     def selected(self) -> Optional[str]:
@@ -121,9 +123,20 @@ class Report:
         for r in self.differ:
             mine = "not described" if isinstance(r.decision, Undescribed) else "refusal"
             key = (r.vllm or "error", r.selected or mine,
-                   r.why if r.why is not None else ("UNEXPLAINED", ()))
+                   keyed(r.why) if r.why is not None else ("UNEXPLAINED", ()))
             out.setdefault(key, []).append(r)
         return out
+
+
+def keyed(why: Tuple[str, Tuple]) -> Tuple[str, Tuple]:
+    """An explanation without its LINE pairs: the cluster's key (each member names its line)."""
+    return why[0], tuple(p for p in why[1] if p[0] != LINE)
+
+
+def lines_of(members: List[Row]) -> List[str]:
+    """The engine lines a cluster's members name, each once, in order."""
+    return list(dict.fromkeys(src for m in members for rule, src in (m.why or ("", ()))[1]
+                              if rule == LINE))
 
 
 # -- vLLM untouched ----------------------------------------------------------------------------
@@ -137,16 +150,117 @@ DEEP_GEMM_ENV_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/fp8.py (select_fp8_moe_bac
                         "policy.moe_backend=deep_gemm")
 
 
+# -- the engine's deciding line ------------------------------------------------------------------
+#: an explanation's pair that names a line of the installed vLLM (its rule is LINE): where vLLM
+#: raised, the kernel class it built, the order it tried; a cluster lists every such line of its
+#: members (they are not part of its key: one explanation, each scenario's own line)
+LINE = "line"
+
+
+def _vllm_file(path: str) -> str:
+    return path.replace("\\", "/").split("site-packages/vllm/", 1)[-1]
+
+
+def vllm_line(path: Optional[str], line: int, what: str, last: int = 0) -> str:
+    """A line (or lines line-last) of the installed vLLM's file `path`, and what it does."""
+    import vllm
+    at = f"lines {line}-{last}" if last > line else f"line {line}"
+    return f"vLLM {vllm.__version__} {_vllm_file(path or '?')} {at} ({what})"
+
+
+class Refusal(str):
+    """vLLM's error's first line, with `site`: the line of vLLM that raised it."""
+    site: str = ""
+
+    @classmethod
+    def at(cls, text: str, fn: Any, what: str) -> Refusal:
+        import inspect
+        r = cls(text)
+        r.site = vllm_line(inspect.getsourcefile(fn), inspect.getsourcelines(fn)[1], what)
+        return r
+
+
+def refusal(exc: BaseException) -> Refusal:
+    """vLLM's error as a Refusal: the innermost frame of vLLM's own code that raised it."""
+    r = Refusal(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    tb, frame = exc.__traceback__, None
+    while tb is not None:
+        if "site-packages/vllm/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            frame = tb
+        tb = tb.tb_next
+    if frame is not None:
+        r.site = _rejecting_check(frame.tb_frame.f_locals.get("rejected")) or \
+            vllm_line(frame.tb_frame.f_code.co_filename, frame.tb_lineno,
+                      f"{frame.tb_frame.f_code.co_name} raises")
+    return r
+
+
+# vLLM's FusedMoEExperts.is_supported_config: the reason it words -> the check that refused
+_CHECKS = (("current device", "_supports_current_device"),
+           ("no act_and_mul", "_supports_no_act_and_mul"),
+           ("activation format", "activation_format"),
+           ("quantization scheme", "_supports_quant_scheme"),
+           ("parallel", "_supports_parallel_config"),
+           ("hash routing", "_supports_hash_routing"),
+           ("routing method", "_supports_routing_method"),
+           ("router logits", "_supports_router_logits_dtype"),
+           ("shape", "_supports_shape"), ("hidden", "_supports_shape"),
+           ("batch invariance", "_supports_batch_invariance"),
+           ("activation", "_supports_activation"))
+
+
+def _rejecting_check(rejected: Any) -> str:
+    """Where an oracle's return_or_raise raised (vLLM's fused_moe/oracle/base.py): the line of the
+    kernel class's own check that refused (`rejected`: its (kernel class, reason) list, the last
+    the one it reports), e.g. CutlassExpertsFp4._supports_current_device for SM 11.0 on 0.34."""
+    import inspect
+    if not rejected:
+        return ""
+    cls, reason = rejected[-1]
+    name = next((m for words, m in _CHECKS if words in (reason or "")), None)
+    fn = getattr(cls, name, None) if name else None
+    if fn is None or not callable(fn):
+        return ""
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
+    try:
+        path, (src, start) = inspect.getsourcefile(fn), inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return ""
+    first = start + next((i for i, x in enumerate(src) if x.lstrip().startswith("def ")), 0)
+    return vllm_line(path, first, f"{fn.__qualname__} refuses {cls.__name__}: {reason}",
+                     last=start + len(src) - 1)
+
+
+#: kernel class name -> the line of vLLM that defines it (filled as vLLM builds them)
+KERNELS: Dict[str, str] = {}
+
+
+def built(cls: Any) -> str:
+    """The name of a kernel class vLLM built, its defining line recorded in KERNELS."""
+    import inspect
+    if cls.__name__ not in KERNELS:
+        try:
+            path, line = inspect.getsourcefile(cls), inspect.getsourcelines(cls)[1]
+        except (OSError, TypeError):
+            path, line = None, 0
+        if path is not None:
+            KERNELS[cls.__name__] = vllm_line(path, line, f"class {cls.__name__}, which vLLM "
+                                              "builds for this layer")
+    return cls.__name__
+
+
 def vllm_moe(s: sim.Scenario, select: Any) -> Tuple[Optional[str], str, Optional[str]]:
+    from vllm.config import set_current_vllm_config
     kw = {"allow_vllm_cutlass": s.allow_cutlass} if s.quant in FP8_SCHEMES else {}
     try:  # vLLM's MoE config itself refuses some layers on some platforms
-        with _deep_gemm_env(s):
+        with _deep_gemm_env(s), set_current_vllm_config(sim.vllm_config(s.model_type)):
             backend, experts = select(sim.moe_config(s, s.requested), *sim.quant_keys(s), **kw)
     except (ValueError, NotImplementedError) as exc:
-        return None, str(exc).splitlines()[0], None
+        return None, refusal(exc), None
     if experts is None:  # Fp8MoeBackend.NONE: no backend, no error (a platform vLLM leaves open)
-        return None, f"vLLM returned {backend.value}", None
-    return _MOE_NAMES.get(backend.value, backend.value.lower()), "", experts.__name__
+        return None, Refusal.at(f"vLLM returned {backend.value}", select,
+                                f"{select.__name__} returns {backend.value}"), None
+    return _MOE_NAMES.get(backend.value, backend.value.lower()), "", built(experts)
 
 
 def linear_kernel_name(kernel: Any) -> str:
@@ -164,10 +278,10 @@ def vllm_linear(s: sim.Scenario, init: Any) -> Tuple[Optional[str], str, Optiona
     try:
         kernel = init(use_a16=s.quant == "nvfp4_w4a16")
     except ValueError as exc:
-        return None, str(exc).splitlines()[0], None
+        return None, refusal(exc), None
     finally:
         linear._get_linear_backend = saved
-    return linear_kernel_name(kernel), "", type(kernel).__name__
+    return linear_kernel_name(kernel), "", built(type(kernel))
 
 
 FP8_ACT = "mxfp4 x fp8 1x128"
@@ -199,12 +313,10 @@ def mx_pick(backend: Any) -> Tuple[str, Optional[str]]:
 def vllm_mx(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str], Optional[str]]:
     """vLLM's MXFP4/MXFP8 oracle for scenario `s`: (backend, error, kernel, scheme)."""
     import os
-    import types
 
-    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.fused_moe.oracle import mxfp4, mxfp8
-    vc = VllmConfig()  # no --quantization-config: the checkpoint's activation key decides
-    object.__setattr__(vc, "model_config", types.SimpleNamespace(quantization_config=None))
+    vc = sim.vllm_config(s.model_type)  # no --quantization-config: the checkpoint's key decides
     env = "VLLM_B12X_MOE_FP4_FORCE_A16"
     saved = os.environ.pop(env, None)
     if s.force_a16:
@@ -219,13 +331,13 @@ def vllm_mx(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str], Optiona
             else:
                 backend, experts = mxfp8.select_mxfp8_moe_backend(config)
     except (ValueError, NotImplementedError) as exc:
-        return None, str(exc).splitlines()[0], None, None
+        return None, refusal(exc), None, None
     finally:
         os.environ.pop(env, None)
         if saved is not None:
             os.environ[env] = saved
     name, quant = mx_pick(backend)
-    return name, "", experts.__name__ if experts else None, quant
+    return name, "", built(experts) if experts else None, quant
 
 
 def vllm_choice(s: sim.Scenario) -> Tuple[Optional[str], str, Optional[str]]:
@@ -377,7 +489,7 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
         return (f"--linear-backend={req} has no kernel for this layer: vLLM's fallback walks its "
                 f"unfiltered kernel list and lands on {r.vllm_kernel}, where its automatic path "
                 f"picks {r.kernel}; selector decides the layer as vLLM's automatic path does",
-                _why(d.candidate(req)) + (("engine", FALLBACK_SOURCE),))
+                _why(d.candidate(req)) + (("engine", FALLBACK_SOURCE),) + _built(r))
     if r.vllm is not None and r.vllm not in names:
         src = outside_names.get(r.vllm)
         return None if src is None else \
@@ -389,29 +501,109 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
     if r.vllm is not None:
         c = d.candidate(r.vllm)
         if c.status in ("rejected", "not_applicable", "opt_in"):
-            return (f"selector: {r.vllm} {c.status}", _why(c))
+            # the line of vLLM that decides: the kernel class it built, which selector's rule
+            # (its source: the library's own check vLLM does not repeat) refuses
+            return (f"selector: {r.vllm} {c.status}", _why(c) + _built(r))
         if r.selected is not None and c.status == "eligible" and \
                 r.scenario.quant == "nvfp4" and _execution(d, r.vllm) == "weight_only" and \
                 _execution(d, r.selected) == "native" and _vllm_runs(r.scenario, r.selected):
             # a preference explains the difference only where vLLM itself, asked for selector's
             # pick, runs it: where vLLM refuses it (a device, version or package gate, as 0.34.0's
-            # SM 11.x exclusion from its CUTLASS NVFP4 MoE), the gate is the difference
-            return (f"selector ranks native {r.selected} above weight-only {r.vllm} for a W4A4 "
-                    "layer", (("preference", WEIGHT_ONLY_SOURCE),))
+            # SM 11.x exclusion from its CUTLASS NVFP4 MoE), the gate is the difference; and only
+            # with the line of vLLM's automatic order that puts its weight-only pick first
+            line = order_line(r)
+            return None if line is None else \
+                (f"selector ranks native {r.selected} above weight-only {r.vllm} for a W4A4 "
+                 "layer", (("preference", WEIGHT_ONLY_SOURCE), (LINE, line)))
         return None
     # vLLM raised and selector chose a backend
     if r.scenario.requested != "auto" and \
             d.candidate(r.scenario.requested).status == "not_applicable":
         c = d.candidate(r.scenario.requested)
+        site = getattr(r.vllm_error, "site", "")  # where vLLM refused the flag
         return (f"explicit {r.scenario.requested} does not implement the layer: selector "
-                "decides it automatically", _why(c) + (("policy", POLICY_SOURCE),))
+                "decides it automatically", _why(c) + (("policy", POLICY_SOURCE),) +
+                (((LINE, site),) if site else ()))
     if r.scenario.requested == "auto" and r.scenario.deep_gemm_env == "1" and \
             d.candidate("deep_gemm").status == "not_applicable":
         c = d.candidate("deep_gemm")
         return ("VLLM_MOE_USE_DEEP_GEMM=1 forces deep_gemm, which does not implement the layer: "
                 "selector decides it automatically", _why(c) + (
-                    ("engine", DEEP_GEMM_ENV_SOURCE), ("policy", POLICY_SOURCE)))
+                    ("engine", DEEP_GEMM_ENV_SOURCE), ("policy", POLICY_SOURCE)) + (
+                    ((LINE, r.vllm_error.site),) if getattr(r.vllm_error, "site", "") else ()))
     return None
+
+
+def _built(r: Row) -> Tuple[Tuple[str, str], ...]:
+    """The LINE pair of the kernel class vLLM built for the row (none where it built none)."""
+    site = KERNELS.get(r.vllm_kernel or "")
+    return ((LINE, site),) if site else ()
+
+
+#: explanations that name no line of the engine: a preference of selector's (the weight-only
+#: rule) and the policy for a global flag. A difference is explained only by a cluster that also
+#: names the engine's deciding line (run() refuses the others), and never by the preference where
+#: vLLM, asked for selector's pick, refuses it (a device, version or package gate: explain())
+GENERIC_SOURCES = frozenset({WEIGHT_ONLY_SOURCE, POLICY_SOURCE})
+
+
+def specific(why: Optional[Tuple[str, Tuple]]) -> bool:
+    """Whether an explanation names more than generic rules (some source of the engine or of a
+    catalogue rule that decides this very scenario)."""
+    return why is not None and any(src not in GENERIC_SOURCES for _, src in why[1])
+
+
+def _ordered(path: str, anchor: str, names: Tuple[str, ...]) -> Optional[List[int]]:
+    """The line numbers in `path` of `names`, each the first line after `anchor` (the opening of
+    an ordered list) up to the list's closing bracket that holds it; None for a name not listed."""
+    lines = open(path).read().splitlines()
+    start = next((i for i, x in enumerate(lines) if anchor in x), None)
+    if start is None:
+        return None
+    out = []
+    for name in names:
+        at = None
+        for i in range(start + 1, len(lines)):
+            if lines[i].strip() in ("]", "],", "}"):
+                break
+            if re.search(rf"\b{re.escape(name)}\b", lines[i].split("#")[0]):
+                at = i + 1
+                break
+        if at is None:
+            return None
+        out.append(at)
+    return out
+
+
+def order_line(r: Row) -> Optional[str]:
+    """The line of vLLM's automatic order that decides a weight-only pick over selector's native
+    one: where vLLM lists its pick before selector's (read from the installed vLLM's own file),
+    with both lines; None where vLLM lists selector's pick first (vLLM then skipped it: a gate,
+    not an order) or does not list it."""
+    import inspect
+
+    import vllm
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.layers.fused_moe.oracle import nvfp4
+    if r.scenario.op == "linear":
+        path, anchor = inspect.getsourcefile(linear), "_POSSIBLE_NVFP4_KERNELS: dict"
+        names = (r.vllm_kernel or "", r.kernel or "")
+        what = "_POSSIBLE_NVFP4_KERNELS"
+    else:
+        path = inspect.getsourcefile(nvfp4)
+        anchor, what = "AVAILABLE_BACKENDS = [", "select_nvfp4_moe_backend's AVAILABLE_BACKENDS"
+        try:
+            names = tuple(f"NvFp4MoeBackend.{nvfp4.map_nvfp4_backend(n).name}"
+                          for n in (r.vllm or "", r.selected or ""))
+        except ValueError:
+            return None
+    if path is None or not all(names):
+        return None
+    at = _ordered(path, anchor, names)
+    if at is None or at[0] > at[1]:
+        return None
+    return (f"vLLM {vllm.__version__} {_vllm_file(path)} lines {at[0]}, {at[1]} ({what}: "
+            f"{names[0]} is tried before {names[1]})")
 
 
 def _vllm_runs(s: sim.Scenario, backend: str) -> bool:
@@ -471,8 +663,9 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
             if isinstance(row.decision, Undescribed):
                 row.why = None if row.agrees else row.decision.why
             elif not row.agrees:
-                row.why = explain_mx(row, names) if s.oracle != "nvfp4" else \
-                    explain(row, names)
+                why = explain_mx(row, names) if s.oracle != "nvfp4" else explain(row, names)
+                row.why = why if specific(why) else None  # generic rules alone explain nothing
+                row.generic = None if specific(why) or why is None else why[0]
             report.rows.append(row)
     finally:
         simulation.close()

@@ -71,9 +71,10 @@ STACK_PRESET = os.environ.get(STACK_ENV) or STACK_PRESET
 #: the parity report of this release (tools/vllm_parity.py writes it, tests/vllm replays it):
 #: docs/vllm-parity.md for 0.32, docs/vllm-parity-<release>.md for each later release
 DOC_NAME = "vllm-parity.md" if RELEASE == "0.32" else f"vllm-parity-{RELEASE}.md"
-#: the sections (tools/vllm_parity.py SECTIONS) each release's report holds: 0.34's has the NVFP4
-#: sweep only so far (its FP8, MX, linear and random sweeps are still to run and write)
-REPORTED = {"0.32": ("nvfp4", "fp8", "mx", "linear", "random"), "0.33": (), "0.34": ("nvfp4",)}
+#: the sections (tools/vllm_parity.py SECTIONS) each release's report holds: 0.33 has none (0.34
+#: is proven in its place)
+REPORTED = {"0.32": ("nvfp4", "fp8", "mx", "linear", "random"), "0.33": (),
+            "0.34": ("nvfp4", "fp8", "mx", "linear", "random")}
 CUTLASS_DSL = "4.8.0"
 B12X = "1.5.1"
 
@@ -510,6 +511,32 @@ class Simulation:
 
 
 # -- vLLM's objects for a scenario ------------------------------------------------------------------
+_VLLM_CONFIG: List[Any] = []
+
+
+def vllm_config(model_type: Optional[str] = None) -> Any:
+    """vLLM's current config for an oracle call: no --quantization-config (the checkpoint's
+    activation key decides: vLLM 0.34.0 config/quantization.py user_activation_override reads
+    model_config.quantization_config), and a model config naming `model_type` (vLLM 0.34.0
+    fused_moe/oracle/fp8.py 472-478 drops DeepGEMM for the model types
+    should_auto_disable_deep_gemm lists; None: a model it keeps DeepGEMM for)."""
+    import types
+
+    from vllm.config import DeviceConfig, VllmConfig
+    from vllm.platforms import current_platform
+    if not _VLLM_CONFIG:
+        # a released CUDA wheel on this CPU host resolves no platform (UnspecifiedPlatform, no
+        # device type: VllmConfig() raises "Failed to infer device type") when the first
+        # scenario has no GPU: the device is then named (it decides no oracle)
+        _VLLM_CONFIG.append(VllmConfig() if current_platform.device_type else
+                            VllmConfig(device_config=DeviceConfig(device="cpu")))
+    cfg = _VLLM_CONFIG[0]
+    object.__setattr__(cfg, "model_config", types.SimpleNamespace(
+        quantization_config=None,
+        hf_text_config=types.SimpleNamespace(model_type=model_type)))
+    return cfg
+
+
 def moe_config(s: Scenario, moe_backend: str = "auto") -> Any:
     from selector.engines import vllm as adapter
     return adapter.moe_config({"activation": s.activation, "act_and_mul": s.act_and_mul,

@@ -92,7 +92,8 @@ def test_hopper_block_fp8_prefers_triton_for_tp_and_flashinfer_cutlass_for_ep(ep
 
 def test_batched_format_runs_the_batched_kernels():
     """DeepEP low-latency: vLLM's batched activation format and its BATCHED_* backends."""
-    r = _row(_fp8("9.0", "fp8_block", ep=2, all2all="deepep_low_latency"))
+    # CUDA 12.9: from vLLM 0.34.0 DeepGEMM needs nvcc >= 12.9 (utils/deep_gemm.py 118-177)
+    r = _row(_fp8("9.0", "fp8_block", ep=2, all2all="deepep_low_latency", cuda="12.9"))
     assert r.agrees and r.kernel == "BatchedDeepGemmExperts"
     r = _row(_fp8("9.0", "fp8_block", act="swiglustep", ep=2, all2all="deepep_low_latency"))
     assert r.agrees and r.kernel == "BatchedTritonExperts"
@@ -116,8 +117,12 @@ def test_allow_vllm_cutlass_is_policy_exclude():
 
 
 def test_deep_gemm_env_var_is_policy():
-    r = _row(_fp8("9.0", "fp8_block", ep=2, deep_gemm_env="1"))
+    r = _row(_fp8("9.0", "fp8_block", ep=2, deep_gemm_env="1", cuda="12.9"))  # nvcc 12.9
     assert r.agrees and r.vllm == "deep_gemm"
+    if sim.RELEASE not in ("0.32", "0.33"):  # vLLM 0.34.0 utils/deep_gemm.py 151-177: no nvcc
+        r = _row(_fp8("9.0", "fp8_block", ep=2, deep_gemm_env="1"))  # >= 12.9, no DeepGEMM
+        assert "deep_gemm" not in (r.vllm, r.selected) and (r.agrees or r.why), \
+            (r.vllm, r.selected)
     r = _row(_fp8("12.0", "fp8_block", deep_gemm_env="0"))
     assert r.agrees and r.vllm == "triton" and r.decision.candidate("deep_gemm").status == \
         "rejected"

@@ -16,7 +16,7 @@ import parity
 import pytest
 import sim
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "vllm-parity.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / sim.DOC_NAME  # the installed release's
 FI = sim.FLASHINFER
 
 

@@ -136,7 +136,7 @@ def test_the_doc_reports_a_random_run_without_unexplained_differences():
     family at its CI count, 0 unexplained."""
     import re
     from pathlib import Path
-    text = (Path(__file__).resolve().parents[2] / "docs" / "vllm-parity.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / sim.DOC_NAME).read_text()
     assert re.search(rf"`{rs.ENV_SEED}=\d+ ", text), "no seed in the random section"
     rows = {f: tuple(map(int, rest)) for f, *rest in re.findall(
         r"^\| random (\w+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", text, re.M)}
