@@ -184,8 +184,15 @@ def _config(parser: Any, d: Path, flags: List[str]) -> Any:
         return EngineArgs.from_cli_args(args).create_engine_config()
 
 
-def run(cases: List[Case]) -> None:
-    """Every case: selector through the CLI, then vLLM alone and with the printed flags."""
+def run(cases: List[Case], log: Optional[Path] = None, batch: int = 100) -> None:
+    """Every case: selector through the CLI, then vLLM alone and with the printed flags; in
+    batches of `batch` cases (selector's CLI runs outside the simulated GPU), each finished
+    case appended to `log` as one JSON line when given (a long sweep's partial counts)."""
+    for i in range(0, len(cases), batch):
+        _run(cases[i:i + batch], log)
+
+
+def _run(cases: List[Case], log: Optional[Path]) -> None:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     from vllm.utils.torch_utils import set_default_torch_dtype
@@ -220,6 +227,13 @@ def run(cases: List[Case]) -> None:
                     s = ls.selector_view(c.dir, c.tp, c.dp, c.ep)
                     c.differences += ls.differences(m, s)
             _compare(c)
+            if log is not None:
+                with log.open("a") as f:
+                    f.write(json.dumps({"label": c.label, "platform": c.platform, "tp": c.tp,
+                                        "dp": c.dp, "ep": c.ep, "rc": c.rc, "flags": c.flags,
+                                        "vllm_alone": c.vllm_alone, "vllm_flags": c.vllm_flags,
+                                        "differences": c.differences,
+                                        "harness_error": c.harness_error}) + "\n")
     finally:
         builder.close()
 
