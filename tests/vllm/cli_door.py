@@ -20,7 +20,8 @@ CUDA 13.0 and FlashInfer) and a parallel layout. Per case:
 
 Unexplained: printed flags vLLM refuses or does not parse, a module whose scheme / activation
 scales / routing selector reads otherwise than vLLM builds it (launch_shapes.differences), and
-selector refusing (exit 2) a checkpoint vLLM builds, or planning (exit 0) one vLLM refuses.
+selector refusing (exit 2) a checkpoint vLLM builds, finding problems (exit 1) in one vLLM
+builds, or planning (exit 0) one vLLM refuses.
 """
 from __future__ import annotations
 
@@ -251,6 +252,9 @@ def _compare(c: Case) -> None:
         c.differences.append(f"printed flags {c.flags} refused by vLLM: {c.vllm_flags}")
     if c.rc == 2 and not c.vllm_alone:
         c.differences.append(f"selector refuses a checkpoint vLLM builds: {c.selector_error}")
+    if c.rc == 1 and not c.vllm_alone:  # a plan whose problems say vLLM refuses a module
+        c.differences.append("selector's plan has problems (exit 1) for a checkpoint vLLM "
+                             "builds")
 
 
 def make_cases(seed: int, n: int, root: Path) -> List[Case]:
