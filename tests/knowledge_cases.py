@@ -2079,12 +2079,48 @@ READER_CASES = [
       layer={**_T8_MOE, "routing": "renormalize"}),
 ]
 
+# The optional kernel modules vLLM imports (kind: vllm_module): DeepGEMM and triton_kernels, an
+# installed package or the copy vLLM's CUDA wheels bundle (utils/import_utils.py has_deep_gemm,
+# has_triton_kernels); a vLLM build without them (its CPU build, a source build) refuses the
+# backends that need them. Unknown on a platform naming vLLM: its CUDA wheel, which has both.
+_FP8B_LIN = {**DENSE, "quant": "fp8_block"}
+_NO_DG, _DG = {"vllm-deep-gemm": None}, {"vllm-deep-gemm": "0.32.0"}
+_NO_TK, _TK = {"vllm-triton-kernels": None}, {"vllm-triton-kernels": "0.32.0"}
+VLLM_MODULE_CASES = [
+    C("vllm-module-deep-gemm-moe-absent", "9.0", "moe/deep_gemm", {"vllm_module"}, pk=_NO_DG,
+      layer=_FP8B_MOE, engine=V),
+    C("vllm-module-deep-gemm-moe-present", "9.0", "moe/deep_gemm", pk=_DG, layer=_FP8B_MOE,
+      engine=V, status="selected"),
+    C("vllm-module-deep-gemm-moe-unknown-wheel", "9.0", "moe/deep_gemm", layer=_FP8B_MOE,
+      engine=V, status="selected"),
+    C("vllm-module-deep-gemm-moe-unknown-no-vllm", "9.0", "moe/deep_gemm", {"package"},
+      {"vllm_module"}, pk={"vllm": None}, layer=_FP8B_MOE, engine=V),
+    C("vllm-module-deep-gemm-moe-no-engine", "9.0", "moe/deep_gemm", pk=_NO_DG,
+      layer=_FP8B_MOE),
+    C("vllm-module-deep-gemm-linear-absent", "9.0", "linear/deep_gemm", {"vllm_module"},
+      pk=_NO_DG, layer=_FP8B_LIN, engine=V),
+    C("vllm-module-deep-gemm-linear-present", "9.0", "linear/deep_gemm", pk=_DG,
+      layer=_FP8B_LIN, engine=V),
+    C("vllm-module-fi-cutlass-block-fallback-absent", "9.0", "linear/flashinfer_cutlass",
+      {"vllm_module"}, pk=_NO_DG, layer=_FP8B_LIN, only="vllm_module"),
+    C("vllm-module-fi-cutlass-block-fallback-present", "9.0", "linear/flashinfer_cutlass",
+      pk=_DG, layer=_FP8B_LIN, only="vllm_module"),
+    C("vllm-module-triton-kernels-absent", "9.0", "moe/triton_kernels", {"vllm_module"},
+      pk=_NO_TK, layer=GPT_OSS, engine=V),
+    C("vllm-module-triton-kernels-present", "9.0", "moe/triton_kernels", pk=_TK, layer=GPT_OSS,
+      engine=V, status="selected"),
+    C("vllm-module-triton-unfused-absent", "9.0", "moe/triton_unfused", {"vllm_module"},
+      pk=_NO_TK, layer=GPT_OSS, engine=V, only="vllm_module"),
+    C("vllm-module-triton-unfused-present", "9.0", "moe/triton_unfused", pk=_TK,
+      layer=GPT_OSS, engine=V, only="vllm_module"),
+]
+
 
 CASES: List[Case] = (_generated() + BOUNDARIES + _engine_names() + _vllm_kernels() +
                      _vllm_emulation_activations() + ENGINES + _fp8_cases() + FP8_BOUNDARIES +
                      _fp8_scheme_boundaries() + FP8_TORCH + FI_DIRECT + FIC_VLLM + MX_CASES +
                      LINEAR_SCHEME_CASES + PARALLEL_CASES + V34_CASES + B12X_VLLM_CASES +
-                     READER_CASES)
+                     READER_CASES + VLLM_MODULE_CASES)
 
 
 # ---------------------------------------------------------------------------------------------

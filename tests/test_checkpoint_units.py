@@ -732,6 +732,27 @@ def test_llama4_interleaves_moe_layers_with_a_shared_expert_and_llama4_routing()
     assert "model.layers.1.feed_forward.router" not in m  # GateLinear without quant config
 
 
+def test_llama4_multimodal_checkpoint_plans_its_language_model_under_its_prefix(tmp_path):
+    """meta-llama/Llama-4-Scout-17B-16E-Instruct as published: Llama4ForConditionalGeneration,
+    the text model's keys under text_config (vLLM mllama4.py: Llama4ForCausalLM under the
+    prefix language_model; the vision tower and projector unquantized, not planned)."""
+    text = {k: v for k, v in LLAMA4.items() if k != "architectures"}
+    cfg = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+           "text_config": text, "vision_config": {"hidden_size": 1408}}
+    a = arch(cfg)
+    m = {x.name: x for x in a.modules}
+    assert a.layer_types == arch(LLAMA4).layer_types
+    assert sorted(m) == sorted(f"language_model.{x.name}" for x in arch(LLAMA4).modules)
+    assert dict(m["language_model.model.layers.1.feed_forward.experts"].fields)["routing"] \
+        == "llama4"
+    assert not any("vision" in n or "projector" in n for n in m)
+    # the text model's defaults are text_config's (Llama4TextConfig), named as such
+    short = {**cfg, "text_config": {k: v for k, v in text.items() if k != "head_dim"}}
+    assert "text_config.head_dim" in arch(short).defaulted
+    with pytest.raises(SelectorError, match="text_config"):
+        arch({**cfg, "text_config": [1]})
+
+
 def test_ernie_moe_layers_start_at_moe_layer_start_index():
     a = arch(ERNIE)
     assert a.layer_types == ("dense", "MoE", "MoE", "MoE")

@@ -344,6 +344,7 @@ ARCHITECTURES: Dict[str, Tuple[str, Callable[[_Config], Read]]] = {
     "Glm4MoeForCausalLM": ("glm4_moe", arch_moe.glm4_moe),
     "MiniMaxM2ForCausalLM": ("minimax_m2", arch_moe.minimax_m2),
     "Llama4ForCausalLM": ("llama4_text", arch_moe.llama4),
+    "Llama4ForConditionalGeneration": ("llama4", arch_moe.llama4_multimodal),
     "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe", arch_moe.ernie45_moe),
 }
 _BY_MODEL_TYPE = {mt: arch for arch, (mt, _) in ARCHITECTURES.items()}
@@ -372,6 +373,7 @@ RENAMES: Dict[str, Optional[Tuple[_Pairs, Tuple[Tuple[str, Optional[str]], ...],
     "mixtral": (((".gate_proj.", ".w1."), (".up_proj.", ".w3."), (".down_proj.", ".w2.")), (),
                 ()),
     "glm4_moe": None,
+    "llama4": None,  # mllama4.py Llama4ForConditionalGeneration has no hf_to_vllm_mapper
     "ernie4_5_moe": None,  # its mapper is Ernie4_5_MoeModel's, not the CausalLM class's
 }
 

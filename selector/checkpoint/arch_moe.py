@@ -128,9 +128,9 @@ def llama4(cfg: _Config) -> Read:
         # from the top level (AttributeError)
         raise bad_input("model_type", given, "is not llama4_text: Llama4ForCausalLM reads the "
                         "text model's keys at the top level (vLLM 0.32.0 vllm/model_executor/"
-                        "models/llama4.py Llama4Model.__init__); the multimodal checkpoint's "
-                        "Llama4ForConditionalGeneration is not modelled", where=str(cfg.path),
-                        accepted=("llama4_text",))
+                        "models/llama4.py Llama4Model.__init__); a multimodal checkpoint "
+                        "(model_type llama4, text_config) names Llama4ForConditionalGeneration",
+                        where=str(cfg.path), accepted=("llama4_text",))
     n, h = int(cfg.integer("num_hidden_layers")), cfg.integer("hidden_size")
     experts, top_k = cfg.integer("num_local_experts"), cfg.integer("num_experts_per_tok")
     moe_i, dense_i = cfg.integer("intermediate_size"), cfg.integer("intermediate_size_mlp")
@@ -153,6 +153,30 @@ def llama4(cfg: _Config) -> Read:
             mods += _mlp(cfg, f"{p}.feed_forward", "dense MLP", i, h, dense_i,
                          key="intermediate_size_mlp")
     return Read(n, types, mods + [_lm_head(cfg, h)], [], {**_QKV, **_GATE_UP})
+
+
+def llama4_multimodal(cfg: _Config) -> Read:
+    """Llama-4 Scout / Maverick as published (vLLM 0.32.0 mllama4.py
+    Llama4ForConditionalGeneration.__init__): the vision tower (`vision_model`) and the
+    `multi_modal_projector` are built with quant_config=None, the language model is
+    Llama4ForCausalLM on `text_config` under the prefix `language_model` (initialize_model(...,
+    prefix="language_model", model_class=Llama4ForCausalLM)). The class has no
+    hf_to_vllm_mapper: the quantization config's names are the checkpoint's."""
+    text = cfg.data.get("text_config", {})
+    if not isinstance(text, dict):
+        raise bad_input("text_config", text, "must be a mapping of the text model's keys",
+                        where=str(cfg.path))
+    if text.get("model_type") not in (None, "llama4_text"):
+        raise bad_input("text_config.model_type", text.get("model_type"), "is not llama4_text "
+                        "(Llama4Config's text_config is a Llama4TextConfig)",
+                        where=str(cfg.path), accepted=("llama4_text",))
+    sub = _Config(text, cfg.path, cfg.arch, "llama4_text", cfg.tp, cfg.ep, cfg.moe_tp)
+    r = llama4(sub)
+    cfg.defaulted += [f"text_config.{k}" for k in sub.defaulted]
+    mods = [dataclasses.replace(m, name=f"language_model.{m.name}") for m in r.modules]
+    return Read(r.layers, r.types, mods, r.notes + [
+        "the vision tower and multi_modal_projector are built unquantized (vLLM 0.32.0 "
+        "mllama4.py Llama4ForConditionalGeneration: quant_config=None): not planned"], r.packed)
 
 
 _ERNIE = "vLLM 0.32.0 vllm/model_executor/models/ernie45_moe.py"

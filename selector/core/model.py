@@ -18,7 +18,7 @@ from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.layer import LAYER_KEYS, make_layer
 from selector.core.parallel import Parallel, make_parallel
 from selector.core.rules import Condition, Facts, Reason, Rule, compile_rule
-from selector.core.rules.facts import NVCC
+from selector.core.rules.facts import NOT_DISTRIBUTIONS
 from selector.core.schema import Layer
 from selector.core.versions import canonicalize_name, format_capability, parse_capability, parse_version
 
@@ -375,7 +375,8 @@ def make_platform(conf: Mapping[str, Any], watched: List[str], detect: Optional[
             if n in watched:
                 packages.setdefault(n, v)
         for n in watched:
-            if n != NVCC:  # a preset that does not name nvcc leaves its version unknown
+            if n not in NOT_DISTRIBUTIONS:  # a preset that does not name nvcc (or a module
+                # vLLM imports) leaves it unknown
                 packages.setdefault(n, None)
     return Platform(preset, capability, cuda, gpu_name, tuple(sorted(packages.items())),
                     source, notes)

@@ -56,6 +56,7 @@ from selector.engines.vllm_choice import (
     requested_names,
     routing,
     token_buckets,
+    vllm_modules,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -461,4 +462,4 @@ __all__ = ["register", "install", "uninstall", "installed", "iter_rebound", "Vll
            "Chooser", "NotExpressible", "refusal", "act_scale", "capability", "linear_layer",
            "linear_sizes", "moe_activation", "moe_config", "moe_layer", "moe_quant", "over_range",
            "quant_keys", "quant_scheme", "requested_name", "requested_names", "routing",
-           "token_buckets"]
+           "token_buckets", "vllm_modules"]

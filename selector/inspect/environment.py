@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, TypeGuard
 from packaging.version import InvalidVersion, Version
 
 from selector.core import env_vars
-from selector.core.rules.facts import NVCC
+from selector.core.rules.facts import NVCC, VLLM_MODULES
 from selector.core.versions import canonicalize_name
 
 _CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
@@ -91,9 +91,42 @@ def nvcc_version() -> Tuple[Optional[Version], Optional[str], str]:
     return (Version(f"{m[1]}.{m[2]}") if m else None), path, how
 
 
+def vllm_module(key: str) -> Tuple[Optional[Version], str]:
+    """(version, how) of the optional kernel module vLLM imports (facts.VLLM_MODULES): found as
+    vLLM 0.32.0's has_deep_gemm / has_triton_kernels look for it (utils/import_utils.py 512-567:
+    an installed top-level module first, then vLLM's bundled vllm.third_party copy), from the
+    installed files without importing either (vLLM also trial-imports the module, which loads its
+    native libraries). The version is the distribution's that ships it (vllm's for the bundled
+    copy); None: neither is there."""
+    import importlib.util
+    top, bundled = VLLM_MODULES[key]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin is not None:
+        owners = md.packages_distributions().get(top) or []
+        found = installed_versions(owners[:1]) if owners else {}
+        v = next(iter(found.values()), None)
+        return v, f"{top} installed ({owners[0] if owners else 'no distribution'})"
+    try:
+        vspec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        vspec = None
+    dist = distribution("vllm")
+    if vspec is None or vspec.origin is None or dist is None:
+        return None, "vllm is not installed"
+    where = Path(vspec.origin).parent / bundled
+    if (where / "__init__.py").is_file():
+        return installed_versions(["vllm"])["vllm"], f"bundled in {dist} ({where})"
+    return None, f"neither {top} nor vllm/{bundled} in {dist}"
+
+
 def detect(packages: Iterable[str]) -> Environment:
     asked = list(packages)
-    names = [n for n in asked if canonicalize_name(n) != NVCC]
+    modules = [canonicalize_name(n) for n in asked if canonicalize_name(n) in VLLM_MODULES]
+    names = [n for n in asked if canonicalize_name(n) != NVCC and
+             canonicalize_name(n) not in VLLM_MODULES]
     pkgs = installed_versions(names)
     notes: List[str] = []
     for name, v in pkgs.items():
@@ -112,7 +145,11 @@ def detect(packages: Iterable[str]) -> Environment:
             Version(f"{cuda.major}.{cuda.minor}") > gpu.driver_cuda:
         notes.append(f"the CUDA runtime {cuda} is newer than the driver supports "
                      f"({gpu.driver_cuda}): kernels built for it will not load")
-    if len(names) != len(asked):  # a rule needs nvcc: found as vLLM's DeepGEMM check finds it
+    for key in modules:  # vLLM's DeepGEMM / triton_kernels, found as vLLM finds them
+        pkgs[key], how = vllm_module(key)
+        notes.append(f"{key}: {how}")
+    if any(canonicalize_name(n) == NVCC for n in asked):  # a rule needs nvcc: found as vLLM's
+        # DeepGEMM check finds it
         nvcc, path, how = nvcc_version()
         if path is None:
             pkgs[NVCC] = None

@@ -20,7 +20,8 @@ CUDA 13.0 and FlashInfer) and a parallel layout. Per case:
 
 Unexplained: printed flags vLLM refuses or does not parse, a module whose scheme / activation
 scales / routing selector reads otherwise than vLLM builds it (launch_shapes.differences), and
-selector refusing (exit 2) a checkpoint vLLM builds, or planning (exit 0) one vLLM refuses.
+selector refusing (exit 2) a checkpoint vLLM builds, finding problems (exit 1) in one vLLM
+builds, or planning (exit 0) one vLLM refuses.
 """
 from __future__ import annotations
 
@@ -184,8 +185,15 @@ def _config(parser: Any, d: Path, flags: List[str]) -> Any:
         return EngineArgs.from_cli_args(args).create_engine_config()
 
 
-def run(cases: List[Case]) -> None:
-    """Every case: selector through the CLI, then vLLM alone and with the printed flags."""
+def run(cases: List[Case], log: Optional[Path] = None, batch: int = 100) -> None:
+    """Every case: selector through the CLI, then vLLM alone and with the printed flags; in
+    batches of `batch` cases (selector's CLI runs outside the simulated GPU), each finished
+    case appended to `log` as one JSON line when given (a long sweep's partial counts)."""
+    for i in range(0, len(cases), batch):
+        _run(cases[i:i + batch], log)
+
+
+def _run(cases: List[Case], log: Optional[Path]) -> None:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     from vllm.utils.torch_utils import set_default_torch_dtype
@@ -220,6 +228,13 @@ def run(cases: List[Case]) -> None:
                     s = ls.selector_view(c.dir, c.tp, c.dp, c.ep)
                     c.differences += ls.differences(m, s)
             _compare(c)
+            if log is not None:
+                with log.open("a") as f:
+                    f.write(json.dumps({"label": c.label, "platform": c.platform, "tp": c.tp,
+                                        "dp": c.dp, "ep": c.ep, "rc": c.rc, "flags": c.flags,
+                                        "vllm_alone": c.vllm_alone, "vllm_flags": c.vllm_flags,
+                                        "differences": c.differences,
+                                        "harness_error": c.harness_error}) + "\n")
     finally:
         builder.close()
 
@@ -237,6 +252,9 @@ def _compare(c: Case) -> None:
         c.differences.append(f"printed flags {c.flags} refused by vLLM: {c.vllm_flags}")
     if c.rc == 2 and not c.vllm_alone:
         c.differences.append(f"selector refuses a checkpoint vLLM builds: {c.selector_error}")
+    if c.rc == 1 and not c.vllm_alone:  # a plan whose problems say vLLM refuses a module
+        c.differences.append("selector's plan has problems (exit 1) for a checkpoint vLLM "
+                             "builds")
 
 
 def make_cases(seed: int, n: int, root: Path) -> List[Case]:

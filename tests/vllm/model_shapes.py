@@ -217,6 +217,15 @@ class Builder:
     def __init__(self) -> None:
         logging.getLogger("vllm").setLevel(logging.ERROR)
         import vllm.compilation.backends  # noqa: F401  (registers CUDA ops at import)
+
+        # the Mamba-2 kernels filter their Triton autotune configs at import on a CUDA SM 9.0
+        # platform (vLLM 0.32.0 layers/mamba/ops/ssd_chunk_scan.py 18-35,
+        # _drop_racy_wgmma_configs: c.num_stages), which the CPU build's Triton placeholder
+        # (triton_utils/importing.py: Config a dummy decorator) has not: imported on the host
+        # platform, as a GPU machine's real Triton would import them. Imported first under a
+        # simulated SM 9.0, Nemotron-H's class failed to load for the rest of the process
+        # (registry.py _try_load_model_cls is cached), reported as "failed to be inspected".
+        import vllm.model_executor.layers.mamba.mamba_mixer2  # noqa: F401
         self.simulation = sim.Simulation()
         host = sim.SimulatedCuda.host
         for name in dir(host):  # the host platform's attention backends

@@ -36,6 +36,19 @@ FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3
 LAYOUTS: Tuple[Tuple[int, int, bool], ...] = ((1, 1, False), (8, 1, False), (8, 1, True),
                                               (2, 4, True))
 NOT_MODELLED = "architecture not modelled"
+# A multimodal class whose language model is another registered class, built by vLLM with the
+# text config under a prefix, and whose other towers are built unquantized: (the text class,
+# the prefix). vLLM 0.32.0 mllama4.py Llama4ForConditionalGeneration.__init__: vision_model and
+# multi_modal_projector with quant_config=None, language_model = initialize_model(
+# vllm_config.with_hf_config(config.text_config), prefix="language_model",
+# model_class=Llama4ForCausalLM). vLLM's registry cannot inspect the multimodal class in the
+# CPU test environment (mllama4.py imports transformers' Llama-4 image processor, which needs
+# torchvision, removed there: tools/vllm_env.sh), so the walk builds the language model with
+# the class and prefix the multimodal class uses, and compares it with selector's plan of the
+# multimodal checkpoint.
+LANGUAGE_MODEL: Dict[str, Tuple[str, str]] = {
+    "Llama4ForConditionalGeneration": ("Llama4ForCausalLM", "language_model."),
+}
 
 
 @dataclass
@@ -108,6 +121,9 @@ def small_config(conf_cls: Any, arch: str) -> Dict[str, Any]:
     c.pop("transformers_version", None)
     if isinstance(c.get("num_hidden_layers"), int):
         c = ls.shortened(c, _NoRandom())
+    if isinstance(c.get("text_config"), dict) and \
+            isinstance(c["text_config"].get("num_hidden_layers"), int):  # a multimodal model's
+        c["text_config"] = ls.shortened(c["text_config"], _NoRandom())
     c["quantization_config"] = copy.deepcopy(FP8_BLOCK)
     return c
 
@@ -164,8 +180,13 @@ def walk(root: Path, layouts: Tuple[Tuple[int, int, bool], ...] = LAYOUTS,
         builder = model_shapes.Builder()
         try:
             for tp, dp, ep in layouts:
-                built = builder.build_many([(d, tp, dp, ep) for _, d in to_build])
+                built = builder.build_many([(_vllm_dir(o.arch, d), tp, dp, ep)
+                                            for o, d in to_build])
                 for (o, d), v in zip(to_build, built):
+                    if o.arch in LANGUAGE_MODEL:
+                        prefix = LANGUAGE_MODEL[o.arch][1]
+                        v = model_shapes.Model({prefix + k: b for k, b in v.modules.items()},
+                                               v.refused)
                     s = ls.selector_view(d, tp, dp, ep)
                     diffs = ls.differences(v, s)
                     if diffs:
@@ -173,3 +194,20 @@ def walk(root: Path, layouts: Tuple[Tuple[int, int, bool], ...] = LAYOUTS,
         finally:
             builder.close()
     return outcomes
+
+
+def _vllm_dir(arch: str, d: Path) -> Path:
+    """The checkpoint vLLM builds for `arch`: its own, or for a LANGUAGE_MODEL class the text
+    config (with the checkpoint's dtype and quantization_config) as the text class reads it."""
+    if arch not in LANGUAGE_MODEL:
+        return d
+    c = json.loads((d / "config.json").read_text())
+    text = dict(c.get("text_config") or {})
+    text["architectures"] = [LANGUAGE_MODEL[arch][0]]
+    for key in ("torch_dtype", "quantization_config"):
+        if key in c:
+            text[key] = c[key]
+    out = d.parent / f"{d.name}.language_model"
+    out.mkdir(exist_ok=True)
+    (out / "config.json").write_text(json.dumps(text))
+    return out

@@ -22,6 +22,7 @@ backend or refuses naming that CUDA floor; any other failure still counts."""
 from __future__ import annotations
 
 import collections
+import os
 
 import parity
 import random_sweep as rs
@@ -31,7 +32,9 @@ from test_plugin import entry_point, load_plugins, plugin_overrides, simulation 
 
 from selector.engines import vllm as adapter
 
-PER_FAMILY = 100  # scenarios per MoE family (fp8, mx, nvfp4) in one CI run
+# scenarios per MoE family (fp8, mx, nvfp4): 100 in one CI run; SELECTOR_PLUGIN_LOADS_PER_FAMILY
+# for a larger sweep (issue 44: 1,400 per family at the parity seed, docs/checkpoints.md)
+PER_FAMILY = int(os.environ.get("SELECTOR_PLUGIN_LOADS_PER_FAMILY", "100"))
 
 
 def _choice(s: sim.Scenario):

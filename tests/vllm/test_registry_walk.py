@@ -46,3 +46,37 @@ def test_every_modelled_architecture_is_in_vllms_registry_and_planned(outcomes):
 def test_the_refusal_names_the_modelled_architectures(outcomes):
     refused = next(o for o in outcomes if o.answer == "refused")
     assert rw.NOT_MODELLED in refused.detail and "DeepseekV3ForCausalLM" in refused.detail
+
+
+# Held-out architectures whose configs carry keys that change the layout vLLM builds and that the
+# standard keys miss (issue 44): Jamba (layers_block_type / expert_layer_period: attention on a
+# few layers, experts on every other one), dots.llm1 (first_k_dense_replace; vLLM 0.32.0 builds
+# it through its Transformers backend), the Qwen3-VL-MoE text model (text_config), Hunyuan-A13B
+# (per-layer lists), Phi-3.5-MoE (its own router), and the MoE families selector has no reader
+# for (OLMoE, Qwen2-MoE, Granite MoE). Through the user's door, `explain --model` at every
+# layout of the walk: refused as not modelled (exit 2), never planned from the standard keys.
+HELD_OUT = {"JambaForCausalLM": "jamba", "Dots1ForCausalLM": "dots1",
+            "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe",
+            "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "PhimoeForCausalLM": "phimoe",
+            "OlmoeForCausalLM": "olmoe", "Qwen2MoeForCausalLM": "qwen2_moe",
+            "GraniteMoeForCausalLM": "granitemoe"}
+
+
+@pytest.mark.parametrize("arch", sorted(HELD_OUT))
+def test_held_out_moe_architectures_are_refused_as_not_modelled_at_every_layout(arch, tmp_path):
+    import json
+
+    from helpers import run_main
+    from transformers import CONFIG_MAPPING
+    config = rw.small_config(CONFIG_MAPPING[HELD_OUT[arch]], arch)
+    if arch == "HunYuanMoEV1ForCausalLM":  # Hunyuan-A13B's public config: per-layer lists
+        n = config["num_hidden_layers"]
+        config["moe_intermediate_size"] = [3072] * n
+        config["moe_topk"] = [8] * n
+    (tmp_path / "config.json").write_text(json.dumps(config, default=str))
+    for tp, dp, ep in rw.LAYOUTS:
+        rc, out, err = run_main(["explain", "--model", str(tmp_path), "engine=vllm",
+                                 "platform=b200", "stack=vllm_0_32", f"parallel.tp={tp}",
+                                 f"parallel.dp={dp}", f"parallel.ep={tp * dp if ep else 1}"])
+        assert rc == 2, (arch, tp, dp, ep, out[:300])
+        assert rw.NOT_MODELLED in err and arch in err, err[:400]

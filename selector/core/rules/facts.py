@@ -15,6 +15,17 @@ OPT_IN = "opt_in"
 #: the CUDA compiler: a `platform.packages` key that is not a distribution (kind: nvcc). Absent
 #: from a platform's packages: its version is unknown; None: there is none.
 NVCC = "nvcc"
+#: the optional kernel modules vLLM imports, as `platform.packages` keys that are not
+#: distributions (kind: vllm_module): key -> (the top-level module an installed package gives, the
+#: copy vLLM's CUDA wheels bundle under vllm/). vLLM 0.32.0 utils/import_utils.py has_deep_gemm
+#: (deep_gemm or vllm.third_party.deep_gemm), has_triton_kernels (triton_kernels or
+#: vllm.third_party.triton_kernels). The value is the version of the distribution that ships the
+#: module; None: the installed vLLM imports none (a CPU, ROCm or source build); absent: unknown.
+VLLM_MODULES = {"vllm-deep-gemm": ("deep_gemm", "third_party/deep_gemm"),
+                "vllm-triton-kernels": ("triton_kernels", "third_party/triton_kernels")}
+#: the platform.packages keys that are no distribution: a preset that does not name one leaves it
+#: unknown (not absent)
+NOT_DISTRIBUTIONS = (NVCC, *VLLM_MODULES)
 
 
 @dataclass(frozen=True)

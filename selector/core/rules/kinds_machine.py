@@ -10,7 +10,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from selector.core.errors import bad_input
 from selector.core.rules.base import Rule, register
-from selector.core.rules.facts import NVCC, Facts, Reason
+from selector.core.rules.facts import NVCC, VLLM_MODULES, Facts, Reason
 from selector.core.rules.when import PackageSpec, _devices, _installed, describe_devices
 from selector.core.schema import Layer
 from selector.core.versions import canonicalize_name, contains, format_capability, parse_specifier
@@ -107,6 +107,52 @@ class NvccRule(Rule):
 
     def describe(self) -> str:
         return f"nvcc {self.spec}"
+
+
+@register
+class VllmModuleRule(Rule):
+    """An optional kernel module vLLM imports must be there: DeepGEMM or triton_kernels, an
+    installed package or the copy vLLM's CUDA wheels bundle (vllm/third_party/...), as vLLM's
+    has_deep_gemm / has_triton_kernels find it. Detected from the installed vllm
+    (selector.inspect.environment.vllm_module; the vLLM plugin asks vLLM's own functions) or given
+    as `platform.packages.<module>` (null: none). Unknown (a preset that does not name it): a
+    platform naming a vLLM release is that release's CUDA wheel, which bundles the module; with no
+    vLLM named the rule warns."""
+    kind = "vllm_module"
+
+    @dataclass(frozen=True)
+    class Params:
+        module: str
+
+    def setup(self, p: Params) -> None:
+        if p.module not in VLLM_MODULES:
+            raise bad_input(f"{self.key}.module", p.module, "is not a module vLLM imports "
+                            f"(accepted: {', '.join(VLLM_MODULES)})", where=self.where)
+        self.module = p.module
+        self.top, self.bundled = VLLM_MODULES[p.module]
+
+    @property
+    def packages(self) -> Tuple[str, ...]:
+        return (self.module, "vllm")
+
+    def evaluate(self, layer: Optional[Layer], facts: Facts) -> Optional[Reason]:
+        need = f"need vLLM's {self.top}"
+        if self.module not in facts.packages:
+            if facts.version("vllm") is not None:  # the release's CUDA wheel bundles it
+                return None
+            r = self.reason(f"needs the {self.top} module vLLM imports; whether this platform's "
+                            f"vLLM has it is unknown (give platform.packages.{self.module}="
+                            "<version>, or null for none)", need)
+            return Reason(r.rule, r.message, r.source, r.need, "warning", r.key, r.status,
+                          r.final)
+        if facts.packages[self.module] is None:
+            return self.reason(f"needs the {self.top} module vLLM imports (an installed "
+                               f"{self.top}, or vllm/{self.bundled} that vLLM's CUDA wheels "
+                               "bundle); this vLLM build has neither", need)
+        return None
+
+    def describe(self) -> str:
+        return f"vllm_module {self.module}"
 
 
 @register
