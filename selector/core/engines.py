@@ -115,6 +115,10 @@ class EngineEntry:
     kernels: Tuple[Kernel, ...] = ()
     replaces: Tuple[str, ...] = ()  # rule kinds of the backend's own that the engine's replace
     names: Tuple[Tuple[str, str], ...] = ()  # (scheme, name): the engine's name for one scheme
+    # schemes the engine runs under this name beyond the backend's own `implements` (SGLang's
+    # --fp8-gemm-backend deep_gemm runs DeepGEMM's MXFP8 GEMM for an MXFP8 layer): the engine's
+    # view of the catalogue implements them, checked by the backend's rules and the entry's own
+    implements: Tuple[str, ...] = ()
 
     def name_for(self, scheme: Optional[str]) -> Optional[str]:
         """The engine's name for a layer of `scheme` (SGLang runs gpt-oss MXFP4 under
@@ -269,9 +273,17 @@ def _entry(raw: Any, where: str, file: str) -> EngineEntry:
             raise bad_value(f"{where}.names", scheme, QUANTS, what="quant scheme", where=file)
         if not isinstance(n, str) or not n.strip():
             raise bad_input(f"{where}.names.{scheme}", n, "is not a backend name", where=file)
+    for i, scheme in enumerate(v["implements"]):
+        if scheme not in QUANTS:
+            raise bad_value(f"{where}.implements[{i}]", scheme, QUANTS, what="quant scheme",
+                            where=file)
+        if v["name"] is None:
+            raise bad_input(f"{where}.implements", v["implements"], "needs a name: the engine "
+                            "has no such backend (name: null)", where=file)
     return EngineEntry(v["name"], v["source"], tuple(
         (k, str(x)) for k, x in sorted(v["env"].items())), compiled, kernels,
-        tuple(v["replaces"]), tuple(sorted((str(k), str(x)) for k, x in v["names"].items())))
+        tuple(v["replaces"]), tuple(sorted((str(k), str(x)) for k, x in v["names"].items())),
+        tuple(dict.fromkeys(str(q) for q in v["implements"])))
 
 
 def parse_entries(conf: Any, key: str, file: str, known: Sequence[str] = ENGINES
@@ -363,7 +375,8 @@ def apply(catalogue: Any, engine: Engine) -> Any:
                     "engine", why, source, f"not offered by {engine.label}")))
             else:  # the engine's kernel checks its own `replaces` kinds instead of the backend's
                 kept = tuple(r for r in b.rules if r.kind not in e.replaces)
-                changed.append(dataclasses.replace(b, rules=kept + e.rules))
+                changed.append(dataclasses.replace(b, rules=kept + e.rules, implements=tuple(
+                    dict.fromkeys(b.implements + e.implements))))
         out[op] = tuple(changed)
     return dataclasses.replace(catalogue, backends=out)
 

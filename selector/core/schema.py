@@ -372,6 +372,9 @@ class EngineEntryConf:
         "problem": "is not a list of rule kinds"})
     names: Dict[str, str] = field(default_factory=dict, metadata={  # scheme -> its own name
         "problem": "is not a mapping of quant scheme to the engine's name for it"})
+    implements: List[str] = field(default_factory=list, metadata={
+        "problem": "is not a list of quant schemes (those the engine's kernel under this name "
+                   "runs beyond the backend's own implements)"})
 
 
 @dataclass
