@@ -273,7 +273,9 @@ class Row:
 
     @property
     def asked_starts(self) -> bool:
-        return not self.asked.get("start")
+        """SGLang starts from the user's request and builds its layers."""
+        from sglang_command_explain import asked_fails
+        return not asked_fails(self)
 
     @property
     def agrees(self) -> bool:
