@@ -179,3 +179,36 @@ def test_a_plan_names_the_missing_cuda_key():
     rc, out, _ = run_main(["explain", "--model", str(CORPUS / "qwen3-30b-a3b-fp4"), *SGL,
                            "platform=b200"])
     assert "platform.cuda is not set" not in out
+
+
+# what vLLM says, never in an SGLang plan (issue 45): a refusal, the read order, vLLM's classes
+VLLM_WORDS = ("vLLM refuses", "vLLM would refuse", "vLLM's order", "vLLM's Fp8Config",
+              "vLLM's MXFP4 config", "vLLM builds", "vLLM gpt_oss.py passes")
+
+
+@pytest.mark.parametrize("tp,ep", [(1, False), (8, False), (8, True)])
+def test_no_vllm_wording_in_any_sglang_plan_of_the_corpus(tp, ep):
+    """Every checkpoint of the corpus, planned for SGLang (text and JSON): what vLLM refuses
+    or builds is said in SGLang's words with SGLang's source, or as selector's own rule."""
+    over = [*SGL, "platform=b200", f"parallel.tp={tp}"] + ([f"parallel.ep={tp}"] if ep else [])
+    sel = load(*over)
+    seen = []
+    for model in sorted(p for p in CORPUS.iterdir() if (p / "config.json").exists()):
+        try:
+            lp = sel.launch_plan(model)
+        except Exception as exc:  # a checkpoint the reader refuses as bad input
+            text = str(exc)
+        else:
+            text = str(lp) + json.dumps(lp.to_dict()) + json.dumps(lp.plan.to_dict())
+        seen += [f"{model.name}: {w}" for w in VLLM_WORDS if w in text]
+    assert not seen, "\n".join(seen[:20])
+
+
+def test_the_gpt_oss_plan_cites_sglang_for_what_it_leaves_unquantized():
+    lp = load(*SGL, "platform=b200").launch_plan(CORPUS / "gpt-oss-120b-mxfp4")
+    text = str(lp.plan)
+    assert "SGLang 0.5.23 srt/layers/quantization/mxfp4.py:356-372" in " ".join(text.split())
+    assert "SGLang 0.5.23 srt/models/gpt_oss.py:768-774" in " ".join(text.split())
+    vllm = str(load("engine=vllm", "stack=vllm_0_33", "platform=b200").launch_plan(
+        CORPUS / "gpt-oss-120b-mxfp4").plan)
+    assert "vLLM's MXFP4 config leaves linear layers unquantized" in " ".join(vllm.split())

@@ -146,7 +146,8 @@ class Plan:
                                                 "source": q.source, "file": q.where,
                                                 "excluded": list(q.excluded),
                                                 "warnings": list(q.warnings)},
-                               "notes": list(arch.notes)},
+                               "notes": [sglang_wording(n) if self.engine == "sglang" else n
+                                         for n in arch.notes]},
                 "platform": ds[0].platform_json() if ds else None,
                 "kinds": [k.to_dict() for k in self.kinds],
                 "problems": self.problems(), "ok": self.ok, "summary": self.summary()}
@@ -306,6 +307,7 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, dp: int
         v = quant.verdict_of(m)
         scheme = v.scheme
         why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
+        why = sglang_wording(why) if sglang else why
         r = refined_block(m, scheme, refines)
         if r:
             scheme, why = None, REFINED.format(r=r, i=dict(m.fields)["intermediate_size"])
@@ -425,20 +427,45 @@ READ_ORDER = {
               "hf_quant_config.json: SGLang 0.5.23 srt/configs/model_config.py:1727-1817 "
               "(ModelConfig._parse_quant_hf_config)"}
 
-# vLLM's split refusals as SGLang words them, where SGLang's code has the same check
+# vLLM's split refusals as SGLang words them, where SGLang's code makes the same check
 _SGLANG_SPLITS = (
     (DIVIDE, "SGLang 0.5.23 srt/distributed/utils.py:68-78 (divide, ensure_divisibility)"),
     (HEADS, "SGLang 0.5.23 srt/models/llama.py:183, qwen3_moe.py:506 (the attention's "
             "total_num_heads % tp_size assert)"))
+# the checkpoint reader's words about vLLM's classes, as SGLang's code says the same
+_SGLANG_TEXTS = (
+    ("the LM head (vLLM's Fp8Config quantizes LinearBase and RoutedExperts layers only)",
+     "the LM head (SGLang 0.5.23 srt/layers/quantization/fp8.py:389-414: Fp8Config."
+     "get_quant_method quantizes LinearBase and FusedMoE layers only)"),
+    ("vLLM's MXFP4 config leaves linear layers unquantized (mxfp4.py Mxfp4Config."
+     "get_quant_method)",
+     "SGLang's MXFP4 config leaves linear layers unquantized (SGLang 0.5.23 srt/layers/"
+     "quantization/mxfp4.py:356-372: Mxfp4Config.get_quant_method gives a LinearBase no "
+     "method)"),
+    ("vLLM builds the LM head without the quantization config (vLLM 0.32.0 "
+     "vllm/model_executor/models/gpt_oss.py GptOssForCausalLM.__init__: "
+     "ParallelLMHead(vocab_size, hidden_size, prefix=...))",
+     "SGLang builds the LM head without the quantization config (SGLang 0.5.23 srt/models/"
+     "gpt_oss.py:768-774: ParallelLMHead(..., prefix=...), its quant_config argument "
+     "commented out)"),
+    ("(vLLM gpt_oss.py passes activation='swigluoai' and no separate swiglu_limit)",
+     "(the checkpoint reader's model of gpt-oss's experts, swigluoai)"),
+)
+# a refusal of vLLM's that SGLang's code has not been shown to make: said as selector's rule
+_VLLM_REFUSES = re.compile(r"vLLM (refuses (?:to start|to load it|this checkpoint)|would refuse)")
 
 
 def sglang_wording(problem: str) -> str:
-    """A split refusal of the checkpoint reader (vLLM's words and source) in SGLang's, where
-    SGLang's code makes the same check; else said as the reader's rule selector applies."""
+    """A reader's refusal, why or note (vLLM's words and source) in SGLang's, where SGLang's
+    code makes the same check or choice; else said as the reader's rule selector applies (its
+    source stays vLLM's, named as the rule's origin): an SGLang plan never says vLLM refuses."""
     for vllm, sglang in _SGLANG_SPLITS:
         if vllm in problem:
             return problem.replace(vllm, sglang).replace("vLLM refuses", "SGLang refuses")
-    return problem
+    for vllm, sglang in _SGLANG_TEXTS:
+        problem = problem.replace(vllm, sglang)
+    return _VLLM_REFUSES.sub("selector refuses it (a rule its checkpoint reader ports from "
+                             "vLLM)", problem)
 
 
 def render_plan(p: Plan) -> str:
@@ -456,7 +483,7 @@ def render_plan(p: Plan) -> str:
         first = str(ds[0]).splitlines()
         lines.append(next(ln for ln in first if ln.startswith("platform: ")))
     for n in arch.notes:
-        lines.append(f"note: {n}")
+        lines.append(f"note: {sglang_wording(n) if p.engine == 'sglang' else n}")
     lines.append("")
     for k in p.kinds:
         where = _layers_text(k.layers)

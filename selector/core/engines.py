@@ -129,6 +129,10 @@ class EngineEntry:
     names: Tuple[Tuple[str, str], ...] = ()  # (scheme, name): the engine's name for one scheme
     automatic: str = ""  # source: the engine's automatic path reaches an opt-in backend
     preference: Tuple[Any, ...] = ()  # model.Preference entries of the engine's own order
+    # schemes the engine runs under this name beyond the backend's own `implements` (SGLang's
+    # --fp8-gemm-backend deep_gemm runs DeepGEMM's MXFP8 GEMM for an MXFP8 layer): the engine's
+    # view of the catalogue implements them, checked by the backend's rules and the entry's own
+    implements: Tuple[str, ...] = ()
 
     def name_for(self, scheme: Optional[str]) -> Optional[str]:
         """The engine's name for a layer of `scheme` (SGLang runs gpt-oss MXFP4 under
@@ -304,10 +308,17 @@ def _entry(raw: Any, where: str, file: str) -> EngineEntry:
     from selector.core.model import make_preference  # (model imports this module)
     preference = tuple(make_preference(p, f"{where}.preference[{i}]", file)
                        for i, p in enumerate(v["preference"]))
+    for i, scheme in enumerate(v["implements"]):
+        if scheme not in QUANTS:
+            raise bad_value(f"{where}.implements[{i}]", scheme, QUANTS, what="quant scheme",
+                            where=file)
+        if v["name"] is None:
+            raise bad_input(f"{where}.implements", v["implements"], "needs a name: the engine "
+                            "has no such backend (name: null)", where=file)
     return EngineEntry(v["name"], v["source"], tuple(
         (k, str(x)) for k, x in sorted(v["env"].items())), compiled, kernels,
         tuple(v["replaces"]), tuple(sorted((str(k), str(x)) for k, x in v["names"].items())),
-        automatic or "", preference)
+        automatic or "", preference, tuple(dict.fromkeys(str(q) for q in v["implements"])))
 
 
 def parse_entries(conf: Any, key: str, file: str, known: Sequence[str] = ENGINES
@@ -408,7 +419,8 @@ def apply(catalogue: Any, engine: Engine) -> Any:
                 # the engine's own order comes before the backend's
                 changed.append(dataclasses.replace(
                     b, rules=kept + e.rules, preference=e.preference + b.preference,
-                    opt_in=None if e.automatic else b.opt_in))
+                    opt_in=None if e.automatic else b.opt_in,
+                    implements=tuple(dict.fromkeys(b.implements + e.implements))))
         out[op] = tuple(changed)
     return dataclasses.replace(catalogue, backends=out)
 

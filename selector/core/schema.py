@@ -347,6 +347,9 @@ class EngineEntryConf:
     # the engine's own order for the backend (the backend file's `preference:` entries, first)
     preference: List[Any] = field(default_factory=list, metadata={
         "problem": "is not a list of {when, rank, reason, source}"})
+    implements: List[str] = field(default_factory=list, metadata={
+        "problem": "is not a list of quant schemes (those the engine's kernel under this name "
+                   "runs beyond the backend's own implements)"})
 
 
 @dataclass

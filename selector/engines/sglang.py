@@ -85,6 +85,10 @@ _DEEPSEEK = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForCondi
 def _quantization(plan: Any, scheme: str) -> str:
     """SGLang's `quantization` for the checkpoint (get_quantization_config)."""
     fmt = str(plan.quantization.format)
+    if scheme == "mxfp8":  # `quant_method: mxfp8` (the reader holds it in the ModelOpt schema):
+        # SGLang's own Fp8Config(use_mxfp8) reads it (layers/quantization/fp8.py:348), not
+        # ModelOptFp8Config, which runs Triton for its experts (FIXED_MODELOPT_FP8)
+        return "mxfp8"
     if fmt == "ModelOpt":
         return "modelopt_fp4" if scheme.startswith("nvfp4") else "modelopt_fp8"
     return {"FP8": "fp8", "MXFP4": "mxfp4", "compressed-tensors": "compressed-tensors"}.get(

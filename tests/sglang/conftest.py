@@ -21,7 +21,7 @@ if sglang_installed():
     collect_ignore_glob: list = []
 else:
     collect_ignore_glob = ["test_sglang_flags.py", "test_sglang_parity.py",
-                           "test_audit_sglang.py", "test_sglang_auto.py"]
+                           "test_audit_sglang.py", "test_sglang_auto.py", "test_sglang_command.py"]
 
 
 def pytest_report_header(config):

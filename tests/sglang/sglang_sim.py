@@ -34,14 +34,18 @@ import sys
 import types
 from typing import Any, Dict, List, Optional
 
+MEMORY = 180 * 2 ** 30  # bytes per GPU (SGLang's memory settings read it: memory_hook.py)
 
-def simulate(capability: str, cuda: str, libs: List[str]) -> None:
+
+def simulate(capability: str, cuda: str, libs: List[str], kernel: bool = True) -> None:
+    """`kernel`: sglang-kernel installed (its CUDA op libraries are not loaded)."""
     import torch
 
     cap = tuple(int(x) for x in capability.split("."))
     torch.cuda.is_available = lambda: True
     torch.cuda.get_device_capability = lambda device=None: cap
-    torch.cuda.device_count = lambda: 1
+    torch.cuda.device_count = lambda: 8  # one node of 8 GPUs: --tp-size up to 8
+    torch.cuda.mem_get_info = lambda device=None: (MEMORY, MEMORY)
     torch.cuda.get_device_name = lambda device=None: f"simulated SM {capability}"
     torch.cuda.is_initialized = lambda: True  # SGLang then skips its NVML query
     torch.cuda.current_device = lambda: 0
@@ -66,7 +70,8 @@ def simulate(capability: str, cuda: str, libs: List[str]) -> None:
     importlib.util.find_spec = find_spec
     if "deep_gemm" in present:
         sys.meta_path.insert(0, _DeepGemmStandIn())
-    _sgl_kernel_without_ops(real_find_spec)
+    if kernel:
+        _sgl_kernel_without_ops(real_find_spec)
 
 
 class _DeepGemmStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -370,10 +375,26 @@ def fp8_scaled_linear(s: Dict[str, Any]) -> Dict[str, Any]:
     processed after loading, and its apply path run on a CPU tensor until it reaches a GEMM
     (the CUDA activation-quant kernels on the way are CPU stand-ins of the same output shapes).
     --fp8-gemm-backend does not choose it: no argument of apply_fp8_linear reads it."""
+    argv = ["--model-path", "dummy", "--fp8-gemm-backend", s["requested"]]
+    try:
+        _publish(argv, None)
+        method, _apply = _linear_method(s)
+    except (ValueError, AssertionError, RuntimeError, NotImplementedError, TypeError) as e:
+        return {"runner": None, "error": f"quant method: {type(e).__name__}: {e}"[:300]}
+    import torch
+    ct = s.get("format") == "compressed-tensors"  # the scheme is the method
+    return fp8_scaled_apply(method, torch.nn.Module(), method if ct else None)
+
+
+def fp8_scaled_apply(method: Any, layer: Any, scheme: Any) -> Dict[str, Any]:
+    """`method` (a linear quant method; `scheme` its compressed-tensors scheme, held by `layer`)
+    creates its weights on `layer`, processes them and applies itself to a CPU tensor until it
+    reaches an FP8 GEMM: that GEMM's name, or the error on the way."""
     import torch
     from sglang.srt.layers.quantization import fp8_utils
     from sglang.srt.layers.quantization import utils as quant_utils
-    argv = ["--model-path", "dummy", "--fp8-gemm-backend", s["requested"]]
+    owner = scheme if scheme is not None else method
+    apply = owner.apply_weights if scheme is not None else method.apply
     n = k = 256
 
     def ran(name: str) -> Any:
@@ -387,33 +408,31 @@ def fp8_scaled_linear(s: Dict[str, Any]) -> Dict[str, Any]:
     saved = [(mod, name, getattr(mod, name, None)) for mod, name, _ in patches]
     stage = "server args"
     try:
-        _publish(argv, None)
         graph = _exec_graph()
         if graph.cuda_graph_config is None:  # resolved at model-runner start; its default
             from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig
             object.__setattr__(graph, "cuda_graph_config", CudaGraphConfig())
         for mod, name, fn in patches:
             setattr(mod, name, fn)
-        stage = "quant method"
-        method, apply = _linear_method(s)
-        layer = torch.nn.Module()
-        method.create_weights(layer, input_size_per_partition=k, output_partition_sizes=[n],
-                              input_size=k, output_size=n, params_dtype=torch.bfloat16,
-                              weight_loader=lambda *a, **kw: None)
+        stage = "create_weights"
+        owner.create_weights(layer, input_size_per_partition=k, output_partition_sizes=[n],
+                             input_size=k, output_size=n, params_dtype=torch.bfloat16,
+                             weight_loader=lambda *a, **kw: None)
         with torch.no_grad():
             layer.weight.data = torch.zeros(n, k).to(torch.float8_e4m3fn)
             for name in ("weight_scale", "input_scale"):
                 if getattr(layer, name, None) is not None:
                     getattr(layer, name).data.fill_(1.0)
         stage = "process_weights_after_loading"
-        method.process_weights_after_loading(layer)
+        owner.process_weights_after_loading(layer)
         stage = "apply"
         apply(layer, torch.zeros(4, k, dtype=torch.bfloat16))
         return {"runner": None, "error": "apply reached no FP8 GEMM"}
     except _Ran as r:
-        return {"runner": str(r), "error": "", "method": type(method).__name__,
+        return {"runner": str(r), "error": "", "method": type(owner).__name__,
                 "channelwise": int(layer.weight_scale.numel()) == n}
-    except (ValueError, AssertionError, RuntimeError, NotImplementedError, TypeError) as e:
+    except (ValueError, AssertionError, RuntimeError, NotImplementedError, TypeError,
+            AttributeError) as e:
         return {"runner": None, "error": f"{stage}: {type(e).__name__}: {e}"[:300]}
     finally:
         for mod, name, fn in saved:

@@ -1,0 +1,86 @@
+"""Why a scenario of the command sweep (sglang_command.py) differs: an entry names SGLang
+0.5.23's source that makes the difference. A printed command SGLang does not honor is never
+explained here: it is fixed in selector. Every entry below needs the printed command honored
+(SGLang, started from it, runs what selector names); a difference where selector prints no
+command and SGLang runs the request has no entry: it is a rule of selector's to fix."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+S = "SGLang 0.5.23 python/sglang/srt/"
+OPS = ("moe", "linear")
+
+
+def asked_fails(row: Any) -> str:
+    """Where SGLang, started from the user's request, stops: its parser, its resolution
+    (model overrides, handle_moe_kernel_config asserts), the loader, or the quant method
+    (get_quant_method, create_moe_runner, create_weights ... apply); '' when it runs."""
+    a = row.asked
+    if a.get("start"):
+        return a["start"]
+    for op in OPS:
+        err = (a.get(op) or {}).get("error") or ""
+        if err and not err.startswith(("unquantized", "get_quant_method: no quant method")):
+            return err
+    return ""
+
+
+def _ran(answer: Optional[Dict[str, Any]], op: str) -> Optional[str]:
+    return (answer or {}).get(op, {}).get("runner") if answer else None
+
+
+def _differing_ops(row: Any) -> Tuple[str, ...]:
+    return tuple(op for op in OPS if _ran(row.asked, op) != _ran(row.follow, op))
+
+
+def _asked_for(row: Any, op: str) -> str:
+    s = row.scenario
+    if op == "moe":
+        return s.moe if s.has_moe else "auto"
+    return s.gemm if s.linear[1] else "auto"
+
+
+def _op_class(row: Any, op: str) -> Optional[str]:
+    asked = _asked_for(row, op)
+    if asked == "auto":
+        return "auto-differs"
+    if f"{op}:{asked}" in row.planned.unmodelled:
+        return "name-not-in-catalogue"
+    return None
+
+
+EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
+    "request-refused": (
+        S + "server_args.py (the parser's choices), arg_groups/ (resolution asserts, e.g. "
+        "moe_hook.py:81, 98 handle_moe_kernel_config), model_loader/loader.py:260 (minimum "
+        "capability), layers/quantization/* (get_quant_method, create_moe_runner): the stage "
+        "and SGLang's own message are in the row's `asked` answer",
+        "SGLang does not start or does not build the layer from the user's request; selector's "
+        "printed command starts and SGLang runs what it names",
+        lambda r: r.honored and bool(asked_fails(r))),
+    "auto-differs": (
+        S + "layers/moe/utils.py and arg_groups/model_overrides/ (the MoE runner at auto), "
+        "layers/quantization/fp8_utils.py:1170-1217 and fp4_utils.py:149-161 (the FP8 / FP4 "
+        "GEMM at auto)",
+        "the user passed no flag for the layer; selector's choice differs from SGLang's automatic "
+        "one and the plan prints the flag that changes it (the plan shows SGLang's choice "
+        "beside it); SGLang honors the flag",
+        lambda r: r.honored and not asked_fails(r) and bool(_differing_ops(r)) and all(
+            _op_class(r, op) == "auto-differs" for op in _differing_ops(r))),
+    "name-not-in-catalogue": (
+        S + "layers/moe/utils.py (MoeRunnerBackend), layers/quantization/fp8_utils.py "
+        "(Fp8GemmRunnerBackend), fp4_utils.py (Fp4GemmRunnerBackend): names selector's catalogue "
+        "has no backend for at the layer's scheme",
+        "the user asked for a name no catalogue backend carries for the scheme; selector plans "
+        "its own choice (auto for the rest) and SGLang honors it",
+        lambda r: r.honored and not asked_fails(r) and bool(_differing_ops(r)) and all(
+            _op_class(r, op) in ("auto-differs", "name-not-in-catalogue")
+            for op in _differing_ops(r))),
+}
+
+
+def explain(row: Any) -> Optional[str]:
+    for key, (_src, _why, match) in EXPLAINED.items():
+        if match(row):
+            return key
+    return None
