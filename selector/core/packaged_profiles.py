@@ -44,7 +44,10 @@ def packaged_profile(run: RunConfig, directory: Union[str, Path, None] = None
     here = here_key(run)
     for path in sorted(base.glob("*.json")):
         profile = prof.load(str(path))
-        if prof.packaged_differences(profile.key, here):
+        timed = {(c.layer["op"], b) for c in profile.cells for b in c.times}
+        libraries = {"torch"} | {n for op, b in timed if b in run.catalogue.names(op)
+                                 for n in run.catalogue.get(op, b).packages()}
+        if prof.packaged_differences(profile.key, here, sorted(libraries)):
             continue
         prof.check_backends(profile, str(path), {op: run.catalogue.names(op)
                                                  for op in run.catalogue.backends})

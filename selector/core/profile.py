@@ -386,20 +386,22 @@ def key_difference(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> List[s
     return out
 
 
-def packaged_differences(key: Mapping[str, Any], here: Mapping[str, Any]) -> List[str]:
+def packaged_differences(key: Mapping[str, Any], here: Mapping[str, Any],
+                         libraries: Sequence[str]) -> List[str]:
     """Why a packaged profile's machine key does not describe this machine (empty: it does).
     `here`: gpu, capability, cuda, machine and packages (name -> version or None) of the detected
-    platform. Compared: the GPU model, the compute capability, the CUDA version, the CPU
-    architecture, and the version of every library the measured machine had installed among
-    those this run watches (a library absent there and present here is allowed: its backends
-    were not timed, and a cell that did not time a backend usable here is not used)."""
+    platform; `libraries`: the distributions the timed backends run on (torch, and what their
+    rules read). Compared: the GPU model, the compute capability, the CUDA version, the CPU
+    architecture, and the version of each of `libraries` the measured machine had installed (a
+    library absent there and present here is allowed: its backends were not timed, and a cell
+    that did not time a backend usable here is not used)."""
     out = []
     for k in ("gpu", "capability", "cuda", "machine"):
         if key.get(k) != here.get(k):
             out.append(f"{k} {show(key.get(k), 60)} (here {show(here.get(k), 60)})")
     mine = here.get("packages") or {}
     for n, v in sorted((key.get("packages") or {}).items()):
-        if v is not None and n in mine and mine[n] != v:
+        if v is not None and n in libraries and mine.get(n) != v:
             out.append(f"{n} {v} (here {mine[n] or 'absent'})")
     return out
 
