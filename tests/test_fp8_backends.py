@@ -248,11 +248,12 @@ def test_selection_on_the_h200_preset():
             for q in fp8.FP8_QUANTS}
     assert pick == {"fp8_tensor": "torch_per_tensor", "fp8_tensor_dynamic": "torch_per_tensor",
                     "fp8_channel": "torch_row_wise", "fp8_block": "triton_block_fp8"}
-    # from 1024 tokens torch's block-scaled GEMM ranks first on SM 9.0 (docs/records/h200.md; vLLM #49932)
+    # from 128 tokens torch's block-scaled GEMM ranks first on SM 9.0 (measured under CUDA graphs:
+    # docs/records/h200-runs/tune_check_2026-12-06.txt, issue #46)
     assert sel.select(op="linear", quant="fp8_block", hidden_size=7168,
-                      num_tokens=1024).selected == "torch_block_wise"
+                      num_tokens=128).selected == "torch_block_wise"
     assert sel.select(op="linear", quant="fp8_block", hidden_size=7168,
-                      num_tokens=1023).selected == "triton_block_fp8"
+                      num_tokens=127).selected == "triton_block_fp8"
     under_vllm = selector.load(LENT_H200 + ["engine=vllm"]).select(
         op="linear", quant="fp8_channel", hidden_size=7168)
     assert under_vllm.selected == "torch_channel_wise"  # vLLM's row-wise kernel is ROCm-only
