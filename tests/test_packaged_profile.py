@@ -124,7 +124,7 @@ def test_every_shipped_profile_is_used_on_its_own_machine_and_only_there():
         det = detector(key["gpu"], cap, key["cuda"], pkgs)
         cell = next(c for c in p.cells if len(c.times) >= 2)
         layer = {k: cell.layer[k] for k in ("quant", "hidden_size", "intermediate_size")}
-        over = ["platform=auto", f"layer=dense_linear", f"layer.quant={layer['quant']}"]
+        over = ["platform=auto", "layer=dense_linear", f"layer.quant={layer['quant']}"]
         d = selector.load(over, detect=det).select(op="linear", num_tokens=cell.tokens, **layer)
         (n,) = d.notes_of("measured")
         fastest = min(cell.times, key=lambda b: cell.times[b].median_ms)
