@@ -43,7 +43,11 @@ def packaged_profile(run: RunConfig, directory: Union[str, Path, None] = None
         return None
     here = here_key(run)
     for path in sorted(base.glob("*.json")):
-        profile = prof.load(str(path))
+        doc = prof.loads(prof.read_bytes(str(path)), str(path))
+        key = doc.get("key") if isinstance(doc, dict) else None
+        if not isinstance(key, dict) or prof.packaged_differences(key, here, ["torch"]):
+            continue  # another GPU model, CUDA or torch: its cells are not even read
+        profile = prof.parse(doc, str(path))
         timed = {(c.layer["op"], b) for c in profile.cells for b in c.times}
         libraries = {"torch"} | {n for op, b in timed if b in run.catalogue.names(op)
                                  for n in run.catalogue.get(op, b).packages()}
