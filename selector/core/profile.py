@@ -41,8 +41,12 @@ MAX_TOKENS = 1 << 24
 PREFERENCES = ("auto", "static", "measured")
 #: a packaged profile's cell stands for a layer whose op size keys lie within NEAR_SIZE_STEPS
 #: powers of two of the cell's (summed: K 5120 for 7168 is 0.49) and whose token bucket lies
-#: within NEAR_BUCKET_STEPS powers of two of the cell's (128 stands for 32 to 512)
-NEAR_SIZE_STEPS = 2.0
+#: within NEAR_BUCKET_STEPS powers of two of the cell's (128 stands for 32 to 512). Sizes: 0, the
+#: shape it timed only. Measured on an H100 (2026-12-07, docs/performance.md, leave one shape out
+#: over 10 held-out FP8 shapes): the nearest other shape's pick was within 5% of the fastest in
+#: 88-90% of cells with >= 128 tokens (worst 1.23x) at 2 steps and 92-93% at 0.5, the static
+#: order in 97-98% (worst 1.07x): a shape not timed is ranked better by the static order
+NEAR_SIZE_STEPS = 0.0
 NEAR_BUCKET_STEPS = 2.0
 #: what a profile is valid for: a timing measured under other values says nothing here
 KEY_FIELDS = ("gpu", "capability", "driver", "cuda", "packages", "selector", "machine")
