@@ -62,6 +62,10 @@ from baselines import graph_ms as _graph_ms  # noqa: E402
 
 DSV3 = dict(num_experts=256, top_k=8, hidden=7168, inter=2048)
 CPU_SHAPE = dict(num_experts=32, top_k=8, hidden=1024, inter=512)
+#: --model: the routed experts of one layer at TP 1 (issue #46's shapes)
+MODELS = {"dsv3": DSV3, "qwen3": dict(num_experts=128, top_k=8, hidden=2048, inter=768),
+          "gptoss": dict(num_experts=128, top_k=4, hidden=2880, inter=2880),
+          "mixtral": dict(num_experts=8, top_k=2, hidden=4096, inter=14336)}
 
 
 def quantize_before(x, scale_2=None):
@@ -200,13 +204,16 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
                             tig.int().to(device)))
     print("columns: fused = the emulation now (fused Triton kernels on CUDA); graph = the fused "
           "kernels alone (nvfp4_moe_triton.fused_moe, no argument checks) replayed from a CUDA "
-          "graph; grouped emu = the emulation before (batched GEMMs over expanded weights); loop = "
+          "graph; apply graph = the whole default call (emulate_moe, as apply() runs it) captured "
+          "in a CUDA graph and replayed (nan: the capture failed, printed); grouped emu = the "
+          "emulation before (batched GEMMs over expanded weights); loop = "
           "its per-expert loop (--loop); bf16 loop / grouped bf16 = the baselines on bf16 "
           "weights (grp graph: the grouped bf16 MoE replayed from a CUDA graph); fused/emu x grp = ms "
           "over grouped bf16 (graph x grp graph: both from graphs); mem / cmp lim = memory- and "
           "compute-bound limits; ckpt x = peak memory during a call (checkpoint + extra) over the "
           "checkpoint; check = fused vs grouped emu outputs")
-    print(f"{'T':>5} {'quant':12} {'fused ms':>9} {'graph ms':>9} {'grouped emu':>11} {'loop ms':>8} "
+    print(f"{'T':>5} {'quant':12} {'fused ms':>9} {'graph ms':>9} {'apply graph':>11} "
+          f"{'grouped emu':>11} {'loop ms':>8} "
           f"{'bf16 loop':>9} {'grouped bf16':>12} {'grp graph':>9} {'fused x grp':>9} "
           f"{'graph x grp graph':>9} {'emu x grp':>9} "
           f"{'mem lim':>8} {'cmp lim':>8} {'fused ckpt x':>11} {'emu ckpt x':>11}  check")
@@ -231,7 +238,7 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
             def run(fused=None, grouped=None):
                 return emulate_moe(x, W, tw, ti, activation="silu", quant=quant, fused=fused,
                                    grouped=grouped)
-            t_em, t_gem, t_loop, t_graph, peak = (float("nan"),) * 5
+            t_em, t_gem, t_loop, t_graph, peak, t_apg = (float("nan"),) * 6
             check = "-"
             if cuda:
                 try:  # the fused Triton path (the default on CUDA)
@@ -239,6 +246,7 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
                     check = compare_text(run(fused=True), run(fused=False))
                     peak = cuda_peak(lambda: run(fused=True))
                     t_graph = graph_time(x, W, tw, ti, quant)
+                    t_apg = graph_ms(lambda: run())
                 except Exception as exc:  # noqa: BLE001 - a benchmark prints, never stops
                     print(f"  fused Triton path FAILED at T={T} {quant}: {type(exc).__name__}: "
                           f"{str(exc)[:2000]}", flush=True)
@@ -250,7 +258,7 @@ def moe_figures(cfg, tokens, device, iters, loop=False):
             else:
                 t_em = timeit(run, device, iters(T))
                 peak = peak_g = cpu_peak(run)
-            print(f"{T:5d} {quant:12} {t_em:9.3f} {t_graph:9.3f} {t_gem:11.3f} {t_loop:8.3f} {t_bf:9.3f} "
+            print(f"{T:5d} {quant:12} {t_em:9.3f} {t_graph:9.3f} {t_apg:11.3f} {t_gem:11.3f} {t_loop:8.3f} {t_bf:9.3f} "
                   f"{t_gr:12.3f} {t_grg:9.3f} {t_em / t_gr:9.2f} {t_graph / t_grg:9.2f} "
                   f"{t_gem / t_gr:9.2f} {mem:8.3f} {comp:8.3f} "
                   f"{1 + peak / ckpt:11.3f} {1 + peak_g / ckpt:11.3f}  {check}", flush=True)
@@ -355,6 +363,8 @@ def main():
     ap.add_argument("--skip-quantize", action="store_true", help="no CPU quantize figure")
     ap.add_argument("--loop", action="store_true", help="also time the per-expert loop (slow)")
     ap.add_argument("--no-check", action="store_true", help="no fused-vs-grouped check cases")
+    ap.add_argument("--model", default="dsv3", choices=sorted(MODELS),
+                    help="the expert shape on CUDA (default DeepSeek-V3)")
     ap.add_argument("--tiles", default="", help="JSON: the fused kernels' tiles for this run "
                     "(nvfp4_moe_triton.TILES keys; emulation_tiles.py prints the best as JSON)")
     args = ap.parse_args()
@@ -374,7 +384,8 @@ def main():
              f" ({torch.get_num_threads()} threads)"))
     if not args.quick and not args.skip_quantize:
         quantize_figures()
-    cfg = DSV3 if (dev.type == "cuda" or args.full) and not args.quick else CPU_SHAPE
+    cfg = MODELS[args.model] if (dev.type == "cuda" or args.full) and not args.quick \
+        else CPU_SHAPE
     if args.quick:
         cfg = dict(num_experts=16, top_k=4, hidden=256, inter=128)
     iters = (lambda t: 10 if t <= 64 else 5) if dev.type == "cuda" else (lambda t: 3)

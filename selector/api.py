@@ -148,4 +148,8 @@ def load(overrides: Sequence[str] = (), *, config_dirs: Sequence[os.PathLike[str
     if run.policy.preference == "measured":  # a `selector tune` profile: docs/tuning.md
         from selector.inspect.tuning import active_profile
         measured = active_profile(run)
+    elif run.policy.preference == "auto" and run.platform.source == "detected" \
+            and run.platform.capability is not None:  # a packaged profile of this GPU model
+        from selector.core.packaged_profiles import packaged_profile
+        measured = packaged_profile(run)
     return Selector(run, tree, probes, verify, measured)

@@ -912,14 +912,14 @@ FP8_TORCH: List[Case] = [
     C("block-wise-vllm-k7168", "9.0", "linear/torch_block_wise",
       layer=_fl("fp8_block", hidden_size=7168), engine="vllm", name="torch"),
     C("block-wise-k768", "9.0", "linear/torch_block_wise", layer=_fl("fp8_block", hidden_size=768)),
-    # preference: torch block-wise ahead of the Triton kernel from 1024 tokens on SM 9.0 (vLLM
-    # #49932: competitive-to-best for M >= 1024)
-    C("triton-block-eligible-1024", "9.0", "linear/triton_block_fp8", status="eligible",
-      layer=_fl("fp8_block", num_tokens=1024)),
-    C("triton-block-eligible-1024-sm100-no", "10.0", "linear/torch_block_wise", {"device"},
-      layer=_fl("fp8_block", num_tokens=1024)),
-    C("block-wise-eligible-1023", "9.0", "linear/torch_block_wise", status="eligible",
-      layer=_fl("fp8_block", num_tokens=1023)),
+    # preference: torch block-wise ahead of the Triton kernel from 128 tokens on SM 9.0 (measured
+    # under CUDA graphs: docs/records/h200-runs/tune_check_2026-12-06.txt; issue #46)
+    C("triton-block-eligible-128", "9.0", "linear/triton_block_fp8", status="eligible",
+      layer=_fl("fp8_block", num_tokens=128)),
+    C("triton-block-eligible-128-sm100-no", "10.0", "linear/torch_block_wise", {"device"},
+      layer=_fl("fp8_block", num_tokens=128)),
+    C("block-wise-eligible-127", "9.0", "linear/torch_block_wise", status="eligible",
+      layer=_fl("fp8_block", num_tokens=127)),
     C("block-wise-sm100", "10.0", "linear/torch_block_wise", {"device"}, layer=_fl("fp8_block")),
     C("block-wise-not-tensor", "9.0", "linear/torch_block_wise", {"quant"},
       layer=_fl("fp8_tensor")),

@@ -248,14 +248,35 @@ def test_selection_on_the_h200_preset():
             for q in fp8.FP8_QUANTS}
     assert pick == {"fp8_tensor": "torch_per_tensor", "fp8_tensor_dynamic": "torch_per_tensor",
                     "fp8_channel": "torch_row_wise", "fp8_block": "triton_block_fp8"}
-    # from 1024 tokens torch's block-scaled GEMM ranks first on SM 9.0 (docs/records/h200.md; vLLM #49932)
+    # from 128 tokens torch's block-scaled GEMM ranks first on SM 9.0 (measured under CUDA graphs:
+    # docs/records/h200-runs/tune_check_2026-12-06.txt, issue #46)
     assert sel.select(op="linear", quant="fp8_block", hidden_size=7168,
-                      num_tokens=1024).selected == "torch_block_wise"
+                      num_tokens=128).selected == "torch_block_wise"
     assert sel.select(op="linear", quant="fp8_block", hidden_size=7168,
-                      num_tokens=1023).selected == "triton_block_fp8"
+                      num_tokens=127).selected == "triton_block_fp8"
     under_vllm = selector.load(LENT_H200 + ["engine=vllm"]).select(
         op="linear", quant="fp8_channel", hidden_size=7168)
     assert under_vllm.selected == "torch_channel_wise"  # vLLM's row-wise kernel is ROCm-only
+
+
+def test_flashinfer_bmm_fp8_ranks_first_from_1024_tokens_on_sm90_per_tensor():
+    """Measured on the H100 (docs/records/h200-runs/issue46_2026-12-07/, issue #46): FlashInfer's
+    bmm_fp8 within 2% of the fastest per-tensor FP8 kernel at 1,024 and 4,096 tokens; below
+    that, and for the dynamic scheme (not timed), the static order is torch's."""
+    import selector
+    with_fi = [o for o in LENT_H200 if "flashinfer-python" not in o] + [
+        "platform.packages.flashinfer-python=0.7.4"]
+    sel = selector.load(with_fi)
+    at = {t: sel.select(op="linear", quant="fp8_tensor", hidden_size=5120,
+                        intermediate_size=10240, num_tokens=t) for t in (1023, 1024, 4096)}
+    assert at[1023].selected == "torch_per_tensor"
+    assert at[1024].selected == at[4096].selected == "flashinfer_bmm_fp8"
+    assert "from 1,024 tokens on SM 9.0" in str(at[1024])
+    assert sel.select(op="linear", quant="fp8_tensor_dynamic", hidden_size=5120,
+                      num_tokens=4096).selected == "torch_per_tensor"
+    # no FlashInfer: torch's, at every token count
+    assert selector.load(LENT_H200).select(op="linear", quant="fp8_tensor", hidden_size=5120,
+                                           num_tokens=4096).selected == "torch_per_tensor"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,13 @@
 #           CUDA-graph timer over weight copies (agree.txt)
 #   select  a plain selector.load(["policy.profile=P"]).select(op="linear", ...) per cell of
 #           PROFILE: the measurement found (note `measured`) or the warning (select.txt)
+#   check   tools/packaged_check.py PROFILE: leave one shape out, the packaged profile's picks
+#           and the static order's on the shape it did not time (check.txt)
+#   fp8mid  benchmarks/fp8_h200.py --only linear --every at FP8MID_TOKENS (default 1,64,128,256,
+#           512,8192) on the issue's Mistral-Large-2 TP4 qkv and Qwen3-32B o / down rows (fp8mid.txt)
+#   emubench benchmarks/emulation_bench.py --model M for M in EMU_MODELS (default qwen3 gptoss
+#           mixtral) at EMU_TOKENS (default 1,64,256,1024): fused / apply graph / grouped bf16
+#           eager and graph, limits, peak memory over the checkpoint (emubench.txt)
 set -u
 OUT=${OUT:-/tmp/issue46}
 PY=${PYTHON:-python3}
@@ -28,6 +35,8 @@ fi
 "$PY" -m pip install -q --no-deps --no-index --no-build-isolation -e . >>/tmp/pip.log 2>&1 \
   || { echo "project install failed"; tail /tmp/pip.log; exit 3; }
 export PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 SELECTOR_CACHE_DIR=/tmp/selector-cache
+# DEADLINE (seconds from the start, default 570): the last parts get what is left of it
+left() { local l=$(( ${DEADLINE:-570} - SECONDS )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem --format=csv,noheader
@@ -42,16 +51,17 @@ if has cold; then
 fi
 if has emu; then
   echo "=== python benchmarks/emulation_shapes.py"
-  timeout "${EMU_TIMEOUT:-240}" "$PY" benchmarks/emulation_shapes.py 2>&1 | tee "$OUT/emu.txt"
+  timeout "$(left "${EMU_TIMEOUT:-240}")" "$PY" benchmarks/emulation_shapes.py 2>&1 | tee "$OUT/emu.txt"
   echo "rc ${PIPESTATUS[0]}"
 fi
 if has tune; then
   # K=hidden_size, N=intermediate_size per GPU: Qwen3-32B qkv, o, gate_up, down; Mistral-Large-2
-  # TP4 qkv, o; Gemma-3-27B gate_up; Phi-4 qkv
+  # TP4 qkv, o; Gemma-3-27B gate_up; Phi-4 qkv; Llama-3.1-405B TP8 gate_up, down
   SHAPES=(hidden_size=5120,intermediate_size=10240 hidden_size=8192,intermediate_size=5120
           hidden_size=5120,intermediate_size=51200 hidden_size=25600,intermediate_size=5120
           hidden_size=12288,intermediate_size=3584 hidden_size=3072,intermediate_size=12288
-          hidden_size=5376,intermediate_size=43008 hidden_size=5120,intermediate_size=7680)
+          hidden_size=5376,intermediate_size=43008 hidden_size=5120,intermediate_size=7680
+          hidden_size=16384,intermediate_size=13312 hidden_size=6656,intermediate_size=16384)
   [ -n "${NSHAPES:-}" ] && SHAPES=("${SHAPES[@]:0:$NSHAPES}")
   LAYERS=()
   for s in "${SHAPES[@]}"; do LAYERS+=(--layer "$s"); done
@@ -65,8 +75,12 @@ if has tune; then
 fi
 if has agree; then
   echo "=== python benchmarks/tune_agree.py ${PROFILE:-$OUT/tune.json}"
-  timeout "${AGREE_TIMEOUT:-300}" "$PY" benchmarks/tune_agree.py "${PROFILE:-$OUT/tune.json}" \
+  timeout "$(left "${AGREE_TIMEOUT:-300}")" "$PY" benchmarks/tune_agree.py "${PROFILE:-$OUT/tune.json}" \
     2>&1 | tee "$OUT/agree.txt" | tail -4
+fi
+if has check; then
+  echo "=== python tools/packaged_check.py ${PROFILE:-$OUT/tune.json}"
+  "$PY" tools/packaged_check.py "${PROFILE:-$OUT/tune.json}" 2>&1 | tee "$OUT/check.txt" | tail -2
 fi
 if has select; then
   echo "=== a plain select(op=\"linear\", ...) per cell of ${PROFILE:-$OUT/tune.json}"
@@ -88,3 +102,20 @@ for c in prof.load(p).cells:
 print(dict(seen))
 PY
 fi
+if has fp8mid; then
+  echo "=== python benchmarks/fp8_h200.py --only linear --every --tokens ${FP8MID_TOKENS:-1,64,128,256,512,8192} --layers Mistral-Large-2,Qwen3-32B"
+  timeout "$(left "${FP8MID_TIMEOUT:-240}")" "$PY" benchmarks/fp8_h200.py --only linear --every \
+    --tokens "${FP8MID_TOKENS:-1,64,128,256,512,8192}" --layers Mistral-Large-2,Qwen3-32B \
+    --json "$OUT/fp8mid.json" > "$OUT/fp8mid.txt" 2>&1
+  echo "rc $?"; grep -A40 "^FP8 linear: the selected" "$OUT/fp8mid.txt" || tail -30 "$OUT/fp8mid.txt"
+fi
+if has emubench; then
+  for m in ${EMU_MODELS:-qwen3 gptoss mixtral}; do
+    echo "=== python benchmarks/emulation_bench.py --model $m --skip-quantize --no-check --tokens ${EMU_TOKENS:-1,64,256,1024}"
+    timeout "$(left "${EMUB_TIMEOUT:-150}")" "$PY" benchmarks/emulation_bench.py --model "$m" --skip-quantize \
+      --no-check --tokens "${EMU_TOKENS:-1,64,256,1024}" 2>&1 | tee -a "$OUT/emubench.txt" \
+      | grep -v "^  *File\|^    " | tail -14
+    echo "rc ${PIPESTATUS[0]}"
+  done
+fi
+echo "done: $(date -u '+%H:%M:%S UTC')"

@@ -9,10 +9,11 @@
 #           WHEELS_DIR holds flashinfer_python-*.whl and any other wheels to carry (its pure-Python
 #           dependencies the machine lacks: apache-tvm-ffi, cuda-tile, nvidia-cudnn-frontend;
 #           hydra-core, omegaconf, antlr4-python3-runtime for selector). Writes CARRY_DIR/p1 (the
-#           wheel's first part, the other wheels, MANIFEST) and CARRY_DIR/p2 (the rest), each
-#           under about PART_MB (default 58; the device takes 64 MiB a run, the checkout included).
-#   run 1:  tools/h200_flashinfer.sh stash CARRY_DIR/p1       keeps part 1 in $STASH (/tmp/fi-stash)
-#   run 2:  tools/h200_flashinfer.sh install CARRY_DIR/p2     joins, checks, installs into $SITE
+#           wheel's first part, the other wheels, MANIFEST) and CARRY_DIR/p2, p3, ... (the rest),
+#           each under about PART_MB (default 58; the device takes 64 MiB a run, the checkout
+#           included: PART_MB=40 gives three parts beside an 18 MB checkout).
+#   run k:  tools/h200_flashinfer.sh stash CARRY_DIR/pk       keeps part k in $STASH (/tmp/fi-stash)
+#   last:   tools/h200_flashinfer.sh install CARRY_DIR/pN     joins the N parts, checks, installs into $SITE
 #           (/tmp/site), installs this checkout (pip -e, no deps), and prints
 #           `doctor --deep` with the times of each step. Then: export PYTHONPATH=$SITE.
 #   then:   tools/h200_flashinfer.sh warm       builds (and times) the JIT modules the direct
@@ -35,21 +36,25 @@ split)
   src=${2:?WHEELS_DIR}; dst=${3:?CARRY_DIR}
   whl=$(ls "$src"/flashinfer_python-*.whl 2>/dev/null | head -1)
   [ -n "$whl" ] || { echo "split: no flashinfer_python-*.whl in $src" >&2; exit 3; }
-  rm -rf "$dst/p1" "$dst/p2"; mkdir -p "$dst/p1" "$dst/p2"
+  rm -rf "$dst"/p[0-9]*; mkdir -p "$dst/p1"
   name=$(basename "$whl")
   size=$(stat -c %s "$whl")
-  # part 1 carries the other wheels too: its share of the wheel is what is left under PART_MB
+  chunk=$((PART_MB * 1000000))
+  # part 1 carries the other wheels too: its share of the wheel is what is left under PART_MB;
+  # the rest goes in parts of PART_MB each, as many as it takes
   others=0
   for f in "$src"/*.whl; do [ "$f" = "$whl" ] || { cp "$f" "$dst/p1/"; others=$((others + $(stat -c %s "$f"))); }; done
-  first=$((PART_MB * 1000000 - others))
+  first=$((chunk - others))
   [ "$first" -gt 0 ] || { echo "split: the other wheels alone exceed PART_MB=$PART_MB" >&2; exit 3; }
-  [ $((size - first)) -le $((PART_MB * 1000000 + 8000000)) ] || {
-    echo "split: $name ($size bytes) does not fit in two parts of ~$PART_MB MB" >&2; exit 3; }
-  head -c "$first" "$whl" >"$dst/p1/$name.part1"
-  tail -c +"$((first + 1))" "$whl" >"$dst/p2/$name.part2"
+  n=$(( 1 + (size - first + chunk - 1) / chunk ))
   sum=$(sha256sum "$whl" | cut -d' ' -f1)
-  for p in p1 p2; do printf '%s %s %s\n' "$name" "$size" "$sum" >"$dst/$p/MANIFEST"; done
-  du -sb "$dst/p1" "$dst/p2"
+  head -c "$first" "$whl" >"$dst/p1/$name.part1"
+  for k in $(seq 2 "$n"); do
+    mkdir -p "$dst/p$k"
+    tail -c +"$((first + (k - 2) * chunk + 1))" "$whl" | head -c "$chunk" >"$dst/p$k/$name.part$k"
+  done
+  for k in $(seq 1 "$n"); do printf '%s %s %s %s\n' "$name" "$size" "$sum" "$n" >"$dst/p$k/MANIFEST"; done
+  du -sb "$dst"/p[0-9]*
   ;;
 stash)
   part=${2:?PART_DIR}
@@ -61,14 +66,17 @@ stash)
 install)
   part=${2:?PART_DIR}
   t0=$(now)
-  [ -f "$STASH/MANIFEST" ] || { echo "install: part 1 is not in $STASH (run 'stash' first, on this same warm machine)" >&2; exit 3; }
-  read -r name size sum <"$part/MANIFEST"
-  read -r name1 _ sum1 <"$STASH/MANIFEST"
-  [ "$name $sum" = "$name1 $sum1" ] || { echo "install: part 1 is of $name1, part 2 of $name" >&2; exit 3; }
-  cat "$STASH/$name.part1" "$part/$name.part2" >"$STASH/$name"
+  [ -f "$part/MANIFEST" ] || { echo "install: no MANIFEST in $part" >&2; exit 3; }
+  mkdir -p "$STASH"; cp "$part"/* "$STASH/"
+  read -r name size sum n <"$part/MANIFEST"
+  n=${n:-2}
+  for k in $(seq 1 "$n"); do
+    [ -f "$STASH/$name.part$k" ] || { echo "install: part $k of $name is not in $STASH (stash it first, on this same warm machine)" >&2; exit 3; }
+  done
+  for k in $(seq 1 "$n"); do cat "$STASH/$name.part$k"; done >"$STASH/$name"
   got=$(sha256sum "$STASH/$name" | cut -d' ' -f1)
   [ "$got" = "$sum" ] || { echo "install: $name sha256 $got, expected $sum" >&2; exit 3; }
-  echo "joined $name ($size bytes, sha256 ok) in $(since "$t0")"
+  echo "joined $name ($size bytes, $n parts, sha256 ok) in $(since "$t0")"
   t1=$(now)
   mkdir -p "$SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -67,7 +67,7 @@ def override_words(config_dirs: Sequence[str] = ()) -> Dict[str, List[str]]:
     words["policy.moe_backend"] = ["auto"] + backends["moe"]
     words["policy.linear_backend"] = ["auto"] + backends["linear"]
     words["policy.strict"] = ["true", "false"]
-    words["policy.preference"] = ["static", "measured"]
+    words["policy.preference"] = ["auto", "static", "measured"]
     for k in ("parallel.tp", "parallel.dp", "parallel.ep"):
         words[k] = []
     words["probe"] = list(schema.PROBE_MODES)

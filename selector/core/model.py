@@ -86,7 +86,8 @@ class Policy:
     strict: bool
     allow_opt_in: Tuple[str, ...] = ()  # opt-in backends automatic selection may choose
     exclude: Tuple[str, ...] = ()  # backends never chosen (policy.exclude)
-    preference: str = "static"  # "measured": rank usable backends by a profile (core/profile.py)
+    preference: str = "auto"  # "measured": rank usable backends by a profile (core/profile.py);
+    # "auto": a packaged profile of this GPU model and libraries where one matches, else static
     profile: Optional[str] = None  # the profile file; None: this machine's default one
     engine_default: bool = False  # launch plans pass no backend choice (the engine's own runs)
 

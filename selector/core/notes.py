@@ -157,6 +157,9 @@ def _measured(n: Note) -> str:  # selector.core.profile (policy.preference=measu
     d = n.data
     t = " vs ".join(f"{x['backend']} {x['median_ms']:.3g} ms" for x in d["times"])
     rest = f"; not measured: {', '.join(d['unmeasured'])} (static order)" if d["unmeasured"] else ""
+    if d.get("packaged"):  # selector/profiles/: a cell standing for nearby shapes and buckets
+        return (f"measured on {d['packaged']}, packaged profile: {t} ({d['cell']}, "
+                f"{d['tokens']} tokens timed)")
     return f"measured: {t} at {d['tokens']} tokens, profile {d['profile']}{rest}"
 
 
@@ -208,7 +211,8 @@ NOTE_KINDS: Dict[str, Tuple[str, Callable[[Note], str], str]] = {
                   "implementation (correct, slow)"),
     "platform": ("info", _platform, "how the platform was detected (`detail`)"),
     "measured": ("info", _measured, "the profile ranked the usable backends by their measured "
-                 "medians (`profile`, `tokens`, `times`, `unmeasured`)"),
+                 "medians (`profile`, `tokens`, `times`, `unmeasured`; a packaged profile: `packaged`, the GPU "
+                 "model it was measured on, and `cell`, the cell that stood for the layer)"),
     "profile_unmeasured": ("warning", _profile_unmeasured, "the profile has no time for this "
                            "layer's cell (`profile`, `bucket`, `why`, `nearest`: the nearest "
                            "cell it has): the static order decided"),

@@ -35,7 +35,19 @@ MAX_BYTES = 8 << 20  # a profile of a few hundred layer kinds by ten buckets is 
 MAX_CELLS = 20000
 MAX_BACKENDS = 64  # per cell
 MAX_TOKENS = 1 << 24
-PREFERENCES = ("static", "measured")
+#: auto (the default): a packaged profile measured on this GPU model with these libraries where one
+#: matches, else the static order; static: ranks and preference entries; measured: the user's own
+#: `selector tune` profile (policy.profile or this machine's cached one)
+PREFERENCES = ("auto", "static", "measured")
+#: a packaged profile's cell stands for a layer whose op size keys lie within NEAR_SIZE_STEPS
+#: powers of two of the cell's (summed: K 5120 for 7168 is 0.49) and whose token bucket lies
+#: within NEAR_BUCKET_STEPS powers of two of the cell's (128 stands for 32 to 512). Sizes: 0, the
+#: shape it timed only. Measured on an H100 (2026-12-07, docs/performance.md, leave one shape out
+#: over 10 held-out FP8 shapes): the nearest other shape's pick was within 5% of the fastest in
+#: 88-90% of cells with >= 128 tokens (worst 1.23x) at 2 steps and 92-93% at 0.5, the static
+#: order in 97-98% (worst 1.07x): a shape not timed is ranked better by the static order
+NEAR_SIZE_STEPS = 0.0
+NEAR_BUCKET_STEPS = 2.0
 #: what a profile is valid for: a timing measured under other values says nothing here
 KEY_FIELDS = ("gpu", "capability", "driver", "cuda", "packages", "selector", "machine")
 #: a cell's layer: every layer key but num_tokens (the bucket stands for it); what a cell is
@@ -378,6 +390,26 @@ def key_difference(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> List[s
     return out
 
 
+def packaged_differences(key: Mapping[str, Any], here: Mapping[str, Any],
+                         libraries: Sequence[str]) -> List[str]:
+    """Why a packaged profile's machine key does not describe this machine (empty: it does).
+    `here`: gpu, capability, cuda, machine and packages (name -> version or None) of the detected
+    platform; `libraries`: the distributions the timed backends run on (torch, and what their
+    rules read). Compared: the GPU model, the compute capability, the CUDA version, the CPU
+    architecture, and the version of each of `libraries` the measured machine had installed (a
+    library absent there and present here is allowed: its backends were not timed, and a cell
+    that did not time a backend usable here is not used)."""
+    out = []
+    for k in ("gpu", "capability", "cuda", "machine"):
+        if key.get(k) != here.get(k):
+            out.append(f"{k} {show(key.get(k), 60)} (here {show(here.get(k), 60)})")
+    mine = here.get("packages") or {}
+    for n, v in sorted((key.get("packages") or {}).items()):
+        if v is not None and n in libraries and mine.get(n) != v:
+            out.append(f"{n} {v} (here {mine[n] or 'absent'})")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The order a profile gives
 
@@ -389,6 +421,10 @@ class Measured:
     path: str
     profile: Optional[Profile] = None
     ignored: Tuple[str, ...] = ()
+    #: a packaged profile (selector/profiles/): the GPU model it was measured on. Its cells stand
+    #: for nearby shapes and buckets too (`near_cell`); a cell is used only where it timed every
+    #: backend usable here (a library installed here and not there leaves the static order)
+    packaged: Optional[str] = None
     _cells: Dict[CellKey, Cell] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -433,6 +469,49 @@ class Measured:
                 best = rank
         return None if best is None else str(best[-1])
 
+    def near_cell(self, layer: Layer, usable: Sequence[str]) -> Optional[Cell]:
+        """A packaged profile's cell for `layer`: its own cell, else the nearest one of the same
+        op, scheme, dtype and other non-size keys within NEAR_SIZE_STEPS (the op's size keys,
+        powers of two summed) and NEAR_BUCKET_STEPS (the bucket) that timed every backend in
+        `usable`; None when no cell qualifies (the static order stands)."""
+        if layer.num_tokens is None or not usable:
+            return None
+        mine = dict(shape_of(layer.__dict__))
+        want = bucket(layer.num_tokens)
+        best: Optional[Tuple[float, float, str, Cell]] = None
+        for (shape, b), c in self._cells.items():
+            if not all(n in c.times for n in usable):
+                continue
+            theirs = dict(shape)
+            size = 0.0
+            for k in keys_of(layer.op):
+                a, x = mine.get(k), theirs.get(k)
+                if type(a) is int and type(x) is int and a > 0 and x > 0:
+                    size += abs(math.log2(a / x))
+                elif a != x:
+                    size = math.inf
+                    break
+            tok = abs(math.log2(want / b))
+            if size > NEAR_SIZE_STEPS or tok > NEAR_BUCKET_STEPS:
+                continue
+            rank = (size + tok, tok, describe(theirs, b), c)
+            if best is None or rank[:3] < best[:3]:
+                best = rank
+        return None if best is None else best[3]
+
+    def _packaged_order(self, layer: Layer, names: Sequence[str], usable: Sequence[str]
+                        ) -> Optional[Tuple[List[str], Note]]:
+        cell = self.near_cell(layer, usable)
+        if cell is None:
+            return None
+        times = {n: cell.times[n] for n in usable}
+        fast = sorted(times, key=lambda n: (times[n].median_ms, names.index(n)))
+        return fast + [n for n in names if n not in times], note(
+            "measured", fast[0], profile=self.path, tokens=cell.tokens,
+            bucket=bucket(cell.tokens), packaged=self.packaged,
+            cell=describe(dict(cell.key[0]), cell.key[1]),
+            times=tuple(dict(backend=n, **times[n].to_dict()) for n in fast), unmeasured=())
+
     def memo_key(self, layer: Layer) -> Optional[CellKey]:
         """What a decision depends on besides the rules: the layer's cell (its order, or the
         note saying which bucket was not measured)."""
@@ -446,6 +525,8 @@ class Measured:
         (the static order stands; the note then says the cell was not measured)."""
         if not self.active or not usable:
             return None
+        if self.packaged is not None:
+            return self._packaged_order(layer, names, usable)
         k = cell_key(layer)
         cell = None if k is None else self._cells.get(k)
         times = {} if cell is None else {n: cell.times[n] for n in usable if n in cell.times}
@@ -471,4 +552,4 @@ class Measured:
 __all__ = ["Profile", "Cell", "Timing", "Measured", "parse", "load", "read_bytes", "bucket",
            "cell_key", "shape_of", "describe", "keys_of", "OP_KEYS", "READ_VERSIONS",
            "check_backends", "key_difference", "SCHEMA", "VERSION", "KEY_FIELDS",
-           "PREFERENCES"]
+           "PREFERENCES", "packaged_differences"]

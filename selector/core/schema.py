@@ -228,7 +228,7 @@ class PolicyConf:
     allow_opt_in: List[str] = field(default_factory=list, metadata=_NAMES)  # auto may choose
     exclude: List[str] = field(default_factory=list, metadata=_NAMES)  # never chosen
     # usable backends ranked by a `selector tune` profile (selector.core.profile)
-    preference: str = field(default="static", metadata={"choices": ("static", "measured")})
+    preference: str = field(default="auto", metadata={"choices": ("auto", "static", "measured")})
     profile: Optional[str] = None  # the profile file (implies preference=measured)
     # a launch plan passes no backend choice: the engine's own automatic choice runs
     engine_default: bool = field(default=False, metadata={
