@@ -4,7 +4,8 @@ resolution pipeline with its model overrides and hooks, the loader's quantizatio
 quant method's runner / GEMM. Every printed command is honored (SGLang runs what selector
 names); every other difference has an explanation with SGLang's source line.
 SELECTOR_SGLANG_SEED picks the seed (pytest's header prints it), SELECTOR_SGLANG_COMMANDS the
-count (5,000 by default)."""
+count. The sweep starts one SGLang child per machine (56, minutes each), so it runs only when
+SELECTOR_SGLANG_COMMANDS is set (by hand: not in CI, whose time it would exceed)."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,8 @@ import pytest
 import sglang_command as sweep
 
 
+@pytest.mark.skipif(not os.environ.get(sweep.COUNT_VAR), reason=(
+    "the command sweep runs by hand: set SELECTOR_SGLANG_COMMANDS (56 SGLang children)"))
 @pytest.mark.xfail(strict=True, reason=(
     "issue 45 open: selector still names per-tensor FP8 linear GEMMs SGLang does not run "
     "(ModelOpt FP8: FlashInfer bmm_fp8; compressed-tensors per-tensor: torch._scaled_mm), "
