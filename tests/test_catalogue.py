@@ -140,7 +140,7 @@ def test_instantiate_hands_the_implementation_the_whole_layer():
     assert impl.backend == d.selected and impl.decision is d
     assert (impl.dtype, impl.num_tokens, impl.top_k) == ("float16", 7, 2)
     assert (impl.activation, impl.act_and_mul) == ("relu2", False)
-    assert impl.layer == d.layer
+    assert impl.layer == d.layer.to_dict()
     assert d.instantiate(dtype="float32").dtype == "float32"  # an option overrides the layer
 
 

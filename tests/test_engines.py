@@ -345,7 +345,7 @@ def test_an_engine_that_reaches_an_opt_in_backend_automatically_orders_it_its_wa
             "layer.quant=fp8_block", "layer.dtype=float16", "platform.packages.b12x=1.5.1",
             "platform.cuda=12.6")
     d = load("engine=vllm", *over).default()
-    assert d.selected == "b12x" and d.engine["kernel"] == "B12xFp8BlockScaledMMKernel"
+    assert d.selected == "b12x" and d.engine.kernel == "B12xFp8BlockScaledMMKernel"
     own = load(*over).default()
     assert own.selected == "marlin" and own.candidate("b12x").status == "opt_in"
 

@@ -202,7 +202,7 @@ class _Chooser:
 
     def decide(self, layer, requested, exclude=()):
         self.layers.append(layer)
-        return SimpleNamespace(selected=self.backend, engine={"backend": self.backend})
+        return SimpleNamespace(selected=self.backend, engine=SimpleNamespace(backend=self.backend))
 
 
 def _moe_config(moe_backend="auto"):

@@ -81,10 +81,15 @@ def test_replays_0_33_to_0_34_and_finds_each_change(tmp_path):
     # VLLM_MARLIN_INPUT_DTYPE removed (envs.py)
     assert where("envs.py", "VLLM_MARLIN_INPUT_DTYPE")
 
-    # -- the changed answers, each with the 0.34.0 lines its decision ran ---------------------
-    clusters = _clusters(r.stdout)
-    m = re.search(r"^vLLM 0\.33\.0 -> 0\.34\.0: (\d+) of (\d+) answers changed", r.stdout, re.M)
-    assert m and int(m[1]) == sum(c["n"] for c in clusters) > 0, r.stdout[-3000:]
+    _the_changed_answers(r.stdout)
+
+
+def _the_changed_answers(stdout: str) -> None:
+    """The changed answers of the 0.33.0 -> 0.34.0 replay, each with the 0.34.0 lines its
+    decision ran, then the draft preset and the pin the index lacks."""
+    clusters = _clusters(stdout)
+    m = re.search(r"^vLLM 0\.33\.0 -> 0\.34\.0: (\d+) of (\d+) answers changed", stdout, re.M)
+    assert m and int(m[1]) == sum(c["n"] for c in clusters) > 0, stdout[-3000:]
 
     def one(family, old, new, example):
         """The largest printed cluster of that change whose example matches."""
@@ -116,12 +121,12 @@ def test_replays_0_33_to_0_34_and_finds_each_change(tmp_path):
     one("fp8", "deep_gemm", "error", "requested deep_gemm")
     one("linear", "deep_gemm", "cutlass", "fp8_block")
     # selector's answer under the previous release's stack is printed for each
-    assert r.stdout.count("selector (stack=vllm_0_33): ") == len(clusters)
+    assert stdout.count("selector (stack=vllm_0_33): ") == len(clusters)
 
     # -- the draft preset and the pin the index lacks ------------------------------------------
-    assert 'stack: {family: vllm, version: "0.34"}' in r.stdout
-    assert 'flashinfer-python: "0.7.3"' in r.stdout
-    assert "the index lacks flashinfer-python==0.7.3" in r.stdout
+    assert 'stack: {family: vllm, version: "0.34"}' in stdout
+    assert 'flashinfer-python: "0.7.3"' in stdout
+    assert "the index lacks flashinfer-python==0.7.3" in stdout
 
 
 def test_statements_widen_a_removed_clause_to_its_return():

@@ -295,13 +295,13 @@ def test_recipe_backend(copy):
     assert type(impl).backend == "my_kernel"  # derived from the file naming the class
     # each engine that offers it names it, with the kernel and the flag; its own rules apply
     v = selector.load(B200 + ["engine=vllm", "policy.moe_backend=my_kernel"]).default()
-    assert (v.selected, v.engine["flags"], v.engine["kernel"]) == (
+    assert (v.selected, list(v.engine.flags), v.engine.kernel) == (
         "my_kernel", ["--moe-backend", "my_kernel"], "MyKernelExperts")
     ep = selector.load(B200 + ["engine=vllm", "policy.moe_backend=my_kernel",
                                "layer.ep_size=2"]).default().candidate("my_kernel")
     assert ep.status == "rejected" and "vLLM's integration" in ep.reasons[0].message
     s = selector.load(B200 + ["engine=sglang", "policy.moe_backend=my_kernel"]).default()
-    assert s.engine["flags"] == ["--moe-runner-backend", "my_kernel"]
+    assert list(s.engine.flags) == ["--moe-runner-backend", "my_kernel"]
     # an engine whose home does not name it (TensorRT-LLM) does not offer it
     c = selector.load(B200 + ["engine=trtllm"]).default().candidate("my_kernel")
     assert c.status == "not_applicable" and "names no my_kernel backend" in c.reasons[0].message

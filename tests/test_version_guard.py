@@ -137,7 +137,8 @@ def test_the_vllm_plugin_warns_the_guard_once(monkeypatch, caplog):
     import logging
 
     from selector.engines import vllm as adapter
-    monkeypatch.setattr(adapter, "capability", lambda: "11.0")
+    from selector.engines import vllm_choice
+    monkeypatch.setattr(vllm_choice, "capability", lambda: "11.0")
     layers = [{"op": "moe", "quant": "nvfp4", "activation": a, "act_and_mul": True}
               for a in ("silu", "gelu")]
     for given, want in ((["platform.packages.vllm=0.35.0"], [f"selector: note: {LINE}"]),

@@ -21,8 +21,8 @@ from selector.checkpoint.arch import (
     read_architecture,
     read_json,
 )
-from selector.checkpoint.modules import DIVIDE, HEADS
 from selector.checkpoint.quant import Quantization, read_quantization
+from selector.checkpoint.sglang_words import sglang_wording
 from selector.core.errors import SelectorError, bad_input
 from selector.core.text import join_lines
 
@@ -426,47 +426,6 @@ READ_ORDER = {
     "sglang": "SGLang's order: config.json quantization_config (or compression_config), then "
               "hf_quant_config.json: SGLang 0.5.23 srt/configs/model_config.py:1727-1817 "
               "(ModelConfig._parse_quant_hf_config)"}
-
-# vLLM's split refusals as SGLang words them, where SGLang's code makes the same check
-_SGLANG_SPLITS = (
-    (DIVIDE, "SGLang 0.5.23 srt/distributed/utils.py:68-78 (divide, ensure_divisibility)"),
-    (HEADS, "SGLang 0.5.23 srt/models/llama.py:183, qwen3_moe.py:506 (the attention's "
-            "total_num_heads % tp_size assert)"))
-# the checkpoint reader's words about vLLM's classes, as SGLang's code says the same
-_SGLANG_TEXTS = (
-    ("the LM head (vLLM's Fp8Config quantizes LinearBase and RoutedExperts layers only)",
-     "the LM head (SGLang 0.5.23 srt/layers/quantization/fp8.py:389-414: Fp8Config."
-     "get_quant_method quantizes LinearBase and FusedMoE layers only)"),
-    ("vLLM's MXFP4 config leaves linear layers unquantized (mxfp4.py Mxfp4Config."
-     "get_quant_method)",
-     "SGLang's MXFP4 config leaves linear layers unquantized (SGLang 0.5.23 srt/layers/"
-     "quantization/mxfp4.py:356-372: Mxfp4Config.get_quant_method gives a LinearBase no "
-     "method)"),
-    ("vLLM builds the LM head without the quantization config (vLLM 0.32.0 "
-     "vllm/model_executor/models/gpt_oss.py GptOssForCausalLM.__init__: "
-     "ParallelLMHead(vocab_size, hidden_size, prefix=...))",
-     "SGLang builds the LM head without the quantization config (SGLang 0.5.23 srt/models/"
-     "gpt_oss.py:768-774: ParallelLMHead(..., prefix=...), its quant_config argument "
-     "commented out)"),
-    ("(vLLM gpt_oss.py passes activation='swigluoai' and no separate swiglu_limit)",
-     "(the checkpoint reader's model of gpt-oss's experts, swigluoai)"),
-)
-# a refusal of vLLM's that SGLang's code has not been shown to make: said as selector's rule
-_VLLM_REFUSES = re.compile(r"vLLM (refuses (?:to start|to load it|this checkpoint)|would refuse)")
-
-
-def sglang_wording(problem: str) -> str:
-    """A reader's refusal, why or note (vLLM's words and source) in SGLang's, where SGLang's
-    code makes the same check or choice; else said as the reader's rule selector applies (its
-    source stays vLLM's, named as the rule's origin): an SGLang plan never says vLLM refuses."""
-    for vllm, sglang in _SGLANG_SPLITS:
-        if vllm in problem:
-            return problem.replace(vllm, sglang).replace("vLLM refuses", "SGLang refuses")
-    for vllm, sglang in _SGLANG_TEXTS:
-        problem = problem.replace(vllm, sglang)
-    return _VLLM_REFUSES.sub("selector refuses it (a rule its checkpoint reader ports from "
-                             "vLLM)", problem)
-
 
 def render_plan(p: Plan) -> str:
     import textwrap

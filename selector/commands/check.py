@@ -23,9 +23,9 @@ from selector.core.model import (
     engine_name_clashes,
     make_backend,
     make_platform,
-    make_preference,
     make_run_config,
 )
+from selector.core.preference import make_preference
 from selector.core.rules import compile_rule
 from selector.inspect import environment
 

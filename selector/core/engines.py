@@ -305,7 +305,7 @@ def _entry(raw: Any, where: str, file: str) -> EngineEntry:
     if automatic is not None and (not isinstance(automatic, str) or not automatic.strip()):
         raise bad_input(f"{where}.automatic", automatic, "is not a source (the engine file "
                         "whose automatic path reaches the backend)", where=file)
-    from selector.core.model import make_preference  # (model imports this module)
+    from selector.core.preference import make_preference
     preference = tuple(make_preference(p, f"{where}.preference[{i}]", file)
                        for i, p in enumerate(v["preference"]))
     for i, scheme in enumerate(v["implements"]):

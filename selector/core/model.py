@@ -17,7 +17,8 @@ from selector.core.entry_points import allowed as entry_point_allowed
 from selector.core.errors import SelectorError, bad_input, bad_value
 from selector.core.layer import LAYER_KEYS, make_layer
 from selector.core.parallel import Parallel, make_parallel
-from selector.core.rules import Condition, Facts, Reason, Rule, compile_rule
+from selector.core.preference import Preference, make_preference
+from selector.core.rules import Facts, Reason, Rule, compile_rule
 from selector.core.rules.facts import NOT_DISTRIBUTIONS
 from selector.core.schema import Layer
 from selector.core.versions import canonicalize_name, format_capability, parse_capability, parse_version
@@ -107,23 +108,6 @@ class OptIn:
     """A backend never chosen automatically (unless policy.allow_opt_in names it)."""
     reason: str
     source: str
-
-
-@dataclass(frozen=True)
-class Preference:
-    """When `when` holds, the backend ranks at `rank` instead of its base rank."""
-    rank: int
-    reason: str
-    source: str
-    when: Condition
-
-
-def make_preference(conf: Any, key: str, file: str) -> Preference:
-    v = validation.validate(schema.PreferenceConf, conf, key, file)
-    if not _is_int(v["rank"]):
-        raise bad_input(f"{key}.rank", v["rank"], "must be an integer (lower is preferred)",
-                        where=file)
-    return Preference(v["rank"], v["reason"], v["source"], Condition.parse(v["when"], key, file))
 
 
 @dataclass(frozen=True)

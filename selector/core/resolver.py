@@ -22,8 +22,9 @@ from packaging.version import InvalidVersion, Version
 
 from selector.core import engines
 from selector.core.decision import Candidate, Decision
-from selector.core.model import BackendSpec, Preference, RunConfig
+from selector.core.model import BackendSpec, RunConfig
 from selector.core.notes import Note, note
+from selector.core.preference import Preference
 from selector.core.rules import (
     Condition,
     EngineRule,

@@ -97,6 +97,11 @@ class AgreedDecision:
             return dict(self.local.platform)
         return dict(self.ranks[0].platform) if self.ranks else {}
 
+    def platform_json(self) -> Dict[str, Any]:
+        """The `platform` object of the decision's JSON (a copy), as Decision.platform_json."""
+        out: Dict[str, Any] = json.loads(json.dumps(self.platform))
+        return out
+
     @property
     def entry_point(self) -> Optional[str]:
         """The selected backend's implementation, read from this rank's catalogue."""

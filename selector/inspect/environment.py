@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 from selector.core import env_vars
 from selector.core.rules.facts import NVCC, VLLM_MODULES
 from selector.core.versions import canonicalize_name
+from selector.inspect.nvcc import nvcc_path, nvcc_version  # noqa: F401 - nvcc_path: its face here
 
 _CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
 _RUNTIME_DISTS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
@@ -52,43 +53,6 @@ class Environment:
 
 # NVCC: the CUDA compiler, watched like a distribution by the rules that need it (kind: nvcc)
 # but found on disk: vLLM 0.34.0 utils/deep_gemm.py lines 118-177 (DeepGEMM's JIT runs it)
-_DEFAULT_CUDA_HOME = "/usr/local/cuda"
-_NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
-
-
-def nvcc_path() -> Tuple[Optional[str], str]:
-    """The nvcc DeepGEMM's JIT would run, and how it was found: CUDA_HOME, CUDA_PATH, the nvcc
-    on PATH, /usr/local/cuda; DG_JIT_NVCC_COMPILER (or DJ_JIT_NVCC_COMPILER) names the compiler
-    itself (vLLM 0.34.0 utils/deep_gemm.py _deep_gemm_nvcc_path, lines 118-135)."""
-    import os
-    import shutil
-    home, how = env_vars.cuda_home()
-    if not home:
-        found = shutil.which("nvcc")
-        home = os.path.dirname(os.path.dirname(found)) if found else _DEFAULT_CUDA_HOME
-        how = "PATH" if found else _DEFAULT_CUDA_HOME
-    if not os.path.exists(home):
-        return None, f"no CUDA toolkit ({how}: {home} does not exist)"
-    named = env_vars.nvcc_compiler()
-    nvcc = shutil.which(named or os.path.join(home, "bin", "nvcc"))
-    if nvcc is None:
-        return None, f"no nvcc in {named or os.path.join(home, 'bin')} ({how})"
-    return nvcc, how
-
-
-def nvcc_version() -> Tuple[Optional[Version], Optional[str], str]:
-    """(version, path, how): the nvcc release `nvcc --version` reports. version None and path
-    None: no nvcc; version None with a path: found but its version unreadable (unknown)."""
-    path, how = nvcc_path()
-    if path is None:
-        return None, None, how
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    m = _NVCC_RELEASE.search(out or "")
-    return (Version(f"{m[1]}.{m[2]}") if m else None), path, how
 
 
 def vllm_module(key: str) -> Tuple[Optional[Version], str]:
@@ -146,8 +110,10 @@ def detect(packages: Iterable[str]) -> Environment:
         notes.append(f"the CUDA runtime {cuda} is newer than the driver supports "
                      f"({gpu.driver_cuda}): kernels built for it will not load")
     for key in modules:  # vLLM's DeepGEMM / triton_kernels, found as vLLM finds them
-        pkgs[key], how = vllm_module(key)
+        found, how = vllm_module(key)
         notes.append(f"{key}: {how}")
+        if found is not None or distribution("vllm") is not None:
+            pkgs[key] = found  # else unknown: a vLLM named by the platform is its CUDA wheel
     if any(canonicalize_name(n) == NVCC for n in asked):  # a rule needs nvcc: found as vLLM's
         # DeepGEMM check finds it
         nvcc, path, how = nvcc_version()
