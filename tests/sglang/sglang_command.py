@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import sglang_checkpoints as ckpts
+import sglang_sweep as sweep_report
 
 HERE = Path(__file__).resolve().parent
 SEED_VAR = "SELECTOR_SGLANG_SEED"
@@ -299,27 +300,13 @@ class Row:
 
 
 @dataclass
-class Report:
-    seed: int
-    rows: List[Row]
-
-    @property
-    def differ(self) -> List[Row]:
-        return [r for r in self.rows if not r.agrees]
-
-    @property
-    def unexplained(self) -> List[Row]:
-        return [r for r in self.differ if r.why is None]
+class Report(sweep_report.Report):
+    """The command sweep's report: the sweep's (differ, unexplained, clusters), plus the rows
+    whose plan printed a command."""
 
     @property
     def printed(self) -> List[Row]:
         return [r for r in self.rows if r.planned.argv is not None]
-
-    def clusters(self, rows: Optional[List[Row]] = None) -> OrderedDict[Tuple, List[Row]]:
-        out: OrderedDict[Tuple, List[Row]] = OrderedDict()
-        for r in sorted(rows if rows is not None else self.differ, key=lambda r: r.cluster()):
-            out.setdefault(r.cluster(), []).append(r)
-        return out
 
 
 def _question(s: Scenario, argv: List[str], d: Path) -> Dict[str, Any]:
