@@ -11,7 +11,8 @@ Run in the release's vLLM environment (tools/vllm_env.sh VENV VERSION):
 sweeps (NVFP4; FP8 MoE, sim.fp8_sweep; MXFP4/MXFP8 MoE, sim.sweep_mx; FP8/MXFP8/MXFP4 linear,
 tests/vllm/linear_parity.py; random: SELECTOR_PARITY_SEED, drawn and printed when unset) and
 rewrites their sections, keeping the file's others. Two sweeps side by side: each with
-`--out FILE`, then `--only A --only B --merge FILE1 --merge FILE2` writes the report.
+`--out FILE`, then `--only A --merge FILE1` and `--only B --merge FILE2` (one section a merge: each
+FILE holds every section, the others as they were) write the report.
 """
 from __future__ import annotations
 
