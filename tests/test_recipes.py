@@ -596,6 +596,132 @@ CASES += [
 ]
 """),
 )
+# -- the engine recipe (docs/engines.md, "The recipe: add an engine") for a packaged engine ----
+# Its three files: the engine's home (names for five catalogue backends, a rule of its own, two
+# choice flags, its launch command), its module (a Launcher naming its automatic MoE kernel) and
+# the test named in its `proof:`. Nothing else changes by hand; tools/regen.py rewrites the
+# engine table of docs/engines.md, README.md's engine list and docs/keys.md's presets.
+MYENGINE_YAML = """
+    # MyEngine 9.9 (the engine recipe of docs/engines.md, performed by tests/test_recipes.py): a flag
+    # engine with its own launch command, names for five catalogue backends and a rule of its own.
+    name: myengine
+    label: "MyEngine 9.9"
+    package: myengine
+    source: "MyEngine 9.9 myengine/args.py (--moe-kernel, --fp4-gemm; test recipe)"
+    proof: "tests/test_myengine.py (the mapping against MyEngine 9.9's cited files; test recipe)"
+    choices:
+      - op: moe
+        flag: "--moe-kernel"
+        source: "MyEngine 9.9 myengine/args.py (--moe-kernel; test recipe)"
+      - op: linear
+        schemes: [nvfp4]
+        flag: "--fp4-gemm"
+        source: "MyEngine 9.9 myengine/args.py (--fp4-gemm; test recipe)"
+    outside:
+      naive: "MyEngine 9.9 myengine/moe/naive.py (a per-expert loop, its reference; test recipe)"
+    launch:
+      command: [myengine, serve, "{model}"]
+      parallel:
+        rule: ep_divides_tp
+        tp: "--tensor-parallel"
+        ep: "--expert-parallel"
+        source: "MyEngine 9.9 myengine/args.py (--tensor-parallel, --expert-parallel; test recipe)"
+      hooks: "selector.engines.myengine:MyEngineLauncher"  # its automatic MoE kernel
+    backends:
+      moe:
+        flashinfer_cutlass:
+          name: cutlass
+          source: "MyEngine 9.9 myengine/moe/kernels.py (KERNELS['cutlass']: FlashInfer's CUTLASS MoE; test recipe)"
+          rules:  # MyEngine's own integration
+            - kind: device
+              devices: ["10.0", "10.3"]
+              message: "MyEngine 9.9 builds its CUTLASS MoE for SM 10.x only (test recipe)"
+              source: "MyEngine 9.9 setup.py (CUTLASS_MOE_ARCHS = 100a, 103a; test recipe)"
+        flashinfer_trtllm:
+          name: trtllm-gen
+          source: "MyEngine 9.9 myengine/moe/kernels.py (KERNELS['trtllm-gen']; test recipe)"
+        marlin:
+          name: marlin
+          source: "MyEngine 9.9 myengine/moe/kernels.py (KERNELS['marlin']; test recipe)"
+      linear:
+        flashinfer_cutlass:
+          name: cutlass
+          source: "MyEngine 9.9 myengine/linear/fp4.py (FP4_GEMMS['cutlass']; test recipe)"
+        flashinfer_cudnn:
+          name: cudnn
+          source: "MyEngine 9.9 myengine/linear/fp4.py (FP4_GEMMS['cudnn']; test recipe)"
+    """
+MYENGINE_PY = """
+    '''selector for MyEngine 9.9 (the engine recipe's example, tests/test_recipes.py): its automatic
+    MoE kernel, what it runs when `--moe-kernel` is not passed (MyEngine 9.9 myengine/moe/kernels.py
+    `auto_kernel`: trtllm-gen on SM 10.x without expert parallelism, else cutlass).'''
+    from __future__ import annotations
+
+    from typing import Any, Optional
+
+    from selector.checkpoint.launchers import Auto, Launcher
+
+    AUTO_SOURCE = "MyEngine 9.9 myengine/moe/kernels.py (auto_kernel; test recipe)"
+
+
+    def auto_kernel(sm: int, ep: int) -> str:
+        '''MyEngine's automatic MoE kernel for a device (SM as 100 for 10.0) and EP size.'''
+        return "trtllm-gen" if 100 <= sm < 110 and ep == 1 else "cutlass"
+
+
+    class MyEngineLauncher(Launcher):
+        '''MyEngine's launch plan: the base's flags, and its automatic MoE kernel.'''
+
+        def automatic(self, sel: Any, plan: Any, group: Any) -> Optional[Auto]:
+            cap = sel.run_config.platform.capability
+            if group.op != "moe" or cap is None:
+                return None
+            sm = cap[0] * 10 + cap[1]
+            return Auto((auto_kernel(sm, sel.run_config.parallel.ep),), f"auto_kernel on SM {sm}",
+                        AUTO_SOURCE)
+
+
+    __all__ = ["auto_kernel", "MyEngineLauncher"]
+    """
+MYENGINE_TEST = """
+    '''MyEngine 9.9's proof (its file's `proof:`): the automatic kernel and the names held to
+    the files they cite (test recipe); a launch plan is its own command.'''
+    from helpers import REPO, run_main
+
+    from selector.engines.myengine import auto_kernel
+
+    MODEL = REPO / "tests" / "checkpoint_corpus" / "qwen3-30b-a3b-fp4"
+    B200 = ("platform=b200", "stack=flashinfer_0_7_4")
+
+
+    def test_auto_kernel_as_kernels_py_has_it():
+        assert [auto_kernel(sm, ep) for sm, ep in ((100, 1), (103, 1), (100, 2), (120, 1), (90, 1))] \\
+            == ["trtllm-gen", "trtllm-gen", "cutlass", "cutlass", "cutlass"]
+
+
+    def test_a_plan_prints_its_own_command():
+        rc, out, err = run_main(["explain", "--model", str(MODEL), "engine=myengine", *B200,
+                                 "parallel.tp=2"])
+        assert rc == 0, err
+        assert f"command: myengine serve {MODEL} --tensor-parallel 2 --fp4-gemm cutlass" in out
+        assert "MyEngine 9.9 alone runs trtllm-gen" in out  # its automatic kernel: no flag
+        rc, out, err = run_main(["explain", "--model", str(MODEL), "engine=myengine", *B200,
+                                 "parallel.tp=2", "parallel.ep=2"])
+        assert rc == 0, err
+        assert "--expert-parallel 2" in out and "(myengine: cutlass)" in out
+
+
+    def test_its_own_rule_applies_under_it_only():
+        argv = ["explain", "platform=rtx_5090", "stack=flashinfer_0_7_4", "layer=qwen_moe"]
+        rc, out, _ = run_main(argv + ["engine=myengine"])
+        assert "MyEngine 9.9 builds its CUTLASS MoE for SM 10.x only" in out
+        rc, out, _ = run_main(argv)
+        assert rc == 0 and "MyEngine" not in out
+    """
+ENGINE_RECIPE_FILES = {"conf/engine/myengine.yaml": MYENGINE_YAML,
+                       "selector/engines/myengine.py": MYENGINE_PY,
+                       "tests/test_myengine.py": MYENGINE_TEST}
+
 # what the recipe touches by hand (docs/architecture.md, "Add a backend"); the rest regenerated
 RECIPE_FILES = ["backends/wrappers/my_kernel.py", "conf/backend/moe/my_kernel.yaml",
                 "conf/engine/sglang.yaml", "conf/engine/vllm.yaml", "tests/knowledge_cases.py"]
@@ -626,26 +752,8 @@ def _tracked_copy(dest):
     (dest / "selector" / "backends").symlink_to("../backends")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("SELECTOR_RECIPE_TEST"), reason=(
-    "composes the changed catalogue afresh and runs the whole fast suite in a copy (CPU-hours "
-    "on one core): .ci/run runs it with SELECTOR_RECIPE_TEST=1"))
-def test_recipe_backend_breaks_no_other_test(tmp_path):
-    """docs/architecture.md's backend recipe on a copy of the repository, with the realistic
-    backend above: its YAML, its class, its entries in the homes of the two engines that offer
-    it (vLLM, SGLang), its expectations, then `tools/regen.py`; the whole fast suite passes on
-    the copy, and git sees only the recipe's files and regenerated ones. The suite runs on
-    SELECTOR_RECIPE_WORKERS pytest-xdist workers (default auto, as README command 2)."""
-    import subprocess
-
-    from helpers import child_env
-    repo = tmp_path / "repo"
-    _tracked_copy(repo)
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=recipe", "-c", "user.email=recipe@example.invalid",
-                    "commit", "-q", "--no-verify", "-m", "the tree before the recipe"],
-                   cwd=repo, check=True)
+def _perform_backend_recipe(repo):
+    """docs/architecture.md's backend recipe, steps 1-4, in the copy `repo`."""
     _write(repo / "conf" / "backend" / "moe" / "my_kernel.yaml", BACKEND_YAML)
     _write(repo / "backends" / "wrappers" / "my_kernel.py", BACKEND_PY)
     for engine in OFFERS:
@@ -656,14 +764,55 @@ def test_recipe_backend_breaks_no_other_test(tmp_path):
         assert text.count(anchor) == 1, anchor
         text = text.replace(anchor, line + anchor if anchor.startswith("\n") else anchor + line)
     kc.write_text(text)
+
+
+def _perform_engine_recipe(repo):
+    """docs/engines.md's engine recipe, its three files, in the copy `repo`."""
+    assert len(ENGINE_RECIPE_FILES) <= 3  # the recipe's bound (issue 49)
+    for path, text in ENGINE_RECIPE_FILES.items():
+        assert not (repo / path).exists(), path
+        _write(repo / path, text)
+
+
+def _run(py, args, repo, env, timeout=3600):
+    import subprocess
+    return subprocess.run(py + args, cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SELECTOR_RECIPE_TEST"), reason=(
+    "composes the changed catalogue afresh and runs the whole fast suite in a copy (CPU-hours "
+    "on one core): .ci/run runs it with SELECTOR_RECIPE_TEST=1"))
+def test_recipe_backend_and_engine_breaks_no_other_test(tmp_path):
+    """Two recipes on one copy of the repository, so the whole fast suite runs once for both.
+    docs/architecture.md's backend recipe, with the realistic backend above: its YAML, its
+    class, its entries in the homes of the two engines that offer it (vLLM, SGLang), its
+    expectations. docs/engines.md's engine recipe, with MyEngine above: its home, its module and
+    its proof test (at most 3 files). Then `tools/regen.py`; git sees only the recipes' files and
+    regenerated ones; `check` passes; the new engine plans a checkpoint and prints its own
+    command; and the whole fast suite passes on the copy (MyEngine's own test among it). The
+    suite runs on SELECTOR_RECIPE_WORKERS pytest-xdist workers (default auto, as README command
+    2); SELECTOR_RECIPE_TESTS narrows it (default `tests`: every file)."""
+    import subprocess
+
+    from helpers import child_env
+    repo = tmp_path / "repo"
+    _tracked_copy(repo)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=recipe", "-c", "user.email=recipe@example.invalid",
+                    "commit", "-q", "--no-verify", "-m", "the tree before the recipes"],
+                   cwd=repo, check=True)
+    _perform_backend_recipe(repo)
+    _perform_engine_recipe(repo)
     env = child_env(repo)
     env["SELECTOR_CACHE_DIR"] = str(tmp_path / "cache")  # the new catalogue composes afresh
     env["SELECTOR_TEST_CACHE_DIR"] = env["SELECTOR_CACHE_DIR"]  # and once for all below
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("SELECTOR_RECIPE_TEST", None)  # the copy does not run this test again
-    py = [os.environ.get("SELECTOR_TEST_PYTHON", __import__("sys").executable)]
-    r = subprocess.run(py + ["tools/regen.py"], cwd=repo, env=env, capture_output=True,
-                       text=True, timeout=3600)
+    py = [os.environ.get("SELECTOR_TEST_PYTHON", sys.executable)]
+    r = _run(py, ["tools/regen.py"], repo, env)
     assert r.returncode == 0, r.stdout + r.stderr
     changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
                              cwd=repo, capture_output=True, text=True, check=True).stdout
@@ -672,11 +821,22 @@ def test_recipe_backend_breaks_no_other_test(tmp_path):
     spec = importlib.util.spec_from_file_location("regen", repo / "tools" / "regen.py")
     regen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(regen)
-    assert set(changed) - set(RECIPE_FILES) <= set(regen.GENERATED), changed  # regenerated only
-    assert set(RECIPE_FILES) <= set(changed)
+    by_hand = set(RECIPE_FILES) | set(ENGINE_RECIPE_FILES)
+    assert set(changed) - by_hand <= set(regen.GENERATED), changed  # regenerated only
+    assert by_hand <= set(changed)
+    for generated in ("docs/engines.md", "README.md"):  # the engine table and list name it
+        assert "MyEngine 9.9" in (repo / generated).read_text(), generated
+    r = _run(py, ["-m", "selector", "check"], repo, env)
+    assert r.returncode == 0 and "myengine" not in r.stderr, r.stdout + r.stderr
+    model = repo / "tests" / "checkpoint_corpus" / "qwen3-30b-a3b-fp4"
+    r = _run(py, ["-m", "selector", "explain", "--model", str(model), "engine=myengine",
+                  "platform=b200", "stack=flashinfer_0_7_4", "parallel.tp=2"], repo, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "launch plan for MyEngine 9.9: tp 2" in r.stdout
+    assert f"command: myengine serve {model} --tensor-parallel 2 --fp4-gemm cutlass" in r.stdout
     workers = os.environ.get("SELECTOR_RECIPE_WORKERS", "auto")
-    r = subprocess.run(py + ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                             "-k", SELF, "-n", workers, "--dist", "loadfile", "tests"],
-                       cwd=repo, env=env, capture_output=True, text=True, timeout=4 * 3600)
+    tests = os.environ.get("SELECTOR_RECIPE_TESTS", "tests").split()
+    r = _run(py, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "-k", SELF,
+                  "-n", workers, "--dist", "loadfile", *tests], repo, env, timeout=4 * 3600)
     assert r.returncode == 0, r.stdout[-8000:] + r.stderr[-2000:]
     assert "passed" in r.stdout and "my_kernel" in (repo / "docs" / "rules.md").read_text()

@@ -78,3 +78,53 @@ def test_every_record_a_reference_page_links_exists():
             if not (DOCS / target).exists():
                 missing.append(f"docs/{page.name} -> {target}")
     assert not missing, missing
+
+
+# -- lists restated by hand (tools/restated.py): tools/regen.py --check compares each -----------
+
+def _restated():
+    import sys
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import restated
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    return restated
+
+
+def test_every_restated_list_names_what_the_code_has():
+    assert _restated().problems() == []
+
+
+def test_a_restated_list_that_lacks_a_name_or_has_one_too_many_is_named(tmp_path):
+    restated = _restated()
+    for r in restated.RESTATED:
+        (tmp_path / r.page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / r.page).write_text((REPO / r.page).read_text())
+    page = tmp_path / "docs" / "interface.md"
+    text = page.read_text()
+    page.write_text(text.replace("`nothing_fits` (automatic selection", "`nothing_matches` (automatic "
+                                 "selection", 1))
+    (tmp_path / "docs" / "schemas").mkdir()  # the schemas the page links: none here
+    found = restated.problems(tmp_path)
+    assert any("the outcomes of `explain --format json` differ from selector/core/decision.py "
+               "OUTCOMES: the page lacks nothing_fits; the code has no nothing_matches" in p
+               for p in found), found
+    assert any("the JSON Schemas" in p and "the code has no audit.schema.json" in p for p in found)
+    page.write_text(text.replace("- `outcome`: ", "- `result`: ", 1))
+    assert any("its start '- `outcome`: ' is not in the page once" in p
+               for p in restated.problems(tmp_path))
+
+
+def test_the_synopsis_and_the_note_kinds_are_generated():
+    import argparse
+
+    from selector.commands.cli import build_parser
+    from selector.core.notes import NOTE_KINDS
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    synopsis = (DOCS / "interface.md").read_text().split("<!-- regen:cli-synopsis -->")[1]
+    synopsis = synopsis.split("<!-- /regen:cli-synopsis -->")[0]
+    assert [ln.split()[3] for ln in synopsis.splitlines() if ln.startswith("python -m")] == \
+        list(sub.choices)
+    kinds = (DOCS / "architecture.md").read_text().split("<!-- regen:note-kinds -->")[1]
+    assert re.findall(r"^\| `(\w+)` \|", kinds.split("<!-- /regen")[0], re.M) == list(NOTE_KINDS)

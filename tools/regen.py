@@ -16,7 +16,12 @@ The generated files:
   engine table, and README.md, its engine list (conf/engine/, as `engine=NAME` loads it);
 - README.md, docs/examples.md and docs/integration.md, each ```console block: the output of
   its `$ python -m selector ...` command (tests/readme_examples.py).
+- docs/architecture.md's note kinds (`notes.NOTE_KINDS`) and docs/interface.md's command
+  synopsis (the parser's usage line of each command).
 A generated block in a page is `<!-- regen:NAME -->` ... `<!-- /regen:NAME -->`.
+Lists a page restates by hand, each name with its own words (outcomes, statuses, the JSON keys,
+the schemas, the generated files, ...), are compared with the code's (tools/restated.py): a
+difference is named, and regen and --check exit 1 until the page is edited.
 docs/matrix.png (a headless-Chromium screenshot of `matrix --format html`) is written with
 --png only: a screenshot is not byte-reproducible, so --check does not compare it.
 docs/vllm-parity.md is not written here: every section of it is vLLM's own choice beside
@@ -160,11 +165,31 @@ def engine_names() -> str:
     return ", ".join(f"`{e.name}` ({e.label})" for e in _engines()) + ".\n"
 
 
+def note_kinds() -> str:
+    """docs/architecture.md's table of note kinds (`notes.NOTE_KINDS`)."""
+    from selector.core.notes import kinds_markdown
+    return kinds_markdown() + "\n"
+
+
+def cli_synopsis() -> str:
+    """docs/interface.md's synopsis: each command of the parser, as its usage line."""
+    import argparse
+
+    from selector.commands.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    lines = []
+    for name, parser in sub.choices.items():
+        parser.prog = f"python -m selector {name}"
+        usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
+        lines.append(usage.replace(" [-h]", "", 1))
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
 BLOCKS: Dict[str, Callable[[], str]] = {
     "backend-names": backend_names, "key-values": key_values, "scheme-names": scheme_names,
     "when-keys": when_keys, "backend-floors": backend_floors,
     "backend-floors-table": backend_floors_table, "engine-table": engine_table,
-    "engine-names": engine_names,
+    "engine-names": engine_names, "note-kinds": note_kinds, "cli-synopsis": cli_synopsis,
 }
 
 
@@ -255,11 +280,17 @@ def main(argv: List[str] | None = None) -> int:
     args = ap.parse_args(argv)
     outputs = generate()
     todo = stale(outputs)
+    import restated
+    by_hand = restated.problems(ROOT)
+    if by_hand:  # prose regen cannot write: the page must be edited
+        print(f"regen: {len(by_hand)} list(s) restated by hand differ from the code "
+              "(tools/restated.py); edit the page:\n" + "\n".join(f"- {p}" for p in by_hand))
     if args.check:
-        if not todo:
+        if not todo and not by_hand:
             print(f"regen: {len(outputs)} generated files are current")
             return 0
-        print(f"regen: {len(todo)} stale file(s); run `python tools/regen.py`:")
+        if todo:
+            print(f"regen: {len(todo)} stale file(s); run `python tools/regen.py`:")
         for name in todo:
             print(f"- {name}\n{excerpt(name, outputs[name])}")
         return 1
@@ -270,7 +301,7 @@ def main(argv: List[str] | None = None) -> int:
         matrix_png()
     if not todo:
         print(f"regen: {len(outputs)} generated files were current")
-    return 0
+    return 1 if by_hand else 0
 
 
 if __name__ == "__main__":
