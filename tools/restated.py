@@ -32,6 +32,7 @@ class Restated:
     source: str
     read: Callable[[str], Set[str]] = backticked
     others: FrozenSet[str] = frozenset()
+    extra: bool = True  # False: the page may name more than the list (only what it lacks counts)
 
 
 def _outcomes(root: Path = ROOT) -> Sequence[str]:
@@ -72,6 +73,32 @@ def _drift_statuses(root: Path = ROOT) -> Sequence[str]:
 def _engine_keys(root: Path = ROOT) -> Sequence[str]:
     from selector.core.engine_view import EngineView
     return list(EngineView.__dataclass_fields__)
+
+
+def _conf_fields(cls_name: str) -> Callable[[Path], Sequence[str]]:
+    def names(root: Path = ROOT) -> Sequence[str]:
+        from selector.core import schema
+        return list(getattr(schema, cls_name).__dataclass_fields__)
+    return names
+
+
+def _keys(prefix: str) -> Callable[[str], Set[str]]:
+    """The `prefix.NAME` keys of a table's first column (`a`, `b` in one cell count both)."""
+    def read(text: str) -> Set[str]:
+        cells = re.findall(r"^\| ([^|]+) \|", text, re.M)
+        return {k for c in cells for k in re.findall(rf"`{re.escape(prefix)}\.([a-z0-9_]+)`", c)}
+    return read
+
+
+def _modules(package: str) -> Callable[[Path], Sequence[str]]:
+    """The modules and sub-packages of selector/<package>/."""
+    def names(root: Path = ROOT) -> Sequence[str]:
+        return sorted(p.stem for p in (root / "selector" / package).iterdir()
+                      if p.stem != "__init__" and (p.suffix == ".py" or (p / "__init__.py").is_file()))
+    return names
+
+
+ROOMS = ("core", "config", "inspect", "checkpoint", "distributed", "engines", "commands")
 
 
 def _schemas(root: Path = ROOT) -> Sequence[str]:
@@ -121,6 +148,16 @@ RESTATED: List[Restated] = [
              _schemas, "docs/schemas/*.schema.json", read=_schema_links),
     Restated("docs/embedding.md", "the outcomes", "The four outcomes: ", " The JSON of", _outcomes,
              "selector/core/decision.py OUTCOMES", others=frozenset({"policy.strict=true", "reasons"})),
+    Restated("docs/keys.md", "the `layer.*` keys", "| key | meaning |", "\n\n",
+             _layer_keys, "selector/core/layer.py LAYER_KEYS", read=_keys("layer")),
+    Restated("docs/keys.md", "the `policy.*` keys", "| key | meaning |", "\n\n",
+             _conf_fields("PolicyConf"), "selector/core/schema.py PolicyConf", read=_keys("policy")),
+    Restated("docs/keys.md", "the `parallel.*` keys", "| key | meaning |", "\n\n",
+             _conf_fields("ParallelConf"), "selector/core/schema.py ParallelConf",
+             read=_keys("parallel")),
+    *[Restated("docs/architecture.md", f"the modules of selector/{room}/",
+                f"| `selector/{room}/` | ", " |\n", _modules(room), f"selector/{room}/", extra=False)
+      for room in ROOMS],
     Restated("docs/verify.md", "verify's statuses", "| status | meaning |", "\n\n", _verify_statuses,
              "selector/inspect/verify_cases.py STATUSES", read=_first_column),
     Restated("docs/maintaining.md", "the drift report's statuses", "is a top-level JSON `drift` list",
@@ -147,7 +184,7 @@ def problems(root: Path = ROOT) -> List[str]:
             continue
         found = r.read(rest[:rest.index(r.end)]) - r.others
         want = set(r.names(root))
-        lacks, extra = sorted(want - found), sorted(found - want)
+        lacks, extra = sorted(want - found), sorted(found - want) if r.extra else []
         if lacks or extra:
             out.append(f"{r.page}: {r.what} differ from {r.source}: "
                        + "; ".join(([f"the page lacks {', '.join(lacks)}"] if lacks else [])
