@@ -91,10 +91,15 @@ def _keys(prefix: str) -> Callable[[str], Set[str]]:
 
 
 def _modules(package: str) -> Callable[[Path], Sequence[str]]:
-    """The modules and sub-packages of selector/<package>/."""
+    """The modules and sub-packages of selector/<package>/; of selector/engines/, those that are
+    not one engine's own module (`<engine>.py` beside conf/engine/<engine>.yaml: the engine
+    recipe adds one, and the row says so once)."""
     def names(root: Path = ROOT) -> Sequence[str]:
+        engines = {p.stem for p in (root / "conf" / "engine").glob("*.yaml")} \
+            if package == "engines" else set()
         return sorted(p.stem for p in (root / "selector" / package).iterdir()
-                      if p.stem != "__init__" and (p.suffix == ".py" or (p / "__init__.py").is_file()))
+                      if p.stem != "__init__" and p.stem not in engines
+                      and (p.suffix == ".py" or (p / "__init__.py").is_file()))
     return names
 
 
