@@ -108,6 +108,7 @@ def test_a_restated_list_that_lacks_a_name_or_has_one_too_many_is_named(tmp_path
     (tmp_path / "docs" / "schemas").mkdir()  # the schemas the page links: none here
     (tmp_path / "selector").symlink_to(REPO / "selector")  # the modules the rooms table names
     (tmp_path / "conf").symlink_to(REPO / "conf")
+    (tmp_path / "tests").symlink_to(REPO / "tests")  # test_layers.py's LAYERS
     found = restated.problems(tmp_path)
     assert any("the outcomes of `explain --format json` differ from selector/core/decision.py "
                "OUTCOMES: the page lacks nothing_fits; the code has no nothing_matches" in p

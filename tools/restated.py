@@ -103,7 +103,17 @@ def _modules(package: str) -> Callable[[Path], Sequence[str]]:
     return names
 
 
-ROOMS = ("core", "config", "inspect", "checkpoint", "distributed", "engines", "commands")
+def _layers(root: Path = ROOT) -> Sequence[str]:
+    """tests/test_layers.py's LAYERS: the layers of selector/ the layering test enforces."""
+    import ast
+    tree = ast.parse((root / "tests" / "test_layers.py").read_text())
+    node = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", "") == "LAYERS" for t in n.targets))
+    return list(ast.literal_eval(node))
+
+
+# the packages of selector/ (each a layer of docs/architecture.md's table, its modules in its row)
+ROOMS = tuple(sorted(p.name for p in (ROOT / "selector").iterdir() if (p / "__init__.py").is_file()))
 
 
 def _schemas(root: Path = ROOT) -> Sequence[str]:
@@ -160,6 +170,9 @@ RESTATED: List[Restated] = [
     Restated("docs/keys.md", "the `parallel.*` keys", "| key | meaning |", "\n\n",
              _conf_fields("ParallelConf"), "selector/core/schema.py ParallelConf",
              read=_keys("parallel")),
+    Restated("docs/architecture.md", "the layers of selector/", "| layer | package | what it holds |",
+             "\n\n", _layers, "tests/test_layers.py LAYERS",
+             read=lambda t: set(re.findall(r"^\| (\w+) \| `", t, re.M))),
     *[Restated("docs/architecture.md", f"the modules of selector/{room}/",
                 f"| `selector/{room}/` | ", " |\n", _modules(room), f"selector/{room}/", extra=False)
       for room in ROOMS],
