@@ -143,6 +143,7 @@ import os  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import selector.engines  # noqa: E402
 from selector.backends import wrappers  # noqa: E402
@@ -152,6 +153,7 @@ from selector.config import dirs  # noqa: E402, F401
 from selector.core import packaged  # noqa: E402
 
 REPO_CONF = packaged.packaged_conf_dir()
+REPO_ROOT = Path(__file__).resolve().parent.parent
 _PACKAGED = packaged.packaged_conf_dir
 
 
@@ -173,7 +175,7 @@ def copy(tmp_path, monkeypatch):
     _base._catalogue_entries.cache_clear()
     yield conf, code
     _base._catalogue_entries.cache_clear()
-    for m in [m for m in sys.modules if m.startswith(("selector.backends.wrappers.my_", "selector.engines.my_"))]:
+    for m in [m for m in sys.modules if m.startswith(("selector.backends.wrappers.my_", "selector.engines.my"))]:
         del sys.modules[m]
 
 
@@ -722,14 +724,36 @@ ENGINE_RECIPE_FILES = {"conf/engine/myengine.yaml": MYENGINE_YAML,
                        "selector/engines/myengine.py": MYENGINE_PY,
                        "tests/test_myengine.py": MYENGINE_TEST}
 
+
+
+def test_recipe_engine_packaged(copy):
+    """The engine recipe's first two files as a packaged engine (its home in conf/engine/, its
+    module among selector.engines): `check` passes, its names, its own rule and its command."""
+    conf, code = copy
+    _write(conf / "engine" / "myengine.yaml", MYENGINE_YAML)
+    _write(code / "engines" / "myengine.py", MYENGINE_PY)
+    report = _ok(check_tree([], []))
+    assert "myengine" not in _warnings(report)
+    sel = selector.load(B200 + ["engine=myengine", "parallel.tp=2"])
+    assert sel.select(op="moe").engine.flags == ("--moe-kernel", "trtllm-gen")
+    model = REPO_ROOT / "tests" / "checkpoint_corpus" / "qwen3-30b-a3b-fp4"
+    lp = sel.launch_plan(model)
+    assert lp.command() == f"myengine serve {model} --tensor-parallel 2 --fp4-gemm cutlass"
+    c = selector.load(["platform=rtx_5090", "stack=flashinfer_0_7_4", "engine=myengine"]) \
+        .default().candidate("flashinfer_cutlass")
+    assert c.status == "rejected" and "MyEngine 9.9 builds its CUTLASS MoE" in c.reasons[0].message
+    assert selector.load(["platform=rtx_5090", "stack=flashinfer_0_7_4"]).default().candidate(
+        "flashinfer_cutlass").status != "rejected"  # its rule applies under it only
+
 # what the recipe touches by hand (docs/architecture.md, "Add a backend"); the rest regenerated
 RECIPE_FILES = ["backends/wrappers/my_kernel.py", "conf/backend/moe/my_kernel.yaml",
                 "conf/engine/sglang.yaml", "conf/engine/vllm.yaml", "tests/knowledge_cases.py"]
-# the tests that perform this recipe themselves, on a catalogue that has it already here
-# left out on the copy: the tests that add my_kernel themselves (it is there already), and the
+# left out on the copy: the tests that add my_kernel or myengine themselves (each is there
+# already), and the
 # tests that check each engine home's names against the released engine's own (the recipe's
 # engine names are made up: "vLLM 9.9")
-SELF = ("not (test_recipe_backend or test_a_backend_file_declares_its_own_probes or "
+SELF = ("not (test_recipe_backend or test_recipe_engine or "
+        "test_a_backend_file_declares_its_own_probes or "
         "test_add_a_backend or test_an_opt_in_backend_is_admitted_by_policy or "
         "test_sglang_names_match_its_released_source or "
         "test_the_catalogues_vllm_moe_names_are_ones_vllms_oracles_take)")
