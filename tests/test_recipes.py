@@ -749,9 +749,8 @@ def test_recipe_engine_packaged(copy):
 RECIPE_FILES = ["backends/wrappers/my_kernel.py", "conf/backend/moe/my_kernel.yaml",
                 "conf/engine/sglang.yaml", "conf/engine/vllm.yaml", "tests/knowledge_cases.py"]
 # left out on the copy: the tests that add my_kernel or myengine themselves (each is there
-# already), and the
-# tests that check each engine home's names against the released engine's own (the recipe's
-# engine names are made up: "vLLM 9.9")
+# already), and the tests that check each engine home's names against the released engine's
+# own (the recipe's engine names are made up: "vLLM 9.9")
 SELF = ("not (test_recipe_backend or test_recipe_engine or "
         "test_a_backend_file_declares_its_own_probes or "
         "test_add_a_backend or test_an_opt_in_backend_is_admitted_by_policy or "
