@@ -112,8 +112,10 @@ def _layers(root: Path = ROOT) -> Sequence[str]:
     return list(ast.literal_eval(node))
 
 
-# the packages of selector/ (each a layer of docs/architecture.md's table, its modules in its row)
-ROOMS = tuple(sorted(p.name for p in (ROOT / "selector").iterdir() if (p / "__init__.py").is_file()))
+# the packages of selector/ (each a layer of docs/architecture.md's table, its modules in its
+# row); not backends/, installed as selector.backends, whose floors docs/backends.md generates
+ROOMS = tuple(sorted(p.name for p in (ROOT / "selector").iterdir()
+                     if (p / "__init__.py").is_file() and p.name != "backends"))
 
 
 def _schemas(root: Path = ROOT) -> Sequence[str]:
