@@ -70,10 +70,13 @@ def _run_child(shape, cases, seed=0):
 
 
 def test_fused_matches_grouped_emulation_in_the_interpreter():
-    """Tiny odd shape (H 48 and I 32: partial K and N tiles), W4A16 silu and W4A4 dynamic."""
+    """Tiny odd shape (H 48 and I 32: partial K and N tiles), W4A16 silu, W4A4 dynamic and W4A4
+    with given scales (FC1 then writes FC2's NVFP4 input itself: QUANT_OUT); top_k 2, so FC2
+    adds each token's contributions into its row (ATOMIC)."""
     pytest.importorskip("triton")
     _run_child((4, 2, 48, 32, 3), [(True, "silu", "nvfp4_w4a16", "none", "gate_up", None),
-                                   (True, "silu", "nvfp4", "none", "gate_up", None)])
+                                   (True, "silu", "nvfp4", "none", "gate_up", None),
+                                   (True, "silu", "nvfp4", "scalar", "gate_up", None)])
 
 
 @pytest.mark.slow
