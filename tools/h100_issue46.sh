@@ -124,9 +124,9 @@ if has capture; then
 fi
 if has tiles; then
   for mt in ${TILE_SHAPES:-mixtral:256,1024 qwen3:1024 gptoss:1024}; do
-    echo "=== python benchmarks/emulation_tiles.py --model ${mt%%:*} --tokens ${mt#*:} --block-m ${TILE_BM:-64,128} --jobs 8 --graph"
+    echo "=== python benchmarks/emulation_tiles.py --model ${mt%%:*} --tokens ${mt#*:} --block-m ${TILE_BM:-64,128} --jobs 8 --graph ${TILE_FLAGS:-}"
     timeout "$(left 200)" "$PY" benchmarks/emulation_tiles.py --model "${mt%%:*}" --tokens "${mt#*:}" \
-      --block-m "${TILE_BM:-64,128}" --jobs 8 --graph 2>&1 | tee -a "$OUT/tiles.txt" \
+      --block-m "${TILE_BM:-64,128}" --jobs 8 --graph ${TILE_FLAGS:-} 2>&1 | tee -a "$OUT/tiles.txt" \
       | grep "BEST\|best\|default"
   done
 fi
