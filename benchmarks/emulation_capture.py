@@ -4,8 +4,8 @@
 
 For each expert shape (``emulation_bench.MODELS``, random NVFP4 checkpoint), scheme (W4A16; W4A4
 with the checkpoint's scales; W4A4 with ``fc2_input_scale=1.0``, a constructor override) and token
-count: one warm-up call, then one eager call under ``torch.cuda.set_sync_debug_mode("error")``
-(any host sync raises), then ``apply`` captured in a CUDA graph and replayed on new inputs copied
+count: one warm-up call (it compiles), then ``apply`` captured in a CUDA graph (a host sync or a
+host-to-device copy in the call ends the capture with an error) and replayed on new inputs copied
 into the captured ones; the replay's output against an eager call on those inputs (max |diff| /
 max |y|: FC2's float32 atomic adds make the sum order vary, so a few bf16 roundings may flip).
 Prints one line per case, ``ok`` or the error; exit 1 if any case fails. CUDA only.
@@ -58,11 +58,6 @@ def main() -> int:
                 try:
                     impl.apply(x, prep, tw, ti)  # compiles
                     torch.cuda.synchronize()
-                    torch.cuda.set_sync_debug_mode("error")
-                    try:
-                        impl.apply(x, prep, tw, ti)
-                    finally:
-                        torch.cuda.set_sync_debug_mode("default")
                     graph = torch.cuda.CUDAGraph()
                     side = torch.cuda.Stream()
                     side.wait_stream(torch.cuda.current_stream())
@@ -82,7 +77,7 @@ def main() -> int:
                     flips = int((y != ref).sum())
                     ok = d <= 1e-2
                     failed += not ok
-                    print(f"{name}: {'ok' if ok else 'WRONG'}: no host sync; captured, replayed "
+                    print(f"{name}: {'ok' if ok else 'WRONG'}: captured, replayed "
                           f"on new inputs: max |diff| / max |y| {d:.1e}, {flips}/{y.numel()} "
                           f"outputs differ", flush=True)
                 except Exception as exc:  # noqa: BLE001 - a check prints

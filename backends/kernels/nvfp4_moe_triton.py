@@ -318,9 +318,14 @@ def available() -> bool:
 
 
 def block_m(rows: int, num_experts: int) -> int:
-    """BLOCK_M by the mean rows an expert gets (16 at decode: one tile of rows per expert)."""
+    """BLOCK_M by the mean rows an expert gets (16 at decode: one tile of rows per expert), at
+    most 32: on an H100 (SM 9.0, Triton 3.6) every BLOCK_M 64 or 128 config either failed to
+    compile (SPLIT 0: ``PassManager::run failed``, the dequantized tile as a wgmma operand) or
+    ran 1.6-3.0x slower than 32 (SPLIT 1) at Mixtral-8x7B 256 and 1,024 tokens, Qwen3-30B-A3B
+    and gpt-oss-120b 1,024 (benchmarks/emulation_tiles.py --block-m 64,128;
+    docs/records/h100-runs/issue46_2026-12-07b/emulation_tiles.txt)."""
     mean = rows / max(1, min(num_experts, rows))
-    return 16 if mean <= 16 else 32 if mean <= 32 else 64
+    return 16 if mean <= 16 else 32
 
 
 def route_blocks(topk_ids, num_experts: int, bm: int, kernel: Optional[bool] = None):
