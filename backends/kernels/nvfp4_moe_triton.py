@@ -19,10 +19,19 @@ memory:
   once per block of its rows.
 - W4A4: FC1's input is quantized to NVFP4 (codes times block scales in bf16, the global scale
   kept aside) by ``nvfp4_triton.quantize_unit_triton``, one Triton kernel with the emulation's
-  rounding; FC1's float32 output (the activation) likewise before FC2. W4A16: FC1 writes bf16.
+  rounding; FC1's activation likewise before FC2: with a given FC2 input scale (the checkpoint's,
+  0-d or per expert) FC1's epilogue quantizes it itself (``_qdq``, the same arithmetic) and writes
+  FC2's bf16 input, with none (dynamic) it writes float32 and the per-expert amax and the
+  quantizer follow. W4A16: FC1 writes bf16.
 - FC2 (``_fc2``): the same GEMM over ``I``; its bf16-rounded output times the global scales and the
-  router weight is written per (token, slot) row in float32, and the ``top_k`` rows of a token are
-  summed in float32.
+  router weight is added into the token's float32 row of the ``[T, H]`` output (atomic adds, top_k
+  > 1; the order of a token's top_k additions varies from run to run), or with config
+  ``ATOMIC=0`` written per (token, slot) row and the rows summed (``[T top_k, H]`` float32).
+
+Memory during a call: the checkpoint plus the activations (x, FC2's input ``[T top_k, I]``, the
+``[T, H]`` float32 sum): 1.00-1.11x the checkpoint on an H100 at Qwen3-30B-A3B, gpt-oss-120b and
+Mixtral-8x7B shapes up to 1,024 tokens (docs/performance.md). No host sync once a shape's kernels
+are compiled: ``EmulationMoE.apply`` can be captured in a CUDA graph.
 
 The values are the grouped emulation's up to float32 accumulation order (the GEMM's and the
 top-k sum's): tests/test_emulation_fused.py compares them in Triton's interpreter on the CPU.
