@@ -110,8 +110,9 @@ def capturing(t: Any) -> bool:
     """Whether ``t`` is a CUDA tensor and its device's current stream is capturing a CUDA graph:
     then no check may read a value back (a host sync ends the capture with an error), so the
     per-call value checks (:func:`routing`'s id range) are skipped; shape, dtype and device
-    checks still run. A graph's ids are only known at replay, where no host code runs: the
-    fused emulation ignores an id outside ``[0, E)`` (it routes the row nowhere)."""
+    checks still run. A graph's ids are only known at replay, where no host code runs, so their
+    range is the caller's to keep there (as in an engine's graph); the fused emulation ignores an
+    id outside ``[0, E)`` (it routes the row nowhere)."""
     torch = _torch()
     return bool(t.is_cuda and torch.cuda.is_current_stream_capturing())
 
