@@ -70,10 +70,13 @@ def _run_child(shape, cases, seed=0):
 
 
 def test_fused_matches_grouped_emulation_in_the_interpreter():
-    """Tiny odd shape (H 48 and I 32: partial K and N tiles), W4A16 silu and W4A4 dynamic."""
+    """Tiny odd shape (H 48 and I 32: partial K and N tiles), W4A16 silu, W4A4 dynamic and W4A4
+    with given scales (FC1 then writes FC2's NVFP4 input itself: QUANT_OUT); top_k 2, so FC2
+    adds each token's contributions into its row (ATOMIC)."""
     pytest.importorskip("triton")
     _run_child((4, 2, 48, 32, 3), [(True, "silu", "nvfp4_w4a16", "none", "gate_up", None),
-                                   (True, "silu", "nvfp4", "none", "gate_up", None)])
+                                   (True, "silu", "nvfp4", "none", "gate_up", None),
+                                   (True, "silu", "nvfp4", "scalar", "gate_up", None)])
 
 
 @pytest.mark.slow
@@ -274,3 +277,14 @@ def test_the_tile_ladder_ends_at_16_rows_and_names_compile_failures():
     assert F.compile_failure(RuntimeError("PassManager::run failed"))
     assert not F.compile_failure(RuntimeError("CUDA error: an illegal memory access"))
     assert not F.compile_failure(ValueError("bad shapes"))
+
+
+def test_block_rows_stop_at_32():
+    """BLOCK_M follows the mean rows an expert gets, 16 at decode, and stops at 32: on an H100
+    every 64- or 128-row tile failed to compile or ran slower (nvfp4_moe_triton.block_m)."""
+    import selector.backends.kernels.nvfp4_moe_triton as F
+    assert F.block_m(8, 128) == 16          # decode: one row per routed expert
+    assert F.block_m(128 * 16, 128) == 16
+    assert F.block_m(128 * 17, 128) == 32
+    assert F.block_m(8192, 128) == 32       # Qwen3-30B-A3B at 1,024 tokens (64 rows an expert)
+    assert F.block_m(2048, 8) == 32         # Mixtral-8x7B at 1,024 tokens (256 rows an expert)

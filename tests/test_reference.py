@@ -277,6 +277,24 @@ def test_emulation_moe_reuses_the_out_buffer_and_keeps_the_checkpoint():
     assert all(torch.equal(a, b) for a, b in zip(before, after))
 
 
+def test_emulation_moe_makes_its_scale_overrides_on_the_device_once():
+    """A constructor's ``fc2_input_scale=1.0`` becomes one float32 tensor per device, reused by
+    every call (on CUDA a call then copies nothing from the host: a CUDA graph can capture it),
+    and gives what passing that scale to ``emulate_moe`` gives."""
+    x, _, _, W, tw, ti, _ = _moe_case(True, seed=19)
+    moe = EmulationMoE(activation="silu", fc2_input_scale=1.0)
+    p = moe.prepare(W)
+    xb = x.bfloat16()
+    y = moe.apply(xb, p, tw, ti)
+    made = moe._overrides_on(xb.device)["fc2_input_scale"]
+    assert made.dtype == torch.float32 and made.device == xb.device and float(made) == 1.0
+    assert torch.equal(moe.apply(xb, p, tw, ti), y)
+    assert moe._overrides_on(xb.device)["fc2_input_scale"] is made
+    from selector.backends.reference import emulate_moe
+    assert torch.equal(y, emulate_moe(xb, W, tw, ti, activation="silu", fc2_input_scale=1.0))
+    assert EmulationMoE(activation="silu")._overrides_on(xb.device) == {}
+
+
 def test_moe_rejects_a_gated_relu2_and_bad_quant():
     x, _, _, W, tw, ti, _ = _moe_case(True, seed=18)
     with pytest.raises(ValueError, match="relu2"):

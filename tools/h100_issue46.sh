@@ -22,6 +22,13 @@
 #   emubench benchmarks/emulation_bench.py --model M for M in EMU_MODELS (default qwen3 gptoss
 #           mixtral) at EMU_TOKENS (default 1,64,256,1024): fused / apply graph / grouped bf16
 #           eager and graph, limits, peak memory over the checkpoint (emubench.txt)
+#   capture benchmarks/emulation_capture.py: EmulationMoE.apply with no host sync, captured in a
+#           CUDA graph and replayed on new inputs (capture.txt)
+#   tiles   benchmarks/emulation_tiles.py --graph per TILE_SHAPES (model:tokens, default
+#           mixtral:256,1024 qwen3:1024 gptoss:1024), BLOCK_M in TILE_BM (default 64,128),
+#           compiled in 8 processes first (tiles.txt; BEST lines on stdout)
+#   clock   benchmarks/tune_clock.py: tune's graph timer against the independent one, idle and
+#           after sustained load, with the SM clock (clock.txt)
 set -u
 OUT=${OUT:-/tmp/issue46}
 PY=${PYTHON:-python3}
@@ -108,6 +115,24 @@ if has fp8mid; then
     --tokens "${FP8MID_TOKENS:-1,64,128,256,512,8192}" --layers Mistral-Large-2,Qwen3-32B \
     --json "$OUT/fp8mid.json" > "$OUT/fp8mid.txt" 2>&1
   echo "rc $?"; grep -A40 "^FP8 linear: the selected" "$OUT/fp8mid.txt" || tail -30 "$OUT/fp8mid.txt"
+fi
+if has capture; then
+  echo "=== python benchmarks/emulation_capture.py --models qwen3,mixtral --tokens 1,64,1024"
+  timeout "$(left 150)" "$PY" benchmarks/emulation_capture.py --models qwen3,mixtral \
+    --tokens 1,64,1024 2>&1 | tee "$OUT/capture.txt" | grep -v "^  *File\|^    "
+  echo "rc ${PIPESTATUS[0]}"
+fi
+if has tiles; then
+  for mt in ${TILE_SHAPES:-mixtral:256,1024 qwen3:1024 gptoss:1024}; do
+    echo "=== python benchmarks/emulation_tiles.py --model ${mt%%:*} --tokens ${mt#*:} --block-m ${TILE_BM:-64,128} --jobs 8 --graph ${TILE_FLAGS:-}"
+    timeout "$(left 200)" "$PY" benchmarks/emulation_tiles.py --model "${mt%%:*}" --tokens "${mt#*:}" \
+      --block-m "${TILE_BM:-64,128}" --jobs 8 --graph ${TILE_FLAGS:-} 2>&1 | tee -a "$OUT/tiles.txt" \
+      | grep "BEST\|best\|default"
+  done
+fi
+if has clock; then
+  echo "=== python benchmarks/tune_clock.py"
+  timeout "$(left 120)" "$PY" benchmarks/tune_clock.py 2>&1 | tee "$OUT/clock.txt" | tail -30
 fi
 if has emubench; then
   for m in ${EMU_MODELS:-qwen3 gptoss mixtral}; do

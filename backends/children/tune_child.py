@@ -208,6 +208,13 @@ def clone_tensors(obj: Any) -> Any:
 GRAPH_TARGET_MS = 1.0
 #: calls captured into one graph at most
 GRAPH_MAX_CALLS = 64
+#: GPU time (ms) of untimed back-to-back replays right before the timed ones: the GPU's clock
+#: under sustained load, as in an engine's forward pass. Timed from idle, a short burst runs at
+#: the boost clock: on an H100 tune's times of compute-bound cells ran up to 15% below those of
+#: an independent timer that replays for ~0.2 s (benchmarks/tune_clock.py, docs/tuning.md)
+SETTLE_MS = 200.0
+#: settle replays at most (a graph of very short calls)
+SETTLE_MAX_REPLAYS = 4000
 
 
 def _sync(device) -> None:
@@ -270,7 +277,8 @@ def time_graph(fn, device, warmup: int, repeats: int, budget_s: float) -> List[f
     measure a call; then as many calls as make a replay span GRAPH_TARGET_MS (at most
     GRAPH_MAX_CALLS, at least one per copy) are captured into one graph, and each of the
     `repeats` replays, timed between two events, gives one sample (its time over the calls it
-    holds). Raises when a call cannot be captured (a host synchronisation, an allocation the
+    holds), right after SETTLE_MS of untimed replays (the clock under sustained load).
+    Raises when a call cannot be captured (a host synchronisation, an allocation the
     capture refuses): the caller falls back to eager events."""
     fns = list(fn) if isinstance(fn, (list, tuple)) else [fn]
     _warm(fns[0], device, warmup)
@@ -283,6 +291,9 @@ def time_graph(fn, device, warmup: int, repeats: int, budget_s: float) -> List[f
         del one
     n = _count(per_call_ms * calls / 1e3, repeats, budget_s)
     _replays(graph, 2)  # the first replays upload the graph
+    settle = min(SETTLE_MAX_REPLAYS, math.ceil(SETTLE_MS / max(per_call_ms * calls, 1e-3)))
+    for _ in range(settle):  # queued with no sync: the timed replays follow them at once
+        graph.replay()
     return [t / calls for t in _replays(graph, n)]
 
 

@@ -15,7 +15,8 @@ assert (which poisons the process's CUDA context) or a silent wrong answer:
 - :func:`options`: a backend constructor's keywords against the ones it takes.
 
 Cheap by design: shapes, dtypes and devices are metadata; the only value checks per apply call
-are the routing ids' range (``[T, top_k]`` integers, one reduction) and none on activations.
+are the routing ids' range (``[T, top_k]`` integers, one reduction) and none on activations;
+while a CUDA graph is being captured (:func:`capturing`) that one is skipped too (no host sync).
 Imports torch only inside functions.
 """
 from __future__ import annotations
@@ -98,11 +99,22 @@ def routing(topk_weights: Any, topk_ids: Any, num_tokens: int, num_experts: int,
                          "accepted: a floating dtype")
     same_device("topk_ids", topk_ids, device)
     same_device("topk_weights", topk_weights, device)
-    if topk_ids.numel():
+    if topk_ids.numel() and not capturing(topk_ids):
         hi = int(topk_ids.max())
         if hi >= num_experts:
             raise ValueError(f"topk_ids holds expert {hi}; accepted: 0..{num_experts - 1} "
                              f"(this layer has {num_experts} experts; negative = unrouted)")
+
+
+def capturing(t: Any) -> bool:
+    """Whether ``t`` is a CUDA tensor and its device's current stream is capturing a CUDA graph:
+    then no check may read a value back (a host sync ends the capture with an error), so the
+    per-call value checks (:func:`routing`'s id range) are skipped; shape, dtype and device
+    checks still run. A graph's ids are only known at replay, where no host code runs, so their
+    range is the caller's to keep there (as in an engine's graph); the fused emulation ignores an
+    id outside ``[0, E)`` (it routes the row nowhere)."""
+    torch = _torch()
+    return bool(t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def scale(name: str, s: Any, shapes: Iterable[Tuple[int, ...]], *, values: bool = True,

@@ -19,17 +19,26 @@ memory:
   once per block of its rows.
 - W4A4: FC1's input is quantized to NVFP4 (codes times block scales in bf16, the global scale
   kept aside) by ``nvfp4_triton.quantize_unit_triton``, one Triton kernel with the emulation's
-  rounding; FC1's float32 output (the activation) likewise before FC2. W4A16: FC1 writes bf16.
+  rounding; FC1's activation likewise before FC2: with a given FC2 input scale (the checkpoint's,
+  0-d or per expert) FC1's epilogue quantizes it itself (``_qdq``, the same arithmetic) and writes
+  FC2's bf16 input, with none (dynamic) it writes float32 and the per-expert amax and the
+  quantizer follow. W4A16: FC1 writes bf16.
 - FC2 (``_fc2``): the same GEMM over ``I``; its bf16-rounded output times the global scales and the
-  router weight is written per (token, slot) row in float32, and the ``top_k`` rows of a token are
-  summed in float32.
+  router weight is added into the token's float32 row of the ``[T, H]`` output (atomic adds, top_k
+  > 1; the order of a token's top_k additions varies from run to run), or with config
+  ``ATOMIC=0`` written per (token, slot) row and the rows summed (``[T top_k, H]`` float32).
+
+Memory during a call: the checkpoint plus the activations (x, FC2's input ``[T top_k, I]``, the
+``[T, H]`` float32 sum): 1.00-1.11x the checkpoint on an H100 at Qwen3-30B-A3B, gpt-oss-120b and
+Mixtral-8x7B shapes up to 1,024 tokens (docs/performance.md). No host sync once a shape's kernels
+are compiled: ``EmulationMoE.apply`` can be captured in a CUDA graph.
 
 The values are the grouped emulation's up to float32 accumulation order (the GEMM's and the
 top-k sum's): tests/test_emulation_fused.py compares them in Triton's interpreter on the CPU.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from selector.core.env_vars import triton_interpret
 
@@ -138,12 +147,34 @@ if triton is not None:
         return a
 
     @triton.jit
+    def _qdq(y, s, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """float32 ``[BLOCK_M, BLOCK_N]`` quantized to NVFP4 with global scale ``s`` and back:
+        codes times block scales (16 columns a block), float32; the arithmetic of
+        ``nvfp4_triton.quantize_unit_triton`` step for step (the same bits)."""
+        x = tl.reshape(y, (BLOCK_M, BLOCK_N // 16, 16))
+        amax = tl.max(tl.abs(x), axis=2)
+        v = amax / (6.0 * s)
+        ex = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+        step_e = tl.maximum(ex, -6) - 3
+        step = ((step_e + 127) << 23).to(tl.float32, bitcast=True)
+        bs = tl.minimum(((v / step + 12582912.0) - 12582912.0) * step, 448.0)
+        denom = bs * s
+        q = tl.where(denom[:, :, None] > 0,
+                     tl.math.div_rn(x, tl.where(denom > 0, denom, 1.0)[:, :, None]), 0.0)
+        a = tl.abs(q)
+        c = tl.where(a > 5.0, 6.0, tl.where(a >= 3.5, 4.0, tl.where(a > 2.5, 3.0, tl.where(
+            a >= 1.75, 2.0, tl.where(a > 1.25, 1.5, tl.where(a >= 0.75, 1.0, tl.where(
+                a > 0.25, 0.5, 0.0)))))))
+        c = tl.where(q < 0, -c, c) * bs[:, :, None]
+        return tl.reshape(c, (BLOCK_M, BLOCK_N))
+
+    @triton.jit
     def _fc1(a_ptr, stride_am, arow_ptr, be_ptr, bs_ptr, bend_ptr,
-             wp_ptr, wsc_ptr, ws2_ptr, as_ptr, out_ptr, stride_om,
+             wp_ptr, wsc_ptr, ws2_ptr, as_ptr, qs_ptr, out_ptr, stride_om,
              N, K, stride_pe, stride_pn, stride_se, stride_sn,
              gate_base, up_base, row_step, limit, alpha, beta,
              ACT: tl.constexpr, GATED: tl.constexpr, HAS_LIMIT: tl.constexpr,
-             OUT_BF16: tl.constexpr,
+             OUT_BF16: tl.constexpr, QUANT_OUT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
         pid_n = tl.program_id(0)
@@ -197,14 +228,16 @@ if triton is not None:
         o = out_ptr + rows[:, None].to(tl.int64) * stride_om + n[None, :]
         if OUT_BF16:
             y = _bf16(y)  # W4A16: FC2's bf16 input (exact below)
+        if QUANT_OUT:  # W4A4 with a given FC2 input scale: FC2's NVFP4 input (exact in bf16)
+            y = _qdq(y, tl.load(qs_ptr + e), BLOCK_M, BLOCK_N)
         tl.store(o, y.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
     @triton.jit
     def _fc2(a_ptr, stride_am, be_ptr, bs_ptr, bend_ptr, slot_ptr, tw_ptr,
              wp_ptr, wsc_ptr, ws2_ptr, as_ptr, out_ptr, stride_om,
-             N, K, stride_pe, stride_pn, stride_se, stride_sn,
+             N, K, stride_pe, stride_pn, stride_se, stride_sn, top_k,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
+             F32_DOT: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_b = tl.program_id(1)
         e = tl.load(be_ptr + pid_b)
@@ -241,8 +274,12 @@ if triton is not None:
         tw = tl.load(tw_ptr + slot, mask=mask_m, other=0.0)
         y = _bf16(acc) * scale_w * scale_a
         y = y * tw[:, None]
-        o = out_ptr + slot[:, None] * stride_om + n[None, :]
-        tl.store(o, y, mask=mask_m[:, None] & mask_n[None, :])
+        if ATOMIC:  # the token's row of [T, H]: its top_k contributions added in float32
+            o = out_ptr + (slot // top_k)[:, None] * stride_om + n[None, :]
+            tl.atomic_add(o, y, mask=mask_m[:, None] & mask_n[None, :], sem="relaxed")
+        else:
+            o = out_ptr + slot[:, None] * stride_om + n[None, :]
+            tl.store(o, y, mask=mask_m[:, None] & mask_n[None, :])
 
 
 #: the kernels' tiles (``fused_moe``'s ``config`` overrides them per call;
@@ -290,9 +327,14 @@ def available() -> bool:
 
 
 def block_m(rows: int, num_experts: int) -> int:
-    """BLOCK_M by the mean rows an expert gets (16 at decode: one tile of rows per expert)."""
+    """BLOCK_M by the mean rows an expert gets (16 at decode: one tile of rows per expert), at
+    most 32: on an H100 (SM 9.0, Triton 3.6) every BLOCK_M 64 or 128 config either failed to
+    compile (SPLIT 0: ``PassManager::run failed``, the dequantized tile as a wgmma operand) or
+    ran 1.6-3.0x slower than 32 (SPLIT 1) at Mixtral-8x7B 256 and 1,024 tokens, Qwen3-30B-A3B
+    and gpt-oss-120b 1,024 (benchmarks/emulation_tiles.py --block-m 64,128;
+    docs/records/h100-runs/issue46_2026-12-07b/emulation_tiles.txt)."""
     mean = rows / max(1, min(num_experts, rows))
-    return 16 if mean <= 16 else 32 if mean <= 32 else 64
+    return 16 if mean <= 16 else 32
 
 
 def route_blocks(topk_ids, num_experts: int, bm: int, kernel: Optional[bool] = None):
@@ -334,6 +376,10 @@ def route_blocks(topk_ids, num_experts: int, bm: int, kernel: Optional[bool] = N
     return (order, torch.where(valid, bec, -1).int(), first.int(), end.int(), row_e)
 
 
+#: (E, device) -> ones [E + 1]: the scales of a scheme that has none
+_ONES: Dict[Tuple[int, str], Any] = {}
+
+
 def _per_expert(s, E: int, device):
     """A 0-d / ``[E]`` float32 scale (None: ones) as ``[E + 1]`` (the last entry for unrouted rows);
     computed once per scale tensor while it is unchanged (``validate.once``: a layer's scales
@@ -341,8 +387,11 @@ def _per_expert(s, E: int, device):
     import torch
 
     from ..common.validate import once
-    if s is None:
-        return torch.ones(E + 1, dtype=torch.float32, device=device)
+    if s is None:  # made once per (E, device): a call allocates nothing for it
+        key = (E, str(torch.device(device)))
+        if key not in _ONES:
+            _ONES[key] = torch.ones(E + 1, dtype=torch.float32, device=device)
+        return _ONES[key]
 
     def make():
         t = torch.as_tensor(s, dtype=torch.float32, device=device)
@@ -459,9 +508,55 @@ def _fused_moe(x, weights, topk_weights, topk_ids, activation, quant, act_and_mu
     cfg = {"BLOCK_M": block_m(n, E), **TILES}
     cfg.update(config)
     bm = cfg["BLOCK_M"]
-    y = torch.zeros((n, H), dtype=torch.float32, device=dev)
+    # the output: each token's top_k contributions added into its float32 row by FC2's atomic
+    # adds ([T, H], ATOMIC), or per (token, slot) row then summed ([T k, H], 4 k times the
+    # memory: config ATOMIC=0, a fixed summation order)
+    atomic = bool(cfg.get("ATOMIC", 1)) and k > 1
+    y = torch.zeros((T if atomic else n, H), dtype=torch.float32, device=dev)
     if n == 0 or T == 0:
-        return y.view(T, k, H).sum(1)
+        return y if atomic else y.view(T, k, H).sum(1)
+    order, be, bstart, bend, row_e = route_blocks(topk_ids, E, bm)
+    nb = be.numel()
+    row_e_c = row_e.clamp(max=E)
+    w4a4 = quant == "nvfp4"
+    a1, arow, as1 = _fc1_input(x, s1, w4a4, order, k, row_e_c, E)
+    gated = bool(act_and_mul)
+    gate_base, up_base, step = gate_up_columns(activation, gated, w13_order, I)
+    limit, alpha, beta = swiglu_params(activation, swiglu_limit, swiglu_alpha, swiglu_beta)
+    act = _ACTS[activation]
+    # W4A4 with a given FC2 input scale: FC1 writes FC2's NVFP4 input itself (bf16, exact);
+    # dynamic (s2 None): FC1's float32 output, then the per-expert amax and the quantizer
+    quant_out = w4a4 and s2 is not None
+    as2 = _per_expert(s2, E, dev) if quant_out else None
+    inter = torch.empty((n, I), dtype=torch.float32 if w4a4 and not quant_out else x.dtype,
+                        device=dev)
+    ws13 = _per_expert(w13.scale_2, E, dev)
+    ws2 = _per_expert(w2.scale_2, E, dev)
+    bn1, bn2, bk = cfg["BLOCK_N1"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
+    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
+            "SPLIT": bool(cfg["SPLIT"]),
+            "F32_DOT": triton_interpret()}
+    p13, b13 = w13.packed, w13.block_scale
+    ks["fc1"][(-(-I // bn1), nb)](
+        a1, a1.stride(0), arow, be, bstart, bend, p13, b13, ws13, as1,
+        as2 if quant_out else as1, inter, inter.stride(0),
+        I, H, p13.stride(0), p13.stride(1), b13.stride(0), b13.stride(1),
+        gate_base, up_base, step, float(limit), float(alpha), float(beta),
+        ACT=act, GATED=gated, OUT_BF16=not w4a4, QUANT_OUT=quant_out,
+        HAS_LIMIT=swiglu_limit is not None and activation in ("silu", "gelu", "gelu_tanh"),
+        BLOCK_M=bm, BLOCK_N=bn1, BLOCK_K=bk, **opts)
+    if quant_out:
+        a2 = inter
+    else:
+        a2, as2 = _fc2_input(inter, s2, w4a4, row_e_c, E, x.dtype)
+        del inter
+    p2, b2 = w2.packed, w2.block_scale
+    tw = topk_weights.reshape(-1).float().contiguous()
+    ks["fc2"][(-(-H // bn2), nb)](
+        a2, a2.stride(0), be, bstart, bend, order.int(), tw, p2, b2, ws2, as2, y, y.stride(0),
+        H, I, p2.stride(0), p2.stride(1), b2.stride(0), b2.stride(1), k,
+        BLOCK_M=bm, BLOCK_N=bn2, BLOCK_K=bk, ATOMIC=atomic, **opts)
+    return y if atomic else y.view(T, k, H).sum(1)
     order, be, bstart, bend, row_e = route_blocks(topk_ids, E, bm)
     nb = be.numel()
     row_e_c = row_e.clamp(max=E)

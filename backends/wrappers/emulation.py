@@ -46,13 +46,30 @@ class EmulationMoE(MoEBackend):
         """Pure: validates the checkpoint and keeps it as is (no dequantized copy)."""
         return prepare_emulation(weights, self.compute_dtype)
 
+    def _overrides_on(self, device):
+        """The scale overrides as float32 tensors on ``device``, made once per device: a call
+        then copies nothing from the host (a CUDA graph can capture it) and their value check
+        runs once (``validate.once`` on the same tensor)."""
+        if not self.scale_overrides:
+            return {}
+        import torch
+        cache = self.__dict__.setdefault("_overrides_by_device", {})
+        key = str(device)
+        if key not in cache:
+            cache[key] = {k: torch.as_tensor(v, dtype=torch.float32, device=device)
+                          for k, v in self.scale_overrides.items()}
+        return cache[key]
+
     def apply(self, x, prepared, topk_weights, topk_ids, *, out=None):
+        """The fast path (``emulate_moe``): on CUDA with the fused kernels, once a shape has run
+        (its kernels compiled), the call has no host sync and can be captured in a CUDA graph."""
         from ..reference import emulate_moe, reference_moe
         if self.compute_dtype is None:
             return emulate_moe(x, prepared.weights, topk_weights, topk_ids,
                                activation=self.activation, quant=self.quant,
                                swiglu_limit=self.swiglu_limit, swiglu_alpha=self.swiglu_alpha,
-                               swiglu_beta=self.swiglu_beta, out=out, **self.scale_overrides)
+                               swiglu_beta=self.swiglu_beta, out=out,
+                               **self._overrides_on(x.device))
         return reference_moe(x, prepared.weights, topk_weights, topk_ids, activation=self.activation,
                              quant=self.quant, swiglu_limit=self.swiglu_limit,
                              swiglu_alpha=self.swiglu_alpha, swiglu_beta=self.swiglu_beta,
