@@ -26,6 +26,9 @@ MOE_BACKENDS = {"AUTO", "CUTLASS", "TRTLLM", "CUTEDSL", "DEEPGEMM", "TRITON", "V
                 "DENSEGEMM", "MARLIN", "MEGAMOE_DEEPGEMM", "MEGAMOE_CUTEDSL"}
 # nvfp4_gemm_config.allowed_backends (llm_args.py; _torch/custom_ops/torch_custom_ops.py)
 NVFP4_GEMMS = {"cutlass", "cublaslt", "cuda_core", "cutedsl", "marlin"}
+# block-FP8 linear: no key chooses it; FP8BlockScalesLinearMethod.apply (_torch/modules/linear.py)
+# runs DeepGEMM's fp8_swap_ab_gemm on SM 100f, else torch.ops.trtllm.fp8_block_scaling_gemm
+FP8_BLOCK_GEMMS = {"deep_gemm", "fp8_block_scaling_gemm"}
 
 # ModelConfig.resolve_moe_backend (TensorRT-LLM _torch/model_config.py):
 # (SM, QuantAlgo, architecture) -> what AUTO becomes
@@ -57,15 +60,15 @@ def test_engine_file_names_only_trtllm_values_and_cites_trtllm_sources():
     """Every backend name the engine file gives is a value of the config key its choice sets,
     every outside entry too, and every entry cites a TensorRT-LLM source file."""
     conf = yaml.safe_load((REPO / "conf" / "engine" / "trtllm.yaml").read_text())
-    cited = re.compile(r"TensorRT-LLM ((1\.2 )?(tensorrt_llm/|_torch/)[\w/]+\.py|PR #\d+)")
+    cited = re.compile(r"TensorRT-LLM ((1\.2 )?(tensorrt_llm/|_torch/|cpp/)[\w/]+\.(py|cpp)|PR #\d+)")
     for op, entries in conf["backends"].items():
         for backend, e in entries.items():
-            assert e["name"] in (MOE_BACKENDS if op == "moe" else NVFP4_GEMMS | {"deep_gemm"}), \
+            assert e["name"] in (MOE_BACKENDS if op == "moe" else NVFP4_GEMMS | FP8_BLOCK_GEMMS), \
                 (op, backend, e["name"])
             assert cited.search(e["source"]), (op, backend)
             for r in e.get("rules", []):
                 assert cited.search(r["source"]), (op, backend, r)
-    assert set(conf["outside"]) <= MOE_BACKENDS | NVFP4_GEMMS | {"fp8_block_scaling_gemm"}
+    assert set(conf["outside"]) <= MOE_BACKENDS | NVFP4_GEMMS
     assert set(QUANT_ALGO) <= set(QUANTS)
 
 
@@ -149,13 +152,35 @@ def test_trtllm_has_no_data_parallel_size():
              "parallel.dp=2"], "parallel.dp", "TensorRT-LLM")
 
 
-def test_fp8_block_linear_on_hopper_is_trtllm_own_kernel_outside_the_catalogue():
-    """TensorRT-LLM runs block-FP8 linear layers on SM 90 with its own fp8_block_scaling_gemm
-    (_torch/modules/linear.py), which the catalogue lacks: no backend, said, not borrowed."""
-    d = load(*TRT, "platform=h100", *CUDA, "layer=dense_linear", "layer.quant=fp8_block").default()
-    assert d.selected is None
-    conf = yaml.safe_load(Path(REPO / "conf" / "engine" / "trtllm.yaml").read_text())
-    assert "fp8_block_scaling_gemm" in conf["outside"]
+@pytest.mark.parametrize("platform,backend,name,kernel", [
+    ("h100", "flashinfer_blockscale_sm90", "fp8_block_scaling_gemm", "fp8_block_scaling_gemm_hopper"),
+    ("rtx_pro_6000", "flashinfer_blockscale_sm90", "fp8_block_scaling_gemm",
+     "fp8_block_scale_gemm_blackwell_geforce"),
+    ("b200", "deep_gemm", "deep_gemm", "torch.ops.trtllm.fp8_swap_ab_gemm"),
+    ("dgx_spark", None, None, None)])
+def test_fp8_block_linear_runs_trtllm_fp8_block_scaling_gemm_off_sm100(platform, backend, name,
+                                                                       kernel):
+    """TensorRT-LLM runs block-FP8 linear layers with its fp8_block_scaling_gemm on SM 89/90/120
+    (FP8BlockScalesLinearMethod.apply; thop/fp8BlockScalingGemm.cpp's SM switch), DeepGEMM on
+    SM 100f, and raises on any other SM (SM 121: 'Unsupported SM version'). No key chooses it."""
+    d = load(*TRT, f"platform={platform}", "layer=dense_linear", "layer.quant=fp8_block",
+             "layer.hidden_size=4096", "layer.intermediate_size=2048").default()
+    assert d.selected == backend, d.summary()
+    if backend is None:
+        cand = d.candidate("flashinfer_blockscale_sm90")
+        assert cand.status == "rejected" and "SM 89, 90 and 120" in str(cand.reasons[0].message)
+        return
+    assert d.engine.backend == name and d.engine.config == {} and d.engine.flags == ()
+    assert d.engine.kernel.startswith(kernel)
+    # TensorRT-LLM's own shape check, not FlashInfer's N % 64
+    d = load(*TRT, f"platform={platform}", "layer=dense_linear", "layer.quant=fp8_block",
+             "layer.hidden_size=4096", "layer.intermediate_size=2064").default()
+    if backend == "flashinfer_blockscale_sm90":
+        assert d.selected == backend, d.summary()
+        d = load(*TRT, f"platform={platform}", "layer=dense_linear", "layer.quant=fp8_block",
+                 "layer.hidden_size=4096", "layer.intermediate_size=2056").default()
+        cand = d.candidate(backend)
+        assert cand.status == "rejected" and "multiple of 16" in str(cand.reasons[0].message)
 
 
 def test_flagship_deepseek_r1_nvfp4_on_b200_plans_without_a_cuda_key():
