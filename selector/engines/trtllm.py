@@ -47,20 +47,41 @@ NVFP4_GEMM_SOURCE = ("TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (nvfp4_gemm_c
                      "AutoTuner profiles the allowed backends per token bucket)")
 
 
+FP8_BLOCK_LINEAR_SOURCE = ("TensorRT-LLM _torch/modules/linear.py (FP8BlockScalesLinearMethod."
+                           "apply); cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp "
+                           "(fp8_block_scaling_gemm: its SM switch)")
+
+
+def fp8_block_linear(sm: int) -> Auto:
+    """What a block-FP8 linear layer runs (no llm-api key chooses it): FP8BlockScalesLinearMethod
+    .apply calls DeepGEMM's fp8_swap_ab_gemm on SM 100f (unless the model disables DeepGEMM),
+    else torch.ops.trtllm.fp8_block_scaling_gemm, which has kernels for SM 89, 90 and 120 and
+    raises on any other SM."""
+    if sm in SM_100F:
+        return Auto(("deep_gemm",), f"FP8BlockScalesLinearMethod on SM {sm}",
+                    FP8_BLOCK_LINEAR_SOURCE)
+    if sm in (89, 90, 120):
+        return Auto(("fp8_block_scaling_gemm",), f"FP8BlockScalesLinearMethod on SM {sm}",
+                    FP8_BLOCK_LINEAR_SOURCE)
+    return Auto((), f"fp8_block_scaling_gemm has no SM {sm} kernel", FP8_BLOCK_LINEAR_SOURCE)
+
+
 class TrtllmLauncher(Launcher):
     """TensorRT-LLM's launch plan: the base's config file; what `moe_config.backend: AUTO`
     and the NVFP4 GEMM autotuner run when the config file names no backend."""
 
     def automatic(self, sel: Selector, plan: Any, group: Any) -> Optional[Auto]:
         cap = sel.run_config.platform.capability
+        sm = cap[0] * 10 + cap[1] if cap is not None else None
         if group.op == "linear":
+            if group.scheme == "fp8_block" and sm is not None:
+                return fp8_block_linear(sm)
             if group.scheme != "nvfp4":
                 return None
             return Auto(NVFP4_GEMM_DEFAULT, "nvfp4_gemm_config's default list, autotuned",
                         NVFP4_GEMM_SOURCE, tuned=True)
-        if cap is None:
+        if sm is None:
             return None
-        sm = cap[0] * 10 + cap[1]
         auto = resolve_moe_backend(sm, QUANT_ALGO.get(group.scheme), plan.architecture.name)
         return Auto((auto,), f"moe_config.backend AUTO on SM {sm}", RESOLVE_SOURCE)
 
@@ -69,4 +90,5 @@ class TrtllmLauncher(Launcher):
                 "that refuse it")
 
 
-__all__ = ["resolve_moe_backend", "TrtllmLauncher", "QUANT_ALGO", "NVFP4_GEMM_DEFAULT"]
+__all__ = ["resolve_moe_backend", "fp8_block_linear", "TrtllmLauncher", "QUANT_ALGO",
+           "NVFP4_GEMM_DEFAULT"]
