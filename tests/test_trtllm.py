@@ -12,6 +12,7 @@ import re
 import pytest
 import yaml
 from helpers import REPO, load, refused, run_main
+from packaging.version import Version
 
 from selector.core.schema import QUANTS
 from selector.engines.trtllm import QUANT_ALGO, resolve_moe_backend
@@ -53,6 +54,24 @@ AUTO = [
 @pytest.mark.parametrize("sm,algo,arch,want", AUTO)
 def test_auto_resolution_follows_resolve_moe_backend(sm, algo, arch, want):
     assert resolve_moe_backend(sm, algo, arch) == want
+
+
+@pytest.mark.parametrize("version,want", [("1.2.0", "CUTLASS"), ("1.2.1", "CUTLASS"),
+                                          ("1.3.0rc24", "TRTLLM"), (None, "TRTLLM")])
+def test_block_fp8_auto_rule_is_main_only(version, want):
+    """resolve_moe_backend's FP8_BLOCK_SCALES-on-SM-100f rule came with TensorRT-LLM PR #14282
+    (merged 2026-05-19), after the newest 1.2 release (1.2.1, April 2026): a 1.2 stack's AUTO runs
+    CUTLASS there, so the plan passes selector's TRTLLM and says it changes AUTO's choice."""
+    v = Version(version) if version else None
+    assert resolve_moe_backend(100, "FP8_BLOCK_SCALES", "Qwen3MoeForCausalLM", v) == want
+    assert resolve_moe_backend(90, "FP8_BLOCK_SCALES", "Qwen3MoeForCausalLM", v) == "CUTLASS"
+    stack = "stack=trtllm_1_2" if version == "1.2.0" else "stack=trtllm_main"
+    if version in ("1.2.0", "1.3.0rc24"):
+        lp = load(*TRT, "platform=b200", stack).launch_plan(
+            str(REPO / "examples" / "qwen3-30b-a3b-fp8"))
+        (g, auto, key, passed), = [r for r in lp.automatic if r[0].op == "moe"]
+        assert (auto.names, g.engine_backend, passed) == ((want,), "TRTLLM", want != "TRTLLM")
+        assert dict(lp.config).get("moe_config.backend") == ("TRTLLM" if passed else None)
 
 
 def test_engine_file_names_only_trtllm_values_and_cites_trtllm_sources():

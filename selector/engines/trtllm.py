@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from packaging.version import Version
+
 from selector.checkpoint.launchers import Auto, Launcher
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,10 +26,19 @@ QUANT_ALGO = {"nvfp4": "NVFP4", "fp8_block": "FP8_BLOCK_SCALES", "fp8_tensor": "
 SM_100F = (100, 103)  # is_sm_100f: the SM 10.0 family
 
 
-def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = "") -> str:
+# resolve_moe_backend's block-FP8 rule came with TensorRT-LLM PR #14282 (merged 2026-05-19),
+# after the newest 1.2 release (1.2.1, tagged by 2026-04-16: tensorrtllm_backend PR #853): a
+# 1.2 release runs CUTLASS there under AUTO
+FP8_BLOCK_AUTO_SINCE = Version("1.3.0rc0")
+FP8_BLOCK_AUTO_SOURCE = "TensorRT-LLM PR #14282 (resolve_moe_backend: FP8_BLOCK_SCALES on SM 100f)"
+
+
+def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = "",
+                        version: Optional[Version] = None) -> str:
     """What `moe_config.backend: AUTO` becomes (ModelConfig.resolve_moe_backend): DeepSeek-V4
     on SM 100-119 TRTLLM; gpt-oss SM 100-119 TRTLLM, SM 90-99 TRITON, else CUTLASS; block FP8
-    on SM 100f TRTLLM; everything else CUTLASS."""
+    on SM 100f TRTLLM (main; not in a release before 1.3: `version`, None for main);
+    everything else CUTLASS."""
     arch = architecture.lower()
     if "deepseekv4" in arch and 100 <= sm < 120:
         return "TRTLLM"
@@ -35,7 +46,8 @@ def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = 
         if 100 <= sm < 120:
             return "TRTLLM"
         return "TRITON" if 90 <= sm < 100 else "CUTLASS"
-    if quant_algo == "FP8_BLOCK_SCALES" and sm in SM_100F:
+    if quant_algo == "FP8_BLOCK_SCALES" and sm in SM_100F and (
+            version is None or version >= FP8_BLOCK_AUTO_SINCE):
         return "TRTLLM"
     return "CUTLASS"
 
@@ -82,8 +94,15 @@ class TrtllmLauncher(Launcher):
                         NVFP4_GEMM_SOURCE, tuned=True)
         if sm is None:
             return None
-        auto = resolve_moe_backend(sm, QUANT_ALGO.get(group.scheme), plan.architecture.name)
-        return Auto((auto,), f"moe_config.backend AUTO on SM {sm}", RESOLVE_SOURCE)
+        version = dict(sel.run_config.platform.packages).get("tensorrt-llm")
+        algo = QUANT_ALGO.get(group.scheme)
+        auto = resolve_moe_backend(sm, algo, plan.architecture.name, version)
+        source, why = RESOLVE_SOURCE, f"moe_config.backend AUTO on SM {sm}"
+        if algo == "FP8_BLOCK_SCALES" and sm in SM_100F:
+            source += "; " + FP8_BLOCK_AUTO_SOURCE
+            if auto != "TRTLLM":
+                why += f" in TensorRT-LLM {version}, older than its block-FP8 TRTLLM rule"
+        return Auto((auto,), why, source)
 
     def no_answer(self) -> str:
         return ("moe_config.backend is one value for every MoE layer: requantize the layers "
