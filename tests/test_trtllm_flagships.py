@@ -66,8 +66,12 @@ def test_flagship_plans_with_a_trtllm_serve_command(model, platform, want, moe_c
     assert r.returncode == 0 and "Traceback" not in r.stderr, (r.returncode, r.stderr, r.stdout[-2000:])
     assert f"command: trtllm-serve {model} --backend pytorch" in r.stdout
     assert "0/19" not in r.stdout and "!!" not in r.stdout
+    # the preset carries no CUDA: the plan names the key and the stacks that set it
+    flat = " ".join(r.stdout.split())
+    assert "note: platform.cuda is not given" in flat and "stack=trtllm_main" in flat
     for stack in STACKS:
         launch = _plan(model, platform, *stack)
+        assert any("platform.cuda is not given" in n for n in launch["notes"]) == (not stack)
         assert launch["ok"] and launch["command"].startswith(f"trtllm-serve {model} "), launch
         groups = {}
         for g in launch["groups"]:

@@ -9,7 +9,7 @@ installed here (its PyPI package is a stub), so nothing of it is imported.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from packaging.version import Version
 
@@ -103,6 +103,17 @@ class TrtllmLauncher(Launcher):
             if auto != "TRTLLM":
                 why += f" in TensorRT-LLM {version}, older than its block-FP8 TRTLLM rule"
         return Auto((auto,), why, source)
+
+    def notes(self, sel: Selector, plan: Any, groups: Any) -> List[str]:
+        """Without a CUDA version: TensorRT-LLM's wheels bring their own CUDA build, so no rule
+        of this plan is kept waiting on one; the stack presets name the CUDA each release ships."""
+        platform = sel.run_config.platform
+        if platform.cuda is not None or platform.capability is None:
+            return []
+        return ["platform.cuda is not given: TensorRT-LLM's own kernels (its MoE leaves, "
+                "nvfp4_gemm, fp8_block_scaling_gemm) are planned without it; stack=trtllm_main "
+                "or stack=trtllm_1_2 sets the CUDA that release's wheel is built with "
+                "(conf/stack/trtllm_*.yaml)"]
 
     def no_answer(self) -> str:
         return ("moe_config.backend is one value for every MoE layer: requantize the layers "
