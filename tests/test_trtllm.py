@@ -26,7 +26,7 @@ MOE_BACKENDS = {"AUTO", "CUTLASS", "TRTLLM", "CUTEDSL", "DEEPGEMM", "TRITON", "V
                 "DENSEGEMM", "MARLIN", "MEGAMOE_DEEPGEMM", "MEGAMOE_CUTEDSL"}
 # nvfp4_gemm_config.allowed_backends (llm_args.py; _torch/custom_ops/torch_custom_ops.py)
 NVFP4_GEMMS = {"cutlass", "cublaslt", "cuda_core", "cutedsl", "marlin"}
-# block-FP8 linear: no key chooses it; FP8BlockScalesLinearMethod.apply (_torch/modules/linear.py)
+# block-FP8 linear: no key passed; FP8BlockScalesLinearMethod.apply (_torch/modules/linear.py)
 # runs DeepGEMM's fp8_swap_ab_gemm on SM 100f, else torch.ops.trtllm.fp8_block_scaling_gemm
 FP8_BLOCK_GEMMS = {"deep_gemm", "fp8_block_scaling_gemm"}
 
@@ -180,7 +180,7 @@ def test_fp8_block_linear_runs_trtllm_fp8_block_scaling_gemm_off_sm100(platform,
                                                                        kernel):
     """TensorRT-LLM runs block-FP8 linear layers with its fp8_block_scaling_gemm on SM 89/90/120
     (FP8BlockScalesLinearMethod.apply; thop/fp8BlockScalingGemm.cpp's SM switch), DeepGEMM on
-    SM 100f, and raises on any other SM (SM 121: 'Unsupported SM version'). No key chooses it."""
+    SM 100f, and raises on any other SM (SM 121: 'Unsupported SM version'). No key is passed."""
     d = load(*TRT, f"platform={platform}", "layer=dense_linear", "layer.quant=fp8_block",
              "layer.hidden_size=4096", "layer.intermediate_size=2048").default()
     assert d.selected == backend, d.summary()

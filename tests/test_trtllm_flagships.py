@@ -14,7 +14,7 @@ installed here: the PyPI package is a stub, so no TensorRT-LLM code runs in thes
 - block FP8 under CUTLASS on SM 90 is DeepGEMM (cutlass/blockscale_hopper.py
   DeepgemmCudaHopperFp8BlockScalesImpl); block-FP8 linear layers off SM 100f run
   torch.ops.trtllm.fp8_block_scaling_gemm (_torch/modules/linear.py FP8BlockScalesLinearMethod;
-  cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp), no key choosing it;
+  cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp), no key choosing it there;
 - NVFP4 linear: nvfp4_gemm_config.allowed_backends is left to its default (cutlass, cublaslt,
   cuda_core, autotuned: llmapi/llm_args.py, _torch/custom_ops/torch_custom_ops.py) unless the user
   asks for a linear backend.
@@ -114,8 +114,8 @@ def test_gpt_oss_on_hopper_prints_no_deprecated_triton_key_on_main():
 
 
 def test_qwen3_fp8_on_h200_shows_the_keyless_block_fp8_gemm():
-    """No llm-api key chooses TensorRT-LLM's block-FP8 linear GEMM: the plan names what runs
-    (fp8_block_scaling_gemm on SM 90, DeepGEMM on SM 100f) and passes nothing for it."""
+    """The plan names TensorRT-LLM's block-FP8 linear GEMM by default (fp8_block_scaling_gemm on
+    SM 90, where no key chooses it; DeepGEMM on SM 100f) and passes nothing for it."""
     for platform, name in (("h200", "fp8_block_scaling_gemm"), ("b200", "deep_gemm")):
         launch = _plan(QWEN, platform)
         rows = [a for a in launch["automatic"] if a["kind"] == "attention"]

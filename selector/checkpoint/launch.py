@@ -301,8 +301,9 @@ def _fixed(sel: Selector, launch: Launcher, plan: Plan, g: Group) -> Group:
 
 def _keyless(sel: Selector, launch: Launcher, plan: Plan, op: str, groups: Sequence[Group],
              automatic: List[Tuple[Group, Optional[Auto], str, bool]]) -> None:
-    """The engine's own choice for planned groups no key of the engine chooses (TensorRT-LLM's
-    block-FP8 linear GEMM), shown beside selector's with nothing passed (key "")."""
+    """The engine's own choice for planned groups whose backend no choice key of the engine
+    file sets (TensorRT-LLM's block-FP8 linear GEMM), shown beside selector's with nothing passed
+    (key "")."""
     for g in groups:
         if g.planned and g.engine_backend and launch.engine.choice(op, g.scheme) is None:
             if (a := launch.automatic(sel, plan, g)) is not None:

@@ -65,10 +65,11 @@ FP8_BLOCK_LINEAR_SOURCE = ("TensorRT-LLM _torch/modules/linear.py (FP8BlockScale
 
 
 def fp8_block_linear(sm: int) -> Auto:
-    """What a block-FP8 linear layer runs (no llm-api key chooses it): FP8BlockScalesLinearMethod
-    .apply calls DeepGEMM's fp8_swap_ab_gemm on SM 100f (unless the model disables DeepGEMM),
-    else torch.ops.trtllm.fp8_block_scaling_gemm, which has kernels for SM 89, 90 and 120 and
-    raises on any other SM."""
+    """What a block-FP8 linear layer runs by default: FP8BlockScalesLinearMethod.apply calls
+    DeepGEMM's fp8_swap_ab_gemm on SM 100f (unless the layer's use_cute_dsl_blockscaling_mm,
+    an llm-api key, default false, or disable_deep_gemm is set), else
+    torch.ops.trtllm.fp8_block_scaling_gemm, which has kernels for SM 89, 90 and 120 and raises
+    on any other SM; off SM 100f no key chooses it. selector passes no key for it."""
     if sm in SM_100F:
         return Auto(("deep_gemm",), f"FP8BlockScalesLinearMethod on SM {sm}",
                     FP8_BLOCK_LINEAR_SOURCE)
