@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 from helpers import REPO, load, refused, run_main
+from packaging.version import Version
 
 from selector.core.schema import QUANTS
 from selector.engines.trtllm import QUANT_ALGO, resolve_moe_backend
@@ -26,6 +26,9 @@ MOE_BACKENDS = {"AUTO", "CUTLASS", "TRTLLM", "CUTEDSL", "DEEPGEMM", "TRITON", "V
                 "DENSEGEMM", "MARLIN", "MEGAMOE_DEEPGEMM", "MEGAMOE_CUTEDSL"}
 # nvfp4_gemm_config.allowed_backends (llm_args.py; _torch/custom_ops/torch_custom_ops.py)
 NVFP4_GEMMS = {"cutlass", "cublaslt", "cuda_core", "cutedsl", "marlin"}
+# block-FP8 linear: no key passed; FP8BlockScalesLinearMethod.apply (_torch/modules/linear.py)
+# runs DeepGEMM's fp8_swap_ab_gemm on SM 100f, else torch.ops.trtllm.fp8_block_scaling_gemm
+FP8_BLOCK_GEMMS = {"deep_gemm", "fp8_block_scaling_gemm"}
 
 # ModelConfig.resolve_moe_backend (TensorRT-LLM _torch/model_config.py):
 # (SM, QuantAlgo, architecture) -> what AUTO becomes
@@ -53,19 +56,37 @@ def test_auto_resolution_follows_resolve_moe_backend(sm, algo, arch, want):
     assert resolve_moe_backend(sm, algo, arch) == want
 
 
+@pytest.mark.parametrize("version,want", [("1.2.0", "CUTLASS"), ("1.2.1", "CUTLASS"),
+                                          ("1.3.0rc24", "TRTLLM"), (None, "TRTLLM")])
+def test_block_fp8_auto_rule_is_main_only(version, want):
+    """resolve_moe_backend's FP8_BLOCK_SCALES-on-SM-100f rule came with TensorRT-LLM PR #14282
+    (merged 2026-05-19), after the newest 1.2 release (1.2.1, April 2026): a 1.2 stack's AUTO runs
+    CUTLASS there, so the plan passes selector's TRTLLM and says it changes AUTO's choice."""
+    v = Version(version) if version else None
+    assert resolve_moe_backend(100, "FP8_BLOCK_SCALES", "Qwen3MoeForCausalLM", v) == want
+    assert resolve_moe_backend(90, "FP8_BLOCK_SCALES", "Qwen3MoeForCausalLM", v) == "CUTLASS"
+    stack = "stack=trtllm_1_2" if version == "1.2.0" else "stack=trtllm_main"
+    if version in ("1.2.0", "1.3.0rc24"):
+        lp = load(*TRT, "platform=b200", stack).launch_plan(
+            str(REPO / "examples" / "qwen3-30b-a3b-fp8"))
+        (g, auto, key, passed), = [r for r in lp.automatic if r[0].op == "moe"]
+        assert (auto.names, g.engine_backend, passed) == ((want,), "TRTLLM", want != "TRTLLM")
+        assert dict(lp.config).get("moe_config.backend") == ("TRTLLM" if passed else None)
+
+
 def test_engine_file_names_only_trtllm_values_and_cites_trtllm_sources():
     """Every backend name the engine file gives is a value of the config key its choice sets,
     every outside entry too, and every entry cites a TensorRT-LLM source file."""
     conf = yaml.safe_load((REPO / "conf" / "engine" / "trtllm.yaml").read_text())
-    cited = re.compile(r"TensorRT-LLM ((1\.2 )?(tensorrt_llm/|_torch/)[\w/]+\.py|PR #\d+)")
+    cited = re.compile(r"TensorRT-LLM ((1\.2 )?(tensorrt_llm/|_torch/|cpp/)[\w/]+\.(py|cpp)|PR #\d+)")
     for op, entries in conf["backends"].items():
         for backend, e in entries.items():
-            assert e["name"] in (MOE_BACKENDS if op == "moe" else NVFP4_GEMMS | {"deep_gemm"}), \
+            assert e["name"] in (MOE_BACKENDS if op == "moe" else NVFP4_GEMMS | FP8_BLOCK_GEMMS), \
                 (op, backend, e["name"])
             assert cited.search(e["source"]), (op, backend)
             for r in e.get("rules", []):
                 assert cited.search(r["source"]), (op, backend, r)
-    assert set(conf["outside"]) <= MOE_BACKENDS | NVFP4_GEMMS | {"fp8_block_scaling_gemm"}
+    assert set(conf["outside"]) <= MOE_BACKENDS | NVFP4_GEMMS
     assert set(QUANT_ALGO) <= set(QUANTS)
 
 
@@ -149,13 +170,35 @@ def test_trtllm_has_no_data_parallel_size():
              "parallel.dp=2"], "parallel.dp", "TensorRT-LLM")
 
 
-def test_fp8_block_linear_on_hopper_is_trtllm_own_kernel_outside_the_catalogue():
-    """TensorRT-LLM runs block-FP8 linear layers on SM 90 with its own fp8_block_scaling_gemm
-    (_torch/modules/linear.py), which the catalogue lacks: no backend, said, not borrowed."""
-    d = load(*TRT, "platform=h100", *CUDA, "layer=dense_linear", "layer.quant=fp8_block").default()
-    assert d.selected is None
-    conf = yaml.safe_load(Path(REPO / "conf" / "engine" / "trtllm.yaml").read_text())
-    assert "fp8_block_scaling_gemm" in conf["outside"]
+@pytest.mark.parametrize("platform,backend,name,kernel", [
+    ("h100", "flashinfer_blockscale_sm90", "fp8_block_scaling_gemm", "fp8_block_scaling_gemm_hopper"),
+    ("rtx_pro_6000", "flashinfer_blockscale_sm90", "fp8_block_scaling_gemm",
+     "fp8_block_scale_gemm_blackwell_geforce"),
+    ("b200", "deep_gemm", "deep_gemm", "torch.ops.trtllm.fp8_swap_ab_gemm"),
+    ("dgx_spark", None, None, None)])
+def test_fp8_block_linear_runs_trtllm_fp8_block_scaling_gemm_off_sm100(platform, backend, name,
+                                                                       kernel):
+    """TensorRT-LLM runs block-FP8 linear layers with its fp8_block_scaling_gemm on SM 89/90/120
+    (FP8BlockScalesLinearMethod.apply; thop/fp8BlockScalingGemm.cpp's SM switch), DeepGEMM on
+    SM 100f, and raises on any other SM (SM 121: 'Unsupported SM version'). No key is passed."""
+    d = load(*TRT, f"platform={platform}", "layer=dense_linear", "layer.quant=fp8_block",
+             "layer.hidden_size=4096", "layer.intermediate_size=2048").default()
+    assert d.selected == backend, d.summary()
+    if backend is None:
+        cand = d.candidate("flashinfer_blockscale_sm90")
+        assert cand.status == "rejected" and "SM 89, 90 and 120" in str(cand.reasons[0].message)
+        return
+    assert d.engine.backend == name and d.engine.config == {} and d.engine.flags == ()
+    assert d.engine.kernel.startswith(kernel)
+    # TensorRT-LLM's own shape check, not FlashInfer's N % 64
+    d = load(*TRT, f"platform={platform}", "layer=dense_linear", "layer.quant=fp8_block",
+             "layer.hidden_size=4096", "layer.intermediate_size=2064").default()
+    if backend == "flashinfer_blockscale_sm90":
+        assert d.selected == backend, d.summary()
+        d = load(*TRT, f"platform={platform}", "layer=dense_linear", "layer.quant=fp8_block",
+                 "layer.hidden_size=4096", "layer.intermediate_size=2056").default()
+        cand = d.candidate(backend)
+        assert cand.status == "rejected" and "multiple of 16" in str(cand.reasons[0].message)
 
 
 def test_flagship_deepseek_r1_nvfp4_on_b200_plans_without_a_cuda_key():

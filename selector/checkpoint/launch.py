@@ -256,6 +256,7 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
                          _linear_flags(sel, launch, mine, notes))
         if got is not None:
             got = _against_engine(sel, launch, plan, op, mine, got, automatic)
+        _keyless(sel, launch, plan, op, mine, automatic)
         for a in [got] if got is not None else []:
             out.flags += a.flags
             out.env.update(a.env)
@@ -296,6 +297,17 @@ def _fixed(sel: Selector, launch: Launcher, plan: Plan, g: Group) -> Group:
     return dataclasses.replace(g, problems=g.problems + (
         f"{launch.engine.label} runs {name} for this layer whatever is asked ({why}), and "
         f"{name} cannot run it here" + (f": {d.summary()}" if d is not None else ""),))
+
+
+def _keyless(sel: Selector, launch: Launcher, plan: Plan, op: str, groups: Sequence[Group],
+             automatic: List[Tuple[Group, Optional[Auto], str, bool]]) -> None:
+    """The engine's own choice for planned groups whose backend no choice key of the engine
+    file sets (TensorRT-LLM's block-FP8 linear GEMM), shown beside selector's with nothing passed
+    (key "")."""
+    for g in groups:
+        if g.planned and g.engine_backend and launch.engine.choice(op, g.scheme) is None:
+            if (a := launch.automatic(sel, plan, g)) is not None:
+                automatic.append((g, a, "", False))
 
 
 def _against_engine(sel: Selector, launch: Launcher, plan: Plan, op: str,

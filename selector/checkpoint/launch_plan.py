@@ -331,7 +331,10 @@ def _automatic(lp: LaunchPlan) -> List[str]:
     for (key, name, passed, a), kinds in said.items():
         own = (f"{lp.label} alone runs {a.text()} ({a.why}: {a.source})" if a is not None else
                f"selector does not model {lp.label}'s own choice here")
-        if passed and a is not None and not a.exact:
+        if not key:  # no choice key of the engine file sets it (TensorRT-LLM's block-FP8 GEMM)
+            act = ("nothing passed: that is selector's " + name if a is not None and
+                   name in a.names else f"nothing passed: selector names {name}")
+        elif passed and a is not None and not a.exact:
             act = (f"{key}={name} passed: selector's model of that choice is not exact "
                    f"({a.source.split(' (')[0]} lists where it differs)")
         elif passed:

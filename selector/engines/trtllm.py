@@ -9,7 +9,9 @@ installed here (its PyPI package is a stub), so nothing of it is imported.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
+
+from packaging.version import Version
 
 from selector.checkpoint.launchers import Auto, Launcher
 
@@ -24,10 +26,19 @@ QUANT_ALGO = {"nvfp4": "NVFP4", "fp8_block": "FP8_BLOCK_SCALES", "fp8_tensor": "
 SM_100F = (100, 103)  # is_sm_100f: the SM 10.0 family
 
 
-def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = "") -> str:
+# resolve_moe_backend's block-FP8 rule came with TensorRT-LLM PR #14282 (merged 2026-05-19),
+# after the newest 1.2 release (1.2.1, tagged by 2026-04-16: tensorrtllm_backend PR #853): a
+# 1.2 release runs CUTLASS there under AUTO
+FP8_BLOCK_AUTO_SINCE = Version("1.3.0rc0")
+FP8_BLOCK_AUTO_SOURCE = "TensorRT-LLM PR #14282 (resolve_moe_backend: FP8_BLOCK_SCALES on SM 100f)"
+
+
+def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = "",
+                        version: Optional[Version] = None) -> str:
     """What `moe_config.backend: AUTO` becomes (ModelConfig.resolve_moe_backend): DeepSeek-V4
     on SM 100-119 TRTLLM; gpt-oss SM 100-119 TRTLLM, SM 90-99 TRITON, else CUTLASS; block FP8
-    on SM 100f TRTLLM; everything else CUTLASS."""
+    on SM 100f TRTLLM (main; not in a release before 1.3: `version`, None for main);
+    everything else CUTLASS."""
     arch = architecture.lower()
     if "deepseekv4" in arch and 100 <= sm < 120:
         return "TRTLLM"
@@ -35,7 +46,8 @@ def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = 
         if 100 <= sm < 120:
             return "TRTLLM"
         return "TRITON" if 90 <= sm < 100 else "CUTLASS"
-    if quant_algo == "FP8_BLOCK_SCALES" and sm in SM_100F:
+    if quant_algo == "FP8_BLOCK_SCALES" and sm in SM_100F and (
+            version is None or version >= FP8_BLOCK_AUTO_SINCE):
         return "TRTLLM"
     return "CUTLASS"
 
@@ -47,26 +59,67 @@ NVFP4_GEMM_SOURCE = ("TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (nvfp4_gemm_c
                      "AutoTuner profiles the allowed backends per token bucket)")
 
 
+FP8_BLOCK_LINEAR_SOURCE = ("TensorRT-LLM _torch/modules/linear.py (FP8BlockScalesLinearMethod."
+                           "apply); cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp "
+                           "(fp8_block_scaling_gemm: its SM switch)")
+
+
+def fp8_block_linear(sm: int) -> Auto:
+    """What a block-FP8 linear layer runs by default: FP8BlockScalesLinearMethod.apply calls
+    DeepGEMM's fp8_swap_ab_gemm on SM 100f (unless the layer's use_cute_dsl_blockscaling_mm,
+    an llm-api key, default false, or disable_deep_gemm is set), else
+    torch.ops.trtllm.fp8_block_scaling_gemm, which has kernels for SM 89, 90 and 120 and raises
+    on any other SM; off SM 100f no key chooses it. selector passes no key for it."""
+    if sm in SM_100F:
+        return Auto(("deep_gemm",), f"FP8BlockScalesLinearMethod on SM {sm}",
+                    FP8_BLOCK_LINEAR_SOURCE)
+    if sm in (89, 90, 120):
+        return Auto(("fp8_block_scaling_gemm",), f"FP8BlockScalesLinearMethod on SM {sm}",
+                    FP8_BLOCK_LINEAR_SOURCE)
+    return Auto((), f"fp8_block_scaling_gemm has no SM {sm} kernel", FP8_BLOCK_LINEAR_SOURCE)
+
+
 class TrtllmLauncher(Launcher):
     """TensorRT-LLM's launch plan: the base's config file; what `moe_config.backend: AUTO`
     and the NVFP4 GEMM autotuner run when the config file names no backend."""
 
     def automatic(self, sel: Selector, plan: Any, group: Any) -> Optional[Auto]:
         cap = sel.run_config.platform.capability
+        sm = cap[0] * 10 + cap[1] if cap is not None else None
         if group.op == "linear":
+            if group.scheme == "fp8_block" and sm is not None:
+                return fp8_block_linear(sm)
             if group.scheme != "nvfp4":
                 return None
             return Auto(NVFP4_GEMM_DEFAULT, "nvfp4_gemm_config's default list, autotuned",
                         NVFP4_GEMM_SOURCE, tuned=True)
-        if cap is None:
+        if sm is None:
             return None
-        sm = cap[0] * 10 + cap[1]
-        auto = resolve_moe_backend(sm, QUANT_ALGO.get(group.scheme), plan.architecture.name)
-        return Auto((auto,), f"moe_config.backend AUTO on SM {sm}", RESOLVE_SOURCE)
+        version = dict(sel.run_config.platform.packages).get("tensorrt-llm")
+        algo = QUANT_ALGO.get(group.scheme)
+        auto = resolve_moe_backend(sm, algo, plan.architecture.name, version)
+        source, why = RESOLVE_SOURCE, f"moe_config.backend AUTO on SM {sm}"
+        if algo == "FP8_BLOCK_SCALES" and sm in SM_100F:
+            source += "; " + FP8_BLOCK_AUTO_SOURCE
+            if auto != "TRTLLM":
+                why += f" in TensorRT-LLM {version}, older than its block-FP8 TRTLLM rule"
+        return Auto((auto,), why, source)
+
+    def notes(self, sel: Selector, plan: Any, groups: Any) -> List[str]:
+        """Without a CUDA version: TensorRT-LLM's wheels bring their own CUDA build, so no rule
+        of this plan is kept waiting on one; the stack presets name the CUDA each release ships."""
+        platform = sel.run_config.platform
+        if platform.cuda is not None or platform.capability is None:
+            return []
+        return ["platform.cuda is not given: TensorRT-LLM's own kernels (its MoE leaves, "
+                "nvfp4_gemm, fp8_block_scaling_gemm) are planned without it; stack=trtllm_main "
+                "or stack=trtllm_1_2 sets the CUDA that release's wheel is built with "
+                "(conf/stack/trtllm_*.yaml)"]
 
     def no_answer(self) -> str:
         return ("moe_config.backend is one value for every MoE layer: requantize the layers "
                 "that refuse it")
 
 
-__all__ = ["resolve_moe_backend", "TrtllmLauncher", "QUANT_ALGO", "NVFP4_GEMM_DEFAULT"]
+__all__ = ["resolve_moe_backend", "fp8_block_linear", "TrtllmLauncher", "QUANT_ALGO",
+           "NVFP4_GEMM_DEFAULT"]
