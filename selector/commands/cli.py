@@ -176,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         build_parser().print_help(sys.stderr)
         return 2
     if _detects(args):  # NVML's child runs while the API imports (inspect/environment.py)
-        from selector.inspect.environment import start_gpu_probe
+        from selector.inspect.gpu_probe import start_gpu_probe
         start_gpu_probe()
     from selector.config import catalogues
     catalogues.WARN = _warning

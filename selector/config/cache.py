@@ -8,7 +8,6 @@ MAX_ENTRIES files, the oldest removed first.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -28,6 +27,20 @@ _TOP_KEYS = frozenset(f for f in schema.SelectorConf.__dataclass_fields__) | {
     "catalogue", "explicit", "engines", "engine_backends"}
 
 
+def sha256(data: bytes) -> Any:
+    """A SHA-256 hash object from the interpreter's own implementation (`_sha2` from Python
+    3.12, `_sha256` before): `hashlib` loads OpenSSL's libcrypto on import, a few milliseconds
+    of every cold start for the few hundred kilobytes hashed here. The same digest."""
+    import importlib
+    for name in ("_sha2", "_sha256"):
+        try:
+            return importlib.import_module(name).sha256(data)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib  # an interpreter built without them
+    return hashlib.sha256(data)
+
+
 def _code(h: Any) -> None:
     """The code an entry depends on, into the hash `h`: the schema, the validation of plain
     data and this package's modules (a new selector version never reads a stale entry)."""
@@ -40,7 +53,7 @@ def _code(h: Any) -> None:
 def fingerprint(tree: ConfigTree, overrides: Sequence[str]) -> str:
     """The cache key: the content of every config file, the schema, this package's code, and
     the overrides (so a changed file or a new selector version never reads a stale entry)."""
-    h = hashlib.sha256(f"format={CACHE_FORMAT}".encode())
+    h = sha256(f"format={CACHE_FORMAT}".encode())
     _code(h)
     for f in tree.files():
         h.update(str(f).encode("utf-8", "surrogateescape") + b"\0" + read_config_bytes(f) + b"\0")
@@ -169,7 +182,7 @@ def get(d: Path, key: str) -> Optional[Dict[str, Any]]:
 def side_key(kind: str, files: Sequence[Tuple[Path, bytes]]) -> str:
     """The key of an entry other than a composed config (`kind`: what it holds, e.g. the
     stack presets' data): the content of the files it is read from, and selector's code."""
-    h = hashlib.sha256(f"format={CACHE_FORMAT};{kind}".encode())
+    h = sha256(f"format={CACHE_FORMAT};{kind}".encode())
     _code(h)
     for path, data in files:
         h.update(str(path).encode("utf-8", "surrogateescape") + b"\0" + data + b"\0")
