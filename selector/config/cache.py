@@ -58,7 +58,7 @@ def fingerprint(tree: ConfigTree, overrides: Sequence[str]) -> str:
     for f in tree.files():
         h.update(str(f).encode("utf-8", "surrogateescape") + b"\0" + read_config_bytes(f) + b"\0")
     h.update(json.dumps(list(overrides)).encode())
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 def directory() -> Optional[Path]:
@@ -186,7 +186,7 @@ def side_key(kind: str, files: Sequence[Tuple[Path, bytes]]) -> str:
     _code(h)
     for path, data in files:
         h.update(str(path).encode("utf-8", "surrogateescape") + b"\0" + data + b"\0")
-    return f"{kind}-{h.hexdigest()}"
+    return f"{kind}-{str(h.hexdigest())}"
 
 
 def get_side(d: Path, key: str) -> Optional[Dict[str, Any]]:
