@@ -12,6 +12,12 @@ compile selector again) and the composed-config cache (a private SELECTOR_CACHE_
 `--flashinfer` times `python -c "import flashinfer"` as many times beside it (the scale of an
 import every engine pays; issue #46 compared the two). Also prints the machine's load average: on
 a shared machine the figure moves with it.
+
+`--against OLD_CHECKOUT` times another checkout's `selector` in the same sitting, **interleaved**
+(old, new, old, new, ...: both trees' runs see the same load, which moves 2x within a minute on
+a shared machine), and prints both medians, wall and CPU, and their ratio:
+
+    python benchmarks/cold_start.py --runs 15 --against /tmp/base
 """
 from __future__ import annotations
 
@@ -75,8 +81,12 @@ def main(argv: List[str] | None = None) -> int:
     p.add_argument("--flashinfer", action="store_true")
     p.add_argument("--repo", default=str(REPO), help="run from this checkout (its `selector` "
                    "package first on the path: an older tree's figure beside this one's)")
+    p.add_argument("--against", metavar="OLD_CHECKOUT", help="time this checkout too, its runs "
+                   "interleaved with --repo's, and print both medians")
     a = p.parse_args(argv)
     REPO = Path(a.repo).resolve()
+    if a.against:
+        return interleaved(Path(a.against).resolve(), REPO, a.runs, a.args)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, SELECTOR_CACHE_DIR=str(Path(tmp) / "cache"),
                    PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))
@@ -104,6 +114,58 @@ def main(argv: List[str] | None = None) -> int:
                   f"{statistics.median(times) / statistics.median(fi):.2f} of it")
         if a.importtime:
             print("\n".join(import_table(cmd, env)))
+    return 0
+
+
+def interleaved(old: Path, new: Path, runs: int, args: str) -> int:
+    """`--against`: the two trees' runs alternate (old first), each tree with its own cache and
+    bytecode directory filled by one untimed run; the medians of wall and CPU time (the NVML
+    child's included), and the ratio new / old."""
+    import resource
+    with tempfile.TemporaryDirectory() as tmp:
+        envs = {}
+        for label, repo in (("old", old), ("new", new)):
+            env = dict(os.environ, SELECTOR_CACHE_DIR=str(Path(tmp) / label / "cache"),
+                       PYTHONPYCACHEPREFIX=str(Path(tmp) / label / "pyc"))
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            os.makedirs(env["SELECTOR_CACHE_DIR"], mode=0o700)
+            env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep)
+            envs[label] = (env, repo)
+        cmd = [sys.executable, "-m", "selector", *shlex.split(args)]
+        outputs = {}
+        for label, (env, repo) in envs.items():  # bytecode and the cache, as a second run has
+            r = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True)
+            if r.returncode not in (0, 1):
+                raise SystemExit(f"cold_start: {label} ({repo}) exited {r.returncode}: "
+                                 f"{r.stderr.strip()[-400:]}")
+            outputs[label] = r.stdout
+        wall: Dict[str, List[float]] = {"old": [], "new": []}
+        cpu: Dict[str, List[float]] = {"old": [], "new": []}
+        loads = []
+        for _ in range(runs):
+            for label, (env, repo) in envs.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t = time.perf_counter()
+                r = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True)
+                wall[label].append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[label].append(after.ru_utime - before.ru_utime + after.ru_stime -
+                                  before.ru_stime)
+                if r.returncode not in (0, 1):
+                    raise SystemExit(f"cold_start: {label} exited {r.returncode}")
+            loads.append(os.getloadavg()[0])
+        med = {k: (statistics.median(wall[k]) * 1e3, statistics.median(cpu[k]) * 1e3)
+               for k in wall}
+        print(f"python -m selector {args}: {runs} runs of each tree, interleaved; load average "
+              f"{min(loads):.2f}-{max(loads):.2f} during them")
+        for label, (_, repo) in envs.items():
+            w, c = med[label]
+            print(f"  {label} {repo}: median {w:.0f} ms wall (min {min(wall[label]) * 1e3:.0f}, "
+                  f"max {max(wall[label]) * 1e3:.0f}), CPU time median {c:.0f} ms")
+        print(f"  new / old: wall {med['new'][0] / med['old'][0]:.2f}, CPU "
+              f"{med['new'][1] / med['old'][1]:.2f}; the same output: "
+              f"{'yes' if outputs['old'] == outputs['new'] else 'NO'}")
     return 0
 
 

@@ -175,6 +175,30 @@ def test_cached_load_and_select_stay_light():
     assert json.loads(r.stdout.splitlines()[-1]) == []
 
 
+def test_a_repeated_explain_on_this_machine_reads_no_yaml():
+    """`explain` under platform=auto reads the stack presets (the version guard); a second run
+    finds them in the cache beside the composed config: no YAML parser, no `tune` module, and
+    NVML's child started before packaging and importlib.metadata are imported (issue #46: the
+    cold start)."""
+    code = ("import contextlib, io, json, sys\n"
+            "from selector.commands.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['explain'])\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'yaml' or\n"
+            "                        m == 'selector.commands.tune')))\n")
+    assert _fresh_python(code).returncode == 0
+    r = _fresh_python(code)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == []
+    early = _fresh_python("import json, sys\n"
+                          "from selector.inspect.gpu_probe import start_gpu_probe\n"
+                          "start_gpu_probe()\n"
+                          "print(json.dumps(sorted(m for m in ('packaging', 'importlib.metadata',"
+                          " 'selector.core.rules') if m in sys.modules)))\n")
+    assert early.returncode == 0, early.stderr
+    assert json.loads(early.stdout.splitlines()[-1]) == []
+
+
 def test_lazy_attributes():
     assert selector.Decision is Decision
     assert callable(selector.load) and selector.Selector.__name__ == "Selector"

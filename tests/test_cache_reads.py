@@ -199,3 +199,28 @@ def test_a_backend_package_outside_selector_is_found_by_its_file():
     import json as json_module
     found = verify_cache._package_dir("json.decoder")
     assert found is not None and found.resolve() == Path(json_module.__file__).resolve().parent
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda d: d["proven"][0].__setitem__(2, "not a version"),
+    lambda d: d["proven"][0].__setitem__(0, "torch"),            # not a release family's
+    lambda d: d["stacks"].append(["no_such_preset", d["stacks"][0][1]]),
+    lambda d: d["stacks"][0][1].__setitem__("family", 7),
+    lambda d: d.__setitem__("stacks", "x"),
+])
+def test_a_stack_presets_entry_is_checked_as_fresh_data(tmp_path, monkeypatch, notes, tamper):
+    """The stack presets' data kept beside the composed config (presets.stack_data: what the
+    version guard reads on every detected run) is untrusted input too: an entry that does not
+    hold what the files give is refused with a note, and the files are read afresh."""
+    from selector.config import presets
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", str(tmp_path / "c"))
+    tree = discover_tree([])
+    want = presets.stack_data(tree)
+    (entry,) = (tmp_path / "c").glob("stacks-*.json")
+    assert presets.stack_data(tree) == want  # read back from the entry
+    doc = json.loads(entry.read_text())
+    tamper(doc["data"])
+    entry.write_text(json.dumps(doc))
+    assert presets.stack_data(tree) == want
+    assert any("stack presets cache entry" in n and "ignored" in n for n in notes), notes
+    assert ("vllm", "vLLM") in {(d, n) for d, n, _ in want[1]}

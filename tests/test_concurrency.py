@@ -153,7 +153,9 @@ def test_concurrent_processes_share_a_cold_cache(tmp_path):
     assert all(p.returncode in (0, 1) for p in procs), [o[1] for o in outs]
     assert len({o[0] for o in outs}) == 1
     files = sorted(cache.iterdir())
-    assert [f.suffix for f in files] == [".json"], files
+    # the composed config and the stack presets' data (presets.stack_data), nothing else
+    assert sorted(f.name.startswith("stacks-") for f in files) == [False, True], files
+    assert all(f.suffix == ".json" for f in files), files
     again = subprocess.run(argv, capture_output=True, env=env, cwd=str(tmp_path), timeout=120)
     assert again.stdout == outs[0][0]
 

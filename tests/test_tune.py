@@ -382,6 +382,15 @@ def test_explain_model_reports_the_measurement_for_each_measured_shape(tmp_path,
     assert rest and all(s.decision.notes_of("profile_unmeasured")[0].data["nearest"] ==
                         "linear nvfp4 bfloat16 K=4096 N=6144 at the 64-token bucket"
                         for s in rest)
+    # the plan's text says both, per layer group: never silently unmeasured
+    from selector.core.notes import text
+    flat = "".join(str(plan).split())  # wrapped at 100 columns
+
+    def shown(words: str) -> bool:
+        return "".join(words.split()) in flat
+    assert shown(f"measured: emulation 1 ms vs emulation_twin 2 ms at 64 tokens, profile {f}")
+    for s in rest:
+        assert shown("warning: " + text(s.decision.notes_of("profile_unmeasured")[0])), s.fields
 
 
 def test_a_version_1_profile_is_read_and_its_cells_re_keyed(tmp_path, twin):

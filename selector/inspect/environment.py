@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 from selector.core import env_vars
 from selector.core.rules.facts import NVCC, VLLM_MODULES
 from selector.core.versions import canonicalize_name
+from selector.inspect import gpu_probe
 from selector.inspect.nvcc import nvcc_path, nvcc_version  # noqa: F401 - nvcc_path: its face here
 
 _CU_LABEL = re.compile(r"^cu([0-9]{2,3})$")
@@ -194,16 +195,19 @@ def half_installed(name: str) -> Optional[str]:
         dist = md.distribution(distribution(name) or name)
         if not readable_metadata(dist):
             return None
-        text = dist.read_text("RECORD") or ""
+        base = getattr(dist, "_path", None)  # RECORD as bytes where it is a file: a large
+        # wheel's (FlashInfer's: 2.4 MB) decoded to text cost more than the search below
+        text = (base / "RECORD").read_bytes() if isinstance(base, Path) and \
+            (base / "RECORD").is_file() else (dist.read_text("RECORD") or "").encode()
     except Exception:  # noqa: BLE001 - unreadable metadata is installed_versions' business
         return None
     found: List[str] = []
-    i = text.find("/__init__.py,")
+    i = text.find(b"/__init__.py,")
     while i != -1 and len(found) < 3:  # top-level packages: 'pkg/__init__.py' (one slash)
-        start = text.rfind("\n", 0, i) + 1
-        if "/" not in text[start:i] and not text[start:i].startswith("."):
-            found.append(text[start:i] + "/__init__.py")
-        i = text.find("/__init__.py,", i + 1)
+        start = text.rfind(b"\n", 0, i) + 1
+        if b"/" not in text[start:i] and not text[start:i].startswith(b"."):
+            found.append(text[start:i].decode("utf-8", "surrogateescape") + "/__init__.py")
+        i = text.find(b"/__init__.py,", i + 1)
     for rel in found:
         try:
             if not Path(str(dist.locate_file(rel))).exists():
@@ -267,71 +271,13 @@ def detect_gpu() -> Gpu:
     return gpu_from_answer(raw)
 
 
-#: the NVML child started ahead of detection (start_gpu_probe): its process, the environment
-#: it was started with, the starting process's id and when it started
-_EARLY: Dict[str, Any] = {}
-
-
-def _nvml_command() -> List[str]:
-    """The NVML child's command line: the libraries it loads without pynvml are its
-    arguments (SELECTOR_NVML_LIBRARY, SELECTOR_CUDA_LIBRARY, parsed by env_vars.library)."""
-    return [sys.executable, "-S", str(Path(__file__).with_name("nvml_query.py")),
-            env_vars.library("SELECTOR_NVML_LIBRARY"), env_vars.library("SELECTOR_CUDA_LIBRARY")]
-
-
-def start_gpu_probe() -> None:
-    """Start the NVML child now, so that it runs while selector imports its modules and composes
-    the config (the CLI calls this first; `selector.load` too); detect_gpu then takes its answer
-    when the child's environment is still this process's (else it asks afresh, and this child is
-    ended). Costs a wall-clock wait only where the answer is not ready by then; never an error
-    (detect_gpu reports those). An unused child is ended at exit."""
-    import atexit
-    import os
-    _drop_early()
-    try:
-        env = env_vars.child_env()
-        proc = subprocess.Popen(_nvml_command(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                env=env)
-    except Exception:  # noqa: BLE001 - detect_gpu asks again and says what is wrong
-        return
-    import time
-    _EARLY.update(proc=proc, env=env, pid=os.getpid(), started=time.monotonic())
-    if not _EARLY.get("atexit"):
-        atexit.register(_drop_early)
-        _EARLY["atexit"] = True
-
-
-def _drop_early() -> None:
-    """End and reap an early NVML child nobody took (a forked copy of this process leaves its
-    parent's alone)."""
-    import os
-    proc = _EARLY.pop("proc", None)
-    pid = _EARLY.pop("pid", None)
-    _EARLY.pop("env", None)
-    _EARLY.pop("started", None)
-    if proc is None or pid != os.getpid():
-        return
-    try:
-        proc.kill()
-        proc.communicate(timeout=5)
-    except Exception:  # noqa: BLE001 - already gone
-        pass
-
-
-def _take_early(env: Dict[str, str]) -> Optional[Any]:
-    """The early child, when this process started it with this environment; else None (and a
-    stale one is ended)."""
-    import os
-    if "proc" not in _EARLY:
-        return None
-    if _EARLY.get("pid") != os.getpid() or _EARLY.get("env") != env:
-        _drop_early()
-        return None
-    proc = _EARLY.pop("proc")
-    for k in ("pid", "env", "started"):
-        _EARLY.pop(k, None)
-    return proc
+# NVML's child started ahead of detection (the CLI starts it before importing this module):
+# gpu_probe.py, under the names this module always had
+_EARLY = gpu_probe.EARLY
+_nvml_command = gpu_probe.nvml_command
+start_gpu_probe = gpu_probe.start_gpu_probe
+_drop_early = gpu_probe.drop_early
+_take_early = gpu_probe.take_early
 
 
 def _nvml_child(limit: float) -> Tuple[Dict[str, Any], Optional[str]]:

@@ -111,8 +111,14 @@ def test_without_the_layers_sizes_the_profile_says_it_has_no_cell(on_sm80, monke
     p = _profile(tmp / "p.json", key, fast_until=8192)
     monkeypatch.setenv(adapter.ENV_OVERRIDES, " ".join(extra + [f"policy.profile={p}"]))
     chooser = adapter.Chooser(extra=extra + [f"policy.profile={p}"])
-    d = chooser.decide(adapter.linear_layer(False, None), "auto")
+    with caplog.at_level("INFO", logger="vllm.selector"):
+        d = chooser.decide(adapter.linear_layer(False, None), "auto")
     assert d.selected == "marlin"
+    # said as a warning beside vLLM's own lines, naming the nearest cell (never silently)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("linear nvfp4 unmeasured" in w and "the layer gives no layer.num_tokens" in w and
+               f"nearest measured cell: linear nvfp4 bfloat16 K={K} N={N}" in w
+               for w in warned), warned
     (n,) = d.notes_of("profile_unmeasured")
     assert n.severity == "warning" and n.data["nearest"].startswith(
         f"linear nvfp4 bfloat16 K={K} N={N}")
