@@ -100,3 +100,13 @@ def test_vllm_runs_mxfp8_experts_under_emulation_on_any_device_selector_does_not
     assert nv.selected == "emulation" and nv.entry_point.endswith(":EmulationMoE")
     # on a GPU another backend comes first in vLLM's order (emulation is its last resort)
     assert load(*B200).select(quant="mxfp8", **MOE).selected == "flashinfer_trtllm"
+
+
+def test_no_non_gated_mxfp8_emulation_without_a_gpu():
+    """vLLM 0.32.0 fused_moe/config.py lines 1399-1404: FusedMoEConfig refuses is_act_and_mul=False
+    off CUDA, ROCm and XPU, before any MXFP8 backend is asked; on a GPU the rule passes."""
+    relu2 = dict(MOE, activation="relu2", act_and_mul=False)
+    cpu = load("platform=cpu", "stack=vllm_0_32", "engine=vllm").select(quant="mxfp8", **relu2)
+    assert _rejected_by(cpu, "emulation", "device") and cpu.selected is None
+    h100 = load("platform=h100", "stack=vllm_0_32", "engine=vllm").select(quant="mxfp8", **relu2)
+    assert not _rejected_by(h100, "emulation", "device")
