@@ -76,3 +76,37 @@ def test_trtllm_per_tensor_fp8_refuses_a_sequence_parallel_moe():
     assert _rejected_by(seq, "flashinfer_trtllm", "data_parallel")
     flat = sel.select(quant="fp8_tensor", routing="renormalize", ep_size=4, dp_size=4, **MOE)
     assert not _rejected_by(flat, "flashinfer_trtllm", "data_parallel")
+
+
+def test_vllm_runs_mxfp8_experts_under_emulation_on_any_device_selector_does_not():
+    """vLLM 0.32.0 fused_moe/oracle/mxfp8.py lines 72-77: EMULATION builds
+    Mxfp8EmulationTritonExperts, whose _supports_current_device is True
+    (experts/mxfp8_emulation_moe.py lines 89-91): on a machine without a GPU vLLM's engine runs
+    MXFP8 experts under the name emulation (conf/engine/vllm.yaml backends.moe.emulation
+    implements), while selector's own emulation class (its entry_point) implements NVFP4 only."""
+    cpu = load("platform=cpu", "stack=vllm_0_32", "engine=vllm")
+    d = cpu.select(quant="mxfp8", **MOE)
+    assert d.selected == "emulation" and d.engine.kernel == "Mxfp8EmulationTritonExperts"
+    assert d.entry_point is None  # not selector's EmulationMoE
+    # the NVFP4 emulation keeps its device rule (TritonExperts: a CUDA-alike or XPU device)
+    assert _rejected_by(cpu.select(quant="nvfp4", **MOE), "emulation", "device")
+    # TritonExperts' standard activation format: not under DeepEP low-latency
+    ll = cpu.select(quant="mxfp8", ep_size=8, all2all="deepep_low_latency", **MOE)
+    assert _rejected_by(ll, "emulation", "parallel") and ll.selected is None
+    # without vLLM, selector's reference is the emulation backend, and it runs no MXFP8
+    alone = load("platform=cpu", "stack=vllm_0_32").select(quant="mxfp8", **MOE)
+    assert _status(alone, "emulation").status == "not_applicable" and alone.selected is None
+    nv = load("platform=cpu", "stack=vllm_0_32").select(quant="nvfp4", **MOE)
+    assert nv.selected == "emulation" and nv.entry_point.endswith(":EmulationMoE")
+    # on a GPU another backend comes first in vLLM's order (emulation is its last resort)
+    assert load(*B200).select(quant="mxfp8", **MOE).selected == "flashinfer_trtllm"
+
+
+def test_no_non_gated_mxfp8_emulation_without_a_gpu():
+    """vLLM 0.32.0 fused_moe/config.py lines 1399-1404: FusedMoEConfig refuses is_act_and_mul=False
+    off CUDA, ROCm and XPU, before any MXFP8 backend is asked; on a GPU the rule passes."""
+    relu2 = dict(MOE, activation="relu2", act_and_mul=False)
+    cpu = load("platform=cpu", "stack=vllm_0_32", "engine=vllm").select(quant="mxfp8", **relu2)
+    assert _rejected_by(cpu, "emulation", "device") and cpu.selected is None
+    h100 = load("platform=h100", "stack=vllm_0_32", "engine=vllm").select(quant="mxfp8", **relu2)
+    assert not _rejected_by(h100, "emulation", "device")

@@ -287,7 +287,15 @@ def child(model: str) -> None:
         res.update(loaded=res.get("loaded", False), error=type(exc).__name__,
                    message=str(exc))
     res["seconds"] = round(time.time() - t, 1)
+    res["selector"] = selector_dir()  # the selector vLLM's plugin loader imported
     print("RESULT " + json.dumps(res), flush=True)
+
+
+def selector_dir() -> Optional[str]:
+    """The directory of the `selector` package this process imports (None: not importable)."""
+    import importlib.util
+    spec = importlib.util.find_spec("selector")
+    return str(Path(spec.origin).resolve().parent) if spec and spec.origin else None
 
 
 def vllm_env(plugin: bool, mode: str = "1") -> Dict[str, str]:
@@ -295,6 +303,14 @@ def vllm_env(plugin: bool, mode: str = "1") -> Dict[str, str]:
     one process (no engine-core subprocess), 1 GiB of KV cache."""
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
     env.pop("VLLM_PLUGINS", None)
+    # the child imports the selector this process imports: a checkout run from its root (the
+    # tests) is found through the working directory, which the child (a script: sys.path[0] is
+    # tools/) does not search, and the environment's editable install may point at another
+    # checkout (a venv copied with cp -a whose bin/pip installed into the original)
+    here = selector_dir()
+    if here is not None and (Path(here).parent / "conf" / "config.yaml").is_file():
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(here).parent)] + [p for p in [env.get("PYTHONPATH")] if p])
     if plugin:
         env["SELECTOR_VLLM"] = mode
     else:
@@ -334,6 +350,9 @@ def verdict(res: Dict[str, Any], plugin: bool) -> Tuple[Optional[str], str]:
     msg = res.get("message", "")
     outcome = (f"generated {res['tokens']}" if res.get("tokens") else
                f"{res.get('error')}: {msg.splitlines()[0] if msg else ''}")
+    if plugin and res.get("selector", selector_dir()) != selector_dir():
+        return (f"vLLM imported selector from {res.get('selector')}, this process from "
+                f"{selector_dir()}"), outcome
     if not plugin:
         return ("selector logged with the plugin off" if res["selector_log"] else None), outcome
     if msg.startswith("selector refuses "):

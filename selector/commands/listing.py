@@ -86,10 +86,16 @@ def _engines_markdown(b: Any) -> List[str]:
                                           k.when.describe_platform_spec()) if w)
             parts.append(f"  - kernel `{k.kernel}`" + (f" where {when}" if when else "") +
                          (f", run as {k.scheme}" if k.scheme else "") + f" ({k.source})")
+        if e.implements:
+            parts.append(f"  - {engine} also runs {', '.join(e.implements)} layers under this "
+                         "name (its own kernel, not this backend's entry_point)")
         if e.replaces:
             parts.append(f"  - replaces the backend's own {', '.join(e.replaces)} rule(s)")
         for r in e.rules:
-            parts.append(f"  - rule {r.describe()}: {r.message or ''} ({r.source})")
+            when = ", ".join(w for w in (r.when.describe_layer(),
+                                          r.when.describe_platform_spec()) if w)
+            parts.append(f"  - rule {r.describe()}" + (f" where {when}" if when else "") +
+                         f": {r.message or ''} ({r.source})")
         out += parts
     return out + ([""] if out else [])
 

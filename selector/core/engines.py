@@ -420,7 +420,8 @@ def apply(catalogue: Any, engine: Engine) -> Any:
                 changed.append(dataclasses.replace(
                     b, rules=kept + e.rules, preference=e.preference + b.preference,
                     opt_in=None if e.automatic else b.opt_in,
-                    implements=tuple(dict.fromkeys(b.implements + e.implements))))
+                    implements=tuple(dict.fromkeys(b.implements + e.implements)),
+                    engine_implements=tuple(q for q in e.implements if q not in b.implements)))
         out[op] = tuple(changed)
     return dataclasses.replace(catalogue, backends=out)
 

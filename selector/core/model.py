@@ -128,6 +128,9 @@ class BackendSpec:
     engines: Tuple[Tuple[str, Any], ...] = ()  # (engine, selector.core.engines.EngineEntry)
     unavailable: Optional[Reason] = None  # set when the chosen engine does not offer it
     declarations: Tuple[Tuple[str, Any], ...] = ()  # schema.DeclarationsConf, set keys
+    # schemes only the chosen engine's kernel runs under this name (its entry's `implements`,
+    # set by engines.apply): selector's own entry_point does not implement them
+    engine_implements: Tuple[str, ...] = ()
 
     def declared(self, key: str) -> Any:
         """A `declarations:` value of the backend file (None: not declared)."""

@@ -347,8 +347,11 @@ class Resolver:
             for w in warnings:
                 notes.append(note("rule_warning", name, **_reason(w)))
                 warned.append((name, w))
+            # a scheme only the engine's kernel runs under this name: selector's own class
+            # (the entry_point) does not implement it, so the candidate names none
             candidates.append(Candidate(name, _SELECTED if name == selected else status,
-                                        reasons, b.entry_point))
+                                        reasons, None if layer.quant in b.engine_implements
+                                        else b.entry_point))
         if selected is not None and selected == auto:
             notes.extend(n for n in self._preference_notes(layer, selected, candidates, prefs)
                          if measured is None or measured[1].kind != "measured"

@@ -159,13 +159,32 @@ def select_fp8_moe(original: Callable[..., Any], config: Any, weight_key: Any,
                        lambda requested: fp8_moe_switches(requested, allow_vllm_cutlass))
 
 
+MXFP8_UNNAMED_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp8.py lines 20-42 (_SUPPORTED_BACKENDS "
+                        "ends with EMULATION, which _BACKEND_NAME_MAP does not name: vLLM runs "
+                        "its MXFP8 emulation from the automatic list only); lines 81-105 "
+                        "(_select_kernel_cls: the gate either path applies to a backend)")
+
+
 def select_mxfp8_moe(original: Callable[..., Any], config: Any,
                      chooser: Optional[Chooser] = None) -> Any:
     """select_mxfp8_moe_backend (its keys are MXFP8's own), decided by selector and built by
-    vLLM's explicit path."""
+    vLLM's explicit path; a backend vLLM has no --moe-backend value for (its MXFP8 emulation)
+    through the gate vLLM's automatic list applies to it (MXFP8_UNNAMED_SOURCE)."""
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp8
     from vllm.model_executor.layers.quantization.utils import quant_utils as q
-    return _moe_choice(original, config, (q.kMxfp8Static, q.kMxfp8Dynamic), "MXFP8",
-                       lambda fn, c: fn(c), chooser)
+
+    from selector.engines.vllm_flags import vllm_name
+
+    def call(fn: Callable[..., Any], c: Any) -> Any:
+        if c.moe_backend == "auto" or c.moe_backend in mxfp8._BACKEND_NAME_MAP:
+            return fn(c)
+        backend = next((b for b in mxfp8._SUPPORTED_BACKENDS
+                        if vllm_name(b.value) == c.moe_backend), None)
+        if backend is None:
+            return fn(c)  # vLLM's own refusal of a name it does not know
+        return backend, mxfp8._select_kernel_cls(backend, c)
+    return _moe_choice(original, config, (q.kMxfp8Static, q.kMxfp8Dynamic), "MXFP8", call,
+                       chooser)
 
 
 MXFP4_FALLBACK_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py (_filter_by_activation: "

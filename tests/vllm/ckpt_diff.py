@@ -156,9 +156,11 @@ def _classify(method: Any, layer: Any) -> str:
 
 
 @contextlib.contextmanager
-def _record_fp8_moe_keys() -> Any:
+def _record_fp8_moe_keys(refusals: bool = False) -> Any:
     """Wrap select_fp8_moe_backend where the FP8 MoE methods import it: the keys are recorded,
-    then vLLM's own function runs."""
+    then vLLM's own function runs (the name as those modules hold it: selector's plugin where
+    it is installed). `refusals`: its NotImplementedError (no backend) propagates, as at
+    start-up (a load sweep), instead of reading the layer without a backend."""
     import importlib
 
     from vllm.model_executor.layers.fused_moe.oracle import fp8 as oracle
@@ -169,6 +171,8 @@ def _record_fp8_moe_keys() -> Any:
         try:
             return real(config, weight_key, activation_key, *a, **k)
         except NotImplementedError:  # no FP8 MoE backend on the simulated GPU: a kernel
+            if refusals:
+                raise
             return None, None  # choice (the MoE parity's), not the reading compared here
     mods = [importlib.import_module(m) for m in (
         "vllm.model_executor.layers.quantization.fp8",

@@ -28,11 +28,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import launch_shapes as ls
 import model_shapes
@@ -185,6 +186,52 @@ def _config(parser: Any, d: Path, flags: List[str]) -> Any:
         return EngineArgs.from_cli_args(args).create_engine_config()
 
 
+def scenario(c: Case) -> sim.Scenario:
+    """The simulated GPU a case's model is built on (its platform, the stack's CUDA)."""
+    return sim.Scenario(PLATFORMS[c.platform], STACK_CUDA, sim.FLASHINFER, None, "moe", "nvfp4",
+                        "silu", True)
+
+
+def seed(env: str = "SELECTOR_CLI_DOOR_SEED") -> int:
+    """The sweep's seed: SELECTOR_CLI_DOOR_SEED, else one drawn now and kept in the environment
+    (the tests print it; setting it replays the same checkpoints)."""
+    if not os.environ.get(env):
+        os.environ[env] = str(random.SystemRandom().randrange(2 ** 32))
+    return int(os.environ[env])
+
+
+def loads(cases: List[Case], before: Optional[Callable[[Case], None]] = None) -> List[str]:
+    """Each checkpoint as `vllm serve` loads it with the parallel flags only (no backend flag:
+    the plugin's door, SELECTOR_VLLM=1 with vLLM's automatic selection as the request): the
+    config, then the model on the meta device under the case's simulated GPU, every layer's
+    quant method and MoE oracle running as at start-up. vLLM's refusal per case ("" where it
+    builds). `before(case)` runs before each build (the plugin's overrides for that machine)."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.utils.torch_utils import set_default_torch_dtype
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    builder = model_shapes.Builder()
+    out: List[str] = []
+    try:
+        for c in cases:
+            with builder.simulation.scenario(model_shapes.NO_GPU):
+                try:
+                    vc = _config(parser, c.dir, _parallel_flags(c))
+                except (Exception, SystemExit) as exc:  # noqa: BLE001
+                    out.append(f"flags refused: {model_shapes.refusal(exc)}"
+                               if isinstance(exc, Exception) else f"argparse: {exc}")
+                    continue
+            if before is not None:
+                before(c)
+            with builder.simulation.scenario(scenario(c)), \
+                    model_shapes.ckpt_diff._record_fp8_moe_keys(refusals=True), \
+                    set_default_torch_dtype(vc.model_config.dtype):
+                out.append(builder._model(vc, c.tp, c.dp, c.ep).refused)
+    finally:
+        builder.close()
+    return out
+
+
 def run(cases: List[Case], log: Optional[Path] = None, batch: int = 100) -> None:
     """Every case: selector through the CLI, then vLLM alone and with the printed flags; in
     batches of `batch` cases (selector's CLI runs outside the simulated GPU), each finished
@@ -203,9 +250,7 @@ def _run(cases: List[Case], log: Optional[Path]) -> None:
     builder = model_shapes.Builder()
     try:
         for c in cases:
-            cap = PLATFORMS[c.platform]
-            scenario = sim.Scenario(cap, STACK_CUDA, sim.FLASHINFER, None, "moe", "nvfp4",
-                                    "silu", True)
+            simulated = scenario(c)
             for flags, attr in ((_parallel_flags(c), "vllm_alone"), (c.flags, "vllm_flags")):
                 if attr == "vllm_flags" and c.rc != 0:
                     continue
@@ -219,7 +264,7 @@ def _run(cases: List[Case], log: Optional[Path]) -> None:
                 # the model's dtype as torch's default while it is built, as vLLM's loader
                 # sets it (model_loader/base_loader.py load_model: set_default_torch_dtype):
                 # the FP8 linear kernels take their output dtype from it
-                with builder.simulation.scenario(scenario), \
+                with builder.simulation.scenario(simulated), \
                         model_shapes.ckpt_diff._record_fp8_moe_keys(), \
                         set_default_torch_dtype(vc.model_config.dtype):
                     m = builder._model(vc, c.tp, c.dp, c.ep)

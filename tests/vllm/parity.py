@@ -33,6 +33,9 @@ FP8_ACT_SOURCE = (f"{MX} (_backend_activation_key(DEEPGEMM_MXFP4) = kFp8Dynamic1
                   "fused_moe/experts/deep_gemm_moe.py (DeepGemmFP4Experts._supports_quant_scheme)")
 NO_MXFP4_NAME_SOURCE = (f"{MX} (map_mxfp4_backend has no --moe-backend value for "
                         "CUTLASS_MXFP4_MXFP4: vLLM runs it only from its automatic list)")
+NO_MXFP8_NAME_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp8.py lines 20-42 (_SUPPORTED_BACKENDS "
+                        "ends with EMULATION, which _BACKEND_NAME_MAP does not name: vLLM runs "
+                        "Mxfp8EmulationTritonExperts only from its automatic list)")
 DSV4_SOURCE = (f"{MX} (select_deepseek_v4_mxfp4_moe_backend walks _get_priority_backends: "
                "FLASHINFER_TRTLLM_MXFP4_MXFP8, DEEPGEMM_MXFP4, MARLIN, BATCHED_MARLIN, HUMMING "
                "only)")
@@ -713,6 +716,11 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
             "is not supported for MXFP4" in r.vllm_error:
         return ("vLLM has no --moe-backend value for its CUTLASS MXFP4 x MXFP4 MoE: selector "
                 "decides the layer with cutlass requested", (("engine", NO_MXFP4_NAME_SOURCE),))
+    if s.requested == "emulation" and r.vllm is None and s.oracle == "mxfp8" and \
+            r.selected == "emulation" and "is not supported for MXFP8" in r.vllm_error:
+        return ("vLLM has no --moe-backend value for its MXFP8 emulation: selector decides the "
+                "layer with emulation requested (selector's plugin builds it through the "
+                "oracle's gate)", (("engine", NO_MXFP8_NAME_SOURCE),))
     if r.selected in ("triton_kernels", "triton_unfused", "deep_gemm") and \
             not (s.triton_kernels and s.deep_gemm):
         return ("this vLLM build lacks its vendored triton_kernels / DeepGEMM (or "

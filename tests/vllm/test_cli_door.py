@@ -8,7 +8,6 @@ checkpoints) and 31337 (600) had none on 2026-12-07; every printed flag set buil
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -35,9 +34,7 @@ EXPLAINED = [
 
 @pytest.fixture(scope="module")
 def seed():
-    if not os.environ.get("SELECTOR_CLI_DOOR_SEED"):
-        os.environ["SELECTOR_CLI_DOOR_SEED"] = str(random.SystemRandom().randrange(2 ** 32))
-    return int(os.environ["SELECTOR_CLI_DOOR_SEED"])
+    return cli_door.seed()
 
 
 def test_printed_flags_build_and_every_module_is_read_as_vllm_reads_it(seed, tmp_path):

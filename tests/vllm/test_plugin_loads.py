@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import os
 
+import cli_door
 import parity
 import random_sweep as rs
 import sim
@@ -35,6 +36,10 @@ from selector.engines import vllm as adapter
 # scenarios per MoE family (fp8, mx, nvfp4): 100 in one CI run; SELECTOR_PLUGIN_LOADS_PER_FAMILY
 # for a larger sweep (issue 44: 1,400 per family at the parity seed, docs/checkpoints.md)
 PER_FAMILY = int(os.environ.get("SELECTOR_PLUGIN_LOADS_PER_FAMILY", "100"))
+# checkpoints of the CLI-door sweep (tests/vllm/cli_door.py, its seed SELECTOR_CLI_DOOR_SEED:
+# drawn per run and printed when unset): 16 in one CI run (each is built twice);
+# SELECTOR_PLUGIN_LOADS_CHECKPOINTS for a larger sweep
+CHECKPOINTS = int(os.environ.get("SELECTOR_PLUGIN_LOADS_CHECKPOINTS", "16"))
 
 
 def _choice(s: sim.Scenario):
@@ -104,4 +109,48 @@ def test_the_plugin_fails_no_load_that_vllm_alone_makes(entry_point, monkeypatch
           f"{sum(a is not None for a in alone.values()) - len(late)} built by vLLM alone (and "
           f"{len(late)} a kernel its CUDA build lacks), {built} with the plugin (which refuses "
           f"{dict(refused_late)} of those), {len(fails)} fail to load with the plugin only")
+    assert not fails, f"{len(fails)} loads the plugin breaks:\n" + "\n".join(fails[:20])
+
+
+def test_the_plugin_fails_no_load_of_the_cli_door_checkpoints(entry_point, monkeypatch,  # noqa: F811
+                                                              tmp_path):
+    """The CLI door's random checkpoints (cli_door.draw: every format the reader accepts, the
+    corpus architectures, B200 / H200, TP / DP / EP layouts), each loaded as `vllm serve` with
+    its parallel flags: by vLLM alone, then with selector's plugin (SELECTOR_VLLM=1, its
+    overrides the machine's, as plugin_overrides gives them). A checkpoint vLLM alone loads
+    and the plugin's answer makes vLLM refuse is a load the plugin breaks: 0 allowed."""
+    seed = cli_door.seed()
+    # SELECTOR_CLI_DOOR_SHARD=K/N: the cases K, K+N, ... of the seed's sweep (test_cli_door.py)
+    k, n = (int(x) for x in os.environ.get("SELECTOR_CLI_DOOR_SHARD", "0/1").split("/"))
+    cases = cli_door.make_cases(seed, CHECKPOINTS, tmp_path)[k::n]
+    adapter.uninstall()
+    alone = cli_door.loads(cases)
+    load_plugins(monkeypatch, enabled=True)
+    assert adapter.installed()
+    decided = collections.Counter()  # the plugin's decisions, by outcome
+    decide = adapter.CHOOSER.decide
+
+    def counted(*a, **kw):
+        d = decide(*a, **kw)
+        decided["selected" if d.selected else "refused"] += 1
+        return d
+    monkeypatch.setattr(adapter.CHOOSER, "decide", counted)
+    try:
+        plugin = cli_door.loads(cases, lambda c: monkeypatch.setenv(
+            adapter.ENV_OVERRIDES, plugin_overrides(cli_door.scenario(c))))
+    finally:
+        adapter.uninstall()
+    inspected = [(c, a, p) for c, a, p in zip(cases, alone, plugin)
+                 if cli_door.INSPECTION not in a + p]  # vLLM's registry subprocess died
+    fails = [f"{c.label} {c.platform} tp{c.tp} dp{c.dp}{' ep' if c.ep else ''}: {p[:300]}"
+             for c, a, p in inspected if not a and p]
+    print(f"\nplugin loads of the CLI-door checkpoints, SELECTOR_CLI_DOOR_SEED={seed} (shard "
+          f"{k}/{n}): {len(cases)} checkpoints, plugin decisions {dict(decided)}, "
+          f"{sum(not a for _, a, _ in inspected)} loaded by vLLM alone, "
+          f"{sum(not p for _, _, p in inspected)} with the plugin, "
+          f"{sum(bool(a and p) for _, a, p in inspected)} refused by both, "
+          f"{sum(bool(a and not p) for _, a, p in inspected)} loaded with the plugin only, "
+          f"{len(cases) - len(inspected)} not compared (vLLM's registry could not inspect the "
+          f"class), {len(fails)} fail to load with the plugin only")
+    assert sum(not a for _, a, _ in inspected) > len(cases) // 3 and decided["selected"]
     assert not fails, f"{len(fails)} loads the plugin breaks:\n" + "\n".join(fails[:20])

@@ -52,11 +52,7 @@ def test_recipe_exits_0(run):
     assert run["rc"] == 0, run["out"][-3000:]
 
 
-@pytest.mark.parametrize("name", ["modelopt_moe", pytest.param("fp8_moe", marks=pytest.mark.xfail(
-    strict=False, reason="open (issue 44): inside the started vLLM the plugin's decision for the "
-    "FP8 MoE layer carries no vllm_module rejection of deep_gemm, where the same overrides "
-    "asked in this process pass platform.packages.vllm-deep-gemm=null (vllm_choice."
-    "vllm_modules); both refuse the layer, the rejection counts differ"))])
+@pytest.mark.parametrize("name", ["modelopt_moe", "fp8_moe"])
 def test_selector_decides_inside_vllm(name, run):
     """One decision line per distinct MoE layer in vLLM's log, equal to selector's own
     log line for that layer; the outcome is the one that decision predicts."""
@@ -89,3 +85,14 @@ def test_missing_decision_line_fails():
     assert tiny_vllm.verdict(crash, plugin=True)[0]
     ok = dict(refused, selector_log=["x] selector: moe quant=fp8_block -> none [nothing_fits]"])
     assert tiny_vllm.verdict(ok, plugin=True)[0] is None
+
+
+def test_a_vllm_that_imports_another_selector_fails():
+    """The started vLLM must decide with the selector this process imports (the child's
+    PYTHONPATH starts with this checkout): a child that imported another one (an editable
+    install pointing at another checkout) is wrong, whatever it logged."""
+    res = {"tokens": [1, 2], "selector": "/elsewhere/selector", "selector_log": [],
+           "message": ""}
+    wrong = tiny_vllm.verdict(res, plugin=True)[0]
+    assert wrong and "/elsewhere/selector" in wrong and tiny_vllm.selector_dir() in wrong
+    assert tiny_vllm.verdict(dict(res, selector=tiny_vllm.selector_dir()), plugin=True)[0] is None
