@@ -116,3 +116,15 @@ def test_no_vllm_text_in_any_trtllm_plan_of_the_examples(platform, par):
         assert rc in (0, 1), (model, rc, err)
         seen += [f"{model} (json): {w}" for w in VLLM_WORDS if w in js]
     assert not seen, "\n".join(seen[:20])
+
+
+def test_contradicting_files_say_trtllm_reads_hf_quant_config():
+    """config.json and hf_quant_config.json disagree: TensorRT-LLM reads hf_quant_config.json
+    (ModelConfig.from_pretrained), the reader config.json: the plan says it is not what
+    TensorRT-LLM runs, without vLLM's words."""
+    model = REPO / "tests" / "checkpoint_corpus" / "llama-3.1-8b-both-contradicting"
+    r = _explain("--model", str(model), "platform=b200", "engine=trtllm")
+    flat = " ".join(r.stdout.split())
+    assert r.returncode in (0, 1) and "vLLM" not in flat
+    assert "TensorRT-LLM reads hf_quant_config.json's" in flat
+    assert "it is not the quantization TensorRT-LLM runs" in flat

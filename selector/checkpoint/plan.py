@@ -146,7 +146,8 @@ class Plan:
                                "quantization": {"format": q.format, "algo": q.algo,
                                                 "source": q.source, "file": q.where,
                                                 "excluded": list(q.excluded),
-                                                "warnings": list(q.warnings)},
+                                                "warnings": [_trtllm_warning(self.engine, w)
+                                                             for w in q.warnings]},
                                "notes": [_engine_words(self.engine, n) for n in arch.notes]},
                 "platform": ds[0].platform_json() if ds else None,
                 "kinds": [k.to_dict() for k in self.kinds],
@@ -349,6 +350,11 @@ def _engine_words(engine: str, text: str) -> str:
     return text
 
 
+def _trtllm_warning(engine: str, text: str) -> str:
+    """A reader's warning in a TensorRT-LLM plan's words (its read order differs from vLLM's)."""
+    return _engine_words(engine, text) if engine == "trtllm" else text
+
+
 def _trtllm_problems(m: Any, scheme: Optional[str], tp: int, fmt: str) -> Tuple[str, ...]:
     """TensorRT-LLM's block-FP8 MoE check; the reader's other split rules in its words."""
     from selector.checkpoint.splits import scheme_problems
@@ -461,7 +467,7 @@ def render_plan(p: Plan) -> str:
               if p.engine in ("sglang", "trtllm")
               else f"read: {q.where} as vLLM {q.release} reads it ({READ_ORDER['']})")]
     for w in q.warnings:
-        lines.append(f"warning: {w}")
+        lines.append(f"warning: {_trtllm_warning(p.engine, w)}")
     if ds:
         first = str(ds[0]).splitlines()
         lines.append(next(ln for ln in first if ln.startswith("platform: ")))

@@ -66,6 +66,11 @@ _TRTLLM_TEXTS = (
     ("vLLM builds the LM head without the quantization config (vLLM 0.32.0 "
      "vllm/model_executor/models/gpt_oss.py GptOssForCausalLM.__init__: "
      "ParallelLMHead(vocab_size, hidden_size, prefix=...))", _LM_HEAD),
+    ("vLLM reads config.json's, and so does this plan",
+     "TensorRT-LLM reads hf_quant_config.json's (tensorrt_llm/_torch/model_config.py "
+     "ModelConfig.from_pretrained: the file is authoritative, a differing config.json only "
+     "warns); this plan reads config.json's, as selector's reader does: it is not the "
+     "quantization TensorRT-LLM runs"),
     ("(vLLM gpt_oss.py passes activation='swigluoai' and no separate swiglu_limit)",
      "(the checkpoint reader's model of gpt-oss's experts, swigluoai)"),
 )
