@@ -45,9 +45,10 @@ def _note(d: Decision, kind: str) -> Optional[Any]:
     return found[0] if found else None
 
 
-def beat(d: Optional[Decision]) -> Optional[Beat]:
+def beat(d: Optional[Decision], reasons: bool = True) -> Optional[Beat]:
     """The reason `d.selected` beat the next usable backend, or None when nothing was
-    selected."""
+    selected. `reasons` False: a preference is said by its rank alone, without the catalogue's
+    reason (which tells vLLM's order: not said in another engine's plan)."""
     if d is None or d.selected is None:
         return None
     win, op = d.selected, d.layer.op
@@ -97,7 +98,7 @@ def beat(d: Optional[Decision]) -> Optional[Beat]:
     their = next((o["rank"] for o in pref.data["outranks"] if o["backend"] == name), None) \
         if pref is not None else None
     ranks = f" (rank {rank} < {their})" if rank is not None and their is not None else ""
-    if pref is not None and pref.data.get("reason"):
+    if pref is not None and pref.data.get("reason") and reasons:
         return Beat(win, name, status, "preference",
                     f"{prefix}{win} outranks {name}{ranks}: {pref.data['reason']}",
                     str(pref.data.get("source") or ""), fell is not None)
@@ -107,8 +108,8 @@ def beat(d: Optional[Decision]) -> Optional[Beat]:
                 fell is not None)
 
 
-def beat_text(d: Optional[Decision]) -> str:
-    b = beat(d)
+def beat_text(d: Optional[Decision], reasons: bool = True) -> str:
+    b = beat(d, reasons)
     if b is None:
         return ""
     return b.text + (f" ({b.source})" if b.source else "")

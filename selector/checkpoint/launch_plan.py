@@ -259,7 +259,8 @@ def _table(lp: LaunchPlan) -> List[str]:
     whys: Dict[str, List[str]] = {}  # why the winner beat the next usable backend
     for g, r in zip(lp.groups, rows[1:]):
         if g.planned and g.backend:
-            whys.setdefault(beat_text(g.decision), []).append(r[0])
+            # a TensorRT-LLM plan: the catalogue's rank alone (its reasons tell vLLM's order)
+            whys.setdefault(beat_text(g.decision, lp.engine != "trtllm"), []).append(r[0])
     for reason, labels in whys.items():
         lines.extend(textwrap.wrap(f"why {', '.join(labels)}: {reason}", width=WRAP,
                                    initial_indent="  ", subsequent_indent="     "))

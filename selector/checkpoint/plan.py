@@ -23,6 +23,7 @@ from selector.checkpoint.arch import (
 )
 from selector.checkpoint.quant import Quantization, read_quantization
 from selector.checkpoint.sglang_words import sglang_wording
+from selector.checkpoint.trtllm_words import READ_ORDER as _TRTLLM_READ_ORDER
 from selector.core.errors import SelectorError, bad_input
 from selector.core.text import join_lines
 
@@ -145,9 +146,9 @@ class Plan:
                                "quantization": {"format": q.format, "algo": q.algo,
                                                 "source": q.source, "file": q.where,
                                                 "excluded": list(q.excluded),
-                                                "warnings": list(q.warnings)},
-                               "notes": [sglang_wording(n) if self.engine == "sglang" else n
-                                         for n in arch.notes]},
+                                                "warnings": [_trtllm_warning(self.engine, w)
+                                                             for w in q.warnings]},
+                               "notes": [_engine_words(self.engine, n) for n in arch.notes]},
                 "platform": ds[0].platform_json() if ds else None,
                 "kinds": [k.to_dict() for k in self.kinds],
                 "problems": self.problems(), "ok": self.ok, "summary": self.summary()}
@@ -302,12 +303,13 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, dp: int
     from selector.checkpoint.splits import REFINED, refined_block, scheme_problems, sglang_problems
     groups: OrderedDict[Tuple[str, Optional[str]], Dict[str, Any]] = OrderedDict()
     sglang = engine == "sglang"
-    refines = quant.format != "compressed-tensors" and not sglang
+    trtllm = engine == "trtllm"  # TensorRT-LLM's own block-FP8 MoE check, its words (issue 45)
+    refines = quant.format != "compressed-tensors" and not sglang and not trtllm
     for m in arch.modules:
         v = quant.verdict_of(m)
         scheme = v.scheme
         why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
-        why = sglang_wording(why) if sglang else why
+        why = sglang_wording(why) if sglang else _engine_words(engine, why)
         r = refined_block(m, scheme, refines)
         if r:
             scheme, why = None, REFINED.format(r=r, i=dict(m.fields)["intermediate_size"])
@@ -330,10 +332,36 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, dp: int
             shape["projections"].append(m.projection)
         shape["modules"] += 1
         shape["problems"].update(dict.fromkeys(tuple(
-            sglang_wording(x) if sglang else x for x in m.problems) + (
+            sglang_wording(x) if sglang else _engine_words(engine, x) for x in m.problems) + (
             sglang_problems(m, v.scheme, quant.format) if sglang else
+            _trtllm_problems(m, v.scheme, tp, quant.format) if trtllm else
             scheme_problems(m, v.scheme, tp, r, quant.format))))
     return groups
+
+
+def _engine_words(engine: str, text: str) -> str:
+    """The reader's words as the plan's engine says them (SGLang's, TensorRT-LLM's; vLLM's
+    otherwise)."""
+    if engine == "sglang":
+        return sglang_wording(text)
+    if engine == "trtllm":
+        from selector.checkpoint.trtllm_words import trtllm_wording
+        return trtllm_wording(text)
+    return text
+
+
+def _trtllm_warning(engine: str, text: str) -> str:
+    """A reader's warning in a TensorRT-LLM plan's words (its read order differs from vLLM's)."""
+    return _engine_words(engine, text) if engine == "trtllm" else text
+
+
+def _trtllm_problems(m: Any, scheme: Optional[str], tp: int, fmt: str) -> Tuple[str, ...]:
+    """TensorRT-LLM's block-FP8 MoE check; the reader's other split rules in its words."""
+    from selector.checkpoint.splits import scheme_problems
+    from selector.checkpoint.trtllm_words import trtllm_problems, trtllm_wording
+    if dict(m.fields)["op"] == "moe" and scheme == "fp8_block":
+        return trtllm_problems(m, scheme)
+    return tuple(trtllm_wording(x) for x in scheme_problems(m, scheme, tp, 0, fmt))
 
 
 def _select(selector: SelectorLike, scheme: str, f: Dict[str, Any], config_path: Path) -> Any:
@@ -435,7 +463,8 @@ READ_ORDER = {
     "": "vLLM's order: config.json quantization_config, then hf_quant_config.json",
     "sglang": "SGLang's order: config.json quantization_config (or compression_config), then "
               "hf_quant_config.json: SGLang 0.5.23 srt/configs/model_config.py:1727-1817 "
-              "(ModelConfig._parse_quant_hf_config)"}
+              "(ModelConfig._parse_quant_hf_config)",
+    "trtllm": _TRTLLM_READ_ORDER}
 
 def render_plan(p: Plan) -> str:
     import textwrap
@@ -444,15 +473,16 @@ def render_plan(p: Plan) -> str:
     lines = [f"checkpoint: {p.model_dir}",
              (f"model: {arch.name} ({arch.model_type}), {arch.num_layers} layers; "
               f"quantization: {q.describe()}"),
-             (f"read: {q.where} ({READ_ORDER.get(p.engine, READ_ORDER[''])})" if p.engine == "sglang"
+             (f"read: {q.where} ({READ_ORDER.get(p.engine, READ_ORDER[''])})"
+              if p.engine in ("sglang", "trtllm")
               else f"read: {q.where} as vLLM {q.release} reads it ({READ_ORDER['']})")]
     for w in q.warnings:
-        lines.append(f"warning: {w}")
+        lines.append(f"warning: {_trtllm_warning(p.engine, w)}")
     if ds:
         first = str(ds[0]).splitlines()
         lines.append(next(ln for ln in first if ln.startswith("platform: ")))
     for n in arch.notes:
-        lines.append(f"note: {sglang_wording(n) if p.engine == 'sglang' else n}")
+        lines.append(f"note: {_engine_words(p.engine, n)}")
     lines.append("")
     for k in p.kinds:
         where = _layers_text(k.layers)
