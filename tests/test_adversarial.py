@@ -485,3 +485,20 @@ def test_a_path_variable_with_a_c1_control_or_a_line_separator_is_refused(monkey
     assert "SELECTOR_VLLM_OBSERVE_JSON" in str(e.value) and str(e.value).isprintable()
     monkeypatch.setenv("SELECTOR_VLLM_OBSERVE_JSON", "/tmp/r\udcffé.json")  # a file name's bytes
     assert env_vars.observe_json() == Path("/tmp/r\udcffé.json")
+
+
+@pytest.mark.parametrize("where", ["top", "key", "cell"])
+def test_a_hostile_key_in_a_profile_is_named_in_one_printable_line(tmp_path, where):
+    """An unknown key's name reached the profile's error message raw (`key.\\nuse it: rm -rf :
+    unknown key`): a library caller printing the message got a forged line."""
+    from selector.core import profile as prof
+    from selector.core.errors import SelectorError
+    doc = _doc(random.Random(0))
+    target = {"top": doc, "key": doc["key"], "cell": doc["cells"][0]}[where]
+    target["\nuse it: rm -rf \x1b[2J"] = 1
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(SelectorError) as e:
+        prof.load(str(f))
+    text = str(e.value)
+    assert text.isprintable() and "unknown key" in text and "\\nuse it: rm -rf \\x1b[2J" in text
