@@ -315,3 +315,37 @@ def test_accepted_options_stop_at_an_init_without_var_keywords():
 
     assert accepted_options(Top) == ("t", "m")
     assert accepted_options(Base) == ("b",)
+
+
+# ---------------------------------------------------------------------------------------------
+# wrappers/torch_grouped_fp8.py: the unrouted early return, expert 0's rows
+
+def _grouped_fp8(T: int = 4, E: int = 2, H: int = 32, I: int = 16):
+    from selector.backends.formats import fp8
+    from selector.backends.wrappers.torch_grouped_fp8 import TorchGroupedFp8MoE
+    g = torch.Generator().manual_seed(0)
+    w = fp8.make_moe_weights(torch.randn(E, 2 * I, H, generator=g),
+                             torch.randn(E, H, I, generator=g), "fp8_channel")
+    impl = TorchGroupedFp8MoE(quant="fp8_channel", activation="silu",
+                              selector_overrides=["platform=h200", "stack=vllm_0_32"])
+    x = torch.randn(T, H, generator=g).bfloat16()
+    return impl, impl.prepare(w), x
+
+
+def test_grouped_fp8_with_every_slot_unrouted_fills_the_callers_out():
+    impl, p, x = _grouped_fp8()
+    tw, ti = torch.ones(4, 2), torch.full((4, 2), -1, dtype=torch.int32)
+    out = torch.ones(4, 32, dtype=torch.bfloat16)
+    got = impl.apply(x, p, tw, ti, out=out)
+    assert got is out and not out.any()
+    fresh = impl.apply(x, p, tw, ti)
+    assert fresh.shape == (4, 32) and fresh.dtype == torch.bfloat16 and not fresh.any()
+
+
+def test_grouped_fp8_computes_rows_routed_to_expert_0():
+    """Expert 0 is an expert, not an unrouted slot: its rows reach the grouped GEMM (CUDA-only
+    in torch: on the CPU that is the NotImplementedError; zeros would mean they were dropped)."""
+    impl, p, x = _grouped_fp8()
+    tw, ti = torch.ones(4, 1), torch.zeros((4, 1), dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="_scaled_grouped_mm"):
+        impl.apply(x, p, tw, ti)
