@@ -127,7 +127,8 @@ def _engine_file(env_name: str, moe_name: str, linear_name: str) -> dict:
                                                         "source": "TGI 9.9 server/moe.py"}},
                          "linear": {"flashinfer_cutlass": {"name": linear_name,
                                                            "source": "TGI 9.9 server/gemm.py"}}},
-            "launch": {"command": [sys.executable, "-c", DUMP, "--model-id", "{model}"],
+            "launch": {"command": [sys.executable, "-c", DUMP, "--model-id", "{model}",
+                                   "--model={model}"],
                        "parallel": {"rule": "ep_divides_tp", "tp": "--num-shard",
                                     "source": "TGI 9.9 launcher/src/main.rs"}}}
 
@@ -149,15 +150,19 @@ def _one_error_line(err: str) -> str:
 @needs_bash
 def test_engine_files_and_model_paths_inject_nothing(tmp_path):
     r = rng("engine")
-    for i in range(4):
+    reached = 0
+    for i in range(6):
         case = tmp_path / f"case{i}"
         root = case / "conf" / "engine"
         root.mkdir(parents=True)
-        # no lone surrogate in the file (no YAML file holds one: refused as malformed)
-        env_name = identifier(r) if i % 2 == 0 else hostile(r, 1, 3).replace("\udcff", "")
-        moe_name, linear_name = (hostile(r).replace("\udcff", "") for _ in range(2))
-        (root / "tgi.yaml").write_text(json.dumps(_engine_file(env_name, moe_name, linear_name)),
-                                       encoding="utf-8", errors="surrogateescape")
+        # written as JSON with \u escapes (a raw NEL or U+2028 is a line break to YAML, folded
+        # into a space when the file is read); no lone surrogate and nothing past U+FFFF, whose
+        # JSON escapes are surrogates PyYAML refuses (the file is then refused, exit 2)
+        def yaml_text(text: str) -> str:
+            return "".join(ch for ch in text if ch != "\udcff" and ord(ch) <= 0xFFFF)
+        env_name = identifier(r) if i % 3 else yaml_text(hostile(r, 1, 3))
+        moe_name, linear_name = (yaml_text(hostile(r)) for _ in range(2))
+        (root / "tgi.yaml").write_text(json.dumps(_engine_file(env_name, moe_name, linear_name)))
         model = case / hostile(r, 2, 4, path_part=True)
         shutil.copytree(CORPUS / "qwen3-30b-a3b-fp4", model)
         run = case / "run"
@@ -178,10 +183,13 @@ def test_engine_files_and_model_paths_inject_nothing(tmp_path):
                  if ln.strip().startswith("command: ")]
         assert len(lines) == 1, why(model.name, out2)
         argv, env = run_printed(lines[0], run)
-        assert argv[:2] == ["--model-id", os.fsdecode(os.fsencode(str(model)))], why(lines[0], argv)
-        assert argv[2:] == ["--num-shard", "2", "--moe-kernel", moe_name], why(lines[0], argv)
+        reached += 1
+        assert argv[:3] == ["--model-id", str(model), f"--model={model}"], why(lines[0], argv)
+        assert argv[3:] == ["--num-shard", "2", "--moe-kernel", moe_name], why(lines[0], argv)
         assert os.fsencode(env.get(env_name, "")) == os.fsencode(linear_name), why(lines[0])
         assert not list(run.iterdir()), why(lines[0], list(run.iterdir()))
+    print(f"engine files: {reached} of 6 printed a launch command run by bash")
+    assert reached, why("no engine file reached a printed command")  # 4 of 6 have valid names
 
 
 # ---------------------------------------------------------------------------------------------
