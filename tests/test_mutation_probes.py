@@ -169,3 +169,64 @@ def test_flashinfer_declarations_without_flashinfer(monkeypatch):
     monkeypatch.setattr(declarations, "dist_version", lambda name: None)
     r = declarations.flashinfer_declarations(None, {})
     assert r["status"] == "skipped" and "not installed" in r["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# flashinfer_probes: symbol look-ups, the b12x GEMM, the CuTe-DSL MoE, mm_fp4, with the installed
+# FlashInfer; metadata_probes: a built-in module
+
+
+def test_symbols_sorts_found_absent_and_not_callable():
+    from selector.backends.children.probes import flashinfer_probes as F
+    objs, where, problems = F._symbols([("dumps", [("json", "dumps")]),
+                                        ("nope", [("json", "nope")]),
+                                        ("sep", [("os", "sep")])])
+    import json
+    assert objs == {"dumps": json.dumps} and where == {"dumps": "json.dumps"}
+    assert problems[0] == "flashinfer nope is absent: not found in json"
+    assert problems[1].startswith("flashinfer sep at os.sep is not callable")
+
+
+def test_mm_fp4_lists_the_registered_backends():
+    pytest.importorskip("flashinfer")
+    from selector.backends.children.probes import flashinfer_probes as F
+    mm = importlib.import_module("flashinfer").mm_fp4
+    r = F.mm_fp4(None, {})
+    assert r["status"] == "ok", r["message"]
+    if callable(getattr(mm, "has_backend", None)):
+        assert "importable; backends: " in r["message"], r["message"]
+        want = [b for b in F.MM_FP4_BACKENDS if mm.has_backend(b)]
+        assert list(r["details"]["backends"]) == want
+
+
+def test_b12x_gemm_and_cute_dsl_moe_agree_with_the_library():
+    pytest.importorskip("flashinfer")
+    from selector.backends.children.probes import flashinfer_probes as F
+    kernel, at, _ = _util.find_symbol([
+        ("flashinfer.gemm", "Sm120B12xBlockScaledDenseGemmKernel"),
+        ("flashinfer.gemm.kernels.dense_blockscaled_gemm_sm120_b12x",
+         "Sm120B12xBlockScaledDenseGemmKernel"),
+        ("flashinfer.gemm", "Sm120BlockScaledDenseGemmKernel"),
+        ("flashinfer.gemm.kernels.dense_blockscaled_gemm_sm120", "Sm120BlockScaledDenseGemmKernel")])
+    r = F.b12x_gemm(None, {})
+    if kernel is None:
+        assert r["status"] == "failed" and "is absent" in r["message"]
+    else:
+        assert r["details"]["found"]["kernel"] == at, r
+        mm = importlib.import_module("flashinfer").mm_fp4
+        if callable(getattr(mm, "has_backend", None)) and mm.has_backend("b12x"):
+            assert "has no backend 'b12x'" not in r["message"], r["message"]
+    avail, why = F._cute_dsl_available()
+    r = F.cute_dsl_moe(None, {})
+    assert r["details"]["cute_dsl_available"] == avail
+    if avail is False:  # said first, before the symbols' own problems
+        assert r["status"] == "failed" and r["message"].startswith(why), r["message"]
+    else:  # nothing said of it: no empty problem either
+        assert "" not in r["message"].split("; ") and "is_cute_dsl_available" not in \
+            r["message"], r["message"]
+
+
+def test_module_shadowing_of_a_built_in_module():
+    from selector.backends.children.probes import metadata_probes as M
+    r = M.module_shadowing("sys", {})
+    assert r["status"] == "warning" and "'sys'" in r["message"], r
