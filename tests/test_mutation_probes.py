@@ -230,3 +230,19 @@ def test_module_shadowing_of_a_built_in_module():
     from selector.backends.children.probes import metadata_probes as M
     r = M.module_shadowing("sys", {})
     assert r["status"] == "warning" and "'sys'" in r["message"], r
+
+
+def test_flashinfer_declarations_with_nothing_readable_is_a_failure(monkeypatch):
+    """Every FlashInfer module failing to import (a broken install): no declaration read, the
+    errors are the finding."""
+    real = importlib.import_module
+
+    def broken(name, *a, **k):  # type: ignore[no-untyped-def]
+        if name.split(".")[0] == "flashinfer":
+            raise ImportError(f"no {name} here")
+        return real(name, *a, **k)
+    monkeypatch.setattr(declarations, "dist_version", lambda name: "0.0.1")
+    monkeypatch.setattr(declarations.importlib, "import_module", broken)
+    r = declarations.flashinfer_declarations(None, {})
+    assert r["status"] == "failed", r["message"]
+    assert r["details"]["errors"] and "no flashinfer" in r["message"]
