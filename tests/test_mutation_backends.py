@@ -349,3 +349,17 @@ def test_grouped_fp8_computes_rows_routed_to_expert_0():
     tw, ti = torch.ones(4, 1), torch.zeros((4, 1), dtype=torch.int32)
     with pytest.raises(NotImplementedError, match="_scaled_grouped_mm"):
         impl.apply(x, p, tw, ti)
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare/swizzled.py: the layout name a prepared MoE reports (w31 only for FlashInfer's gated)
+
+@pytest.mark.parametrize("gated,backend,layout", [(True, "flashinfer_cutlass", "w31"),
+                                                  (True, "cutlass", "w13"),
+                                                  (False, "flashinfer_cutlass", "w13"),
+                                                  (False, "cutlass", "w13")])
+def test_swizzled_moe_layout_names_the_w13_order(gated, backend, layout):
+    E, H, I = 2, 128, 128
+    w = nv.quantize_moe(torch.randn(E, (2 if gated else 1) * I, H), torch.randn(E, H, I),
+                        torch.tensor(1e-3), torch.tensor(1e-2))
+    assert P.prepare_swizzled_moe(w, backend=backend).layout == layout
