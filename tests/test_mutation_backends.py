@@ -363,3 +363,27 @@ def test_swizzled_moe_layout_names_the_w13_order(gated, backend, layout):
     w = nv.quantize_moe(torch.randn(E, (2 if gated else 1) * I, H), torch.randn(E, H, I),
                         torch.tensor(1e-3), torch.tensor(1e-2))
     assert P.prepare_swizzled_moe(w, backend=backend).layout == layout
+
+
+# ---------------------------------------------------------------------------------------------
+# wrappers/flashinfer_fp8.py: the FP8 CUTLASS MoE prepares every activation its catalogue file
+# accepts (the gated ones in [gate; up] halves), and refuses the interleaved swigluoai
+
+@pytest.mark.parametrize("activation,gated", [("silu", True), ("gelu_tanh", True),
+                                              ("swigluoai_uninterleave", True),
+                                              ("relu2", False)])
+def test_fp8_cutlass_moe_prepares_each_activation_of_its_catalogue(activation, gated):
+    from selector.backends.formats import fp8
+    from selector.backends.wrappers.flashinfer_fp8 import CutlassFp8MoE
+    g = torch.Generator().manual_seed(0)
+    w = fp8.make_moe_weights(torch.randn(2, 256 if gated else 128, 128, generator=g),
+                             torch.randn(2, 128, 128, generator=g), "fp8_tensor",
+                             a13_scale=torch.tensor(0.01), a2_scale=torch.tensor(0.01))
+    impl = CutlassFp8MoE(quant="fp8_tensor", activation=activation,
+                         selector_overrides=["platform=h200", "stack=vllm_0_32"])
+    assert type(impl.prepare(w)).__name__ == "CutlassFp8MoEPrepared"
+    if gated:
+        bad = CutlassFp8MoE(quant="fp8_tensor", activation="swigluoai",
+                            selector_overrides=["platform=h200", "stack=vllm_0_32"])
+        with pytest.raises(ValueError, match="'swigluoai' is not supported"):
+            bad.prepare(w)
