@@ -387,3 +387,20 @@ def test_fp8_cutlass_moe_prepares_each_activation_of_its_catalogue(activation, g
                             selector_overrides=["platform=h200", "stack=vllm_0_32"])
         with pytest.raises(ValueError, match="'swigluoai' is not supported"):
             bad.prepare(w)
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare/: a prepared weight is immutable (a wrapper's admit() and the verify cache share it)
+
+def test_prepared_weights_and_reports_are_frozen():
+    import dataclasses
+
+    from selector.backends.prepare import linear as L
+    from selector.backends.prepare import marlin as M
+    fp4 = P.prepare_fp4_linear(nv.quantize_linear(torch.randn(32, 128), torch.tensor(1e-2)))
+    emu = L.EmulationPrepared(weights=None)
+    report = M.MarlinFlushReport(**{f.name: None for f in dataclasses.fields(M.MarlinFlushReport)})
+    for obj in (fp4, emu, report):
+        name = dataclasses.fields(obj)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, None)
