@@ -404,3 +404,10 @@ def test_prepared_weights_and_reports_are_frozen():
         name = dataclasses.fields(obj)[0].name
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(obj, name, None)
+
+
+def test_a_gated_w13_off_the_swizzle_rows_is_refused_naming_its_rows():
+    w = nv.quantize_moe(torch.randn(1, 160, 64), torch.randn(1, 64, 80), torch.tensor(1e-3),
+                        torch.tensor(1e-2))  # 2I = 160, not a multiple of 128
+    with pytest.raises(ValueError, match=r"gated w13 with 2I = 160 rows"):
+        P.prepare_swizzled_moe(w, backend="cutlass")
