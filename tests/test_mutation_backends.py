@@ -411,3 +411,18 @@ def test_a_gated_w13_off_the_swizzle_rows_is_refused_naming_its_rows():
                         torch.tensor(1e-2))  # 2I = 160, not a multiple of 128
     with pytest.raises(ValueError, match=r"gated w13 with 2I = 160 rows"):
         P.prepare_swizzled_moe(w, backend="cutlass")
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare/b12x.py: a non-gated w13 padded to the swizzled row count, w2's columns alike
+
+def test_b12x_non_gated_w13_is_padded_to_the_swizzle_rows():
+    E, H, I = 2, 128, 80  # I rows of w13, swizzled to 128
+    w = nv.quantize_moe(torch.randn(E, I, H), torch.randn(E, H, I), torch.tensor(1e-3),
+                        torch.tensor(1e-2))
+    p = P.prepare_b12x_moe(w)
+    assert tuple(p.w13.shape) == (E, 128, H // 2)
+    assert tuple(p.w2.shape) == (E, H, 128 // 2)
+    assert not p.w13[:, I:].any() and not p.w2[:, :, I // 2:].any()
+    assert torch.equal(p.w13[:, :I], w.w13.packed) and torch.equal(p.w2[:, :, :I // 2],
+                                                                       w.w2.packed)
