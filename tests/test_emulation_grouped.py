@@ -87,3 +87,28 @@ print("same")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, TRITON_INTERPRET="1"))
     assert p.returncode == 0 and "same" in p.stdout, p.stderr[-2000:]
+
+
+def test_triton_nvfp4_kernels_over_several_programs_in_the_interpreter():
+    """The quantizer and the dequantizer with more blocks than one program takes (each program
+    its own slice: program_id(0)), on a 3-d input (the output keeps every leading dimension):
+    quantize()'s and dequantize_unit()'s bits."""
+    pytest.importorskip("triton")
+    code = """
+import torch
+from selector.backends.formats import nvfp4 as nv
+from selector.backends.kernels import nvfp4_triton as T
+g = torch.Generator().manual_seed(1)
+a = torch.randn(3, 40, 64, generator=g)
+s = torch.tensor([1e-3, 2e-2, 0.5])
+q = nv.quantize(a, s)
+u, _ = T.quantize_unit_triton(a, s, torch.float32, blocks=16)
+assert torch.equal(u, nv.dequantize_unit(q.packed, q.block_scale, torch.float32))
+d = T.dequantize_unit_triton(q.packed, q.block_scale, torch.float32, block=256)
+assert d.shape == (3, 40, 64), d.shape
+assert torch.equal(d, nv.dequantize_unit(q.packed, q.block_scale, torch.float32))
+print("same")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert p.returncode == 0 and "same" in p.stdout, p.stderr[-2000:]

@@ -42,6 +42,8 @@ def test_a_shards_tests_are_the_files_naming_its_modules(mutate):
     init = mutate.tests_for("backends/__init__.py")
     assert "tests/test_nvfp4.py" not in init  # names selector.backends.formats.nvfp4 only
     assert "tests/test_layers.py" in init  # from selector.backends import FLOORS
+    # a test importing the checkout's top-level `backends` names the module too
+    assert "tests/test_activations.py" in mutate.tests_for("backends/wrappers/flashinfer_b12x.py")
 
 
 def test_a_module_moved_into_a_sub_package_is_still_sharded(mutate, tmp_path, monkeypatch):

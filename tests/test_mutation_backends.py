@@ -315,3 +315,114 @@ def test_accepted_options_stop_at_an_init_without_var_keywords():
 
     assert accepted_options(Top) == ("t", "m")
     assert accepted_options(Base) == ("b",)
+
+
+# ---------------------------------------------------------------------------------------------
+# wrappers/torch_grouped_fp8.py: the unrouted early return, expert 0's rows
+
+def _grouped_fp8(T: int = 4, E: int = 2, H: int = 32, I: int = 16):
+    from selector.backends.formats import fp8
+    from selector.backends.wrappers.torch_grouped_fp8 import TorchGroupedFp8MoE
+    g = torch.Generator().manual_seed(0)
+    w = fp8.make_moe_weights(torch.randn(E, 2 * I, H, generator=g),
+                             torch.randn(E, H, I, generator=g), "fp8_channel")
+    impl = TorchGroupedFp8MoE(quant="fp8_channel", activation="silu",
+                              selector_overrides=["platform=h200", "stack=vllm_0_32"])
+    x = torch.randn(T, H, generator=g).bfloat16()
+    return impl, impl.prepare(w), x
+
+
+def test_grouped_fp8_with_every_slot_unrouted_fills_the_callers_out():
+    impl, p, x = _grouped_fp8()
+    tw, ti = torch.ones(4, 2), torch.full((4, 2), -1, dtype=torch.int32)
+    out = torch.ones(4, 32, dtype=torch.bfloat16)
+    got = impl.apply(x, p, tw, ti, out=out)
+    assert got is out and not out.any()
+    fresh = impl.apply(x, p, tw, ti)
+    assert fresh.shape == (4, 32) and fresh.dtype == torch.bfloat16 and not fresh.any()
+
+
+def test_grouped_fp8_computes_rows_routed_to_expert_0():
+    """Expert 0 is an expert, not an unrouted slot: its rows reach the grouped GEMM (CUDA-only
+    in torch: on the CPU that is the NotImplementedError; zeros would mean they were dropped)."""
+    impl, p, x = _grouped_fp8()
+    tw, ti = torch.ones(4, 1), torch.zeros((4, 1), dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="_scaled_grouped_mm"):
+        impl.apply(x, p, tw, ti)
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare/swizzled.py: the layout name a prepared MoE reports (w31 only for FlashInfer's gated)
+
+@pytest.mark.parametrize("gated,backend,layout", [(True, "flashinfer_cutlass", "w31"),
+                                                  (True, "cutlass", "w13"),
+                                                  (False, "flashinfer_cutlass", "w13"),
+                                                  (False, "cutlass", "w13")])
+def test_swizzled_moe_layout_names_the_w13_order(gated, backend, layout):
+    E, H, I = 2, 128, 128
+    w = nv.quantize_moe(torch.randn(E, (2 if gated else 1) * I, H), torch.randn(E, H, I),
+                        torch.tensor(1e-3), torch.tensor(1e-2))
+    assert P.prepare_swizzled_moe(w, backend=backend).layout == layout
+
+
+# ---------------------------------------------------------------------------------------------
+# wrappers/flashinfer_fp8.py: the FP8 CUTLASS MoE prepares every activation its catalogue file
+# accepts (the gated ones in [gate; up] halves), and refuses the interleaved swigluoai
+
+@pytest.mark.parametrize("activation,gated", [("silu", True), ("gelu_tanh", True),
+                                              ("swigluoai_uninterleave", True),
+                                              ("relu2", False)])
+def test_fp8_cutlass_moe_prepares_each_activation_of_its_catalogue(activation, gated):
+    from selector.backends.formats import fp8
+    from selector.backends.wrappers.flashinfer_fp8 import CutlassFp8MoE
+    g = torch.Generator().manual_seed(0)
+    w = fp8.make_moe_weights(torch.randn(2, 256 if gated else 128, 128, generator=g),
+                             torch.randn(2, 128, 128, generator=g), "fp8_tensor",
+                             a13_scale=torch.tensor(0.01), a2_scale=torch.tensor(0.01))
+    impl = CutlassFp8MoE(quant="fp8_tensor", activation=activation,
+                         selector_overrides=["platform=h200", "stack=vllm_0_32"])
+    assert type(impl.prepare(w)).__name__ == "CutlassFp8MoEPrepared"
+    if gated:
+        bad = CutlassFp8MoE(quant="fp8_tensor", activation="swigluoai",
+                            selector_overrides=["platform=h200", "stack=vllm_0_32"])
+        with pytest.raises(ValueError, match="'swigluoai' is not supported"):
+            bad.prepare(w)
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare/: a prepared weight is immutable (a wrapper's admit() and the verify cache share it)
+
+def test_prepared_weights_and_reports_are_frozen():
+    import dataclasses
+
+    from selector.backends.prepare import linear as L
+    from selector.backends.prepare import marlin as M
+    fp4 = P.prepare_fp4_linear(nv.quantize_linear(torch.randn(32, 128), torch.tensor(1e-2)))
+    emu = L.EmulationPrepared(weights=None)
+    report = M.MarlinFlushReport(**{f.name: None for f in dataclasses.fields(M.MarlinFlushReport)})
+    for obj in (fp4, emu, report):
+        name = dataclasses.fields(obj)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, None)
+
+
+def test_a_gated_w13_off_the_swizzle_rows_is_refused_naming_its_rows():
+    w = nv.quantize_moe(torch.randn(1, 160, 64), torch.randn(1, 64, 80), torch.tensor(1e-3),
+                        torch.tensor(1e-2))  # 2I = 160, not a multiple of 128
+    with pytest.raises(ValueError, match=r"gated w13 with 2I = 160 rows"):
+        P.prepare_swizzled_moe(w, backend="cutlass")
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare/b12x.py: a non-gated w13 padded to the swizzled row count, w2's columns alike
+
+def test_b12x_non_gated_w13_is_padded_to_the_swizzle_rows():
+    E, H, I = 2, 128, 80  # I rows of w13, swizzled to 128
+    w = nv.quantize_moe(torch.randn(E, I, H), torch.randn(E, H, I), torch.tensor(1e-3),
+                        torch.tensor(1e-2))
+    p = P.prepare_b12x_moe(w)
+    assert tuple(p.w13.shape) == (E, 128, H // 2)
+    assert tuple(p.w2.shape) == (E, H, 128 // 2)
+    assert not p.w13[:, I:].any() and not p.w2[:, :, I // 2:].any()
+    assert torch.equal(p.w13[:, :I], w.w13.packed) and torch.equal(p.w2[:, :, :I // 2],
+                                                                       w.w2.packed)

@@ -228,14 +228,19 @@ def tests_for(module: str) -> List[str]:
     """The top-level test files that name `module` (a path such as selector/core/rules.py)."""
     import re
     dotted = module[:-3].replace("/", ".").removesuffix(".__init__")
-    if dotted.split(".")[0] == "backends":  # installed as selector.backends
-        dotted = "selector." + dotted
+    names = [dotted]
+    if dotted.split(".")[0] == "backends":  # installed as selector.backends; a test may also
+        names.insert(0, "selector." + dotted)  # import the checkout's top-level `backends`
+        dotted = names[0]
     pkg, _, leaf = dotted.rpartition(".")
     # a package (its __init__) is named by its dotted name alone, not by its submodules' names
     tail = r"(?![\w.])" if module.endswith("__init__.py") else r"(?![\w])"
-    pats = [re.compile(rf"(?<![\w.]){re.escape(dotted)}{tail}")]
-    if pkg:
-        pats.append(re.compile(rf"from {re.escape(pkg)} import [^\n]*\b{re.escape(leaf)}\b"))
+    pats = []
+    for name in names:
+        parent, _, last = name.rpartition(".")
+        pats.append(re.compile(rf"(?<![\w.]){re.escape(name)}{tail}"))
+        if parent:
+            pats.append(re.compile(rf"from {re.escape(parent)} import [^\n]*\b{re.escape(last)}\b"))
     stems = {leaf.split("_")[0], pkg.rpartition(".")[2]} - {"", "selector", "__init__"}
     found = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").glob("test_*.py"))
              if any(pat.search(p.read_text()) for pat in pats)

@@ -119,19 +119,25 @@ def choice(name: str, accepted: tuple[str, ...], default: str) -> str:
 
 
 PATH_MAX = 4096  # Linux's longest path: dlopen and open refuse a longer one
-_CONTROL = frozenset(chr(c) for c in (*range(32), 127))
+#: Unicode categories a path variable may not hold: control characters (C0, DEL and C1: a
+#: newline, an ESC, the 8-bit CSI U+009B a terminal takes as an escape) and line and paragraph
+#: separators (U+2028, U+2029). A byte that is not UTF-8 (a lone surrogate here) is a file
+#: name's own and is accepted; printed lines escape it.
+_REFUSED = ("Cc", "Zl", "Zp")
 
 
 def path_text(name: str) -> Optional[str]:
     """A variable naming a file (a library, an output file): None when unset or empty; a value
-    over PATH_MAX characters or holding a control character (a newline, an ESC) is bad input.
-    The file need not exist (the caller says what a missing one means)."""
+    over PATH_MAX characters or holding a control character (a newline, an ESC, a C1 control)
+    or a line separator is bad input. The file need not exist (the caller says what a missing
+    one means)."""
+    import unicodedata
     text = os.environ.get(name)
     if text is None or not text.strip():
         return None
-    if len(text) > PATH_MAX or any(ch in _CONTROL for ch in text):
+    if len(text) > PATH_MAX or any(unicodedata.category(ch) in _REFUSED for ch in text):
         raise bad_input(name, text, f"is not accepted: a file name or path of at most {PATH_MAX} "
-                        "characters, without control characters")
+                        "characters, without control characters or line separators")
     return text
 
 

@@ -47,6 +47,7 @@ from selector.core.profile_cells import (
     shape_of,
 )
 from selector.core.schema import Layer
+from selector.core.text import printable
 
 #: auto (the default): a packaged profile measured on this GPU model with these libraries where one
 #: matches, else the static order; static: ranks and preference entries; measured: the user's own
@@ -63,8 +64,11 @@ NEAR_SIZE_STEPS = 0.0
 NEAR_BUCKET_STEPS = 2.0
 
 def _error(path: str, key: str, problem: str) -> SelectorError:
-    return SelectorError(f"policy.profile: {path}: {key}: {problem}", key="policy.profile",
-                         value=path)
+    """The one message form, made printable: a key of the file (an unknown one is the file's
+    own text) may hold a newline or an escape, and the message is one line wherever it is
+    printed."""
+    return SelectorError(printable(f"policy.profile: {path}: {key}: {problem}"),
+                         key="policy.profile", value=path)
 
 
 def read_bytes(path: str, *, private: bool = False) -> bytes:
