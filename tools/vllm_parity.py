@@ -482,8 +482,9 @@ def render_random(report) -> str:
               ""]
     for i, ((family, v, s, why), members) in enumerate(report.clusters().items(), 1):
         text = why[0] if why else "UNEXPLAINED"
-        srcs = "; ".join(dict.fromkeys([src for _, src in (why[1] if why else ())] +
-                                       parity.lines_of(members[:1])))
+        # vLLM's deciding line first (an explanation without one is refused: parity.specific)
+        srcs = "; ".join(dict.fromkeys(parity.lines_of(members[:1]) +
+                                       [src for _, src in (why[1] if why else ())]))
         lines.append(f"- R{i} ({family}, {len(members)}): vLLM {v}; selector {s}: {text}"
                      + (f" ({srcs[:300]})" if srcs else "") + f". Example: "
                      f"`{members[0].scenario.label()}`")
@@ -528,7 +529,8 @@ def split(text: str) -> dict:
 
 def _summary(name: str, rep) -> None:
     for r in rep.unexplained:
-        generic = f" [refused: generic rules only: {r.generic}]" if r.generic else ""
+        generic = (f" [refused: names no line of the installed vLLM, or generic rules only: "
+                   f"{r.generic}]") if r.generic else ""
         print(f"UNEXPLAINED: {r.scenario.label()}: vLLM {r.vllm or 'error'} "
               f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}{generic}",
               file=sys.stderr)
