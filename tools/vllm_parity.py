@@ -3,7 +3,8 @@ docs/vllm-parity-<release>.md after): vLLM's untouched NVFP4, FP8, MXFP4 and MXF
 its NVFP4/FP8/MX linear kernel choice against selector's (engine=vllm) over the simulated sweeps of
 tests/vllm/sim.py and a seeded random sample, every difference once per cluster with the rules and
 sources that make selector differ and the lines of vLLM that decide it (tests/vllm/parity.py: a
-generic rule alone explains nothing).
+generic rule, or vLLM's file and function names without the installed release's line, explain
+nothing: such a cluster is written and counted as unexplained).
 
 Run in the release's vLLM environment (tools/vllm_env.sh VENV VERSION):
     .venv-vllm-034/bin/python tools/vllm_parity.py [--check] [--only nvfp4|fp8|mx|linear|random]
