@@ -518,8 +518,9 @@ def run_sweep(name: str):
 
 def split(text: str) -> dict:
     """The file's sections by name ('' where absent): each starts at its heading line."""
-    starts = sorted([(0, "nvfp4")] + [(at + 1, n) for n, h in HEADS.items()
-                                       for at in (text.find("\n" + h),) if at >= 0])
+    padded = "\n" + text  # a file written by --out for a new report starts at its heading
+    heads = [(at, n) for n, h in HEADS.items() for at in (padded.find("\n" + h),) if at >= 0]
+    starts = sorted(heads + ([(0, "nvfp4")] if all(at > 0 for at, _ in heads) else []))
     out = {n: "" for n in SECTIONS}
     for k, (i, n) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else len(text)
