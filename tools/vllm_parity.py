@@ -3,7 +3,8 @@ docs/vllm-parity-<release>.md after): vLLM's untouched NVFP4, FP8, MXFP4 and MXF
 its NVFP4/FP8/MX linear kernel choice against selector's (engine=vllm) over the simulated sweeps of
 tests/vllm/sim.py and a seeded random sample, every difference once per cluster with the rules and
 sources that make selector differ and the lines of vLLM that decide it (tests/vllm/parity.py: a
-generic rule alone explains nothing).
+generic rule, or vLLM's file and function names without the installed release's line, explain
+nothing: such a cluster is written and counted as unexplained).
 
 Run in the release's vLLM environment (tools/vllm_env.sh VENV VERSION):
     .venv-vllm-034/bin/python tools/vllm_parity.py [--check] [--only nvfp4|fp8|mx|linear|random]
@@ -482,8 +483,9 @@ def render_random(report) -> str:
               ""]
     for i, ((family, v, s, why), members) in enumerate(report.clusters().items(), 1):
         text = why[0] if why else "UNEXPLAINED"
-        srcs = "; ".join(dict.fromkeys([src for _, src in (why[1] if why else ())] +
-                                       parity.lines_of(members[:1])))
+        # vLLM's deciding line first (an explanation without one is refused: parity.specific)
+        srcs = "; ".join(dict.fromkeys(parity.lines_of(members[:1]) +
+                                       [src for _, src in (why[1] if why else ())]))
         lines.append(f"- R{i} ({family}, {len(members)}): vLLM {v}; selector {s}: {text}"
                      + (f" ({srcs[:300]})" if srcs else "") + f". Example: "
                      f"`{members[0].scenario.label()}`")
@@ -516,8 +518,9 @@ def run_sweep(name: str):
 
 def split(text: str) -> dict:
     """The file's sections by name ('' where absent): each starts at its heading line."""
-    starts = sorted([(0, "nvfp4")] + [(at + 1, n) for n, h in HEADS.items()
-                                       for at in (text.find("\n" + h),) if at >= 0])
+    padded = "\n" + text  # a file written by --out for a new report starts at its heading
+    heads = [(at, n) for n, h in HEADS.items() for at in (padded.find("\n" + h),) if at >= 0]
+    starts = sorted(heads + ([(0, "nvfp4")] if all(at > 0 for at, _ in heads) else []))
     out = {n: "" for n in SECTIONS}
     for k, (i, n) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else len(text)
@@ -528,7 +531,8 @@ def split(text: str) -> dict:
 
 def _summary(name: str, rep) -> None:
     for r in rep.unexplained:
-        generic = f" [refused: generic rules only: {r.generic}]" if r.generic else ""
+        generic = (f" [refused: names no line of the installed vLLM, or generic rules only: "
+                   f"{r.generic}]") if r.generic else ""
         print(f"UNEXPLAINED: {r.scenario.label()}: vLLM {r.vllm or 'error'} "
               f"({r.vllm_error[:120]}), selector {r.selected or 'refusal'}{generic}",
               file=sys.stderr)

@@ -215,7 +215,10 @@ def explain(r: Row, outside: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
             r.vllm_other_model == (r.engine_name, r.kernel):
         return (f"vLLM never runs DeepGEMM for a {r.scenario.model_type} model on SM 10.x/12.x "
                 "(E8M0 scale accuracy); selector's layer has no model-type key yet",
-                (("engine", DEEP_GEMM_MODEL_SOURCE),))
+                (("engine", DEEP_GEMM_MODEL_SOURCE),) + parity._at(parity.vllm_def(
+                    "vllm.utils.deep_gemm", "should_auto_disable_deep_gemm",
+                    "should_auto_disable_deep_gemm: DeepGEMM off for these model types on the SM "
+                    "100 and 120 families", needle="EXCLUDED_MODEL_TYPES")) + parity._decided(r))
     t = parity.Row(replace(r.scenario, requested=req if req == "auto" else
                            selector_name(req, q)),
                    selector_name(r.vllm, q), r.vllm_error, r.decision, r.vllm_kernel)
@@ -227,7 +230,8 @@ def explain(r: Row, outside: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
         return (f"this vLLM build lacks its vendored DeepGEMM, which {r.kernel} runs: a Python "
                 "module inside vllm, which selector's platform (installed distributions) does not "
                 "see; with it vLLM builds the same kernel",
-                (("engine", DEEP_GEMM_KERNEL_SOURCE), ("engine", parity.VENDORED_SOURCE)))
+                (("engine", DEEP_GEMM_KERNEL_SOURCE), ("engine", parity.VENDORED_SOURCE)) +
+                parity._at(parity.vendored_line(r.scenario, "deep_gemm")) + parity._decided(r))
     return why
 
 

@@ -37,6 +37,34 @@ SOURCES: Dict[Tuple[str, str], str] = {
         "kFp8StaticTensorSym, DYNAMIC kFp8DynamicTokenSym; weight TENSOR/CHANNEL; block 1x128 x "
         "128x128)"),
 }
+# (op, quant method) -> where the installed vLLM's quant method derives the layer's QuantKeys:
+# (module, function, the line's text), its line read at run time (parity.vllm_def)
+_QM = "vllm.model_executor.layers.quantization"
+DEFS: Dict[Tuple[str, str], Tuple[str, str, str]] = {
+    ("moe", "fp8"): (f"{_QM}.fp8", "Fp8MoEMethod.__init__",
+                     "activation_key = kFp8DynamicTokenSym"),
+    ("moe", "modelopt"): (f"{_QM}.modelopt", "ModelOptFp8MoEMethod.__init__",
+                          "activation_key=kFp8StaticTensorSym"),
+    ("moe", "compressed-tensors"): (
+        f"{_QM}.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w8a8_fp8",
+        "CompressedTensorsW8A8Fp8MoEMethod.__init__", "activation_key = ct2vllm_act"),
+    ("linear", "fp8"): (f"{_QM}.fp8", "Fp8LinearMethod.__init__",
+                        "self.activation_quant_key = kFp8DynamicTokenSym"),
+    ("linear", "modelopt"): (f"{_QM}.modelopt", "resolve", "FP8_PER_CHANNEL_PER_TOKEN"),
+    ("linear", "compressed-tensors"): (
+        f"{_QM}.compressed_tensors.schemes.compressed_tensors_w8a8_fp8",
+        "CompressedTensorsW8A8Fp8.__init__", "activation_quant_key_mapping["),
+}
+
+
+def line(s: Any) -> str:
+    """The installed vLLM's line where scenario `s`'s quant method derives its keys ('' none)."""
+    import parity
+    at = DEFS.get((s.op, s.method))
+    return "" if at is None else parity.vllm_def(
+        at[0], at[1], f"{at[1]} derives the layer's QuantKeys", needle=at[2])
+
+
 # (op, quant method) -> {selector scheme of the checkpoint: (weight key, activation key)}; a
 # callable key is asked inside the simulation
 _ST, _SC, _STOK = "kFp8StaticTensorSym", "kFp8StaticChannelSym", "kFp8StaticTokenSym"

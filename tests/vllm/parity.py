@@ -104,9 +104,10 @@ class Undescribed:
     def __init__(self, s: sim.Scenario, exc: Exception):
         import methods
         src = methods.source(s) if s.method else ""
+        at = methods.line(s) if s.method else ""  # the installed vLLM's line that derives them
         self.why = (f"selector's vocabulary does not describe this layer ({exc}): the plugin "
                     "leaves it to vLLM", tuple(("engine", x) for x in (src, NOT_EXPRESSIBLE_SOURCE)
-                                               if x))
+                                               if x) + (((LINE, at),) if at else ()))
 
 
 @dataclass
@@ -169,6 +170,45 @@ def vllm_line(path: Optional[str], line: int, what: str, last: int = 0) -> str:
     import vllm
     at = f"lines {line}-{last}" if last > line else f"line {line}"
     return f"vLLM {vllm.__version__} {_vllm_file(path or '?')} {at} ({what})"
+
+
+def vllm_def(module: str, qualname: str, what: str, needle: str = "", span: bool = False) -> str:
+    """The line of the installed vLLM's `module` that decides: the first line of `qualname`'s
+    body (a function, or Class.method) holding `needle`, else the line that defines it (with
+    `span`, through its last line); read from the module's file, not from the object, since the
+    simulation patches some of vLLM's functions. '' where the module or the name is absent (an
+    explanation without its line then explains nothing: specific())."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return ""
+    lines = open(spec.origin).read().splitlines()
+    start, indent = 0, -1
+    for part in qualname.split("."):
+        pat = re.compile(rf"^(\s*)(?:async\s+)?(?:def|class)\s+{re.escape(part)}\b")
+        for i in range(start, len(lines)):
+            m = pat.match(lines[i])
+            if m and len(m[1]) > indent:
+                start, indent = i, len(m[1])
+                break
+        else:
+            return ""
+
+    def _indent(x: str) -> int:
+        return len(x) - len(x.lstrip())
+
+    end = next((j for j in range(start + 1, len(lines)) if lines[j].strip() and
+                _indent(lines[j]) <= indent and not lines[j].lstrip().startswith(")")),
+               len(lines))
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    at = next((i for i in range(start, end) if needle and needle in lines[i]), None)
+    if at is not None:
+        return vllm_line(spec.origin, at + 1, what)
+    return vllm_line(spec.origin, start + 1, what, last=end if span else 0)
 
 
 class Refusal(str):
@@ -496,11 +536,13 @@ def explain(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]
     if r.vllm is not None and r.vllm not in names:
         src = outside_names.get(r.vllm)
         return None if src is None else \
-            (f"vLLM's {r.vllm} is outside selector's catalogue", (("engine", src),))
+            (f"vLLM's {r.vllm} is outside selector's catalogue", (("engine", src),) +
+             _decided(r))
     if _vendored_missing(r):
         return (f"this vLLM build lacks its vendored {_VENDORED[r.selected]}: a Python module "
                 "inside vllm, which selector's platform (installed distributions) does not see",
-                (("engine", VENDORED_SOURCE),))
+                (("engine", VENDORED_SOURCE),) +
+                _at(vendored_line(r.scenario, r.selected)) + _decided(r))
     if r.vllm is not None:
         c = d.candidate(r.vllm)
         if c.status in ("rejected", "not_applicable", "opt_in"):
@@ -543,6 +585,30 @@ def _built(r: Row) -> Tuple[Tuple[str, str], ...]:
     return ((LINE, site),) if site else ()
 
 
+def _at(*sites: str) -> Tuple[Tuple[str, str], ...]:
+    """LINE pairs of the installed vLLM's lines (each once; '' where not found: left out)."""
+    return tuple((LINE, x) for x in dict.fromkeys(sites) if x)
+
+
+def _decided(r: Row) -> Tuple[Tuple[str, str], ...]:
+    """vLLM's own line for the row: where it raised, else the kernel class it built."""
+    site = getattr(r.vllm_error, "site", "")
+    return _at(site) if site else _built(r)
+
+
+MX_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
+MX8_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp8"
+
+
+def vendored_line(s: sim.Scenario, backend: Optional[str]) -> str:
+    """The line of vLLM's utils/import_utils.py that finds the module the scenario's build lacks
+    (its vendored triton_kernels or DeepGEMM, vllm.third_party.*)."""
+    name = "has_triton_kernels" if (backend or "").startswith("triton") and \
+        not s.triton_kernels or s.deep_gemm else "has_deep_gemm"
+    return vllm_def("vllm.utils.import_utils", name, f"{name}: the module, or vLLM's vendored "
+                    "copy in vllm.third_party", needle="vllm.third_party")
+
+
 #: explanations that name no line of the engine: a preference of selector's (the weight-only
 #: rule) and the policy for a global flag. A difference is explained only by a cluster that also
 #: names the engine's deciding line (run() refuses the others), and never by the preference where
@@ -551,9 +617,12 @@ GENERIC_SOURCES = frozenset({WEIGHT_ONLY_SOURCE, POLICY_SOURCE})
 
 
 def specific(why: Optional[Tuple[str, Tuple]]) -> bool:
-    """Whether an explanation names more than generic rules (some source of the engine or of a
-    catalogue rule that decides this very scenario)."""
-    return why is not None and any(src not in GENERIC_SOURCES for _, src in why[1])
+    """Whether an explanation names the installed vLLM's deciding line for its scenario (a LINE
+    pair, read from the release's own file at run time: where vLLM raised, the check that
+    refused, the kernel class it built, the order or the function that decided). Generic rules
+    alone, or a file or function name without the release's line, explain nothing (issue 43):
+    run() counts such a difference as unexplained, and the report says so."""
+    return why is not None and any(rule == LINE and src for rule, src in why[1])
 
 
 def _ordered(path: str, anchor: str, names: Tuple[str, ...]) -> Optional[List[int]]:
@@ -663,11 +732,12 @@ def run(scenarios: Optional[List[sim.Scenario]] = None) -> Report:
                         row.mxfp4_decision = selector_decision(
                             replace(asked(s, vq), quant="mxfp4"))
                         row.selector_mxfp4 = _selected(row.mxfp4_decision)
-            if isinstance(row.decision, Undescribed):
-                row.why = None if row.agrees else row.decision.why
-            elif not row.agrees:
-                why = explain_mx(row, names) if s.oracle != "nvfp4" else explain(row, names)
-                row.why = why if specific(why) else None  # generic rules alone explain nothing
+            if not row.agrees:
+                why = row.decision.why if isinstance(row.decision, Undescribed) else \
+                    explain_mx(row, names) if s.oracle != "nvfp4" else explain(row, names)
+                # an explanation without vLLM's deciding line, or with generic rules only,
+                # explains nothing: the difference counts as unexplained
+                row.why = why if specific(why) else None
                 row.generic = None if specific(why) or why is None else why[0]
             report.rows.append(row)
     finally:
@@ -685,11 +755,17 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
     if r.vllm_quant == FP8_ACT:
         return ("vLLM's DEEPGEMM_MXFP4 quantizes activations to FP8 with 1x128 scales, a scheme "
                 "selector's quant vocabulary does not name (mxfp4_w4a8 is MXFP8 activations)",
-                (("engine", FP8_ACT_SOURCE),))
+                (("engine", FP8_ACT_SOURCE),) + _at(vllm_def(
+                    MX_ORACLE, "_backend_activation_key", "_backend_activation_key: "
+                    "DEEPGEMM_MXFP4 takes FP8 activations with 1x128 scales",
+                    needle="kFp8Dynamic128Sym")) + _built(r))
     if s.force_a16 and r.vllm == "b12x" and r.vllm_quant == "mxfp4" and r.selected == "b12x":
         return ("VLLM_B12X_MOE_FP4_FORCE_A16=1 keeps --moe-backend b12x on bf16 activations; "
                 "selector names the W4A8 kernel vLLM runs without it",
-                (("engine", FORCE_A16_SOURCE),))
+                (("engine", FORCE_A16_SOURCE),) + _at(vllm_def(
+                    MX_ORACLE, "_get_requested_backends", "_get_requested_backends: "
+                    "VLLM_B12X_MOE_FP4_FORCE_A16 keeps b12x on B12X_MXFP4_BF16",
+                    needle="VLLM_B12X_MOE_FP4_FORCE_A16")) + _built(r))
     if r.vllm is not None and r.vllm not in {c.backend for c in d.candidates}:
         return explain(r, outside_names)  # a vLLM backend outside selector's catalogue
     if r.vllm is not None and r.vllm_quant is not None and \
@@ -697,38 +773,53 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
         # vLLM ran other activations than the layer asked for: only its BF16 fallback explains it
         if r.vllm_quant != "mxfp4" or r.selector_mxfp4 is None:
             return None
+        fallback = _at(vllm_def(MX_ORACLE, "_filter_by_activation", "_filter_by_activation: "
+                                "the BF16 variants follow the requested activation's as a "
+                                "fallback", needle="matching + ")) + _built(r)
         if r.selector_mxfp4 == (r.vllm, r.vllm_kernel):
             return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
                     f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
-                    "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),))
+                    "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),) +
+                    fallback)
         if r.selector_mxfp4[0] in ("triton_kernels", "triton_unfused", "deep_gemm") and \
                 not (s.triton_kernels and s.deep_gemm):
             return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
                     f"selector picks {r.selector_mxfp4[0]}, whose module this vLLM build lacks",
-                    (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)))
+                    (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)) + fallback +
+                    _at(vendored_line(s, r.selector_mxfp4[0])))
         m = r.mxfp4_decision
         c = m.candidate(r.vllm) if r.vllm in {x.backend for x in m.candidates} else None
         if c is not None and c.status == "rejected":  # selector's rule rejects vLLM's pick
             return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
-                    f"selector: {r.vllm} rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),))
+                    f"selector: {r.vllm} rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),) +
+                    fallback)
         return None
     if s.requested == "cutlass" and r.vllm is None and s.oracle != "mxfp8" and \
             "is not supported for MXFP4" in r.vllm_error:
         return ("vLLM has no --moe-backend value for its CUTLASS MXFP4 x MXFP4 MoE: selector "
-                "decides the layer with cutlass requested", (("engine", NO_MXFP4_NAME_SOURCE),))
+                "decides the layer with cutlass requested", (("engine", NO_MXFP4_NAME_SOURCE),) +
+                _decided(r) + _at(vllm_def(MX_ORACLE, "map_mxfp4_backend", "map_mxfp4_backend: "
+                                           "no --moe-backend value maps to CUTLASS_MXFP4_MXFP4",
+                                           span=True)))
     if s.requested == "emulation" and r.vllm is None and s.oracle == "mxfp8" and \
             r.selected == "emulation" and "is not supported for MXFP8" in r.vllm_error:
         return ("vLLM has no --moe-backend value for its MXFP8 emulation: selector decides the "
                 "layer with emulation requested (selector's plugin builds it through the "
-                "oracle's gate)", (("engine", NO_MXFP8_NAME_SOURCE),))
+                "oracle's gate)", (("engine", NO_MXFP8_NAME_SOURCE),) +
+                _decided(r) + _at(vllm_def(MX8_ORACLE, "select_mxfp8_moe_backend",
+                                           "select_mxfp8_moe_backend: _BACKEND_NAME_MAP names no "
+                                           "emulation backend", needle="_BACKEND_NAME_MAP.get")))
     if r.selected in ("triton_kernels", "triton_unfused", "deep_gemm") and \
             not (s.triton_kernels and s.deep_gemm):
         return ("this vLLM build lacks its vendored triton_kernels / DeepGEMM (or "
                 "VLLM_USE_DEEP_GEMM=0): a Python module inside vllm, which selector's platform "
-                "(installed distributions) does not see", (("engine", VENDORED_SOURCE),))
+                "(installed distributions) does not see", (("engine", VENDORED_SOURCE),) +
+                _at(vendored_line(s, r.selected)) + _decided(r))
     if s.oracle == "dsv4" and s.requested == "auto" and r.selected is not None and \
             r.selected not in DSV4_LIST:
         return (f"vLLM's DeepSeek V4 MXFP4 path never tries {r.selected}; selector's MXFP4 order "
                 "is select_mxfp4_moe_backend's (policy.exclude reproduces the DeepSeek V4 list)",
-                (("engine", DSV4_SOURCE),))
+                (("engine", DSV4_SOURCE),) + _at(vllm_def(
+                    MX_ORACLE, "_get_priority_backends", "_get_priority_backends: the list "
+                    "select_deepseek_v4_mxfp4_moe_backend walks", span=True)) + _decided(r))
     return explain(replace(r, scenario=asked(s, r.vllm_quant)), outside_names)

@@ -71,9 +71,9 @@ STACK_PRESET = os.environ.get(STACK_ENV) or STACK_PRESET
 #: the parity report of this release (tools/vllm_parity.py writes it, tests/vllm replays it):
 #: docs/vllm-parity.md for 0.32, docs/vllm-parity-<release>.md for each later release
 DOC_NAME = "vllm-parity.md" if RELEASE == "0.32" else f"vllm-parity-{RELEASE}.md"
-#: the sections (tools/vllm_parity.py SECTIONS) each release's report holds: 0.33 has none (0.34
-#: is proven in its place)
-REPORTED = {"0.32": ("nvfp4", "fp8", "mx", "linear", "random"), "0.33": (),
+#: the sections (tools/vllm_parity.py SECTIONS) each release's report holds
+REPORTED = {"0.32": ("nvfp4", "fp8", "mx", "linear", "random"),
+            "0.33": ("nvfp4", "fp8", "mx", "linear", "random"),
             "0.34": ("nvfp4", "fp8", "mx", "linear", "random")}
 CUTLASS_DSL = "4.8.0"
 B12X = "1.5.1"

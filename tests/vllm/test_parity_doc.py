@@ -125,3 +125,40 @@ def test_a_changed_vllm_answer_fails_the_replay(replayed):
     assert mismatch(c, r) is None
     assert mismatch(c, dataclasses.replace(r, vllm=None)) is not None
     assert mismatch(c, dataclasses.replace(r, vllm_kernel="SomeOtherKernel")) is not None
+
+
+NAMED_LINE = re.compile(r"vLLM \d+\.\d+\.\d+\S* \S+\.py lines? \d+")
+
+
+def test_every_explained_cluster_names_a_line_of_vllm():
+    """The report itself: every explained cluster (grid sections: a `- [line]` entry; random
+    sections: its sources) names a line of the installed release's own file (issue 43), and an
+    UNEXPLAINED one names none."""
+    text = DOC.read_text().splitlines()
+    bad = []
+    for i, line in enumerate(text):
+        if HEADING.match(line):
+            block = []
+            for nxt in text[i + 1:]:
+                if nxt.startswith("#"):
+                    break
+                block.append(nxt)
+            explained = not any(x == "Why: UNEXPLAINED." for x in block)
+            if explained and not any(x.startswith(f"- [{parity.LINE}] ") and NAMED_LINE.search(x)
+                                     for x in block):
+                bad.append(line)
+        elif RANDOM.match(line) and "UNEXPLAINED" not in line and not NAMED_LINE.search(line):
+            bad.append(line[:120])
+    assert not bad, f"{len(bad)} clusters name no line of vLLM:\n" + "\n".join(bad[:10])
+
+
+def test_a_merge_file_of_a_new_report_keeps_its_section():
+    """`--out FILE` for a release with no report yet writes one section only, its heading on the
+    first line: split() still names it (a merge of it then writes that section)."""
+    import vllm_parity as vp
+    fp8 = vp.FP8_MARK.strip("\n") + "x\n\nbody\n"
+    assert vp.split(fp8)["fp8"] == fp8 and vp.split(fp8)["nvfp4"] == ""
+    whole = "# vLLM parity: x\n\nnv\n\n" + fp8 + "\n" + vp.RANDOM_HEADING + "\n\nr\n"
+    parts = vp.split(whole)
+    assert parts["nvfp4"] == "# vLLM parity: x\n\nnv\n" and parts["fp8"] == fp8
+    assert parts["random"] == vp.RANDOM_HEADING + "\n\nr\n" and parts["mx"] == ""

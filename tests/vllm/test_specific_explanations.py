@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import parity
 import pytest
@@ -138,3 +139,91 @@ def test_vllm_moe_use_deep_gemm_names_the_line_that_raised():
     assert r.vllm is None and r.selected is not None and r.why is not None
     assert r.why[0].startswith("VLLM_MOE_USE_DEEP_GEMM=1 forces deep_gemm")
     assert any(re.search(r"\.py lines? \d+", x) for x in _lines(r)), _lines(r)
+
+
+# -- the MX explanations name the installed release's line (issue 43) --------------------------
+def _mx(caps: str, cuda: str, quant: str, act: str, oracle: str, requested: str, fi: bool = True,
+        vendored: bool = False, b12x: bool = False, force_a16: bool = False) -> sim.Scenario:
+    return sim.Scenario(caps, cuda, FI if fi else None, sim.B12X if b12x else None, "moe", quant,
+                        act, True, requested=requested, oracle=oracle, triton_kernels=vendored,
+                        deep_gemm=vendored, force_a16=force_a16)
+
+
+#: one scenario per explanation of explain_mx that names vLLM's own files, with the start of its
+#: text and what the line it names holds in the installed vLLM's file
+MX_CASES = (
+    (_mx("10.0", "13.0", "mxfp4", "silu", "mxfp4", "deep_gemm", vendored=True),
+     "vLLM's DEEPGEMM_MXFP4 quantizes activations", "kFp8Dynamic128Sym"),
+    (_mx("12.0", "13.0", "mxfp4", "silu", "mxfp4", "b12x", b12x=True, force_a16=True),
+     "VLLM_B12X_MOE_FP4_FORCE_A16=1 keeps", "VLLM_B12X_MOE_FP4_FORCE_A16"),
+    (_mx("10.0", "12.8", "mxfp4_w4a4", "swigluoai", "mxfp4", "auto"),
+     "no backend runs mxfp4_w4a4 here and vLLM falls back", "matching + "),
+    (_mx("10.0", "12.8", "mxfp4", "swigluoai", "mxfp4", "cutlass"),
+     "vLLM has no --moe-backend value for its CUTLASS MXFP4", "def map_mxfp4_backend"),
+    (_mx("10.0", "12.8", "mxfp4", "swigluoai", "mxfp4", "triton"),
+     "this vLLM build lacks its vendored triton_kernels", "vllm.third_party"),
+    (_mx("10.0", "12.8", "mxfp4", "swigluoai", "dsv4", "auto", fi=False, vendored=True),
+     "vLLM's DeepSeek V4 MXFP4 path never tries", "def _get_priority_backends"),
+)
+LINE_AT = re.compile(r"^vLLM (\S+) (\S+\.py) lines? (\d+)(?:-(\d+))? \(")
+
+
+def _file_line(line: str) -> str:
+    """The text of the installed vLLM's file at the (first) line a LINE pair names."""
+    import vllm
+    m = LINE_AT.match(line)
+    assert m and m[1] == vllm.__version__, line
+    path = Path(vllm.__file__).parent / m[2]
+    return path.read_text().splitlines()[int(m[3]) - 1]
+
+
+def test_every_mx_explanation_names_the_installed_releases_line():
+    """Each path of explain_mx names a line of the installed vLLM, found in its own file at run
+    time (no release's line numbers written down): the line holds what decides the scenario."""
+    rows = parity.run([s for s, _, _ in MX_CASES]).rows
+    by = {r.scenario: r for r in rows}
+    for s, text, holds in MX_CASES:
+        r = by[s]
+        assert not r.agrees and r.why is not None, (s.label(), r.generic)
+        assert r.why[0].startswith(text), (s.label(), r.why[0])
+        lines = _lines(r)
+        assert lines, s.label()
+        assert any(holds in _file_line(x) for x in lines), (s.label(), lines)
+        without = (r.why[0], tuple(p for p in r.why[1] if p[0] != parity.LINE))
+        assert not parity.specific(without), s.label()  # the line is what makes it explained
+
+
+def test_an_explanation_without_vllms_line_is_refused(monkeypatch):
+    """run() (what tools/vllm_parity.py writes and --check counts, and every sweep test) refuses
+    an explanation that names vLLM's files and functions but no line of the installed release:
+    the difference counts as unexplained, the report's cluster is UNEXPLAINED and --check fails."""
+    import vllm_parity
+    s = MX_CASES[0][0]
+    real = parity.explain_mx
+
+    def no_line(r, names):
+        why = real(r, names)
+        return why and (why[0], tuple(p for p in why[1] if p[0] != parity.LINE))
+
+    monkeypatch.setattr(parity, "explain_mx", no_line)
+    report = parity.run([s])
+    assert report.unexplained == report.rows and report.rows[0].generic, report.rows[0].why
+    assert report.rows[0].generic.startswith(MX_CASES[0][1])
+    text = vllm_parity.render_mx(report)
+    assert "| MXFP4/MXFP8 differ without an explanation | 1 |" in text
+    assert "Why: UNEXPLAINED." in text
+    # the same explanation with its line is accepted
+    monkeypatch.setattr(parity, "explain_mx", real)
+    assert parity.run([s]).unexplained == []
+
+
+def test_vllm_def_reads_the_installed_file():
+    """vllm_def finds a function's line, a line in its body, its span; '' for what is absent."""
+    mod = parity.MX_ORACLE
+    at = parity.vllm_def(mod, "_filter_by_activation", "x")
+    assert "def _filter_by_activation" in _file_line(at)
+    m = LINE_AT.match(parity.vllm_def(mod, "_get_priority_backends", "x", span=True))
+    assert m and m[4] and int(m[4]) > int(m[3])
+    assert parity.vllm_def(mod, "no_such_function", "x") == ""
+    assert parity.vllm_def("vllm.no_such_module", "f", "x") == ""
+    assert not parity.specific(("t", (("engine", parity.FP8_ACT_SOURCE),)))
