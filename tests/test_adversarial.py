@@ -299,15 +299,16 @@ def _number_text(r: random.Random) -> str:
         if r.random() < 0.5 else hostile(r, 1, 3)
 
 
+def _one_line_refusal(name: str, value: str, exc: Exception) -> None:
+    text = str(exc)
+    assert name in text and text.isprintable(), why(name, value, text)
+
+
 def test_hostile_environment_variables_are_values_or_one_line_refusals(monkeypatch):
     from selector.core import env_vars
     from selector.core.errors import SelectorError
     r = rng("env")
-
-    def refusal(name: str, value: str, exc: SelectorError) -> None:
-        text = str(exc)
-        assert name in text and text.isprintable(), why(name, value, text)
-
+    refusal = _one_line_refusal
     lo, hi = env_vars.TIMEOUT_RANGE
     for _ in range(60):
         name = r.choice(sorted(env_vars.TIMEOUTS))

@@ -250,3 +250,14 @@ def test_observe_json_is_checked_when_the_plugin_registers(monkeypatch):
     assert env_vars.observe_json() is None
     monkeypatch.setenv(env_vars.VLLM_OBSERVE_JSON, " out.json ")
     assert env_vars.observe_json() == Path("out.json")
+
+
+@pytest.mark.parametrize("value", ["~> PWNED", "~no-such-user-selector-test/cache"])
+def test_cache_dir_of_an_unknown_user_is_refused_naming_the_variable(monkeypatch, value):
+    """Found by tests/test_adversarial.py: `Path.expanduser` raised RuntimeError (a traceback
+    from every command) for a `~user` with no home directory."""
+    from selector.core.errors import SelectorError
+    monkeypatch.setenv("SELECTOR_CACHE_DIR", value)
+    monkeypatch.delenv("SELECTOR_NO_CACHE", raising=False)
+    with pytest.raises(SelectorError, match="SELECTOR_CACHE_DIR"):
+        env_vars.cache_dir()

@@ -1,52 +1,57 @@
 """The emulation's fused NVFP4 MoE on CUDA: two Triton grouped GEMMs that dequantize in registers.
 
-``emulate_moe`` (``backends.reference``) runs :func:`fused_moe` on CUDA when Triton imports. It
-computes what the grouped emulation computes, step for step, without expanding any weight in
-memory:
+``emulate_moe`` (``backends.reference``) runs :func:`fused_moe` on CUDA when Triton imports. It computes what the
+grouped emulation computes, step for step, without expanding any weight in memory:
 
-- routing: the ``T * top_k`` (token, slot) rows are sorted by expert once (``argsort`` on the
-  device) and cut into blocks of ``BLOCK_M`` rows of one expert each; the block table has a fixed
-  upper-bound size (``ceil(T k / BLOCK_M) + min(E, T k)`` blocks, the surplus marked -1), so
-  nothing waits for the device and the launches can be captured in a CUDA graph.
-- FC1 (``_fc1``): for each block and each tile of ``BLOCK_N`` intermediate columns the program
-  reads the expert's packed E2M1 codes and E4M3 block scales (16 elements a scale) of the gate
-  and up rows, expands them to codes times block scales in bf16 in registers (exact: a 2-bit times
-  a 4-bit significand), multiplies with the bf16 activations (``tl.dot``, float32 accumulation),
-  rounds the GEMM output to bf16 (the emulation's bf16 GEMM output), multiplies the float32 value
-  by the weight's global scale and the activation's scale, and applies the activation (silu, gelu,
-  gelu_tanh, the SwiGLU-OAI pair in both layouts, swiglustep, the ``swiglu_limit`` clamp; relu2,
-  silu, gelu, gelu_tanh non-gated) in float32. Only the routed experts' weights are read, each
-  once per block of its rows.
-- W4A4: FC1's input is quantized to NVFP4 (codes times block scales in bf16, the global scale
-  kept aside) by ``nvfp4_triton.quantize_unit_triton``, one Triton kernel with the emulation's
-  rounding; FC1's activation likewise before FC2: with a given FC2 input scale (the checkpoint's,
-  0-d or per expert) FC1's epilogue quantizes it itself (``_qdq``, the same arithmetic) and writes
-  FC2's bf16 input, with none (dynamic) it writes float32 and the per-expert amax and the
-  quantizer follow. W4A16: FC1 writes bf16.
-- FC2 (``_fc2``): the same GEMM over ``I``; its bf16-rounded output times the global scales and the
-  router weight is added into the token's float32 row of the ``[T, H]`` output (atomic adds, top_k
-  > 1; the order of a token's top_k additions varies from run to run), or with config
-  ``ATOMIC=0`` written per (token, slot) row and the rows summed (``[T top_k, H]`` float32).
+- routing: the ``T * top_k`` (token, slot) rows are sorted by expert once (``argsort`` on the device) and cut into
+  blocks of ``BLOCK_M`` rows of one expert each; the block table has a fixed upper-bound size (``ceil(T k / BLOCK_M)
+  + min(E, T k)`` blocks, the surplus marked -1), so nothing waits for the device and the launches can be captured
+  in a CUDA graph.
+- FC1 (``_fc1``): for each block and each tile of ``BLOCK_N`` intermediate columns the program reads the expert's
+  packed E2M1 codes and E4M3 block scales (16 elements a scale) of the gate and up rows, expands them to codes times
+  block scales in bf16 in registers (exact: a 2-bit times a 4-bit significand), multiplies with the bf16 activations
+  (``tl.dot``, float32 accumulation), rounds the GEMM output to bf16 (the emulation's bf16 GEMM output), multiplies
+  the float32 value by the weight's global scale and the activation's scale, and applies the activation (silu, gelu,
+  gelu_tanh, the SwiGLU-OAI pair in both layouts, swiglustep, the ``swiglu_limit`` clamp; relu2, silu, gelu,
+  gelu_tanh non-gated) in float32. Only the routed experts' weights are read, each once per block of its rows.
+- W4A4: FC1's input is quantized to NVFP4 (codes times block scales in bf16, the global scale kept aside) by
+  ``nvfp4_triton.quantize_unit_triton``, one Triton kernel with the emulation's rounding; FC1's activation likewise
+  before FC2: with a given FC2 input scale (the checkpoint's, 0-d or per expert) FC1's epilogue quantizes it itself
+  (``_qdq``, the same arithmetic) and writes FC2's bf16 input, with none (dynamic) it writes float32 and the
+  per-expert amax and the quantizer follow. W4A16: FC1 writes bf16.
+- FC2 (``_fc2``): the same GEMM over ``I``; its bf16-rounded output times the global scales and the router weight is
+  added into the token's float32 row of the ``[T, H]`` output (atomic adds, top_k > 1; the order of a token's top_k
+  additions varies from run to run), or with config ``ATOMIC=0`` written per (token, slot) row and the rows summed
+  (``[T top_k, H]`` float32).
 
-Memory during a call: the checkpoint plus the activations (x, FC2's input ``[T top_k, I]``, the
-``[T, H]`` float32 sum): 1.00-1.11x the checkpoint on an H100 at Qwen3-30B-A3B, gpt-oss-120b and
-Mixtral-8x7B shapes up to 1,024 tokens (docs/performance.md). No host sync once a shape's kernels
-are compiled: ``EmulationMoE.apply`` can be captured in a CUDA graph.
+Memory during a call: the checkpoint plus the activations (x, FC2's input ``[T top_k, I]``, the ``[T, H]`` float32
+sum): 1.00-1.11x the checkpoint on an H100 at Qwen3-30B-A3B, gpt-oss-120b and Mixtral-8x7B shapes up to 1,024 tokens
+(docs/performance.md). No host sync once a shape's kernels are compiled: ``EmulationMoE.apply`` can be captured in a
+CUDA graph.
 
-The values are the grouped emulation's up to float32 accumulation order (the GEMM's and the
-top-k sum's): tests/test_emulation_fused.py compares them in Triton's interpreter on the CPU.
+The values are the grouped emulation's up to float32 accumulation order (the GEMM's and the top-k sum's):
+tests/test_emulation_fused.py compares them in Triton's interpreter on the CPU.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from selector.core.env_vars import triton_interpret
 
-from .nvfp4_moe_host import TILE_FAILED, cfg_key, compile_failure, gate_up_columns, swiglu_params, tile_ladder
+from .nvfp4_moe_host import (
+    TILE_FAILED,
+    cfg_key,
+    compile_failure,
+    fc1_input,
+    fc2_input,
+    gate_up_columns,
+    per_expert,
+    swiglu_params,
+    tile_ladder,
+)
 
 #: activation codes of the kernels (``ACT``)
-_ACTS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3, "swigluoai_uninterleave": 3,
-         "swiglustep": 4, "relu2": 5}
+_ACTS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3, "swigluoai_uninterleave": 3, "swiglustep": 4, "relu2": 5}
 
 
 try:
@@ -169,13 +174,11 @@ if triton is not None:
         return tl.reshape(c, (BLOCK_M, BLOCK_N))
 
     @triton.jit
-    def _fc1(a_ptr, stride_am, arow_ptr, be_ptr, bs_ptr, bend_ptr,
-             wp_ptr, wsc_ptr, ws2_ptr, as_ptr, qs_ptr, out_ptr, stride_om,
-             N, K, stride_pe, stride_pn, stride_se, stride_sn,
+    def _fc1(a_ptr, stride_am, arow_ptr, be_ptr, bs_ptr, bend_ptr, wp_ptr, wsc_ptr, ws2_ptr, as_ptr, qs_ptr,
+             out_ptr, stride_om, N, K, stride_pe, stride_pn, stride_se, stride_sn,
              gate_base, up_base, row_step, limit, alpha, beta,
-             ACT: tl.constexpr, GATED: tl.constexpr, HAS_LIMIT: tl.constexpr,
-             OUT_BF16: tl.constexpr, QUANT_OUT: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             ACT: tl.constexpr, GATED: tl.constexpr, HAS_LIMIT: tl.constexpr, OUT_BF16: tl.constexpr,
+             QUANT_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              F32_DOT: tl.constexpr, SPLIT: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_b = tl.program_id(1)
@@ -282,10 +285,8 @@ if triton is not None:
             tl.store(o, y, mask=mask_m[:, None] & mask_n[None, :])
 
 
-#: the kernels' tiles (``fused_moe``'s ``config`` overrides them per call;
-#: benchmarks/emulation_tiles.py sweeps them)
-TILES: Dict[str, int] = {"BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128, "num_warps": 4,
-                         "num_stages": 3, "SPLIT": 0}
+#: the kernels' tiles (``fused_moe``'s ``config`` overrides them per call; benchmarks/emulation_tiles.py sweeps them)
+TILES: Dict[str, int] = {"BLOCK_N1": 64, "BLOCK_N2": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "SPLIT": 0}
 
 
 if triton is not None:
@@ -327,12 +328,10 @@ def available() -> bool:
 
 
 def block_m(rows: int, num_experts: int) -> int:
-    """BLOCK_M by the mean rows an expert gets (16 at decode: one tile of rows per expert), at
-    most 32: on an H100 (SM 9.0, Triton 3.6) every BLOCK_M 64 or 128 config either failed to
-    compile (SPLIT 0: ``PassManager::run failed``, the dequantized tile as a wgmma operand) or
-    ran 1.6-3.0x slower than 32 (SPLIT 1) at Mixtral-8x7B 256 and 1,024 tokens, Qwen3-30B-A3B
-    and gpt-oss-120b 1,024 (benchmarks/emulation_tiles.py --block-m 64,128;
-    docs/records/h100-runs/issue46_2026-12-07b/emulation_tiles.txt)."""
+    """BLOCK_M by the mean rows an expert gets (16 at decode: one tile of rows per expert), at most 32: on an H100
+    (SM 9.0, Triton 3.6) every BLOCK_M 64 or 128 config failed to compile (SPLIT 0: ``PassManager::run failed``, the
+    dequantized tile as a wgmma operand) or ran 1.6-3.0x slower than 32 (SPLIT 1) at Mixtral-8x7B 256 and 1,024 tokens,
+    Qwen3-30B-A3B and gpt-oss-120b 1,024 (benchmarks/emulation_tiles.py --block-m 64,128; docs/performance.md)."""
     mean = rows / max(1, min(num_experts, rows))
     return 16 if mean <= 16 else 32
 
@@ -374,74 +373,6 @@ def route_blocks(topk_ids, num_experts: int, bm: int, kernel: Optional[bool] = N
     first = (b - (cum - nblk)[bec]) * bm + starts[bec]
     end = starts[bec] + counts[bec]
     return (order, torch.where(valid, bec, -1).int(), first.int(), end.int(), row_e)
-
-
-#: (E, device) -> ones [E + 1]: the scales of a scheme that has none
-_ONES: Dict[Tuple[int, str], Any] = {}
-
-
-def _per_expert(s, E: int, device):
-    """A 0-d / ``[E]`` float32 scale (None: ones) as ``[E + 1]`` (the last entry for unrouted rows);
-    computed once per scale tensor while it is unchanged (``validate.once``: a layer's scales
-    are the same tensors every call)."""
-    import torch
-
-    from ..common.validate import once
-    if s is None:  # made once per (E, device): a call allocates nothing for it
-        key = (E, str(torch.device(device)))
-        if key not in _ONES:
-            _ONES[key] = torch.ones(E + 1, dtype=torch.float32, device=device)
-        return _ONES[key]
-
-    def make():
-        t = torch.as_tensor(s, dtype=torch.float32, device=device)
-        v = t.expand(E) if t.dim() == 0 else t
-        return torch.cat([v.float(), torch.ones(1, dtype=torch.float32, device=device)])
-    if isinstance(s, torch.Tensor) and s.device == torch.device(device):
-        return once(s, ("per_expert", E), make)
-    return make()
-
-
-def _dynamic_scale(v, row_e, E: int):
-    """The emulation's dynamic activation scale per expert, ``[E + 1]``: ``amax / (6 * 448)`` of the
-    rows routed to it (1 where the amax is 0), as ``quantize`` computes it."""
-    import torch
-
-    from ..common.constants import E2M1_MAX, E4M3_MAX
-    amax = torch.zeros(E + 1, dtype=torch.float32, device=v.device)
-    amax.scatter_reduce_(0, row_e, v.float().abs().amax(dim=1), reduce="amax")
-    return torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
-
-
-def _fc1_input(x, s1, w4a4: bool, order, k: int, row_e_c, E: int):
-    """FC1's input ``(values, row of each routed row in them, per-expert scales [E + 1])``: x
-    itself (W4A16), or its NVFP4 codes times block scales (W4A4): x quantized once where one scale
-    serves every expert, else each routed row with its expert's (or dynamic) scale."""
-    import torch
-
-    from . import nvfp4_triton
-    dev = x.device
-    row_tok = (order // k).int()
-    if not w4a4:
-        return x.contiguous(), row_tok, _per_expert(None, E, dev)
-    if s1 is not None and s1.dim() == 0:  # one scale: x quantized once for all experts
-        a1, _ = nvfp4_triton.quantize_unit_triton(x, s1.to(dev), x.dtype)
-        return a1, row_tok, _per_expert(s1, E, dev)
-    xs = x[order // k]  # per expert, or dynamic from the amax of each expert's rows
-    as1 = _per_expert(s1, E, dev) if s1 is not None else _dynamic_scale(xs, row_e_c, E)
-    a1, _ = nvfp4_triton.quantize_unit_triton(xs, as1[row_e_c], x.dtype)
-    return a1, torch.arange(order.numel(), dtype=torch.int32, device=dev), as1
-
-
-def _fc2_input(inter, s2, w4a4: bool, row_e_c, E: int, dtype):
-    """FC2's input ``(values, per-expert scales [E + 1])``: the activation in bf16 (W4A16) or its
-    NVFP4 codes times block scales (W4A4), with each expert's (or a dynamic) scale."""
-    from . import nvfp4_triton
-    if not w4a4:
-        return inter, _per_expert(None, E, inter.device)
-    as2 = _per_expert(s2, E, inter.device) if s2 is not None else _dynamic_scale(inter, row_e_c, E)
-    a2, _ = nvfp4_triton.quantize_unit_triton(inter, as2[row_e_c], dtype)
-    return a2, as2
 
 
 def fused_moe(x, weights, topk_weights, topk_ids, *, activation: str, quant: str,
@@ -500,93 +431,69 @@ def _fused_moe(x, weights, topk_weights, topk_ids, activation, quant, act_and_mu
         raise RuntimeError("triton is not importable")
     T, H = x.shape
     k = topk_ids.shape[1]
-    w13, w2 = weights.w13, weights.w2
-    E = w13.packed.shape[0]
-    I = w2.packed.shape[2] * 2
-    dev = x.device
+    E = weights.w13.packed.shape[0]
     n = T * k
     cfg = {"BLOCK_M": block_m(n, E), **TILES}
     cfg.update(config)
-    bm = cfg["BLOCK_M"]
     # the output: each token's top_k contributions added into its float32 row by FC2's atomic
     # adds ([T, H], ATOMIC), or per (token, slot) row then summed ([T k, H], 4 k times the
     # memory: config ATOMIC=0, a fixed summation order)
     atomic = bool(cfg.get("ATOMIC", 1)) and k > 1
-    y = torch.zeros((T if atomic else n, H), dtype=torch.float32, device=dev)
+    y = torch.zeros((T if atomic else n, H), dtype=torch.float32, device=x.device)
     if n == 0 or T == 0:
         return y if atomic else y.view(T, k, H).sum(1)
-    order, be, bstart, bend, row_e = route_blocks(topk_ids, E, bm)
-    nb = be.numel()
-    row_e_c = row_e.clamp(max=E)
+    order, be, bstart, bend, row_e = route_blocks(topk_ids, E, cfg["BLOCK_M"])
+    blocks = (be, bstart, bend, row_e.clamp(max=E))
+    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
+            "SPLIT": bool(cfg["SPLIT"]), "F32_DOT": triton_interpret()}
+    a2, as2 = _run_fc1(ks["fc1"], x, weights, order, k, blocks, quant, act_and_mul, activation,
+                       (s1, s2), (swiglu_limit, swiglu_alpha, swiglu_beta), w13_order, cfg, opts)
+    w2 = weights.w2
+    p2, b2 = w2.packed, w2.block_scale
+    tw = topk_weights.reshape(-1).float().contiguous()
+    I = w2.packed.shape[2] * 2
+    bn2 = cfg["BLOCK_N2"]
+    ks["fc2"][(-(-H // bn2), be.numel())](
+        a2, a2.stride(0), be, bstart, bend, order.int(), tw, p2, b2,
+        per_expert(w2.scale_2, E, x.device), as2, y, y.stride(0),
+        H, I, p2.stride(0), p2.stride(1), b2.stride(0), b2.stride(1), k,
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn2, BLOCK_K=cfg["BLOCK_K"], ATOMIC=atomic, **opts)
+    return y if atomic else y.view(T, k, H).sum(1)
+
+
+def _run_fc1(fc1, x, weights, order, k, blocks, quant, act_and_mul, activation, scales, swiglu,
+             w13_order, cfg, opts):
+    """FC1 of one try, launched: FC2's input and its per-expert scales ``(a2, as2)``."""
+    import torch
+
+    be, bstart, bend, row_e_c = blocks
+    s1, s2 = scales
+    swiglu_limit = swiglu[0]
+    w13 = weights.w13
+    E = w13.packed.shape[0]
+    I = weights.w2.packed.shape[2] * 2
+    n, H, dev = order.numel(), x.shape[1], x.device
     w4a4 = quant == "nvfp4"
-    a1, arow, as1 = _fc1_input(x, s1, w4a4, order, k, row_e_c, E)
+    a1, arow, as1 = fc1_input(x, s1, w4a4, order, k, row_e_c, E)
     gated = bool(act_and_mul)
     gate_base, up_base, step = gate_up_columns(activation, gated, w13_order, I)
-    limit, alpha, beta = swiglu_params(activation, swiglu_limit, swiglu_alpha, swiglu_beta)
-    act = _ACTS[activation]
+    limit, alpha, beta = swiglu_params(activation, *swiglu)
     # W4A4 with a given FC2 input scale: FC1 writes FC2's NVFP4 input itself (bf16, exact);
     # dynamic (s2 None): FC1's float32 output, then the per-expert amax and the quantizer
     quant_out = w4a4 and s2 is not None
-    as2 = _per_expert(s2, E, dev) if quant_out else None
+    as2 = per_expert(s2, E, dev) if quant_out else None
     inter = torch.empty((n, I), dtype=torch.float32 if w4a4 and not quant_out else x.dtype,
                         device=dev)
-    ws13 = _per_expert(w13.scale_2, E, dev)
-    ws2 = _per_expert(w2.scale_2, E, dev)
-    bn1, bn2, bk = cfg["BLOCK_N1"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
-    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
-            "SPLIT": bool(cfg["SPLIT"]),
-            "F32_DOT": triton_interpret()}
     p13, b13 = w13.packed, w13.block_scale
-    ks["fc1"][(-(-I // bn1), nb)](
-        a1, a1.stride(0), arow, be, bstart, bend, p13, b13, ws13, as1,
+    bn1 = cfg["BLOCK_N1"]
+    fc1[(-(-I // bn1), be.numel())](
+        a1, a1.stride(0), arow, be, bstart, bend, p13, b13, per_expert(w13.scale_2, E, dev), as1,
         as2 if quant_out else as1, inter, inter.stride(0),
         I, H, p13.stride(0), p13.stride(1), b13.stride(0), b13.stride(1),
         gate_base, up_base, step, float(limit), float(alpha), float(beta),
-        ACT=act, GATED=gated, OUT_BF16=not w4a4, QUANT_OUT=quant_out,
+        ACT=_ACTS[activation], GATED=gated, OUT_BF16=not w4a4, QUANT_OUT=quant_out,
         HAS_LIMIT=swiglu_limit is not None and activation in ("silu", "gelu", "gelu_tanh"),
-        BLOCK_M=bm, BLOCK_N=bn1, BLOCK_K=bk, **opts)
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn1, BLOCK_K=cfg["BLOCK_K"], **opts)
     if quant_out:
-        a2 = inter
-    else:
-        a2, as2 = _fc2_input(inter, s2, w4a4, row_e_c, E, x.dtype)
-        del inter
-    p2, b2 = w2.packed, w2.block_scale
-    tw = topk_weights.reshape(-1).float().contiguous()
-    ks["fc2"][(-(-H // bn2), nb)](
-        a2, a2.stride(0), be, bstart, bend, order.int(), tw, p2, b2, ws2, as2, y, y.stride(0),
-        H, I, p2.stride(0), p2.stride(1), b2.stride(0), b2.stride(1), k,
-        BLOCK_M=bm, BLOCK_N=bn2, BLOCK_K=bk, ATOMIC=atomic, **opts)
-    return y if atomic else y.view(T, k, H).sum(1)
-    order, be, bstart, bend, row_e = route_blocks(topk_ids, E, bm)
-    nb = be.numel()
-    row_e_c = row_e.clamp(max=E)
-    w4a4 = quant == "nvfp4"
-    a1, arow, as1 = _fc1_input(x, s1, w4a4, order, k, row_e_c, E)
-    gated = bool(act_and_mul)
-    gate_base, up_base, step = gate_up_columns(activation, gated, w13_order, I)
-    limit, alpha, beta = swiglu_params(activation, swiglu_limit, swiglu_alpha, swiglu_beta)
-    act = _ACTS[activation]
-    inter = torch.empty((n, I), dtype=torch.float32 if w4a4 else x.dtype, device=dev)
-    ws13 = _per_expert(w13.scale_2, E, dev)
-    ws2 = _per_expert(w2.scale_2, E, dev)
-    bn1, bn2, bk = cfg["BLOCK_N1"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
-    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
-            "SPLIT": bool(cfg["SPLIT"]),
-            "F32_DOT": triton_interpret()}
-    p13, b13 = w13.packed, w13.block_scale
-    ks["fc1"][(-(-I // bn1), nb)](
-        a1, a1.stride(0), arow, be, bstart, bend, p13, b13, ws13, as1, inter, inter.stride(0),
-        I, H, p13.stride(0), p13.stride(1), b13.stride(0), b13.stride(1),
-        gate_base, up_base, step, float(limit), float(alpha), float(beta),
-        ACT=act, GATED=gated, OUT_BF16=not w4a4, HAS_LIMIT=swiglu_limit is not None and activation in (
-            "silu", "gelu", "gelu_tanh"),
-        BLOCK_M=bm, BLOCK_N=bn1, BLOCK_K=bk, **opts)
-    a2, as2 = _fc2_input(inter, s2, w4a4, row_e_c, E, x.dtype)
-    del inter
-    p2, b2 = w2.packed, w2.block_scale
-    tw = topk_weights.reshape(-1).float().contiguous()
-    ks["fc2"][(-(-H // bn2), nb)](
-        a2, a2.stride(0), be, bstart, bend, order.int(), tw, p2, b2, ws2, as2, y, y.stride(0),
-        H, I, p2.stride(0), p2.stride(1), b2.stride(0), b2.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn2, BLOCK_K=bk, **opts)
-    return y.view(T, k, H).sum(1)
+        return inter, as2
+    return fc2_input(inter, s2, w4a4, row_e_c, E, x.dtype)

@@ -45,6 +45,21 @@ def _note(d: Decision, kind: str) -> Optional[Any]:
     return found[0] if found else None
 
 
+def _measured(d: Decision, win: str, name: str, status: str, prefix: str,
+              fell: bool) -> Optional[Beat]:
+    """The winner beat `name` by the profile's measurement, or None (no measurement of it)."""
+    measured = _note(d, "measured")
+    if measured is None or status != "eligible":
+        return None
+    times = {t["backend"]: t["median_ms"] for t in measured.data["times"]}
+    if win not in times:
+        return None
+    theirs = f"{name} {times[name]:.3g} ms" if name in times else f"{name} not measured (static order)"
+    return Beat(win, name, status, "measured",
+                f"{prefix}measured: {win} {times[win]:.3g} ms vs {theirs} at "
+                f"{measured.data['tokens']} tokens", f"profile {measured.data['profile']}", fell)
+
+
 def beat(d: Optional[Decision], reasons: bool = True) -> Optional[Beat]:
     """The reason `d.selected` beat the next usable backend, or None when nothing was
     selected. `reasons` False: a preference is said by its rank alone, without the catalogue's
@@ -75,16 +90,9 @@ def beat(d: Optional[Decision], reasons: bool = True) -> Optional[Beat]:
         else:
             why = f"{win} was requested ({key}={d.requested}); {name} ranks next"
         return Beat(win, name, status, "request", why)
-    measured = _note(d, "measured")
-    if measured is not None and status == "eligible":
-        times = {t["backend"]: t["median_ms"] for t in measured.data["times"]}
-        if win in times:
-            theirs = (f"{name} {times[name]:.3g} ms" if name in times else
-                      f"{name} not measured (static order)")
-            return Beat(win, name, status, "measured",
-                        f"{prefix}measured: {win} {times[win]:.3g} ms vs {theirs} at "
-                        f"{measured.data['tokens']} tokens", f"profile {measured.data['profile']}",
-                        fell is not None)
+    by_time = _measured(d, win, name, status, prefix, fell is not None)
+    if by_time is not None:
+        return by_time
     if status == "opt_in":
         r = nxt.reasons[0] if nxt.reasons else None
         why = r.message if r is not None else "opt-in"

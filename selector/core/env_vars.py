@@ -72,7 +72,11 @@ def cache_dir() -> Optional[Path]:
         return None
     given = os.environ.get("SELECTOR_CACHE_DIR")
     if given:
-        p = Path(given).expanduser()
+        try:
+            p = Path(given).expanduser()
+        except RuntimeError:  # "~name" of no known user: Python cannot expand it
+            raise bad_input("SELECTOR_CACHE_DIR", given, "starts with a ~user whose home "
+                            "directory is unknown; give an absolute path") from None
         if not p.is_absolute():
             raise bad_input("SELECTOR_CACHE_DIR", given, "is not an absolute path")
         return p

@@ -749,6 +749,34 @@ def _selected(d: Any) -> Tuple[Optional[str], Optional[str]]:
     return d.selected, (d.engine.kernel if d.engine else None)
 
 
+def _explain_bf16_fallback(r: Row) -> Optional[Tuple[str, Tuple]]:
+    """vLLM ran other activations than the layer asked for: only its BF16 fallback explains it."""
+    s = r.scenario
+    if r.vllm_quant != "mxfp4" or r.selector_mxfp4 is None:
+        return None
+    fallback = _at(vllm_def(MX_ORACLE, "_filter_by_activation", "_filter_by_activation: "
+                            "the BF16 variants follow the requested activation's as a "
+                            "fallback", needle="matching + ")) + _built(r)
+    if r.selector_mxfp4 == (r.vllm, r.vllm_kernel):
+        return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
+                f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
+                "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),) +
+                fallback)
+    if r.selector_mxfp4[0] in ("triton_kernels", "triton_unfused", "deep_gemm") and \
+            not (s.triton_kernels and s.deep_gemm):
+        return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
+                f"selector picks {r.selector_mxfp4[0]}, whose module this vLLM build lacks",
+                (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)) + fallback +
+                _at(vendored_line(s, r.selector_mxfp4[0])))
+    m = r.mxfp4_decision
+    c = m.candidate(r.vllm) if r.vllm in {x.backend for x in m.candidates} else None
+    if c is not None and c.status == "rejected":  # selector's rule rejects vLLM's pick
+        return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
+                f"selector: {r.vllm} rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),) +
+                fallback)
+    return None
+
+
 def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tuple]]:
     """An MXFP4/MXFP8 difference, explained by vLLM's source or by selector's rules."""
     s, d = r.scenario, r.decision
@@ -770,30 +798,7 @@ def explain_mx(r: Row, outside_names: Dict[str, str]) -> Optional[Tuple[str, Tup
         return explain(r, outside_names)  # a vLLM backend outside selector's catalogue
     if r.vllm is not None and r.vllm_quant is not None and \
             r.vllm_quant != asked(s, r.vllm_quant).quant:
-        # vLLM ran other activations than the layer asked for: only its BF16 fallback explains it
-        if r.vllm_quant != "mxfp4" or r.selector_mxfp4 is None:
-            return None
-        fallback = _at(vllm_def(MX_ORACLE, "_filter_by_activation", "_filter_by_activation: "
-                                "the BF16 variants follow the requested activation's as a "
-                                "fallback", needle="matching + ")) + _built(r)
-        if r.selector_mxfp4 == (r.vllm, r.vllm_kernel):
-            return (f"no backend runs {asked(s, r.vllm_quant).quant} here and vLLM falls back to "
-                    f"{r.vllm} with bf16 activations; selector decides the layer as asked, and "
-                    "asked about mxfp4 it picks the same", (("engine", BF16_FALLBACK_SOURCE),) +
-                    fallback)
-        if r.selector_mxfp4[0] in ("triton_kernels", "triton_unfused", "deep_gemm") and \
-                not (s.triton_kernels and s.deep_gemm):
-            return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
-                    f"selector picks {r.selector_mxfp4[0]}, whose module this vLLM build lacks",
-                    (("engine", BF16_FALLBACK_SOURCE), ("engine", VENDORED_SOURCE)) + fallback +
-                    _at(vendored_line(s, r.selector_mxfp4[0])))
-        m = r.mxfp4_decision
-        c = m.candidate(r.vllm) if r.vllm in {x.backend for x in m.candidates} else None
-        if c is not None and c.status == "rejected":  # selector's rule rejects vLLM's pick
-            return (f"vLLM falls back to {r.vllm} with bf16 activations; asked about mxfp4, "
-                    f"selector: {r.vllm} rejected", _why(c) + (("engine", BF16_FALLBACK_SOURCE),) +
-                    fallback)
-        return None
+        return _explain_bf16_fallback(r)
     if s.requested == "cutlass" and r.vllm is None and s.oracle != "mxfp8" and \
             "is not supported for MXFP4" in r.vllm_error:
         return ("vLLM has no --moe-backend value for its CUTLASS MXFP4 x MXFP4 MoE: selector "
