@@ -599,7 +599,9 @@ ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
 ENGINE_NAMES["sglang"].update({"linear/triton_block_fp8": "triton",
                                "linear/deep_gemm": "deep_gemm", "linear/cutlass": "cutlass",
                                # apply_fp8_linear's per-tensor GEMM (no --fp8-gemm-backend value)
-                               "linear/torch_per_tensor": "torch_scaled_mm"})
+                               "linear/torch_per_tensor": "torch_scaled_mm",
+                               # ModelOpt FP8's linear method calls it (modelopt_quant.py)
+                               "linear/flashinfer_bmm_fp8": "flashinfer_bmm_fp8"})
 # where a name's case runs when the backend's home device is one the engine refuses it on
 # (SGLang keeps per-tensor FP8 scales per tensor on SM 12.x only: fp8.py use_sm120_fp8_pertensor)
 ENGINE_HOME = {("sglang", "linear/torch_per_tensor"): "12.0"}
