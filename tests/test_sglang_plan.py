@@ -10,6 +10,8 @@ import json
 import pytest
 from helpers import REPO, load, run_main
 
+from selector.core.errors import SelectorError
+
 from selector.engines.sglang import auto_linear, auto_moe
 
 CORPUS = REPO / "tests" / "checkpoint_corpus"
@@ -50,9 +52,18 @@ def test_block_fp8_experts_sglang_refuses_at_tp8_without_ep(tmp_path):
 def test_no_sglang_plan_exits_0_with_a_command_sglang_refuses(tp, ep):
     """The corpus' block-FP8 checkpoints at TP 1/4/8 with and without EP: a plan with a command
     has every per-GPU intermediate size a multiple of 128 (SGLang's check)."""
-    for name in ("qwen3-30b-a3b-fp8", "qwen3-30b-a3b-ct-fp8-block", "deepseek-v3-fp8"):
+    for model in [CORPUS / n for n in ("qwen3-30b-a3b-fp8", "qwen3-30b-a3b-ct-fp8-block",
+                                       "deepseek-v3-fp8")] + sorted(
+            p for p in (REPO / "examples").iterdir() if (p / "config.json").is_file()):
         over = [*SGL, "platform=h200", f"parallel.tp={tp}"] + ([f"parallel.ep={tp}"] if ep else [])
-        lp = load(*over).launch_plan(CORPUS / name)
+        name = model.name
+        try:
+            lp = load(*over).launch_plan(model)
+        except SelectorError as e:  # a dense model: expert parallelism is refused
+            assert ep and "no MoE layer" in str(e), (name, tp, ep, e)
+            continue
+        refused = [p for g in lp.groups for p in g.problems if "SGLang refuses" in p]
+        assert not (lp.ok and lp.plan.ok and refused), (name, tp, ep, refused)
         for g in lp.groups:
             if g.op == "moe" and g.scheme == "fp8_block" and lp.ok and lp.plan.ok:
                 inter = g.per_rank["intermediate_size"]
@@ -95,6 +106,45 @@ def test_modelopt_fp8_experts_run_triton():
     lp = load(*SGL, "platform=b200").launch_plan(CORPUS / "qwen3-30b-a3b-modelopt-fp8")
     g = next(g for g in lp.groups if g.kind == "routed experts")
     assert g.backend == "triton" and "--moe-runner-backend" not in lp.flags
+
+
+@pytest.mark.parametrize("name, platform, extra, want", [
+    # ModelOptFp8LinearMethod (modelopt_quant.py 546-690): FlashInfer's bmm_fp8 on SM 9.x, 10.x
+    # and 12.x with FlashInfer (fp8_utils.py 528-531), else CUTLASS on channelwise scales
+    ("llama-3.1-8b-modelopt-fp8", "h200", (), "flashinfer_bmm_fp8"),
+    ("llama-3.1-8b-modelopt-fp8", "b200", (), "flashinfer_bmm_fp8"),
+    ("llama-3.1-8b-modelopt-fp8", "rtx_pro_6000", (), "flashinfer_bmm_fp8"),
+    ("llama-3.1-8b-modelopt-fp8", "h200", ("platform.packages.flashinfer-python=null",),
+     "cutlass"),
+    ("llama-3.1-8b-modelopt-fp8", "rtx_pro_6000", ("platform.packages.flashinfer-python=null",),
+     "cutlass"),
+    ("llama-3.1-8b-modelopt-fp8", "h200", ("platform.capability=8.9",), "cutlass"),
+    # CompressedTensorsW8A8Fp8 TENSOR strategy (compressed_tensors_w8a8_fp8.py 147-164): one
+    # max weight scale, torch._scaled_mm on every SM
+    ("llama-3.1-8b-ct-fp8-static", "h200", (), "torch_per_tensor"),
+    ("llama-3.1-8b-ct-fp8-static", "b200", (), "torch_per_tensor"),
+    # Fp8LinearMethod: channelwise CUTLASS off SM 12.x, per-tensor torch._scaled_mm on it
+    ("llama-3.1-8b-fp8-static", "h200", (), "cutlass"),
+    ("llama-3.1-8b-fp8-static", "rtx_pro_6000", (), "torch_per_tensor"),
+])
+def test_per_tensor_fp8_linear_runs_its_quant_methods_gemm(name, platform, extra, want):
+    """A per-tensor FP8 linear layer's GEMM is its SGLang quant method's (no flag chooses it):
+    the plan names that GEMM and passes no --fp8-gemm-backend."""
+    lp = load(*SGL, f"platform={platform}", *extra).launch_plan(CORPUS / name)
+    linear = [g for g in lp.groups if g.op == "linear" and g.scheme == "fp8_tensor"]
+    assert linear and lp.ok and lp.plan.ok
+    assert {g.backend for g in linear} == {want}, (name, platform, extra)
+    assert "--fp8-gemm-backend" not in lp.flags
+
+
+def test_deepseek_fused_qkv_a_proj_is_one_partition_in_sglang():
+    """SGLang builds DeepSeek's fused_qkv_a_proj as one ReplicatedLinear (deepseek_v2.py
+    2070-2076: one output partition of 2112, not vLLM's 1536 + 576), which
+    validate_block_quant_shapes (fp8.py 593-609) does not check: DeepSeek-V3 FP8 plans."""
+    for tp in (1, 4, 8):
+        lp = load(*SGL, "platform=h200", f"parallel.tp={tp}").launch_plan(CORPUS / "deepseek-v3-fp8")
+        assert lp.ok and lp.plan.ok, (tp, [p for g in lp.groups for p in g.problems])
+        assert not any("576" in p for g in lp.groups for p in g.problems)
 
 
 def test_explicit_marlin_is_never_printed_for_fp8_experts():
