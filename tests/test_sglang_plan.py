@@ -11,7 +11,6 @@ import pytest
 from helpers import REPO, load, run_main
 
 from selector.core.errors import SelectorError
-
 from selector.engines.sglang import auto_linear, auto_moe
 
 CORPUS = REPO / "tests" / "checkpoint_corpus"
