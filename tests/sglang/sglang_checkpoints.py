@@ -128,7 +128,8 @@ def moe_question(arch: str, tp: int, ep: int) -> Optional[Dict[str, Any]]:
     inter = c.get("moe_intermediate_size") or c["intermediate_size"]
     return {"prefix": MOE_PREFIX[arch], "experts": experts, "local_experts": experts // ep,
             "hidden": c["hidden_size"], "inter": inter // max(tp // ep, 1),
-            "top_k": c["num_experts_per_tok"], "activation": c["hidden_act"]}
+            "top_k": c["num_experts_per_tok"], "activation": c["hidden_act"],
+            "moe_tp": max(tp // ep, 1)}
 
 
 def linear_question(arch: str) -> Dict[str, Any]:

@@ -101,6 +101,9 @@ def moe(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
                               hidden_size=q["hidden"], intermediate_size_per_partition=q["inter"],
                               top_k=q["top_k"], params_dtype=torch.bfloat16,
                               activation=q["activation"], is_gated=True)
+        refused = _load_check(method, layer, cfg, q)
+        if refused:
+            return {"runner": None, "error": refused, "method": type(method).__name__}
         method.create_moe_runner(layer, cfg)
     except Exception as e:
         return {"runner": None, "error": _err("create_moe_runner", e),
@@ -123,6 +126,29 @@ def moe(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
         return {"runner": None, "method": type(method).__name__,
                 "error": f"create_moe_runner: {type(method).__name__} builds no MoeRunner"}
     return {"runner": name, "error": "", "method": type(method).__name__}
+
+
+def _load_check(method: Any, layer: Any, cfg: Any, q: Dict[str, Any]) -> str:
+    """The quant method's `create_weights` on the MoE layer's per-rank sizes, its tensors on
+    the meta device: the ValueError SGLang raises at load for sizes it refuses (Fp8MoEMethod's
+    block_n / block_k divisibility, fp8.py:1579-1601, per MoE-TP rank), else ''. What else
+    create_weights needs of a real server's layer is not judged here ('')."""
+    import torch
+    layer.moe_tp_size = q.get("moe_tp", 1)
+    layer.moe_runner_config = cfg
+    try:
+        with torch.device("meta"):
+            method.create_weights(layer, num_experts=q["local_experts"],
+                                  hidden_size=q["hidden"],
+                                  intermediate_size_per_partition=q["inter"],
+                                  params_dtype=torch.bfloat16,
+                                  weight_loader=lambda *a, **kw: None)
+    except ValueError as e:
+        if "divisible" in str(e):
+            return _err("create_weights", e)
+    except Exception:  # noqa: BLE001 - a server's layer holds more than this stand-in
+        pass
+    return ""
 
 
 def _gemm_name(fn: Any) -> str:
