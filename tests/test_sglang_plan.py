@@ -146,6 +146,20 @@ def test_deepseek_fused_qkv_a_proj_is_one_partition_in_sglang():
         assert not any("576" in p for g in lp.groups for p in g.problems)
 
 
+def test_deep_gemm_is_never_printed_for_compressed_tensors_fp8_experts():
+    """compressed_tensors_w8a8_fp8_moe.py 341-365: runners for aiter, triton and
+    flashinfer_trtllm only; Fp8Config's Fp8MoEMethod takes deep_gemm."""
+    ct = load(*SGL, "platform=h200", "policy.moe_backend=deep_gemm").launch_plan(
+        CORPUS / "qwen3-30b-a3b-ct-fp8-block")
+    assert "deep_gemm" not in ct.flags and not (ct.ok and ct.plan.ok)
+    g = next(g for g in ct.groups if g.kind == "routed experts")
+    assert "a runner that does not" in str(g.decision) and "[quant_method]" in str(g.decision)
+    fp8 = load(*SGL, "platform=h200", "policy.moe_backend=deep_gemm").launch_plan(
+        CORPUS / "qwen3-30b-a3b-fp8")
+    g = next(g for g in fp8.groups if g.kind == "routed experts")
+    assert g.backend == "deep_gemm"
+
+
 def test_explicit_marlin_is_never_printed_for_fp8_experts():
     """fp8.py 2985-2999, 3227: Fp8MoEMethod builds no marlin runner."""
     d = load(*SGL, "platform=h200", "layer=qwen_moe", "layer.quant=fp8_block",
