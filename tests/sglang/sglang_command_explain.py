@@ -49,6 +49,25 @@ def _op_class(row: Any, op: str) -> Optional[str]:
     return None
 
 
+def _substituted(row: Any) -> bool:
+    """SGLang, started from the user's request, runs another runner / GEMM than the one asked
+    for at every differing layer (its constraints replace the request), and selector's printed
+    plan, honored, names neither the request nor a flag for it."""
+    ops = _differing_ops(row)
+    return bool(ops) and all(
+        _asked_for(row, op) != "auto" and _ran(row.asked, op) != _asked_for(row, op)
+        and _asked_for(row, op) not in (row.planned.argv or []) for op in ops)
+
+
+def _library_absent(row: Any) -> bool:
+    """selector prints no command; SGLang builds the request's FlashInfer runner on a machine
+    without FlashInfer (its kernel is imported at the first forward, which raises)."""
+    return (row.planned.argv is None and not row.scenario.flashinfer
+            and not asked_fails(row) and "flashinfer_cutlass" in (
+                _ran(row.asked, "moe"), _ran(row.asked, "linear"))
+            and "flashinfer_cutlass cannot run it here" in row.planned.refusal)
+
+
 EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
     "request-refused": (
         S + "server_args.py (the parser's choices), arg_groups/ (resolution asserts, e.g. "
@@ -76,6 +95,24 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         lambda r: r.honored and not asked_fails(r) and bool(_differing_ops(r)) and all(
             _op_class(r, op) in ("auto-differs", "name-not-in-catalogue")
             for op in _differing_ops(r))),
+    "request-substituted": (
+        S + "arg_groups/overrides.py (_moe_runner_backend_quant_constraints: --quantization "
+        "mxfp8 replaces any runner outside MXFP8_MOE_RUNNER_BACKEND_CHOICES by "
+        "flashinfer_trtllm), layers/quantization/fp8.py (Fp8MoEMethod.create_moe_runner: 'has "
+        "no %s path; using triton'): the runner SGLang runs is in the row's `asked` answer",
+        "SGLang runs something else than the user asked for (its own constraints replace the "
+        "request); selector refuses the request with its rule and prints its choice, which "
+        "SGLang honors",
+        lambda r: r.honored and not asked_fails(r) and _substituted(r)),
+    "kernel-library-absent": (
+        S + "layers/moe/moe_runner/flashinfer_cutlass.py:157-162 "
+        "(_flashinfer_cutlass_fused_moe: RuntimeError 'requires flashinfer to be installed', "
+        "called at the first forward, 187 and 305); compressed_tensors.py:959-975 (the "
+        "compressed-tensors NVFP4 MoE builds that runner whatever is asked)",
+        "SGLang builds a FlashInfer CUTLASS runner on a machine without FlashInfer: it loads "
+        "and fails at the first forward; selector refuses the layer there and prints no "
+        "command",
+        _library_absent),
 }
 
 
