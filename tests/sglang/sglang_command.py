@@ -325,7 +325,7 @@ class Report(sweep_report.Report):
 def _question(s: Scenario, argv: List[str], d: Path) -> Dict[str, Any]:
     return {"argv": argv,
             "moe": ckpts.moe_question(s.arch, s.tp, s.ep) if s.has_moe else None,
-            "linear": ckpts.linear_question(s.arch) if s.linear[0] else None}
+            "linear": ckpts.linear_question(s.arch, s.tp) if s.linear[0] else None}
 
 
 def run(n: Optional[int] = None, the_seed: Optional[int] = None, python: str = sys.executable,

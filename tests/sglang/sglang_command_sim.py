@@ -151,6 +151,26 @@ def _load_check(method: Any, layer: Any, cfg: Any, q: Dict[str, Any]) -> str:
     return ""
 
 
+def _block_checks(qc: Any, owner: Any, q: Dict[str, Any]) -> str:
+    """SGLang's block-FP8 shape check (Fp8LinearMethod.validate_block_quant_shapes,
+    fp8.py:570-609, called by create_weights) on the dense MLP's per-rank sizes: its
+    ValueError, else ''."""
+    import types
+
+    from sglang.srt.layers.quantization.fp8 import Fp8LinearMethod
+    block = getattr(qc, "weight_block_size", None) or getattr(owner, "weight_block_size", None)
+    if not block:
+        return ""
+    cfg = types.SimpleNamespace(weight_block_size=list(block))
+    layer = types.SimpleNamespace(tp_group=types.SimpleNamespace(world_size=q.get("tp", 1)))
+    for name, k, k_rank, n, n_rank, parts in q.get("checks", ()):
+        try:
+            Fp8LinearMethod.validate_block_quant_shapes(layer, cfg, k, k_rank, n, n_rank, parts)
+        except ValueError as e:
+            return _err(f"create_weights ({name})", e)
+    return ""
+
+
 def _gemm_name(fn: Any) -> str:
     from sglang.srt.layers.quantization import fp8_utils
     fn_ = getattr(fn, "func", fn)
@@ -190,6 +210,9 @@ def linear(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
     if getattr(owner, "use_mxfp8", False) and getattr(owner, "w8a8_mxfp8_linear", None):
         return {"runner": _gemm_name(owner.w8a8_mxfp8_linear), "error": "", "method": kind}
     if getattr(owner, "block_quant", None) or getattr(owner, "weight_block_size", None):
+        refused = _block_checks(qc, owner, q)
+        if refused:
+            return {"runner": None, "error": refused, "method": kind}
         fn = getattr(owner, "w8a8_block_fp8_linear", None)
         if fn is not None:
             return {"runner": _gemm_name(fn), "error": "", "method": kind}
