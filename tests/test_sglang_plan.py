@@ -160,6 +160,18 @@ def test_deep_gemm_is_never_printed_for_compressed_tensors_fp8_experts():
     assert g.backend == "deep_gemm"
 
 
+def test_per_tensor_fp8_experts_run_deep_gemm_when_asked():
+    """fp8.py 3251-3275: Fp8MoEMethod runs per-tensor FP8 experts on DeepGEMM, its scales
+    repeated into 128x128 blocks; selector names it when asked, Triton otherwise."""
+    model = CORPUS / "qwen3-30b-a3b-fp8-tensor-dynamic"
+    lp = load(*SGL, "platform=h200", "policy.moe_backend=deep_gemm").launch_plan(model)
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert lp.ok and g.backend == "deep_gemm" and "deep_gemm" in lp.flags
+    g = next(g for g in load(*SGL, "platform=h200").launch_plan(model).groups
+             if g.kind == "routed experts")
+    assert g.backend == "triton"
+
+
 def test_explicit_marlin_is_never_printed_for_fp8_experts():
     """fp8.py 2985-2999, 3227: Fp8MoEMethod builds no marlin runner."""
     d = load(*SGL, "platform=h200", "layer=qwen_moe", "layer.quant=fp8_block",

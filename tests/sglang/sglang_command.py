@@ -116,24 +116,29 @@ def seed() -> int:
     return int(raw)
 
 
-MACHINES = tuple((c, fi, dg, k) for c in CAPABILITIES for fi in (True, False)
-                 for dg in (True, False) for k in (True, False))
+def _machine(rng: random.Random) -> Tuple[str, bool, bool, bool]:
+    """A machine: an SM, FlashInfer (3 in 4), sgl-deep-gemm (1 in 2), sglang-kernel (93 in
+    100) present or not."""
+    return (rng.choice(CAPABILITIES), rng.random() < 0.75, rng.random() < 0.5,
+            rng.random() < 0.93)
 
 
 def scenarios(n: int, rng: random.Random, choices: Dict[str, Tuple[str, ...]],
               machines: Optional[int] = None) -> List[Scenario]:
-    """`n` scenarios; with `machines`, drawn on that many machines (the first draws of `rng`),
-    else each on a machine of its own draw."""
-    pool = rng.sample(MACHINES, machines) if machines else None
+    """`n` scenarios; with `machines`, drawn on that many distinct machines (the first draws
+    of `rng`, each as a scenario's own), else each on a machine of its own draw."""
+    pool: List[Tuple[str, bool, bool, bool]] = []
+    while machines and len(pool) < machines:
+        m = _machine(rng)
+        if m not in pool:
+            pool.append(m)
     out = []
     for _ in range(n):
         arch, fmt = rng.choice(ckpts.CHECKPOINTS)
         tp, ep = rng.choice(PARALLEL) if arch in ckpts.MOE_PREFIX else \
             (rng.choice((1, 2, 4, 8)), 1)
         flag = LINEAR[fmt][1]
-        machine = rng.choice(pool) if pool else (
-            rng.choice(CAPABILITIES), rng.random() < 0.75, rng.random() < 0.5,
-            rng.random() < 0.93)
+        machine = rng.choice(pool) if pool else _machine(rng)
         out.append(Scenario(
             *machine, arch, fmt, tp, ep,
             "auto" if rng.random() < 0.2 else rng.choice(choices["moe"]),

@@ -60,12 +60,13 @@ def _substituted(row: Any) -> bool:
 
 
 def _library_absent(row: Any) -> bool:
-    """selector prints no command; SGLang builds the request's FlashInfer runner on a machine
-    without FlashInfer (its kernel is imported at the first forward, which raises)."""
-    return (row.planned.argv is None and not row.scenario.flashinfer
-            and not asked_fails(row) and "flashinfer_cutlass" in (
-                _ran(row.asked, "moe"), _ran(row.asked, "linear"))
-            and "flashinfer_cutlass cannot run it here" in row.planned.refusal)
+    """selector prints no command; SGLang, started from the request, builds a runner or GEMM
+    whose kernel library the machine lacks (FlashInfer's, imported at the first forward, which
+    raises; AMD's aiter, never on a CUDA machine)."""
+    ran = [_ran(row.asked, op) or "" for op in OPS]
+    return (row.planned.argv is None and not asked_fails(row) and any(
+        (n.startswith("flashinfer") and not row.scenario.flashinfer) or n == "aiter"
+        for n in ran))
 
 
 EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
@@ -107,11 +108,12 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
     "kernel-library-absent": (
         S + "layers/moe/moe_runner/flashinfer_cutlass.py:157-162 "
         "(_flashinfer_cutlass_fused_moe: RuntimeError 'requires flashinfer to be installed', "
-        "called at the first forward, 187 and 305); compressed_tensors.py:959-975 (the "
-        "compressed-tensors NVFP4 MoE builds that runner whatever is asked)",
-        "SGLang builds a FlashInfer CUTLASS runner on a machine without FlashInfer: it loads "
-        "and fails at the first forward; selector refuses the layer there and prints no "
-        "command",
+        "called at the first forward, 187 and 305); layers/quantization/modelopt_quant.py:"
+        "107-108, 173 (FlashInfer's FP4 GEMMs imported only where FlashInfer is); "
+        "layers/moe/moe_runner/aiter.py:135-156 (imports aiter, ROCm's library, at run time)",
+        "SGLang builds a FlashInfer runner or GEMM on a machine without FlashInfer, or AMD's "
+        "aiter runner on a CUDA machine: it loads and fails at the first forward; selector "
+        "refuses the layer there and prints no command",
         _library_absent),
 }
 
