@@ -238,9 +238,17 @@ def test_sglang_auto_moe_runner(sm, arch, quantization, scheme, ep, want):
     (90, "fp8_block", {}, "triton"),
     (100, "nvfp4", {}, "flashinfer_cutedsl"),
     (90, "nvfp4", {}, "marlin"),
-    (120, "nvfp4", {}, "flashinfer_cutlass")])
+    (120, "nvfp4", {}, "flashinfer_cutlass"),
+    # resolve_mxfp8_dense_gemm_backend (fp8_utils.py 834-889)
+    (100, "mxfp8", {"flashinfer-python": "x", "sgl-deep-gemm": "x"}, "flashinfer_cutedsl"),
+    (103, "mxfp8", {"flashinfer-python": "x"}, "flashinfer_cutedsl"),
+    (120, "mxfp8", {"flashinfer-python": "x"}, "flashinfer_cutlass"),
+    (110, "mxfp8", {"flashinfer-python": "x"}, "flashinfer_cutlass"),
+    (100, "mxfp8", {"sgl-deep-gemm": "x"}, "deep_gemm"),
+    (100, "mxfp8", {}, None)])
 def test_sglang_auto_gemms(sm, scheme, packages, want):
-    assert auto_linear(sm, scheme, packages)[0] == want
+    got = auto_linear(sm, scheme, packages)
+    assert (got and got[0]) == want
 
 
 def test_a_plan_names_the_missing_cuda_key():
