@@ -217,8 +217,20 @@ def linear(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
         if fn is not None:
             return {"runner": _gemm_name(fn), "error": "", "method": kind}
     if "Fp4" in kind or "Nvfp4" in kind or "NvFp4" in kind:
-        if "W4A16" in kind:
-            return {"runner": "marlin", "error": "", "method": kind}
+        if "W4A16" in kind:  # FlashInfer's bf16 x fp4 GEMM where --fp4-gemm-backend names
+            # one that has it (cute-dsl, cudnn) on Blackwell, else FP4 Marlin
+            # (compressed_tensors_w4a16_nvfp4.py _use_flashinfer_bf16_fp4)
+            import sys as _sys
+
+            import torch
+            mod = _sys.modules[type(owner).__module__]
+            pick = getattr(mod, "_use_flashinfer_bf16_fp4", None)
+            try:
+                fi = bool(pick and pick(torch.bfloat16))
+            except (ValueError, RuntimeError) as e:
+                return {"runner": None, "error": _err("create_weights", e), "method": kind}
+            return {"runner": fp4_utils.get_fp4_gemm_runner_backend().value if fi else "marlin",
+                    "error": "", "method": kind}
         return {"runner": fp4_utils.get_fp4_gemm_runner_backend().value, "error": "",
                 "method": kind}
     if "Unquantized" in kind:
