@@ -1946,6 +1946,11 @@ V34_CASES = [
       pk={**V33, **NO_CUBIN_WARN}, layer={"activation": "swiglustep"}, engine=V),
     C("v34-trtllm-swiglustep-fi-0.6.12", "10.0", "moe/flashinfer_trtllm", {"feature"},
       pk={**V34, FI: "0.6.12", DSL: "4.5.0"}, layer={"activation": "swiglustep"}, engine=V),
+    # the same probe for a weight-only NVFP4 layer (the feature rule's when.quant lists both)
+    C("v34-trtllm-swiglustep-w4a16-fi-0.6.12", "10.0", "moe/flashinfer_trtllm", {"feature"},
+      only="feature",
+      pk={**V34, FI: "0.6.12", DSL: "4.5.0"},
+      layer={"activation": "swiglustep", "quant": "nvfp4_w4a16"}, engine=V),
     C("v34-trtllm-swiglustep-nongated", "10.0", "moe/flashinfer_trtllm", {"act_and_mul"},
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep", "act_and_mul": False},
       engine=V),
