@@ -230,6 +230,18 @@ def test_sglang_auto_moe_runner(sm, arch, quantization, scheme, ep, want):
     assert auto_moe(sm, arch, quantization, scheme, ep)[0] == want
 
 
+def test_the_printed_command_passes_no_quantization():
+    """overrides.py 1513-1521 picks flashinfer_cutlass for modelopt_fp4 on SM 11.x/12.x from
+    `--quantization` only; the printed command passes none, so SGLang's own runner there is
+    ModelOptNvFp4FusedMoEMethod's auto (flashinfer_trtllm, SM 10.x only) and the plan passes
+    --moe-runner-backend flashinfer_cutlass."""
+    args = (120, "Qwen3MoeForCausalLM", "modelopt_fp4", "nvfp4", 1)
+    assert auto_moe(*args)[0] == "flashinfer_cutlass"
+    assert auto_moe(*args, passed=False)[0] == "flashinfer_trtllm"
+    lp = load(*SGL, "platform=rtx_pro_6000").launch_plan(CORPUS / "qwen3-30b-a3b-fp4")
+    assert lp.flags[-2:] == ("--moe-runner-backend", "flashinfer_cutlass")
+
+
 @pytest.mark.parametrize("sm,scheme,packages,want", [
     (120, "fp8_block", {"sgl-deep-gemm": "x"}, "cutlass"),
     (110, "fp8_block", {"sgl-deep-gemm": "x"}, "triton"),

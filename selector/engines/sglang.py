@@ -95,9 +95,12 @@ def _quantization(plan: Any, scheme: str) -> str:
         fmt, fmt.lower())
 
 
-def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int) -> Tuple[str, str]:
+def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int,
+             passed: bool = True) -> Tuple[str, str]:
     """SGLang 0.5.23's MoE runner for `--moe-runner-backend auto` (no a2a backend, CUDA):
-    (the runner, why with its source)."""
+    (the runner, why with its source). `passed`: the command line passes `--quantization`
+    (a launch plan's command does not: SGLang's quantization constraints then see none, and
+    the checkpoint's quantization reaches only the quant method)."""
     major = sm // 10
     if arch in _QWEN3 and major == 10 and quantization in ("fp8", "modelopt_fp4"):
         return "flashinfer_trtllm", _OVERRIDES["qwen3"]
@@ -109,7 +112,7 @@ def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int) -> Tup
             return "flashinfer_mxfp4", _OVERRIDES["gpt_oss"]
         if ep == 1:
             return "triton_kernel", _OVERRIDES["gpt_oss"]
-    if quantization == "modelopt_fp4" and major in (11, 12):
+    if passed and quantization == "modelopt_fp4" and major in (11, 12):
         return "flashinfer_cutlass", (SRC + "arg_groups/overrides.py:1513-1521 "
                                       "(_moe_runner_backend_quant_constraints: modelopt_fp4 on "
                                       "SM 11.x/12.x)")
@@ -215,7 +218,7 @@ class SglangLauncher(Launcher):
         if group.op != "moe":
             return None
         name, why = auto_moe(sm, plan.architecture.name, _quantization(plan, group.scheme),
-                             group.scheme, sel.run_config.parallel.ep)
+                             group.scheme, sel.run_config.parallel.ep, passed=False)
         if not name:
             return None
         return Auto((name,), "--moe-runner-backend auto", why)
