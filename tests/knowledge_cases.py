@@ -599,7 +599,9 @@ ENGINE_NAMES["sglang"].update({b: None for b in SCHEME_OF})
 ENGINE_NAMES["sglang"].update({"linear/triton_block_fp8": "triton",
                                "linear/deep_gemm": "deep_gemm", "linear/cutlass": "cutlass",
                                # apply_fp8_linear's per-tensor GEMM (no --fp8-gemm-backend value)
-                               "linear/torch_per_tensor": "torch_scaled_mm"})
+                               "linear/torch_per_tensor": "torch_scaled_mm",
+                               # ModelOpt FP8's linear method calls it (modelopt_quant.py)
+                               "linear/flashinfer_bmm_fp8": "flashinfer_bmm_fp8"})
 # where a name's case runs when the backend's home device is one the engine refuses it on
 # (SGLang keeps per-tensor FP8 scales per tensor on SM 12.x only: fp8.py use_sm120_fp8_pertensor)
 ENGINE_HOME = {("sglang", "linear/torch_per_tensor"): "12.0"}
@@ -1944,6 +1946,11 @@ V34_CASES = [
       pk={**V33, **NO_CUBIN_WARN}, layer={"activation": "swiglustep"}, engine=V),
     C("v34-trtllm-swiglustep-fi-0.6.12", "10.0", "moe/flashinfer_trtllm", {"feature"},
       pk={**V34, FI: "0.6.12", DSL: "4.5.0"}, layer={"activation": "swiglustep"}, engine=V),
+    # the same probe for a weight-only NVFP4 layer (the feature rule's when.quant lists both)
+    C("v34-trtllm-swiglustep-w4a16-fi-0.6.12", "10.0", "moe/flashinfer_trtllm", {"feature"},
+      only="feature",
+      pk={**V34, FI: "0.6.12", DSL: "4.5.0"},
+      layer={"activation": "swiglustep", "quant": "nvfp4_w4a16"}, engine=V),
     C("v34-trtllm-swiglustep-nongated", "10.0", "moe/flashinfer_trtllm", {"act_and_mul"},
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep", "act_and_mul": False},
       engine=V),

@@ -10,6 +10,7 @@ import json
 import pytest
 from helpers import REPO, load, run_main
 
+from selector.core.errors import SelectorError
 from selector.engines.sglang import auto_linear, auto_moe
 
 CORPUS = REPO / "tests" / "checkpoint_corpus"
@@ -50,9 +51,18 @@ def test_block_fp8_experts_sglang_refuses_at_tp8_without_ep(tmp_path):
 def test_no_sglang_plan_exits_0_with_a_command_sglang_refuses(tp, ep):
     """The corpus' block-FP8 checkpoints at TP 1/4/8 with and without EP: a plan with a command
     has every per-GPU intermediate size a multiple of 128 (SGLang's check)."""
-    for name in ("qwen3-30b-a3b-fp8", "qwen3-30b-a3b-ct-fp8-block", "deepseek-v3-fp8"):
+    for model in [CORPUS / n for n in ("qwen3-30b-a3b-fp8", "qwen3-30b-a3b-ct-fp8-block",
+                                       "deepseek-v3-fp8")] + sorted(
+            p for p in (REPO / "examples").iterdir() if (p / "config.json").is_file()):
         over = [*SGL, "platform=h200", f"parallel.tp={tp}"] + ([f"parallel.ep={tp}"] if ep else [])
-        lp = load(*over).launch_plan(CORPUS / name)
+        name = model.name
+        try:
+            lp = load(*over).launch_plan(model)
+        except SelectorError as e:  # a dense model: expert parallelism is refused
+            assert ep and "no MoE layer" in str(e), (name, tp, ep, e)
+            continue
+        refused = [p for g in lp.groups for p in g.problems if "SGLang refuses" in p]
+        assert not (lp.ok and lp.plan.ok and refused), (name, tp, ep, refused)
         for g in lp.groups:
             if g.op == "moe" and g.scheme == "fp8_block" and lp.ok and lp.plan.ok:
                 inter = g.per_rank["intermediate_size"]
@@ -95,6 +105,71 @@ def test_modelopt_fp8_experts_run_triton():
     lp = load(*SGL, "platform=b200").launch_plan(CORPUS / "qwen3-30b-a3b-modelopt-fp8")
     g = next(g for g in lp.groups if g.kind == "routed experts")
     assert g.backend == "triton" and "--moe-runner-backend" not in lp.flags
+
+
+@pytest.mark.parametrize("name, platform, extra, want", [
+    # ModelOptFp8LinearMethod (modelopt_quant.py 546-690): FlashInfer's bmm_fp8 on SM 9.x, 10.x
+    # and 12.x with FlashInfer (fp8_utils.py 528-531), else CUTLASS on channelwise scales
+    ("llama-3.1-8b-modelopt-fp8", "h200", (), "flashinfer_bmm_fp8"),
+    ("llama-3.1-8b-modelopt-fp8", "b200", (), "flashinfer_bmm_fp8"),
+    ("llama-3.1-8b-modelopt-fp8", "rtx_pro_6000", (), "flashinfer_bmm_fp8"),
+    ("llama-3.1-8b-modelopt-fp8", "h200", ("platform.packages.flashinfer-python=null",),
+     "cutlass"),
+    ("llama-3.1-8b-modelopt-fp8", "rtx_pro_6000", ("platform.packages.flashinfer-python=null",),
+     "cutlass"),
+    ("llama-3.1-8b-modelopt-fp8", "h200", ("platform.capability=8.9",), "cutlass"),
+    # CompressedTensorsW8A8Fp8 TENSOR strategy (compressed_tensors_w8a8_fp8.py 147-164): one
+    # max weight scale, torch._scaled_mm on every SM
+    ("llama-3.1-8b-ct-fp8-static", "h200", (), "torch_per_tensor"),
+    ("llama-3.1-8b-ct-fp8-static", "b200", (), "torch_per_tensor"),
+    # Fp8LinearMethod: channelwise CUTLASS off SM 12.x, per-tensor torch._scaled_mm on it
+    ("llama-3.1-8b-fp8-static", "h200", (), "cutlass"),
+    ("llama-3.1-8b-fp8-static", "rtx_pro_6000", (), "torch_per_tensor"),
+])
+def test_per_tensor_fp8_linear_runs_its_quant_methods_gemm(name, platform, extra, want):
+    """A per-tensor FP8 linear layer's GEMM is its SGLang quant method's (no flag chooses it):
+    the plan names that GEMM and passes no --fp8-gemm-backend."""
+    lp = load(*SGL, f"platform={platform}", *extra).launch_plan(CORPUS / name)
+    linear = [g for g in lp.groups if g.op == "linear" and g.scheme == "fp8_tensor"]
+    assert linear and lp.ok and lp.plan.ok
+    assert {g.backend for g in linear} == {want}, (name, platform, extra)
+    assert "--fp8-gemm-backend" not in lp.flags
+
+
+def test_deepseek_fused_qkv_a_proj_is_one_partition_in_sglang():
+    """SGLang builds DeepSeek's fused_qkv_a_proj as one ReplicatedLinear (deepseek_v2.py
+    2070-2076: one output partition of 2112, not vLLM's 1536 + 576), which
+    validate_block_quant_shapes (fp8.py 593-609) does not check: DeepSeek-V3 FP8 plans."""
+    for tp in (1, 4, 8):
+        lp = load(*SGL, "platform=h200", f"parallel.tp={tp}").launch_plan(CORPUS / "deepseek-v3-fp8")
+        assert lp.ok and lp.plan.ok, (tp, [p for g in lp.groups for p in g.problems])
+        assert not any("576" in p for g in lp.groups for p in g.problems)
+
+
+def test_deep_gemm_is_never_printed_for_compressed_tensors_fp8_experts():
+    """compressed_tensors_w8a8_fp8_moe.py 341-365: runners for aiter, triton and
+    flashinfer_trtllm only; Fp8Config's Fp8MoEMethod takes deep_gemm."""
+    ct = load(*SGL, "platform=h200", "policy.moe_backend=deep_gemm").launch_plan(
+        CORPUS / "qwen3-30b-a3b-ct-fp8-block")
+    assert "deep_gemm" not in ct.flags and not (ct.ok and ct.plan.ok)
+    g = next(g for g in ct.groups if g.kind == "routed experts")
+    assert "a runner that does not" in str(g.decision) and "[quant_method]" in str(g.decision)
+    fp8 = load(*SGL, "platform=h200", "policy.moe_backend=deep_gemm").launch_plan(
+        CORPUS / "qwen3-30b-a3b-fp8")
+    g = next(g for g in fp8.groups if g.kind == "routed experts")
+    assert g.backend == "deep_gemm"
+
+
+def test_per_tensor_fp8_experts_run_deep_gemm_when_asked():
+    """fp8.py 3251-3275: Fp8MoEMethod runs per-tensor FP8 experts on DeepGEMM, its scales
+    repeated into 128x128 blocks; selector names it when asked, Triton otherwise."""
+    model = CORPUS / "qwen3-30b-a3b-fp8-tensor-dynamic"
+    lp = load(*SGL, "platform=h200", "policy.moe_backend=deep_gemm").launch_plan(model)
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert lp.ok and g.backend == "deep_gemm" and "deep_gemm" in lp.flags
+    g = next(g for g in load(*SGL, "platform=h200").launch_plan(model).groups
+             if g.kind == "routed experts")
+    assert g.backend == "triton"
 
 
 def test_explicit_marlin_is_never_printed_for_fp8_experts():
@@ -155,6 +230,18 @@ def test_sglang_auto_moe_runner(sm, arch, quantization, scheme, ep, want):
     assert auto_moe(sm, arch, quantization, scheme, ep)[0] == want
 
 
+def test_the_printed_command_passes_no_quantization():
+    """overrides.py 1513-1521 picks flashinfer_cutlass for modelopt_fp4 on SM 11.x/12.x from
+    `--quantization` only; the printed command passes none, so SGLang's own runner there is
+    ModelOptNvFp4FusedMoEMethod's auto (flashinfer_trtllm, SM 10.x only) and the plan passes
+    --moe-runner-backend flashinfer_cutlass."""
+    args = (120, "Qwen3MoeForCausalLM", "modelopt_fp4", "nvfp4", 1)
+    assert auto_moe(*args)[0] == "flashinfer_cutlass"
+    assert auto_moe(*args, passed=False)[0] == "flashinfer_trtllm"
+    lp = load(*SGL, "platform=rtx_pro_6000").launch_plan(CORPUS / "qwen3-30b-a3b-fp4")
+    assert lp.flags[-2:] == ("--moe-runner-backend", "flashinfer_cutlass")
+
+
 @pytest.mark.parametrize("sm,scheme,packages,want", [
     (120, "fp8_block", {"sgl-deep-gemm": "x"}, "cutlass"),
     (110, "fp8_block", {"sgl-deep-gemm": "x"}, "triton"),
@@ -163,9 +250,17 @@ def test_sglang_auto_moe_runner(sm, arch, quantization, scheme, ep, want):
     (90, "fp8_block", {}, "triton"),
     (100, "nvfp4", {}, "flashinfer_cutedsl"),
     (90, "nvfp4", {}, "marlin"),
-    (120, "nvfp4", {}, "flashinfer_cutlass")])
+    (120, "nvfp4", {}, "flashinfer_cutlass"),
+    # resolve_mxfp8_dense_gemm_backend (fp8_utils.py 834-889)
+    (100, "mxfp8", {"flashinfer-python": "x", "sgl-deep-gemm": "x"}, "flashinfer_cutedsl"),
+    (103, "mxfp8", {"flashinfer-python": "x"}, "flashinfer_cutedsl"),
+    (120, "mxfp8", {"flashinfer-python": "x"}, "flashinfer_cutlass"),
+    (110, "mxfp8", {"flashinfer-python": "x"}, "flashinfer_cutlass"),
+    (100, "mxfp8", {"sgl-deep-gemm": "x"}, "deep_gemm"),
+    (100, "mxfp8", {}, None)])
 def test_sglang_auto_gemms(sm, scheme, packages, want):
-    assert auto_linear(sm, scheme, packages)[0] == want
+    got = auto_linear(sm, scheme, packages)
+    assert (got and got[0]) == want
 
 
 def test_a_plan_names_the_missing_cuda_key():

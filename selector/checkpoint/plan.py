@@ -322,7 +322,9 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, dp: int
             g["layers"].append(m.layer)
         g["modules"] += 1
         fields = m.fields + ((("act_scale", v.act_scale),) if v.act_scale and scheme else ())
-        if scheme and m.cls == "RoutedExperts" and quant.format in _METHODS:
+        if scheme and quant.format in _METHODS and (m.cls == "RoutedExperts" or (
+                sglang and scheme in ("fp8_tensor", "fp8_tensor_dynamic"))):
+            # SGLang's per-tensor FP8 linear GEMM is its quant method's (conf/engine/sglang.yaml)
             fields += (("quant_method", _METHODS[quant.format]),)
         if scheme and m.cls == "RoutedExperts" and dp > 1:
             fields += (("dp_size", dp),)

@@ -45,6 +45,16 @@ SGLANG_LINEAR_SOURCE = ("SGLang 0.5.23 srt/layers/quantization/fp8.py:593-609 "
                         "(Fp8LinearMethod.validate_block_quant_shapes)")
 
 
+# fused modules SGLang builds as one ReplicatedLinear (a single output partition, not split over
+# TP ranks): validate_block_quant_shapes checks neither their parts nor their width. DeepSeek's
+# fused_qkv_a_proj (q_lora_rank + kv_lora_rank + qk_rope_head_dim: 1536 + 576 in DeepSeek-V3),
+# which vLLM builds as a merged layer of two partitions.
+SGLANG_REPLICATED = {"fused_qkv_a_proj": (
+    "SGLang 0.5.23 srt/models/deepseek_v2.py:2070-2076 (fused_qkv_a_proj_with_mqa = "
+    "ReplicatedLinear); layers/linear.py:325-333 (ReplicatedLinear.create_weights: one output "
+    "partition)")}
+
+
 def sglang_problems(m: Module, scheme: Optional[str], fmt: str = "") -> Tuple[str, ...]:
     """What SGLang refuses of a block-FP8 module's per-GPU sizes: its FP8 MoE methods (Fp8Config
     and compressed-tensors) raise ValueError when block_n does not divide the per-GPU
@@ -69,6 +79,8 @@ def sglang_problems(m: Module, scheme: Optional[str], fmt: str = "") -> Tuple[st
         out.append(f"K {k_rank} on one GPU is not divisible by the FP8 block_k {block_k}: "
                    f"SGLang refuses to load it ({SGLANG_LINEAR_SOURCE})")
     parts = m.parts or (f["intermediate_size"],)
+    if m.projection in SGLANG_REPLICATED:  # one output partition in SGLang's model
+        parts = (sum(parts),)
     if (layer_tp > 1 and n // max(1, sum(parts)) == layer_tp) or len(parts) > 1:
         bad = [p for p in parts if p % block_n]
         if bad:

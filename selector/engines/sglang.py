@@ -95,9 +95,12 @@ def _quantization(plan: Any, scheme: str) -> str:
         fmt, fmt.lower())
 
 
-def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int) -> Tuple[str, str]:
+def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int,
+             passed: bool = True) -> Tuple[str, str]:
     """SGLang 0.5.23's MoE runner for `--moe-runner-backend auto` (no a2a backend, CUDA):
-    (the runner, why with its source)."""
+    (the runner, why with its source). `passed`: the command line passes `--quantization`
+    (a launch plan's command does not: SGLang's quantization constraints then see none, and
+    the checkpoint's quantization reaches only the quant method)."""
     major = sm // 10
     if arch in _QWEN3 and major == 10 and quantization in ("fp8", "modelopt_fp4"):
         return "flashinfer_trtllm", _OVERRIDES["qwen3"]
@@ -109,7 +112,7 @@ def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int) -> Tup
             return "flashinfer_mxfp4", _OVERRIDES["gpt_oss"]
         if ep == 1:
             return "triton_kernel", _OVERRIDES["gpt_oss"]
-    if quantization == "modelopt_fp4" and major in (11, 12):
+    if passed and quantization == "modelopt_fp4" and major in (11, 12):
         return "flashinfer_cutlass", (SRC + "arg_groups/overrides.py:1513-1521 "
                                       "(_moe_runner_backend_quant_constraints: modelopt_fp4 on "
                                       "SM 11.x/12.x)")
@@ -132,16 +135,31 @@ def auto_moe(sm: int, arch: str, quantization: str, scheme: str, ep: int) -> Tup
 
 
 FLAG_OF = {"nvfp4": "fp4-gemm-backend", "nvfp4_w4a16": "fp4-gemm-backend",
-           "fp8_block": "fp8-gemm-backend"}
+           "fp8_block": "fp8-gemm-backend", "mxfp8": "fp8-gemm-backend"}
+# FlashInfer's CuTe-DSL MXFP8 GEMM: mm_mxfp8's cute-dsl backend lists SM 100, 103 and 107
+MXFP8_CUTEDSL_SMS = (100, 103, 107)
 
 
 def auto_linear(sm: int, scheme: str, packages: Dict[str, Any]) -> Optional[Tuple[str, str]]:
-    """SGLang 0.5.23's FP4 GEMM (NVFP4) and block-FP8 GEMM with their flag at `auto`."""
+    """SGLang 0.5.23's FP4 GEMM (NVFP4), block-FP8 and MXFP8 GEMM with their flag at `auto`
+    (None: SGLang has none there, or selector does not model it)."""
     major = sm // 10
     if scheme in ("nvfp4", "nvfp4_w4a16"):
         name = ("flashinfer_cutedsl" if major == 10 else "marlin" if 80 <= sm < 100 else
                 "flashinfer_cutlass")
         return name, SRC + "layers/quantization/fp4_utils.py:149-161 (initialize_fp4_gemm_config)"
+    if scheme == "mxfp8":
+        src = (SRC + "layers/quantization/fp8_utils.py:834-889 (resolve_mxfp8_dense_gemm_backend "
+               "at auto: on Blackwell with FlashInfer its CuTe-DSL GEMM where mm_mxfp8 has it "
+               "(SM 100/103/107), else its CUTLASS GEMM; else DeepGEMM where JIT DeepGEMM is on; "
+               "else none); flashinfer-python gemm/gemm_base.py (_cute_dsl_gemm_mxfp8_requirement"
+               ": SM 100, 103, 107)")
+        if major in (10, 11, 12) and packages.get("flashinfer-python") is not None:
+            return ("flashinfer_cutedsl" if sm in MXFP8_CUTEDSL_SMS else
+                    "flashinfer_cutlass"), src
+        if sm >= 90 and packages.get("sgl-deep-gemm") is not None:
+            return "deep_gemm", src
+        return None
     if scheme != "fp8_block":
         return None
     src = (SRC + "layers/quantization/fp8_utils.py:1207-1217 (initialize_fp8_gemm_config: "
@@ -200,7 +218,7 @@ class SglangLauncher(Launcher):
         if group.op != "moe":
             return None
         name, why = auto_moe(sm, plan.architecture.name, _quantization(plan, group.scheme),
-                             group.scheme, sel.run_config.parallel.ep)
+                             group.scheme, sel.run_config.parallel.ep, passed=False)
         if not name:
             return None
         return Auto((name,), "--moe-runner-backend auto", why)

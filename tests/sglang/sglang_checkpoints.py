@@ -128,8 +128,18 @@ def moe_question(arch: str, tp: int, ep: int) -> Optional[Dict[str, Any]]:
     inter = c.get("moe_intermediate_size") or c["intermediate_size"]
     return {"prefix": MOE_PREFIX[arch], "experts": experts, "local_experts": experts // ep,
             "hidden": c["hidden_size"], "inter": inter // max(tp // ep, 1),
-            "top_k": c["num_experts_per_tok"], "activation": c["hidden_act"]}
+            "top_k": c["num_experts_per_tok"], "activation": c["hidden_act"],
+            "moe_tp": max(tp // ep, 1)}
 
 
-def linear_question(arch: str) -> Dict[str, Any]:
-    return {"prefix": LINEAR_PREFIX.get(arch, "model.layers.0.self_attn.qkv_proj")}
+def linear_question(arch: str, tp: int = 1) -> Dict[str, Any]:
+    """The linear layer asked about, and the dense MLP's per-rank sizes SGLang's block-FP8
+    check reads (LlamaMLP, Glm4MoeMLP, DeepseekV2MLP: gate_up_proj a MergedColumnParallelLinear
+    of two intermediate/TP partitions, down_proj a RowParallelLinear of intermediate/TP input)."""
+    c = ARCHS[arch]
+    dense = arch == "llama" or c.get("first_k_dense_replace")
+    inter, h = c["intermediate_size"], c["hidden_size"]
+    checks = [("mlp.gate_up_proj", h, h, 2 * inter, 2 * inter // tp, [inter // tp] * 2),
+              ("mlp.down_proj", inter, inter // tp, h, h, [h])] if dense else []
+    return {"prefix": LINEAR_PREFIX.get(arch, "model.layers.0.self_attn.qkv_proj"), "tp": tp,
+            "checks": checks}

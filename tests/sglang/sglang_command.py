@@ -37,6 +37,10 @@ import sglang_sweep as sweep_report
 HERE = Path(__file__).resolve().parent
 SEED_VAR = "SELECTOR_SGLANG_SEED"
 COUNT_VAR = "SELECTOR_SGLANG_COMMANDS"
+# the number of machines the sweep's scenarios are drawn on (each one SGLang child, whose start
+# is most of the sweep's time); unset: every machine (7 SMs x FlashInfer, sgl-deep-gemm and
+# sglang-kernel present or not: 56)
+MACHINES_VAR = "SELECTOR_SGLANG_MACHINES"
 STACK = "stack=sglang_0_5_23"
 FLASHINFER, CUTLASS_DSL, SGL_DEEP_GEMM, SGLANG_KERNEL = "0.7.2", "4.8.0", "0.2.3.post2", "0.4.10"
 CAPABILITIES = ("8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
@@ -112,17 +116,31 @@ def seed() -> int:
     return int(raw)
 
 
-def scenarios(n: int, rng: random.Random, choices: Dict[str, Tuple[str, ...]]
-              ) -> List[Scenario]:
+def _machine(rng: random.Random) -> Tuple[str, bool, bool, bool]:
+    """A machine: an SM, FlashInfer (3 in 4), sgl-deep-gemm (1 in 2), sglang-kernel (93 in
+    100) present or not."""
+    return (rng.choice(CAPABILITIES), rng.random() < 0.75, rng.random() < 0.5,
+            rng.random() < 0.93)
+
+
+def scenarios(n: int, rng: random.Random, choices: Dict[str, Tuple[str, ...]],
+              machines: Optional[int] = None) -> List[Scenario]:
+    """`n` scenarios; with `machines`, drawn on that many distinct machines (the first draws
+    of `rng`, each as a scenario's own), else each on a machine of its own draw."""
+    pool: List[Tuple[str, bool, bool, bool]] = []
+    while machines and len(pool) < machines:
+        m = _machine(rng)
+        if m not in pool:
+            pool.append(m)
     out = []
     for _ in range(n):
         arch, fmt = rng.choice(ckpts.CHECKPOINTS)
         tp, ep = rng.choice(PARALLEL) if arch in ckpts.MOE_PREFIX else \
             (rng.choice((1, 2, 4, 8)), 1)
         flag = LINEAR[fmt][1]
+        machine = rng.choice(pool) if pool else _machine(rng)
         out.append(Scenario(
-            rng.choice(CAPABILITIES), rng.random() < 0.75, rng.random() < 0.5,
-            rng.random() < 0.93, arch, fmt, tp, ep,
+            *machine, arch, fmt, tp, ep,
             "auto" if rng.random() < 0.2 else rng.choice(choices["moe"]),
             "auto" if flag is None or rng.random() < 0.2 else rng.choice(choices[flag])))
     return out
@@ -312,15 +330,17 @@ class Report(sweep_report.Report):
 def _question(s: Scenario, argv: List[str], d: Path) -> Dict[str, Any]:
     return {"argv": argv,
             "moe": ckpts.moe_question(s.arch, s.tp, s.ep) if s.has_moe else None,
-            "linear": ckpts.linear_question(s.arch) if s.linear[0] else None}
+            "linear": ckpts.linear_question(s.arch, s.tp) if s.linear[0] else None}
 
 
 def run(n: Optional[int] = None, the_seed: Optional[int] = None, python: str = sys.executable,
-        root: Optional[Path] = None) -> Report:
+        root: Optional[Path] = None, machines: Optional[int] = None) -> Report:
     from sglang_command_explain import explain
     the_seed = seed() if the_seed is None else the_seed
     n = n or int(os.environ.get(COUNT_VAR, "5000"))
-    rows_s = scenarios(n, random.Random(the_seed), parser_choices())
+    if machines is None and os.environ.get(MACHINES_VAR):
+        machines = int(os.environ[MACHINES_VAR])
+    rows_s = scenarios(n, random.Random(the_seed), parser_choices(), machines)
     with tempfile.TemporaryDirectory() as tmp:
         planner = Planner(Path(root or tmp))
         plans = {s: planner.plan(s) for s in OrderedDict.fromkeys(rows_s)}

@@ -49,6 +49,48 @@ def _op_class(row: Any, op: str) -> Optional[str]:
     return None
 
 
+def _substituted(row: Any) -> bool:
+    """SGLang, started from the user's request, runs another runner / GEMM than the one asked
+    for at every differing layer (its constraints replace the request), and selector's printed
+    plan, honored, names neither the request nor a flag for it."""
+    ops = _differing_ops(row)
+    return bool(ops) and all(
+        _asked_for(row, op) != "auto" and _ran(row.asked, op) != _asked_for(row, op)
+        and _asked_for(row, op) not in (row.planned.argv or []) for op in ops)
+
+
+def _library_absent(row: Any) -> bool:
+    """selector prints no command; SGLang, started from the request, builds a runner or GEMM
+    whose kernel library the machine lacks (FlashInfer's, imported at the first forward, which
+    raises; AMD's aiter, never on a CUDA machine)."""
+    ran = [_ran(row.asked, op) or "" for op in OPS]
+    return (row.planned.argv is None and not asked_fails(row) and any(
+        (n.startswith("flashinfer") and not row.scenario.flashinfer) or n == "aiter"
+        for n in ran))
+
+
+def _request_built(row: Any) -> bool:
+    """At every differing layer SGLang built exactly the request, and selector's honored plan
+    names another backend (it refuses the request with its rule)."""
+    ops = _differing_ops(row)
+    names = {"moe": row.planned.moe, "linear": row.planned.linear}
+    return bool(ops) and all(
+        _asked_for(row, op) != "auto" and _ran(row.asked, op) == _asked_for(row, op)
+        and names[op] != _asked_for(row, op) for op in ops)
+
+
+_NEEDS = ("need SM", "need flashinfer", "need deep-gemm", "need nvidia-", "need sglang",
+          "cannot run it here", ": 0/", "need CUDA")
+
+
+def _built_unchecked(row: Any) -> bool:
+    """selector prints no command, refusing with a device, package or CUDA rule of the backend
+    the request names; SGLang, started from the request, builds every layer (its start-up
+    checks neither: the kernel fails later)."""
+    return (row.planned.argv is None and not asked_fails(row)
+            and any(n in row.planned.refusal for n in _NEEDS))
+
+
 EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
     "request-refused": (
         S + "server_args.py (the parser's choices), arg_groups/ (resolution asserts, e.g. "
@@ -76,6 +118,44 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         lambda r: r.honored and not asked_fails(r) and bool(_differing_ops(r)) and all(
             _op_class(r, op) in ("auto-differs", "name-not-in-catalogue")
             for op in _differing_ops(r))),
+    "request-substituted": (
+        S + "arg_groups/overrides.py (_moe_runner_backend_quant_constraints: --quantization "
+        "mxfp8 replaces any runner outside MXFP8_MOE_RUNNER_BACKEND_CHOICES by "
+        "flashinfer_trtllm), layers/quantization/fp8.py (Fp8MoEMethod.create_moe_runner: 'has "
+        "no %s path; using triton'): the runner SGLang runs is in the row's `asked` answer",
+        "SGLang runs something else than the user asked for (its own constraints replace the "
+        "request); selector refuses the request with its rule and prints its choice, which "
+        "SGLang honors",
+        lambda r: r.honored and not asked_fails(r) and _substituted(r)),
+    "kernel-library-absent": (
+        S + "layers/moe/moe_runner/flashinfer_cutlass.py:157-162 "
+        "(_flashinfer_cutlass_fused_moe: RuntimeError 'requires flashinfer to be installed', "
+        "called at the first forward, 187 and 305); layers/quantization/modelopt_quant.py:"
+        "107-108, 173 (FlashInfer's FP4 GEMMs imported only where FlashInfer is); "
+        "layers/moe/moe_runner/aiter.py:135-156 (imports aiter, ROCm's library, at run time)",
+        "SGLang builds a FlashInfer runner or GEMM on a machine without FlashInfer, or AMD's "
+        "aiter runner on a CUDA machine: it loads and fails at the first forward; selector "
+        "refuses the layer there and prints no command",
+        _library_absent),
+    "request-built-selector-refuses": (
+        S + "layers/moe/moe_runner/runner.py (MoeRunner.__init__ builds the runner core named, "
+        "with no device, scheme, activation or library check), layers/quantization/"
+        "modelopt_quant.py, fp8.py, compressed_tensors/ (create_moe_runner builds "
+        "MoeRunner(requested)), fp4_utils.py (initialize_fp4_gemm_config takes the named FP4 "
+        "GEMM without a device check)",
+        "SGLang builds the runner / GEMM the user asked for, which selector refuses with its "
+        "failed rule (the scheme it does not implement, the device or library it needs); "
+        "selector prints its own choice, which SGLang honors",
+        lambda r: r.honored and not asked_fails(r) and _request_built(r)),
+    "built-unchecked": (
+        S + "layers/moe/moe_runner/runner.py (MoeRunner.__init__: no device or library "
+        "check), layers/quantization/fp4_utils.py (initialize_fp4_gemm_config: the named FP4 "
+        "GEMM without a device check), compressed_tensors/compressed_tensors.py:959-975 (the "
+        "NVFP4 MoE builds FlashInfer's CUTLASS runner on any SM)",
+        "SGLang starts from the request and builds its layers without checking the device, "
+        "library or CUDA the runner needs (the kernel fails later); selector refuses with the "
+        "failed rule and prints no command",
+        _built_unchecked),
 }
 
 

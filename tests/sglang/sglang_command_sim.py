@@ -101,6 +101,9 @@ def moe(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
                               hidden_size=q["hidden"], intermediate_size_per_partition=q["inter"],
                               top_k=q["top_k"], params_dtype=torch.bfloat16,
                               activation=q["activation"], is_gated=True)
+        refused = _load_check(method, layer, cfg, q)
+        if refused:
+            return {"runner": None, "error": refused, "method": type(method).__name__}
         method.create_moe_runner(layer, cfg)
     except Exception as e:
         return {"runner": None, "error": _err("create_moe_runner", e),
@@ -123,6 +126,49 @@ def moe(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
         return {"runner": None, "method": type(method).__name__,
                 "error": f"create_moe_runner: {type(method).__name__} builds no MoeRunner"}
     return {"runner": name, "error": "", "method": type(method).__name__}
+
+
+def _load_check(method: Any, layer: Any, cfg: Any, q: Dict[str, Any]) -> str:
+    """The quant method's `create_weights` on the MoE layer's per-rank sizes, its tensors on
+    the meta device: the ValueError SGLang raises at load for sizes it refuses (Fp8MoEMethod's
+    block_n / block_k divisibility, fp8.py:1579-1601, per MoE-TP rank), else ''. What else
+    create_weights needs of a real server's layer is not judged here ('')."""
+    import torch
+    layer.moe_tp_size = q.get("moe_tp", 1)
+    layer.moe_runner_config = cfg
+    try:
+        with torch.device("meta"):
+            method.create_weights(layer, num_experts=q["local_experts"],
+                                  hidden_size=q["hidden"],
+                                  intermediate_size_per_partition=q["inter"],
+                                  params_dtype=torch.bfloat16,
+                                  weight_loader=lambda *a, **kw: None)
+    except ValueError as e:
+        if "divisible" in str(e):
+            return _err("create_weights", e)
+    except Exception:  # noqa: BLE001 - a server's layer holds more than this stand-in
+        pass
+    return ""
+
+
+def _block_checks(qc: Any, owner: Any, q: Dict[str, Any]) -> str:
+    """SGLang's block-FP8 shape check (Fp8LinearMethod.validate_block_quant_shapes,
+    fp8.py:570-609, called by create_weights) on the dense MLP's per-rank sizes: its
+    ValueError, else ''."""
+    import types
+
+    from sglang.srt.layers.quantization.fp8 import Fp8LinearMethod
+    block = getattr(qc, "weight_block_size", None) or getattr(owner, "weight_block_size", None)
+    if not block:
+        return ""
+    cfg = types.SimpleNamespace(weight_block_size=list(block))
+    layer = types.SimpleNamespace(tp_group=types.SimpleNamespace(world_size=q.get("tp", 1)))
+    for name, k, k_rank, n, n_rank, parts in q.get("checks", ()):
+        try:
+            Fp8LinearMethod.validate_block_quant_shapes(layer, cfg, k, k_rank, n, n_rank, parts)
+        except ValueError as e:
+            return _err(f"create_weights ({name})", e)
+    return ""
 
 
 def _gemm_name(fn: Any) -> str:
@@ -164,12 +210,27 @@ def linear(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
     if getattr(owner, "use_mxfp8", False) and getattr(owner, "w8a8_mxfp8_linear", None):
         return {"runner": _gemm_name(owner.w8a8_mxfp8_linear), "error": "", "method": kind}
     if getattr(owner, "block_quant", None) or getattr(owner, "weight_block_size", None):
+        refused = _block_checks(qc, owner, q)
+        if refused:
+            return {"runner": None, "error": refused, "method": kind}
         fn = getattr(owner, "w8a8_block_fp8_linear", None)
         if fn is not None:
             return {"runner": _gemm_name(fn), "error": "", "method": kind}
     if "Fp4" in kind or "Nvfp4" in kind or "NvFp4" in kind:
-        if "W4A16" in kind:
-            return {"runner": "marlin", "error": "", "method": kind}
+        if "W4A16" in kind:  # FlashInfer's bf16 x fp4 GEMM where --fp4-gemm-backend names
+            # one that has it (cute-dsl, cudnn) on Blackwell, else FP4 Marlin
+            # (compressed_tensors_w4a16_nvfp4.py _use_flashinfer_bf16_fp4)
+            import sys as _sys
+
+            import torch
+            mod = _sys.modules[type(owner).__module__]
+            pick = getattr(mod, "_use_flashinfer_bf16_fp4", None)
+            try:
+                fi = bool(pick and pick(torch.bfloat16))
+            except (ValueError, RuntimeError) as e:
+                return {"runner": None, "error": _err("create_weights", e), "method": kind}
+            return {"runner": fp4_utils.get_fp4_gemm_runner_backend().value if fi else "marlin",
+                    "error": "", "method": kind}
         return {"runner": fp4_utils.get_fp4_gemm_runner_backend().value, "error": "",
                 "method": kind}
     if "Unquantized" in kind:

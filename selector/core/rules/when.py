@@ -161,6 +161,12 @@ WHEN: Dict[str, WhenTerm] = {
     "dp": WhenTerm(_bool, lambda v, layer, f: ((layer.dp_size or 1) > 1) == v, "dp_size"),
     "sequence_parallel": WhenTerm(_bool, lambda v, layer, f: sequence_parallel(layer) == v,
                                   "dp_size"),
+    # the quantization method that built the layer (layer.quant_method): an engine's method
+    # picks the GEMM by itself (SGLang's ModelOpt FP8 linear runs FlashInfer's bmm_fp8); a layer
+    # whose method is not known is taken as the engine's own FP8 method ("fp8")
+    "quant_method": WhenTerm(_one_of(schema.QUANT_METHODS),
+                             lambda v, layer, f: (layer.quant_method or "fp8") in v,
+                             "quant_method", lambda v: "/".join(sorted(v))),
     "min_num_experts": WhenTerm(_positive, lambda v, layer, f: layer.num_experts is not None
                                 and layer.num_experts >= v, "num_experts", threshold=">="),
     "min_num_tokens": WhenTerm(_positive, lambda v, layer, f: layer.num_tokens is not None
