@@ -24,7 +24,8 @@ from checkpoint_fixtures import (
 from selector import SelectorError
 from selector.checkpoint import arch as A
 from selector.checkpoint import quant as Q
-from selector.checkpoint.plan import _join_whys, _layers_text, checkpoint_root
+from selector.checkpoint.plan import _join_whys, checkpoint_root
+from selector.checkpoint.plan_text import _layers_text
 
 P = Path("/x/config.json")
 

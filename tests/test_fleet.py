@@ -15,7 +15,7 @@ from helpers import REPO, run_cli, run_main
 from test_matrix import CHROMIUM, _chromium
 
 import selector
-from selector.checkpoint.plan import planned
+from selector.checkpoint.plan_text import planned
 from selector.commands import fleet
 
 EXAMPLES = REPO / "examples"

@@ -43,7 +43,7 @@ class Group:
     def planned(self) -> bool:
         """selector decides the group: it has a layer.quant value some backend implements (else
         the engine's own oracle decides it, checked against the flags by its tables)."""
-        from selector.checkpoint.plan import planned
+        from selector.checkpoint.plan_text import planned
         return planned(self.decision)
 
     @property
@@ -68,7 +68,7 @@ class Group:
         return launch.kernels(self.op, self.scheme, self.engine_backend)
 
     def to_dict(self, launch: Launcher) -> Dict[str, Any]:
-        from selector.checkpoint.plan import selected_warnings
+        from selector.checkpoint.plan_text import selected_warnings
         d = self.decision
         return {"kind": self.kind, "op": self.op, "scheme": self.scheme,
                 "layers": list(self.layers), "modules": self.modules,
@@ -236,7 +236,7 @@ def _projections_text(projections: Sequence[str]) -> str:
 
 def _table(lp: LaunchPlan) -> List[str]:
     """One row per layer group: its layers, scheme, per-rank sizes, backend and kernel."""
-    from selector.checkpoint.plan import _layers_text
+    from selector.checkpoint.plan_text import _layers_text
     rows = [("group", "layers", "scheme", "per rank", "backend", "kernel")]
     for g in lp.groups:
         what = g.kind if g.op == "moe" or not g.projections else \
@@ -255,7 +255,7 @@ def _table(lp: LaunchPlan) -> List[str]:
     width = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  " + "  ".join(c.ljust(width[i]) for i, c in enumerate(r[:5])) + f"  {r[5]}"
              for r in rows]
-    from selector.checkpoint.plan import selected_warnings
+    from selector.checkpoint.plan_text import selected_warnings
     whys: Dict[str, List[str]] = {}  # why the winner beat the next usable backend
     for g, r in zip(lp.groups, rows[1:]):
         if g.planned and g.backend:
@@ -297,7 +297,7 @@ def _missing_cuda(d: Decision) -> str:
 
 def _conflicts(lp: LaunchPlan) -> List[str]:
     """Each conflict: the layers it breaks and what to pass instead."""
-    from selector.checkpoint.plan import _layers_text
+    from selector.checkpoint.plan_text import _layers_text
     lines: List[str] = []
     for c in lp.conflicts:
         lines.extend(textwrap.wrap(f"!! {c.problem}", width=WRAP, subsequent_indent="   "))

@@ -13,13 +13,19 @@ import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from selector.checkpoint.arch import (
     Architecture,
     checkpoint_dtype,
     read_architecture,
     read_json,
+)
+from selector.checkpoint.plan_text import (
+    _fields_text,
+    _layers_text,
+    _verdict,
+    planned,
 )
 from selector.checkpoint.quant import Quantization, read_quantization
 from selector.checkpoint.sglang_words import sglang_wording
@@ -30,7 +36,6 @@ from selector.core.text import join_lines
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from selector.core.decision import Candidate, Decision
     from selector.core.protocols import SelectorLike
 
 
@@ -155,12 +160,6 @@ class Plan:
 
     def __str__(self) -> str:
         return render_plan(self)
-
-
-def planned(d: Any) -> bool:
-    """Whether a decision is selector's to make: some backend implements its scheme (outcome
-    'unsupported_layer': none does, and the engine's own oracle decides the layer)."""
-    return d is not None and d.outcome != "unsupported_layer"
 
 
 def _join_whys(whys: List[str]) -> str:
@@ -381,85 +380,6 @@ def _select(selector: SelectorLike, scheme: str, f: Dict[str, Any], config_path:
 
 # ---------------------------------------------------------------------------------------------
 # Text
-
-def _fields_text(f: Mapping[str, Any]) -> str:
-    if f["op"] == "moe":
-        gate = "gated" if f["act_and_mul"] else "non-gated"
-        text = (f"{f['activation']} {gate}, hidden_size {f['hidden_size']}, intermediate_size "
-                f"{f['intermediate_size']}, {f['num_experts']} experts, top_k {f['top_k']}")
-        if f.get("swiglu_limit") is not None:
-            text += f", swiglu_limit {f['swiglu_limit']:g}"
-        if f.get("routing") is not None:
-            text += f", routing {f['routing']}"
-        if f.get("act_scale") is not None:
-            text += f", activation scales per {f['act_scale']}"
-        return text
-    text = f"K {f['hidden_size']}, N {f['intermediate_size']}"
-    if f.get("act_scale") is not None:
-        text += f", activation scales per {f['act_scale']}"
-    return text
-
-
-def _layers_text(layers: Sequence[int]) -> str:
-    if not layers:
-        return ""
-    runs, start, prev = [], layers[0], layers[0]
-    for i in list(layers[1:]) + [None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        runs.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    text = ",".join(runs)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _needs(c: Candidate) -> List[str]:
-    return list(dict.fromkeys(r.need for r in c.reasons if r.severity == "error"))
-
-
-def _verdict(d: Decision) -> List[str]:
-    """A decision in three short lines: selected, what else could run, what could not and why."""
-    if not planned(d):
-        return [f"selected: none: no backend of the catalogue implements {d.layer.quant} "
-                f"{d.layer.op} layers; the engine's own oracle decides"]
-    usable = [c.backend for c in d.candidates if c.status == "eligible"]
-    opt = [c.backend for c in d.candidates if c.status == "opt_in"]
-    rejected = [f"{c.backend} ({'; '.join(_needs(c))})" for c in d.candidates
-                if c.status == "rejected"]
-    na = [c.backend for c in d.candidates if c.status == "not_applicable"]
-    head = f"selected: {d.selected or 'none'}"
-    if d.requested != "auto":
-        head += f" (requested {d.requested})"
-    lines = [head]
-    if usable or opt:
-        lines.append("usable: " + ", ".join(usable + [f"{b} (opt-in)" for b in opt]))
-    if rejected:
-        lines.append("rejected: " + ", ".join(rejected))
-    if na:
-        lines.append("does not implement this scheme: " + ", ".join(na))
-    return lines + profile_lines(d) + selected_warnings(d)
-
-
-def profile_lines(d: Decision) -> List[str]:
-    """What a profile did for the decision (`selector tune`'s, or a packaged one): the
-    measurement that ranked the usable backends, or a warning that it has no time for the
-    layer's cell, naming the nearest cell it has: a plan never leaves a layer silently
-    unmeasured (issue #46)."""
-    from selector.core.notes import text
-    return [text(n) for n in d.notes_of("measured")] + \
-        [f"warning: {text(n)}" for n in d.notes_of("profile_unmeasured")]
-
-
-def selected_warnings(d: Decision) -> List[str]:
-    """'warning: ...' for each warning-severity note about the selected backend (the same
-    notes `--format line` marks), so that every format of the plan carries them."""
-    from selector.core.notes import text
-    return list(dict.fromkeys(f"warning: {text(n)}" for n in d.note_data
-                              if n.severity == "warning" and n.backend == d.selected
-                              and d.selected is not None))
-
 
 READ_ORDER = {
     "": "vLLM's order: config.json quantization_config, then hf_quant_config.json",

@@ -283,7 +283,7 @@ def _answer(s: Seen) -> str:
 
 def judge(plan: Any, log: EngineLog, catalogue: Any) -> List[Dict[str, Any]]:
     """One row per planned layer kind (and per distinct shape in it): the verdict."""
-    from selector.checkpoint.plan import planned
+    from selector.checkpoint.plan_text import planned
     rows: List[Dict[str, Any]] = []
     for k in plan.kinds:
         if not k.quant:

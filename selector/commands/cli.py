@@ -394,7 +394,7 @@ def _write_config(lp: Any, path: str, fmt: str) -> int:
 def _plan_why(p: Any, backend: str, fmt: str) -> int:
     """--why with --model: the backend's verdict for each layer kind of its op that some backend
     implements (a scheme none implements is the engine's)."""
-    from selector.checkpoint.plan import planned
+    from selector.checkpoint.plan_text import planned
     from selector.commands.why import why
     from selector.core.errors import bad_value
     name = backend.strip().replace("-", "_").lower()

@@ -221,7 +221,7 @@ def read_fleet(path: str) -> Fleet:
 def plan_cell(machine: Machine, model: Model, engine: str, extra: Sequence[str],
               config_dirs: Sequence[str]) -> Cell:
     from selector.api import load
-    from selector.checkpoint.plan import planned, selected_warnings
+    from selector.checkpoint.plan_text import planned, selected_warnings
     sel = load(list(machine.overrides) + [f"engine={engine}"] + list(extra),
                config_dirs=list(config_dirs))
     try:
