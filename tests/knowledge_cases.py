@@ -2019,6 +2019,7 @@ V34_CASES = [
 
 _T8_MOE = {"quant": "fp8_tensor", "hidden_size": 2048, "intermediate_size": 768}
 _CUDNN_FE = {"nvidia-cudnn-frontend": "1.32.0"}
+_SGL_KERNEL = {"sglang-kernel": "0.4.10"}
 # What decides an engine's choice that the scheme alone does not carry (issue 44): the
 # activation scales' granularity, the quantization method, the routing method, data parallelism.
 # vLLM 0.32.0-0.34.0 kernels/linear/__init__.py: every b12x linear kernel is on vLLM's automatic
@@ -2065,6 +2066,36 @@ READER_CASES = [
       layer={**_T8_MOE, "quant_method": "fp8"}),
     C("quant-method-cutlass-fp8-moe-ct", "9.0", "moe/cutlass",
       layer={**_T8_MOE, "quant_method": "compressed-tensors"}),
+    # SGLang 0.5.23 per-tensor FP8 linear layers by quant method: compressed_tensors_w8a8_fp8.py
+    # 147-164 (torch._scaled_mm, never channelwise); modelopt_quant.py 546-630 and 611-615
+    # (ModelOptFp8LinearMethod: FlashInfer bmm_fp8 where fp8_utils.py 528-531 supports it and K, N
+    # are multiples of 16, else CUTLASS on channelwise scales)
+    C("sglang-cutlass-fp8-tensor-ct", "9.0", "linear/cutlass", {"quant_method"}, engine="sglang",
+      pk=_SGL_KERNEL, layer=_fl("fp8_tensor", quant_method="compressed-tensors")),
+    C("sglang-cutlass-fp8-tensor-fp8", "9.0", "linear/cutlass", engine="sglang", pk=_SGL_KERNEL,
+      layer=_fl("fp8_tensor", quant_method="fp8")),
+    C("sglang-cutlass-fp8-tensor-modelopt-flashinfer", "9.0", "linear/cutlass", {"known_issue"},
+      engine="sglang", pk=_SGL_KERNEL, layer=_fl("fp8_tensor", quant_method="modelopt")),
+    C("sglang-cutlass-fp8-tensor-modelopt-no-flashinfer", "9.0", "linear/cutlass", engine="sglang",
+      pk={**_SGL_KERNEL, "flashinfer-python": None}, layer=_fl("fp8_tensor", quant_method="modelopt")),
+    C("sglang-torch-per-tensor-modelopt", "12.0", "linear/torch_per_tensor", {"quant_method"},
+      engine="sglang", layer=_fl("fp8_tensor", quant_method="modelopt")),
+    C("sglang-torch-per-tensor-ct", "12.0", "linear/torch_per_tensor", engine="sglang",
+      layer=_fl("fp8_tensor", quant_method="compressed-tensors")),
+    C("sglang-bmm-fp8-fp8", "9.0", "linear/flashinfer_bmm_fp8", {"quant_method"}, engine="sglang",
+      layer=_fl("fp8_tensor", quant_method="fp8")),
+    C("sglang-bmm-fp8-modelopt", "9.0", "linear/flashinfer_bmm_fp8", engine="sglang",
+      layer=_fl("fp8_tensor", quant_method="modelopt")),
+    C("sglang-bmm-fp8-k-not-16", "9.0", "linear/flashinfer_bmm_fp8", {"shape"}, engine="sglang",
+      layer=_fl("fp8_tensor", quant_method="modelopt", hidden_size=4104)),
+    C("sglang-bmm-fp8-n-not-16", "9.0", "linear/flashinfer_bmm_fp8", {"shape"}, engine="sglang",
+      layer=_fl("fp8_tensor", quant_method="modelopt", intermediate_size=4104)),
+    # vLLM 0.32.0 fused_moe/config.py (is_act_and_mul=False on CUDA, ROCm and XPU only): an MXFP8
+    # non-gated layer on a machine without a GPU is refused before vLLM's emulation is asked
+    C("vllm-emulation-mxfp8-non-gated-no-gpu", None, "moe/emulation", {"device"}, engine="vllm",
+      layer={"quant": "mxfp8", "act_and_mul": False, "activation": "relu2"}),
+    C("vllm-emulation-mxfp8-gated-no-gpu", None, "moe/emulation", engine="vllm",
+      layer={"quant": "mxfp8", "act_and_mul": True, "activation": "silu"}),
     # compressed_tensors_moe_w8a8_fp8.py 94-105: per-tensor experts with dynamic activations are
     # quantized per 1x128 group (kFp8Dynamic128Sym), which CUTLASS and Triton refuse
     # (experts/cutlass_moe.py 318-328; experts/triton_moe.py 157-177)
