@@ -205,8 +205,9 @@ def half_installed(name: str) -> Optional[str]:
     i = text.find(b"/__init__.py,")
     while i != -1 and len(found) < 3:  # top-level packages: 'pkg/__init__.py' (one slash)
         start = text.rfind(b"\n", 0, i) + 1
-        if b"/" not in text[start:i] and not text[start:i].startswith(b"."):
-            found.append(text[start:i].decode("utf-8", "surrogateescape") + "/__init__.py")
+        top = text[start:i]  # a package's name: not empty (a garbage '/__init__.py' line)
+        if top and b"/" not in top and not top.startswith(b"."):
+            found.append(top.decode("utf-8", "surrogateescape") + "/__init__.py")
         i = text.find(b"/__init__.py,", i + 1)
     for rel in found:
         try:
