@@ -162,19 +162,13 @@ def bad_entry(path: Path, why: str, what: str = "cache entry") -> None:
 
 def get(d: Path, key: str) -> Optional[Dict[str, Any]]:
     """The cached data for key, if it is there and has the shape of composed data."""
-    path = d / f"{key}.json"
-    entry = read_json(path, MAX_ENTRY_BYTES, "composed-config cache entry")
-    if entry is None:
+    data = get_side(d, key, "composed-config cache entry")
+    if data is None:
         return None
-    if not (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and
-            entry.get("key") == key and isinstance(entry.get("data"), dict)):
-        bad_entry(path, "has not the envelope this version writes", "composed-config cache entry")
-        return None
-    data: Dict[str, Any] = entry["data"]
     try:
         check_shape(data)
     except SelectorError as exc:
-        bad_entry(path, f"does not fit the schema ({exc})", "composed-config cache entry")
+        bad_entry(d / f"{key}.json", f"does not fit the schema ({exc})", "composed-config cache entry")
         return None
     return data
 
@@ -189,16 +183,17 @@ def side_key(kind: str, files: Sequence[Tuple[Path, bytes]]) -> str:
     return f"{kind}-{str(h.hexdigest())}"
 
 
-def get_side(d: Path, key: str) -> Optional[Dict[str, Any]]:
-    """The data of a side_key entry, if it has the envelope put() writes (the caller checks
-    the data itself, as it would fresh data)."""
+def get_side(d: Path, key: str, what: str = "cache entry") -> Optional[Dict[str, Any]]:
+    """The data of an entry (a composed config's or a side_key one), if it has the envelope
+    put() writes; `what` names it in a warning. The caller checks the data itself, as it would
+    fresh data."""
     path = d / f"{key}.json"
-    entry = read_json(path, MAX_ENTRY_BYTES, "cache entry")
+    entry = read_json(path, MAX_ENTRY_BYTES, what)
     if entry is None:
         return None
     if not (isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT and
             entry.get("key") == key and isinstance(entry.get("data"), dict)):
-        bad_entry(path, "has not the envelope this version writes", "cache entry")
+        bad_entry(path, "has not the envelope this version writes", what)
         return None
     data: Dict[str, Any] = entry["data"]
     return data
