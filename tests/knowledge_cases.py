@@ -2086,6 +2086,10 @@ READER_CASES = [
       layer=_fl("fp8_tensor", quant_method="fp8")),
     C("sglang-bmm-fp8-modelopt", "9.0", "linear/flashinfer_bmm_fp8", engine="sglang",
       layer=_fl("fp8_tensor", quant_method="modelopt")),
+    *[C(f"sglang-bmm-fp8-modelopt-sm{d.replace('.', '')}", d, "linear/flashinfer_bmm_fp8",
+        set() if d[:2] in ("9.", "10", "12") else {"device"}, engine="sglang",
+        layer=_fl("fp8_tensor", quant_method="modelopt"))
+      for d in ("8.9", "10.0", "11.0", "12.0", "12.1")],
     C("sglang-bmm-fp8-k-not-16", "9.0", "linear/flashinfer_bmm_fp8", {"shape"}, engine="sglang",
       layer=_fl("fp8_tensor", quant_method="modelopt", hidden_size=4104)),
     C("sglang-bmm-fp8-n-not-16", "9.0", "linear/flashinfer_bmm_fp8", {"shape"}, engine="sglang",
