@@ -15,9 +15,14 @@ applied in memory one at a time:
 Each mutated catalogue is compiled exactly as selector compiles it and the cases of
 tests/knowledge_cases.py are decided against it; the mutation is killed when a case fails.
 A mutation that the catalogue's own validation refuses (e.g. an empty device list) is reported
-apart. Usage:
+apart, and so is one of the short, reasoned EQUIVALENT list below (a mutation that can never
+change a verdict). Usage:
 
-    python tools/mutate_catalogue.py [--sample N] [--seed S] [--json] [--show-survivors]
+    python tools/mutate_catalogue.py [--sample N] [--seed S] [--only TEXT] [--json]
+                                     [--show-survivors]
+
+`--only TEXT` keeps the mutations whose label (`op/name description`, as --show-survivors prints
+it) contains TEXT, before sampling: `--only moe/cutlass` reruns one backend's mutations.
 """
 from __future__ import annotations
 
@@ -38,6 +43,17 @@ LIST_FIELDS = ("devices", "values", "gated", "non_gated", "all2all_exclude")
 WHEN_LISTS = ("activation", "quant", "devices", "all2all")
 
 Mutation = Tuple[str, Callable[[Dict[str, Any]], None]]  # (description, apply to backend conf)
+
+# Mutations that can never change a verdict, each with the reason (reported apart as
+# `equivalent`, not as survivors). Keep this list short: a mutant that survives because no case
+# pins its rule wants a case, and a redundant `when` entry wants removing from the YAML. An
+# entry whose mutant a case kills, or that names no mutation, is reported as stale.
+EQUIVALENT: Dict[str, str] = {
+    "linear/deep_gemm engines.sglang.rules[1] (device) drop devices 11.x":
+        "SGLang's MXFP8 loader floor (capability >= 100) lists SM 11.x as its source does; "
+        "DeepGEMM's own device rule (conf/backend/linear/deep_gemm.yaml, no `when`) refuses "
+        "SM 11.x for every scheme, so the SGLang entry never decides alone",
+}
 
 
 def _bump(version: str, step: int) -> Optional[str]:
@@ -143,7 +159,7 @@ def mutations(conf: Dict[str, Any], name: str = "") -> List[Mutation]:
     return out
 
 
-def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
+def run(sample: Optional[int], seed: int, only: Optional[str] = None) -> Dict[str, Any]:
     import knowledge_cases as kc
 
     from selector.config import read_catalogue, read_engine_backends
@@ -163,11 +179,12 @@ def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
             for name, entry in entries.items():
                 data[op][name].setdefault("engines", {})[engine] = entry
     todo = [(op, name, desc, apply) for op, backends in data.items()
-            for name, conf in backends.items() for desc, apply in mutations(conf, name)]
+            for name, conf in backends.items() for desc, apply in mutations(conf, name)
+            if only is None or only in f"{op}/{name} {desc}"]
     total = len(todo)
     if sample is not None and sample < total:
         todo = random.Random(seed).sample(todo, sample)
-    killed, survived, invalid = [], [], []
+    killed, survived, invalid, equivalent = [], [], [], []
     for op, name, desc, apply in todo:
         mutated = copy.deepcopy(data)
         apply(mutated[op][name])
@@ -181,11 +198,19 @@ def run(sample: Optional[int], seed: int) -> Dict[str, Any]:
         # selected): its own cases and every case that checks a status can see it
         cases = [c for c in kc.CASES if c.backend == f"{op}/{name}" or c.status]
         failing = next(((c.id, p) for c in cases for p in [kc.problem(c, cat)] if p), None)
+        if failing is None and label in EQUIVALENT:
+            equivalent.append({"mutation": label, "reason": EQUIVALENT[label]})
+            continue
         (killed if failing else survived).append(
             {"mutation": label, "case": failing[0] if failing else None})
     run_n = len(killed) + len(survived)
+    labels = {f"{op}/{name} {desc}" for op, name, desc, _ in todo}
+    # an equivalence whose mutant a case kills, or (on a full run) that names no mutation
+    stale = sorted({k["mutation"] for k in killed} & set(EQUIVALENT)) + (
+        sorted(set(EQUIVALENT) - labels) if len(todo) == total and only is None else [])
     return {"mutations_possible": total, "sampled": len(todo), "refused_by_validation": invalid,
             "killed": len(killed), "survived": survived, "run": run_n,
+            "equivalent": equivalent, "stale_equivalent": stale,
             "score": f"{len(killed)}/{run_n}", "killed_by": killed}
 
 
@@ -193,20 +218,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, default=None, help="run N random mutations (all: omit)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", metavar="TEXT", default=None,
+                    help="only the mutations whose label contains TEXT (e.g. moe/cutlass)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--show-survivors", action="store_true")
     args = ap.parse_args(argv)
-    res = run(args.sample, args.seed)
+    res = run(args.sample, args.seed, args.only)
     if args.json:
         print(json.dumps(res, indent=2))
     else:
         print(f"mutations: {res['mutations_possible']} possible, {res['sampled']} run; "
               f"{len(res['refused_by_validation'])} refused by the catalogue's validation; "
-              f"killed {res['score']}")
+              f"killed {res['score']}; equivalent: {len(res['equivalent'])}")
+        for e in res["equivalent"]:
+            print(f"  equivalent: {e['mutation']} ({e['reason']})")
+        for label in res["stale_equivalent"]:
+            print(f"  stale equivalence (remove it from EQUIVALENT): {label}")
         if args.show_survivors:
             for s in res["survived"]:
                 print(f"  survived: {s['mutation']}")
-    return 0 if not res["survived"] else 1
+    return 0 if not res["survived"] and not res["stale_equivalent"] else 1
 
 
 if __name__ == "__main__":
