@@ -1151,6 +1151,11 @@ FP8_BOUNDARIES = [
          kernel="TrtLlmFp8ExpertsModular", scheme="fp8_block", status="selected",
          only="parallel") for n, a in (("nvlink", NVL), ("nvlink-one-sided", NVL1))],
     CT("fp8-trtllm-block-deepep-ll", "10.0", TRT, {"parallel"}, layer={**BLOCK, **LL}),
+    # the monolithic block-FP8 kernel routes in-kernel for its listed methods only
+    # (trtllm_fp8_moe.py 408-421: not Default, TopK, Llama4): vLLM runs the modular class
+    *[CT(f"mut-fp8-trtllm-block-routing-{r}", "10.0", TRT, layer={**BLOCK, "routing": r},
+         engine="vllm", kernel="TrtLlmFp8ExpertsModular", scheme="fp8_block",
+         status="selected", only="routing") for r in ("default", "topk")],
     CT("fp8-trtllm-tensor-deepep-ht", "10.0", TRT, {"parallel"},
       layer={**TENSOR, "ep_size": 2, "all2all": "deepep_high_throughput"}),
     CT("fp8-trtllm-tensor-agrs", "10.0", TRT,
@@ -1262,6 +1267,12 @@ FP8_BOUNDARIES = [
     C("fp8-sglang-fi-cutlass-linear-no-flashinfer", "12.0", "linear/flashinfer_cutlass",
       {"package"}, engine="sglang", layer={**DENSE, "quant": "fp8_block"},
       pk={"flashinfer-python": None, "vllm": None}),
+    # SGLang's --fp8-gemm-backend flashinfer_trtllm (block FP8) needs is_sm100 (fp8_utils.py:1110-1117:
+    # 'requires SM100/SM103 GPUs and FlashInfer', else RuntimeError)
+    *[C(f"mut-sglang-fi-trtllm-linear-block-sm{d.replace('.', '')}", d, "linear/flashinfer_trtllm",
+        set() if d.startswith("10") else {"device"}, engine="sglang",
+        layer={**DENSE, "quant": "fp8_block"}, pk={"vllm": None}, only="device")
+      for d in ("10.0", "10.3", "12.0")],
     # SGLang's DeepGEMM linear is its own distribution (replaces the vLLM package rule)
     C("fp8-sglang-deep-gemm-linear-own-dist", "9.0", "linear/deep_gemm", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
@@ -1270,6 +1281,12 @@ FP8_BOUNDARIES = [
       pk={"deep-gemm": "1.0.0", "vllm": None}),
     C("fp8-sglang-deep-gemm-linear-pypi-1.0.1", "9.0", "linear/deep_gemm", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"deep-gemm": "1.0.1", "vllm": None}),
+    # SGLang loads an MXFP8 checkpoint from SM 10.0 on (fp8.py:329-339 Fp8Config.get_min_capability:
+    # 100 with use_mxfp8; model_loader/loader.py:260 raises below it)
+    *[C(f"mut-sglang-deep-gemm-linear-mxfp8-sm{d.replace('.', '')}", d, "linear/deep_gemm",
+        set() if d in ("10.0", "12.0") else {"device"}, engine="sglang",
+        layer={**DENSE, "quant": "mxfp8"}, pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None})
+      for d in ("9.0", "10.0", "11.0", "12.0")],  # SM 11.x: DeepGEMM's own device list
     C("fp8-sglang-name-triton", "9.0", TR, layer=BLOCK, engine="sglang", name="triton"),
     C("fp8-sglang-name-deep-gemm", "9.0", DG, layer=BLOCK, engine="sglang", name="deep_gemm"),
     # A per-tensor FP8 layer under SGLang: CUTLASS (scales turned channelwise) except on SM 12.x,
@@ -1909,6 +1926,11 @@ PARALLEL_CASES = [
     *[C(f"vllm-deep-gemm-mxfp8-{n}", "10.0", "moe/deep_gemm", {"parallel"}, only="parallel",
         layer={"quant": "mxfp8", **a}) for n, a in (("ll", LL), ("nvlink", NVL), ("nvlink-one-sided", NVL1))],
     C("vllm-cutlass-nvfp4-ll", "10.0", VC, {"parallel"}, layer={**NV4, **LL}, only="parallel"),
+    # vLLM 0.32.0 oracle/mxfp4.py (CUTLASS_MXFP4_MXFP4 -> [CutlassExpertsMxfp4]) and
+    # experts/cutlass_moe.py (CutlassExpertsMxfp4.activation_format: Standard): no DeepEP
+    # low-latency (its batched format)
+    C("mut-vllm-cutlass-mxfp4-w4a4-ll", "10.0", VC, {"parallel"},
+      layer={"quant": "mxfp4_w4a4", **LL}, only="parallel"),
     *[C(f"vllm-emulation-nvfp4-{n}", "10.0", "moe/emulation", {"parallel"}, engine=V,
         only="parallel", layer={**NV4, **a}) for n, a in (("ll", LL), ("nvlink", NVL), ("nvlink-one-sided", NVL1))],
     C("vllm-cutedsl-ll-swigluoai", "10.0", "moe/flashinfer_cutedsl", {"activation"}, engine=V,
@@ -1937,6 +1959,11 @@ V34_CASES = [
     C("v34-cutlass-nvfp4-sm100", "10.0", "moe/cutlass", pk=V34, engine=V, status="eligible"),
     C("v34-cutlass-nvfp4-sm120", "12.0", "moe/cutlass", pk=V34, engine=V, status="selected"),
     C("v34-cutlass-nvfp4-sm110-none", "11.0", "moe/cutlass", {"device"}, pk=V34),
+    # ... for a weight-only layer too: CutlassExpertsFp4._supports_current_device reads the
+    # device family alone (0.34.0 cutlass_moe.py 724-730); W4A16 is refused besides (its
+    # _supports_quant_scheme: NVFP4 weights with NVFP4 activations)
+    C("mut-v34-cutlass-nvfp4-w4a16-sm110", "11.0", "moe/cutlass", {"device", "quant"}, pk=V34,
+      layer=W4A16),
     # vLLM 0.34.0 experts/trtllm_nvfp4_moe.py 253-265 (SWIGLUSTEP when FlashInfer has
     # ActivationType.SwigluStep: flashinfer-python 0.6.13 tllm_enums.py, not 0.6.12)
     C("v34-trtllm-swiglustep", "10.0", "moe/flashinfer_trtllm", pk={**V34, **NO_CUBIN_WARN},
@@ -1954,6 +1981,16 @@ V34_CASES = [
     C("v34-trtllm-swiglustep-nongated", "10.0", "moe/flashinfer_trtllm", {"act_and_mul"},
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep", "act_and_mul": False},
       engine=V),
+    # the activation rules of vLLM's TRT-LLM NVFP4 integration hold for a weight-only layer too
+    # (trtllm_nvfp4_moe.py _supports_activation reads no scheme; W4A16 is refused besides by
+    # _supports_quant_scheme): 0.34.0 lines 253-265 have no interleaved swigluoai, 0.33.0 no
+    # SwiGLU-step, and SwiGLU-step is gated only (activation.py)
+    CT("mut-v34-trtllm-w4a16-swigluoai", "10.0", TRT, {"quant", "activation"}, pk=V34,
+       layer={**W4A16, "activation": "swigluoai"}, engine=V),
+    CT("mut-v33-trtllm-w4a16-swiglustep", "10.0", TRT, {"quant", "activation"}, pk=V33,
+       layer={**W4A16, "activation": "swiglustep"}, engine=V),
+    CT("mut-v34-trtllm-w4a16-swiglustep-nongated", "10.0", TRT, {"quant", "act_and_mul"},
+       pk=V34, layer={**W4A16, "activation": "swiglustep", "act_and_mul": False}, engine=V),
     C("v34-trtllm-swiglustep-none", "10.0", "moe/flashinfer_trtllm", {"activation"},
       pk={**V34, **NO_CUBIN_WARN}, layer={"activation": "swiglustep"}),
     C("v34-trtllm-swigluoai", "10.0", "moe/flashinfer_trtllm", {"activation"},
@@ -1968,6 +2005,22 @@ V34_CASES = [
         "TrtLlmMxfp4ExpertsModular", "mxfp4_w4a8", pk={**T613, **V33}),
     _vk("v34-trtllm-mxfp4-naive", "10.0", TRT, {**MX4S, "quant": "mxfp4", **_a2a("naive")},
         "TrtLlmMxfp4ExpertsModular", "mxfp4", pk={**T613, **V34}),
+    # the monolithic TRT-LLM MXFP4 kernel takes no all2all kernel, no data parallelism and the
+    # routing methods DeepSeekV3, Renormalize, RenormalizeNaive only (0.34.0
+    # trtllm_mxfp4_moe.py 178-197, 0.32.0 173-192): elsewhere vLLM runs the modular class, from
+    # 0.34.0 its MXFP8-activation class for W4A8 (oracle/mxfp4.py 231-246)
+    *[_vk(f"mut-v34-trtllm-mxfp4-w4a8-{x}", "10.0", TRT,
+          {**MX4S, "quant": "mxfp4_w4a8", **_a2a(x)}, "TrtLlmMxfp4Mxfp8ExpertsModular",
+          "mxfp4_w4a8", pk={**T613, **V34})
+      for x in ("allgather_reducescatter", "flashinfer_nvlink_one_sided",
+                "flashinfer_nvlink_two_sided")],
+    *[_vk(f"mut-{v}-trtllm-{q}-{n}", "10.0", TRT, {**MX4S, "quant": q, **extra}, kernel, q,
+          pk={**T613, **pk})
+      for n, extra in (("dp", {"dp_size": 2}), ("routing-topk", {"routing": "topk"}))
+      for v, pk, q, kernel in (
+          ("v34", V34, "mxfp4_w4a8", "TrtLlmMxfp4Mxfp8ExpertsModular"),
+          ("v33", V33, "mxfp4_w4a8", "TrtLlmMxfp4ExpertsModular"),
+          ("v34", V34, "mxfp4", "TrtLlmMxfp4ExpertsModular"))],
     # vLLM 0.34.0 oracle/mxfp4.py 445-457: gpt-oss MXFP4 on SM 11.x runs Marlin before Triton
     C("v34-gpt-oss-sm110-triton", "11.0", "moe/triton_kernels", pk=V34, layer=GPT_OSS,
       engine=V, status="eligible"),
@@ -2011,6 +2064,8 @@ V34_CASES = [
     C("v34-deepgemm-lin-nvcc-12.8", "9.0", "linear/deep_gemm", {"nvcc"},
       pk={**V34, "nvcc": "12.8"}, layer={**DENSE, "quant": "fp8_block"}, engine=V),
     C("v34-deepgemm-lin-nvcc-13.0", "9.0", "linear/deep_gemm", pk={**V34, "nvcc": "13.0"},
+      layer={**DENSE, "quant": "fp8_block"}, engine=V),
+    C("mut-v34-deepgemm-lin-nvcc-12.9", "9.0", "linear/deep_gemm", pk={**V34, "nvcc": "12.9"},
       layer={**DENSE, "quant": "fp8_block"}, engine=V),
     C("v33-deepgemm-lin-no-nvcc", "9.0", "linear/deep_gemm", pk={**V33, "nvcc": None},
       layer={**DENSE, "quant": "fp8_block"}, engine=V),
@@ -2060,12 +2115,38 @@ READER_CASES = [
       layer=_fl("fp8_tensor_dynamic", act_scale="token")),
     C("act-scale-torch-per-tensor-tensor", "9.0", "linear/torch_per_tensor",
       layer=_fl("fp8_tensor_dynamic", act_scale="tensor")),
+    # ... each of these GEMMs takes one activation scale whatever the scheme's name: a static
+    # per-tensor layer given per-token activation scales is refused the same way (flashinfer
+    # gemm_base.py bmm_fp8: A_scale a scalar; vLLM scaled_mm/flashinfer.py and pytorch.py 84-92)
+    *[C(f"mut-act-scale-{b.split('/')[1]}-fp8-tensor-token", d, b, {"act_scale"}, pk=pk,
+        layer=_fl("fp8_tensor", act_scale="token"))
+      for b, d, pk in (("linear/flashinfer_bmm_fp8", "10.0", None),
+                       ("linear/flashinfer_bmm_fp8_cudnn", "10.0", _CUDNN_FE),
+                       ("linear/flashinfer_cutlass", "10.0", None),
+                       ("linear/torch_per_tensor", "9.0", None))],
     # vLLM 0.32.0 fused_moe/oracle/fp8.py 463-473: vLLM's CUTLASS FP8 experts for
     # compressed-tensors only (Fp8MoEMethod passes allow_vllm_cutlass=False, quantization/fp8.py:522)
     C("quant-method-cutlass-fp8-moe-fp8", "9.0", "moe/cutlass", {"quant_method"},
       layer={**_T8_MOE, "quant_method": "fp8"}),
     C("quant-method-cutlass-fp8-moe-ct", "9.0", "moe/cutlass",
       layer={**_T8_MOE, "quant_method": "compressed-tensors"}),
+    # SGLang's DeepGEMM MoE runner is built by Fp8MoEMethod only (fp8.py:2986-2996): a
+    # compressed-tensors FP8 MoE builds none (compressed_tensors_w8a8_fp8_moe.py:341-365), and
+    # ModelOpt's per-tensor FP8 MoE method builds Triton or FlashInfer CUTLASS
+    # (modelopt_quant.py:1343-1359), its block-FP8 algorithms go to Fp8MoEMethod (1080-1087)
+    *[C(f"mut-sglang-deep-gemm-moe-{q}-{m}", "9.0", "moe/deep_gemm",
+        {"quant_method"} if m == "compressed-tensors" or (m, q) == ("modelopt", "fp8_tensor")
+        else set(), engine="sglang", pk={"sgl-deep-gemm": "0.2.3.post2"},
+        layer={**_T8_MOE, "quant": q, "quant_method": m})
+      for q, methods in (("fp8_block", ("fp8", "modelopt", "compressed-tensors")),
+                         ("fp8_tensor", ("fp8", "modelopt", "compressed-tensors")),
+                         ("fp8_tensor_dynamic", ("fp8", "compressed-tensors")))
+      for m in methods],
+    # ... the same for the dynamic per-tensor and the per-channel schemes (Fp8MoEMethod passes
+    # allow_vllm_cutlass=False whatever its scheme, quantization/fp8.py:522)
+    *[C(f"mut-quant-method-cutlass-{q}-moe-fp8", "9.0", "moe/cutlass", {"quant_method"},
+        layer={**_T8_MOE, "quant": q, "quant_method": "fp8"})
+      for q in ("fp8_tensor_dynamic", "fp8_channel")],
     # SGLang 0.5.23 per-tensor FP8 linear layers by quant method: compressed_tensors_w8a8_fp8.py
     # 147-164 (torch._scaled_mm, never channelwise); modelopt_quant.py 546-630 and 611-615
     # (ModelOptFp8LinearMethod: FlashInfer bmm_fp8 where fp8_utils.py 528-531 supports it and K, N
@@ -2078,10 +2159,19 @@ READER_CASES = [
       engine="sglang", pk=_SGL_KERNEL, layer=_fl("fp8_tensor", quant_method="modelopt")),
     C("sglang-cutlass-fp8-tensor-modelopt-no-flashinfer", "9.0", "linear/cutlass", engine="sglang",
       pk={**_SGL_KERNEL, "flashinfer-python": None}, layer=_fl("fp8_tensor", quant_method="modelopt")),
+    # ... on SM 10.x and 12.x too (utils/common.py 297-336: is_sm100, is_sm120 by major), not on
+    # SM 11.x, where ModelOpt's method turns the scales channelwise for CUTLASS
+    *[C(f"mut-sglang-cutlass-fp8-tensor-modelopt-sm{d.replace('.', '')}", d, "linear/cutlass",
+        set() if d == "11.0" else {"known_issue"}, engine="sglang", pk=_SGL_KERNEL,
+        layer=_fl("fp8_tensor", quant_method="modelopt")) for d in ("10.0", "11.0", "12.0")],
     C("sglang-torch-per-tensor-modelopt", "12.0", "linear/torch_per_tensor", {"quant_method"},
       engine="sglang", layer=_fl("fp8_tensor", quant_method="modelopt")),
     C("sglang-torch-per-tensor-ct", "12.0", "linear/torch_per_tensor", engine="sglang",
       layer=_fl("fp8_tensor", quant_method="compressed-tensors")),
+    # Fp8LinearMethod keeps a per-tensor checkpoint's scales per tensor on SM 12.x
+    # (fp8.py process_weights_after_loading: use_sm120_fp8_pertensor) and runs torch._scaled_mm
+    C("mut-sglang-torch-per-tensor-fp8-sm120", "12.0", "linear/torch_per_tensor", engine="sglang",
+      layer=_fl("fp8_tensor", quant_method="fp8")),
     C("sglang-bmm-fp8-fp8", "9.0", "linear/flashinfer_bmm_fp8", {"quant_method"}, engine="sglang",
       layer=_fl("fp8_tensor", quant_method="fp8")),
     C("sglang-bmm-fp8-modelopt", "9.0", "linear/flashinfer_bmm_fp8", engine="sglang",
@@ -2094,17 +2184,39 @@ READER_CASES = [
       layer=_fl("fp8_tensor", quant_method="modelopt", hidden_size=4104)),
     C("sglang-bmm-fp8-n-not-16", "9.0", "linear/flashinfer_bmm_fp8", {"shape"}, engine="sglang",
       layer=_fl("fp8_tensor", quant_method="modelopt", intermediate_size=4104)),
+    # ... a multiple of 16 that is not one of 32 passes (modelopt_quant.py:611-615: % 16), and the
+    # GEMM SGLang calls is FlashInfer's bmm_fp8 (fp8_utils.py:534-560)
+    *[C(f"mut-sglang-bmm-fp8-{dim}-4112", "9.0", "linear/flashinfer_bmm_fp8", engine="sglang",
+        layer=_fl("fp8_tensor", quant_method="modelopt", **{dim: 4112}))
+      for dim in ("hidden_size", "intermediate_size")],
+    C("mut-sglang-bmm-fp8-kernel", "9.0", "linear/flashinfer_bmm_fp8", engine="sglang",
+      layer=_fl("fp8_tensor", quant_method="modelopt"), status="selected",
+      kernel="flashinfer.bmm_fp8", scheme="fp8_tensor"),
     # vLLM 0.32.0 fused_moe/config.py (is_act_and_mul=False on CUDA, ROCm and XPU only): an MXFP8
     # non-gated layer on a machine without a GPU is refused before vLLM's emulation is asked
     C("vllm-emulation-mxfp8-non-gated-no-gpu", None, "moe/emulation", {"device"}, engine="vllm",
       layer={"quant": "mxfp8", "act_and_mul": False, "activation": "relu2"}),
     C("vllm-emulation-mxfp8-gated-no-gpu", None, "moe/emulation", engine="vllm",
       layer={"quant": "mxfp8", "act_and_mul": True, "activation": "silu"}),
+    # ... and the class it runs there is vLLM's MXFP8 emulation (oracle/mxfp8.py 72-77:
+    # EMULATION -> Mxfp8EmulationTritonExperts), on a GPU too
+    *[C(f"mut-vllm-emulation-mxfp8-kernel-{d or 'cpu'}", d, "moe/emulation", engine="vllm",
+        layer={"quant": "mxfp8"}, status="selected", kernel="Mxfp8EmulationTritonExperts",
+        scheme="mxfp8") for d in (None, "9.0")],
+    # vLLM's NVFP4 emulation is TritonExperts (triton_moe.py _supports_current_device: a
+    # CUDA-alike or XPU device) for a weight-only layer as well; it is refused W4A16 besides
+    # (nvfp4_emulation_moe.py _supports_quant_scheme)
+    C("mut-vllm-emulation-w4a16-no-gpu", None, "moe/emulation", {"device", "quant"},
+      engine="vllm", cuda=None, layer=W4A16),
     # compressed_tensors_moe_w8a8_fp8.py 94-105: per-tensor experts with dynamic activations are
     # quantized per 1x128 group (kFp8Dynamic128Sym), which CUTLASS and Triton refuse
     # (experts/cutlass_moe.py 318-328; experts/triton_moe.py 157-177)
     C("act-scale-cutlass-fp8-moe-group", "9.0", "moe/cutlass", {"act_scale"},
       layer={**_T8_MOE, "quant": "fp8_tensor_dynamic", "act_scale": "group_128"}),
+    # ... whatever the weights' scheme calls its activations: experts/cutlass_moe.py 318-328
+    # (SUPPORTED_W_A pairs per-tensor weights with per-tensor activation scales only)
+    C("mut-act-scale-cutlass-fp8-tensor-moe-group", "9.0", "moe/cutlass", {"act_scale"},
+      layer={**_T8_MOE, "act_scale": "group_128"}),
     C("act-scale-triton-fp8-moe-group", "9.0", "moe/triton", {"act_scale"},
       layer={**_T8_MOE, "quant": "fp8_tensor_dynamic", "act_scale": "group_128"}),
     C("act-scale-triton-fp8-moe-token", "9.0", "moe/triton",
@@ -2119,6 +2231,15 @@ READER_CASES = [
       pk=NO_CUBIN_WARN, layer={**_T8_MOE, "routing": "default"}),
     C("routing-trtllm-fp8-renormalize", "10.0", "moe/flashinfer_trtllm", pk=NO_CUBIN_WARN,
       layer={**_T8_MOE, "routing": "renormalize"}),
+    # ... and every other routing method of the per-tensor list (trtllm_fp8_moe.py 422-433, the
+    # kFp8StaticTensorSym pair), not TopK (line 405: 'TopK routing could also be enabled, but
+    # need to validate models')
+    *[C(f"mut-routing-trtllm-fp8-{r}", "10.0", "moe/flashinfer_trtllm", pk=NO_CUBIN_WARN,
+        layer={**_T8_MOE, "routing": r})
+      for r in ("deepseek_v3", "llama4", "renormalize_naive", "sigmoid_renorm", "sigmoid",
+                "minimax2", "simulated")],
+    C("mut-routing-trtllm-fp8-topk", "10.0", "moe/flashinfer_trtllm", {"routing"},
+      pk=NO_CUBIN_WARN, layer={**_T8_MOE, "routing": "topk"}),
 ]
 
 # The optional kernel modules vLLM imports (kind: vllm_module): DeepGEMM and triton_kernels, an
