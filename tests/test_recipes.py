@@ -803,6 +803,27 @@ def _run(py, args, repo, env, timeout=3600):
                           timeout=timeout)
 
 
+def test_recipe_backends_own_mutations_are_all_killed(tmp_path):
+    """CI's recipe step (below) runs the fast suite on a copy that has the recipe's backend, so
+    test_a_sample_of_catalogue_mutations_is_all_killed draws from that copy's catalogue. Every
+    mutation of the recipe's backend (its YAML, its entries in vLLM's and SGLang's homes) is
+    killed by the expectations the recipe adds; any other mutation the copy's draw takes, the
+    same draw took on this catalogue (tools/mutate_catalogue.py _sample)."""
+    import json
+
+    from helpers import child_env
+    repo = tmp_path / "repo"
+    _tracked_copy(repo)
+    _perform_backend_recipe(repo)
+    env = child_env(repo)
+    env["SELECTOR_CACHE_DIR"] = str(tmp_path / "cache")  # the new catalogue composes afresh
+    r = _run([sys.executable], ["tools/mutate_catalogue.py", "--only", "moe/my_kernel ",
+                                "--json"], repo, env, timeout=1800)
+    res = json.loads(r.stdout)
+    assert res["run"] >= 15 and not res["survived"], res["survived"]
+    assert not res["equivalent"] and r.returncode == 0, r.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("SELECTOR_RECIPE_TEST"), reason=(
     "composes the changed catalogue afresh and runs the whole fast suite in a copy (CPU-hours "
