@@ -48,7 +48,12 @@ Mutation = Tuple[str, Callable[[Dict[str, Any]], None]]  # (description, apply t
 # `equivalent`, not as survivors). Keep this list short: a mutant that survives because no case
 # pins its rule wants a case, and a redundant `when` entry wants removing from the YAML. An
 # entry whose mutant a case kills, or that names no mutation, is reported as stale.
+_NO_FP8_LAYER = ("a layer SGLang reads with its mxfp4 or mxfp8 quantization method is an MXFP4 or "
+                 "MXFP8 layer, never one of the FP8 schemes the rule's `when` names: the value "
+                 "keeps the rule to its job, refusing compressed-tensors")
 EQUIVALENT: Dict[str, str] = {
+    "moe/deep_gemm engines.sglang.rules[0] (quant_method) drop values mxfp4": _NO_FP8_LAYER,
+    "moe/deep_gemm engines.sglang.rules[0] (quant_method) drop values mxfp8": _NO_FP8_LAYER,
     "linear/deep_gemm engines.sglang.rules[1] (device) drop devices 11.x":
         "SGLang's MXFP8 loader floor (capability >= 100) lists SM 11.x as its source does; "
         "DeepGEMM's own device rule (conf/backend/linear/deep_gemm.yaml, no `when`) refuses "
