@@ -174,13 +174,14 @@ def _sample(todo: List[Tuple[str, str, str, Any]], n: int, seed: int) -> List[An
     return sorted(todo, key=key)[:n]
 
 
-def run(sample: Optional[int], seed: int, only: Optional[str] = None) -> Dict[str, Any]:
+def population(only: Optional[str] = None) -> Tuple[Any, Dict[str, Any], List[Any]]:
+    """The catalogue tree, its data with each decided engine's entries joined to their
+    backends, and every mutation of it as (op, name, description, apply), those whose label
+    contains `only` where given."""
     import knowledge_cases as kc
 
     from selector.config import read_catalogue, read_engine_backends
     from selector.config.catalogues import discover as discover_tree
-    from selector.core.errors import SelectorError
-    from selector.core.model import make_catalogue
 
     tree = discover_tree()
     data = read_catalogue(tree)
@@ -196,6 +197,16 @@ def run(sample: Optional[int], seed: int, only: Optional[str] = None) -> Dict[st
     todo = [(op, name, desc, apply) for op, backends in data.items()
             for name, conf in backends.items() for desc, apply in mutations(conf, name)
             if only is None or only in f"{op}/{name} {desc}"]
+    return tree, data, todo
+
+
+def run(sample: Optional[int], seed: int, only: Optional[str] = None) -> Dict[str, Any]:
+    import knowledge_cases as kc
+
+    from selector.core.errors import SelectorError
+    from selector.core.model import make_catalogue
+
+    tree, data, todo = population(only)
     total = len(todo)
     if sample is not None and sample < total:
         todo = _sample(todo, sample, seed)
