@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from selector.core import schema, validation
 from selector.core.engine_view import EngineView
@@ -162,13 +162,7 @@ def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINE
                   str(v["proof"] or ""), _own_entries(v["backends"], file),
                   tuple(sorted((str(k), json.dumps(x, sort_keys=True, default=str))
                                for k, x in v["launch"].items())), _cites(v["cites"], file),
-                  _flag(v["rank_reasons"], "engine.rank_reasons", file))
-
-
-def _flag(x: Any, key: str, file: str) -> bool:
-    if not isinstance(x, bool):
-        raise bad_input(key, x, "is not true or false", where=file or None)
-    return x
+                  bool(v["rank_reasons"]))
 
 
 def _cites(conf: Mapping[str, Any], file: str) -> Tuple[Tuple[str, str], ...]:
@@ -409,7 +403,7 @@ def join_homes(backends: Mapping[str, Sequence[Any]], homes: Sequence[Sequence[A
 _CAPABILITIES = tuple((major, minor) for major in range(5, 16) for minor in range(10))
 
 
-def _sms(specs: Any) -> frozenset:
+def _sms(specs: Any) -> FrozenSet[Tuple[int, int]]:
     return frozenset(c for c in _CAPABILITIES if any(d.matches(c) for d in specs))
 
 
