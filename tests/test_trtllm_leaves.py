@@ -92,3 +92,27 @@ def test_per_tensor_fp8_experts_need_sm89():
         "needs SM >= 8.9; this GPU is SM 8.0: TensorRT-LLM's CUTLASS per-tensor FP8 (QDQ) MoE "
         "leaf runs on SM >= 8.9"], cutlass
     assert "cutlass/fp8.py" in cutlass["reasons"][0]["source"]
+
+
+def test_modelopt_fp8_pb_wo_experts_are_block_fp8_in_trtllm():
+    """A uniform ModelOpt FP8_PB_WO checkpoint: vLLM builds its experts with
+    ModelOptFp8MoEMethod (per-tensor FP8, with the reader's warning); TensorRT-LLM canonicalizes
+    the algo to FP8_BLOCK_SCALES for the whole model (quantization/modelopt_config.py
+    parse_modelopt_quant_config), so its experts are block FP8: on SM 90 CUTLASS's DeepGEMM leaf,
+    never the per-tensor QDQ leaf."""
+    model = str(REPO / "tests" / "checkpoint_corpus" / "deepseek-v3-modelopt-fp8-pb-wo")
+    r = _explain("--model", model, "platform=h200", "engine=trtllm", "stack=trtllm_main",
+                 "--format", "json")
+    assert r.returncode == 0, r.stdout[-2000:]
+    plan = json.loads(r.stdout)
+    experts = _groups(plan)["routed experts"]
+    assert experts["scheme"] == "fp8_block" and experts["engine_backend"] == "CUTLASS", experts
+    assert experts["kernel"][0].startswith("DeepgemmCudaHopperFp8BlockScalesImpl"), experts
+    assert "vLLM" not in r.stdout and "modelopt_config.py" in r.stdout
+    text = _explain("--model", model, "platform=h200", "engine=trtllm", "stack=trtllm_main")
+    flat = " ".join(text.stdout.split())
+    assert "routed experts: 58 layers (3-60): moe fp8_block (FP8_PB_WO: TensorRT-LLM reads " \
+           "FP8_PB_WO as FP8_BLOCK_SCALES" in flat and "vLLM" not in flat
+    # vLLM's plan keeps vLLM's reading (per-tensor experts, its warning)
+    v = _explain("--model", model, "platform=h200", "engine=vllm", "stack=vllm_0_32")
+    assert "moe fp8_tensor" in v.stdout and "ModelOptFp8MoEMethod" in " ".join(v.stdout.split())
