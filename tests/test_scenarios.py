@@ -475,6 +475,25 @@ MOE += [
                                               "layer.activation=relu2", "layer.act_and_mul=false"],
       "triton", kinds={"deep_gemm": {"activation"}}),
 ]
+# --- TensorRT-LLM's CUTLASS leaves: per-tensor FP8 (QDQ, SM >= 89) and NVFP4 on SM 10.7 (two
+# versions of cutlass/nvfp4.py differ there: selector keeps the SMs every version lists) ----------
+MOE += [
+    S("moe-h100-trtllm-fp8-tensor-cutlass-qdq", [H100, FI_074, TRTLLM, FP8_TENSOR],
+      "flashinfer_cutlass"),
+    S("moe-sm80-trtllm-fp8-tensor-qdq-needs-sm89", [H100, FI_074, TRTLLM, FP8_TENSOR,
+                                                    "platform.capability=8.0"], None,
+      status={"flashinfer_cutlass": "rejected"},
+      cites={"flashinfer_cutlass": ("cutlass/fp8.py",)}),
+    S("moe-sm107-trtllm-nvfp4-cutlass-keeps-shared-sms", [B200, FI_074, TRTLLM,
+                                                          "platform.capability=10.7"], None,
+      status={"flashinfer_cutlass": "rejected", "flashinfer_trtllm": "rejected"},
+      cites={"flashinfer_cutlass": ("also lists SM 107", "cutlass/nvfp4.py")}),
+    # gpt-oss MXFP4 on SM 8.0: no CUTLASS leaf (W4A16 is SM 90, W4A8_MXFP4_MXFP8 SM >= 100)
+    S("moe-sm80-trtllm-gpt-oss-no-cutlass-leaf", [H100, FI_074, TRTLLM, "layer=gpt_oss_moe",
+                                                  "layer.quant=mxfp4", "platform.capability=8.0"],
+      None, status={"flashinfer_cutlass": "rejected"},
+      cites={"flashinfer_cutlass": ("w4a16_mxfp4.py", "w4a8_mxfp4_mxfp8.py")}),
+]
 
 LINEAR = [
     S("lin-dgx-074-dense-auto", [DGX, FI_074, DENSE], "flashinfer_cutlass",
@@ -570,7 +589,9 @@ LINEAR = [
       "flashinfer_blockscale_sm90", cites={"deep_gemm": ("linear.py",)}),
     S("lin-dgx-trtllm-fp8-block-no-sm121-kernel", [DGX, TRTLLM, DENSE, FP8_BLOCK], None,
       kinds={"flashinfer_blockscale_sm90": {"device"}, "deep_gemm": {"device"}},
-      cites={"flashinfer_blockscale_sm90": ("fp8BlockScalingGemm.cpp",)}, warned=("deep_gemm",)),
+      # DeepGEMM's SM 12.1 fault (a vLLM issue) is moot: TensorRT-LLM runs DeepGEMM on SM 100f
+      # only (engines.moot_under), so no warning of it in a TensorRT-LLM plan
+      cites={"flashinfer_blockscale_sm90": ("fp8BlockScalingGemm.cpp",)}, warned=()),
     S("lin-h200-trtllm-fp8-block-n-mod-16", [H200, TRTLLM, DENSE, FP8_BLOCK,
                                              "layer.intermediate_size=2056"], None,
       kinds={"flashinfer_blockscale_sm90": {"shape"}}),

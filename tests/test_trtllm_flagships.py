@@ -82,7 +82,15 @@ def test_flagship_plans_with_a_trtllm_serve_command(model, platform, want, moe_c
             assert got_name == name and kernels and kernels[0].startswith(kernel), (kind, groups)
         text = launch["files"].get("extra_llm_api_options.yaml")
         conf = yaml.safe_load(text) if text else {}
-        assert conf.get("moe_config") == moe_config, (stack, conf)
+        # 1.2's own resolve_moe_backend is not read (main's is): under stack=trtllm_1_2 the
+        # plan passes selector's MoE backend all the same, and says why
+        release = stack == ("stack=trtllm_1_2",)
+        want_moe = {"backend": want["routed experts"][0]} if release else moe_config
+        assert conf.get("moe_config") == want_moe, (stack, conf)
+        assert any("planned with main's MoE rules" in n for n in launch["notes"]) == release
+        moe = [a for a in launch["automatic"] if a["key"] == "moe_config.backend"]
+        assert moe and all(a["passed"] == (release or a["engine"]["names"] != [a["selected"]])
+                           and a["engine"]["exact"] == (not release) for a in moe), moe
         # TensorRT-LLM's NVFP4 GEMM autotuner is never narrowed unless asked
         assert "nvfp4_gemm_config" not in conf
         # every planned group shows the engine's own choice beside selector's
@@ -105,12 +113,18 @@ def test_deepseek_on_b200_says_why_the_moe_key_is_passed_and_the_gemm_key_is_not
 def test_gpt_oss_on_hopper_prints_no_deprecated_triton_key_on_main():
     """TRITON is deprecated from 1.3 (TensorRT-LLM PR #19035: a warning, runtime selection
     unchanged): on main, gpt-oss on H100 passes no moe_config.backend (AUTO's own TRITON runs) and
-    the plan warns of the deprecation; 1.2 carries no such warning."""
-    for stack, warned in (("stack=trtllm_main", True), ("stack=trtllm_1_2", False)):
+    the plan warns of the deprecation; 1.2 carries no such warning, and passes TRITON (AUTO came
+    with PR #11074; 1.2's own resolution is not read, and its 1.2.0rc2 docs give CUTLASS as the
+    default)."""
+    for stack, release in (("stack=trtllm_main", False), ("stack=trtllm_1_2", True)):
         r = run_cli("explain", "--model", OSS, "platform=h100", "engine=trtllm", stack)
         assert r.returncode == 0, r.stderr
-        assert "backend: TRITON" not in r.stdout and "moe_config.backend=TRITON" not in r.stdout
-        assert ("deprecated from TensorRT-LLM 1.3" in " ".join(r.stdout.split())) == warned
+        flat = " ".join(r.stdout.split())
+        assert ("moe_config.backend=TRITON passed" in flat) == release
+        assert ("backend: TRITON" in r.stdout) == release
+        assert ("deprecated from TensorRT-LLM 1.3" in flat) == (not release)
+        assert ("TensorRT-LLM 1.2.0 is planned with main's MoE rules" in flat) == release
+        assert ("TensorRT-LLM PR #11074" in flat) == release
 
 
 def test_qwen3_fp8_on_h200_shows_the_keyless_block_fp8_gemm():

@@ -91,18 +91,30 @@ def test_a_split_refusal_is_selectors_rule_in_a_trtllm_plan():
     assert "vLLM" not in flat
 
 
-# what vLLM says, never in a TensorRT-LLM plan's JSON (mirrors tests/test_sglang_plan.py)
-VLLM_WORDS = ("vLLM refuses", "vLLM would refuse", "vLLM refines", "vLLM's order",
-              "vLLM's Fp8Config", "vLLM's MXFP4 config", "vLLM builds", "vLLM gpt_oss.py passes")
+def _vllm_strings(x, path=""):
+    """(path, text) of every string of a JSON plan that names vLLM."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _vllm_strings(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for v in x:
+            yield from _vllm_strings(v, path)
+    elif isinstance(x, str) and "vLLM" in x:
+        yield path, x
 
 
-@pytest.mark.parametrize("platform", ["h100", "h200", "b200", "gb200", "rtx_pro_6000"])
+@pytest.mark.parametrize("platform", ["h100", "h200", "b200", "gb200", "rtx_pro_6000",
+                                      "dgx_spark"])
 @pytest.mark.parametrize("par", [("parallel.tp=1",), ("parallel.tp=8",),
                                  ("parallel.tp=8", "parallel.ep=8")],
                          ids=["tp1", "tp8", "tp8-ep8"])
 def test_no_vllm_text_in_any_trtllm_plan_of_the_examples(platform, par):
-    """Every examples/ checkpoint planned for TensorRT-LLM: the text a user reads names no
-    vLLM at all; the JSON plan carries none of the reader's vLLM sentences."""
+    """Every examples/ checkpoint planned for TensorRT-LLM names no vLLM at all: not in the
+    text a user reads, not anywhere in the JSON plan (the decisions' candidate reasons, notes
+    and rank reasons included: the catalogue's rank reasons tell vLLM's order, so a TensorRT-LLM
+    plan says a rank by its number, conf/engine/trtllm.yaml rank_reasons: false; a backend rule
+    scoped to schemes or GPUs TensorRT-LLM's entry refuses is moot there,
+    selector/core/engines.py moot_under)."""
     seen = []
     for model in EXAMPLES:
         argv = ["explain", "--model", str(REPO / model), f"platform={platform}",
@@ -114,8 +126,33 @@ def test_no_vllm_text_in_any_trtllm_plan_of_the_examples(platform, par):
         seen += [f"{model}: {line.strip()}" for line in out.splitlines() if "vLLM" in line]
         rc, js, err = run_main([*argv, "--format", "json"])
         assert rc in (0, 1), (model, rc, err)
-        seen += [f"{model} (json): {w}" for w in VLLM_WORDS if w in js]
+        seen += [f"{model} (json {where}): {text[:160]}"
+                 for where, text in _vllm_strings(json.loads(js))]
     assert not seen, "\n".join(seen[:20])
+
+
+@pytest.mark.parametrize("engine,said", [("trtllm", False), ("vllm", True)])
+def test_a_rank_win_is_said_by_its_rank_in_a_trtllm_plan(engine, said):
+    """gpt-oss on H100: triton_kernels (TensorRT-LLM's TRITON) outranks flashinfer_cutlass
+    (CUTLASS W4A16). The catalogue's reason is vLLM's oracle order (fused_moe/oracle/mxfp4.py):
+    a vLLM plan says it, in text and JSON; a TensorRT-LLM plan says the rank alone, in both."""
+    model = "examples/gpt-oss-20b-mxfp4"
+    stack = "stack=vllm_0_32" if engine == "vllm" else "stack=trtllm_main"
+    r = _explain("--model", model, "platform=h100", f"engine={engine}", stack, "--format", "json")
+    assert r.returncode == 0, r.stdout[-2000:]
+    plan = json.loads(r.stdout)
+    beats = [g["beat"] for g in plan["launch"]["groups"] if g["beat"] and
+             g["beat"]["winner"] == "triton_kernels"]
+    assert beats and beats[0]["next"] == "flashinfer_cutlass", plan["launch"]["groups"]
+    assert beats[0]["by"] == ("preference" if said else "rank"), beats
+    assert ("vLLM tries the OpenAI Triton MXFP4 kernels" in beats[0]["text"]) == said
+    prefs = [n for k in plan["kinds"] for s in k["shapes"] if s.get("decision")
+             for n in s["decision"]["notes_data"] if n["kind"] == "preference"]
+    assert prefs and all(bool(n["data"]["reason"]) == said for n in prefs), prefs
+    text = _explain("--model", model, "platform=h100", f"engine={engine}", stack)
+    flat = " ".join(text.stdout.split())
+    assert ("triton_kernels outranks flashinfer_cutlass (rank 30 < 40) in the catalogue's "
+            "preference order" in flat) == (not said)
 
 
 def test_contradicting_files_say_trtllm_reads_hf_quant_config():

@@ -337,7 +337,7 @@ def _automatic(lp: LaunchPlan) -> List[str]:
                    name in a.names else f"nothing passed: selector names {name}")
         elif passed and a is not None and not a.exact:
             act = (f"{key}={name} passed: selector's model of that choice is not exact "
-                   f"({a.source.split(' (')[0]} lists where it differs)")
+                   f"({a.differs or a.source.split(' (')[0] + ' lists where it differs'})")
         elif passed:
             act = f"{key}={name} passed" + (": it changes that choice (why: the why line above)"
                                              if a is not None else "")

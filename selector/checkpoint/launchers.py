@@ -137,6 +137,8 @@ class Auto:
     tuned: bool = False
     exact: bool = True  # False: selector's model of the engine's choice is known to differ at
     # places (its parity document), so the plan passes selector's choice all the same
+    differs: str = ""  # with exact False: why the model is not exact (default: the source's
+    # first part lists where it differs)
 
     def text(self) -> str:
         return (f"{'/'.join(self.names)} (tuned at run time)" if self.tuned else
@@ -144,7 +146,7 @@ class Auto:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"names": list(self.names), "why": self.why, "source": self.source,
-                "tuned": self.tuned, "exact": self.exact}
+                "tuned": self.tuned, "exact": self.exact, "differs": self.differs}
 
 
 class Launcher:

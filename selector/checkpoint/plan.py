@@ -304,8 +304,12 @@ def _group_modules(arch: Architecture, quant: Quantization, tp: int = 1, dp: int
     sglang = engine == "sglang"
     trtllm = engine == "trtllm"  # TensorRT-LLM's own block-FP8 MoE check, its words (issue 45)
     refines = quant.format != "compressed-tensors" and not sglang and not trtllm
+    if trtllm:
+        from selector.checkpoint.trtllm_words import trtllm_verdict
     for m in arch.modules:
         v = quant.verdict_of(m)
+        if trtllm:  # where TensorRT-LLM reads the checkpoint otherwise than vLLM
+            v = trtllm_verdict(m, v, quant)
         scheme = v.scheme
         why = v.why if v.other is None or v.other in v.why else f"{v.why}: {v.other}"
         why = sglang_wording(why) if sglang else _engine_words(engine, why)

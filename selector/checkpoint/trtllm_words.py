@@ -7,6 +7,7 @@ TensorRT-LLM cannot be installed here (its PyPI package is a stub); the sources 
 NVIDIA/TensorRT-LLM main."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Optional, Tuple
 
@@ -14,6 +15,7 @@ from selector.checkpoint.modules import DIVIDE, HEADS
 
 if TYPE_CHECKING:  # pragma: no cover
     from selector.checkpoint.arch import Module
+    from selector.checkpoint.quant.common import Quantization, Verdict
 
 FP8_QUANT_BLOCK_SIZE = 128
 # DeepSeekFP8BlockScalesFusedMoEMethod (FP8_QUANT_BLOCK_SIZE = 128; its DeepGEMM subclass
@@ -43,6 +45,28 @@ def trtllm_problems(m: Module, scheme: Optional[str]) -> Tuple[str, ...]:
                 f"{FP8_QUANT_BLOCK_SIZE}: TensorRT-LLM refuses to load it (AssertionError; it "
                 f"has no block refinement) ({TRTLLM_MOE_SOURCE})",)
     return ()
+
+
+# ModelOpt FP8_PB_WO: vLLM builds a uniform checkpoint's experts with ModelOptFp8MoEMethod
+# (per-tensor FP8, the reader's verdict and warning); TensorRT-LLM canonicalizes the algo to
+# FP8_BLOCK_SCALES for the whole model, so its experts are block FP8
+# (DeepSeekFP8BlockScalesFusedMoEMethod)
+PB_WO_SOURCE = ("TensorRT-LLM tensorrt_llm/quantization/modelopt_config.py "
+                "(parse_modelopt_quant_config: 'Canonicalize the fp8_pb_wo alias' to "
+                "FP8_BLOCK_SCALES); tensorrt_llm/_torch/model_config.py (the model's one "
+                "quant_algo, experts included)")
+
+
+def trtllm_verdict(m: Module, v: Verdict, quant: Quantization) -> Verdict:
+    """The reader's verdict of one module as TensorRT-LLM builds it where its reading differs
+    from vLLM's: a uniform ModelOpt FP8_PB_WO checkpoint's experts are block FP8."""
+    if m.cls == "RoutedExperts" and quant.format == "ModelOpt" and \
+            quant.algo.upper() == "FP8_PB_WO" and v.scheme == "fp8_tensor":
+        return dataclasses.replace(
+            v, scheme="fp8_block", warning=None,
+            why=f"{v.why}: TensorRT-LLM reads FP8_PB_WO as FP8_BLOCK_SCALES for every layer, "
+                f"its experts too ({PB_WO_SOURCE})")
+    return v
 
 
 # the reader's words about vLLM's classes and checks, as TensorRT-LLM's code says the same or as
@@ -92,4 +116,5 @@ def trtllm_wording(problem: str) -> str:
 READ_ORDER = ("TensorRT-LLM's order: hf_quant_config.json, then config.json quantization_config: "
               "TensorRT-LLM tensorrt_llm/_torch/model_config.py ModelConfig.from_pretrained")
 
-__all__ = ["READ_ORDER", "TRTLLM_MOE_SOURCE", "trtllm_problems", "trtllm_wording"]
+__all__ = ["READ_ORDER", "TRTLLM_MOE_SOURCE", "trtllm_problems", "trtllm_verdict",
+           "trtllm_wording"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from selector.core import schema, validation
 from selector.core.engine_view import EngineView
@@ -88,6 +88,10 @@ class Engine:
     entries: Tuple[Tuple[str, str, Any], ...] = ()  # (op, backend, EngineEntry): the file's own
     launch: Tuple[Tuple[str, Any], ...] = ()  # `launch:` as given (checkpoint/launchers.py)
     cites: Tuple[Tuple[str, str], ...] = ()  # (CITE_KEYS key, the engine's source for it)
+    # False: the catalogue's preference reasons tell another engine's order (vLLM's), so this
+    # engine's decisions say a backend-file rank by its number alone (its own entries' reasons
+    # still hold)
+    rank_reasons: bool = True
 
     def choice(self, op: str, scheme: Optional[str] = None) -> Optional[Choice]:
         """The choice that requests `op`'s backend for a layer of `scheme` (None: any)."""
@@ -157,7 +161,8 @@ def make_engine(conf: Optional[Mapping[str, Any]], known: Sequence[str] = ENGINE
                   str(v["package"] or ""), tuple(str(d) for d in v["distributions"]),
                   str(v["proof"] or ""), _own_entries(v["backends"], file),
                   tuple(sorted((str(k), json.dumps(x, sort_keys=True, default=str))
-                               for k, x in v["launch"].items())), _cites(v["cites"], file))
+                               for k, x in v["launch"].items())), _cites(v["cites"], file),
+                  bool(v["rank_reasons"]))
 
 
 def _cites(conf: Mapping[str, Any], file: str) -> Tuple[Tuple[str, str], ...]:
@@ -394,6 +399,34 @@ def join_homes(backends: Mapping[str, Sequence[Any]], homes: Sequence[Sequence[A
     return {op: tuple(bs) for op, bs in out.items()}
 
 
+# every capability a `devices` term could name (DeviceSpec.matches is tried on each)
+_CAPABILITIES = tuple((major, minor) for major in range(5, 16) for minor in range(10))
+
+
+def _sms(specs: Any) -> FrozenSet[Tuple[int, int]]:
+    return frozenset(c for c in _CAPABILITIES if any(d.matches(c) for d in specs))
+
+
+def moot_under(rule: Rule, e: EngineEntry) -> bool:
+    """A backend rule the engine's entry makes moot: its `when` names only quant schemes the
+    entry's unconditional `quant` rule refuses, or only GPUs its unconditional `device` rule
+    refuses (TensorRT-LLM's NVFP4-only `cutlass` GEMM is not checked by FlashInfer's block-FP8
+    rules, its SM 10.0-only DeepGEMM by a DeepGEMM issue on SM 12.1): under that engine the rule
+    can never be the reason, and its words are another engine's."""
+    for own in e.rules:
+        if own.when.terms:
+            continue
+        quants = rule.when.get("quant")
+        if own.kind == "quant" and quants is not None and \
+                not set(quants) & set(getattr(own, "values", ())):
+            return True
+        devices = rule.when.get("devices")
+        if own.kind == "device" and devices is not None and \
+                not _sms(devices) & _sms(getattr(own, "devices", ())):
+            return True
+    return False
+
+
 def apply(catalogue: Any, engine: Engine) -> Any:
     """The catalogue as `engine` offers it: backends it does not name carry their
     not_applicable reason, named ones gain the engine's rules (its entries are joined to the
@@ -414,11 +447,14 @@ def apply(catalogue: Any, engine: Engine) -> Any:
                 changed.append(dataclasses.replace(b, unavailable=Reason(
                     "engine", why, source, f"not offered by {engine.label}")))
             else:  # the engine's kernel checks its own `replaces` kinds instead of the backend's
-                kept = tuple(r for r in b.rules if r.kind not in e.replaces)
+                kept = tuple(r for r in b.rules if r.kind not in e.replaces
+                             and not moot_under(r, e))
                 # an opt-in backend the engine reaches automatically is not opt-in under it, and
                 # the engine's own order comes before the backend's
+                own = b.preference if engine.rank_reasons else tuple(
+                    dataclasses.replace(p, reason="", source="") for p in b.preference)
                 changed.append(dataclasses.replace(
-                    b, rules=kept + e.rules, preference=e.preference + b.preference,
+                    b, rules=kept + e.rules, preference=e.preference + own,
                     opt_in=None if e.automatic else b.opt_in,
                     implements=tuple(dict.fromkeys(b.implements + e.implements)),
                     engine_implements=tuple(q for q in e.implements if q not in b.implements)))

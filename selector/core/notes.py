@@ -67,9 +67,9 @@ def _preference(n: Note) -> str:
 
 
 def _opt_in_would_win(n: Note) -> str:
+    why = f" ({n.data['reason']}; {n.data['source']})" if n.data.get("reason") else ""
     return (f"{n.backend} could run this layer and was not selected: it is opt-in, and would "
-            f"rank first ({n.data['reason']}; {n.data['source']}); admit it with "
-            f"policy.allow_opt_in=[{n.backend}]")
+            f"rank first{why}; admit it with policy.allow_opt_in=[{n.backend}]")
 
 
 def _because(reason: Optional[Mapping[str, Any]]) -> str:

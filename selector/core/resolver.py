@@ -412,9 +412,9 @@ class Resolver:
                   if c.backend != selected and c.status is _ELIGIBLE]
         if others:
             pref = prefs[selected][1]
-            out.append(note("preference", selected, rank=rank,
-                            reason=pref.reason if pref else None,
-                            source=pref.source if pref else None,
+            out.append(note("preference", selected, rank=rank,  # "": said by its rank alone
+                            reason=(pref.reason or None) if pref else None,
+                            source=(pref.source or None) if pref else None,
                             outranks=tuple({"backend": n, "rank": prefs[n][0]} for n in others)))
         for c in candidates:  # a preference that would have won, were the backend admitted
             pref = prefs[c.backend][1]

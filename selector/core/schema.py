@@ -375,6 +375,9 @@ class EngineConf:
     cites: Dict[str, str] = field(default_factory=dict, metadata={  # engines.CITE_KEYS
         "problem": "is not a mapping of a selector behaviour (implements, weight_only) to the "
                    "engine's source for it"})
+    # false: the catalogue's preference reasons (vLLM's order) are not said in this engine's
+    # plans; a rank is said by its number, or by the engine entry's own `preference`
+    rank_reasons: bool = True
 
 
 @dataclass

@@ -52,6 +52,25 @@ def resolve_moe_backend(sm: int, quant_algo: Optional[str], architecture: str = 
     return "CUTLASS"
 
 
+# TensorRT-LLM 1.2's own ModelConfig.resolve_moe_backend is not read: the code index holds main's
+# _torch/model_config.py only (one version), and the repository's history (2.5 GB) is more than
+# the reading tools bring. AUTO itself came with TensorRT-LLM PR #11074 (opened 2026-01-28, after
+# the 1.2 release candidates of late 2025, whose GPT-OSS deployment guide says "The default moe
+# backend is CUTLASS"): whether a 1.2 release resolves AUTO as main does is not known, so under a
+# 1.2 stack the plan shows main's rule and passes moe_config.backend all the same
+RELEASE_1_2_UNREAD = ("TensorRT-LLM 1.2's own resolve_moe_backend is not modelled: its release "
+                      "files were not read, main's were; AUTO came with TensorRT-LLM PR #11074, "
+                      "and the 1.2.0rc2 GPT-OSS deployment guide gives CUTLASS as the default")
+RELEASE_1_2_SOURCE = ("TensorRT-LLM PR #11074 (AUTO MoE backend selection); TensorRT-LLM "
+                      "1.2.0rc2.post2 docs deployment-guide/deployment-guide-for-gpt-oss-on-"
+                      "trtllm.html ('The default moe backend is CUTLASS')")
+
+
+def release_1_2(version: Optional[Version]) -> bool:
+    """A TensorRT-LLM release before main's 1.3 line (stack=trtllm_1_2); None: main."""
+    return version is not None and version < FP8_BLOCK_AUTO_SINCE
+
+
 # nvfp4_gemm_config.allowed_backends' default: the AutoTuner profiles each per token bucket
 NVFP4_GEMM_DEFAULT = ("cutlass", "cublaslt", "cuda_core")
 NVFP4_GEMM_SOURCE = ("TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (nvfp4_gemm_config."
@@ -103,15 +122,24 @@ class TrtllmLauncher(Launcher):
             source += "; " + FP8_BLOCK_AUTO_SOURCE
             if auto != "TRTLLM":
                 why += f" in TensorRT-LLM {version}, older than its block-FP8 TRTLLM rule"
+        if release_1_2(version):  # main's rule shown; the key passed all the same
+            return Auto((auto,), why + " (main's rule)", source, exact=False,
+                        differs=f"{RELEASE_1_2_UNREAD}: {RELEASE_1_2_SOURCE}")
         return Auto((auto,), why, source)
 
     def notes(self, sel: Selector, plan: Any, groups: Any) -> List[str]:
         """Without a CUDA version: TensorRT-LLM's wheels bring their own CUDA build, so no rule
         of this plan is kept waiting on one; the stack presets name the CUDA each release ships."""
         platform = sel.run_config.platform
+        version = dict(platform.packages).get("tensorrt-llm")
+        out = [f"TensorRT-LLM {version} is planned with main's MoE rules (its own "
+               "model_config.py and MoE files were not read): AUTO's choice and the CUTLASS "
+               "leaves' SM sets are main's, so the plan passes moe_config.backend for every MoE "
+               "group"] if release_1_2(version) and any(
+                   g.op == "moe" and g.planned for g in groups) else []
         if platform.cuda is not None or platform.capability is None:
-            return []
-        return ["platform.cuda is not given: TensorRT-LLM's own kernels (its MoE leaves, "
+            return out
+        return out + ["platform.cuda is not given: TensorRT-LLM's own kernels (its MoE leaves, "
                 "nvfp4_gemm, fp8_block_scaling_gemm) are planned without it; stack=trtllm_main "
                 "or stack=trtllm_1_2 sets the CUDA that release's wheel is built with "
                 "(conf/stack/trtllm_*.yaml)"]
@@ -122,4 +150,4 @@ class TrtllmLauncher(Launcher):
 
 
 __all__ = ["resolve_moe_backend", "fp8_block_linear", "TrtllmLauncher", "QUANT_ALGO",
-           "NVFP4_GEMM_DEFAULT"]
+           "NVFP4_GEMM_DEFAULT", "release_1_2"]
