@@ -408,11 +408,9 @@ def _sms(specs: Any) -> FrozenSet[Tuple[int, int]]:
 
 
 def moot_under(rule: Rule, e: EngineEntry) -> bool:
-    """A backend rule the engine's entry makes moot: its `when` names only quant schemes the
-    entry's unconditional `quant` rule refuses, or only GPUs its unconditional `device` rule
-    refuses (TensorRT-LLM's NVFP4-only `cutlass` GEMM is not checked by FlashInfer's block-FP8
-    rules, its SM 10.0-only DeepGEMM by a DeepGEMM issue on SM 12.1): under that engine the rule
-    can never be the reason, and its words are another engine's."""
+    """A backend rule whose `when` names only schemes (GPUs) the entry's unconditional `quant`
+    (`device`) rule refuses: never the reason under that engine, its words another engine's
+    (TensorRT-LLM's NVFP4-only `cutlass` GEMM vs FlashInfer's block-FP8 rules)."""
     for own in e.rules:
         if own.when.terms:
             continue
