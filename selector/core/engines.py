@@ -444,22 +444,15 @@ def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str],
     flags: Tuple[str, ...] = ()
     config: Dict[str, Any] = {}
     c = engine.choice(op, quant)
-    no_flag = ""
-    if c is not None and c.kind == "flag":
-        from selector.checkpoint.launchers import refused_value
-        said = refused_value(engine, op, quant, name)
-        if said is None:
-            flags = (c.key, name)
-        else:  # the engine's own code for this scheme refuses the value: no flag requests it
-            no_flag = f"{c.key} {name} is refused for a {quant} layer: {said[0]} ({said[1]})"
+    if c is not None and c.kind == "flag":  # one the engine's code refuses for the layer's
+        flags = (c.key, name)  # scheme is withheld above core (api.Selector.decide)
     elif c is not None and c.kind == "env":
         env[c.key] = name
     elif c is not None:
         config[c.key] = [name] if c.list else name
     k = kernel(engine, b, layer, facts) if layer is not None and facts is not None else None
     return EngineView(engine.name, engine.label, name, k.kernel if k is not None else None,
-                      (k.scheme or layer.quant) if k is not None else None, flags, env, config,
-                      no_flag)
+                      (k.scheme or layer.quant) if k is not None else None, flags, env, config)
 
 
 def command_line(v: EngineView) -> str:
