@@ -95,7 +95,7 @@ class Selector:
         d = self._by_layer.get(layer)
         if d is not None:
             return d
-        d = self.resolver.decide(layer)
+        d = self._flag_checked(self.resolver.decide(layer), layer)
         with self._lock:
             if len(self._by_layer) >= CACHE_SIZE:
                 self._by_layer.clear()
@@ -104,6 +104,23 @@ class Selector:
                 if log.isEnabledFor(logging.INFO):  # the line costs as much as the decision
                     log.info(d.log_line())
             return self._by_layer[layer]
+
+    def _flag_checked(self, d: Decision, layer: Layer) -> Decision:
+        """`d` without a backend flag the engine's code refuses for the layer's scheme (vLLM
+        0.32.0's MXFP8 oracle has no --moe-backend value for its emulation): its launch hooks'
+        table (checkpoint/launchers.py refused_value), the launch plan's own check; `no_flag`
+        says why."""
+        v = d.engine
+        if v is None or not v.flags or v.backend is None:
+            return d
+        import dataclasses
+
+        from selector.checkpoint.launchers import refused_value
+        said = refused_value(self.run_config.engine, layer.op, layer.quant, v.backend)
+        if said is None:
+            return d
+        why = f"{v.flags[0]} {v.backend} is refused for a {layer.quant} layer: {said[0]} ({said[1]})"
+        return dataclasses.replace(d, engine=dataclasses.replace(v, flags=(), no_flag=why))
 
     def plan(self, model_dir: os.PathLike[str] | str) -> Plan:
         """Every distinct quantized layer kind of a checkpoint directory, decided (checkpoint/plan.py)."""

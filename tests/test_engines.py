@@ -25,6 +25,16 @@ CASES = {
     "vllm-json": ("explain", "--format", "json", "engine=vllm", *RTX),
     "none-json": ("explain", "--format", "json", *RTX),
     "bad-engine": ("explain", "engine=tensorrt", *RTX),
+    # issue 44: a backend vLLM's oracle for the layer's scheme has no --moe-backend value for
+    "vllm-mxfp8-emulation": ("explain", "--format", "json", "engine=vllm", "platform=b200",
+                             "stack=vllm_0_32", "layer=deepseek_moe", "layer.quant=mxfp8",
+                             "policy.moe_backend=[emulation]"),
+    "vllm-mxfp4-w4a4-text": ("explain", "engine=vllm", "platform=b200", "stack=vllm_0_32",
+                             "layer=deepseek_moe", "layer.quant=mxfp4_w4a4"),
+    "vllm-mxfp4-w4a4-json": ("explain", "--format", "json", "engine=vllm", "platform=b200",
+                             "stack=vllm_0_32", "layer=deepseek_moe", "layer.quant=mxfp4_w4a4"),
+    "vllm-mxfp8-json": ("explain", "--format", "json", "engine=vllm", "platform=b200",
+                        "stack=vllm_0_32", "layer=deepseek_moe", "layer.quant=mxfp8"),
 }
 
 
@@ -60,6 +70,37 @@ def test_vllm_flags_and_no_engine_key_without_an_engine(runs):
     assert data["engine"]["flags"] == ["--moe-backend", data["engine"]["backend"]]
     assert data["selected"] == "flashinfer_cutlass"
     assert "engine" not in json.loads(runs["none-json"].stdout)
+
+
+def test_one_layer_explain_prints_only_a_moe_backend_vllm_takes_for_the_scheme(runs):
+    """Issue 44: vLLM 0.32.0 has no --moe-backend value for its MXFP8 emulation
+    (fused_moe/oracle/mxfp8.py _BACKEND_NAME_MAP) nor for CUTLASS MXFP4 W4A4 (oracle/mxfp4.py
+    map_mxfp4_backend): explain selects them, prints no flag and says why, with the values
+    vLLM's oracle takes for the scheme (vllm_flags.VLLM_MOE_ACCEPTS, compared with vLLM's own
+    mappers by tests/vllm/test_launch_flags.py); a backend vLLM names keeps its flag."""
+    from selector.engines.vllm_flags import VLLM_MOE_ACCEPTS
+    for key, scheme, backend in (("vllm-mxfp8-emulation", "mxfp8", "emulation"),
+                                 ("vllm-mxfp4-w4a4-json", "mxfp4_w4a4", "cutlass")):
+        r = runs[key]
+        assert r.returncode == 0, (key, r.stderr)
+        data = json.loads(r.stdout)
+        engine = data["engine"]
+        assert data["selected"] == backend and engine["backend"] == backend, data
+        assert backend not in VLLM_MOE_ACCEPTS[scheme]
+        assert engine["flags"] == [] and not engine["env"], engine
+        why = engine["no_flag"]
+        assert f"--moe-backend {backend}" in why and f"moe_backend={backend!r}" in why, why
+        assert ", ".join(VLLM_MOE_ACCEPTS[scheme]) in why and "oracle/mx" in why, why
+    r = runs["vllm-mxfp4-w4a4-text"]
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if "flags:" in ln)
+    assert line.startswith("vLLM 0.32.0 flags: (none: --moe-backend cutlass is refused"), line
+    assert "runs CutlassExpertsMxfp4 (mxfp4_w4a4)" in line, line
+    r = runs["vllm-mxfp8-json"]
+    assert r.returncode == 0, r.stderr
+    engine = json.loads(r.stdout)["engine"]
+    assert engine["flags"] == ["--moe-backend", engine["backend"]] and "no_flag" not in engine
+    assert engine["backend"] in VLLM_MOE_ACCEPTS["mxfp8"], engine
 
 
 def test_unknown_engine_is_bad_input(runs):

@@ -300,6 +300,17 @@ def launcher(sel: Selector, engine: Engine) -> Launcher:
     return _launcher(engine, _file_of(sel, engine))
 
 
+def refused_value(engine: Engine, op: str, scheme: Optional[str], value: str
+                  ) -> Optional[Tuple[str, str]]:
+    """(message, source) when the engine's code refuses `value` of `op`'s backend choice for a
+    layer of `scheme` (its launch hooks' table: vLLM's per-scheme MoE oracles); None: it takes
+    it, or the engine has no launch rules or no table says. A one-layer `explain` prints no
+    flag the launch plan would refuse."""
+    if not engine.launch or scheme is None:
+        return None
+    return _launcher(engine, f"conf/engine/{engine.name}.yaml").refuses(op, scheme, value)
+
+
 def _launcher(engine: Engine, file: str) -> Launcher:
     conf = {k: json.loads(v) for k, v in engine.launch}
     if not conf.get("command"):
@@ -313,4 +324,5 @@ def _launcher(engine: Engine, file: str) -> Launcher:
     return made
 
 
-__all__ = ["Auto", "Topology", "Launcher", "launcher", "check_launch", "PARALLEL_RULES", "config_text"]
+__all__ = ["Auto", "Topology", "Launcher", "launcher", "check_launch", "refused_value",
+           "PARALLEL_RULES", "config_text"]

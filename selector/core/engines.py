@@ -478,8 +478,8 @@ def view(engine: Engine, catalogue: Any, op: str, selected: Optional[str],
     flags: Tuple[str, ...] = ()
     config: Dict[str, Any] = {}
     c = engine.choice(op, quant)
-    if c is not None and c.kind == "flag":
-        flags = (c.key, name)
+    if c is not None and c.kind == "flag":  # one the engine's code refuses for the layer's
+        flags = (c.key, name)  # scheme is withheld above core (api.Selector.decide)
     elif c is not None and c.kind == "env":
         env[c.key] = name
     elif c is not None:

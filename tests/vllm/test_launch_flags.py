@@ -237,3 +237,38 @@ def test_a_moe_flag_for_nvfp4_that_breaks_fp8_block_experts(parser, tmp_path):
     assert value != "flashinfer_b12x"
     fp8.map_fp8_backend(value)
     nvfp4.map_nvfp4_backend(value)
+
+
+@pytest.mark.parametrize("platform", ["b200", "h200"])
+def test_one_layer_explain_prints_only_a_moe_backend_vllms_oracle_maps(platform):
+    """Issue 44: every MoE backend a one-layer `explain engine=vllm` selects, over the schemes
+    vLLM's oracles key and every catalogue backend requested by name: the `--moe-backend` value
+    it prints is one vLLM 0.32.0's own mapper for the scheme takes (map_nvfp4_backend,
+    map_fp8_backend, map_mxfp4_backend, mxfp8._BACKEND_NAME_MAP); where that mapper refuses the
+    engine's name (its MXFP8 emulation, CUTLASS MXFP4 W4A4) no flag is printed and `no_flag`
+    says why."""
+    from selector.checkpoint.launch import _with_policy
+    sel = selector.load(["engine=vllm", f"platform={platform}", "stack=vllm_0_32",
+                         "layer=deepseek_moe", "policy.strict=false"])
+    names = sel.catalogue.names("moe")
+    printed, withheld = set(), set()
+    for scheme in tables.VLLM_MOE_ACCEPTS:
+        if scheme in ("unquantized", "fp8"):  # "fp8": the oracle's key, four layer schemes
+            continue
+        for name in names:
+            d = _with_policy(sel, "moe", [name]).select(quant=scheme)
+            e = d.engine
+            if d.selected is None or e is None or e.backend is None:
+                continue
+            if e.flags:
+                assert e.flags[0] == "--moe-backend" and not e.no_flag, e
+                _map(scheme, e.flags[1])  # raises ValueError / KeyError if vLLM refuses it
+                printed.add((scheme, e.flags[1]))
+            else:
+                with pytest.raises((ValueError, KeyError)):
+                    _map(scheme, e.backend)
+                assert f"--moe-backend {e.backend}" in e.no_flag, e
+                withheld.add((scheme, e.backend))
+    assert printed and len({s for s, _ in printed}) >= 6, printed
+    if platform == "b200":  # selected there when requested; vLLM has no value for them
+        assert {("mxfp8", "emulation"), ("mxfp4_w4a4", "cutlass")} <= withheld, withheld

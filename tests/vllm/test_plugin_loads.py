@@ -38,8 +38,10 @@ from selector.engines import vllm as adapter
 PER_FAMILY = int(os.environ.get("SELECTOR_PLUGIN_LOADS_PER_FAMILY", "100"))
 # checkpoints of the CLI-door sweep (tests/vllm/cli_door.py, its seed SELECTOR_CLI_DOOR_SEED:
 # drawn per run and printed when unset): 16 in one CI run (each is built twice);
-# SELECTOR_PLUGIN_LOADS_CHECKPOINTS for a larger sweep
-CHECKPOINTS = int(os.environ.get("SELECTOR_PLUGIN_LOADS_CHECKPOINTS", "16"))
+# SELECTOR_CLI_DOOR_CASES, as test_cli_door.py reads it, draws the same sweep (or
+# SELECTOR_PLUGIN_LOADS_CHECKPOINTS, which comes first)
+CHECKPOINTS = int(os.environ.get("SELECTOR_PLUGIN_LOADS_CHECKPOINTS")
+                  or os.environ.get("SELECTOR_CLI_DOOR_CASES") or "16")
 
 
 def _choice(s: sim.Scenario):
