@@ -107,6 +107,28 @@ def test_modelopt_fp8_experts_run_triton():
     assert g.backend == "triton" and "--moe-runner-backend" not in lp.flags
 
 
+@pytest.mark.parametrize("asked, extra", [
+    ("deep_gemm", ("platform.packages.sgl-deep-gemm=null",)),  # refused: no sgl-deep-gemm
+    ("flashinfer_trtllm", ("platform.capability=11.0",)),  # refused: not on SM 11.0
+    ("marlin", ()),  # refused: SGLang's FP8 MoE methods build no marlin runner
+])
+def test_modelopt_fp8_experts_refused_request_prints_what_sglang_runs(asked, extra):
+    """ModelOptFp8MoEMethod.create_moe_runner (modelopt_quant.py 1343-1363) builds Triton for
+    any runner but flashinfer_cutlass: a request selector refuses changes nothing SGLang runs,
+    so the plan prints SGLang's command (no flag for the ignored request) and says why."""
+    model = CORPUS / "qwen3-30b-a3b-modelopt-fp8"
+    over = [*SGL, "platform=b300", f"policy.moe_backend={asked}", *extra]
+    lp = load(*over).launch_plan(model)
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert lp.runs and g.backend == "triton" and g.fixed
+    assert asked not in lp.flags and "--moe-runner-backend" not in lp.flags
+    rc, out, _ = run_main(["explain", "--model", str(model), *over])
+    flat = " ".join(out.split())
+    assert rc == 0 and "command: python -m sglang.launch_server" in out
+    assert f"policy.moe_backend={asked} does not change what runs" in flat
+    assert "modelopt_quant.py:1343-1363" in flat
+
+
 @pytest.mark.parametrize("name, platform, extra, want", [
     # ModelOptFp8LinearMethod (modelopt_quant.py 546-690): FlashInfer's bmm_fp8 on SM 9.x, 10.x
     # and 12.x with FlashInfer (fp8_utils.py 528-531), else CUTLASS on channelwise scales

@@ -230,7 +230,7 @@ class Planner:
             if g.op == "linear" and g.scheme == s.linear[0]:
                 lin_names.append(g.engine_backend)
         linear = lin_names[0] if lin_names else None
-        if not (lp.ok and lp.plan.ok):
+        if not lp.runs:
             why = list(lp.problems) + [p for g in lp.groups for p in g.problems] + \
                 [f"{g.kind}: {g.decision.summary()}" for g in lp.groups
                  if g.planned and g.decision is not None and not g.decision.selected] + \
