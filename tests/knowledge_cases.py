@@ -1387,7 +1387,7 @@ MX_CASES = [
     C("mx-sglang-fic-nvfp4-sm120-no-vllm", "12.0", FIC, engine="sglang", pk={"vllm": None},
       layer={"quant": "nvfp4"}),
     # SGLang's FP8 MoE methods build no marlin runner (fp8.py 2985-2999, 3227;
-    # compressed_tensors_w8a8_fp8_moe.py 356-365; modelopt_quant.py 1343-1363)
+    # compressed_tensors_w8a8_fp8_moe.py 356-365; modelopt_quant.py 1343-1367)
     *[C(f"fp8-sglang-marlin-moe-{q}", "9.0", MAR, {"quant"}, engine="sglang", layer={"quant": q})
       for q in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")],
     C("mx-sglang-marlin-mxfp4", "9.0", MAR, engine="sglang", layer=MX4),

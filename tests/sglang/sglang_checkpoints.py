@@ -63,6 +63,10 @@ ARCHS: Dict[str, Dict[str, Any]] = {
 # the MoE layer and one quantized linear layer SGLang's quant config is asked about
 MOE_PREFIX = {"qwen3_moe": "model.layers.0.mlp.experts", "deepseek_v3": "model.layers.1.mlp.experts",
               "gpt_oss": "model.layers.0.mlp.experts", "glm4_moe": "model.layers.1.mlp.experts"}
+# the routing method each model class passes its FusedMoE (ModelOptFp8MoEMethod.create_moe_runner
+# reads it: modelopt_quant.py:1357-1363): models/qwen3_moe.py:273, deepseek_v2.py:762-763,
+# glm4_moe.py:445; gpt_oss.py passes none
+ROUTING = {"qwen3_moe": "Renormalize", "deepseek_v3": "DeepSeekV3", "glm4_moe": "DeepSeekV3"}
 LINEAR_PREFIX = {"deepseek_v3": "model.layers.0.mlp.gate_up_proj"}  # else self_attn.qkv_proj
 
 _GATES = [f"model.layers.{i}.mlp.gate" for i in range(LAYERS)]
@@ -129,7 +133,7 @@ def moe_question(arch: str, tp: int, ep: int) -> Optional[Dict[str, Any]]:
     return {"prefix": MOE_PREFIX[arch], "experts": experts, "local_experts": experts // ep,
             "hidden": c["hidden_size"], "inter": inter // max(tp // ep, 1),
             "top_k": c["num_experts_per_tok"], "activation": c["hidden_act"],
-            "moe_tp": max(tp // ep, 1)}
+            "moe_tp": max(tp // ep, 1), "routing": ROUTING.get(arch)}
 
 
 def linear_question(arch: str, tp: int = 1) -> Dict[str, Any]:

@@ -133,7 +133,7 @@ def shard() -> Tuple[int, int]:
     return k, n
 
 
-def in_shard(rows: List["Scenario"], k: int, n: int) -> List["Scenario"]:
+def in_shard(rows: List[Scenario], k: int, n: int) -> List[Scenario]:
     """The scenarios on the machines K, K+N, ... of the draw's machines, sorted."""
     machines = sorted({s.machine for s in rows})
     keep = set(machines[k::n])
