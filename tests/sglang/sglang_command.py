@@ -41,8 +41,8 @@ COUNT_VAR = "SELECTOR_SGLANG_COMMANDS"
 # is most of the sweep's time); unset: every machine (7 SMs x FlashInfer, sgl-deep-gemm and
 # sglang-kernel present or not: 56)
 MACHINES_VAR = "SELECTOR_SGLANG_MACHINES"
-# K/N (K from 0): only the scenarios on the machines K, K+N, K+2N, ... of the seed's draw
-# (sorted), so N runs of one seed and count cover the sweep one SGLang child at a time each
+# K/N (K from 0): only the scenarios on shard K's machines of the seed's draw (in_shard), so N
+# runs of one seed and count cover the sweep, each with about 1/N of its children
 SHARD_VAR = "SELECTOR_SGLANG_SHARD"
 # how many SGLang children run at once (default 2)
 WORKERS_VAR = "SELECTOR_SGLANG_WORKERS"
@@ -134,9 +134,19 @@ def shard() -> Tuple[int, int]:
 
 
 def in_shard(rows: List[Scenario], k: int, n: int) -> List[Scenario]:
-    """The scenarios on the machines K, K+N, ... of the draw's machines, sorted."""
-    machines = sorted({s.machine for s in rows})
-    keep = set(machines[k::n])
+    """The scenarios on shard K's machines: the draw's machines, most scenarios first (then
+    sorted), each given to the shard holding the fewest scenarios so far (the lowest K on a
+    tie), so every shard has about as many children and scenarios."""
+    count: Dict[Tuple[str, bool, bool, bool], int] = {}
+    for s in rows:
+        count[s.machine] = count.get(s.machine, 0) + 1
+    load = [0] * n
+    keep = set()
+    for m in sorted(count, key=lambda m: (-count[m], m)):
+        i = load.index(min(load))
+        load[i] += count[m]
+        if i == k:
+            keep.add(m)
     return [s for s in rows if s.machine in keep]
 
 
