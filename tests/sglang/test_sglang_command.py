@@ -76,3 +76,28 @@ def test_the_shards_cover_the_sweep_once(monkeypatch):
             assert sweep.SHARD_VAR in str(e) and repr(bad) in str(e)
         else:
             raise AssertionError(bad)
+
+
+def test_a_row_is_explained_layer_by_layer_only_when_each_layer_is():
+    """each-layer-explained: the MoE request built by SGLang and refused by selector, the
+    linear GEMM SGLang's automatic one where the plan prints another: explained; the same row
+    with a linear layer whose printed flag SGLang does not honor is not."""
+    from sglang_command_explain import explain
+    s = sweep.Scenario("11.0", False, True, True, "glm4_moe", "modelopt_fp4", 4, 1, "deep_gemm",
+                       "auto")
+    argv = ["--model-path", "d", "--moe-runner-backend", "marlin", "--fp4-gemm-backend",
+            "marlin"]
+    planned = sweep.Planned(argv, "marlin", "marlin", (), "", ("marlin",))
+    ran = {"start": "", "moe": {"runner": "marlin", "error": ""},
+           "linear": {"runner": "marlin", "error": ""}}
+    asked = {"start": "", "moe": {"runner": "deep_gemm", "error": ""},
+             "linear": {"runner": "flashinfer_cutlass", "error": ""}}
+    row = sweep.Row(s, planned, ran, asked)
+    assert row.honored and explain(row) == "each-layer-explained"
+    wrong = dict(ran, linear={"runner": "flashinfer_cutlass", "error": ""})
+    assert explain(sweep.Row(s, planned, wrong, asked)) is None  # not honored
+    other = dict(asked, moe={"runner": "triton", "error": ""})  # the request substituted,
+    assert explain(sweep.Row(s, planned, ran, other)) == "each-layer-explained"  # not printed
+    printed = sweep.Planned(argv[:2] + ["--moe-runner-backend", "deep_gemm"] + argv[4:],
+                            "marlin", "marlin", (), "", ("marlin",))
+    assert explain(sweep.Row(s, printed, ran, other)) is None  # asked name printed, not run
