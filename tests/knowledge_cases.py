@@ -1262,6 +1262,11 @@ FP8_BOUNDARIES = [
     C("fp8-sglang-fi-cutlass-linear-no-flashinfer", "12.0", "linear/flashinfer_cutlass",
       {"package"}, engine="sglang", layer={**DENSE, "quant": "fp8_block"},
       pk={"flashinfer-python": None, "vllm": None}),
+    # SGLang's FlashInfer TRT-LLM block-FP8 GEMM: SM 100/103 with FlashInfer only
+    # (fp8_utils.py 1110-1117 _dispatch_explicit_backend)
+    *[C(f"fp8-sglang-fi-trtllm-linear-sm{d.replace('.', '')}", d, "linear/flashinfer_trtllm",
+        warns={"known_issue"}, engine="sglang", layer={**DENSE, "quant": "fp8_block"},
+        pk={"vllm": None}) for d in ("10.0", "10.3")],
     # SGLang's DeepGEMM linear is its own distribution (replaces the vLLM package rule)
     C("fp8-sglang-deep-gemm-linear-own-dist", "9.0", "linear/deep_gemm", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
