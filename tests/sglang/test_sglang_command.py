@@ -5,7 +5,9 @@ quant method's create_weights checks, runner / GEMM. Every printed command is ho
 runs what selector names); every other difference has an explanation with SGLang's source line.
 
 SELECTOR_SGLANG_SEED picks the seed (pytest's header prints it). Each machine is one SGLang child
-(its start is most of the time: about 15 CPU-seconds), so by default the sweep is CI's share:
+(its start is most of the time: about 10 CPU-seconds, then about 25 ms a question; selector's
+plan about 10 ms a scenario; 5,000 scenarios on all 56 machines: about 16 CPU-minutes), so by
+default the sweep is CI's share:
 CI_COUNT scenarios on CI_MACHINES machines drawn by the seed. SELECTOR_SGLANG_COMMANDS=N runs N
 scenarios on every machine (56: by hand), SELECTOR_SGLANG_MACHINES=K on K of them;
 SELECTOR_SGLANG_SHARD=K/N (K from 0) runs only the scenarios on the K-th of N balanced sets of
