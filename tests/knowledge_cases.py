@@ -1273,6 +1273,11 @@ FP8_BOUNDARIES = [
         set() if d.startswith("10") else {"device"}, engine="sglang",
         layer={**DENSE, "quant": "fp8_block"}, pk={"vllm": None}, only="device")
       for d in ("10.0", "10.3", "12.0")],
+    # SGLang's FlashInfer TRT-LLM block-FP8 GEMM: SM 100/103 with FlashInfer only
+    # (fp8_utils.py 1110-1117 _dispatch_explicit_backend)
+    *[C(f"fp8-sglang-fi-trtllm-linear-sm{d.replace('.', '')}", d, "linear/flashinfer_trtllm",
+        warns={"known_issue"}, engine="sglang", layer={**DENSE, "quant": "fp8_block"},
+        pk={"vllm": None}) for d in ("10.0", "10.3")],
     # SGLang's DeepGEMM linear is its own distribution (replaces the vLLM package rule)
     C("fp8-sglang-deep-gemm-linear-own-dist", "9.0", "linear/deep_gemm", engine="sglang",
       layer={**DENSE, "quant": "fp8_block"}, pk={"sgl-deep-gemm": "0.2.3.post2", "vllm": None}),
@@ -1403,8 +1408,20 @@ MX_CASES = [
       layer={**MX4, **SWO}, pk={FI: None}, warns={"engine"}),
     C("mx-sglang-fic-nvfp4-sm120-no-vllm", "12.0", FIC, engine="sglang", pk={"vllm": None},
       layer={"quant": "nvfp4"}),
+    # SGLang's flashinfer_cutlass / flashinfer_cutedsl MoE runners take --ep-size 1 or the TP
+    # size only (arg_groups/moe_hook.py 80-105): EP 2 with MoE TP 4 (--tp-size 8) is refused
+    C("sglang-fic-nvfp4-ep2-tp4", "12.0", FIC, {"parallel"}, engine="sglang",
+      pk={"vllm": None}, layer={"quant": "nvfp4", "ep_size": 2, "tp_size": 4}),
+    C("sglang-fic-nvfp4-ep8-tp1", "12.0", FIC, engine="sglang", pk={"vllm": None},
+      layer={"quant": "nvfp4", "ep_size": 8, "tp_size": 1}),
+    C("sglang-fic-nvfp4-ep1-tp8", "12.0", FIC, engine="sglang", pk={"vllm": None},
+      layer={"quant": "nvfp4", "ep_size": 1, "tp_size": 8}),
+    C("sglang-cutedsl-nvfp4-ep2-tp4", "10.0", "moe/flashinfer_cutedsl", {"parallel"},
+      engine="sglang", pk={"vllm": None}, layer={"quant": "nvfp4", "ep_size": 2, "tp_size": 4}),
+    C("sglang-cutedsl-nvfp4-ep8-tp1", "10.0", "moe/flashinfer_cutedsl", engine="sglang",
+      pk={"vllm": None}, layer={"quant": "nvfp4", "ep_size": 8, "tp_size": 1}),
     # SGLang's FP8 MoE methods build no marlin runner (fp8.py 2985-2999, 3227;
-    # compressed_tensors_w8a8_fp8_moe.py 356-365; modelopt_quant.py 1343-1363)
+    # compressed_tensors_w8a8_fp8_moe.py 356-365; modelopt_quant.py 1343-1367)
     *[C(f"fp8-sglang-marlin-moe-{q}", "9.0", MAR, {"quant"}, engine="sglang", layer={"quant": q})
       for q in ("fp8_tensor", "fp8_tensor_dynamic", "fp8_channel", "fp8_block")],
     C("mx-sglang-marlin-mxfp4", "9.0", MAR, engine="sglang", layer=MX4),

@@ -101,10 +101,53 @@ def test_compressed_tensors_nvfp4_experts_run_flashinfer_cutlass_whatever_is_ask
     assert not lp.ok and any("whatever is asked" in p for p in g.problems)
 
 
-def test_modelopt_fp8_experts_run_triton():
-    lp = load(*SGL, "platform=b200").launch_plan(CORPUS / "qwen3-30b-a3b-modelopt-fp8")
+def test_modelopt_fp8_experts_run_triton_or_the_trtllm_moe_for_a_declared_router():
+    """ModelOptFp8MoEMethod.create_moe_runner (modelopt_quant.py 1343-1367) keeps a Triton
+    runner, and runs FlashInfer's TRT-LLM per-tensor FP8 MoE for flashinfer_trtllm where the
+    model declares its routing method (Qwen3-MoE: qwen3_moe.py 273, Renormalize)."""
+    model = CORPUS / "qwen3-30b-a3b-modelopt-fp8"
+    lp = load(*SGL, "platform=h200").launch_plan(model)
     g = next(g for g in lp.groups if g.kind == "routed experts")
     assert g.backend == "triton" and "--moe-runner-backend" not in lp.flags
+    lp = load(*SGL, "platform=b200").launch_plan(model)
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert g.engine_backend == "flashinfer_trtllm" and not g.fixed and lp.runs
+    assert lp.flags[-2:] == ("--moe-runner-backend", "flashinfer_trtllm")  # auto: Triton
+
+
+def test_modelopt_fp8_trtllm_request_refused_off_sm100_is_refused():
+    """SGLang builds the TRT-LLM per-tensor path for the request on SM 11.0 too (no device
+    check): selector refuses it there and prints no command."""
+    model = CORPUS / "qwen3-30b-a3b-modelopt-fp8"
+    over = [*SGL, "platform=b300", "platform.capability=11.0",
+            "policy.moe_backend=flashinfer_trtllm"]
+    lp = load(*over).launch_plan(model)
+    assert not lp.runs
+    rc, out, _ = run_main(["explain", "--model", str(model), *over])
+    assert rc == 1 and "command: none" in out
+
+
+@pytest.mark.parametrize("asked, extra", [
+    ("deep_gemm", ("platform.packages.sgl-deep-gemm=null",)),  # refused: no sgl-deep-gemm
+    ("deep_gemm", ("platform.packages.sgl-deep-gemm=null", "platform.capability=11.0")),
+    ("deep_gemm", ("platform.packages.sgl-deep-gemm=null", "platform.capability=10.3")),
+])
+def test_modelopt_fp8_experts_refused_request_prints_what_sglang_runs(asked, extra):
+    """ModelOptFp8MoEMethod.create_moe_runner (modelopt_quant.py 1343-1367) builds Triton for
+    any runner but flashinfer_cutlass and (a declared router) flashinfer_trtllm: another request
+    selector refuses changes nothing SGLang runs, so the plan prints SGLang's command (no flag
+    for the ignored request) and says why."""
+    model = CORPUS / "qwen3-30b-a3b-modelopt-fp8"
+    over = [*SGL, "platform=h200", f"policy.moe_backend={asked}", *extra]
+    lp = load(*over).launch_plan(model)
+    g = next(g for g in lp.groups if g.kind == "routed experts")
+    assert lp.runs and g.backend == "triton" and g.fixed
+    assert asked not in lp.flags and "--moe-runner-backend" not in lp.flags
+    rc, out, _ = run_main(["explain", "--model", str(model), *over])
+    flat = " ".join(out.split())
+    assert rc == 0 and "command: python -m sglang.launch_server" in out
+    assert f"policy.moe_backend={asked} does not change what runs" in flat
+    assert "modelopt_quant.py:1343-1367" in flat
 
 
 @pytest.mark.parametrize("name, platform, extra, want", [

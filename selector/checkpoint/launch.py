@@ -245,7 +245,7 @@ def launch_plan(sel: Selector, model_dir: os.PathLike[str] | str) -> LaunchPlan:
     groups = [_fixed(sel, launch, plan, g) for g in _groups(plan)]
     out = Asked(flags=list(topo.flags))
     conflicts: List[Conflict] = []
-    notes: List[str] = []
+    notes: List[str] = _fixed_notes(sel, launch, groups)
     automatic: List[Tuple[Group, Optional[Auto], str, bool]] = []
     for op in ("moe", "linear"):
         mine = [g for g in groups if g.op == op]
@@ -293,10 +293,26 @@ def _fixed(sel: Selector, launch: Launcher, plan: Plan, g: Group) -> Group:
     except SelectorError as exc:  # strict: the backend the engine runs is refused here
         d, why = None, f"{why}; {exc}"
     if d is not None and d.selected is not None:
-        return dataclasses.replace(g, decision=d)
+        return dataclasses.replace(g, decision=d, fixed=why)
     return dataclasses.replace(g, problems=g.problems + (
         f"{launch.engine.label} runs {name} for this layer whatever is asked ({why}), and "
         f"{name} cannot run it here" + (f": {d.summary()}" if d is not None else ""),))
+
+
+def _fixed_notes(sel: Selector, launch: Launcher, groups: Sequence[Group]) -> List[str]:
+    """A note per group whose backend the engine fixes (Launcher.fixed) where the user asked for
+    another: the request does not change what runs, so the plan names what does."""
+    notes = []
+    for g in groups:
+        asked = sel.run_config.policy.requested(g.op)
+        if not g.fixed or asked == ("auto",) or g.engine_backend in asked or g.backend in asked:
+            continue
+        choice = launch.engine.choice(g.op, g.scheme)
+        notes.append(f"{g.kind} ({g.scheme}): {launch.engine.label} runs {g.engine_backend} "
+                     f"whatever {choice.key if choice else 'is asked'} names ({g.fixed}): "
+                     f"policy.{g.op}_backend={','.join(asked)} does not change what runs, so the "
+                     f"plan names {g.engine_backend}")
+    return notes
 
 
 def _keyless(sel: Selector, launch: Launcher, plan: Plan, op: str, groups: Sequence[Group],

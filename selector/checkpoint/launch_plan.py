@@ -38,6 +38,8 @@ class Group:
     decision: Optional[Decision] = None
     problems: Tuple[str, ...] = ()
     why: str = ""  # for a group selector does not plan: the quantization config's rule
+    # the engine runs this group's backend whatever is asked (Launcher.fixed): why, with source
+    fixed: str = ""
 
     @property
     def planned(self) -> bool:
@@ -190,6 +192,23 @@ class LaunchPlan:
             not any(g.problems for g in self.groups) and \
             all(c.instead for c in self.conflicts)
 
+    @property
+    def runs(self) -> bool:
+        """The plan has a command: `ok`, and the checkpoint's plan decided every layer, except
+        where the engine runs its own backend whatever is asked (a group with `fixed`: a
+        request refused there does not change what runs, and the group names what does)."""
+        if not self.ok:
+            return False
+        if self.plan.ok:
+            return True
+        if self.plan.problems():
+            return False
+        from selector.checkpoint.plan_text import planned
+        fixed = {(g.kind, g.projections) for g in self.groups if g.fixed}
+        return all(s.decision.selected or not planned(s.decision) or
+                   (k.component, s.projections) in fixed
+                   for k in self.plan.kinds if k.quant for s in k.shapes)
+
     def command(self) -> str:
         return self.launch.command(self.plan.model_dir, self.flags, self.env, self.config)
 
@@ -203,7 +222,7 @@ class LaunchPlan:
                 "groups": [g.to_dict(self.launch) for g in self.groups],
                 "flags": list(self.flags), "env": dict(self.env), "config": dict(self.config),
                 "files": self.files(),
-                "command": self.command() if self.ok and self.plan.ok else None,
+                "command": self.command() if self.runs else None,
                 "conflicts": [c.to_dict() for c in self.conflicts],
                 "automatic": [{"kind": g.kind, "scheme": g.scheme, "layers": list(g.layers),
                                "selected": g.engine_backend, "key": key, "passed": passed,
@@ -369,7 +388,7 @@ def render(lp: LaunchPlan) -> str:
     for name, text in lp.files().items():
         lines.append(f"{name} (the config file the command reads):")
         lines.extend(f"  {line}" for line in text.splitlines())
-    if lp.ok and lp.plan.ok:
+    if lp.runs:
         lines.append(f"command: {lp.command()}")
     else:  # an impossible plan gives no command to copy
         lines.append("command: none: the plan has refused or unserved layers (marked !! above)")

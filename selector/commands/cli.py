@@ -297,12 +297,12 @@ def _explain_launch(sel: Selector, args: argparse.Namespace) -> int:
         _emit("\n".join(marked_line(sel.catalogue, d, d.log_line()) +
                         (f" | why: {printable(w)}" if (w := beat_text(d)) else "")
                         for d in lp.plan.decisions()), "line")
-        return 0 if lp.plan.ok and lp.ok else 1
+        return 0 if lp.runs else 1
     if args.format == "json":
         _emit({**lp.plan.to_dict(), "launch": lp.to_dict()}, "json")
     else:
         _emit(f"{lp.plan}\n\n{lp}", "text")
-    return 0 if lp.plan.ok and lp.ok else 1
+    return 0 if lp.runs else 1
 
 
 def _explain_model(sel: Selector, args: argparse.Namespace) -> int:
@@ -359,7 +359,7 @@ def _write_config(lp: Any, path: str, fmt: str) -> int:
     extra_llm_api_options) written to FILE; the plan is printed as without it, and the command
     to run names FILE. A plan with no answer writes nothing (exit 1)."""
     files = lp.files()
-    ok = lp.plan.ok and lp.ok
+    ok = lp.runs
     if ok and len(files) == 1:
         text = next(iter(files.values()))
         tmp = f"{path}.tmp-{os.getpid()}"

@@ -183,9 +183,18 @@ FIXED_CT_NVFP4 = (SRC + "layers/quantization/compressed_tensors/compressed_tenso
 CT_NVFP4_FALLBACK = (SRC + "layers/quantization/compressed_tensors/compressed_tensors.py:962-975 "
                      "(below SM 10.0 an NVFP4 W4A4 MoE is served weight-only: "
                      "CompressedTensorsW4A16Nvfp4MoE, FP4 Marlin)")
-FIXED_MODELOPT_FP8 = (SRC + "layers/quantization/modelopt_quant.py:1343-1363 "
-                      "(ModelOptFp8MoEMethod.create_moe_runner: flashinfer_cutlass when asked, "
-                      "else Triton)")
+FIXED_MODELOPT_FP8 = (SRC + "layers/quantization/modelopt_quant.py:1343-1367 "
+                      "(ModelOptFp8MoEMethod.create_moe_runner: flashinfer_cutlass when asked; "
+                      "flashinfer_trtllm when asked for a model that declares its routing "
+                      "method; else Triton)")
+# Architectures whose FusedMoE declares a routing method TopK hands to TRT-LLM's router
+# (BYPASSED top-k, layers/moe/topk.py:613-650 _can_bypass_trtllm_routing): ModelOpt FP8 experts
+# then run FlashInfer's TRT-LLM per-tensor FP8 MoE under --moe-runner-backend flashinfer_trtllm
+# (modelopt_quant.py:1357-1363, 1378-1400); any other architecture's keep Triton
+ROUTED = {"Qwen3MoeForCausalLM": SRC + "models/qwen3_moe.py:273 (RoutingMethodType.Renormalize)",
+          "Glm4MoeForCausalLM": SRC + "models/glm4_moe.py:445 (RoutingMethodType.DeepSeekV3)",
+          "DeepseekV3ForCausalLM": SRC + "models/deepseek_v2.py:762-763 "
+                                   "(RoutingMethodType.DeepSeekV3)"}
 START = (SRC + "layers/quantization/compressed_tensors/schemes/compressed_tensors_w8a8_int8.py:30 "
          "(imports sgl_kernel unguarded, on SGLang's import path)")
 
@@ -204,7 +213,15 @@ class SglangLauncher(Launcher):
         q = _quantization(plan, group.scheme)
         if q == "compressed-tensors" and group.scheme == "nvfp4" and self._sm(sel) >= 100:
             return "flashinfer_cutlass", FIXED_CT_NVFP4
-        if q == "modelopt_fp8" and group.engine_backend != "flashinfer_cutlass":
+        if q == "modelopt_fp8":
+            # the runners the method honors; a refused request for one of them is refused (SGLang
+            # builds it whatever selector says), any other request changes nothing
+            honored = {"flashinfer_cutlass"} | (
+                {"flashinfer_trtllm"} if plan.architecture.name in ROUTED else set())
+            name = group.engine_backend
+            if name in honored or (name is None and honored & set(
+                    sel.run_config.policy.requested("moe"))):
+                return None
             return "triton", FIXED_MODELOPT_FP8
         return None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from sglang_sim import ct_config
 
@@ -63,6 +63,10 @@ ARCHS: Dict[str, Dict[str, Any]] = {
 # the MoE layer and one quantized linear layer SGLang's quant config is asked about
 MOE_PREFIX = {"qwen3_moe": "model.layers.0.mlp.experts", "deepseek_v3": "model.layers.1.mlp.experts",
               "gpt_oss": "model.layers.0.mlp.experts", "glm4_moe": "model.layers.1.mlp.experts"}
+# the routing method each model class passes its FusedMoE (ModelOptFp8MoEMethod.create_moe_runner
+# reads it: modelopt_quant.py:1357-1363): models/qwen3_moe.py:273, deepseek_v2.py:762-763,
+# glm4_moe.py:445; gpt_oss.py passes none
+ROUTING = {"qwen3_moe": "Renormalize", "deepseek_v3": "DeepSeekV3", "glm4_moe": "DeepSeekV3"}
 LINEAR_PREFIX = {"deepseek_v3": "model.layers.0.mlp.gate_up_proj"}  # else self_attn.qkv_proj
 
 _GATES = [f"model.layers.{i}.mlp.gate" for i in range(LAYERS)]
@@ -129,17 +133,54 @@ def moe_question(arch: str, tp: int, ep: int) -> Optional[Dict[str, Any]]:
     return {"prefix": MOE_PREFIX[arch], "experts": experts, "local_experts": experts // ep,
             "hidden": c["hidden_size"], "inter": inter // max(tp // ep, 1),
             "top_k": c["num_experts_per_tok"], "activation": c["hidden_act"],
-            "moe_tp": max(tp // ep, 1)}
+            "moe_tp": max(tp // ep, 1), "routing": ROUTING.get(arch)}
+
+
+def _mlp_checks(name: str, h: int, inter: int, tp: int) -> List[Tuple]:
+    """A gated MLP's two linears as SGLang builds them under TP: gate_up_proj a
+    MergedColumnParallelLinear of two intermediate/TP partitions, down_proj a
+    RowParallelLinear of intermediate/TP input."""
+    return [(f"{name}.gate_up_proj", h, h, 2 * inter, 2 * inter // tp, [inter // tp] * 2),
+            (f"{name}.down_proj", inter, inter // tp, h, h, [h])]
+
+
+def _attention_checks(c: Dict[str, Any], tp: int) -> List[Tuple]:
+    """The attention linears under TP: for MLA (DeepseekV2AttentionMLA) q_b_proj and kv_b_proj
+    ColumnParallelLinear, o_proj RowParallelLinear (fused_qkv_a_proj is replicated, which the
+    check skips); else QKVParallelLinear (KV heads replicated where TP exceeds them,
+    layers/linear.py QKVParallelLinear) and o_proj RowParallelLinear."""
+    h, heads = c["hidden_size"], c["num_attention_heads"]
+    if c.get("kv_lora_rank"):
+        qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+        kv = c["qk_nope_head_dim"] + c["v_head_dim"]
+        return [("self_attn.q_b_proj", c["q_lora_rank"], c["q_lora_rank"], heads * qk,
+                 heads * qk // tp, [heads * qk // tp]),
+                ("self_attn.kv_b_proj", c["kv_lora_rank"], c["kv_lora_rank"], heads * kv,
+                 heads * kv // tp, [heads * kv // tp]),
+                ("self_attn.o_proj", heads * c["v_head_dim"], heads * c["v_head_dim"] // tp,
+                 h, h, [h])]
+    hd = c.get("head_dim") or h // heads
+    kv_heads = c["num_key_value_heads"]
+    q, kv = heads // tp * hd, max(kv_heads // tp, 1) * hd
+    return [("self_attn.qkv_proj", h, h, (heads + 2 * kv_heads) * hd, q + 2 * kv, [q, kv, kv]),
+            ("self_attn.o_proj", heads * hd, heads * hd // tp, h, h, [h])]
 
 
 def linear_question(arch: str, tp: int = 1) -> Dict[str, Any]:
-    """The linear layer asked about, and the dense MLP's per-rank sizes SGLang's block-FP8
-    check reads (LlamaMLP, Glm4MoeMLP, DeepseekV2MLP: gate_up_proj a MergedColumnParallelLinear
-    of two intermediate/TP partitions, down_proj a RowParallelLinear of intermediate/TP input)."""
+    """The linear layer asked about, and the per-rank sizes SGLang's block-FP8 check
+    (Fp8LinearMethod.validate_block_quant_shapes) reads for every TP linear of the model: the
+    attention projections, the dense MLP (LlamaMLP, Glm4MoeMLP, DeepseekV2MLP) and the shared
+    experts (DeepseekV2MoE / Glm4MoeSparseMoeBlock: a TP MLP of moe_intermediate_size x
+    n_shared_experts without an all-to-all backend, deepseek_v2.py:874-897, glm4_moe.py:
+    471-486)."""
     c = ARCHS[arch]
     dense = arch == "llama" or c.get("first_k_dense_replace")
     inter, h = c["intermediate_size"], c["hidden_size"]
-    checks = [("mlp.gate_up_proj", h, h, 2 * inter, 2 * inter // tp, [inter // tp] * 2),
-              ("mlp.down_proj", inter, inter // tp, h, h, [h])] if dense else []
+    checks = _attention_checks(c, tp)
+    if dense:
+        checks += _mlp_checks("mlp", h, inter, tp)
+    if c.get("n_shared_experts"):
+        checks += _mlp_checks("mlp.shared_experts", h,
+                              c["moe_intermediate_size"] * c["n_shared_experts"], tp)
     return {"prefix": LINEAR_PREFIX.get(arch, "model.layers.0.self_attn.qkv_proj"), "tp": tp,
             "checks": checks}

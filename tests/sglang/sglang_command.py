@@ -41,6 +41,11 @@ COUNT_VAR = "SELECTOR_SGLANG_COMMANDS"
 # is most of the sweep's time); unset: every machine (7 SMs x FlashInfer, sgl-deep-gemm and
 # sglang-kernel present or not: 56)
 MACHINES_VAR = "SELECTOR_SGLANG_MACHINES"
+# K/N (K from 0): only the scenarios on shard K's machines of the seed's draw (in_shard), so N
+# runs of one seed and count cover the sweep, each with about 1/N of its children
+SHARD_VAR = "SELECTOR_SGLANG_SHARD"
+# how many SGLang children run at once (default 2)
+WORKERS_VAR = "SELECTOR_SGLANG_WORKERS"
 STACK = "stack=sglang_0_5_23"
 FLASHINFER, CUTLASS_DSL, SGL_DEEP_GEMM, SGLANG_KERNEL = "0.7.2", "4.8.0", "0.2.3.post2", "0.4.10"
 CAPABILITIES = ("8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
@@ -114,6 +119,35 @@ def seed() -> int:
         raw = str(random.SystemRandom().randrange(2 ** 32))
         os.environ[SEED_VAR] = raw
     return int(raw)
+
+
+def shard() -> Tuple[int, int]:
+    """SELECTOR_SGLANG_SHARD as (K, N); unset: (0, 1), the whole sweep."""
+    raw = os.environ.get(SHARD_VAR, "0/1")
+    try:
+        k, n = (int(x) for x in raw.split("/"))
+        if not 0 <= k < n:
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"{SHARD_VAR}={raw!r}: expected K/N with 0 <= K < N (e.g. 0/4)") from None
+    return k, n
+
+
+def in_shard(rows: List[Scenario], k: int, n: int) -> List[Scenario]:
+    """The scenarios on shard K's machines: the draw's machines, most scenarios first (then
+    sorted), each given to the shard holding the fewest scenarios so far (the lowest K on a
+    tie), so every shard has about as many children and scenarios."""
+    count: Dict[Tuple[str, bool, bool, bool], int] = {}
+    for s in rows:
+        count[s.machine] = count.get(s.machine, 0) + 1
+    load = [0] * n
+    keep = set()
+    for m in sorted(count, key=lambda m: (-count[m], m)):
+        i = load.index(min(load))
+        load[i] += count[m]
+        if i == k:
+            keep.add(m)
+    return [s for s in rows if s.machine in keep]
 
 
 def _machine(rng: random.Random) -> Tuple[str, bool, bool, bool]:
@@ -230,7 +264,7 @@ class Planner:
             if g.op == "linear" and g.scheme == s.linear[0]:
                 lin_names.append(g.engine_backend)
         linear = lin_names[0] if lin_names else None
-        if not (lp.ok and lp.plan.ok):
+        if not lp.runs:
             why = list(lp.problems) + [p for g in lp.groups for p in g.problems] + \
                 [f"{g.kind}: {g.decision.summary()}" for g in lp.groups
                  if g.planned and g.decision is not None and not g.decision.selected] + \
@@ -245,8 +279,9 @@ class Planner:
 
 # -- SGLang's side ---------------------------------------------------------------------------------
 def sglang_answers(questions: Dict[Tuple, List[Dict[str, Any]]], python: str = sys.executable,
-                   workers: int = 2) -> Dict[Tuple, List[Dict[str, Any]]]:
+                   workers: Optional[int] = None) -> Dict[Tuple, List[Dict[str, Any]]]:
     """{machine: [question]} -> {machine: [answer]}, one child per machine."""
+    workers = workers or int(os.environ.get(WORKERS_VAR) or 2)
     def run(machine: Tuple) -> Tuple[Tuple, List[Dict[str, Any]]]:
         cap, fi, dg, kernel = machine
         libs = [n for n, on in (("flashinfer", fi), ("deep_gemm", dg), ("sglang-kernel", kernel))
@@ -340,7 +375,8 @@ def run(n: Optional[int] = None, the_seed: Optional[int] = None, python: str = s
     n = n or int(os.environ.get(COUNT_VAR, "5000"))
     if machines is None and os.environ.get(MACHINES_VAR):
         machines = int(os.environ[MACHINES_VAR])
-    rows_s = scenarios(n, random.Random(the_seed), parser_choices(), machines)
+    rows_s = in_shard(scenarios(n, random.Random(the_seed), parser_choices(), machines),
+                      *shard())
     with tempfile.TemporaryDirectory() as tmp:
         planner = Planner(Path(root or tmp))
         plans = {s: planner.plan(s) for s in OrderedDict.fromkeys(rows_s)}

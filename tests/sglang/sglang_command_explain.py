@@ -91,6 +91,30 @@ def _built_unchecked(row: Any) -> bool:
             and any(n in row.planned.refusal for n in _NEEDS))
 
 
+def _op_reason(row: Any, op: str) -> Optional[str]:
+    """The entry below that explains one differing layer on its own (None: none does)."""
+    asked = _asked_for(row, op)
+    if asked == "auto":
+        return "auto-differs"
+    if f"{op}:{asked}" in row.planned.unmodelled:
+        return "name-not-in-catalogue"
+    ran = _ran(row.asked, op)
+    named = {"moe": row.planned.moe, "linear": row.planned.linear}[op]
+    if ran == asked and named != asked:
+        return "request-built-selector-refuses"
+    if ran != asked and asked not in (row.planned.argv or []):
+        return "request-substituted"
+    return None
+
+
+def _each_layer(row: Any) -> bool:
+    """The MoE and the linear layer differ for different reasons, each one of them an entry
+    above on its own (e.g. the MoE request built and refused by selector, the linear GEMM
+    SGLang's automatic one where the plan prints another)."""
+    ops = _differing_ops(row)
+    return bool(ops) and all(_op_reason(row, op) for op in ops)
+
+
 EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
     "request-refused": (
         S + "server_args.py (the parser's choices), arg_groups/ (resolution asserts, e.g. "
@@ -156,6 +180,12 @@ EXPLAINED: Dict[str, Tuple[str, str, Callable[[Any], bool]]] = {
         "library or CUDA the runner needs (the kernel fails later); selector refuses with the "
         "failed rule and prints no command",
         _built_unchecked),
+    "each-layer-explained": (
+        S + "the sources of the entries above, one per differing layer (the row's `asked` "
+        "answer names what SGLang built for each)",
+        "the MoE and the linear layer differ for different reasons, each one explained by an "
+        "entry above on its own; selector's printed command starts and SGLang runs what it names",
+        lambda r: r.honored and not asked_fails(r) and _each_layer(r)),
 }
 
 

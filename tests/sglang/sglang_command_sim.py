@@ -89,6 +89,7 @@ def moe(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
     import torch
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    from sglang.srt.layers.moe.utils import RoutingMethodType
     layer = _fake(FusedMoE)
     try:
         method = qc.get_quant_method(layer, q["prefix"]) if qc is not None else None
@@ -100,7 +101,9 @@ def moe(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
         cfg = MoeRunnerConfig(num_experts=q["experts"], num_local_experts=q["local_experts"],
                               hidden_size=q["hidden"], intermediate_size_per_partition=q["inter"],
                               top_k=q["top_k"], params_dtype=torch.bfloat16,
-                              activation=q["activation"], is_gated=True)
+                              activation=q["activation"], is_gated=True,
+                              routing_method_type=(RoutingMethodType[q["routing"]]
+                                                   if q.get("routing") else None))
         refused = _load_check(method, layer, cfg, q)
         if refused:
             return {"runner": None, "error": refused, "method": type(method).__name__}
@@ -118,7 +121,17 @@ def moe(qc: Any, q: Dict[str, Any]) -> Dict[str, Any]:
         return {"runner": runner.runner_backend.value, "error": "",
                 "method": type(scheme).__name__}
     runner = getattr(method, "runner", None)
-    if runner is not None and getattr(method, "_owns_moe_runner", True):
+    # what FusedMoE takes as its runner backend and apply dispatches on
+    # (fused_moe_triton/layer.py:576-577 get_moe_runner_backend): ModelOptFp8MoEMethod keeps a
+    # Triton runner and runs FlashInfer's TRT-LLM per-tensor MoE for flashinfer_trtllm with a
+    # declared routing method (modelopt_quant.py:1357-1367)
+    try:
+        contract = method.get_moe_runner_backend(layer)
+    except AttributeError:  # a method that set no runner attribute
+        contract = None
+    if contract is not None:
+        name = contract.value
+    elif runner is not None and getattr(method, "_owns_moe_runner", True):
         name = runner.runner_backend.value
     elif getattr(method, "_moe_runner_backend", None) is not None:
         name = method._moe_runner_backend.value

@@ -146,6 +146,8 @@ WHEN: Dict[str, WhenTerm] = {
     "dtype": WhenTerm(_one_of(schema.DTYPES), lambda v, layer, f: layer.dtype in v, "dtype",
                       lambda v: "/".join(sorted(v))),
     "ep": WhenTerm(_bool, lambda v, layer, f: (layer.ep_size > 1) == v, "ep_size"),
+    # tensor parallelism within the layer (layer.tp_size > 1: with EP, experts split by TP too)
+    "tp": WhenTerm(_bool, lambda v, layer, f: (layer.tp_size > 1) == v, "tp_size"),
     # the all2all exchange of an EP layer (vLLM's batched experts format: deepep_low_latency)
     "all2all": WhenTerm(_one_of(schema.ALL2ALL), lambda v, layer, f: layer.all2all in v,
                         "all2all", lambda v: "/".join(sorted(v))),
