@@ -131,6 +131,9 @@ OUTSIDE_PICK_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py:437-438 (_get_prio
                        "137-141 (CPU_W8A8 and CPU first on vLLM's CPU platform)")
 
 
+OUTSIDE_PICK_LOG = "vLLM's own automatic choice stands:"
+
+
 def _outside_pick(original: Callable[..., Any], config: Any, what: str,
                   call: Callable[[Callable[..., Any], Any], Any], sel: Selector,
                   d: Any) -> Any:
@@ -150,9 +153,9 @@ def _outside_pick(original: Callable[..., Any], config: Any, what: str,
     name = vllm_name(str(backend)) if backend is not None else ""
     if name not in outside:
         return None
-    log.info("selector: no %s MoE backend of selector's catalogue runs %s here (%s); vLLM's "
-             "own automatic choice %s stands, outside selector's catalogue: %s",
-             what, d.layer.quant, d.summary(), backend, outside[name])
+    log.info("selector: no %s MoE backend of selector's catalogue runs %s here (%s); %s %s, "
+             "outside selector's catalogue: %s", what, d.layer.quant, d.summary(),
+             OUTSIDE_PICK_LOG, backend, outside[name])
     return built
 
 
@@ -522,4 +525,4 @@ __all__ = ["register", "install", "uninstall", "installed", "iter_rebound", "Vll
            "Chooser", "NotExpressible", "refusal", "act_scale", "capability", "linear_layer",
            "linear_sizes", "moe_activation", "moe_config", "moe_layer", "moe_quant", "over_range",
            "quant_keys", "quant_scheme", "requested_name", "requested_names", "routing",
-           "token_buckets", "vllm_modules"]
+           "token_buckets", "vllm_modules", "OUTSIDE_PICK_LOG"]
