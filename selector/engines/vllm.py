@@ -80,7 +80,10 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
     requested backend into (requested, excluded) where vLLM has switches of its own (FP8);
     `call(fn, config)` calls vLLM's oracle `fn` as its caller did; `fallback`: the keys of the
     layer to decide when selector refuses this one (MXFP4's BF16 fallback). A layer selector
-    cannot describe is vLLM's alone; a refusal raises vLLM's error type with the explanation."""
+    cannot describe is vLLM's alone; so is one whose every catalogued backend selector refuses
+    on automatic selection while vLLM's own automatic choice is a backend outside the catalogue
+    (_outside_pick: vLLM's CPU experts with no GPU); any other refusal raises vLLM's error type
+    with the explanation."""
     chooser = chooser or CHOOSER
     requested: str = config.moe_backend
     exclude: Tuple[str, ...] = ()
@@ -104,6 +107,11 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
         if exclude or requested != config.moe_backend:
             why += (f"\nvLLM's switches: moe_backend={requested!r}, excluded: "
                     f"{', '.join(exclude) or 'none'} ({FP8_SWITCHES_SOURCE})")
+        if requested == "auto" == config.moe_backend:
+            built = _outside_pick(original, config, what, call,
+                                  chooser.selector_for(layer, requested, exclude)[1], d)
+            if built is not None:
+                return built
         raise error(why)
     assert d.engine is not None  # every Chooser decision is made with engine=vllm
     forced = copy.copy(config)
@@ -113,6 +121,42 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
     except (ValueError, NotImplementedError) as exc:
         raise ValueError(f"vLLM cannot build selector's choice {d.selected}: {exc}\n{d}") \
             from exc
+
+
+OUTSIDE_PICK_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py:437-438 (_get_priority_backends: "
+                       "[Mxfp4MoeBackend.CPU] on vLLM's CPU platform), :692-711 (the automatic "
+                       "list: the requested activation's backends, then the BF16 ones, CPU among "
+                       "them); fused_moe/experts/cpu_moe.py:602-653 (CPUExpertsMxfp4: W4A16, "
+                       "silu and swigluoai, any parallel config); fused_moe/oracle/fp8.py:"
+                       "137-141 (CPU_W8A8 and CPU first on vLLM's CPU platform)")
+
+
+OUTSIDE_PICK_LOG = "vLLM's own automatic choice stands:"
+
+
+def _outside_pick(original: Callable[..., Any], config: Any, what: str,
+                  call: Callable[[Callable[..., Any], Any], Any], sel: Selector,
+                  d: Any) -> Any:
+    """vLLM's own automatic choice for a layer selector refuses every catalogued backend of,
+    where that choice is a backend the catalogue does not model (engine.outside: vLLM's CPU,
+    ROCm and XPU experts): selector's refusal says nothing of it, and `--moe-backend` naming it
+    is vLLM's alone already (requested_names), so the layer loads as it does without selector
+    (OUTSIDE_PICK_SOURCE). None where vLLM refuses the layer too, or picks a catalogued backend
+    selector refused: selector's refusal then stands."""
+    from selector.engines.vllm_flags import vllm_name
+    outside = dict(sel.run_config.engine.outside)
+    try:
+        built = call(original, config)
+    except (ValueError, NotImplementedError):
+        return None
+    backend = getattr(built[0], "value", None) if isinstance(built, tuple) and built else None
+    name = vllm_name(str(backend)) if backend is not None else ""
+    if name not in outside:
+        return None
+    log.info("selector: no %s MoE backend of selector's catalogue runs %s here (%s); %s %s, "
+             "outside selector's catalogue: %s", what, d.layer.quant, d.summary(),
+             OUTSIDE_PICK_LOG, backend, outside[name])
+    return built
 
 
 def select_moe(original: Callable[..., Any], config: Any, weight_key: Any, activation_key: Any,
@@ -481,4 +525,4 @@ __all__ = ["register", "install", "uninstall", "installed", "iter_rebound", "Vll
            "Chooser", "NotExpressible", "refusal", "act_scale", "capability", "linear_layer",
            "linear_sizes", "moe_activation", "moe_config", "moe_layer", "moe_quant", "over_range",
            "quant_keys", "quant_scheme", "requested_name", "requested_names", "routing",
-           "token_buckets", "vllm_modules"]
+           "token_buckets", "vllm_modules", "OUTSIDE_PICK_LOG"]

@@ -45,7 +45,7 @@ def test_vllm_builds_selectors_choice_for_mxfp4_moe(entry_point, monkeypatch,  #
     assert hasattr(mxfp4_method.select_mxfp4_moe_backend, "__selector_original__")
     rebound = set(adapter.iter_rebound())
     assert "vllm.model_executor.layers.fused_moe.oracle.mxfp4.select_mxfp4_moe_backend" in rebound
-    counts = {"built": 0, "refused": 0, "fallback": 0, "config": 0}
+    counts = {"built": 0, "refused": 0, "fallback": 0, "config": 0, "outside": 0}
     space = sorted(_space(), key=lambda s: str(s.machine))
     for s in space:
         monkeypatch.setenv(adapter.ENV_OVERRIDES, plugin_overrides(s))
@@ -57,7 +57,10 @@ def test_vllm_builds_selectors_choice_for_mxfp4_moe(entry_point, monkeypatch,  #
                 continue
             d = expected(s)
             name, error, kernel, _ = parity.vllm_mx(s)  # the rebound name
-        if d.selected is None:
+        if d.selected is None and name is not None:  # vLLM's own pick, outside the catalogue
+            assert name in parity.outside() and s.requested == "auto", (s.label(), name)
+            counts["outside"] += 1
+        elif d.selected is None:
             assert name is None and "selector refuses" in error, (s.label(), name, error)
             counts["refused"] += 1
         elif name is None and d.selected == "cutlass":  # built from vLLM's automatic list
@@ -72,7 +75,8 @@ def test_vllm_builds_selectors_choice_for_mxfp4_moe(entry_point, monkeypatch,  #
     print(f"plugin MXFP4 sweep: {len(space)} scenarios, {counts['built']} built as selector "
           f"chose ({counts['fallback']} with bf16 activations after selector refused the "
           f"quantized ones), {counts['refused']} refused with selector's explanation, "
-          f"{counts['config']} refused by vLLM's MoE config on its CPU platform")
+          f"{counts['config']} refused by vLLM's MoE config on its CPU platform, "
+          f"{counts['outside']} built as vLLM alone chose outside selector's catalogue")
     assert counts["built"] > 300 and counts["refused"] > 20 and counts["fallback"] > 5
 
 
@@ -104,3 +108,32 @@ def test_a_strict_refusal_carries_the_explanation(entry_point, monkeypatch,  # n
     with simulation.scenario(s):
         name, error, _, _ = parity.vllm_mx(s)
     assert name is None and error.startswith("selector refuses moe_backend='flashinfer_trtllm'")
+
+
+@pytest.mark.parametrize("s", [
+    # issue 44: SELECTOR_PARITY_SEED=186699048's scenario, and the FP8 oracle's twin
+    sim.Scenario.parse("no GPU (flashinfer 0.7.0.post1, b12x 1.5.1); moe mxfp4_w4a4 swigluoai "
+                       "ep8 [mxfp4 oracle] float16 method=online; requested auto"),
+    sim.Scenario(None, None, None, None, "moe", "fp8_block", "silu", True, method="fp8",
+                 allow_cutlass=False)], ids=["mxfp4_w4a4", "fp8_block"])
+def test_no_gpu_loads_vllms_cpu_experts_where_selector_refuses(entry_point, monkeypatch,  # noqa: F811
+                                                               simulation, s):  # noqa: F811
+    """No GPU: selector's catalogue (NVIDIA GPU kernels) refuses every backend, even with bf16
+    activations, while vLLM 0.32.0 alone builds its CPU experts (fused_moe/oracle/mxfp4.py:437-438
+    and 692-711; fused_moe/oracle/fp8.py:137-141), a backend outside selector's catalogue
+    (engine.outside cpu): the plugin lets that pick stand, as an explicit --moe-backend cpu is
+    vLLM's alone, instead of failing a load vLLM alone makes (issue 44)."""
+    adapter.uninstall()
+    with simulation.scenario(s):
+        alone = parity.vllm_choice(s)
+    load_plugins(monkeypatch, enabled=True)
+    simulation._machine = None
+    monkeypatch.setenv(adapter.ENV_OVERRIDES, plugin_overrides(s))
+    with simulation.scenario(s):
+        d = parity.selector_decision(s)
+        if s.quant == "mxfp4_w4a4":
+            assert expected(s).selected is None  # the BF16 fallback is refused too
+        assert d.selected is None
+        name, error, kernel = parity.vllm_choice(s)
+    assert alone[0] == "cpu" and "cpu" in parity.outside()
+    assert (name, kernel) == (alone[0], alone[2]), error
