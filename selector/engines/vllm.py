@@ -38,6 +38,7 @@ from selector.engines.vllm_choice import (
     CHOOSER,
     ENV_ENABLE,
     ENV_OVERRIDES,
+    OUTSIDE_PICK_LOG,
     Chooser,
     NotExpressible,
     act_scale,
@@ -48,6 +49,7 @@ from selector.engines.vllm_choice import (
     moe_config,
     moe_layer,
     moe_quant,
+    outside_pick,
     over_range,
     quant_keys,
     quant_scheme,
@@ -82,7 +84,7 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
     layer to decide when selector refuses this one (MXFP4's BF16 fallback). A layer selector
     cannot describe is vLLM's alone; so is one whose every catalogued backend selector refuses
     on automatic selection while vLLM's own automatic choice is a backend outside the catalogue
-    (_outside_pick: vLLM's CPU experts with no GPU); any other refusal raises vLLM's error type
+    (outside_pick: vLLM's CPU experts with no GPU); any other refusal raises vLLM's error type
     with the explanation."""
     chooser = chooser or CHOOSER
     requested: str = config.moe_backend
@@ -108,7 +110,7 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
             why += (f"\nvLLM's switches: moe_backend={requested!r}, excluded: "
                     f"{', '.join(exclude) or 'none'} ({FP8_SWITCHES_SOURCE})")
         if requested == "auto" == config.moe_backend:
-            built = _outside_pick(original, config, what, call,
+            built = outside_pick(original, config, what, call,
                                   chooser.selector_for(layer, requested, exclude)[1], d)
             if built is not None:
                 return built
@@ -121,42 +123,6 @@ def _moe_choice(original: Callable[..., Any], config: Any, keys: Tuple[Any, Any]
     except (ValueError, NotImplementedError) as exc:
         raise ValueError(f"vLLM cannot build selector's choice {d.selected}: {exc}\n{d}") \
             from exc
-
-
-OUTSIDE_PICK_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py:437-438 (_get_priority_backends: "
-                       "[Mxfp4MoeBackend.CPU] on vLLM's CPU platform), :692-711 (the automatic "
-                       "list: the requested activation's backends, then the BF16 ones, CPU among "
-                       "them); fused_moe/experts/cpu_moe.py:602-653 (CPUExpertsMxfp4: W4A16, "
-                       "silu and swigluoai, any parallel config); fused_moe/oracle/fp8.py:"
-                       "137-141 (CPU_W8A8 and CPU first on vLLM's CPU platform)")
-
-
-OUTSIDE_PICK_LOG = "vLLM's own automatic choice stands:"
-
-
-def _outside_pick(original: Callable[..., Any], config: Any, what: str,
-                  call: Callable[[Callable[..., Any], Any], Any], sel: Selector,
-                  d: Any) -> Any:
-    """vLLM's own automatic choice for a layer selector refuses every catalogued backend of,
-    where that choice is a backend the catalogue does not model (engine.outside: vLLM's CPU,
-    ROCm and XPU experts): selector's refusal says nothing of it, and `--moe-backend` naming it
-    is vLLM's alone already (requested_names), so the layer loads as it does without selector
-    (OUTSIDE_PICK_SOURCE). None where vLLM refuses the layer too, or picks a catalogued backend
-    selector refused: selector's refusal then stands."""
-    from selector.engines.vllm_flags import vllm_name
-    outside = dict(sel.run_config.engine.outside)
-    try:
-        built = call(original, config)
-    except (ValueError, NotImplementedError):
-        return None
-    backend = getattr(built[0], "value", None) if isinstance(built, tuple) and built else None
-    name = vllm_name(str(backend)) if backend is not None else ""
-    if name not in outside:
-        return None
-    log.info("selector: no %s MoE backend of selector's catalogue runs %s here (%s); %s %s, "
-             "outside selector's catalogue: %s", what, d.layer.quant, d.summary(),
-             OUTSIDE_PICK_LOG, backend, outside[name])
-    return built
 
 
 def select_moe(original: Callable[..., Any], config: Any, weight_key: Any, activation_key: Any,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from selector.core import env_vars
 from selector.core.text import printable
@@ -431,3 +431,39 @@ def refusal(d: Decision, what: str) -> str:
 
 
 CHOOSER = Chooser()
+OUTSIDE_PICK_SOURCE = ("vLLM 0.32.0 fused_moe/oracle/mxfp4.py:437-438 (_get_priority_backends: "
+                       "[Mxfp4MoeBackend.CPU] on vLLM's CPU platform), :692-711 (the automatic "
+                       "list: the requested activation's backends, then the BF16 ones, CPU among "
+                       "them); fused_moe/experts/cpu_moe.py:602-653 (CPUExpertsMxfp4: W4A16, "
+                       "silu and swigluoai, any parallel config); fused_moe/oracle/fp8.py:"
+                       "137-141 (CPU_W8A8 and CPU first on vLLM's CPU platform)")
+
+
+OUTSIDE_PICK_LOG = "vLLM's own automatic choice stands:"
+
+
+def outside_pick(original: Callable[..., Any], config: Any, what: str,
+                  call: Callable[[Callable[..., Any], Any], Any], sel: Selector,
+                  d: Any) -> Any:
+    """vLLM's own automatic choice for a layer selector refuses every catalogued backend of,
+    where that choice is a backend the catalogue does not model (engine.outside: vLLM's CPU,
+    ROCm and XPU experts): selector's refusal says nothing of it, and `--moe-backend` naming it
+    is vLLM's alone already (requested_names), so the layer loads as it does without selector
+    (OUTSIDE_PICK_SOURCE). None where vLLM refuses the layer too, or picks a catalogued backend
+    selector refused: selector's refusal then stands."""
+    from selector.engines.vllm_flags import vllm_name
+    outside = dict(sel.run_config.engine.outside)
+    try:
+        built = call(original, config)
+    except (ValueError, NotImplementedError):
+        return None
+    backend = getattr(built[0], "value", None) if isinstance(built, tuple) and built else None
+    name = vllm_name(str(backend)) if backend is not None else ""
+    if name not in outside:
+        return None
+    log.info("selector: no %s MoE backend of selector's catalogue runs %s here (%s); %s %s, "
+             "outside selector's catalogue: %s", what, d.layer.quant, d.summary(),
+             OUTSIDE_PICK_LOG, backend, outside[name])
+    return built
+
+
