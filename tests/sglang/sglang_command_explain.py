@@ -93,11 +93,10 @@ def _built_unchecked(row: Any) -> bool:
 
 def _op_reason(row: Any, op: str) -> Optional[str]:
     """The entry below that explains one differing layer on its own (None: none does)."""
+    cls = _op_class(row, op)
+    if cls is not None:
+        return cls
     asked = _asked_for(row, op)
-    if asked == "auto":
-        return "auto-differs"
-    if f"{op}:{asked}" in row.planned.unmodelled:
-        return "name-not-in-catalogue"
     ran = _ran(row.asked, op)
     named = {"moe": row.planned.moe, "linear": row.planned.linear}[op]
     if ran == asked and named != asked:
