@@ -151,6 +151,7 @@ from selector.backends.wrappers import _base  # noqa: E402
 from selector.commands.check import check_tree  # noqa: E402
 from selector.config import dirs  # noqa: E402, F401
 from selector.core import packaged  # noqa: E402
+from selector.engines.vllm_flags import VLLM_MOE_ACCEPTS  # noqa: E402
 
 REPO_CONF = packaged.packaged_conf_dir()
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -284,7 +285,7 @@ def _add_backend(conf, code, *, yaml=True, implementation=True, engines=True):
             _offer(conf, engine)
 
 
-def test_recipe_backend(copy):
+def test_recipe_backend(copy, monkeypatch):
     conf, code = copy
     _add_backend(conf, code)
     report = _ok(check_tree([], []))
@@ -297,8 +298,17 @@ def test_recipe_backend(copy):
     assert type(impl).backend == "my_kernel"  # derived from the file naming the class
     # each engine that offers it names it, with the kernel and the flag; its own rules apply
     v = selector.load(B200 + ["engine=vllm", "policy.moe_backend=my_kernel"]).default()
+    # ... but no flag the modeled release refuses: vLLM 0.32's NVFP4 oracle has no my_kernel
+    # value (selector/engines/vllm_flags.py VLLM_MOE_ACCEPTS, compared with vLLM's own
+    # map_nvfp4_backend by tests/vllm/test_launch_flags.py), so `no_flag` says why
     assert (v.selected, list(v.engine.flags), v.engine.kernel) == (
-        "my_kernel", ["--moe-backend", "my_kernel"], "MyKernelExperts")
+        "my_kernel", [], "MyKernelExperts")
+    assert "MoE oracle does not take moe_backend='my_kernel'" in v.engine.no_flag, v.engine.no_flag
+    # a release whose oracle takes the value (its table lists it) gets the flag printed
+    monkeypatch.setitem(VLLM_MOE_ACCEPTS, "nvfp4", VLLM_MOE_ACCEPTS["nvfp4"] + ("my_kernel",))
+    v = selector.load(B200 + ["engine=vllm", "policy.moe_backend=my_kernel"]).default()
+    assert (v.selected, list(v.engine.flags), v.engine.no_flag) == (
+        "my_kernel", ["--moe-backend", "my_kernel"], "")
     ep = selector.load(B200 + ["engine=vllm", "policy.moe_backend=my_kernel",
                                "layer.ep_size=2"]).default().candidate("my_kernel")
     assert ep.status == "rejected" and "vLLM's integration" in ep.reasons[0].message

@@ -9,7 +9,7 @@ each scheme's oracle maps the value to one of its backends or raises (`map_fp8_b
 a value that serves the NVFP4 experts can stop the engine at an FP8 or unquantized MoE layer.
 `--linear-backend` is gentler: a layer type without a kernel of that backend falls back to
 automatic selection (`_resolve_backend_kernels`), and `linear_backend_per_quant` (in
-`--kernel-config`) scopes a backend to one linear scheme. tests/vllm/test_launch_tables.py
+`--kernel-config`) scopes a backend to one linear scheme. tests/vllm/test_launch_flags.py
 compares every table here with vLLM's own functions.
 """
 from __future__ import annotations
