@@ -116,7 +116,7 @@ class Selector:
         import dataclasses
 
         from selector.checkpoint.launchers import refused_value
-        said = refused_value(self.run_config.engine, layer.op, layer.quant, v.backend)
+        said = refused_value(self, layer.op, layer.quant, v.backend)
         if said is None:
             return d
         why = f"{v.flags[0]} {v.backend} is refused for a {layer.quant} layer: {said[0]} ({said[1]})"

@@ -113,6 +113,8 @@ def test_a_broken_launcher_exits_2_naming_file_and_key(tmp_path, launch, key):
     refused(["explain", "--config-dir", str(root), "--model", str(CORPUS / "qwen3-8b-fp4"),
              "engine=tgi", *PLATFORM], f, key)
     refused(["check", "--config-dir", str(root)], f, key)
+    # a one-layer explain reads the launch hooks too (the flag check), naming the same file
+    refused(["explain", "--config-dir", str(root), "engine=tgi", *PLATFORM], f, key)
 
 
 def test_outside_as_a_list_names_file_key_value_and_shape(tmp_path):

@@ -300,15 +300,16 @@ def launcher(sel: Selector, engine: Engine) -> Launcher:
     return _launcher(engine, _file_of(sel, engine))
 
 
-def refused_value(engine: Engine, op: str, scheme: Optional[str], value: str
+def refused_value(sel: Selector, op: str, scheme: Optional[str], value: str
                   ) -> Optional[Tuple[str, str]]:
-    """(message, source) when the engine's code refuses `value` of `op`'s backend choice for a
-    layer of `scheme` (its launch hooks' table: vLLM's per-scheme MoE oracles); None: it takes
-    it, or the engine has no launch rules or no table says. A one-layer `explain` prints no
-    flag the launch plan would refuse."""
+    """(message, source) when `sel`'s engine's code refuses `value` of `op`'s backend choice
+    for a layer of `scheme` (its launch hooks' table: vLLM's per-scheme MoE oracles); None: it
+    takes it, or the engine has no launch rules or no table says. A one-layer `explain` prints
+    no flag the launch plan would refuse; a broken `launch:` names the engine's own file."""
+    engine = sel.run_config.engine
     if not engine.launch or scheme is None:
         return None
-    return _launcher(engine, f"conf/engine/{engine.name}.yaml").refuses(op, scheme, value)
+    return launcher(sel, engine).refuses(op, scheme, value)
 
 
 def _launcher(engine: Engine, file: str) -> Launcher:
